@@ -1,0 +1,48 @@
+/* wt/log.h: leveled logging to stderr.
+ *
+ * Each line: "2026-11-30T15:29:09.123Z INFO  [module] message". The level
+ * comes from the environment variable WT_LOG (debug|info|warn|error; default
+ * info), read on first use, and can be set with wt_log_set_level(). Logging is
+ * thread-safe: one line is one write(2).
+ */
+#ifndef WT_LOG_H
+#define WT_LOG_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum wt_log_level {
+  WT_LOG_DEBUG = 0,
+  WT_LOG_INFO = 1,
+  WT_LOG_WARN = 2,
+  WT_LOG_ERROR = 3,
+  WT_LOG_OFF = 4,
+} wt_log_level;
+
+void wt_log_set_level(wt_log_level level);
+wt_log_level wt_log_get_level(void);
+
+/* Parses "debug", "info", "warn"/"warning", "error", "off" (any case).
+ * Returns 0 and sets *out, or -1 for anything else. */
+int wt_log_level_parse(const char *name, wt_log_level *out);
+
+/* "debug", "info", ... Static. */
+const char *wt_log_level_name(wt_log_level level);
+
+/* True when a message at `level` would be written. */
+int wt_log_enabled(wt_log_level level);
+
+void wt_log(wt_log_level level, const char *module, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define WT_LOGD(module, ...) wt_log(WT_LOG_DEBUG, (module), __VA_ARGS__)
+#define WT_LOGI(module, ...) wt_log(WT_LOG_INFO, (module), __VA_ARGS__)
+#define WT_LOGW(module, ...) wt_log(WT_LOG_WARN, (module), __VA_ARGS__)
+#define WT_LOGE(module, ...) wt_log(WT_LOG_ERROR, (module), __VA_ARGS__)
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WT_LOG_H */

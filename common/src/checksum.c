@@ -1,0 +1,1 @@
+/* checksum.c: placeholder, being written. */

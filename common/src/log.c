@@ -1,0 +1,90 @@
+/* log.c: leveled logging to stderr (see wt/log.h). */
+
+#include "wt/log.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The log level is one of the two kinds of global state wt allows. -1: not
+ * yet read from WT_LOG. */
+static atomic_int log_level = -1;
+
+static const char *const level_names[] = {"debug", "info", "warn", "error",
+                                          "off"};
+static const char *const level_tags[] = {"DEBUG", "INFO ", "WARN ", "ERROR",
+                                         "OFF  "};
+
+int wt_log_level_parse(const char *name, wt_log_level *out) {
+  if (name == NULL) return -1;
+  for (int i = 0; i <= WT_LOG_OFF; i++) {
+    if (strcasecmp(name, level_names[i]) == 0) {
+      *out = (wt_log_level)i;
+      return 0;
+    }
+  }
+  if (strcasecmp(name, "warning") == 0) {
+    *out = WT_LOG_WARN;
+    return 0;
+  }
+  return -1;
+}
+
+const char *wt_log_level_name(wt_log_level level) {
+  if ((int)level < 0 || level > WT_LOG_OFF) return "unknown";
+  return level_names[level];
+}
+
+wt_log_level wt_log_get_level(void) {
+  int lv = atomic_load(&log_level);
+  if (lv >= 0) return (wt_log_level)lv;
+  wt_log_level parsed = WT_LOG_INFO;
+  const char *env = getenv("WT_LOG");
+  if (env != NULL && *env != '\0' && wt_log_level_parse(env, &parsed) != 0) {
+    fprintf(stderr, "wt: WT_LOG=%s is not one of debug|info|warn|error|off; "
+                    "using info\n", env);
+    parsed = WT_LOG_INFO;
+  }
+  int expected = -1;
+  atomic_compare_exchange_strong(&log_level, &expected, (int)parsed);
+  return (wt_log_level)atomic_load(&log_level);
+}
+
+void wt_log_set_level(wt_log_level level) { atomic_store(&log_level, (int)level); }
+
+int wt_log_enabled(wt_log_level level) {
+  return level != WT_LOG_OFF && level >= wt_log_get_level();
+}
+
+void wt_log(wt_log_level level, const char *module, const char *fmt, ...) {
+  if (!wt_log_enabled(level)) return;
+  char line[2048];
+  struct timespec ts;
+  struct tm tm;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  gmtime_r(&ts.tv_sec, &tm);
+  int n = snprintf(line, sizeof(line),
+                   "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s [%s] ",
+                   tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+                   tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
+                   level_tags[level], module ? module : "-");
+  if (n < 0) return;
+  if ((size_t)n < sizeof(line)) {
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (m > 0) n += m;
+  }
+  if ((size_t)n >= sizeof(line) - 1) n = (int)sizeof(line) - 2; /* truncated */
+  line[n++] = '\n';
+  /* One write per line keeps lines whole across threads and processes. */
+  ssize_t w = write(STDERR_FILENO, line, (size_t)n);
+  (void)w;
+}

@@ -1,0 +1,1 @@
+/* packing.c: placeholder, being written. */

@@ -1,0 +1,1 @@
+/* pb.c: placeholder, being written. */

@@ -1,0 +1,1 @@
+/* rpc_client.c: placeholder, being written. */

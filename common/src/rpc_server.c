@@ -1,0 +1,1 @@
+/* rpc_server.c: placeholder, being written. */

@@ -1,0 +1,110 @@
+/* runner.c: the one CUnit runner of wt. Each tests/test_<module>.c adds its
+ * suite through wt_test_suite_<module>(); `wt_tests --suite NAME` runs one
+ * (ctest runs each suite as its own test), no argument runs them all. */
+
+#include <CUnit/Basic.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "wt/log.h"
+#include "wt_test.h"
+
+#define WT_SUITES(X) \
+  X(status)          \
+  X(log)             \
+  X(dtype)           \
+  X(tensor)          \
+  X(packing)         \
+  X(checksum)        \
+  X(safetensors)     \
+  X(registry)        \
+  X(pb)              \
+  X(proto_python)    \
+  X(rpc)
+
+#define DECLARE(name) void wt_test_suite_##name(void);
+WT_SUITES(DECLARE)
+#undef DECLARE
+
+static const struct {
+  const char *name;
+  void (*add)(void);
+} suites[] = {
+#define ENTRY(name) {#name, wt_test_suite_##name},
+    WT_SUITES(ENTRY)
+#undef ENTRY
+};
+#define NSUITES (sizeof(suites) / sizeof(suites[0]))
+
+char *wt_test_tmpdir(void) {
+  const char *base = getenv("TMPDIR");
+  char *path = NULL;
+  if (asprintf(&path, "%s/wt-test-XXXXXX", base && *base ? base : "/tmp") < 0)
+    return NULL;
+  if (mkdtemp(path) == NULL) {
+    free(path);
+    return NULL;
+  }
+  return path;
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int flag,
+                    struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  return remove(p);
+}
+
+void wt_test_rmtree(const char *path) {
+  if (path) nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+const char *wt_test_source_dir(void) { return WT_TEST_SOURCE_DIR; }
+const char *wt_test_binary_dir(void) { return WT_TEST_BINARY_DIR; }
+
+void wt_test_skip(const char *test, const char *why) {
+  fprintf(stdout, "\n  skipped: %s: %s\n", test, why);
+  fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+  const char *only = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--suite") == 0 && i + 1 < argc) {
+      only = argv[++i];
+    } else if (strcmp(argv[i], "--list") == 0) {
+      for (size_t s = 0; s < NSUITES; s++) printf("%s\n", suites[s].name);
+      return 0;
+    } else {
+      fprintf(stderr, "usage: %s [--suite NAME] [--list]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (getenv("WT_LOG") == NULL) wt_log_set_level(WT_LOG_WARN);
+  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+  int added = 0;
+  for (size_t s = 0; s < NSUITES; s++) {
+    if (only && strcmp(only, suites[s].name) != 0) continue;
+    suites[s].add();
+    added++;
+  }
+  if (added == 0) {
+    fprintf(stderr, "wt_tests: no suite named '%s' (try --list)\n", only);
+    CU_cleanup_registry();
+    return 2;
+  }
+  CU_basic_set_mode(CU_BRM_VERBOSE);
+  CU_basic_run_tests();
+  unsigned failed = CU_get_number_of_failures() +
+                    CU_get_number_of_tests_failed() +
+                    CU_get_number_of_failure_records();
+  unsigned ran = CU_get_number_of_tests_run();
+  CU_cleanup_registry();
+  if (ran == 0) {
+    fprintf(stderr, "wt_tests: no test ran\n");
+    return 1;
+  }
+  return failed ? 1 : 0;
+}

@@ -23,7 +23,13 @@
   X(registry)        \
   X(pb)              \
   X(proto_python)    \
-  X(rpc)
+  X(rpc)             \
+  X(synthetic)       \
+  X(param_store)     \
+  X(server)          \
+  X(client)          \
+  X(e2e)             \
+  X(interop_python)
 
 #define DECLARE(name) void wt_test_suite_##name(void);
 WT_SUITES(DECLARE)

@@ -1,0 +1,1 @@
+/* sources.c: placeholder, being written. */

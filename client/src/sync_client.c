@@ -1,0 +1,1 @@
+/* sync_client.c: placeholder, being written. */

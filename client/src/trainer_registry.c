@@ -1,0 +1,1 @@
+/* trainer_registry.c: placeholder, being written. */

@@ -1,0 +1,1 @@
+/* grpc_trainer.c: placeholder, being written. */

@@ -1,0 +1,1 @@
+/* synthetic.c: placeholder, being written. */

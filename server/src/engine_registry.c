@@ -1,0 +1,1 @@
+/* engine_registry.c: placeholder, being written. */

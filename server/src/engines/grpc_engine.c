@@ -1,0 +1,1 @@
+/* grpc_engine.c: placeholder, being written. */

@@ -1,0 +1,2 @@
+/* main.c: placeholder, being written. */
+int main(void) { return 1; }

@@ -1,0 +1,1 @@
+/* param_store.c: placeholder, being written. */

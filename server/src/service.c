@@ -1,0 +1,1 @@
+/* service.c: placeholder, being written. */

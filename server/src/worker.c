@@ -1,0 +1,1 @@
+/* worker.c: placeholder, being written. */

@@ -1,0 +1,9 @@
+/* test_client.c: placeholder suite, being written. */
+#include "wt_test.h"
+
+static void placeholder(void) { CU_PASS("placeholder"); }
+
+void wt_test_suite_client(void) {
+  CU_pSuite s = CU_add_suite("client", NULL, NULL);
+  CU_add_test(s, "placeholder", placeholder);
+}

@@ -48,7 +48,8 @@ typedef struct wt_status wt_status;
  * must not be WT_OK (that is NULL). The caller owns the result. */
 wt_status *wt_status_new(wt_code code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-wt_status *wt_status_newv(wt_code code, const char *fmt, va_list ap);
+wt_status *wt_status_newv(wt_code code, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 
 /* A status for errno `err` (ENOENT -> NOT_FOUND, EACCES -> PERMISSION_DENIED,
  * ENOMEM -> RESOURCE_EXHAUSTED, else INTERNAL); the message is the formatted

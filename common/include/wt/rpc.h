@@ -1,0 +1,331 @@
+/* wt/rpc.h: the small RPC layer of wt, on the gRPC C core API.
+ *
+ * Server: one completion queue and one polling thread. Methods come from one
+ * table. Each accepted call runs its handler on a thread of its own (capped),
+ * so a handler may block (waiting for a round's data, reading a client stream)
+ * while the polling thread keeps answering other calls. Inside a handler the
+ * blocking helpers wt_rpc_call_read/_write start one gRPC batch and wait on
+ * the call's condition variable, which the polling thread signals. Unknown
+ * methods are answered UNIMPLEMENTED; malformed requests INVALID_ARGUMENT.
+ *
+ * Client: a channel, and calls that each carry a deadline (the channel's
+ * default when 0 is passed). Every error of a call keeps the code the server
+ * (or gRPC) gave and names the target, the method and the code before the
+ * message: "127.0.0.1:50051 /wt.v1.WeightTransfer/GetServerInfo: UNAVAILABLE:
+ * failed to connect ...", "... /StartWeightUpdate: FAILED_PRECONDITION: <the
+ * server's message>".
+ *
+ * Signals: wt_signal_block_termination() in main() before any thread exists,
+ * then wt_signal_wait() on one thread; no gRPC call ever runs in a signal
+ * handler.
+ *
+ * Each channel and each server holds one grpc_init() reference, dropped by
+ * its destroy; when the last one goes, gRPC's internals are torn down
+ * synchronously, so leak checkers at exit see nothing of gRPC.
+ */
+#ifndef WT_RPC_H
+#define WT_RPC_H
+
+#include <grpc/byte_buffer.h>
+#include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "wt/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Default limits: large data always streams in chunks well below these. */
+#define WT_RPC_DEFAULT_MAX_RECEIVE_BYTES (16 * 1024 * 1024)
+#define WT_RPC_DEFAULT_MAX_SEND_BYTES (16 * 1024 * 1024)
+#define WT_RPC_DEFAULT_DEADLINE_MS 30000
+/* For deadline_ms: no deadline at all (watch streams). */
+#define WT_RPC_NO_DEADLINE ((int64_t)-1)
+
+/* ------------------------------------------------------------------------ */
+/* Server                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef enum wt_rpc_kind {
+  WT_RPC_UNARY = 0,
+  WT_RPC_CLIENT_STREAM = 1,
+  WT_RPC_SERVER_STREAM = 2,
+} wt_rpc_kind;
+
+typedef struct wt_rpc_server wt_rpc_server;
+/* One accepted call, as a handler sees it. Valid until the handler returns. */
+typedef struct wt_rpc_call wt_rpc_call;
+
+/* A handler. `request` is the unpacked request for WT_RPC_UNARY and
+ * WT_RPC_SERVER_STREAM (owned by the layer, freed after the handler returns)
+ * and NULL for WT_RPC_CLIENT_STREAM (read the stream with wt_rpc_call_read).
+ * `user` is the server's user pointer. The returned status is sent to the
+ * client (NULL: OK) and freed by the layer. A unary or client-stream handler
+ * that returns OK sends the message given to wt_rpc_call_respond(), or the
+ * empty (default) response when it gave none. */
+typedef wt_status *(*wt_rpc_handler)(wt_rpc_call *call,
+                                     const ProtobufCMessage *request,
+                                     void *user);
+
+/* One row of the method table. The table and its strings must outlive the
+ * server. */
+typedef struct wt_rpc_method {
+  const char *path; /* "/wt.v1.WeightTransfer/GetServerInfo" */
+  wt_rpc_kind kind;
+  /* Type of the request (of each message, for a client stream). */
+  const ProtobufCMessageDescriptor *request;
+  /* Type of the response (of each message, for a server stream); checked by
+   * wt_rpc_call_respond/_write. */
+  const ProtobufCMessageDescriptor *response;
+  wt_rpc_handler handler;
+} wt_rpc_method;
+
+/* Zero (or a NULL options pointer) means the default for every field. */
+typedef struct wt_rpc_server_options {
+  /* "host:port"; port 0 picks a free port (see wt_rpc_server_port). Default
+   * "127.0.0.1:50051". Copied by wt_rpc_server_new. */
+  const char *listen;
+  /* GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH / _SEND_: 0 gives the defaults above,
+   * -1 no limit. */
+  int max_receive_message_bytes;
+  int max_send_message_bytes;
+  /* Requests kept outstanding per method. Default 4. */
+  int requests_per_method;
+  /* Handler threads alive at once; a call beyond the cap is answered
+   * RESOURCE_EXHAUSTED. Default 64. */
+  int max_handler_threads;
+  /* Called once, on the thread calling wt_rpc_server_shutdown, after the
+   * server stopped accepting calls and before in-flight calls are waited for
+   * and then cancelled: the service aborts a running round here so that its
+   * blocked handlers return. Receives the server's user pointer. */
+  void (*on_shutdown)(void *user);
+} wt_rpc_server_options;
+
+/* Creates a server for `methods[0..n)` (not started). `opts` may be NULL; the
+ * method table must outlive the server; `user` is passed to handlers. The
+ * caller owns *out and releases it with wt_rpc_server_destroy(). A duplicate
+ * or malformed path is INVALID_ARGUMENT. */
+wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
+                             const wt_rpc_method *methods, size_t n, void *user,
+                             wt_rpc_server **out);
+
+/* Binds the listen address (insecure HTTP/2) and starts the polling thread.
+ * A busy or invalid address is UNAVAILABLE naming it. */
+wt_status *wt_rpc_server_start(wt_rpc_server *server);
+
+/* The bound port (the real one when the options asked for port 0); 0 before
+ * a successful start. */
+int wt_rpc_server_port(const wt_rpc_server *server);
+
+/* Stops accepting calls, runs on_shutdown, lets in-flight calls finish for up
+ * to `deadline_ms` (<= 0: cancel them at once), then cancels the rest (their
+ * blocked reads and writes return CANCELLED and cancel callbacks run), joins
+ * every handler thread, and drains the completion queue. Idempotent; does not
+ * free. Must not be called from a handler. */
+void wt_rpc_server_shutdown(wt_rpc_server *server, int64_t deadline_ms);
+
+/* Shuts down (deadline 0, when not done yet) and frees the server. NULL is
+ * ignored. */
+void wt_rpc_server_destroy(wt_rpc_server *server);
+
+/* --- inside a handler; every function takes the handler's own call ------- */
+
+/* The method's path; owned by the method table. */
+const char *wt_rpc_call_method(const wt_rpc_call *call);
+
+/* The peer, e.g. "ipv4:127.0.0.1:53412"; owned by the call. */
+const char *wt_rpc_call_peer(const wt_rpc_call *call);
+
+/* True once the client cancelled, went away, or the deadline passed (or the
+ * server is shutting down and cancelled the call). Thread-safe. */
+bool wt_rpc_call_cancelled(wt_rpc_call *call);
+
+/* Milliseconds until the client's deadline (0 when passed), or -1 when the
+ * call has none. */
+int64_t wt_rpc_call_remaining_ms(const wt_rpc_call *call);
+
+/* Sets (fn != NULL) or clears the function run when the call becomes
+ * cancelled, so a handler blocked on its own condition variable can wake up:
+ *
+ *   wt_rpc_call_set_cancel_callback(call, wake, round);   // wake broadcasts
+ *   lock(round); while (!done && !wt_rpc_call_cancelled(call)) wait(round);
+ *   unlock(round); wt_rpc_call_set_cancel_callback(call, NULL, NULL);
+ *
+ * `fn` runs at most once, on the polling thread, for a cancellation that
+ * happens while it is set (one that happened before shows in
+ * wt_rpc_call_cancelled, hence the check in the wait loop). It must only
+ * signal, never block. Set and clear it without holding a lock that `fn`
+ * takes; after a clearing call returns `fn` is not running and will not run.
+ * The layer clears it when the handler returns. */
+void wt_rpc_call_set_cancel_callback(wt_rpc_call *call, void (*fn)(void *arg),
+                                     void *arg);
+
+/* Reads the next message of a client stream into *msg, a new message of the
+ * method's request type that the caller frees with wt_pb_free(); *msg is
+ * NULL at the end of the stream. Blocks until a message arrives; CANCELLED
+ * (or DEADLINE_EXCEEDED) when the client went away. A malformed message is
+ * INVALID_ARGUMENT "request <Type>: ...", after which the stream may be read
+ * further. */
+wt_status *wt_rpc_call_read(wt_rpc_call *call, ProtobufCMessage **msg);
+
+/* As wt_rpc_call_read, without parsing: the caller owns *bb (NULL at the end
+ * of the stream) and releases it with grpc_byte_buffer_destroy(). */
+wt_status *wt_rpc_call_read_raw(wt_rpc_call *call, grpc_byte_buffer **bb);
+
+/* Sends one message of a server stream; blocks until gRPC's flow control
+ * accepted it. `msg` stays the caller's. CANCELLED when the client went
+ * away. */
+wt_status *wt_rpc_call_write(wt_rpc_call *call, const ProtobufCMessage *msg);
+
+/* Sets the response of a unary or client-stream call, sent when the handler
+ * returns OK (ignored otherwise). `msg` is serialised at once and stays the
+ * caller's, so it may live on the handler's stack. A second call replaces the
+ * first. INTERNAL when `msg` is not of the method's response type. */
+wt_status *wt_rpc_call_respond(wt_rpc_call *call, const ProtobufCMessage *msg);
+
+/* ------------------------------------------------------------------------ */
+/* Client                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct wt_rpc_channel wt_rpc_channel;
+
+/* Zero (or a NULL options pointer) means the default for every field. */
+typedef struct wt_rpc_channel_options {
+  /* Deadline of a call that passes deadline_ms 0. Default
+   * WT_RPC_DEFAULT_DEADLINE_MS. */
+  int64_t default_deadline_ms;
+  /* As in wt_rpc_server_options. */
+  int max_receive_message_bytes;
+  int max_send_message_bytes;
+} wt_rpc_channel_options;
+
+/* Creates an insecure channel to `target` ("host:port", or any gRPC target
+ * URI). Connecting is lazy: a server that is not there shows up as
+ * UNAVAILABLE (or DEADLINE_EXCEEDED) on the first call. The caller owns *out
+ * and releases it with wt_rpc_channel_destroy() after every call on it ended.
+ */
+wt_status *wt_rpc_channel_new(const char *target,
+                              const wt_rpc_channel_options *opts,
+                              wt_rpc_channel **out);
+
+/* NULL is ignored. */
+void wt_rpc_channel_destroy(wt_rpc_channel *ch);
+
+/* The target as given; owned by the channel. */
+const char *wt_rpc_channel_target(const wt_rpc_channel *ch);
+
+/* In every call below: `method` is a full path ("/wt.v1.WeightTransfer/
+ * GetServerInfo") copied by the call; `deadline_ms` is relative, 0 for the
+ * channel's default, WT_RPC_NO_DEADLINE for none; `request`/`msg` stay the
+ * caller's; a response is a new message of `response_type` that the caller
+ * frees with wt_pb_free(). */
+
+/* A unary call; blocks until the response or the deadline. */
+wt_status *wt_rpc_unary(wt_rpc_channel *ch, const char *method,
+                        const ProtobufCMessage *request,
+                        const ProtobufCMessageDescriptor *response_type,
+                        int64_t deadline_ms, ProtobufCMessage **response);
+
+/* An asynchronous unary call: started now, waited for later (a trainer's
+ * UpdateWeights stays pending while its data moves). */
+typedef struct wt_rpc_pending wt_rpc_pending;
+
+/* Sends the request and returns without waiting. The caller owns *out and
+ * must pass it to wt_rpc_pending_wait() exactly once. */
+wt_status *wt_rpc_unary_start(wt_rpc_channel *ch, const char *method,
+                              const ProtobufCMessage *request,
+                              const ProtobufCMessageDescriptor *response_type,
+                              int64_t deadline_ms, wt_rpc_pending **out);
+
+/* True when the call has completed (wt_rpc_pending_wait would not block).
+ * Not concurrently with wt_rpc_pending_wait. */
+bool wt_rpc_pending_done(wt_rpc_pending *p);
+
+/* Waits for the call to end and frees `p`. `response` may be NULL to discard
+ * the response. */
+wt_status *wt_rpc_pending_wait(wt_rpc_pending *p, ProtobufCMessage **response);
+
+/* Cancels the call (its wait returns CANCELLED unless it already ended).
+ * Thread-safe, also while another thread waits; does not free `p`, so it must
+ * not be called once wt_rpc_pending_wait has returned. */
+void wt_rpc_pending_cancel(wt_rpc_pending *p);
+
+/* A client stream: open, write*, finish, destroy. */
+typedef struct wt_rpc_client_stream wt_rpc_client_stream;
+
+/* Starts the call. The caller owns *out and releases it with
+ * wt_rpc_client_stream_destroy(). */
+wt_status *wt_rpc_client_stream_open(wt_rpc_channel *ch, const char *method,
+                                     int64_t deadline_ms,
+                                     wt_rpc_client_stream **out);
+
+/* Sends one message; blocks until gRPC's flow control accepted it. When the
+ * server already ended the call, returns the server's status (e.g. its
+ * FAILED_PRECONDITION) rather than a bare write error. */
+wt_status *wt_rpc_client_stream_write(wt_rpc_client_stream *s,
+                                      const ProtobufCMessage *msg);
+
+/* As wt_rpc_client_stream_write, for bytes the caller serialised itself
+ * (e.g. a chunk header plus a slice that refers to tensor memory). Takes
+ * ownership of `bb` in every case. */
+wt_status *wt_rpc_client_stream_write_raw(wt_rpc_client_stream *s,
+                                          grpc_byte_buffer *bb);
+
+/* Half-closes, then waits for the server's response and status. `response`
+ * may be NULL to discard it. Call at most once. */
+wt_status *wt_rpc_client_stream_finish(
+    wt_rpc_client_stream *s, const ProtobufCMessageDescriptor *response_type,
+    ProtobufCMessage **response);
+
+/* Cancels the call; thread-safe (may run while another thread is blocked in
+ * write or finish, which then return CANCELLED). Does not free `s`. */
+void wt_rpc_client_stream_cancel(wt_rpc_client_stream *s);
+
+/* Cancels the call if it has not finished, and frees `s`. NULL is ignored. */
+void wt_rpc_client_stream_destroy(wt_rpc_client_stream *s);
+
+/* A server stream: open with the request, read until done, destroy. */
+typedef struct wt_rpc_server_stream wt_rpc_server_stream;
+
+/* Sends the request and half-closes. The caller owns *out and releases it
+ * with wt_rpc_server_stream_destroy(). */
+wt_status *wt_rpc_server_stream_open(wt_rpc_channel *ch, const char *method,
+                                     const ProtobufCMessage *request,
+                                     int64_t deadline_ms,
+                                     wt_rpc_server_stream **out);
+
+/* Reads the next message into *msg and sets *done false; at the end of the
+ * stream sets *msg NULL and *done true and returns the server's final
+ * status (NULL when OK). Blocks until a message arrives or the deadline. */
+wt_status *wt_rpc_server_stream_read(wt_rpc_server_stream *s,
+                                     const ProtobufCMessageDescriptor *type,
+                                     ProtobufCMessage **msg, bool *done);
+
+/* Cancels the call; thread-safe (a blocked read returns CANCELLED). Does not
+ * free `s`. */
+void wt_rpc_server_stream_cancel(wt_rpc_server_stream *s);
+
+/* Cancels the call if it has not ended, and frees `s`. NULL is ignored. */
+void wt_rpc_server_stream_destroy(wt_rpc_server_stream *s);
+
+/* ------------------------------------------------------------------------ */
+/* Signals                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Blocks SIGINT and SIGTERM in the calling thread (and ignores SIGPIPE), so
+ * that every thread created afterwards inherits the mask and the signals wait
+ * for wt_signal_wait(). Call from main() before creating any thread,
+ * including before any channel or server exists. */
+wt_status *wt_signal_block_termination(void);
+
+/* Waits up to `timeout_ms` (-1: forever) for SIGINT or SIGTERM. Returns the
+ * signal number, or 0 on timeout. */
+int wt_signal_wait(int64_t timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WT_RPC_H */

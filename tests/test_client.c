@@ -1,9 +1,944 @@
-/* test_client.c: placeholder suite, being written. */
+/* test_client.c: the client library (client/): weight sources, the trainer
+ * registry, and the sync client with the grpc trainer against in-process
+ * servers (server/include/wt/server.h) on 127.0.0.1:0. */
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "wt/client.h"
+#include "wt/pb.h"
+#include "wt/safetensors.h"
+#include "wt/server.h"
+#include "wt/source.h"
+#include "wt/synthetic.h"
+#include "wt/trainer.h"
 #include "wt_test.h"
 
-static void placeholder(void) { CU_PASS("placeholder"); }
+/* ---- helpers ------------------------------------------------------------ */
+
+/* Tensors of a layout with bytes for `seed`, held in memory. */
+typedef struct held {
+  wt_tensor_meta *metas;
+  size_t n;
+  void **data;
+  wt_source_tensor *tensors;
+} held;
+
+static void held_load(const char *layout, uint64_t seed, held *h) {
+  memset(h, 0, sizeof(*h));
+  WT_ASSERT_OK(wt_synthetic_layout(layout, &h->metas, &h->n));
+  h->data = calloc(h->n, sizeof(*h->data));
+  h->tensors = calloc(h->n, sizeof(*h->tensors));
+  CU_ASSERT_FATAL(h->data && h->tensors);
+  for (size_t i = 0; i < h->n; i++) {
+    const wt_tensor_meta *m = &h->metas[i];
+    h->data[i] = malloc(m->nbytes ? m->nbytes : 1);
+    CU_ASSERT_FATAL(h->data[i] != NULL);
+    wt_synthetic_fill(m, seed, 0, h->data[i], m->nbytes);
+    h->tensors[i] = (wt_source_tensor){.name = m->name,
+                                       .dtype = m->dtype,
+                                       .ndim = m->ndim,
+                                       .shape = m->shape,
+                                       .data = h->data[i],
+                                       .nbytes = m->nbytes};
+  }
+}
+
+static void held_free(held *h) {
+  for (size_t i = 0; i < h->n; i++) free(h->data[i]);
+  free(h->data);
+  free(h->tensors);
+  wt_tensor_meta_array_free(h->metas, h->n);
+}
+
+/* A source of scripted yields, to break the contract on purpose. */
+typedef struct scripted {
+  const wt_source_tensor *yields;
+  size_t n;
+  size_t next;
+} scripted;
+
+static wt_status *scripted_rewind(void *impl) {
+  ((scripted *)impl)->next = 0;
+  return NULL;
+}
+
+static wt_status *scripted_next(void *impl, wt_source_tensor *t, bool *done) {
+  scripted *s = impl;
+  if (s->next == s->n) {
+    *done = true;
+    return NULL;
+  }
+  *t = s->yields[s->next++];
+  return NULL;
+}
+
+static const wt_source_vtable scripted_vt = {
+    .kind = "scripted", .rewind = scripted_rewind, .next = scripted_next};
+
+/* Metadata a/b/c: f32 [2, 3], bf16 [4], u8 []. */
+static const int64_t shape_a[] = {2, 3}, shape_b[] = {4}, shape_bad[] = {3, 2};
+static float data_a[6] = {1, 2, 3, 4, 5, 6};
+static uint16_t data_b[4] = {7, 8, 9, 10};
+static uint8_t data_c[1] = {42};
+
+static void abc_metas(wt_tensor_meta m[3]) {
+  WT_ASSERT_OK(wt_tensor_meta_init(&m[0], "a", WT_DTYPE_FLOAT32, shape_a, 2));
+  WT_ASSERT_OK(wt_tensor_meta_init(&m[1], "b", WT_DTYPE_BFLOAT16, shape_b, 1));
+  WT_ASSERT_OK(wt_tensor_meta_init(&m[2], "c", WT_DTYPE_UINT8, NULL, 0));
+}
+
+static const wt_source_tensor T_A = {"a",     WT_DTYPE_FLOAT32, 2,
+                                     shape_a, data_a,           24};
+static const wt_source_tensor T_B = {"b", WT_DTYPE_BFLOAT16, 1, shape_b, data_b,
+                                     8};
+static const wt_source_tensor T_C = {"c", WT_DTYPE_UINT8, 0, NULL, data_c, 1};
+
+/* Validates a scripted source over a/b/c yielding `yields`. */
+static wt_status *validate_scripted(const wt_source_tensor *yields, size_t n) {
+  wt_tensor_meta m[3] = {0};
+  wt_source *src = NULL;
+  scripted *s = calloc(1, sizeof(*s));
+  s->yields = yields;
+  s->n = n;
+  abc_metas(m);
+  /* The scripted impl is freed by hand: its vtable has no destroy. */
+  wt_status *st = wt_source_new(&scripted_vt, s, m, 3, &src);
+  if (st == NULL) st = wt_source_validate(src);
+  wt_source_destroy(src);
+  free(s);
+  for (int i = 0; i < 3; i++) wt_tensor_meta_clear(&m[i]);
+  return st;
+}
+
+/* ---- sources ------------------------------------------------------------ */
+
+static void test_memory_source_order(void) {
+  const wt_source_tensor in[3] = {T_A, T_B, T_C};
+  wt_source *src = NULL;
+  WT_ASSERT_OK(wt_source_memory(in, 3, &src));
+  CU_ASSERT_EQUAL(wt_source_count(src), 3);
+  CU_ASSERT_EQUAL(wt_source_total_bytes(src), 33);
+  CU_ASSERT_STRING_EQUAL(wt_source_kind(src), "memory");
+  size_t n = 0;
+  const wt_tensor_meta *m = wt_source_metas(src, &n);
+  CU_ASSERT_EQUAL(n, 3);
+  CU_ASSERT_STRING_EQUAL(m[1].name, "b");
+  CU_ASSERT_EQUAL(m[1].nbytes, 8);
+  /* Two rounds: each yields the same tensors, in order, by pointer. */
+  for (int round = 0; round < 2; round++) {
+    wt_source_tensor t;
+    bool done = false;
+    WT_ASSERT_OK(wt_source_rewind(src));
+    for (size_t i = 0; i < 3; i++) {
+      WT_ASSERT_OK(wt_source_next(src, &t, &done));
+      CU_ASSERT_FALSE(done);
+      CU_ASSERT_STRING_EQUAL(t.name, in[i].name);
+      CU_ASSERT_PTR_EQUAL(t.data, in[i].data);
+      CU_ASSERT_EQUAL(t.nbytes, in[i].nbytes);
+    }
+    WT_ASSERT_OK(wt_source_next(src, &t, &done));
+    CU_ASSERT_TRUE(done);
+  }
+  /* Reading a slice copies those bytes; past the end is OUT_OF_RANGE. */
+  wt_source_tensor t;
+  bool done;
+  float two[2];
+  WT_ASSERT_OK(wt_source_rewind(src));
+  WT_ASSERT_OK(wt_source_next(src, &t, &done));
+  WT_ASSERT_OK(wt_source_read(src, &t, 8, two, sizeof(two)));
+  CU_ASSERT_EQUAL(two[0], 3.0f);
+  CU_ASSERT_EQUAL(two[1], 4.0f);
+  WT_ASSERT_ERR(wt_source_read(src, &t, 20, two, 8), WT_OUT_OF_RANGE, "'a'");
+  /* Locally computed digests are those of the bytes. */
+  char(*hex)[WT_DIGEST_HEX_MAX] = NULL;
+  char want[WT_DIGEST_HEX_MAX];
+  WT_ASSERT_OK(wt_source_checksums(src, WT_HASH_SHA256, &hex));
+  WT_ASSERT_OK(wt_digest_hex(WT_HASH_SHA256, data_b, 8, want));
+  CU_ASSERT_STRING_EQUAL(hex[1], want);
+  free(hex);
+  WT_ASSERT_ERR(wt_source_synthetic_set_seed(src, 3), WT_FAILED_PRECONDITION,
+                "memory");
+  wt_source_destroy(src);
+}
+
+static void test_memory_source_rejects(void) {
+  wt_source *src = NULL;
+  wt_source_tensor bad[2] = {T_A, T_B};
+  bad[1].nbytes = 6;
+  WT_ASSERT_ERR(wt_source_memory(bad, 2, &src), WT_INVALID_ARGUMENT,
+                "tensor 'b': 6 bytes given, but bfloat16 x [4] is 8 bytes");
+  CU_ASSERT_PTR_NULL(src);
+  bad[1] = T_B;
+  bad[1].data = NULL;
+  WT_ASSERT_ERR(wt_source_memory(bad, 2, &src), WT_INVALID_ARGUMENT,
+                "tensor 'b': data is NULL");
+  bad[1] = T_A;
+  WT_ASSERT_ERR(wt_source_memory(bad, 2, &src), WT_INVALID_ARGUMENT,
+                "tensor 'a' appears twice");
+  CU_ASSERT_PTR_NULL(src);
+}
+
+static void test_source_mismatch_detected(void) {
+  const wt_source_tensor ok[3] = {T_A, T_B, T_C};
+  WT_ASSERT_OK(validate_scripted(ok, 3));
+
+  const wt_source_tensor swapped[3] = {T_B, T_A, T_C};
+  WT_ASSERT_ERR(validate_scripted(swapped, 3), WT_INVALID_ARGUMENT,
+                "tensor 0 is 'b' but the metadata has 'a' there");
+
+  wt_source_tensor y[4] = {T_A, T_B, T_C, T_C};
+  y[1].dtype = WT_DTYPE_FLOAT16;
+  WT_ASSERT_ERR(validate_scripted(y, 3), WT_INVALID_ARGUMENT,
+                "tensor 'b': dtype float16 does not match the metadata's "
+                "bfloat16");
+  y[1] = T_B;
+  y[0].shape = shape_bad;
+  WT_ASSERT_ERR(validate_scripted(y, 3), WT_INVALID_ARGUMENT,
+                "tensor 'a': shape [3, 2] does not match the metadata's "
+                "[2, 3]");
+  y[0] = T_A;
+  y[0].nbytes = 20;
+  WT_ASSERT_ERR(validate_scripted(y, 3), WT_INVALID_ARGUMENT,
+                "tensor 'a': 20 bytes yielded, but dtype x shape is 24 bytes");
+  y[0] = T_A;
+  WT_ASSERT_ERR(validate_scripted(y, 2), WT_INVALID_ARGUMENT,
+                "ended after 2 of 3 tensors: tensor 'c' was never yielded");
+  WT_ASSERT_ERR(validate_scripted(y, 4), WT_INVALID_ARGUMENT,
+                "yielded tensor 'c' after the 3 tensors");
+  y[2].data = NULL; /* no data and no read function */
+  WT_ASSERT_ERR(validate_scripted(y, 3), WT_INVALID_ARGUMENT,
+                "tensor 'c': yielded without data");
+}
+
+/* Writes `layout` with `seed` as one safetensors file, or as two shards and
+ * an index when `sharded`; returns the path to open (caller frees). */
+static char *write_checkpoint(const char *dir, const char *layout,
+                              uint64_t seed, bool sharded) {
+  held h;
+  held_load(layout, seed, &h);
+  wt_st_write_tensor *w = calloc(h.n, sizeof(*w));
+  for (size_t i = 0; i < h.n; i++)
+    w[i] = (wt_st_write_tensor){h.metas[i].name, h.metas[i].dtype,
+                                h.metas[i].ndim, h.metas[i].shape, h.data[i]};
+  char *path = NULL;
+  if (!sharded) {
+    CU_ASSERT_FATAL(asprintf(&path, "%s/model.safetensors", dir) > 0);
+    WT_ASSERT_OK(wt_safetensors_write(path, w, h.n, NULL));
+  } else {
+    char *p1 = NULL, *p2 = NULL;
+    size_t half = h.n / 2;
+    CU_ASSERT_FATAL(asprintf(&p1, "%s/model-00001-of-00002.safetensors", dir) >
+                    0);
+    CU_ASSERT_FATAL(asprintf(&p2, "%s/model-00002-of-00002.safetensors", dir) >
+                    0);
+    WT_ASSERT_OK(wt_safetensors_write(p1, w, half, NULL));
+    WT_ASSERT_OK(wt_safetensors_write(p2, w + half, h.n - half, NULL));
+    CU_ASSERT_FATAL(asprintf(&path, "%s/model.safetensors.index.json", dir) >
+                    0);
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fprintf(f, "{\"metadata\": {}, \"weight_map\": {");
+    for (size_t i = 0; i < h.n; i++)
+      fprintf(f, "%s\"%s\": \"model-0000%d-of-00002.safetensors\"",
+              i ? ", " : "", h.metas[i].name, i < half ? 1 : 2);
+    fprintf(f, "}}\n");
+    fclose(f);
+    free(p1);
+    free(p2);
+  }
+  free(w);
+  held_free(&h);
+  return path;
+}
+
+static void test_checkpoint_source_zero_copy(void) {
+  char *dir = wt_test_tmpdir();
+  for (int sharded = 0; sharded < 2; sharded++) {
+    char *path = write_checkpoint(dir, "tiny", 5, sharded);
+    wt_checkpoint *ck = NULL;
+    wt_source *src = NULL;
+    held want;
+    held_load("tiny", 5, &want);
+    WT_ASSERT_OK(wt_checkpoint_open(path, &ck));
+    WT_ASSERT_OK(wt_source_checkpoint(ck, &src));
+    CU_ASSERT_STRING_EQUAL(wt_source_kind(src), "checkpoint");
+    CU_ASSERT_EQUAL(wt_source_count(src), want.n);
+    WT_ASSERT_OK(wt_source_validate(src));
+    wt_source_tensor t;
+    bool done = false;
+    for (size_t i = 0;; i++) {
+      WT_ASSERT_OK(wt_source_next(src, &t, &done));
+      if (done) break;
+      /* The pointer is the mapping's own: nothing was copied. */
+      const wt_st_tensor *ct = wt_checkpoint_at(ck, i);
+      CU_ASSERT_PTR_EQUAL(t.data, ct->data);
+      const void *direct = NULL;
+      WT_ASSERT_OK(wt_source_tensor_data(src, &t, &direct));
+      CU_ASSERT_PTR_EQUAL(direct, ct->data);
+      size_t j = 0;
+      while (j < want.n && strcmp(want.metas[j].name, t.name) != 0) j++;
+      CU_ASSERT_FATAL(j < want.n);
+      CU_ASSERT_EQUAL(memcmp(t.data, want.data[j], t.nbytes), 0);
+    }
+    wt_source_destroy(src);
+    wt_checkpoint_close(ck);
+    /* The owning form opens the same file. */
+    WT_ASSERT_OK(wt_source_checkpoint_open(path, &src));
+    CU_ASSERT_EQUAL(wt_source_total_bytes(src), 6080);
+    wt_source_destroy(src);
+    held_free(&want);
+    free(path);
+  }
+  wt_source *src = NULL;
+  WT_ASSERT_ERR(wt_source_checkpoint_open("/nonexistent/x.safetensors", &src),
+                WT_NOT_FOUND, "/nonexistent/x.safetensors");
+  wt_test_rmtree(dir);
+  free(dir);
+}
+
+static void test_synthetic_source(void) {
+  wt_source *a = NULL, *b = NULL, *c = NULL;
+  WT_ASSERT_OK(wt_source_synthetic("small", 11, &a));
+  WT_ASSERT_OK(wt_source_synthetic("small", 11, &b));
+  WT_ASSERT_OK(wt_source_synthetic("small", 12, &c));
+  CU_ASSERT_STRING_EQUAL(wt_source_kind(a), "synthetic");
+  WT_ASSERT_OK(wt_source_validate(a));
+  char(*ha)[WT_DIGEST_HEX_MAX] = NULL, (*hb)[WT_DIGEST_HEX_MAX] = NULL,
+  (*hc)[WT_DIGEST_HEX_MAX] = NULL;
+  WT_ASSERT_OK(wt_source_checksums(a, WT_HASH_XXH3_64, &ha));
+  WT_ASSERT_OK(wt_source_checksums(b, WT_HASH_XXH3_64, &hb));
+  WT_ASSERT_OK(wt_source_checksums(c, WT_HASH_XXH3_64, &hc));
+  size_t n = wt_source_count(a);
+  for (size_t i = 0; i < n; i++) {
+    CU_ASSERT_STRING_EQUAL(ha[i], hb[i]);     /* same seed, same bytes */
+    CU_ASSERT_STRING_NOT_EQUAL(ha[i], hc[i]); /* another seed, others */
+  }
+  /* set_seed makes c the same as a. */
+  WT_ASSERT_OK(wt_source_synthetic_set_seed(c, 11));
+  free(hc);
+  WT_ASSERT_OK(wt_source_checksums(c, WT_HASH_XXH3_64, &hc));
+  CU_ASSERT_STRING_EQUAL(ha[n - 1], hc[n - 1]);
+
+  /* Chunks read piecewise, and the materialised tensor, equal a fill. */
+  wt_source_tensor t;
+  bool done;
+  WT_ASSERT_OK(wt_source_rewind(a));
+  WT_ASSERT_OK(wt_source_next(a, &t, &done));
+  CU_ASSERT_PTR_NULL(t.data);
+  unsigned char *want = malloc(t.nbytes), *got = malloc(t.nbytes);
+  const wt_tensor_meta *m = wt_source_metas(a, NULL);
+  wt_synthetic_fill(&m[0], 11, 0, want, t.nbytes);
+  for (uint64_t off = 0; off < t.nbytes; off += 1000) {
+    size_t len = t.nbytes - off < 1000 ? t.nbytes - off : 1000;
+    WT_ASSERT_OK(wt_source_read(a, &t, off, got + off, len));
+  }
+  CU_ASSERT_EQUAL(memcmp(want, got, t.nbytes), 0);
+  const void *whole = NULL;
+  WT_ASSERT_OK(wt_source_tensor_data(a, &t, &whole));
+  CU_ASSERT_EQUAL(memcmp(want, whole, t.nbytes), 0);
+  free(want);
+  free(got);
+  free(ha);
+  free(hb);
+  free(hc);
+  wt_source_destroy(a);
+  wt_source_destroy(b);
+  wt_source_destroy(c);
+  WT_ASSERT_ERR(wt_source_synthetic("no-such-layout", 0, &a), WT_NOT_FOUND,
+                "no-such-layout");
+}
+
+/* ---- trainer registry --------------------------------------------------- */
+
+static void test_trainer_registry(void) {
+  const wt_trainer_ops *ops = NULL;
+  WT_ASSERT_OK(wt_trainer_lookup("grpc", &ops));
+  CU_ASSERT_PTR_EQUAL(ops, &wt_grpc_trainer_ops);
+  CU_ASSERT_EQUAL(ops->header.abi_version, WT_TRAINER_ABI_VERSION);
+  CU_ASSERT_FALSE(ops->flags & WT_TRAINER_NEEDS_UPDATE_WEIGHTS);
+  char *names = NULL;
+  WT_ASSERT_OK(wt_trainer_names(&names));
+  CU_ASSERT_PTR_NOT_NULL(strstr(names, "grpc"));
+  free(names);
+  WT_ASSERT_ERR(wt_trainer_lookup("carrier-pigeon", &ops), WT_NOT_FOUND,
+                "grpc");
+  WT_ASSERT_ERR(wt_trainer_register("grpc", &wt_grpc_trainer_ops),
+                WT_ALREADY_EXISTS, "grpc");
+
+  /* The grpc engine checks its init info's extras. */
+  wt_sync_client *c = NULL;
+  const char *targets[] = {"127.0.0.1:1"};
+  WT_ASSERT_OK(wt_sync_client_new(targets, 1, NULL, &c));
+  Wt__V1__WeightTransferInitInfo info = WT__V1__WEIGHT_TRANSFER_INIT_INFO__INIT;
+  Wt__V1__GrpcInitInfo g = WT__V1__GRPC_INIT_INFO__INIT;
+  Wt__V1__UInt64Value chunk = WT__V1__UINT64_VALUE__INIT;
+  info.backend_init_case = WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC;
+  info.grpc = &g;
+  g.chunk_size_bytes = &chunk;
+  chunk.value = 64u << 20;
+  wt_trainer_init_args args = {.init_info = &info, .client = c};
+  wt_trainer *t = NULL;
+  WT_ASSERT_ERR(wt_trainer_create("grpc", &args, &t), WT_INVALID_ARGUMENT,
+                "chunk_size_bytes");
+  chunk.value = 4096;
+  WT_ASSERT_OK(wt_trainer_create("grpc", &args, &t));
+  CU_ASSERT_STRING_EQUAL(wt_trainer_backend(t), "grpc");
+  CU_ASSERT_FALSE(wt_trainer_needs_update_weights(t));
+  wt_trainer_destroy(t);
+  wt_sync_client_destroy(c);
+}
+
+/* ---- sync client without servers ---------------------------------------- */
+
+static void test_client_arguments(void) {
+  wt_sync_client *c = NULL;
+  const char *dup[] = {"127.0.0.1:1", "127.0.0.1:1"};
+  WT_ASSERT_ERR(wt_sync_client_new(dup, 2, NULL, &c), WT_INVALID_ARGUMENT,
+                "'127.0.0.1:1' is given twice");
+  WT_ASSERT_ERR(wt_sync_client_new(dup, 0, NULL, &c), WT_INVALID_ARGUMENT,
+                "at least one server");
+  /* Port 1 on loopback refuses at once. */
+  wt_client_options opts = {.timeout_ms = 3000};
+  WT_ASSERT_OK(wt_sync_client_new(dup, 1, &opts, &c));
+  CU_ASSERT_EQUAL(wt_sync_client_server_count(c), 1);
+  CU_ASSERT_STRING_EQUAL(wt_sync_client_target(c, 0), "127.0.0.1:1");
+  WT_ASSERT_ERR(wt_sync_client_finish(c, ""), WT_INVALID_ARGUMENT,
+                "weight_version");
+  uint32_t ws = 0;
+  wt_status *st = wt_sync_client_world_size(c, &ws);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+  CU_ASSERT(wt_status_code(st) == WT_UNAVAILABLE ||
+            wt_status_code(st) == WT_DEADLINE_EXCEEDED);
+  CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), "127.0.0.1:1"));
+  wt_status_free(st);
+  /* An unknown backend fails before any server is called (else the error
+   * would be UNAVAILABLE). */
+  Wt__V1__WeightTransferInitInfo info = WT__V1__WEIGHT_TRANSFER_INIT_INFO__INIT;
+  info.backend = "carrier-pigeon";
+  wt_trainer *t = NULL;
+  WT_ASSERT_ERR(wt_sync_client_init_transfer(c, &info, NULL, &t), WT_NOT_FOUND,
+                "grpc");
+  CU_ASSERT_PTR_NULL(t);
+  Wt__V1__GrpcInitInfo g = WT__V1__GRPC_INIT_INFO__INIT;
+  info.backend = "ucx";
+  info.backend_init_case = WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC;
+  info.grpc = &g;
+  WT_ASSERT_ERR(wt_sync_client_init_transfer(c, &info, NULL, &t),
+                WT_INVALID_ARGUMENT, "init_info.backend: 'ucx'");
+  Wt__V1__ServerInfo *si = NULL;
+  WT_ASSERT_ERR(wt_sync_client_server_info(c, 3, &si), WT_INVALID_ARGUMENT,
+                "server index 3");
+  wt_sync_client_destroy(c);
+}
+
+/* ---- sync client against in-process servers ---------------------------- */
+
+typedef struct servers {
+  wt_server *srv[2];
+  char target[2][32];
+  const char *targets[2];
+  size_t n;
+} servers;
+
+static void servers_start(servers *s, size_t n, const char *const *models,
+                          const uint32_t *workers) {
+  memset(s, 0, sizeof(*s));
+  for (size_t k = 0; k < n; k++) {
+    wt_server_options o = {.listen = "127.0.0.1:0",
+                           .model = models[k],
+                           .workers = workers[k],
+                           .drain_ms = 200};
+    WT_ASSERT_OK(wt_server_start(&o, &s->srv[k]));
+    snprintf(s->target[k], sizeof(s->target[k]), "127.0.0.1:%d",
+             wt_server_port(s->srv[k]));
+    s->targets[k] = s->target[k];
+    s->n = k + 1;
+  }
+}
+
+static void servers_stop(servers *s) {
+  for (size_t k = 0; k < s->n; k++) wt_server_stop(s->srv[k]);
+}
+
+static wt_sync_client *connect_to(const servers *s) {
+  wt_sync_client *c = NULL;
+  wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
+  WT_ASSERT_OK(wt_sync_client_new(s->targets, s->n, &o, &c));
+  return c;
+}
+
+/* grpc init info with small chunks and buckets, so that a "tiny" round
+ * spans several buckets and a tensor spans several chunks. */
+typedef struct grpc_info {
+  Wt__V1__WeightTransferInitInfo info;
+  Wt__V1__GrpcInitInfo grpc;
+  Wt__V1__UInt64Value chunk, bucket;
+} grpc_info;
+
+static const Wt__V1__WeightTransferInitInfo *grpc_info_make(grpc_info *g,
+                                                            uint64_t chunk,
+                                                            uint64_t bucket) {
+  wt__v1__weight_transfer_init_info__init(&g->info);
+  wt__v1__grpc_init_info__init(&g->grpc);
+  wt__v1__uint64_value__init(&g->chunk);
+  wt__v1__uint64_value__init(&g->bucket);
+  g->info.backend = "grpc";
+  g->info.backend_init_case =
+      WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC;
+  g->info.grpc = &g->grpc;
+  if (chunk) {
+    g->chunk.value = chunk;
+    g->grpc.chunk_size_bytes = &g->chunk;
+  }
+  if (bucket) {
+    g->bucket.value = bucket;
+    g->grpc.packed_buffer_size_bytes = &g->bucket;
+  }
+  return &g->info;
+}
+
+typedef struct progress_log {
+  unsigned calls;
+  wt_progress last;
+  bool monotonic;
+} progress_log;
+
+static void record_progress(const wt_progress *p, void *user) {
+  progress_log *l = user;
+  if (l->calls > 0 && (p->bytes_done < l->last.bytes_done ||
+                       p->tensors_done < l->last.tensors_done))
+    l->monotonic = false;
+  l->calls++;
+  l->last = *p;
+}
+
+/* Every worker of every server holds exactly the source's bytes. */
+static void assert_servers_hold(wt_sync_client *c, wt_source *src,
+                                wt_hash_alg alg) {
+  char(*local)[WT_DIGEST_HEX_MAX] = NULL;
+  size_t n = 0;
+  const wt_tensor_meta *m = wt_source_metas(src, &n);
+  WT_ASSERT_OK(wt_source_checksums(src, alg, &local));
+  for (size_t k = 0; k < wt_sync_client_server_count(c); k++) {
+    wt_param_checksum *sums = NULL;
+    size_t ns = 0;
+    WT_ASSERT_OK(
+        wt_sync_client_checksums(c, k, NULL, 0, alg, true, &sums, &ns));
+    CU_ASSERT_EQUAL(ns, n * wt_sync_client_server_world_size(c, k));
+    size_t matched = 0;
+    for (size_t j = 0; j < ns; j++)
+      for (size_t i = 0; i < n; i++)
+        if (strcmp(sums[j].name, m[i].name) == 0) {
+          CU_ASSERT_STRING_EQUAL(sums[j].digest, local[i]);
+          matched++;
+        }
+    CU_ASSERT_EQUAL(matched, ns);
+    wt_param_checksums_free(sums, ns);
+  }
+  free(local);
+}
+
+/* A watch callback that keeps the first version and stops. */
+static bool first_only(const wt_weight_version *wv, void *user) {
+  snprintf((char *)user, 64, "%s", wv->version);
+  return false;
+}
+
+static void test_round_one_server(void) {
+  servers s;
+  const char *models[] = {"synthetic:tiny"};
+  const uint32_t workers[] = {1};
+  servers_start(&s, 1, models, workers);
+  wt_sync_client *c = connect_to(&s);
+
+  uint32_t ws = 0;
+  WT_ASSERT_OK(wt_sync_client_world_size(c, &ws));
+  CU_ASSERT_EQUAL(ws, 2);
+  CU_ASSERT_EQUAL(wt_sync_client_rank_offset(c, 0), 1);
+
+  Wt__V1__ServerInfo *info = NULL;
+  WT_ASSERT_OK(wt_sync_client_server_info(c, 0, &info));
+  CU_ASSERT_STRING_EQUAL(info->model->name, "synthetic:tiny");
+  wt_pb_free(&info->base);
+
+  wt_tensor_meta *params = NULL;
+  size_t np = 0;
+  WT_ASSERT_OK(
+      wt_sync_client_list_parameters(c, 0, "model.layers.0.", &params, &np));
+  CU_ASSERT_EQUAL(np, 4);
+  for (size_t i = 0; i < np; i++)
+    CU_ASSERT_EQUAL(strncmp(params[i].name, "model.layers.0.", 15), 0);
+  wt_tensor_meta_array_free(params, np);
+
+  /* Before any round: nothing committed. */
+  wt_weight_version v = {0};
+  WT_ASSERT_OK(wt_sync_client_get_version(c, 0, &v));
+  CU_ASSERT_STRING_EQUAL(v.version, "");
+  CU_ASSERT_EQUAL(v.sequence, 0);
+  wt_weight_version_clear(&v);
+
+  wt_source *src = NULL;
+  wt_trainer *t = NULL;
+  grpc_info gi;
+  WT_ASSERT_OK(wt_source_synthetic("tiny", 7, &src));
+  WT_ASSERT_ERR(wt_sync_client_update(c, NULL, src, NULL, NULL),
+                WT_INVALID_ARGUMENT, "trainer");
+  WT_ASSERT_OK(wt_sync_client_init_transfer(c, grpc_info_make(&gi, 1000, 2048),
+                                            src, &t));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+  WT_ASSERT_ERR(wt_sync_client_update(c, t, NULL, NULL, NULL),
+                WT_FAILED_PRECONDITION, "no round in progress");
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  CU_ASSERT_EQUAL(wt_sync_client_round_id(c, 0), 1);
+  progress_log pl = {.monotonic = true};
+  WT_ASSERT_OK(wt_sync_client_update(c, t, NULL, record_progress, &pl));
+  CU_ASSERT(pl.calls >= 2);
+  CU_ASSERT_TRUE(pl.monotonic);
+  CU_ASSERT_EQUAL(pl.last.tensors_done, 7);
+  CU_ASSERT_EQUAL(pl.last.tensors_total, 7);
+  CU_ASSERT_EQUAL(pl.last.bytes_done, 6080);
+  CU_ASSERT_EQUAL(pl.last.bytes_total, 6080);
+  /* Not visible before finish. */
+  WT_ASSERT_OK(wt_sync_client_get_version(c, 0, &v));
+  CU_ASSERT_EQUAL(v.sequence, 0);
+  wt_weight_version_clear(&v);
+  WT_ASSERT_OK(wt_sync_client_finish(c, "step-1"));
+  CU_ASSERT_EQUAL(wt_sync_client_round_id(c, 0), 0);
+  WT_ASSERT_OK(wt_sync_client_get_version(c, 0, &v));
+  CU_ASSERT_STRING_EQUAL(v.version, "step-1");
+  CU_ASSERT_EQUAL(v.sequence, 1);
+  wt_weight_version_clear(&v);
+  assert_servers_hold(c, src, WT_HASH_SHA256);
+  assert_servers_hold(c, src, WT_HASH_XXH3_64);
+
+  /* A second round with default chunk and bucket sizes, from a checkpoint
+   * (zero-copy pointers into its mapping). */
+  char *dir = wt_test_tmpdir();
+  char *path = write_checkpoint(dir, "tiny", 9, false);
+  wt_source *ck = NULL;
+  WT_ASSERT_OK(wt_source_checkpoint_open(path, &ck));
+  wt_trainer_destroy(t);
+  WT_ASSERT_OK(
+      wt_sync_client_init_transfer(c, grpc_info_make(&gi, 0, 0), NULL, &t));
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  CU_ASSERT_EQUAL(wt_sync_client_round_id(c, 0), 2);
+  WT_ASSERT_OK(wt_sync_client_update(c, t, ck, NULL, NULL));
+  WT_ASSERT_OK(wt_sync_client_finish(c, "from-checkpoint"));
+  assert_servers_hold(c, ck, WT_HASH_SHA256);
+
+  /* watch: the current version comes first. */
+  char seen[64] = "";
+  WT_ASSERT_OK(wt_sync_client_watch(c, 0, 5000, first_only, seen));
+  CU_ASSERT_STRING_EQUAL(seen, "from-checkpoint");
+
+  /* Unknown names in a checksum request come back NOT_FOUND naming them. */
+  const char *names[] = {"no.such.weight"};
+  wt_param_checksum *sums = NULL;
+  size_t ns = 0;
+  WT_ASSERT_ERR(wt_sync_client_checksums(c, 0, names, 1, WT_HASH_SHA256, false,
+                                         &sums, &ns),
+                WT_NOT_FOUND, "no.such.weight");
+
+  wt_source_destroy(ck);
+  wt_test_rmtree(dir);
+  free(dir);
+  free(path);
+  wt_trainer_destroy(t);
+  wt_source_destroy(src);
+  wt_sync_client_destroy(c);
+  servers_stop(&s);
+}
+
+static void test_round_two_servers(void) {
+  servers s;
+  const char *models[] = {"synthetic:tiny", "synthetic:tiny"};
+  const uint32_t workers[] = {1, 2};
+  servers_start(&s, 2, models, workers);
+  wt_sync_client *c = connect_to(&s);
+
+  uint32_t ws = 0;
+  WT_ASSERT_OK(wt_sync_client_world_size(c, &ws));
+  CU_ASSERT_EQUAL(ws, 4);
+  CU_ASSERT_EQUAL(wt_sync_client_server_world_size(c, 0), 1);
+  CU_ASSERT_EQUAL(wt_sync_client_server_world_size(c, 1), 2);
+  CU_ASSERT_EQUAL(wt_sync_client_rank_offset(c, 0), 1);
+  CU_ASSERT_EQUAL(wt_sync_client_rank_offset(c, 1), 2);
+
+  wt_source *src = NULL;
+  wt_trainer *t = NULL;
+  grpc_info gi;
+  WT_ASSERT_OK(wt_source_synthetic("tiny", 3, &src));
+  WT_ASSERT_OK(
+      wt_sync_client_init_transfer(c, grpc_info_make(&gi, 512, 1024), src, &t));
+  for (int round = 1; round <= 2; round++) {
+    WT_ASSERT_OK(wt_source_synthetic_set_seed(src, 3 + (uint64_t)round));
+    WT_ASSERT_OK(wt_sync_client_start(c));
+    CU_ASSERT_EQUAL(wt_sync_client_round_id(c, 0), (uint64_t)round);
+    CU_ASSERT_EQUAL(wt_sync_client_round_id(c, 1), (uint64_t)round);
+    progress_log pl = {.monotonic = true};
+    WT_ASSERT_OK(wt_sync_client_update(c, t, NULL, record_progress, &pl));
+    CU_ASSERT_EQUAL(pl.last.bytes_done, 6080);
+    CU_ASSERT_EQUAL(pl.last.tensors_done, 7);
+    WT_ASSERT_OK(wt_sync_client_finish(c, round == 1 ? "v1" : "v2"));
+    assert_servers_hold(c, src, WT_HASH_SHA256);
+  }
+  for (size_t k = 0; k < 2; k++) {
+    wt_weight_version v = {0};
+    WT_ASSERT_OK(wt_sync_client_get_version(c, k, &v));
+    CU_ASSERT_STRING_EQUAL(v.version, "v2");
+    CU_ASSERT_EQUAL(v.sequence, 2);
+    wt_weight_version_clear(&v);
+  }
+  wt_trainer_destroy(t);
+  wt_source_destroy(src);
+  wt_sync_client_destroy(c);
+  servers_stop(&s);
+}
+
+/* A server that rejects the update: the error names that server and the
+ * parameter, and the round is aborted on every server (the previous
+ * version stays, the next start works). */
+static void test_server_error_aborts_round(void) {
+  servers s;
+  const char *models[] = {"synthetic:tiny", "synthetic:tiny"};
+  const uint32_t workers[] = {1, 1};
+  servers_start(&s, 2, models, workers);
+  wt_sync_client *c = connect_to(&s);
+  grpc_info gi;
+  wt_trainer *t = NULL;
+  WT_ASSERT_OK(
+      wt_sync_client_init_transfer(c, grpc_info_make(&gi, 0, 0), NULL, &t));
+
+  /* The tiny layout with q_proj's [16, 16] unchanged but down_proj
+   * transposed: [40, 16] where the model has [16, 40]. */
+  held h;
+  held_load("tiny", 4, &h);
+  int64_t transposed[2] = {40, 16};
+  for (size_t i = 0; i < h.n; i++)
+    if (strcmp(h.metas[i].name, "model.layers.0.mlp.down_proj.weight") == 0)
+      h.tensors[i].shape = transposed;
+  wt_source *bad = NULL;
+  WT_ASSERT_OK(wt_source_memory(h.tensors, h.n, &bad));
+
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  wt_status *st = wt_sync_client_update(c, t, bad, NULL, NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+  CU_ASSERT_EQUAL(wt_status_code(st), WT_INVALID_ARGUMENT);
+  /* Both reject it; whichever did first is named, the other was cancelled
+   * on its account. */
+  CU_ASSERT(strstr(wt_status_message(st), s.target[0]) != NULL ||
+            strstr(wt_status_message(st), s.target[1]) != NULL);
+  CU_ASSERT_PTR_NOT_NULL(
+      strstr(wt_status_message(st), "model.layers.0.mlp.down_proj.weight"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), "[40, 16]"));
+  wt_status_free(st);
+  CU_ASSERT_EQUAL(wt_sync_client_round_id(c, 0), 0);
+  CU_ASSERT_EQUAL(wt_sync_client_round_id(c, 1), 0);
+  WT_ASSERT_ERR(wt_sync_client_finish(c, "never"), WT_FAILED_PRECONDITION,
+                "FinishWeightUpdate");
+
+  /* A source out of its metadata's order is caught before any byte moves,
+   * and that round is aborted too. */
+  wt_tensor_meta m[3] = {{0}};
+  const wt_source_tensor swapped[3] = {T_B, T_A, T_C};
+  scripted sc = {.yields = swapped, .n = 3};
+  wt_source *unordered = NULL;
+  abc_metas(m);
+  WT_ASSERT_OK(wt_source_new(&scripted_vt, &sc, m, 3, &unordered));
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  WT_ASSERT_ERR(wt_sync_client_update(c, t, unordered, NULL, NULL),
+                WT_INVALID_ARGUMENT,
+                "tensor 0 is 'b' but the metadata has 'a' there");
+  CU_ASSERT_EQUAL(wt_sync_client_round_id(c, 0), 0);
+  CU_ASSERT_EQUAL(wt_sync_client_round_id(c, 1), 0);
+  wt_source_destroy(unordered);
+  for (int i = 0; i < 3; i++) wt_tensor_meta_clear(&m[i]);
+
+  /* An explicit abort ends the round everywhere. */
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  CU_ASSERT_NOT_EQUAL(wt_sync_client_round_id(c, 1), 0);
+  WT_ASSERT_OK(wt_sync_client_abort(c, "changed my mind"));
+  CU_ASSERT_EQUAL(wt_sync_client_round_id(c, 0), 0);
+  CU_ASSERT_EQUAL(wt_sync_client_round_id(c, 1), 0);
+
+  /* The next round works, and nothing of the failed ones was committed. */
+  wt_source *good = NULL;
+  WT_ASSERT_OK(wt_source_synthetic("tiny", 8, &good));
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  WT_ASSERT_OK(wt_sync_client_update(c, t, good, NULL, NULL));
+  WT_ASSERT_OK(wt_sync_client_finish(c, "after-failure"));
+  assert_servers_hold(c, good, WT_HASH_XXH3_64);
+  wt_weight_version v = {0};
+  WT_ASSERT_OK(wt_sync_client_get_version(c, 1, &v));
+  CU_ASSERT_EQUAL(v.sequence, 1);
+  wt_weight_version_clear(&v);
+
+  wt_source_destroy(good);
+  wt_source_destroy(bad);
+  held_free(&h);
+  wt_trainer_destroy(t);
+  wt_sync_client_destroy(c);
+  servers_stop(&s);
+}
+
+/* Only the second server fails (it holds another model): the error names
+ * it, and the first server's round is aborted too. */
+static void test_second_server_fails(void) {
+  servers s;
+  const char *models[] = {"synthetic:tiny", "synthetic:small"};
+  const uint32_t workers[] = {1, 1};
+  servers_start(&s, 2, models, workers);
+  wt_sync_client *c = connect_to(&s);
+  grpc_info gi;
+  wt_trainer *t = NULL;
+  wt_source *src = NULL;
+  WT_ASSERT_OK(wt_source_synthetic("tiny", 2, &src));
+  WT_ASSERT_OK(
+      wt_sync_client_init_transfer(c, grpc_info_make(&gi, 0, 0), src, &t));
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  wt_status *st = wt_sync_client_update(c, t, NULL, NULL, NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+  CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), s.target[1]));
+  CU_ASSERT_PTR_NULL(strstr(wt_status_message(st), s.target[0]));
+  wt_status_free(st);
+  CU_ASSERT_EQUAL(wt_sync_client_round_id(c, 0), 0);
+  /* Server 0's round is gone: a new start there works. */
+  const char *first[] = {s.targets[0]};
+  wt_sync_client *c0 = NULL;
+  WT_ASSERT_OK(wt_sync_client_new(first, 1, NULL, &c0));
+  WT_ASSERT_OK(wt_sync_client_start(c0));
+  WT_ASSERT_OK(wt_sync_client_abort(c0, "test done"));
+  wt_sync_client_destroy(c0);
+
+  wt_trainer_destroy(t);
+  wt_source_destroy(src);
+  wt_sync_client_destroy(c);
+  servers_stop(&s);
+}
+
+/* A backend that moves data while UpdateWeights is pending, to exercise the
+ * client's asynchronous path: its send_weights waits until cancelled. A grpc
+ * server answers UpdateWeights with FAILED_PRECONDITION at once, so the
+ * client must cancel the sender and report the server's error. */
+typedef struct async_fake {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool cancelled;
+  unsigned update_infos;
+} async_fake;
+
+static async_fake fake = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+                          false, 0};
+
+static wt_status *fake_init(const wt_trainer_init_args *args, void **self) {
+  *self = &fake;
+  return NULL;
+}
+
+static wt_status *fake_update_info(void *self, wt_source *src, size_t k,
+                                   Wt__V1__WeightTransferUpdateInfo *info) {
+  async_fake *f = self;
+  f->update_infos++;
+  CU_ASSERT_EQUAL(info->n_names, wt_source_count(src));
+  CU_ASSERT_TRUE(info->packed);
+  return NULL;
+}
+
+static wt_status *fake_send(void *self, wt_source *src, wt_progress_fn fn,
+                            void *user) {
+  async_fake *f = self;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 10;
+  pthread_mutex_lock(&f->mu);
+  while (!f->cancelled)
+    if (pthread_cond_timedwait(&f->cv, &f->mu, &until) != 0) break;
+  bool cancelled = f->cancelled;
+  pthread_mutex_unlock(&f->mu);
+  return cancelled ? wt_status_new(WT_CANCELLED, "fake sender cancelled")
+                   : wt_status_new(WT_DEADLINE_EXCEEDED, "never cancelled");
+}
+
+static void fake_cancel(void *self) {
+  async_fake *f = self;
+  pthread_mutex_lock(&f->mu);
+  f->cancelled = true;
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+}
+
+static void fake_destroy(void *self) {}
+
+static const wt_trainer_ops fake_ops = {
+    .header = {WT_TRAINER_ABI_VERSION, "test-async"},
+    .flags = WT_TRAINER_NEEDS_UPDATE_WEIGHTS,
+    .trainer_init = fake_init,
+    .update_info = fake_update_info,
+    .send_weights = fake_send,
+    .cancel = fake_cancel,
+    .destroy = fake_destroy,
+};
+
+static void register_fake(void) {
+  wt_status *st = wt_trainer_register("test-async", &fake_ops);
+  CU_ASSERT_PTR_NULL(st);
+  wt_status_free(st);
+}
+
+static void test_update_weights_path(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, register_fake);
+  servers s;
+  const char *models[] = {"synthetic:tiny"};
+  const uint32_t workers[] = {1};
+  servers_start(&s, 1, models, workers);
+  wt_sync_client *c = connect_to(&s);
+  grpc_info gi;
+  wt_source *src = NULL;
+  WT_ASSERT_OK(wt_source_synthetic("tiny", 1, &src));
+  /* The servers get a grpc engine; the trainer is the fake. */
+  WT_ASSERT_OK(
+      wt_sync_client_init_transfer(c, grpc_info_make(&gi, 0, 0), NULL, NULL));
+  wt_trainer_init_args args = {.init_info = &gi.info, .client = c};
+  wt_trainer *t = NULL;
+  WT_ASSERT_OK(wt_trainer_create("test-async", &args, &t));
+  CU_ASSERT_TRUE(wt_trainer_needs_update_weights(t));
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  wt_status *st = wt_sync_client_update(c, t, src, NULL, NULL);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+  CU_ASSERT_EQUAL(wt_status_code(st), WT_FAILED_PRECONDITION);
+  CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), s.target[0]));
+  CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), "PushWeights"));
+  wt_status_free(st);
+  CU_ASSERT_TRUE(fake.cancelled);
+  CU_ASSERT_EQUAL(fake.update_infos, 1);
+  CU_ASSERT(t1.tv_sec - t0.tv_sec < 5); /* cancelled, not timed out */
+  CU_ASSERT_EQUAL(wt_sync_client_round_id(c, 0), 0);
+  wt_trainer_destroy(t);
+  wt_source_destroy(src);
+  wt_sync_client_destroy(c);
+  servers_stop(&s);
+}
 
 void wt_test_suite_client(void) {
   CU_pSuite s = CU_add_suite("client", NULL, NULL);
-  CU_add_test(s, "placeholder", placeholder);
+  CU_add_test(s, "memory source order", test_memory_source_order);
+  CU_add_test(s, "memory source rejects", test_memory_source_rejects);
+  CU_add_test(s, "source mismatch detected", test_source_mismatch_detected);
+  CU_add_test(s, "checkpoint source zero copy",
+              test_checkpoint_source_zero_copy);
+  CU_add_test(s, "synthetic source", test_synthetic_source);
+  CU_add_test(s, "trainer registry", test_trainer_registry);
+  CU_add_test(s, "client arguments", test_client_arguments);
+  CU_add_test(s, "round one server", test_round_one_server);
+  CU_add_test(s, "round two servers", test_round_two_servers);
+  CU_add_test(s, "server error aborts round", test_server_error_aborts_round);
+  CU_add_test(s, "second server fails", test_second_server_fails);
+  CU_add_test(s, "update weights path", test_update_weights_path);
 }

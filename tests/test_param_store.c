@@ -1,9 +1,308 @@
-/* test_param_store.c: placeholder suite, being written. */
+/* test_param_store.c: a worker's parameters, shadow and inplace staging. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wt/checksum.h"
+#include "wt/param_store.h"
+#include "wt/safetensors.h"
+#include "wt/synthetic.h"
 #include "wt_test.h"
 
-static void placeholder(void) { CU_PASS("placeholder"); }
+/* tiny's tensors by index (see synthetic.c). */
+enum { EMBED = 0, LN1 = 1, Q = 2, DOWN = 3, LN2 = 4, NORM = 5, HEAD = 6 };
+
+static wt_param_store *tiny(wt_staging staging) {
+  wt_param_store *s = NULL;
+  WT_ASSERT_OK(wt_param_store_from_synthetic("tiny", 0, staging, &s));
+  return s;
+}
+
+/* Whether tensor i's committed bytes are the synthetic fill for `seed`. */
+static int holds(wt_param_store *s, size_t i, uint64_t seed) {
+  const wt_tensor_meta *m = wt_param_store_meta(s, i);
+  unsigned char *want = malloc(m->nbytes), *got = malloc(m->nbytes);
+  wt_synthetic_fill(m, seed, 0, want, m->nbytes);
+  wt_status *st = wt_param_store_read(s, i, 0, got, m->nbytes);
+  int same = st == NULL && memcmp(want, got, m->nbytes) == 0;
+  wt_status_free(st);
+  free(want);
+  free(got);
+  return same;
+}
+
+/* Writes tensor i's contents for `seed` into its staging buffer, whole (or
+ * only the first half when `half`). */
+static void stage(wt_param_store *s, size_t i, uint64_t seed, int half) {
+  const wt_tensor_meta *m = wt_param_store_meta(s, i);
+  unsigned char *dst = wt_param_store_stage(s, i);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(dst);
+  size_t len = half ? m->nbytes / 2 : m->nbytes;
+  wt_synthetic_fill(m, seed, 0, dst, len);
+  if (!half) wt_param_store_staged(s, i);
+}
+
+static void test_layout(void) {
+  wt_param_store *s = tiny(WT_STAGING_SHADOW);
+  CU_ASSERT_EQUAL(wt_param_store_count(s), 7);
+  CU_ASSERT_EQUAL(wt_param_store_total_bytes(s), 6080);
+  CU_ASSERT_EQUAL(wt_param_store_staging(s), WT_STAGING_SHADOW);
+  size_t idx = 99;
+  WT_ASSERT_OK(wt_param_store_find(s, "model.norm.weight", &idx));
+  CU_ASSERT_EQUAL(idx, NORM);
+  CU_ASSERT_STRING_EQUAL(wt_param_store_meta(s, idx)->name,
+                         "model.norm.weight");
+  WT_ASSERT_ERR(wt_param_store_find(s, "model.nope", &idx), WT_NOT_FOUND,
+                "parameter 'model.nope' is not in the model");
+  CU_ASSERT_PTR_NULL(wt_param_store_meta(s, 7));
+  for (size_t i = 0; i < 7; i++) CU_ASSERT(holds(s, i, 0));
+  CU_ASSERT(wt_param_store_complete(s));
+  wt_param_store_destroy(s);
+}
+
+static void test_new_rejects_duplicates(void) {
+  wt_tensor_meta m[2] = {0};
+  int64_t shape[1] = {4};
+  WT_ASSERT_OK(wt_tensor_meta_init(&m[0], "w", WT_DTYPE_FLOAT32, shape, 1));
+  WT_ASSERT_OK(wt_tensor_meta_init(&m[1], "w", WT_DTYPE_FLOAT32, shape, 1));
+  wt_param_store *s = NULL;
+  WT_ASSERT_ERR(wt_param_store_new(m, 2, WT_STAGING_SHADOW, &s),
+                WT_INVALID_ARGUMENT, "parameter 'w' appears twice");
+  CU_ASSERT_PTR_NULL(s);
+  wt_tensor_meta_clear(&m[0]);
+  wt_tensor_meta_clear(&m[1]);
+}
+
+static void test_staging_names(void) {
+  wt_staging st = WT_STAGING_SHADOW;
+  WT_ASSERT_OK(wt_staging_parse("inplace", &st));
+  CU_ASSERT_EQUAL(st, WT_STAGING_INPLACE);
+  WT_ASSERT_OK(wt_staging_parse("shadow", &st));
+  CU_ASSERT_EQUAL(st, WT_STAGING_SHADOW);
+  CU_ASSERT_STRING_EQUAL(wt_staging_name(WT_STAGING_INPLACE), "inplace");
+  WT_ASSERT_ERR(wt_staging_parse("double", &st), WT_INVALID_ARGUMENT,
+                "staging 'double' is not one of: shadow, inplace");
+}
+
+static void test_shadow_commit_flips(void) {
+  wt_param_store *s = tiny(WT_STAGING_SHADOW);
+  wt_param_store_begin(s);
+  stage(s, NORM, 1, 0);
+  stage(s, EMBED, 1, 0);
+  /* Readers still see the committed version while the round writes. */
+  CU_ASSERT(holds(s, NORM, 0));
+  CU_ASSERT(holds(s, EMBED, 0));
+  CU_ASSERT(wt_param_store_complete(s));
+  size_t staged = 0, partial = 9;
+  uint64_t bytes = 0;
+  wt_param_store_round_stats(s, &staged, &partial, &bytes);
+  CU_ASSERT_EQUAL(staged, 2);
+  CU_ASSERT_EQUAL(partial, 0);
+  CU_ASSERT_EQUAL(bytes, 64 + 2048);
+  WT_ASSERT_OK(wt_param_store_check_commit(s));
+  wt_param_store_commit(s);
+  CU_ASSERT(holds(s, NORM, 1));
+  CU_ASSERT(holds(s, EMBED, 1));
+  CU_ASSERT(holds(s, HEAD, 0)); /* untouched */
+
+  /* The next round writes the other buffer: the live one stays. */
+  wt_param_store_begin(s);
+  stage(s, NORM, 2, 0);
+  CU_ASSERT(holds(s, NORM, 1));
+  wt_param_store_commit(s);
+  CU_ASSERT(holds(s, NORM, 2));
+  CU_ASSERT(holds(s, EMBED, 1));
+  wt_param_store_destroy(s);
+}
+
+static void test_shadow_abort_leaves_bytes(void) {
+  wt_param_store *s = tiny(WT_STAGING_SHADOW);
+  wt_param_store_begin(s);
+  stage(s, Q, 5, 0);
+  stage(s, DOWN, 5, 1);
+  wt_param_store_abort(s);
+  for (size_t i = 0; i < 7; i++) CU_ASSERT(holds(s, i, 0));
+  CU_ASSERT(wt_param_store_complete(s));
+  /* An abort leaves nothing behind for the next round to commit. */
+  wt_param_store_begin(s);
+  wt_param_store_commit(s);
+  for (size_t i = 0; i < 7; i++) CU_ASSERT(holds(s, i, 0));
+  wt_param_store_destroy(s);
+}
+
+static void test_partial_tensor_refused(void) {
+  wt_param_store *s = tiny(WT_STAGING_SHADOW);
+  wt_param_store_begin(s);
+  stage(s, NORM, 1, 0);
+  stage(s, DOWN, 1, 1); /* half of it landed */
+  WT_ASSERT_ERR(wt_param_store_check_commit(s), WT_FAILED_PRECONDITION,
+                "parameter 'model.layers.0.mlp.down_proj.weight' was only "
+                "partly received");
+  /* Sent again in full, within the same round: now it can commit. */
+  stage(s, DOWN, 1, 0);
+  WT_ASSERT_OK(wt_param_store_check_commit(s));
+  /* A staged tensor being rewritten is partial again. */
+  stage(s, NORM, 3, 1);
+  WT_ASSERT_ERR(wt_param_store_check_commit(s), WT_FAILED_PRECONDITION,
+                "'model.norm.weight'");
+  stage(s, NORM, 3, 0);
+  wt_param_store_commit(s);
+  CU_ASSERT(holds(s, NORM, 3));
+  CU_ASSERT(holds(s, DOWN, 1));
+  wt_param_store_destroy(s);
+}
+
+static void test_inplace_incomplete(void) {
+  wt_param_store *s = tiny(WT_STAGING_INPLACE);
+  CU_ASSERT(wt_param_store_complete(s));
+  /* A round that wrote nothing leaves the store complete. */
+  wt_param_store_begin(s);
+  CU_ASSERT(wt_param_store_complete(s));
+  wt_param_store_abort(s);
+  CU_ASSERT(wt_param_store_complete(s));
+
+  /* From the first byte written until the finish: incomplete. */
+  wt_param_store_begin(s);
+  stage(s, NORM, 1, 0);
+  CU_ASSERT(!wt_param_store_complete(s));
+  CU_ASSERT(holds(s, NORM, 1)); /* in place: readers see the new bytes */
+  wt_param_store_commit(s);
+  CU_ASSERT(wt_param_store_complete(s));
+
+  /* An aborted round that wrote leaves it incomplete ... */
+  wt_param_store_begin(s);
+  stage(s, Q, 2, 1);
+  stage(s, LN2, 2, 0);
+  wt_param_store_abort(s);
+  CU_ASSERT(!wt_param_store_complete(s));
+  /* ... through a round that repairs only part of the damage ... */
+  wt_param_store_begin(s);
+  stage(s, Q, 3, 0);
+  wt_param_store_commit(s);
+  CU_ASSERT(!wt_param_store_complete(s));
+  /* ... until every tensor it touched was rewritten and committed. */
+  wt_param_store_begin(s);
+  stage(s, LN2, 3, 0);
+  wt_param_store_commit(s);
+  CU_ASSERT(wt_param_store_complete(s));
+  CU_ASSERT(holds(s, Q, 3));
+  CU_ASSERT(holds(s, LN2, 3));
+  wt_param_store_destroy(s);
+}
+
+static void test_digest_and_read(void) {
+  wt_param_store *s = tiny(WT_STAGING_SHADOW);
+  const wt_tensor_meta *m = wt_param_store_meta(s, HEAD);
+  unsigned char *want = malloc(m->nbytes);
+  wt_synthetic_fill(m, 0, 0, want, m->nbytes);
+  char a[WT_DIGEST_HEX_MAX], b[WT_DIGEST_HEX_MAX];
+  WT_ASSERT_OK(wt_digest_hex(WT_HASH_SHA256, want, m->nbytes, a));
+  wt_param_store_read_lock(s);
+  WT_ASSERT_OK(wt_param_store_digest(s, HEAD, WT_HASH_SHA256, b));
+  wt_param_store_read_unlock(s);
+  CU_ASSERT_STRING_EQUAL(a, b);
+  WT_ASSERT_OK(wt_digest_hex(WT_HASH_XXH3_64, want, m->nbytes, a));
+  wt_param_store_read_lock(s);
+  WT_ASSERT_OK(wt_param_store_digest(s, HEAD, WT_HASH_XXH3_64, b));
+  wt_param_store_read_unlock(s);
+  CU_ASSERT_STRING_EQUAL(a, b);
+  CU_ASSERT_EQUAL(strlen(b), 16);
+
+  unsigned char part[10];
+  WT_ASSERT_OK(wt_param_store_read(s, HEAD, 100, part, sizeof(part)));
+  CU_ASSERT_EQUAL(memcmp(part, want + 100, sizeof(part)), 0);
+  WT_ASSERT_ERR(wt_param_store_read(s, HEAD, m->nbytes - 4, part, 10),
+                WT_OUT_OF_RANGE,
+                "parameter 'lm_head.weight': bytes [2044, 2054)");
+  free(want);
+  wt_param_store_destroy(s);
+}
+
+/* A reader holding the read lock does not stop a round from writing; only
+ * the commit's flip waits for it. */
+typedef struct flip_arg {
+  wt_param_store *s;
+  volatile int done;
+} flip_arg;
+
+static void *commit_thread(void *p) {
+  flip_arg *a = p;
+  wt_param_store_commit(a->s);
+  a->done = 1;
+  return NULL;
+}
+
+static void test_readers_do_not_wait_for_rounds(void) {
+  wt_param_store *s = tiny(WT_STAGING_SHADOW);
+  wt_param_store_read_lock(s);
+  wt_param_store_begin(s);
+  stage(s, EMBED, 1, 0); /* writes while the read lock is held */
+  const unsigned char *live = wt_param_store_live(s, EMBED);
+  unsigned char first[8];
+  memcpy(first, live, 8);
+  flip_arg a = {.s = s};
+  pthread_t t;
+  CU_ASSERT_FATAL(pthread_create(&t, NULL, commit_thread, &a) == 0);
+  struct timespec ts = {0, 50 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  CU_ASSERT_EQUAL(a.done, 0); /* the flip waits for the reader */
+  CU_ASSERT_EQUAL(memcmp(first, wt_param_store_live(s, EMBED), 8), 0);
+  wt_param_store_read_unlock(s);
+  pthread_join(t, NULL);
+  CU_ASSERT_EQUAL(a.done, 1);
+  CU_ASSERT(holds(s, EMBED, 1));
+  wt_param_store_destroy(s);
+}
+
+static void test_from_checkpoint(void) {
+  char *dir = wt_test_tmpdir();
+  CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
+  char path[512];
+  snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+  float w[6] = {1, 2, 3, 4, 5, 6};
+  uint16_t b[3] = {0x3f80, 0x4000, 0x4040};
+  int64_t s23[2] = {2, 3}, s3[1] = {3};
+  wt_st_write_tensor t[2] = {
+      {"a.weight", WT_DTYPE_FLOAT32, 2, s23, w},
+      {"b.bias", WT_DTYPE_BFLOAT16, 1, s3, b},
+  };
+  WT_ASSERT_OK(wt_safetensors_write(path, t, 2, NULL));
+  wt_checkpoint *ck = NULL;
+  WT_ASSERT_OK(wt_checkpoint_open(path, &ck));
+  wt_param_store *s = NULL;
+  WT_ASSERT_OK(wt_param_store_from_checkpoint(ck, WT_STAGING_INPLACE, &s));
+  wt_checkpoint_close(ck); /* the store holds its own copy */
+  CU_ASSERT_EQUAL(wt_param_store_count(s), 2);
+  CU_ASSERT_EQUAL(wt_param_store_total_bytes(s), 24 + 6);
+  size_t ia = 9, ib = 9;
+  WT_ASSERT_OK(wt_param_store_find(s, "a.weight", &ia));
+  WT_ASSERT_OK(wt_param_store_find(s, "b.bias", &ib));
+  float gw[6];
+  uint16_t gb[3];
+  WT_ASSERT_OK(wt_param_store_read(s, ia, 0, gw, sizeof(gw)));
+  WT_ASSERT_OK(wt_param_store_read(s, ib, 0, gb, sizeof(gb)));
+  CU_ASSERT_EQUAL(memcmp(gw, w, sizeof(w)), 0);
+  CU_ASSERT_EQUAL(memcmp(gb, b, sizeof(b)), 0);
+  CU_ASSERT_EQUAL(wt_param_store_meta(s, ib)->dtype, WT_DTYPE_BFLOAT16);
+  wt_param_store_destroy(s);
+  wt_test_rmtree(dir);
+  free(dir);
+}
 
 void wt_test_suite_param_store(void) {
   CU_pSuite s = CU_add_suite("param_store", NULL, NULL);
-  CU_add_test(s, "placeholder", placeholder);
+  CU_add_test(s, "layout, lookup and initial bytes", test_layout);
+  CU_add_test(s, "duplicate names are refused", test_new_rejects_duplicates);
+  CU_add_test(s, "staging names", test_staging_names);
+  CU_add_test(s, "shadow: finish flips touched tensors",
+              test_shadow_commit_flips);
+  CU_add_test(s, "shadow: abort leaves previous bytes",
+              test_shadow_abort_leaves_bytes);
+  CU_add_test(s, "a partly received tensor cannot commit",
+              test_partial_tensor_refused);
+  CU_add_test(s, "inplace: incomplete until repaired", test_inplace_incomplete);
+  CU_add_test(s, "digests and reads of committed bytes", test_digest_and_read);
+  CU_add_test(s, "readers never wait for a round",
+              test_readers_do_not_wait_for_rounds);
+  CU_add_test(s, "loaded from a safetensors checkpoint", test_from_checkpoint);
 }

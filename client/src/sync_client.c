@@ -1,1 +1,914 @@
-/* sync_client.c: placeholder, being written. */
+/* sync_client.c: the sync client, fanning every round call out to all
+ * servers (see wt/client.h). */
+
+#include "wt/client.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "wt/dtype.h"
+#include "wt/log.h"
+#include "wt/pb.h"
+#include "wt/trainer.h"
+
+#define METHOD(name) "/wt.v1.WeightTransfer/" name
+
+typedef struct server {
+  char *target;
+  wt_rpc_channel *ch;
+  uint32_t world_size;
+  uint32_t rank_offset;
+  uint64_t round_id; /* 0: no round of ours in progress */
+} server;
+
+struct wt_sync_client {
+  server *servers;
+  size_t n;
+  int64_t timeout_ms;
+  int64_t data_timeout_ms;
+};
+
+wt_status *wt_sync_client_new(const char *const *targets, size_t n,
+                              const wt_client_options *opts,
+                              wt_sync_client **out) {
+  wt_status *st = NULL;
+  wt_sync_client *c = NULL;
+  *out = NULL;
+  if (n == 0 || targets == NULL)
+    WT_FAIL(WT_INVALID_ARGUMENT, "targets: at least one server is needed");
+  for (size_t i = 0; i < n; i++) {
+    if (targets[i] == NULL || *targets[i] == '\0')
+      WT_FAIL(WT_INVALID_ARGUMENT, "targets[%zu]: empty server target", i);
+    for (size_t j = 0; j < i; j++)
+      if (strcmp(targets[i], targets[j]) == 0)
+        WT_FAIL(WT_INVALID_ARGUMENT, "targets: server '%s' is given twice",
+                targets[i]);
+  }
+  c = calloc(1, sizeof(*c));
+  if (c == NULL || (c->servers = calloc(n, sizeof(*c->servers))) == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory for a client");
+  c->timeout_ms = opts && opts->timeout_ms > 0 ? opts->timeout_ms
+                                               : WT_CLIENT_DEFAULT_TIMEOUT_MS;
+  c->data_timeout_ms = opts && opts->data_timeout_ms > 0
+                           ? opts->data_timeout_ms
+                           : WT_CLIENT_DEFAULT_DATA_TIMEOUT_MS;
+  wt_rpc_channel_options copts = {.default_deadline_ms = c->timeout_ms};
+  for (size_t i = 0; i < n; i++) {
+    server *s = &c->servers[i];
+    c->n = i + 1;
+    if ((s->target = strdup(targets[i])) == NULL)
+      WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory for a client");
+    WT_CHECK(wt_rpc_channel_new(targets[i], &copts, &s->ch));
+  }
+  *out = c;
+  c = NULL;
+out:
+  wt_sync_client_destroy(c);
+  return st;
+}
+
+void wt_sync_client_destroy(wt_sync_client *c) {
+  if (c == NULL) return;
+  for (size_t i = 0; i < c->n; i++) {
+    if (c->servers[i].round_id != 0)
+      WT_LOGW("client",
+              "%s: round %" PRIu64
+              " left open; the server's round timeout "
+              "will end it",
+              c->servers[i].target, c->servers[i].round_id);
+    wt_rpc_channel_destroy(c->servers[i].ch);
+    free(c->servers[i].target);
+  }
+  free(c->servers);
+  free(c);
+}
+
+size_t wt_sync_client_server_count(const wt_sync_client *c) {
+  return c->n;
+}
+
+const char *wt_sync_client_target(const wt_sync_client *c, size_t k) {
+  return k < c->n ? c->servers[k].target : NULL;
+}
+
+wt_rpc_channel *wt_sync_client_channel(wt_sync_client *c, size_t k) {
+  return k < c->n ? c->servers[k].ch : NULL;
+}
+
+int64_t wt_sync_client_timeout_ms(const wt_sync_client *c) {
+  return c->timeout_ms;
+}
+
+int64_t wt_sync_client_data_timeout_ms(const wt_sync_client *c) {
+  return c->data_timeout_ms;
+}
+
+uint32_t wt_sync_client_rank_offset(const wt_sync_client *c, size_t k) {
+  return k < c->n ? c->servers[k].rank_offset : 0;
+}
+
+uint32_t wt_sync_client_server_world_size(const wt_sync_client *c, size_t k) {
+  return k < c->n ? c->servers[k].world_size : 0;
+}
+
+uint64_t wt_sync_client_round_id(const wt_sync_client *c, size_t k) {
+  return k < c->n ? c->servers[k].round_id : 0;
+}
+
+static wt_status *check_index(const wt_sync_client *c, size_t k) {
+  if (k >= c->n)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "server index %zu: the client has %zu server(s)", k,
+                         c->n);
+  return NULL;
+}
+
+/* ---- fan-out ------------------------------------------------------------ */
+
+/* Starts `method` on every server k with reqs[k] (NULL: skip server k), then
+ * waits for every answer: errs[k] gets each server's status (owned by the
+ * caller), resps[k] each response when `resps` is not NULL. Returns a copy
+ * of the first error in server order and logs the others, so that no
+ * server's failure goes unsaid. */
+static wt_status *fan_out(wt_sync_client *c, const char *method,
+                          const ProtobufCMessage *const *reqs,
+                          const ProtobufCMessageDescriptor *resp_type,
+                          int64_t deadline_ms, ProtobufCMessage **resps,
+                          wt_status **errs) {
+  wt_rpc_pending **pending = calloc(c->n, sizeof(*pending));
+  wt_status *first = NULL;
+  if (pending == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "%s: out of memory", method);
+  for (size_t k = 0; k < c->n; k++) {
+    errs[k] = NULL;
+    if (resps) resps[k] = NULL;
+    if (reqs[k] == NULL) continue;
+    errs[k] = wt_rpc_unary_start(c->servers[k].ch, method, reqs[k], resp_type,
+                                 deadline_ms, &pending[k]);
+  }
+  for (size_t k = 0; k < c->n; k++) {
+    if (pending[k] == NULL) continue;
+    errs[k] = wt_rpc_pending_wait(pending[k], resps ? &resps[k] : NULL);
+  }
+  for (size_t k = 0; k < c->n; k++) {
+    if (errs[k] == NULL) continue;
+    if (first == NULL)
+      first = wt_status_copy(errs[k]);
+    else
+      WT_LOGE("client", "%s", wt_status_message(errs[k]));
+  }
+  free(pending);
+  return first;
+}
+
+static void free_all(wt_status **errs, ProtobufCMessage **resps, size_t n) {
+  for (size_t k = 0; k < n; k++) {
+    if (errs) wt_status_free(errs[k]);
+    if (resps) wt_pb_free(resps[k]);
+  }
+}
+
+/* Per-server arrays of a fan-out, allocated together. */
+typedef struct fan {
+  const ProtobufCMessage **reqs;
+  ProtobufCMessage **resps;
+  wt_status **errs;
+} fan;
+
+static wt_status *fan_alloc(size_t n, fan *f) {
+  f->reqs = calloc(n, sizeof(*f->reqs));
+  f->resps = calloc(n, sizeof(*f->resps));
+  f->errs = calloc(n, sizeof(*f->errs));
+  if (!f->reqs || !f->resps || !f->errs)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED,
+                         "out of memory for a call to %zu servers", n);
+  return NULL;
+}
+
+static void fan_free(fan *f, size_t n) {
+  if (f->resps || f->errs) free_all(f->errs, f->resps, n);
+  free(f->reqs);
+  free(f->resps);
+  free(f->errs);
+  memset(f, 0, sizeof(*f));
+}
+
+/* ---- inspection --------------------------------------------------------- */
+
+wt_status *wt_sync_client_server_info(wt_sync_client *c, size_t k,
+                                      Wt__V1__ServerInfo **info) {
+  wt_status *st = NULL;
+  Wt__V1__GetServerInfoRequest req = WT__V1__GET_SERVER_INFO_REQUEST__INIT;
+  *info = NULL;
+  WT_CHECK(check_index(c, k));
+  WT_CHECK(wt_rpc_unary(c->servers[k].ch, METHOD("GetServerInfo"), &req.base,
+                        &wt__v1__server_info__descriptor, c->timeout_ms,
+                        (ProtobufCMessage **)info));
+out:
+  return st;
+}
+
+wt_status *wt_sync_client_world_size(wt_sync_client *c, uint32_t *world_size) {
+  wt_status *st = NULL;
+  fan f = {0};
+  Wt__V1__GetWorldSizeRequest req = WT__V1__GET_WORLD_SIZE_REQUEST__INIT;
+  uint32_t total = 1;
+  *world_size = 0;
+  WT_CHECK(fan_alloc(c->n, &f));
+  for (size_t k = 0; k < c->n; k++) f.reqs[k] = &req.base;
+  WT_CHECK(fan_out(c, METHOD("GetWorldSize"), f.reqs,
+                   &wt__v1__get_world_size_response__descriptor, c->timeout_ms,
+                   f.resps, f.errs));
+  for (size_t k = 0; k < c->n; k++) {
+    uint32_t ws = ((Wt__V1__GetWorldSizeResponse *)f.resps[k])->world_size;
+    if (ws == 0)
+      WT_FAIL(WT_FAILED_PRECONDITION, "%s: server reports world size 0",
+              c->servers[k].target);
+    c->servers[k].world_size = ws;
+    c->servers[k].rank_offset = total;
+    if (__builtin_add_overflow(total, ws, &total))
+      WT_FAIL(WT_OUT_OF_RANGE, "%s: world size overflows 32 bits",
+              c->servers[k].target);
+  }
+  *world_size = total;
+out:
+  fan_free(&f, c->n);
+  return st;
+}
+
+static wt_status *meta_from_info(const Wt__V1__ParameterInfo *p,
+                                 wt_tensor_meta *m) {
+  wt_status *st = NULL;
+  wt_dtype dt;
+  if (p->n_shape > WT_MAX_NDIM)
+    WT_FAIL(WT_INVALID_ARGUMENT, "parameter '%s': %zu dimensions", p->name,
+            p->n_shape);
+  WT_CHECK(wt_status_prefix(wt_dtype_from_name(p->dtype, &dt), "parameter '%s'",
+                            p->name));
+  WT_CHECK(wt_status_prefix(
+      wt_tensor_meta_init(m, p->name, dt, p->shape, (int)p->n_shape),
+      "parameter '%s'", p->name));
+out:
+  return st;
+}
+
+wt_status *wt_sync_client_list_parameters(wt_sync_client *c, size_t k,
+                                          const char *prefix,
+                                          wt_tensor_meta **metas, size_t *n) {
+  wt_status *st = NULL;
+  wt_tensor_meta *all = NULL;
+  size_t count = 0, cap = 0;
+  char *token = NULL;
+  Wt__V1__ListParametersResponse *resp = NULL;
+  *metas = NULL;
+  *n = 0;
+  WT_CHECK(check_index(c, k));
+  for (;;) {
+    Wt__V1__ListParametersRequest req = WT__V1__LIST_PARAMETERS_REQUEST__INIT;
+    req.name_prefix = (char *)(prefix ? prefix : "");
+    req.page_token = token ? token : (char *)"";
+    WT_CHECK(wt_rpc_unary(c->servers[k].ch, METHOD("ListParameters"), &req.base,
+                          &wt__v1__list_parameters_response__descriptor,
+                          c->timeout_ms, (ProtobufCMessage **)&resp));
+    if (count + resp->n_parameters > cap) {
+      size_t ncap = cap ? cap : 64;
+      while (ncap < count + resp->n_parameters) ncap *= 2;
+      wt_tensor_meta *grown = realloc(all, ncap * sizeof(*grown));
+      if (grown == NULL)
+        WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory for %zu parameters",
+                ncap);
+      memset(grown + cap, 0, (ncap - cap) * sizeof(*grown));
+      all = grown;
+      cap = ncap;
+    }
+    for (size_t i = 0; i < resp->n_parameters; i++) {
+      WT_CHECK(
+          wt_status_prefix(meta_from_info(resp->parameters[i], &all[count]),
+                           "%s", c->servers[k].target));
+      count++;
+    }
+    if (resp->next_page_token == NULL || *resp->next_page_token == '\0') break;
+    /* A server that hands back the token it was given would loop forever. */
+    if ((token && strcmp(token, resp->next_page_token) == 0) ||
+        resp->n_parameters == 0)
+      WT_FAIL(WT_INTERNAL, "%s: ListParameters paging does not advance",
+              c->servers[k].target);
+    free(token);
+    if ((token = strdup(resp->next_page_token)) == NULL)
+      WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+    wt_pb_free(&resp->base);
+    resp = NULL;
+  }
+  *metas = all;
+  *n = count;
+  all = NULL;
+  count = 0;
+out:
+  wt_pb_free(resp ? &resp->base : NULL);
+  free(token);
+  wt_tensor_meta_array_free(all, count);
+  return st;
+}
+
+void wt_weight_version_clear(wt_weight_version *v) {
+  if (v == NULL) return;
+  free(v->version);
+  memset(v, 0, sizeof(*v));
+}
+
+static wt_status *version_from_pb(const Wt__V1__WeightVersion *pb,
+                                  wt_weight_version *v) {
+  memset(v, 0, sizeof(*v));
+  v->version = strdup(pb->version ? pb->version : "");
+  if (v->version == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+  v->sequence = pb->sequence;
+  v->committed_unix_ms = pb->committed_unix_ms;
+  return NULL;
+}
+
+wt_status *wt_sync_client_get_version(wt_sync_client *c, size_t k,
+                                      wt_weight_version *out) {
+  wt_status *st = NULL;
+  Wt__V1__GetWeightVersionRequest req =
+      WT__V1__GET_WEIGHT_VERSION_REQUEST__INIT;
+  Wt__V1__WeightVersion *resp = NULL;
+  memset(out, 0, sizeof(*out));
+  WT_CHECK(check_index(c, k));
+  WT_CHECK(wt_rpc_unary(c->servers[k].ch, METHOD("GetWeightVersion"), &req.base,
+                        &wt__v1__weight_version__descriptor, c->timeout_ms,
+                        (ProtobufCMessage **)&resp));
+  WT_CHECK(version_from_pb(resp, out));
+out:
+  wt_pb_free(resp ? &resp->base : NULL);
+  return st;
+}
+
+wt_status *wt_sync_client_watch(wt_sync_client *c, size_t k,
+                                int64_t deadline_ms, wt_version_fn fn,
+                                void *user) {
+  wt_status *st = NULL;
+  Wt__V1__WatchWeightVersionRequest req =
+      WT__V1__WATCH_WEIGHT_VERSION_REQUEST__INIT;
+  wt_rpc_server_stream *s = NULL;
+  ProtobufCMessage *msg = NULL;
+  wt_weight_version v = {0};
+  WT_CHECK(check_index(c, k));
+  WT_CHECK(wt_rpc_server_stream_open(c->servers[k].ch,
+                                     METHOD("WatchWeightVersion"), &req.base,
+                                     deadline_ms, &s));
+  for (;;) {
+    bool done = false;
+    WT_CHECK(wt_rpc_server_stream_read(s, &wt__v1__weight_version__descriptor,
+                                       &msg, &done));
+    if (done) break;
+    WT_CHECK(version_from_pb((Wt__V1__WeightVersion *)msg, &v));
+    wt_pb_free(msg);
+    msg = NULL;
+    bool more = fn(&v, user);
+    wt_weight_version_clear(&v);
+    if (!more) break;
+  }
+out:
+  wt_weight_version_clear(&v);
+  wt_pb_free(msg);
+  wt_rpc_server_stream_destroy(s);
+  return st;
+}
+
+void wt_param_checksums_free(wt_param_checksum *sums, size_t n) {
+  if (sums == NULL) return;
+  for (size_t i = 0; i < n; i++) free(sums[i].name);
+  free(sums);
+}
+
+wt_status *wt_sync_client_checksums(wt_sync_client *c, size_t k,
+                                    const char *const *names, size_t n,
+                                    wt_hash_alg alg, bool all_workers,
+                                    wt_param_checksum **out, size_t *nout) {
+  wt_status *st = NULL;
+  Wt__V1__ChecksumWeightsRequest req = WT__V1__CHECKSUM_WEIGHTS_REQUEST__INIT;
+  Wt__V1__ChecksumWeightsResponse *resp = NULL;
+  wt_param_checksum *sums = NULL;
+  size_t count = 0;
+  *out = NULL;
+  *nout = 0;
+  WT_CHECK(check_index(c, k));
+  req.n_names = n;
+  req.names = (char **)names;
+  req.algorithm = alg == WT_HASH_XXH3_64
+                      ? WT__V1__CHECKSUM_ALGORITHM__CHECKSUM_ALGORITHM_XXH3_64
+                      : WT__V1__CHECKSUM_ALGORITHM__CHECKSUM_ALGORITHM_SHA256;
+  req.all_workers = all_workers;
+  WT_CHECK(wt_rpc_unary(c->servers[k].ch, METHOD("ChecksumWeights"), &req.base,
+                        &wt__v1__checksum_weights_response__descriptor,
+                        c->data_timeout_ms, (ProtobufCMessage **)&resp));
+  sums = calloc(resp->n_checksums > 0 ? resp->n_checksums : 1, sizeof(*sums));
+  if (sums == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory for %zu checksums",
+            resp->n_checksums);
+  for (size_t i = 0; i < resp->n_checksums; i++) {
+    const Wt__V1__ParameterChecksum *pc = resp->checksums[i];
+    if (strlen(pc->digest) >= WT_DIGEST_HEX_MAX)
+      WT_FAIL(WT_INTERNAL, "%s: digest of '%s' is %zu characters long",
+              c->servers[k].target, pc->name, strlen(pc->digest));
+    if ((sums[i].name = strdup(pc->name)) == NULL)
+      WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+    count = i + 1;
+    strcpy(sums[i].digest, pc->digest);
+    sums[i].worker = pc->worker;
+  }
+  *out = sums;
+  *nout = count;
+  sums = NULL;
+out:
+  wt_param_checksums_free(sums, count);
+  wt_pb_free(resp ? &resp->base : NULL);
+  return st;
+}
+
+/* ---- rounds ------------------------------------------------------------- */
+
+static const char *backend_of_case(
+    Wt__V1__WeightTransferInitInfo__BackendInitCase c) {
+  switch (c) {
+    case WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC:
+      return "grpc";
+    case WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX:
+      return "ucx";
+    case WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_NCCL:
+      return "nccl";
+    case WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_IPC:
+      return "ipc";
+    default:
+      return NULL;
+  }
+}
+
+/* The backend an init info names, by its string or by its oneof. */
+static wt_status *init_info_backend(const Wt__V1__WeightTransferInitInfo *info,
+                                    const char **out) {
+  const char *by_case = backend_of_case(info->backend_init_case);
+  const char *by_name = info->backend && *info->backend ? info->backend : NULL;
+  *out = NULL;
+  if (by_name && by_case && strcmp(by_name, by_case) != 0)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "init_info.backend: '%s' but the backend-specific "
+                         "info is for '%s'",
+                         by_name, by_case);
+  *out = by_name ? by_name : by_case;
+  if (*out == NULL)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "init_info.backend: no backend named");
+  return NULL;
+}
+
+/* Per-server copies of an init info: shallow, with the rendezvous fields
+ * (in their own copy of the oneof message) set per server. */
+typedef struct init_copy {
+  Wt__V1__WeightTransferInitInfo info;
+  Wt__V1__UcxInitInfo ucx;
+  Wt__V1__NcclInitInfo nccl;
+  Wt__V1__InitWeightTransferEngineRequest req;
+} init_copy;
+
+wt_status *wt_sync_client_init_transfer(
+    wt_sync_client *c, const Wt__V1__WeightTransferInitInfo *info,
+    wt_source *source, wt_trainer **trainer) {
+  wt_status *st = NULL;
+  const char *backend = NULL;
+  const wt_trainer_ops *ops = NULL;
+  wt_trainer *t = NULL;
+  init_copy *copies = NULL;
+  wt_rpc_pending **pending = NULL;
+  wt_status **errs = NULL;
+  ProtobufCMessage **resps = NULL;
+  uint32_t world = 0;
+  if (trainer) *trainer = NULL;
+  if (info == NULL) WT_FAIL(WT_INVALID_ARGUMENT, "init_info is NULL");
+  WT_CHECK(init_info_backend(info, &backend));
+  if (trainer) WT_CHECK(wt_trainer_lookup(backend, &ops));
+  WT_CHECK(wt_sync_client_world_size(c, &world));
+  if (trainer) {
+    wt_trainer_init_args args = {
+        .init_info = info, .client = c, .source = source};
+    WT_CHECK(wt_trainer_create(backend, &args, &t));
+  }
+
+  copies = calloc(c->n, sizeof(*copies));
+  pending = calloc(c->n, sizeof(*pending));
+  errs = calloc(c->n, sizeof(*errs));
+  resps = calloc(c->n, sizeof(*resps));
+  if (!copies || !pending || !errs || !resps)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory for init of %zu servers",
+            c->n);
+  for (size_t k = 0; k < c->n; k++) {
+    init_copy *ic = &copies[k];
+    ic->info = *info;
+    ic->info.backend = (char *)backend;
+    if (info->backend_init_case ==
+            WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX &&
+        info->ucx) {
+      ic->ucx = *info->ucx;
+      ic->ucx.rank_offset = c->servers[k].rank_offset;
+      ic->ucx.world_size = world;
+      ic->info.ucx = &ic->ucx;
+    } else if (info->backend_init_case ==
+                   WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_NCCL &&
+               info->nccl) {
+      ic->nccl = *info->nccl;
+      ic->nccl.rank_offset = c->servers[k].rank_offset;
+      ic->nccl.world_size = world;
+      ic->info.nccl = &ic->nccl;
+    }
+    if (t && ops->server_init_info)
+      WT_CHECK(wt_status_prefix(
+          ops->server_init_info(wt_trainer_self(t), k, &ic->info), "%s",
+          c->servers[k].target));
+    wt__v1__init_weight_transfer_engine_request__init(&ic->req);
+    ic->req.init_info = &ic->info;
+  }
+  for (size_t k = 0; k < c->n && st == NULL; k++)
+    st = wt_rpc_unary_start(
+        c->servers[k].ch, METHOD("InitWeightTransferEngine"),
+        &copies[k].req.base,
+        &wt__v1__init_weight_transfer_engine_response__descriptor,
+        c->data_timeout_ms, &pending[k]);
+  /* The rendezvous runs while every server's init is pending: a worker's
+   * init may block until the trainer joins. */
+  if (st == NULL && t && ops->connect)
+    st = wt_status_prefix(ops->connect(wt_trainer_self(t)),
+                          "trainer engine '%s': connect", backend);
+  for (size_t k = 0; k < c->n; k++) {
+    if (pending[k] == NULL) continue;
+    if (st != NULL) wt_rpc_pending_cancel(pending[k]);
+    errs[k] = wt_rpc_pending_wait(pending[k], &resps[k]);
+  }
+  if (st != NULL) goto out;
+  for (size_t k = 0; k < c->n; k++) {
+    const Wt__V1__InitWeightTransferEngineResponse *r =
+        (const Wt__V1__InitWeightTransferEngineResponse *)resps[k];
+    if (errs[k] == NULL && (r == NULL || !r->ready))
+      errs[k] = wt_status_new(
+          WT_FAILED_PRECONDITION, "%s: backend '%s' not ready: %s",
+          c->servers[k].target, backend,
+          r && r->message && *r->message ? r->message : "(no reason given)");
+    if (errs[k] == NULL) continue;
+    if (st == NULL)
+      st = wt_status_copy(errs[k]);
+    else
+      WT_LOGE("client", "%s", wt_status_message(errs[k]));
+  }
+  if (st != NULL) goto out;
+  WT_LOGD("client", "backend '%s' initialised on %zu server(s), world size %u",
+          backend, c->n, (unsigned)world);
+  if (trainer) {
+    *trainer = t;
+    t = NULL;
+  }
+out:
+  if (errs) free_all(errs, resps, c->n);
+  free(errs);
+  free(resps);
+  free(pending);
+  free(copies);
+  wt_trainer_destroy(t);
+  return st;
+}
+
+/* Aborts the rounds this client started, on the servers in `mask` (NULL:
+ * every server with a round), best effort. */
+static wt_status *abort_rounds(wt_sync_client *c, const char *reason,
+                               const bool *mask, bool any_round) {
+  wt_status *st = NULL;
+  fan f = {0};
+  Wt__V1__AbortWeightUpdateRequest *reqs = NULL;
+  WT_CHECK(fan_alloc(c->n, &f));
+  reqs = calloc(c->n, sizeof(*reqs));
+  if (reqs == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t k = 0; k < c->n; k++) {
+    server *s = &c->servers[k];
+    if (mask ? !mask[k] : (!any_round && s->round_id == 0)) continue;
+    wt__v1__abort_weight_update_request__init(&reqs[k]);
+    reqs[k].reason = (char *)(reason ? reason : "");
+    reqs[k].round_id = s->round_id;
+    f.reqs[k] = &reqs[k].base;
+  }
+  st = fan_out(c, METHOD("AbortWeightUpdate"), f.reqs,
+               &wt__v1__abort_weight_update_response__descriptor, c->timeout_ms,
+               NULL, f.errs);
+  for (size_t k = 0; k < c->n; k++)
+    if (f.reqs[k] != NULL) c->servers[k].round_id = 0;
+out:
+  fan_free(&f, c->n);
+  free(reqs);
+  return st;
+}
+
+wt_status *wt_sync_client_abort(wt_sync_client *c, const char *reason) {
+  bool ours = false;
+  for (size_t k = 0; k < c->n; k++) ours = ours || c->servers[k].round_id != 0;
+  /* With a round of ours, only its servers are asked (with its ids), so that
+   * a server where start failed does not lose another trainer's round;
+   * without one, the current round of every server is dropped. */
+  return abort_rounds(c, reason, NULL, !ours);
+}
+
+wt_status *wt_sync_client_start(wt_sync_client *c) {
+  wt_status *st = NULL;
+  fan f = {0};
+  bool *started = NULL;
+  Wt__V1__StartWeightUpdateRequest req =
+      WT__V1__START_WEIGHT_UPDATE_REQUEST__INIT;
+  WT_CHECK(fan_alloc(c->n, &f));
+  for (size_t k = 0; k < c->n; k++) f.reqs[k] = &req.base;
+  st = fan_out(c, METHOD("StartWeightUpdate"), f.reqs,
+               &wt__v1__start_weight_update_response__descriptor, c->timeout_ms,
+               f.resps, f.errs);
+  for (size_t k = 0; k < c->n; k++)
+    if (f.errs[k] == NULL)
+      c->servers[k].round_id =
+          ((Wt__V1__StartWeightUpdateResponse *)f.resps[k])->round_id;
+  if (st != NULL) {
+    started = calloc(c->n, sizeof(*started));
+    bool any = false;
+    for (size_t k = 0; started && k < c->n; k++)
+      any |= started[k] = f.errs[k] == NULL;
+    if (any) {
+      wt_status *ast =
+          abort_rounds(c, "start failed on another server", started, false);
+      if (ast) WT_LOGW("client", "%s", wt_status_message(ast));
+      wt_status_free(ast);
+    }
+  }
+out:
+  free(started);
+  fan_free(&f, c->n);
+  return st;
+}
+
+wt_status *wt_sync_client_finish(wt_sync_client *c,
+                                 const char *weight_version) {
+  wt_status *st = NULL;
+  fan f = {0};
+  Wt__V1__FinishWeightUpdateRequest *reqs = NULL;
+  if (weight_version == NULL || *weight_version == '\0')
+    WT_FAIL(WT_INVALID_ARGUMENT, "weight_version: must not be empty");
+  WT_CHECK(fan_alloc(c->n, &f));
+  reqs = calloc(c->n, sizeof(*reqs));
+  if (reqs == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t k = 0; k < c->n; k++) {
+    wt__v1__finish_weight_update_request__init(&reqs[k]);
+    reqs[k].weight_version = (char *)weight_version;
+    reqs[k].round_id = c->servers[k].round_id;
+    f.reqs[k] = &reqs[k].base;
+  }
+  st = fan_out(c, METHOD("FinishWeightUpdate"), f.reqs,
+               &wt__v1__finish_weight_update_response__descriptor,
+               c->timeout_ms, NULL, f.errs);
+  for (size_t k = 0; k < c->n; k++)
+    if (f.errs[k] == NULL) c->servers[k].round_id = 0;
+out:
+  fan_free(&f, c->n);
+  free(reqs);
+  return st;
+}
+
+/* ---- update ------------------------------------------------------------- */
+
+/* For backends that need UpdateWeights: owns the pending calls while the
+ * trainer sends, waits for each as it completes, and cancels the trainer
+ * when a server fails first. */
+typedef struct update_watch {
+  wt_trainer *t;
+  wt_rpc_pending **pending;
+  wt_status **errs;
+  size_t n;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool cancel_calls;  /* set by the sender when send_weights failed */
+  long cancelled_for; /* server whose error cancelled the trainer, or -1 */
+} update_watch;
+
+static void *watch_updates(void *arg) {
+  update_watch *w = arg;
+  size_t remaining = 0;
+  bool calls_cancelled = false;
+  for (size_t k = 0; k < w->n; k++) remaining += w->pending[k] != NULL;
+  while (remaining > 0) {
+    pthread_mutex_lock(&w->mu);
+    bool cancel = w->cancel_calls;
+    pthread_mutex_unlock(&w->mu);
+    if (cancel && !calls_cancelled) {
+      for (size_t k = 0; k < w->n; k++)
+        if (w->pending[k]) wt_rpc_pending_cancel(w->pending[k]);
+      calls_cancelled = true;
+    }
+    for (size_t k = 0; k < w->n; k++) {
+      if (w->pending[k] == NULL || !wt_rpc_pending_done(w->pending[k]))
+        continue;
+      w->errs[k] = wt_rpc_pending_wait(w->pending[k], NULL);
+      w->pending[k] = NULL;
+      remaining--;
+      const wt_trainer_ops *ops = wt_trainer_get_ops(w->t);
+      if (w->errs[k] != NULL && w->cancelled_for < 0 && !cancel) {
+        w->cancelled_for = (long)k;
+        if (ops->cancel) ops->cancel(wt_trainer_self(w->t));
+      }
+    }
+    if (remaining == 0) break;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 5 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&w->mu);
+    if (!w->cancel_calls) pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    pthread_mutex_unlock(&w->mu);
+  }
+  return NULL;
+}
+
+/* Per-server update info from the source's metadata, plus the backend's
+ * extras. Strings point into the source's metadata. */
+typedef struct update_copy {
+  Wt__V1__UpdateWeightsRequest req;
+  Wt__V1__WeightTransferUpdateInfo info;
+} update_copy;
+
+void wt_update_lists_free(wt_update_lists *l) {
+  if (l == NULL) return;
+  free(l->names);
+  free(l->dtype_names);
+  free(l->shapes);
+  free(l->shape_ptrs);
+  memset(l, 0, sizeof(*l));
+}
+
+wt_status *wt_update_lists_build(const wt_source *src, wt_update_lists *l) {
+  size_t n = 0;
+  const wt_tensor_meta *m = wt_source_metas(src, &n);
+  size_t alloc = n > 0 ? n : 1;
+  memset(l, 0, sizeof(*l));
+  l->names = calloc(alloc, sizeof(*l->names));
+  l->dtype_names = calloc(alloc, sizeof(*l->dtype_names));
+  l->shapes = calloc(alloc, sizeof(*l->shapes));
+  l->shape_ptrs = calloc(alloc, sizeof(*l->shape_ptrs));
+  if (!l->names || !l->dtype_names || !l->shapes || !l->shape_ptrs) {
+    wt_update_lists_free(l);
+    return wt_status_new(WT_RESOURCE_EXHAUSTED,
+                         "out of memory for the update info of %zu tensors", n);
+  }
+  l->n = n;
+  for (size_t i = 0; i < n; i++) {
+    l->names[i] = m[i].name;
+    l->dtype_names[i] = (char *)wt_dtype_torch_name(m[i].dtype);
+    wt__v1__shape__init(&l->shapes[i]);
+    l->shapes[i].n_dims = (size_t)m[i].ndim;
+    l->shapes[i].dims = (int64_t *)m[i].shape;
+    l->shape_ptrs[i] = &l->shapes[i];
+  }
+  return NULL;
+}
+
+void wt_update_lists_apply(const wt_update_lists *l,
+                           Wt__V1__WeightTransferUpdateInfo *info) {
+  info->n_names = info->n_dtype_names = info->n_shapes = l->n;
+  info->names = l->names;
+  info->dtype_names = l->dtype_names;
+  info->shapes = l->shape_ptrs;
+  info->packed = true;
+}
+
+static wt_status *update_with_calls(wt_sync_client *c, wt_trainer *t,
+                                    wt_source *src, wt_progress_fn progress,
+                                    void *user) {
+  wt_status *st = NULL, *send_st = NULL;
+  const wt_trainer_ops *ops = wt_trainer_get_ops(t);
+  wt_update_lists lists = {0};
+  update_copy *copies = NULL;
+  update_watch w = {.t = t, .n = c->n, .cancelled_for = -1};
+  bool sync_init = false, thread_started = false;
+  pthread_t thread;
+
+  w.pending = calloc(c->n, sizeof(*w.pending));
+  w.errs = calloc(c->n, sizeof(*w.errs));
+  copies = calloc(c->n, sizeof(*copies));
+  if (!w.pending || !w.errs || !copies)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory for an update");
+  WT_CHECK(wt_update_lists_build(src, &lists));
+  for (size_t k = 0; k < c->n; k++) {
+    update_copy *uc = &copies[k];
+    wt__v1__weight_transfer_update_info__init(&uc->info);
+    wt_update_lists_apply(&lists, &uc->info);
+    if (ops->update_info)
+      WT_CHECK(wt_status_prefix(
+          ops->update_info(wt_trainer_self(t), src, k, &uc->info), "%s",
+          c->servers[k].target));
+    wt__v1__update_weights_request__init(&uc->req);
+    uc->req.update_info = &uc->info;
+    uc->req.round_id = c->servers[k].round_id;
+  }
+  if (pthread_mutex_init(&w.mu, NULL) != 0 ||
+      pthread_cond_init(&w.cv, NULL) != 0)
+    WT_FAIL(WT_INTERNAL, "cannot create the update's lock");
+  sync_init = true;
+  for (size_t k = 0; k < c->n && st == NULL; k++)
+    st = wt_rpc_unary_start(c->servers[k].ch, METHOD("UpdateWeights"),
+                            &copies[k].req.base,
+                            &wt__v1__update_weights_response__descriptor,
+                            c->data_timeout_ms, &w.pending[k]);
+  int rc = pthread_create(&thread, NULL, watch_updates, &w);
+  if (rc != 0) {
+    /* Without the watcher nobody would wait for the calls: cancel them and
+     * wait here. */
+    for (size_t k = 0; k < c->n; k++)
+      if (w.pending[k]) {
+        wt_rpc_pending_cancel(w.pending[k]);
+        wt_status_free(wt_rpc_pending_wait(w.pending[k], NULL));
+        w.pending[k] = NULL;
+      }
+    if (st == NULL)
+      st = wt_status_from_errno(rc, "cannot start the update's watcher");
+    goto out;
+  }
+  thread_started = true;
+  if (st != NULL) goto out;
+  send_st = ops->send_weights(wt_trainer_self(t), src, progress, user);
+out:
+  if (thread_started) {
+    if (send_st != NULL || st != NULL) {
+      pthread_mutex_lock(&w.mu);
+      w.cancel_calls = true;
+      pthread_cond_signal(&w.cv);
+      pthread_mutex_unlock(&w.mu);
+    }
+    pthread_join(thread, NULL);
+  }
+  if (st == NULL) {
+    /* The server's own error explains a trainer cancelled on its account
+     * better than the trainer's CANCELLED does. */
+    if (w.cancelled_for >= 0) {
+      st = wt_status_copy(w.errs[w.cancelled_for]);
+    } else if (send_st != NULL) {
+      st = send_st;
+      send_st = NULL;
+    } else {
+      for (size_t k = 0; k < c->n && st == NULL; k++)
+        if (w.errs && w.errs[k]) st = wt_status_copy(w.errs[k]);
+    }
+  }
+  wt_status_free(send_st);
+  if (w.errs) free_all(w.errs, NULL, c->n);
+  if (sync_init) {
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+  }
+  free(w.errs);
+  free(w.pending);
+  free(copies);
+  wt_update_lists_free(&lists);
+  return st;
+}
+
+wt_status *wt_sync_client_update(wt_sync_client *c, wt_trainer *trainer,
+                                 wt_source *source, wt_progress_fn progress,
+                                 void *user) {
+  wt_status *st = NULL;
+  wt_source *src =
+      source ? source : (trainer ? wt_trainer_source(trainer) : NULL);
+  if (trainer == NULL)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "trainer: no trainer engine (create one with init_transfer)");
+  if (src == NULL)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "source: none given, and the trainer engine has none");
+  for (size_t k = 0; k < c->n; k++)
+    if (c->servers[k].round_id == 0)
+      return wt_status_new(WT_FAILED_PRECONDITION,
+                           "%s: no round in progress (start one first)",
+                           c->servers[k].target);
+  WT_CHECK(wt_source_validate(src));
+  if (wt_trainer_needs_update_weights(trainer))
+    WT_CHECK(update_with_calls(c, trainer, src, progress, user));
+  else
+    WT_CHECK(wt_trainer_get_ops(trainer)->send_weights(wt_trainer_self(trainer),
+                                                       src, progress, user));
+out:
+  if (st != NULL && trainer != NULL && src != NULL) {
+    /* A half-sent round must not be finished by mistake. */
+    wt_status *ast = abort_rounds(c, wt_status_message(st), NULL, false);
+    if (ast != NULL) {
+      WT_LOGW("client", "aborting the failed round: %s",
+              wt_status_message(ast));
+      wt_status_free(ast);
+    }
+  }
+  return st;
+}

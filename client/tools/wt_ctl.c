@@ -1,2 +1,315 @@
-/* wt_ctl.c: placeholder, being written. */
-int main(void) { return 1; }
+/* wt-ctl: look at a wt server.
+ *
+ *   wt-ctl [--server HOST:PORT] [--timeout SECONDS] COMMAND
+ *     info                      server, model, workers, version
+ *     params [PREFIX]           every parameter (name, dtype, shape, bytes)
+ *     version                   the committed version
+ *     watch [--count N]         print each version as it commits
+ *     checksum [--algo sha256|xxh3] [--all-workers] [NAME...]
+ *
+ * Exit codes: 0 ok, 1 the server call failed, 2 usage. */
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "wt/client.h"
+#include "wt/pb.h"
+
+#define EXIT_FAIL 1
+#define EXIT_USAGE 2
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: wt-ctl [--server HOST:PORT] [--timeout SECONDS] COMMAND\n"
+          "\n"
+          "commands:\n"
+          "  info                       server, model, workers and version\n"
+          "  params [PREFIX]            parameters whose name starts with "
+          "PREFIX\n"
+          "  version                    the committed weight version\n"
+          "  watch [--count N]          print versions as they commit "
+          "(the current first, if any)\n"
+          "  checksum [--algo sha256|xxh3] [--all-workers] [NAME...]\n"
+          "                             digests of the committed bytes\n"
+          "\n"
+          "  --server HOST:PORT         default 127.0.0.1:50051\n"
+          "  --timeout SECONDS          deadline of each call (default 30; "
+          "watch: none)\n");
+}
+
+static int fail(wt_status *st) {
+  /* The message names the server, the call and the code already. */
+  fprintf(stderr, "wt-ctl: %s\n", wt_status_message(st));
+  wt_status_free(st);
+  return EXIT_FAIL;
+}
+
+static const char *human(uint64_t bytes, char *buf, size_t len) {
+  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)bytes;
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    u++;
+  }
+  if (u == 0)
+    snprintf(buf, len, "%" PRIu64 " B", bytes);
+  else
+    snprintf(buf, len, "%.1f %s", v, units[u]);
+  return buf;
+}
+
+static const char *format_time(int64_t unix_ms, char *buf, size_t len) {
+  time_t s = (time_t)(unix_ms / 1000);
+  struct tm tm;
+  if (unix_ms <= 0 || gmtime_r(&s, &tm) == NULL) {
+    snprintf(buf, len, "-");
+    return buf;
+  }
+  size_t n = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
+  snprintf(buf + n, len - n, ".%03dZ", (int)(unix_ms % 1000));
+  return buf;
+}
+
+static void print_version(const wt_weight_version *v) {
+  char t[64];
+  if (v->sequence == 0 && (v->version == NULL || *v->version == '\0'))
+    printf("version: (none committed yet)\n");
+  else
+    printf("version: %s (sequence %" PRIu64 ", committed %s)\n", v->version,
+           v->sequence, format_time(v->committed_unix_ms, t, sizeof(t)));
+  fflush(stdout);
+}
+
+static int cmd_info(wt_sync_client *c, int argc, char **argv) {
+  Wt__V1__ServerInfo *info = NULL;
+  wt_status *st = wt_sync_client_server_info(c, 0, &info);
+  char b[32];
+  if (st) return fail(st);
+  printf("server:       %s (wt %s)\n", wt_sync_client_target(c, 0),
+         info->server_version);
+  if (info->model)
+    printf("model:        %s: %" PRIu64 " parameters, %s\n", info->model->name,
+           info->model->num_parameters,
+           human(info->model->total_bytes, b, sizeof(b)));
+  printf("version:      %s\n", info->weight_version && *info->weight_version
+                                   ? info->weight_version
+                                   : "(none committed)");
+  printf("staging:      %s%s\n", info->staging,
+         info->store_complete ? "" : " (store INCOMPLETE: a round failed)");
+  printf("world size:   %u\n", (unsigned)info->world_size);
+  printf("backends:    ");
+  for (size_t i = 0; i < info->n_backends; i++)
+    printf(" %s", info->backends[i]);
+  printf("\n");
+  if (info->n_capabilities) {
+    printf("capabilities:");
+    for (size_t i = 0; i < info->n_capabilities; i++)
+      printf(" %s", info->capabilities[i]);
+    printf("\n");
+  }
+  printf("workers:      %zu\n", info->n_workers);
+  for (size_t i = 0; i < info->n_workers; i++) {
+    const Wt__V1__WorkerInfo *w = info->workers[i];
+    printf("  rank %-3u %-8s backend %-6s %s%s\n", (unsigned)w->rank, w->device,
+           *w->backend ? w->backend : "-", w->state,
+           w->store_complete ? "" : " (store incomplete)");
+  }
+  wt_pb_free(&info->base);
+  return 0;
+}
+
+static int cmd_params(wt_sync_client *c, int argc, char **argv) {
+  const char *prefix = argc > 0 ? argv[0] : NULL;
+  wt_tensor_meta *m = NULL;
+  size_t n = 0;
+  uint64_t total = 0;
+  char shape[128], b[32];
+  wt_status *st = wt_sync_client_list_parameters(c, 0, prefix, &m, &n);
+  if (st) return fail(st);
+  for (size_t i = 0; i < n; i++) {
+    printf("%-56s %-10s %-20s %" PRIu64 "\n", m[i].name,
+           wt_dtype_torch_name(m[i].dtype),
+           wt_shape_format(m[i].shape, m[i].ndim, shape, sizeof(shape)),
+           m[i].nbytes);
+    total += m[i].nbytes;
+  }
+  printf("%zu parameters, %" PRIu64 " bytes (%s)\n", n, total,
+         human(total, b, sizeof(b)));
+  wt_tensor_meta_array_free(m, n);
+  return 0;
+}
+
+static int cmd_version(wt_sync_client *c, int argc, char **argv) {
+  wt_weight_version v = {0};
+  wt_status *st = wt_sync_client_get_version(c, 0, &v);
+  if (st) return fail(st);
+  print_version(&v);
+  wt_weight_version_clear(&v);
+  return 0;
+}
+
+typedef struct watch_state {
+  uint64_t seen;
+  uint64_t count; /* 0: forever */
+} watch_state;
+
+static bool on_version(const wt_weight_version *v, void *user) {
+  watch_state *w = user;
+  print_version(v);
+  w->seen++;
+  return w->count == 0 || w->seen < w->count;
+}
+
+static int cmd_watch(wt_sync_client *c, int argc, char **argv) {
+  watch_state w = {0};
+  for (int i = 0; i < argc; i++) {
+    char *end = NULL;
+    if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) {
+      w.count = strtoull(argv[++i], &end, 10);
+      if (*end || w.count == 0 || argv[i][0] == '-') {
+        fprintf(stderr,
+                "wt-ctl: watch --count: '%s' is not a positive "
+                "number\n",
+                argv[i]);
+        return EXIT_USAGE;
+      }
+    } else {
+      fprintf(stderr, "wt-ctl: watch: unexpected argument '%s'\n", argv[i]);
+      return EXIT_USAGE;
+    }
+  }
+  wt_status *st =
+      wt_sync_client_watch(c, 0, WT_RPC_NO_DEADLINE, on_version, &w);
+  if (st) return fail(st);
+  return 0;
+}
+
+static int cmd_checksum(wt_sync_client *c, int argc, char **argv) {
+  wt_hash_alg alg = WT_HASH_SHA256;
+  bool all_workers = false;
+  const char **names = calloc(argc > 0 ? (size_t)argc : 1, sizeof(*names));
+  size_t nnames = 0;
+  wt_param_checksum *sums = NULL;
+  size_t n = 0;
+  int rc = 0;
+  if (names == NULL) return fail(wt_status_new(WT_RESOURCE_EXHAUSTED, "oom"));
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--algo") == 0 && i + 1 < argc) {
+      wt_status *st = wt_hash_alg_parse(argv[++i], &alg);
+      if (st) {
+        fprintf(stderr, "wt-ctl: checksum --algo: %s\n", wt_status_message(st));
+        wt_status_free(st);
+        rc = EXIT_USAGE;
+        goto out;
+      }
+    } else if (strcmp(argv[i], "--all-workers") == 0) {
+      all_workers = true;
+    } else if (argv[i][0] == '-') {
+      fprintf(stderr, "wt-ctl: checksum: unknown option '%s'\n", argv[i]);
+      rc = EXIT_USAGE;
+      goto out;
+    } else {
+      names[nnames++] = argv[i];
+    }
+  }
+  wt_status *st = wt_sync_client_checksums(c, 0, names, nnames, alg,
+                                           all_workers, &sums, &n);
+  if (st) {
+    rc = fail(st);
+    goto out;
+  }
+  /* sha256sum's layout, so that the output diffs against a local run. */
+  for (size_t i = 0; i < n; i++) {
+    if (all_workers)
+      printf("%s  %s  worker %u\n", sums[i].digest, sums[i].name,
+             (unsigned)sums[i].worker);
+    else
+      printf("%s  %s\n", sums[i].digest, sums[i].name);
+  }
+out:
+  wt_param_checksums_free(sums, n);
+  free(names);
+  return rc;
+}
+
+typedef struct command {
+  const char *name;
+  int max_args;
+  int (*run)(wt_sync_client *c, int argc, char **argv);
+} command;
+
+static const command commands[] = {
+    {"info", 0, cmd_info},
+    {"params", 1, cmd_params},
+    {"version", 0, cmd_version},
+    {"watch", 2, cmd_watch},
+    {"checksum", 1 << 20, cmd_checksum},
+};
+
+int main(int argc, char **argv) {
+  const char *server = "127.0.0.1:50051";
+  double timeout_s = 0;
+  int i = 1;
+  for (; i < argc && argv[i][0] == '-'; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(stdout);
+      return 0;
+    } else if (strcmp(argv[i], "--server") == 0 && i + 1 < argc) {
+      server = argv[++i];
+    } else if (strncmp(argv[i], "--server=", 9) == 0) {
+      server = argv[i] + 9;
+    } else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) {
+      char *end = NULL;
+      timeout_s = strtod(argv[++i], &end);
+      if (*end || !(timeout_s > 0)) {
+        fprintf(stderr,
+                "wt-ctl: --timeout: '%s' is not a positive number "
+                "of seconds\n",
+                argv[i]);
+        return EXIT_USAGE;
+      }
+    } else {
+      fprintf(stderr, "wt-ctl: unknown or incomplete option '%s'\n", argv[i]);
+      usage(stderr);
+      return EXIT_USAGE;
+    }
+  }
+  if (i == argc) {
+    usage(stderr);
+    return EXIT_USAGE;
+  }
+  const char *name = argv[i++];
+  int nargs = argc - i;
+  char **args = argv + i;
+  const command *cmd = NULL;
+  for (size_t j = 0; j < sizeof(commands) / sizeof(commands[0]); j++)
+    if (strcmp(name, commands[j].name) == 0) cmd = &commands[j];
+  if (cmd == NULL) {
+    fprintf(stderr,
+            "wt-ctl: unknown command '%s' (info, params, version, "
+            "watch, checksum)\n",
+            name);
+    return EXIT_USAGE;
+  }
+  if (nargs > cmd->max_args) {
+    fprintf(stderr, "wt-ctl: %s: unexpected argument '%s'\n", name,
+            args[cmd->max_args]);
+    return EXIT_USAGE;
+  }
+
+  wt_client_options opts = {0};
+  if (timeout_s > 0)
+    opts.timeout_ms = opts.data_timeout_ms = (int64_t)(timeout_s * 1000);
+  wt_sync_client *c = NULL;
+  const char *targets[] = {server};
+  wt_status *st = wt_sync_client_new(targets, 1, &opts, &c);
+  if (st) return fail(st);
+  int rc = cmd->run(c, nargs, args);
+  wt_sync_client_destroy(c);
+  return rc;
+}

@@ -1,2 +1,564 @@
-/* wt_push.c: placeholder, being written. */
-int main(void) { return 1; }
+/* wt-push: push one new version of the weights to one or more servers.
+ *
+ *   wt-push [--server HOST:PORT]... [--checkpoint PATH | --synthetic NAME]
+ *           [--seed N] [--backend NAME] [--version STR] [--chunk-size SIZE]
+ *           [--bucket-size SIZE] [--timeout SECONDS] [--verify[=ALGO]]
+ *
+ * Runs one round (init, start, update, finish) and prints a summary; with
+ * --verify, compares every server's checksums with digests computed locally
+ * from the source. Exit codes: 0 ok, 1 transfer or verification failure,
+ * 2 usage. */
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "wt/client.h"
+#include "wt/log.h"
+#include "wt/pb.h"
+#include "wt/source.h"
+#include "wt/synthetic.h"
+#include "wt/trainer.h"
+
+#define EXIT_FAIL 1
+#define EXIT_USAGE 2
+#define MAX_SERVERS 64
+/* Mismatches printed before "and N more". */
+#define MAX_SHOWN 5
+
+typedef struct options {
+  const char *servers[MAX_SERVERS];
+  size_t nservers;
+  const char *checkpoint;
+  const char *synthetic;
+  uint64_t seed;
+  bool have_seed;
+  const char *backend;
+  const char *version;
+  uint64_t chunk_bytes;  /* 0: backend default */
+  uint64_t bucket_bytes; /* 0: backend default */
+  double timeout_s;      /* 0: library default */
+  bool verify;
+  wt_hash_alg verify_alg;
+  bool quiet;
+} options;
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: wt-push [options]\n"
+          "Push one new version of the weights to wt servers.\n"
+          "\n"
+          "  --server HOST:PORT   server to update (repeatable; default "
+          "127.0.0.1:50051)\n"
+          "  --checkpoint PATH    a .safetensors file or a sharded "
+          "*.safetensors.index.json\n"
+          "  --synthetic NAME     a synthetic layout (tiny, small, "
+          "llama-256m, bench-1g);\n"
+          "                       default: the server's own, when it serves "
+          "synthetic:NAME\n"
+          "  --seed N             synthetic contents seed (default: the "
+          "server's sequence + 1)\n"
+          "  --backend NAME       transfer backend (default grpc)\n"
+          "  --version STR        version to commit (default "
+          "step-<sequence>)\n"
+          "  --chunk-size SIZE    bytes per data message, e.g. 1M (default "
+          "1 MiB)\n"
+          "  --bucket-size SIZE   packed bucket size, e.g. 64M (default "
+          "64 MiB)\n"
+          "  --timeout SECONDS    deadline of the data calls (default 1800)\n"
+          "  --verify[=ALGO]      compare checksums afterwards (sha256, "
+          "the default, or xxh3)\n"
+          "  --quiet              no progress output\n"
+          "  --help               this text\n"
+          "\n"
+          "Exit status: 0 ok, 1 transfer or verification failure, 2 usage.\n");
+}
+
+/* "1048576", "1M", "64MiB", "2g": binary multiples. */
+static bool parse_size(const char *s, uint64_t *out) {
+  char *end = NULL;
+  unsigned long long v = strtoull(s, &end, 10);
+  uint64_t mult = 1;
+  if (end == s || *s == '-') return false;
+  if (*end) {
+    switch (*end) {
+      case 'k':
+      case 'K':
+        mult = 1ull << 10;
+        break;
+      case 'm':
+      case 'M':
+        mult = 1ull << 20;
+        break;
+      case 'g':
+      case 'G':
+        mult = 1ull << 30;
+        break;
+      default:
+        return false;
+    }
+    end++;
+    if (strcasecmp(end, "") != 0 && strcasecmp(end, "i") != 0 &&
+        strcasecmp(end, "ib") != 0 && strcasecmp(end, "b") != 0)
+      return false;
+  }
+  if (v > UINT64_MAX / mult) return false;
+  *out = (uint64_t)v * mult;
+  return true;
+}
+
+static bool parse_u64(const char *s, uint64_t *out) {
+  char *end = NULL;
+  if (*s == '-' || *s == '\0') return false;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (*end) return false;
+  *out = v;
+  return true;
+}
+
+static int parse_args(int argc, char **argv, options *o) {
+  enum {
+    O_SERVER = 256,
+    O_CKPT,
+    O_SYNTH,
+    O_SEED,
+    O_BACKEND,
+    O_VERSION,
+    O_CHUNK,
+    O_BUCKET,
+    O_TIMEOUT,
+    O_VERIFY,
+    O_QUIET,
+    O_HELP
+  };
+  static const struct option longs[] = {
+      {"server", required_argument, NULL, O_SERVER},
+      {"checkpoint", required_argument, NULL, O_CKPT},
+      {"synthetic", required_argument, NULL, O_SYNTH},
+      {"seed", required_argument, NULL, O_SEED},
+      {"backend", required_argument, NULL, O_BACKEND},
+      {"version", required_argument, NULL, O_VERSION},
+      {"chunk-size", required_argument, NULL, O_CHUNK},
+      {"bucket-size", required_argument, NULL, O_BUCKET},
+      {"timeout", required_argument, NULL, O_TIMEOUT},
+      {"verify", optional_argument, NULL, O_VERIFY},
+      {"quiet", no_argument, NULL, O_QUIET},
+      {"help", no_argument, NULL, O_HELP},
+      {NULL, 0, NULL, 0}};
+  memset(o, 0, sizeof(*o));
+  o->backend = "grpc";
+  o->verify_alg = WT_HASH_SHA256;
+  opterr = 0;
+  for (;;) {
+    int c = getopt_long(argc, argv, "h", longs, NULL);
+    if (c == -1) break;
+    switch (c) {
+      case O_SERVER:
+        if (o->nservers == MAX_SERVERS) {
+          fprintf(stderr, "wt-push: at most %d servers\n", MAX_SERVERS);
+          return EXIT_USAGE;
+        }
+        for (size_t k = 0; k < o->nservers; k++)
+          if (strcmp(o->servers[k], optarg) == 0) {
+            fprintf(stderr, "wt-push: --server %s is given twice\n", optarg);
+            return EXIT_USAGE;
+          }
+        o->servers[o->nservers++] = optarg;
+        break;
+      case O_CKPT:
+        o->checkpoint = optarg;
+        break;
+      case O_SYNTH:
+        o->synthetic = optarg;
+        break;
+      case O_SEED:
+        if (!parse_u64(optarg, &o->seed)) {
+          fprintf(stderr, "wt-push: --seed: '%s' is not a number\n", optarg);
+          return EXIT_USAGE;
+        }
+        o->have_seed = true;
+        break;
+      case O_BACKEND:
+        o->backend = optarg;
+        break;
+      case O_VERSION:
+        if (*optarg == '\0') {
+          fprintf(stderr, "wt-push: --version must not be empty\n");
+          return EXIT_USAGE;
+        }
+        o->version = optarg;
+        break;
+      case O_CHUNK:
+      case O_BUCKET: {
+        uint64_t v = 0;
+        if (!parse_size(optarg, &v) || v == 0) {
+          fprintf(stderr, "wt-push: %s: '%s' is not a size (e.g. 1M)\n",
+                  c == O_CHUNK ? "--chunk-size" : "--bucket-size", optarg);
+          return EXIT_USAGE;
+        }
+        *(c == O_CHUNK ? &o->chunk_bytes : &o->bucket_bytes) = v;
+        break;
+      }
+      case O_TIMEOUT: {
+        char *end = NULL;
+        o->timeout_s = strtod(optarg, &end);
+        if (end == optarg || *end || !(o->timeout_s > 0)) {
+          fprintf(stderr,
+                  "wt-push: --timeout: '%s' is not a positive "
+                  "number of seconds\n",
+                  optarg);
+          return EXIT_USAGE;
+        }
+        break;
+      }
+      case O_VERIFY:
+        o->verify = true;
+        if (optarg) {
+          wt_status *st = wt_hash_alg_parse(optarg, &o->verify_alg);
+          if (st) {
+            fprintf(stderr, "wt-push: --verify: %s\n", wt_status_message(st));
+            wt_status_free(st);
+            return EXIT_USAGE;
+          }
+        }
+        break;
+      case O_QUIET:
+        o->quiet = true;
+        break;
+      case 'h':
+      case O_HELP:
+        usage(stdout);
+        exit(0);
+      default:
+        fprintf(stderr, "wt-push: unknown or incomplete option '%s'\n",
+                argv[optind - 1]);
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "wt-push: unexpected argument '%s'\n", argv[optind]);
+    return EXIT_USAGE;
+  }
+  if (o->checkpoint && o->synthetic) {
+    fprintf(stderr,
+            "wt-push: --checkpoint and --synthetic exclude each "
+            "other\n");
+    return EXIT_USAGE;
+  }
+  if (o->have_seed && o->checkpoint) {
+    fprintf(stderr, "wt-push: --seed applies to a synthetic update only\n");
+    return EXIT_USAGE;
+  }
+  if (o->nservers == 0) o->servers[o->nservers++] = "127.0.0.1:50051";
+  return 0;
+}
+
+/* ---- progress ----------------------------------------------------------- */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static const char *human(uint64_t bytes, char *buf, size_t len) {
+  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)bytes;
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    u++;
+  }
+  if (u == 0)
+    snprintf(buf, len, "%" PRIu64 " B", bytes);
+  else
+    snprintf(buf, len, "%.1f %s", v, units[u]);
+  return buf;
+}
+
+typedef struct progress_state {
+  bool tty;
+  bool quiet;
+  double start;
+  double last_draw;
+  int last_decile; /* plain mode: last 10% step printed */
+  bool drawn;
+} progress_state;
+
+static void on_progress(const wt_progress *p, void *user) {
+  progress_state *ps = user;
+  if (ps->quiet) return;
+  double t = now_s();
+  bool end =
+      p->bytes_done == p->bytes_total && p->tensors_done == p->tensors_total;
+  double frac =
+      p->bytes_total ? (double)p->bytes_done / (double)p->bytes_total : 1.0;
+  double el = t - ps->start;
+  double gbps = el > 0 ? (double)p->bytes_done / el / 1e9 : 0;
+  char a[32], b[32];
+  if (ps->tty) {
+    if (!end && t - ps->last_draw < 0.1) return;
+    ps->last_draw = t;
+    enum { WIDTH = 30 };
+    char bar[WIDTH + 1];
+    int fill = (int)(frac * WIDTH);
+    for (int i = 0; i < WIDTH; i++) bar[i] = i < fill ? '#' : '.';
+    bar[WIDTH] = '\0';
+    fprintf(stderr,
+            "\r[%s] %3d%%  %" PRIu64 "/%" PRIu64
+            " tensors  %s / %s  %.2f GB/s \x1b[K",
+            bar, (int)(frac * 100), p->tensors_done, p->tensors_total,
+            human(p->bytes_done, a, sizeof(a)),
+            human(p->bytes_total, b, sizeof(b)), gbps);
+    ps->drawn = true;
+    if (end) {
+      fputc('\n', stderr);
+      ps->drawn = false;
+    }
+    fflush(stderr);
+    return;
+  }
+  int decile = (int)(frac * 10);
+  if (decile <= ps->last_decile && !(end && ps->last_decile < 10)) return;
+  if (end) decile = 10;
+  ps->last_decile = decile;
+  fprintf(stderr,
+          "progress: %3d%%  %" PRIu64 "/%" PRIu64
+          " tensors  %s / %s  "
+          "%.2f GB/s\n",
+          decile * 10, p->tensors_done, p->tensors_total,
+          human(p->bytes_done, a, sizeof(a)),
+          human(p->bytes_total, b, sizeof(b)), gbps);
+}
+
+/* ---- verification ------------------------------------------------------- */
+
+/* Compares every server's digests (every worker) with the local ones.
+ * Returns the number of mismatches (missing digests count), or -1 with *st
+ * set when a server could not be asked. */
+static long verify(wt_sync_client *c, wt_source *src, wt_hash_alg alg,
+                   wt_status **st) {
+  char(*local)[WT_DIGEST_HEX_MAX] = NULL;
+  size_t n = 0;
+  const wt_tensor_meta *metas = wt_source_metas(src, &n);
+  const char **names = NULL;
+  long bad = 0, shown = 0;
+  size_t checked = 0;
+  *st = wt_source_checksums(src, alg, &local);
+  if (*st) return -1;
+  names = calloc(n > 0 ? n : 1, sizeof(*names));
+  if (names == NULL) {
+    free(local);
+    *st = wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+    return -1;
+  }
+  for (size_t i = 0; i < n; i++) names[i] = metas[i].name;
+  for (size_t k = 0; k < wt_sync_client_server_count(c) && n > 0; k++) {
+    wt_param_checksum *sums = NULL;
+    size_t ns = 0;
+    *st = wt_sync_client_checksums(c, k, names, n, alg, true, &sums, &ns);
+    if (*st) {
+      bad = -1;
+      break;
+    }
+    /* Each worker answers for every name, in the order asked. */
+    size_t *seen = calloc(n, sizeof(*seen));
+    for (size_t j = 0; j < ns; j++) {
+      const wt_param_checksum *s = &sums[j];
+      size_t i = j % n;
+      if (strcmp(s->name, metas[i].name) != 0) {
+        for (i = 0; i < n && strcmp(s->name, metas[i].name) != 0; i++) {
+        }
+      }
+      if (i == n) continue;
+      if (seen) seen[i]++;
+      checked++;
+      if (strcmp(s->digest, local[i]) == 0) continue;
+      if (shown++ < MAX_SHOWN)
+        printf(
+            "verify: MISMATCH %s worker %u parameter '%s': server %s, "
+            "local %s\n",
+            wt_sync_client_target(c, k), (unsigned)s->worker, s->name,
+            s->digest, local[i]);
+      bad++;
+    }
+    for (size_t i = 0; seen && i < n; i++)
+      if (seen[i] == 0) {
+        if (shown++ < MAX_SHOWN)
+          printf("verify: MISSING %s parameter '%s': no digest returned\n",
+                 wt_sync_client_target(c, k), metas[i].name);
+        bad++;
+      }
+    free(seen);
+    wt_param_checksums_free(sums, ns);
+  }
+  if (bad > MAX_SHOWN)
+    printf("verify: ... and %ld more mismatches\n", bad - MAX_SHOWN);
+  if (bad == 0)
+    printf(
+        "verify: %zu parameters match (%s, %zu digests from %zu "
+        "server(s))\n",
+        n, wt_hash_alg_name(alg), checked, wt_sync_client_server_count(c));
+  free(names);
+  free(local);
+  return bad;
+}
+
+/* ---- main --------------------------------------------------------------- */
+
+static int fail(wt_status *st) {
+  /* The message names the server, the call and the code already. */
+  fprintf(stderr, "wt-push: %s\n", wt_status_message(st));
+  wt_status_free(st);
+  return EXIT_FAIL;
+}
+
+int main(int argc, char **argv) {
+  options o;
+  int rc = parse_args(argc, argv, &o);
+  if (rc != 0) return rc;
+
+  wt_status *st = NULL;
+  wt_sync_client *c = NULL;
+  wt_source *src = NULL;
+  wt_trainer *trainer = NULL;
+  Wt__V1__ServerInfo *info = NULL;
+  wt_weight_version ver = {0};
+  char *version = NULL;
+  char *layout = NULL;
+  int exit_code = EXIT_FAIL;
+
+  wt_client_options copts = {0};
+  if (o.timeout_s > 0) {
+    copts.data_timeout_ms = (int64_t)(o.timeout_s * 1000);
+    if (copts.data_timeout_ms < WT_CLIENT_DEFAULT_TIMEOUT_MS)
+      copts.timeout_ms = copts.data_timeout_ms;
+  }
+  st = wt_sync_client_new(o.servers, o.nservers, &copts, &c);
+  if (st) goto out;
+
+  /* What the servers hold now decides the defaults. */
+  st = wt_sync_client_get_version(c, 0, &ver);
+  if (st) goto out;
+  if (!o.checkpoint && !o.synthetic) {
+    st = wt_sync_client_server_info(c, 0, &info);
+    if (st) goto out;
+    const char *model =
+        info->model && info->model->name ? info->model->name : "";
+    if (strncmp(model, "synthetic:", 10) != 0) {
+      fprintf(stderr,
+              "wt-push: server %s serves '%s', not a synthetic model: give "
+              "--checkpoint PATH or --synthetic NAME\n",
+              o.servers[0], model);
+      exit_code = EXIT_USAGE;
+      goto out;
+    }
+    layout = strdup(model + 10);
+    o.synthetic = layout;
+  }
+  uint64_t next_seq = ver.sequence + 1;
+  if (o.checkpoint) {
+    st = wt_source_checkpoint_open(o.checkpoint, &src);
+  } else {
+    st =
+        wt_source_synthetic(o.synthetic, o.have_seed ? o.seed : next_seq, &src);
+  }
+  if (st) goto out;
+  if (o.version == NULL) {
+    if (asprintf(&version, "step-%" PRIu64, next_seq) < 0) {
+      st = wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+      goto out;
+    }
+  }
+
+  /* Init info: the grpc extras carry chunk and bucket sizes. */
+  Wt__V1__WeightTransferInitInfo init = WT__V1__WEIGHT_TRANSFER_INIT_INFO__INIT;
+  Wt__V1__GrpcInitInfo grpc = WT__V1__GRPC_INIT_INFO__INIT;
+  Wt__V1__UInt64Value chunk = WT__V1__UINT64_VALUE__INIT;
+  Wt__V1__UInt64Value bucket = WT__V1__UINT64_VALUE__INIT;
+  init.backend = (char *)o.backend;
+  if (strcmp(o.backend, "grpc") == 0) {
+    init.backend_init_case =
+        WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC;
+    init.grpc = &grpc;
+    if (o.chunk_bytes) {
+      chunk.value = o.chunk_bytes;
+      grpc.chunk_size_bytes = &chunk;
+    }
+    if (o.bucket_bytes) {
+      bucket.value = o.bucket_bytes;
+      grpc.packed_buffer_size_bytes = &bucket;
+    }
+  } else if (o.chunk_bytes) {
+    fprintf(stderr, "wt-push: --chunk-size applies to the grpc backend\n");
+    exit_code = EXIT_USAGE;
+    goto out;
+  }
+  st = wt_sync_client_init_transfer(c, &init, src, &trainer);
+  if (st) goto out;
+
+  char a[32];
+  if (!o.quiet)
+    fprintf(stderr,
+            "wt-push: %zu tensors, %s from %s %s to %zu server(s) "
+            "(world size %u) with backend %s\n",
+            wt_source_count(src),
+            human(wt_source_total_bytes(src), a, sizeof(a)),
+            wt_source_kind(src), o.checkpoint ? o.checkpoint : o.synthetic,
+            o.nservers,
+            (unsigned)(wt_sync_client_rank_offset(c, o.nservers - 1) +
+                       wt_sync_client_server_world_size(c, o.nservers - 1)),
+            o.backend);
+
+  progress_state ps = {.tty = isatty(STDERR_FILENO) == 1, .quiet = o.quiet};
+  double t0 = now_s();
+  st = wt_sync_client_start(c);
+  if (st) goto out;
+  ps.start = now_s();
+  st = wt_sync_client_update(c, trainer, src, on_progress, &ps);
+  if (ps.drawn) fputc('\n', stderr);
+  if (st) goto out;
+  double t_push = now_s() - ps.start;
+  const char *commit = o.version ? o.version : version;
+  st = wt_sync_client_finish(c, commit);
+  if (st) goto out;
+  double t_round = now_s() - t0;
+
+  uint64_t bytes = wt_source_total_bytes(src);
+  printf("pushed %zu tensors, %" PRIu64
+         " bytes (%s) to %zu server(s) in "
+         "%.3f s: %.3g GB/s (round %.3f s); committed version '%s'\n",
+         wt_source_count(src), bytes, human(bytes, a, sizeof(a)), o.nservers,
+         t_push, t_push > 0 ? (double)bytes / t_push / 1e9 : 0.0, t_round,
+         commit);
+  fflush(stdout);
+  exit_code = 0;
+  if (o.verify) {
+    long bad = verify(c, src, o.verify_alg, &st);
+    if (bad != 0) exit_code = EXIT_FAIL;
+  }
+out:
+  if (st) exit_code = fail(st);
+  /* A round this run opened and did not finish is dropped now rather than
+   * at the servers' round timeout. */
+  for (size_t k = 0; c && k < wt_sync_client_server_count(c); k++)
+    if (wt_sync_client_round_id(c, k) != 0) {
+      wt_status *ast = wt_sync_client_abort(c, "wt-push failed");
+      if (ast) fail(ast);
+      break;
+    }
+  wt_trainer_destroy(trainer);
+  wt_source_destroy(src);
+  wt_pb_free(info ? &info->base : NULL);
+  wt_weight_version_clear(&ver);
+  wt_sync_client_destroy(c);
+  free(version);
+  free(layout);
+  return exit_code;
+}

@@ -669,7 +669,7 @@ wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
   init_monotonic_cond(&s->cv);
 
   grpc_init();
-  grpc_arg args[2];
+  grpc_arg args[3];
   memset(args, 0, sizeof(args));
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -679,7 +679,12 @@ wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
   args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
   args[1].value.integer = message_limit(opts->max_send_message_bytes,
                                         WT_RPC_DEFAULT_MAX_SEND_BYTES);
-  grpc_channel_args channel_args = {2, args};
+  /* gRPC binds with SO_REUSEPORT by default: a second server on a busy port
+   * would start and silently share its calls. */
+  args[2].type = GRPC_ARG_INTEGER;
+  args[2].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
+  args[2].value.integer = 0;
+  grpc_channel_args channel_args = {3, args};
   s->server = grpc_server_create(&channel_args, NULL);
   s->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(s->server, s->cq, NULL);

@@ -1,1 +1,64 @@
-/* engine_registry.c: placeholder, being written. */
+/* engine_registry.c: the worker-engine registry and the one place where the
+ * built-in backends are registered (see wt/engine.h).
+ *
+ * Only `grpc` exists so far. ucx, nccl and ipc join here as they are
+ * written: ucx directly when built with UCX, the GPU backends lazily
+ * (wt_registry_register_lazy) so that a host without CUDA or NCCL pays
+ * nothing until asked for them.
+ */
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "wt/engine.h"
+#include "wt/log.h"
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static wt_registry *registry;
+/* Why the registry could not be built; copied to every caller. */
+static wt_status *registry_error;
+
+wt_status *wt_engine_register_builtins(wt_registry *reg) {
+  wt_status *st = NULL;
+  WT_CHECK(wt_registry_register(reg, "grpc", &wt_grpc_engine_ops));
+out:
+  return st;
+}
+
+static void build(void) {
+  wt_status *st = NULL;
+  wt_registry *reg = NULL;
+  WT_CHECK(wt_registry_new("worker engine", WT_ENGINE_ABI_VERSION, &reg));
+  WT_CHECK(wt_engine_register_builtins(reg));
+  registry = reg;
+  reg = NULL;
+out:
+  wt_registry_destroy(reg);
+  registry_error = st;
+}
+
+wt_status *wt_engine_registry(wt_registry **out) {
+  pthread_once(&once, build);
+  if (registry_error != NULL) return wt_status_copy(registry_error);
+  *out = registry;
+  return NULL;
+}
+
+wt_status *wt_engine_lookup(wt_registry *reg, const char *backend,
+                            const wt_engine_ops **ops) {
+  wt_status *st = NULL;
+  const void *p = NULL;
+  if (reg == NULL) WT_CHECK(wt_engine_registry(&reg));
+  WT_CHECK(wt_registry_lookup(reg, backend ? backend : "", &p));
+  *ops = p;
+out:
+  return st;
+}
+
+wt_status *wt_engine_names(wt_registry *reg, char **out) {
+  wt_status *st = NULL;
+  if (reg == NULL) WT_CHECK(wt_engine_registry(&reg));
+  WT_CHECK(wt_registry_names_joined(reg, out));
+out:
+  return st;
+}

@@ -1,2 +1,174 @@
-/* main.c: placeholder, being written. */
-int main(void) { return 1; }
+/* main.c: wt-server, the weight-transfer service as a process.
+ *
+ * Prints exactly one line on stdout once serving, "wt-server listening on
+ * HOST:PORT", so that scripts and tests read the port from it (with
+ * --listen HOST:0). Logs go to stderr. SIGINT/SIGTERM stop it cleanly
+ * (exit 0); a bad option exits 2, a failed start 1.
+ */
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wt/log.h"
+#include "wt/rpc.h"
+#include "wt/server.h"
+#include "wt/synthetic.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: wt-server [options]\n"
+          "\n"
+          "Serves wt.v1.WeightTransfer: holds a model's parameters on one or\n"
+          "more host workers and receives new weights from a trainer.\n"
+          "\n"
+          "options:\n"
+          "  --listen HOST:PORT     address to serve on (default %s;\n"
+          "                         port 0 picks a free port)\n"
+          "  --model PATH           safetensors file or sharded\n"
+          "                         *.safetensors.index.json\n"
+          "  --model synthetic:NAME built-in layout with deterministic\n"
+          "                         contents (default %s); NAME is one of:\n"
+          "                        ",
+          WT_SERVER_DEFAULT_LISTEN, WT_SERVER_DEFAULT_MODEL);
+  for (const char *const *n = wt_synthetic_layout_names(); *n; n++)
+    fprintf(f, " %s", *n);
+  fprintf(f,
+          "\n"
+          "  --workers N            host workers, each holding the whole\n"
+          "                         model (default 1)\n"
+          "  --staging MODE         shadow (a round writes spare buffers,\n"
+          "                         finish swaps them in; default) or inplace\n"
+          "                         (half the memory; the store is marked\n"
+          "                         incomplete while a round writes)\n"
+          "  --round-timeout SEC    abort a round idle longer than this\n"
+          "                         between calls or chunks (default %u)\n"
+          "  --log-level LEVEL      debug, info, warn, error or off\n"
+          "                         (default: $WT_LOG, else info)\n"
+          "  -h, --help             this text\n",
+          WT_SERVER_DEFAULT_ROUND_TIMEOUT_MS / 1000);
+}
+
+static int bad_option(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+
+static int bad_option(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "wt-server: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n(try wt-server --help)\n");
+  va_end(ap);
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  wt_server_options opts = {0};
+  static const struct option longopts[] = {
+      {"listen", required_argument, NULL, 'l'},
+      {"model", required_argument, NULL, 'm'},
+      {"workers", required_argument, NULL, 'w'},
+      {"staging", required_argument, NULL, 's'},
+      {"round-timeout", required_argument, NULL, 't'},
+      {"log-level", required_argument, NULL, 'v'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
+  /* Before any thread exists, so every thread inherits the mask. */
+  wt_status *st = wt_signal_block_termination();
+  if (st != NULL) {
+    fprintf(stderr, "wt-server: %s\n", wt_status_message(st));
+    wt_status_free(st);
+    return 1;
+  }
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+    switch (c) {
+      case 'l':
+        if (strrchr(optarg, ':') == NULL)
+          return bad_option("%s '%s' is not HOST:PORT", "--listen", optarg);
+        opts.listen = optarg;
+        break;
+      case 'm':
+        if (*optarg == '\0')
+          return bad_option("%s '%s' is empty", "--model", optarg);
+        opts.model = optarg;
+        break;
+      case 'w': {
+        char *end = NULL;
+        errno = 0;
+        long v = strtol(optarg, &end, 10);
+        if (errno || end == optarg || *end != '\0' || v < 1 || v > 1024)
+          return bad_option("%s '%s' is not a number from 1 to 1024",
+                            "--workers", optarg);
+        opts.workers = (uint32_t)v;
+        break;
+      }
+      case 's': {
+        wt_status *e = wt_staging_parse(optarg, &opts.staging);
+        if (e != NULL) {
+          wt_status_free(e);
+          return bad_option("%s '%s' is not shadow or inplace", "--staging",
+                            optarg);
+        }
+        break;
+      }
+      case 't': {
+        char *end = NULL;
+        errno = 0;
+        double v = strtod(optarg, &end);
+        if (errno || end == optarg || *end != '\0' || !isfinite(v) ||
+            v < 0.001 || v > 86400.0 * 30)
+          return bad_option(
+              "%s '%s' is not a number of seconds (0.001 to "
+              "2592000)",
+              "--round-timeout", optarg);
+        opts.round_timeout_ms = (uint32_t)(v * 1000.0 + 0.5);
+        break;
+      }
+      case 'v': {
+        wt_log_level level;
+        if (wt_log_level_parse(optarg, &level) != 0)
+          return bad_option("%s '%s' is not debug, info, warn, error or off",
+                            "--log-level", optarg);
+        wt_log_set_level(level);
+        break;
+      }
+      case 'h':
+        usage(stdout);
+        return 0;
+      case ':':
+        return bad_option("%s needs a value", argv[optind - 1]);
+      default:
+        return bad_option("unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind < argc)
+    return bad_option("unexpected argument '%s'", argv[optind]);
+
+  wt_server *srv = NULL;
+  st = wt_server_start(&opts, &srv);
+  if (st != NULL) {
+    fprintf(stderr, "wt-server: %s: %s\n", wt_code_name(wt_status_code(st)),
+            wt_status_message(st));
+    wt_status_free(st);
+    return 1;
+  }
+  const char *listen = opts.listen ? opts.listen : WT_SERVER_DEFAULT_LISTEN;
+  int hostlen = (int)(strrchr(listen, ':') - listen);
+  printf("wt-server listening on %.*s:%d\n", hostlen, listen,
+         wt_server_port(srv));
+  fflush(stdout);
+
+  int sig = wt_signal_wait(-1);
+  WT_LOGI("server", "%s received; stopping",
+          sig > 0 ? strsignal(sig) : "signal");
+  wt_server_stop(srv);
+  return 0;
+}

@@ -1,1 +1,497 @@
-/* grpc_trainer.c: placeholder, being written. */
+/* grpc_trainer.c: the `grpc` backend's trainer engine. Its bytes travel in
+ * the control channel: one PushWeights stream per server, a header with the
+ * update info, then the shared bucket plan's bytes in chunks (see
+ * proto/wt/v1/wt.proto and wt/trainer.h).
+ *
+ * One producer (the calling thread) walks the source and builds each chunk
+ * message once: the bytes go from the source's tensor memory (or, for a
+ * synthetic source, its fill) straight into the message's slice, never
+ * through a bucket buffer. The slice is then shared, by reference, with one
+ * sender thread per server through a small ring, so N servers cost one copy,
+ * and a slow server holds the others back by at most the ring's depth. */
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/slice.h>
+
+#include "wt/client.h"
+#include "wt/log.h"
+#include "wt/packing.h"
+#include "wt/pb.h"
+#include "wt/rpc.h"
+#include "wt/trainer.h"
+
+#define PUSH_METHOD "/wt.v1.WeightTransfer/PushWeights"
+
+#define DEFAULT_CHUNK_BYTES ((uint64_t)1 << 20)
+#define DEFAULT_BUFFER_BYTES ((uint64_t)64 << 20)
+/* Room for the message's own framing (tags, lengths, bucket, offset) below
+ * the receive limit of the server. */
+#define MAX_CHUNK_BYTES ((uint64_t)WT_RPC_DEFAULT_MAX_RECEIVE_BYTES - 64)
+/* Chunks in flight per server beyond the one being written. */
+#define RING 8
+
+typedef struct grpc_trainer {
+  wt_sync_client *client;
+  uint64_t chunk_bytes;
+  uint64_t buffer_bytes;
+  unsigned pushes; /* numbers transfer ids */
+} grpc_trainer;
+
+static wt_status *grpc_trainer_init(const wt_trainer_init_args *args,
+                                    void **self) {
+  wt_status *st = NULL;
+  const Wt__V1__WeightTransferInitInfo *info = args->init_info;
+  grpc_trainer *g = NULL;
+  *self = NULL;
+  if (args->client == NULL)
+    WT_FAIL(WT_INVALID_ARGUMENT, "grpc trainer: no client");
+  g = calloc(1, sizeof(*g));
+  if (g == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+  g->client = args->client;
+  g->chunk_bytes = DEFAULT_CHUNK_BYTES;
+  g->buffer_bytes = DEFAULT_BUFFER_BYTES;
+  if (info &&
+      info->backend_init_case ==
+          WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC &&
+      info->grpc) {
+    if (info->grpc->chunk_size_bytes)
+      g->chunk_bytes = info->grpc->chunk_size_bytes->value;
+    if (info->grpc->packed_buffer_size_bytes)
+      g->buffer_bytes = info->grpc->packed_buffer_size_bytes->value;
+  }
+  if (g->chunk_bytes == 0 || g->chunk_bytes > MAX_CHUNK_BYTES)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "init_info.grpc.chunk_size_bytes: %" PRIu64
+            " is outside 1..%" PRIu64 " (the server's receive limit)",
+            g->chunk_bytes, MAX_CHUNK_BYTES);
+  if (g->buffer_bytes == 0)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "init_info.grpc.packed_buffer_size_bytes: must be > 0");
+  *self = g;
+  g = NULL;
+out:
+  free(g);
+  return st;
+}
+
+static void grpc_trainer_destroy(void *self) {
+  free(self);
+}
+
+/* ---- the wire form of a data chunk -------------------------------------- */
+
+static size_t varint_len(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    n++;
+  }
+  return n;
+}
+
+static uint8_t *varint_put(uint8_t *p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = (uint8_t)v;
+  return p;
+}
+
+/* PushWeightsChunk{chunk (2): BucketChunk{bucket (1), offset (2), data (3)}}
+ * framing before `len` data bytes; zero fields are left out as proto3 does.
+ * Returns the framing's length; writes it when `out` is not NULL. */
+static size_t chunk_prefix(uint32_t bucket, uint64_t offset, uint64_t len,
+                           uint8_t *out) {
+  size_t inner = 1 + varint_len(len) + (size_t)len;
+  if (bucket) inner += 1 + varint_len(bucket);
+  if (offset) inner += 1 + varint_len(offset);
+  size_t prefix = 1 + varint_len(inner) + (inner - (size_t)len);
+  if (out != NULL) {
+    uint8_t *p = out;
+    *p++ = 0x12; /* field 2, length-delimited */
+    p = varint_put(p, inner);
+    if (bucket) {
+      *p++ = 0x08;
+      p = varint_put(p, bucket);
+    }
+    if (offset) {
+      *p++ = 0x10;
+      p = varint_put(p, offset);
+    }
+    *p++ = 0x1a;
+    varint_put(p, len);
+  }
+  return prefix;
+}
+
+/* ---- one push ----------------------------------------------------------- */
+
+typedef struct push push;
+
+typedef struct sender {
+  push *p;
+  size_t k;
+  const char *target;
+  wt_rpc_client_stream *stream;
+  uint64_t consumed; /* chunks taken from the ring */
+  wt_status *st;
+  pthread_t thread;
+  bool started;
+} sender;
+
+struct push {
+  pthread_mutex_t mu;
+  pthread_cond_t produced_cv;
+  pthread_cond_t consumed_cv;
+  grpc_slice ring[RING];
+  uint64_t produced; /* chunks published; ring[i % RING] holds chunk i */
+  bool done;         /* the producer published its last chunk */
+  bool failed;       /* someone failed: everyone stops */
+  sender *senders;
+  size_t n;
+  /* What each server must acknowledge. */
+  uint64_t total_bytes;
+  uint64_t total_tensors;
+  Wt__V1__PushWeightsChunk *headers; /* one per server (round ids differ) */
+};
+
+/* Marks the push failed and cancels every stream, so that senders blocked in
+ * a write return at once. Called without the lock held. */
+static void push_fail(push *p) {
+  pthread_mutex_lock(&p->mu);
+  bool first = !p->failed;
+  p->failed = true;
+  pthread_cond_broadcast(&p->produced_cv);
+  pthread_cond_broadcast(&p->consumed_cv);
+  pthread_mutex_unlock(&p->mu);
+  if (!first) return;
+  for (size_t k = 0; k < p->n; k++)
+    if (p->senders[k].stream) wt_rpc_client_stream_cancel(p->senders[k].stream);
+}
+
+static wt_status *check_response(const sender *s,
+                                 const Wt__V1__PushWeightsResponse *r) {
+  const push *p = s->p;
+  if (r->bytes_received != p->total_bytes ||
+      r->tensors_received != p->total_tensors)
+    return wt_status_new(WT_DATA_LOSS,
+                         "%s " PUSH_METHOD ": server acknowledged %" PRIu64
+                         " tensors and %" PRIu64 " bytes of %" PRIu64
+                         " and %" PRIu64 " sent",
+                         s->target, r->tensors_received, r->bytes_received,
+                         p->total_tensors, p->total_bytes);
+  return NULL;
+}
+
+static void *sender_main(void *arg) {
+  sender *s = arg;
+  push *p = s->p;
+  wt_status *st = NULL;
+  ProtobufCMessage *resp = NULL;
+  WT_CHECK(wt_rpc_client_stream_write(s->stream, &p->headers[s->k].base));
+  for (;;) {
+    pthread_mutex_lock(&p->mu);
+    while (s->consumed == p->produced && !p->done && !p->failed)
+      pthread_cond_wait(&p->produced_cv, &p->mu);
+    if (p->failed || s->consumed == p->produced) {
+      bool failed = p->failed;
+      pthread_mutex_unlock(&p->mu);
+      if (failed) goto out;
+      break;
+    }
+    /* The slot cannot be reused before this sender moves past it. */
+    grpc_byte_buffer *bb =
+        grpc_raw_byte_buffer_create(&p->ring[s->consumed % RING], 1);
+    pthread_mutex_unlock(&p->mu);
+    st = wt_rpc_client_stream_write_raw(s->stream, bb);
+    pthread_mutex_lock(&p->mu);
+    s->consumed++;
+    pthread_cond_signal(&p->consumed_cv);
+    pthread_mutex_unlock(&p->mu);
+    if (st != NULL) goto out;
+  }
+  WT_CHECK(wt_rpc_client_stream_finish(
+      s->stream, &wt__v1__push_weights_response__descriptor, &resp));
+  WT_CHECK(check_response(s, (const Wt__V1__PushWeightsResponse *)resp));
+out:
+  wt_pb_free(resp);
+  if (st != NULL) {
+    s->st = st;
+    push_fail(p);
+  }
+  return NULL;
+}
+
+/* Publishes `slice` (ownership passes to the ring) once every sender has
+ * taken the chunk that used its slot. False when the push failed. */
+static bool publish(push *p, grpc_slice slice) {
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    if (p->failed) break;
+    uint64_t slowest = p->produced;
+    for (size_t k = 0; k < p->n; k++)
+      if (p->senders[k].consumed < slowest) slowest = p->senders[k].consumed;
+    if (p->produced - slowest < RING) break;
+    pthread_cond_wait(&p->consumed_cv, &p->mu);
+  }
+  bool ok = !p->failed;
+  if (ok) {
+    if (p->produced >= RING) grpc_slice_unref(p->ring[p->produced % RING]);
+    p->ring[p->produced % RING] = slice;
+    p->produced++;
+    pthread_cond_broadcast(&p->produced_cv);
+  }
+  pthread_mutex_unlock(&p->mu);
+  if (!ok) grpc_slice_unref(slice);
+  return ok;
+}
+
+/* Where the producer stands in the source. */
+typedef struct cursor {
+  wt_source *src;
+  wt_source_tensor t;
+  bool have;       /* t is a yielded tensor */
+  uint64_t offset; /* bytes of t already sent */
+  wt_progress prog;
+} cursor;
+
+/* Moves past tensors whose bytes are all sent, yielding the next one. */
+static wt_status *cursor_advance(cursor *c) {
+  wt_status *st = NULL;
+  while (!c->have || c->offset == c->t.nbytes) {
+    bool done = false;
+    if (c->have) c->prog.tensors_done++;
+    c->have = false;
+    WT_CHECK(wt_source_next(c->src, &c->t, &done));
+    if (done)
+      WT_FAIL(WT_INTERNAL, "%s source ended before the plan's bytes",
+              wt_source_kind(c->src));
+    c->have = true;
+    c->offset = 0;
+  }
+out:
+  return st;
+}
+
+static wt_status *produce(push *p, cursor *c, const wt_pack_plan *plan,
+                          uint64_t chunk_bytes, wt_progress_fn progress,
+                          void *user) {
+  wt_status *st = NULL;
+  for (size_t b = 0; b < plan->nbuckets; b++) {
+    uint64_t nbytes = plan->buckets[b].nbytes;
+    for (uint64_t off = 0; off < nbytes;) {
+      uint64_t len = nbytes - off < chunk_bytes ? nbytes - off : chunk_bytes;
+      size_t prefix = chunk_prefix((uint32_t)b, off, len, NULL);
+      grpc_slice slice = grpc_slice_malloc(prefix + (size_t)len);
+      uint8_t *dst = GRPC_SLICE_START_PTR(slice);
+      chunk_prefix((uint32_t)b, off, len, dst);
+      dst += prefix;
+      for (uint64_t filled = 0; filled < len;) {
+        if ((st = cursor_advance(c)) != NULL) break;
+        uint64_t take = c->t.nbytes - c->offset;
+        if (take > len - filled) take = len - filled;
+        st = wt_source_read(c->src, &c->t, c->offset, dst + filled,
+                            (size_t)take);
+        if (st != NULL) break;
+        c->offset += take;
+        filled += take;
+      }
+      if (st != NULL) {
+        grpc_slice_unref(slice);
+        goto out;
+      }
+      if (!publish(p, slice)) goto out; /* a sender has the error */
+      off += len;
+      c->prog.bytes_done += len;
+      if (c->have && c->offset == c->t.nbytes) {
+        c->prog.tensors_done++;
+        c->have = false;
+      }
+      if (progress) progress(&c->prog, user);
+    }
+  }
+  /* Zero-size tensors after the last byte still belong to the round. */
+  for (;;) {
+    bool done = false;
+    if (c->have) {
+      c->prog.tensors_done++;
+      c->have = false;
+    }
+    WT_CHECK(wt_source_next(c->src, &c->t, &done));
+    if (done) break;
+    c->have = true;
+    c->offset = 0;
+  }
+out:
+  return st;
+}
+
+static void headers_free(Wt__V1__PushWeightsChunk *h, size_t n) {
+  if (h == NULL) return;
+  for (size_t k = 0; k < n; k++) {
+    Wt__V1__PushWeightsHeader *hd = h[k].header;
+    if (hd == NULL) continue;
+    if (hd->update_info) {
+      free(hd->update_info->grpc ? hd->update_info->grpc->transfer_id : NULL);
+      free(hd->update_info->grpc);
+      free(hd->update_info);
+    }
+    free(hd);
+  }
+  free(h);
+}
+
+static wt_status *headers_build(grpc_trainer *g, const wt_update_lists *l,
+                                Wt__V1__PushWeightsChunk **out) {
+  wt_status *st = NULL;
+  size_t ns = wt_sync_client_server_count(g->client);
+  Wt__V1__PushWeightsChunk *h = calloc(ns, sizeof(*h));
+  unsigned push_no = ++g->pushes;
+  *out = NULL;
+  if (h == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t k = 0; k < ns; k++) wt__v1__push_weights_chunk__init(&h[k]);
+  for (size_t k = 0; k < ns; k++) {
+    Wt__V1__PushWeightsHeader *hd = calloc(1, sizeof(*hd));
+    Wt__V1__WeightTransferUpdateInfo *ui = calloc(1, sizeof(*ui));
+    Wt__V1__GrpcUpdateInfo *gi = calloc(1, sizeof(*gi));
+    char *tid = NULL;
+    uint64_t round = wt_sync_client_round_id(g->client, k);
+    if (asprintf(&tid, "push-r%" PRIu64 "-%u", round, push_no) < 0) tid = NULL;
+    if (!hd || !ui || !gi || !tid) {
+      free(hd);
+      free(ui);
+      free(gi);
+      free(tid);
+      WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    wt__v1__push_weights_header__init(hd);
+    wt__v1__weight_transfer_update_info__init(ui);
+    wt__v1__grpc_update_info__init(gi);
+    gi->transfer_id = tid;
+    ui->backend_update_case =
+        WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_GRPC;
+    ui->grpc = gi;
+    hd->update_info = ui;
+    h[k].payload_case = WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_HEADER;
+    h[k].header = hd;
+    wt_update_lists_apply(l, ui);
+    hd->round_id = round;
+    hd->packed_buffer_size_bytes = g->buffer_bytes;
+  }
+  *out = h;
+  h = NULL;
+out:
+  headers_free(h, ns);
+  return st;
+}
+
+static wt_status *grpc_send_weights(void *self, wt_source *src,
+                                    wt_progress_fn progress, void *user) {
+  wt_status *st = NULL;
+  grpc_trainer *g = self;
+  wt_sync_client *client = g->client;
+  size_t ns = wt_sync_client_server_count(client);
+  size_t n = 0;
+  const wt_tensor_meta *metas = wt_source_metas(src, &n);
+  wt_pack_plan *plan = NULL;
+  wt_update_lists l = {0};
+  push p = {0};
+  cursor cur = {.src = src};
+  bool sync_init = false;
+
+  cur.prog.tensors_total = n;
+  cur.prog.bytes_total = wt_source_total_bytes(src);
+  if (n == 0) goto out; /* nothing to send is a finished push */
+  WT_CHECK(wt_pack_plan_from_metas(metas, n, g->buffer_bytes, &plan));
+  if (plan->nbuckets > UINT32_MAX)
+    WT_FAIL(WT_INVALID_ARGUMENT, "%zu buckets: more than the wire allows",
+            plan->nbuckets);
+  WT_CHECK(wt_update_lists_build(src, &l));
+  p.n = ns;
+  p.total_bytes = plan->total_bytes;
+  p.total_tensors = n;
+  WT_CHECK(headers_build(g, &l, &p.headers));
+  p.senders = calloc(ns, sizeof(*p.senders));
+  if (p.senders == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+  if (pthread_mutex_init(&p.mu, NULL) != 0 ||
+      pthread_cond_init(&p.produced_cv, NULL) != 0 ||
+      pthread_cond_init(&p.consumed_cv, NULL) != 0)
+    WT_FAIL(WT_INTERNAL, "cannot create the push's lock");
+  sync_init = true;
+  WT_CHECK(wt_source_rewind(src));
+  for (size_t k = 0; k < ns; k++) {
+    sender *s = &p.senders[k];
+    s->p = &p;
+    s->k = k;
+    s->target = wt_sync_client_target(client, k);
+    WT_CHECK(wt_rpc_client_stream_open(
+        wt_sync_client_channel(client, k), PUSH_METHOD,
+        wt_sync_client_data_timeout_ms(client), &s->stream));
+  }
+  for (size_t k = 0; k < ns; k++) {
+    int rc =
+        pthread_create(&p.senders[k].thread, NULL, sender_main, &p.senders[k]);
+    if (rc != 0) {
+      st = wt_status_from_errno(rc, "cannot start the sender for %s",
+                                p.senders[k].target);
+      goto out;
+    }
+    p.senders[k].started = true;
+  }
+  st = produce(&p, &cur, plan, g->chunk_bytes, progress, user);
+  pthread_mutex_lock(&p.mu);
+  p.done = true;
+  pthread_cond_broadcast(&p.produced_cv);
+  pthread_mutex_unlock(&p.mu);
+out:
+  if (st != NULL && p.senders != NULL) push_fail(&p);
+  for (size_t k = 0; p.senders && k < ns; k++)
+    if (p.senders[k].started) pthread_join(p.senders[k].thread, NULL);
+  /* The first server to fail explains the push; the others were cancelled
+   * on its account. A source error (st) comes before both. */
+  for (size_t k = 0; p.senders && k < ns; k++) {
+    sender *s = &p.senders[k];
+    if (st == NULL && s->st != NULL && wt_status_code(s->st) != WT_CANCELLED) {
+      st = s->st;
+      s->st = NULL;
+    }
+  }
+  for (size_t k = 0; p.senders && k < ns; k++) {
+    sender *s = &p.senders[k];
+    if (st == NULL && s->st != NULL) {
+      st = s->st;
+      s->st = NULL;
+    }
+    wt_status_free(s->st);
+    wt_rpc_client_stream_destroy(s->stream);
+  }
+  if (sync_init) {
+    for (uint64_t i = 0; i < p.produced && i < RING; i++)
+      grpc_slice_unref(p.ring[i]);
+    pthread_mutex_destroy(&p.mu);
+    pthread_cond_destroy(&p.produced_cv);
+    pthread_cond_destroy(&p.consumed_cv);
+  }
+  if (st == NULL && progress) progress(&cur.prog, user);
+  free(p.senders);
+  headers_free(p.headers, ns);
+  wt_update_lists_free(&l);
+  wt_pack_plan_free(plan);
+  return st;
+}
+
+const wt_trainer_ops wt_grpc_trainer_ops = {
+    .header = {.abi_version = WT_TRAINER_ABI_VERSION, .name = "grpc"},
+    .flags = 0,
+    .trainer_init = grpc_trainer_init,
+    .send_weights = grpc_send_weights,
+    .destroy = grpc_trainer_destroy,
+};

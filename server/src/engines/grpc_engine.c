@@ -1,1 +1,309 @@
-/* grpc_engine.c: placeholder, being written. */
+/* grpc_engine.c: the `grpc` worker engine. Its bytes arrive inside the
+ * control channel, as PushWeights chunks of the shared bucket plan; each
+ * chunk is checked against the plan and copied straight into the staging
+ * buffers of the tensors it covers (no bucket buffer in between).
+ *
+ * Init info (GrpcInitInfo): chunk_size_bytes (unset: 1 MiB; at most the
+ * server's message limit less framing) bounds every chunk;
+ * packed_buffer_size_bytes (unset: 64 MiB) is the bucket size a push uses
+ * when its header says 0. There is no receive op: UpdateWeights is for
+ * backends that move data outside the control channel.
+ */
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wt/engine.h"
+#include "wt/log.h"
+
+#define DEFAULT_CHUNK_BYTES (1024ull * 1024ull)
+#define DEFAULT_PACKED_BUFFER_BYTES (64ull * 1024ull * 1024ull)
+/* Room a PushWeightsChunk needs around its data (tags, lengths, bucket and
+ * offset varints). */
+#define CHUNK_FRAMING_BYTES 64u
+
+struct wt_engine {
+  wt_worker_ctx ctx;
+  uint64_t chunk_limit;
+  uint64_t packed_buffer_bytes;
+  atomic_bool cancelled;
+
+  /* The push in progress (pushing), or nothing. */
+  bool pushing;
+  size_t n;
+  size_t *index; /* store index of tensor k (copied from the update) */
+  wt_pack_plan *plan;
+  size_t bucket;      /* next bucket expected */
+  uint64_t offset;    /* next offset expected within it */
+  size_t next;        /* first tensor not yet complete */
+  unsigned char *dst; /* staging buffer of tensor `next`, once begun */
+  uint64_t bytes;     /* bytes landed in this push */
+};
+
+static wt_status *grpc_create(const Wt__V1__WeightTransferInitInfo *init,
+                              const wt_worker_ctx *ctx, wt_engine **out) {
+  wt_status *st = NULL;
+  wt_engine *e = calloc(1, sizeof(*e));
+  if (e == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "grpc engine (worker %u): out of memory",
+            ctx->rank);
+  e->ctx = *ctx;
+  e->chunk_limit = DEFAULT_CHUNK_BYTES;
+  e->packed_buffer_bytes = DEFAULT_PACKED_BUFFER_BYTES;
+  atomic_init(&e->cancelled, false);
+  const Wt__V1__GrpcInitInfo *g =
+      init != NULL && init->backend_init_case ==
+                          WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC
+          ? init->grpc
+          : NULL;
+  uint64_t max_chunk = ctx->max_message_bytes > CHUNK_FRAMING_BYTES
+                           ? ctx->max_message_bytes - CHUNK_FRAMING_BYTES
+                           : 0;
+  if (g != NULL && g->chunk_size_bytes != NULL) {
+    uint64_t v = g->chunk_size_bytes->value;
+    if (v == 0)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "init_info.grpc.chunk_size_bytes is 0; it must be at least 1");
+    e->chunk_limit = v;
+  }
+  if (max_chunk != 0 && e->chunk_limit > max_chunk)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "init_info.grpc.chunk_size_bytes %" PRIu64
+            " exceeds what the server accepts in one message (%" PRIu64
+            " bytes of data)",
+            e->chunk_limit, max_chunk);
+  if (g != NULL && g->packed_buffer_size_bytes != NULL) {
+    uint64_t v = g->packed_buffer_size_bytes->value;
+    if (v == 0)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "init_info.grpc.packed_buffer_size_bytes is 0; it must be at "
+              "least 1");
+    e->packed_buffer_bytes = v;
+  }
+  *out = e;
+  e = NULL;
+out:
+  free(e);
+  return st;
+}
+
+static wt_status *grpc_init_transfer(wt_engine *e,
+                                     const Wt__V1__WeightTransferInitInfo *init,
+                                     wt_engine_endpoint *endpoint) {
+  /* Nothing to join: the bytes come over the control channel. */
+  WT_LOGD("grpc",
+          "worker %u: chunks up to %" PRIu64 " bytes, buckets of %" PRIu64
+          " bytes",
+          e->ctx.rank, e->chunk_limit, e->packed_buffer_bytes);
+  return NULL;
+}
+
+static void push_reset(wt_engine *e) {
+  free(e->index);
+  e->index = NULL;
+  wt_pack_plan_free(e->plan);
+  e->plan = NULL;
+  e->pushing = false;
+  e->n = 0;
+  e->bucket = 0;
+  e->offset = 0;
+  e->next = 0;
+  e->dst = NULL;
+  e->bytes = 0;
+}
+
+static wt_status *grpc_start_update(wt_engine *e, uint64_t round_id) {
+  atomic_store(&e->cancelled, false);
+  push_reset(e);
+  return NULL;
+}
+
+static wt_status *grpc_finish_update(wt_engine *e) {
+  push_reset(e);
+  return NULL;
+}
+
+static void grpc_abort_update(wt_engine *e) {
+  atomic_store(&e->cancelled, false);
+  push_reset(e);
+}
+
+static void grpc_cancel(wt_engine *e) {
+  atomic_store(&e->cancelled, true);
+}
+
+static void grpc_destroy(wt_engine *e) {
+  if (e == NULL) return;
+  push_reset(e);
+  free(e);
+}
+
+/* Marks complete every tensor of the current bucket that ends at or before
+ * the current offset without needing a byte (zero-size tensors), and moves
+ * past finished buckets (including buckets of zero bytes). */
+static void settle(wt_engine *e) {
+  const wt_pack_plan *p = e->plan;
+  for (;;) {
+    while (e->next < e->n && p->tensor_bucket[e->next] == e->bucket &&
+           p->tensor_offset[e->next] <= e->offset &&
+           wt_param_store_meta(e->ctx.store, e->index[e->next])->nbytes == 0) {
+      wt_param_store_stage(e->ctx.store, e->index[e->next]);
+      wt_param_store_staged(e->ctx.store, e->index[e->next]);
+      e->next++;
+    }
+    if (e->bucket < p->nbuckets && e->offset == p->buckets[e->bucket].nbytes) {
+      e->bucket++;
+      e->offset = 0;
+      continue;
+    }
+    return;
+  }
+}
+
+static wt_status *grpc_push_begin(wt_engine *e, const wt_update *u) {
+  wt_status *st = NULL;
+  push_reset(e);
+  if (!u->packed)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "update_info.packed is false; PushWeights carries packed buckets "
+            "(set packed = true)");
+  uint64_t buffer =
+      u->packed_buffer_bytes ? u->packed_buffer_bytes : e->packed_buffer_bytes;
+  WT_CHECK(wt_pack_plan_build(u->nbytes, u->n, buffer, &e->plan));
+  e->index = malloc((u->n ? u->n : 1) * sizeof(*e->index));
+  if (e->index == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "grpc engine: out of memory for %zu tensors",
+            u->n);
+  if (u->n) memcpy(e->index, u->index, u->n * sizeof(*e->index));
+  e->n = u->n;
+  e->pushing = true;
+  settle(e);
+out:
+  if (st != NULL) push_reset(e);
+  return st;
+}
+
+/* Copies n bytes that belong at `pos` of the current bucket into the
+ * staging buffers of the tensors there, marking tensors complete as their
+ * last byte lands. The caller checked order and bounds. */
+static void copy_in(wt_engine *e, uint64_t pos, const unsigned char *src,
+                    size_t left) {
+  const wt_pack_plan *p = e->plan;
+  while (left > 0) {
+    /* In order and in bounds, so tensor `next` covers `pos`. */
+    size_t k = e->next;
+    size_t idx = e->index[k];
+    uint64_t t_off = p->tensor_offset[k];
+    uint64_t t_end = t_off + wt_param_store_meta(e->ctx.store, idx)->nbytes;
+    if (pos == t_end) { /* a zero-size tensor between two others */
+      wt_param_store_stage(e->ctx.store, idx);
+      wt_param_store_staged(e->ctx.store, idx);
+      e->next++;
+      continue;
+    }
+    if (e->dst == NULL) e->dst = wt_param_store_stage(e->ctx.store, idx);
+    uint64_t take = t_end - pos < left ? t_end - pos : left;
+    memcpy(e->dst + (pos - t_off), src, (size_t)take);
+    src += take;
+    pos += take;
+    left -= (size_t)take;
+    if (pos == t_end) {
+      wt_param_store_staged(e->ctx.store, idx);
+      e->dst = NULL;
+      e->next++;
+    }
+  }
+}
+
+static wt_status *grpc_push_chunk(wt_engine *e, uint32_t bucket,
+                                  uint64_t offset, const struct iovec *iov,
+                                  size_t iovcnt) {
+  const wt_pack_plan *p = e->plan;
+  size_t len = 0;
+  for (size_t i = 0; i < iovcnt; i++) len += iov[i].iov_len;
+  if (!e->pushing)
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "bucket %" PRIu32 " offset %" PRIu64
+                         ": no push is in progress on worker %u",
+                         bucket, offset, e->ctx.rank);
+  if (atomic_load(&e->cancelled))
+    return wt_status_new(WT_CANCELLED,
+                         "bucket %" PRIu32 " offset %" PRIu64
+                         ": the round was cancelled on worker %u",
+                         bucket, offset, e->ctx.rank);
+  if (bucket >= p->nbuckets)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "bucket %" PRIu32 " offset %" PRIu64
+                         ": the plan has %zu buckets (0..%zu)",
+                         bucket, offset, p->nbuckets,
+                         p->nbuckets ? p->nbuckets - 1 : 0);
+  if (len == 0)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "bucket %" PRIu32 " offset %" PRIu64
+                         ": chunk carries no data",
+                         bucket, offset);
+  if (len > e->chunk_limit)
+    return wt_status_new(
+        WT_INVALID_ARGUMENT,
+        "bucket %" PRIu32 " offset %" PRIu64
+        ": chunk of %zu bytes exceeds the chunk size of %" PRIu64 " bytes",
+        bucket, offset, len, e->chunk_limit);
+  if (bucket != e->bucket || offset != e->offset)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "bucket %" PRIu32 " offset %" PRIu64
+                         ": out of order; expected bucket %zu offset %" PRIu64,
+                         bucket, offset, e->bucket, e->offset);
+  uint64_t size = p->buckets[bucket].nbytes;
+  if (len > size - offset)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "bucket %" PRIu32 " offset %" PRIu64
+                         ": %zu bytes run past the bucket's end (%" PRIu64
+                         " bytes)",
+                         bucket, offset, len, size);
+
+  uint64_t pos = offset;
+  for (size_t i = 0; i < iovcnt; i++) {
+    copy_in(e, pos, iov[i].iov_base, iov[i].iov_len);
+    pos += iov[i].iov_len;
+  }
+  e->offset = pos;
+  e->bytes += len;
+  settle(e);
+  return NULL;
+}
+
+static wt_status *grpc_push_end(wt_engine *e, bool stream_ended,
+                                wt_receive_stats *stats) {
+  wt_status *st = NULL;
+  if (!e->pushing) {
+    push_reset(e);
+    return NULL;
+  }
+  if (stats != NULL) {
+    stats->tensors = e->next;
+    stats->bytes = e->bytes;
+  }
+  if (e->bucket < e->plan->nbuckets)
+    st = wt_status_new(
+        WT_DATA_LOSS, "stream %s after %" PRIu64 " of %" PRIu64 " bytes",
+        stream_ended ? "ended" : "broke", e->bytes, e->plan->total_bytes);
+  push_reset(e);
+  return st;
+}
+
+const wt_engine_ops wt_grpc_engine_ops = {
+    .header = {.abi_version = WT_ENGINE_ABI_VERSION, .name = "grpc"},
+    .create = grpc_create,
+    .init_transfer = grpc_init_transfer,
+    .start_update = grpc_start_update,
+    .receive = NULL,
+    .finish_update = grpc_finish_update,
+    .abort_update = grpc_abort_update,
+    .cancel = grpc_cancel,
+    .destroy = grpc_destroy,
+    .push_begin = grpc_push_begin,
+    .push_chunk = grpc_push_chunk,
+    .push_end = grpc_push_end,
+};

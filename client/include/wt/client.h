@@ -1,0 +1,213 @@
+/* wt/client.h: the sync client, a trainer's handle on one or many servers.
+ *
+ * The role of vLLM's VLLMWeightSyncClient. A client holds one channel per
+ * server target ("host:port"). The calls of a round (init, start, update,
+ * finish, abort) are fanned out to every server, in parallel (each server's
+ * call is started before any is waited for); the inspection calls (info,
+ * parameters, version, watch, checksums) address one server by index.
+ *
+ * Ranks: the trainer is rank 0; the world is 1 + the sum of every server's
+ * GetWorldSize; server k's first worker is rank `rank_offset(k)`, i.e. 1 +
+ * the world sizes of the servers before it. init_transfer writes both into
+ * the init info of the backends that rendezvous (ucx, nccl).
+ *
+ * Errors: every error names the server it came from ("127.0.0.1:50051
+ * /wt.v1.WeightTransfer/StartWeightUpdate: FAILED_PRECONDITION: ..."). When
+ * servers fail in one fan-out, the first in target order is returned and the
+ * others are logged.
+ *
+ * Deadlines: every call has one. Control calls use `timeout_ms`; the calls
+ * that move or digest data (PushWeights, UpdateWeights, ChecksumWeights) use
+ * `data_timeout_ms`.
+ *
+ * A client is used from one thread at a time (a trainer's control loop);
+ * trainer engines it creates may use its channels from their own threads
+ * during wt_sync_client_update.
+ */
+#ifndef WT_CLIENT_H
+#define WT_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wt/checksum.h"
+#include "wt/rpc.h"
+#include "wt/source.h"
+#include "wt/status.h"
+#include "wt/tensor.h"
+#include "wt/v1/wt.pb-c.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Deadline of control calls when the options say 0. */
+#define WT_CLIENT_DEFAULT_TIMEOUT_MS 30000
+/* Deadline of data calls when the options say 0: long, since a round of a
+ * large model over a slow link takes minutes; the server's round timeout
+ * catches a trainer that went quiet much earlier. */
+#define WT_CLIENT_DEFAULT_DATA_TIMEOUT_MS (30 * 60 * 1000)
+
+typedef struct wt_sync_client wt_sync_client;
+typedef struct wt_trainer wt_trainer;
+
+/* Zero (or a NULL options pointer) means the default for every field. */
+typedef struct wt_client_options {
+  int64_t timeout_ms;      /* control calls; default 30 s */
+  int64_t data_timeout_ms; /* push, update, checksum; default 30 min */
+} wt_client_options;
+
+/* Progress of a transfer, reported by trainer engines. */
+typedef struct wt_progress {
+  uint64_t tensors_done;
+  uint64_t tensors_total;
+  uint64_t bytes_done;
+  uint64_t bytes_total;
+} wt_progress;
+
+/* Called on the thread running the update, at least once at the end with
+ * done == total. Must not call back into the client. */
+typedef void (*wt_progress_fn)(const wt_progress *progress, void *user);
+
+/* Connects to `targets[0..n)` (n >= 1, "host:port", no duplicates). Channels
+ * connect lazily: an absent server shows up on the first call. `opts` may be
+ * NULL; strings are copied. The caller owns *out (wt_sync_client_destroy()).
+ */
+wt_status *wt_sync_client_new(const char *const *targets, size_t n,
+                              const wt_client_options *opts,
+                              wt_sync_client **out);
+
+/* Closes every channel. A round still open is left to the servers' round
+ * timeout (call wt_sync_client_abort first to end it at once). NULL is
+ * ignored. */
+void wt_sync_client_destroy(wt_sync_client *c);
+
+size_t wt_sync_client_server_count(const wt_sync_client *c);
+/* Target of server k as given; owned by the client. */
+const char *wt_sync_client_target(const wt_sync_client *c, size_t k);
+
+/* --- inspection (one server) ------------------------------------------- */
+
+/* The caller owns *info and frees it with wt_pb_free(). */
+wt_status *wt_sync_client_server_info(wt_sync_client *c, size_t k,
+                                      Wt__V1__ServerInfo **info);
+
+/* Asks every server for its world size (in parallel) and sets *world_size to
+ * 1 + their sum; remembers each server's rank offset. */
+wt_status *wt_sync_client_world_size(wt_sync_client *c, uint32_t *world_size);
+
+/* Rank of server k's first worker, as computed by the last successful
+ * wt_sync_client_world_size (or init_transfer); 0 before. */
+uint32_t wt_sync_client_rank_offset(const wt_sync_client *c, size_t k);
+/* Server k's own world size, as last asked; 0 before. */
+uint32_t wt_sync_client_server_world_size(const wt_sync_client *c, size_t k);
+
+/* Every parameter of server k whose name starts with `prefix` (NULL or "":
+ * all), in the server's order, following pages. The caller owns *metas and
+ * frees it with wt_tensor_meta_array_free(*metas, *n). */
+wt_status *wt_sync_client_list_parameters(wt_sync_client *c, size_t k,
+                                          const char *prefix,
+                                          wt_tensor_meta **metas, size_t *n);
+
+/* A committed version as a server reports it. */
+typedef struct wt_weight_version {
+  char *version; /* "" before the first commit; owned by the struct */
+  uint64_t sequence;
+  int64_t committed_unix_ms;
+} wt_weight_version;
+
+/* Frees v->version and zeroes *v. NULL is ignored. */
+void wt_weight_version_clear(wt_weight_version *v);
+
+/* The caller clears *out with wt_weight_version_clear(). */
+wt_status *wt_sync_client_get_version(wt_sync_client *c, size_t k,
+                                      wt_weight_version *out);
+
+/* Called for each version a watch receives (the committed one first, if
+ * any); the version is borrowed for the call. Return false to stop. */
+typedef bool (*wt_version_fn)(const wt_weight_version *v, void *user);
+
+/* Streams server k's versions to `fn` until it returns false (then returns
+ * NULL), the server ends the stream, or `deadline_ms` passes
+ * (WT_RPC_NO_DEADLINE: never). */
+wt_status *wt_sync_client_watch(wt_sync_client *c, size_t k,
+                                int64_t deadline_ms, wt_version_fn fn,
+                                void *user);
+
+/* One parameter's digest as a server reports it. */
+typedef struct wt_param_checksum {
+  char *name;
+  char digest[WT_DIGEST_HEX_MAX];
+  uint32_t worker;
+} wt_param_checksum;
+
+/* Digests of server k's committed bytes for `names[0..n)` (n == 0: every
+ * parameter, in model order) with `alg`, on every worker when `all_workers`
+ * (else worker 0). The caller frees *out with wt_param_checksums_free(). */
+wt_status *wt_sync_client_checksums(wt_sync_client *c, size_t k,
+                                    const char *const *names, size_t n,
+                                    wt_hash_alg alg, bool all_workers,
+                                    wt_param_checksum **out, size_t *nout);
+void wt_param_checksums_free(wt_param_checksum *sums, size_t n);
+
+/* --- rounds (every server) ----------------------------------------------- */
+
+/* Initialises the transfer engine `info->backend` (or the oneof's backend)
+ * on every server and, when `trainer` is not NULL, creates the matching
+ * trainer engine from the trainer registry (wt/trainer.h) with `source`
+ * (borrowed, may be NULL). Steps: world size and rank offsets; the trainer's
+ * trainer_init; per server a copy of `info` with rank_offset/world_size set
+ * for ucx/nccl and the trainer's server_init_info applied; every server's
+ * InitWeightTransferEngine started; the trainer's connect (a rendezvous)
+ * while they are pending; then every answer. `info` stays the caller's. A
+ * backend not in the registry is NOT_FOUND listing the names, before any
+ * server is called. The caller owns *trainer (wt_trainer_destroy()). */
+wt_status *wt_sync_client_init_transfer(
+    wt_sync_client *c, const Wt__V1__WeightTransferInitInfo *info,
+    wt_source *source, wt_trainer **trainer);
+
+/* Starts a round on every server and remembers each one's round id, which
+ * every later call of the round carries. If some servers fail, the round is
+ * aborted on the others. */
+wt_status *wt_sync_client_start(wt_sync_client *c);
+
+/* Round id of server k in the round in progress; 0 when none. */
+uint64_t wt_sync_client_round_id(const wt_sync_client *c, size_t k);
+
+/* Sends one round's worth of `source` (NULL: the trainer's own) through
+ * `trainer`. The source is validated first (wt_source_validate), before any
+ * byte moves. For a backend that needs UpdateWeights, the client starts
+ * UpdateWeights on every server (asynchronous form), runs the trainer's
+ * send_weights while they are pending, then waits for them; for `grpc`,
+ * send_weights alone pushes through PushWeights. `progress` may be NULL.
+ * On any failure the round is aborted on every server and the error names
+ * the server at fault. */
+wt_status *wt_sync_client_update(wt_sync_client *c, wt_trainer *trainer,
+                                 wt_source *source, wt_progress_fn progress,
+                                 void *user);
+
+/* Commits the round on every server as `weight_version` (non-empty, else
+ * INVALID_ARGUMENT naming weight_version before any call). */
+wt_status *wt_sync_client_finish(wt_sync_client *c, const char *weight_version);
+
+/* Drops the round, best effort: every server is asked even when some fail,
+ * and the first failure is returned. With a round of this client in
+ * progress, the servers where it runs are asked to drop exactly that round
+ * (its round ids); with none, every server drops its current round (round
+ * id 0), whoever started it. `reason` may be NULL. */
+wt_status *wt_sync_client_abort(wt_sync_client *c, const char *reason);
+
+/* --- for trainer engines ------------------------------------------------- */
+
+/* Server k's channel; owned by the client. */
+wt_rpc_channel *wt_sync_client_channel(wt_sync_client *c, size_t k);
+/* Effective deadlines in milliseconds. */
+int64_t wt_sync_client_timeout_ms(const wt_sync_client *c);
+int64_t wt_sync_client_data_timeout_ms(const wt_sync_client *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WT_CLIENT_H */

@@ -1,0 +1,169 @@
+/* wt/trainer.h: trainer engines, the sending half of a backend.
+ *
+ * A trainer engine is created for one backend by the sync client's
+ * init_transfer (wt/client.h) from the trainer-engine registry, and sends one
+ * round of a weight source per wt_sync_client_update. Backends register a
+ * table of functions (wt_trainer_ops) under their name, directly or lazily
+ * from a shared object (wt/registry.h); all built-ins are registered in one
+ * place, trainer_registry.c. Today that is `grpc` alone.
+ *
+ * How the table serves each kind of backend:
+ *
+ *  - `grpc` moves bytes through the control channel itself: its send_weights
+ *    opens a PushWeights stream to every server and the update is done when
+ *    every stream is. No UpdateWeights call.
+ *
+ *  - `ucx`, `nccl`, `ipc` (later) move bytes outside the control channel and
+ *    set WT_TRAINER_NEEDS_UPDATE_WEIGHTS. For them the client starts an
+ *    UpdateWeights on every server with the asynchronous unary form of the
+ *    RPC layer (wt_rpc_unary_start), whose update info carries the
+ *    backend's extras (update_info: packed sizes, IPC handles), and runs
+ *    send_weights while those calls are pending: each worker's receive runs
+ *    while the trainer sends. If a server's UpdateWeights ends with an error
+ *    while send_weights still runs, the client calls `cancel` from another
+ *    thread so that send_weights stops waiting for that peer; when
+ *    send_weights fails, the pending calls are cancelled. Either way the
+ *    round is then aborted on every server.
+ *
+ *  - Rendezvous (NCCL's unique id, UCX's listener): trainer_init creates what
+ *    the workers need (e.g. the ncclUniqueId), server_init_info writes it into
+ *    each server's init info (the client has already set world_size and
+ *    rank_offset there), and connect joins the group (ncclCommInitRank as
+ *    rank 0) while every server's InitWeightTransferEngine is pending.
+ *
+ * Every wait inside a trainer engine has a deadline (the client's
+ * wt_sync_client_data_timeout_ms, or the init info's timeout_ms).
+ */
+#ifndef WT_TRAINER_H
+#define WT_TRAINER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "wt/client.h"
+#include "wt/registry.h"
+#include "wt/source.h"
+#include "wt/status.h"
+#include "wt/v1/wt.pb-c.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Version of wt_trainer_ops; a table that says otherwise is refused. */
+#define WT_TRAINER_ABI_VERSION 1u
+
+/* wt_trainer_ops.flags */
+enum {
+  /* The backend moves data while UpdateWeights is pending on every server. */
+  WT_TRAINER_NEEDS_UPDATE_WEIGHTS = 1u << 0,
+};
+
+/* What trainer_init receives; everything is borrowed for the trainer's
+ * lifetime (the client and source outlive the trainer). */
+typedef struct wt_trainer_init_args {
+  const Wt__V1__WeightTransferInitInfo *init_info;
+  wt_sync_client *client;
+  wt_source *source; /* may be NULL: the client passes one per update */
+} wt_trainer_init_args;
+
+/* A backend's trainer-side table. `self` is the engine's own state, made by
+ * trainer_init and released by destroy. Optional entries may be NULL. */
+typedef struct wt_trainer_ops {
+  wt_ops_header header; /* abi_version WT_TRAINER_ABI_VERSION, name */
+  uint32_t flags;       /* WT_TRAINER_* */
+
+  /* Creates the engine: checks the init info's backend extras and prepares
+   * (for NCCL, creates the unique id). Calls no server. */
+  wt_status *(*trainer_init)(const wt_trainer_init_args *args, void **self);
+
+  /* Optional: adds this backend's extras to server k's copy of the init
+   * info (memory it points to belongs to `self` and must stay valid until
+   * the next call or destroy). */
+  wt_status *(*server_init_info)(void *self, size_t k,
+                                 Wt__V1__WeightTransferInitInfo *info);
+
+  /* Optional: joins the workers while every server's
+   * InitWeightTransferEngine is pending. */
+  wt_status *(*connect)(void *self);
+
+  /* Optional, for WT_TRAINER_NEEDS_UPDATE_WEIGHTS: adds the backend's
+   * extras to server k's update info (names, dtype_names, shapes and packed
+   * are already set from the source's metadata); memory as in
+   * server_init_info, valid until send_weights returns. */
+  wt_status *(*update_info)(void *self, wt_source *source, size_t k,
+                            Wt__V1__WeightTransferUpdateInfo *info);
+
+  /* Sends one round of `source` (already validated and rewound) to every
+   * server of the client, reporting through `progress` (may be NULL). An
+   * error names the server at fault. */
+  wt_status *(*send_weights)(void *self, wt_source *source,
+                             wt_progress_fn progress, void *user);
+
+  /* Optional: makes a running send_weights return soon with CANCELLED.
+   * Thread-safe; called from another thread. */
+  void (*cancel)(void *self);
+
+  /* Releases `self`. */
+  void (*destroy)(void *self);
+} wt_trainer_ops;
+
+/* Sets *out to the process's trainer-engine registry, created on first use
+ * (pthread_once) with the built-ins registered. Owned by the library; lives
+ * until exit. Fails only when creating it failed, and then every time. */
+wt_status *wt_trainer_registry(wt_registry **out);
+
+/* Registers a backend's table (borrowed; must outlive the process) or a lazy
+ * one; see wt_registry_register(_lazy). */
+wt_status *wt_trainer_register(const char *name, const wt_trainer_ops *ops);
+wt_status *wt_trainer_register_lazy(const char *name, const char *shared_object,
+                                    const char *symbol);
+
+/* The table registered under `name`; NOT_FOUND lists the names. */
+wt_status *wt_trainer_lookup(const char *name, const wt_trainer_ops **ops);
+
+/* The registered names joined by ", "; the caller frees *out. */
+wt_status *wt_trainer_names(char **out);
+
+/* Creates a trainer engine of backend `name` (trainer_init). Usually called
+ * by wt_sync_client_init_transfer. The caller owns *out. */
+wt_status *wt_trainer_create(const char *name, const wt_trainer_init_args *args,
+                             wt_trainer **out);
+
+/* Releases the engine. NULL is ignored. */
+void wt_trainer_destroy(wt_trainer *t);
+
+/* The engine's table, backend name (owned by the table) and source given at
+ * init (may be NULL). */
+const wt_trainer_ops *wt_trainer_get_ops(const wt_trainer *t);
+void *wt_trainer_self(const wt_trainer *t);
+const char *wt_trainer_backend(const wt_trainer *t);
+wt_source *wt_trainer_source(const wt_trainer *t);
+bool wt_trainer_needs_update_weights(const wt_trainer *t);
+
+/* The lists of an update info (names, dtype_names, shapes) for a source's
+ * metadata, shared by every backend that states an update. The strings and
+ * dims point into the source's metadata (valid while the source lives); the
+ * arrays are owned by the struct and released with wt_update_lists_free(). */
+typedef struct wt_update_lists {
+  size_t n;
+  char **names;
+  char **dtype_names;
+  Wt__V1__Shape *shapes;
+  Wt__V1__Shape **shape_ptrs;
+} wt_update_lists;
+
+wt_status *wt_update_lists_build(const wt_source *source, wt_update_lists *l);
+void wt_update_lists_free(wt_update_lists *l);
+/* Points `info`'s names, dtype_names and shapes at `l` and sets packed. */
+void wt_update_lists_apply(const wt_update_lists *l,
+                           Wt__V1__WeightTransferUpdateInfo *info);
+
+/* The `grpc` backend's table (client/src/trainers/grpc_trainer.c). */
+extern const wt_trainer_ops wt_grpc_trainer_ops;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WT_TRAINER_H */

@@ -1,0 +1,222 @@
+/* wt/engine.h: the worker-engine table, one per backend.
+ *
+ * A worker engine is a backend's receiving side on one worker: it takes the
+ * bytes the trainer sends and writes them into the worker's param store, in
+ * the staging buffers the store hands out (wt/param_store.h). The worker
+ * (wt/worker.h) owns the round: it commits or aborts the store around the
+ * engine's calls, so an engine never decides what readers see.
+ *
+ * Lifetime of one engine, all calls from the worker unless said otherwise:
+ *
+ *   create -> init_transfer -> { start_update -> (receive | push_*)* ->
+ *             finish_update | abort_update }* -> destroy
+ *
+ * The table is built for every backend, not only `grpc`:
+ *  - each backend reads its own extras from the protobuf messages it is
+ *    given: the init info's `backend_init` oneof (grpc, ucx, nccl, ipc),
+ *    timeout and options map at create/init_transfer, and the update info's
+ *    `backend_update` oneof (packed sizes, IPC handles) at receive. Nothing
+ *    backend-specific is in this header;
+ *  - init_transfer may block (an NCCL communicator, a UCX connection): the
+ *    server calls it on every worker at once, each on its own thread, because
+ *    a collective rendezvous needs every rank inside it together. It reports
+ *    where the worker listens, if it does (UCX: workers listen and the
+ *    trainer connects), through a wt_engine_endpoint;
+ *  - receive runs while the trainer sends: the trainer's UpdateWeights is
+ *    pending (the client's asynchronous unary call) and its data moves
+ *    outside the control channel. The server calls receive on every worker at
+ *    once, each on its own thread, and answers UpdateWeights when all
+ *    returned. Every wait inside has the context's deadline;
+ *  - cancel is the one call made from another thread, at any time, while
+ *    receive or init_transfer may be blocked: it must make them return
+ *    promptly (CANCELLED or ABORTED) and may only signal (set a flag, wake a
+ *    condition, abort a communicator). The server cancels when a round is
+ *    aborted, times out, or the server shuts down. A cancel stays in effect
+ *    until the next start_update or abort_update;
+ *  - the stream ops (push_begin, push_chunk, push_end) exist for backends
+ *    whose bytes arrive inside the control channel (`grpc`: PushWeights).
+ *    They are called directly on the thread that reads the stream, one
+ *    worker after another for every chunk, so they must not block; the
+ *    server calls them for one push at a time per engine. A backend without
+ *    them sets all three to NULL; a backend without receive sets it to NULL
+ *    and UpdateWeights then answers FAILED_PRECONDITION.
+ *
+ * Calls other than cancel are never concurrent on one engine; different
+ * workers' engines run in parallel.
+ *
+ * Registration: a table starts with wt_ops_header {WT_ENGINE_ABI_VERSION,
+ * name} and is registered in the worker-engine registry
+ * (wt_engine_registry(), built-ins in engine_registry.c; GPU backends lazily
+ * as shared objects exporting the table under a symbol).
+ */
+#ifndef WT_ENGINE_H
+#define WT_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "wt/packing.h"
+#include "wt/param_store.h"
+#include "wt/registry.h"
+#include "wt/status.h"
+#include "wt/v1/wt.pb-c.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped whenever wt_engine_ops, wt_worker_ctx, wt_update or
+ * wt_engine_endpoint change layout or meaning. */
+#define WT_ENGINE_ABI_VERSION 1u
+
+/* A backend's engine state; each backend defines its own struct. */
+typedef struct wt_engine wt_engine;
+
+/* What a worker lends its engine; borrowed, valid until destroy. */
+typedef struct wt_worker_ctx {
+  uint32_t rank;         /* worker within this server, 0..num_workers-1 */
+  uint32_t num_workers;  /* workers on this server */
+  const char *device;    /* "cpu", "cuda:0", ... */
+  wt_param_store *store; /* where received bytes go (staging buffers) */
+  /* Deadline of each wait (a bucket, a connection) in ms: the init info's
+   * timeout_ms, or the server's default when that is 0. */
+  uint32_t timeout_ms;
+  /* Host the server listens on: the address a listening engine binds to and
+   * reports (loopback unless the server was told otherwise). */
+  const char *host;
+  /* Largest message the control channel accepts, in bytes: a bound for what
+   * a stream op may be sent in one chunk. */
+  uint64_t max_message_bytes;
+} wt_worker_ctx;
+
+/* What init_transfer tells the trainer about this worker (the init
+ * response's WorkerEndpoint). Zeroed by the caller; an engine that does not
+ * listen leaves it so. `worker_address` is malloc'd by the engine and freed
+ * by the caller with free(). */
+typedef struct wt_engine_endpoint {
+  char address[256];
+  uint32_t port;
+  unsigned char *worker_address; /* e.g. a packed ucp worker address */
+  size_t worker_address_len;
+} wt_engine_endpoint;
+
+/* One validated update: every name exists in the model, dtypes and shapes
+ * equal the model's, no duplicates. Borrowed for the call only (receive,
+ * push_begin): an engine keeps a copy of what it needs later. */
+typedef struct wt_update {
+  uint64_t round_id;
+  size_t n;               /* tensors, in the sender's order */
+  const size_t *index;    /* index[k]: tensor k's index in the store */
+  const uint64_t *nbytes; /* nbytes[k]: its size */
+  uint64_t total_bytes;
+  /* Packed updates: the engine builds the bucket plan from nbytes[] and
+   * packed_buffer_bytes (wt_pack_plan_build), the same plan the sender
+   * computed; 0 means the engine's own value from the init info. */
+  bool packed;
+  uint64_t packed_buffer_bytes;
+  /* The request's update info: the backend's own extras. */
+  const Wt__V1__WeightTransferUpdateInfo *info;
+} wt_update;
+
+/* What a receive or a push moved. */
+typedef struct wt_receive_stats {
+  uint64_t tensors;
+  uint64_t bytes;
+} wt_receive_stats;
+
+typedef struct wt_engine_ops {
+  wt_ops_header header; /* {WT_ENGINE_ABI_VERSION, "<backend>"} */
+
+  /* Allocates the engine for the worker `ctx` from the init info (checks the
+   * backend's own fields: INVALID_ARGUMENT naming the field). No network
+   * activity. The worker owns *out and releases it with destroy. */
+  wt_status *(*create)(const Wt__V1__WeightTransferInitInfo *init,
+                       const wt_worker_ctx *ctx, wt_engine **out);
+
+  /* Joins the trainer's transfer (connect, rendezvous); may block up to the
+   * context's deadline; cancel unblocks it. Fills `endpoint` when the
+   * worker listens. */
+  wt_status *(*init_transfer)(wt_engine *e,
+                              const Wt__V1__WeightTransferInitInfo *init,
+                              wt_engine_endpoint *endpoint);
+
+  /* A round begins; the store's round has begun already. */
+  wt_status *(*start_update)(wt_engine *e, uint64_t round_id);
+
+  /* Receives the tensors of `u` into the store's staging buffers
+   * (wt_param_store_stage, then wt_param_store_staged once a tensor's bytes
+   * all landed). Returns when every byte landed, or with an error when a
+   * wait's deadline passed (DEADLINE_EXCEEDED naming what it waited for) or
+   * cancel was called. NULL in a backend whose data arrives through the
+   * stream ops. */
+  wt_status *(*receive)(wt_engine *e, const wt_update *u,
+                        wt_receive_stats *stats);
+
+  /* The round's data is complete (e.g. wait for in-flight copies); the worker
+   * commits the store afterwards. */
+  wt_status *(*finish_update)(wt_engine *e);
+
+  /* Drops the round (after cancel, if something was blocked); the worker
+   * aborts the store afterwards. Never fails. */
+  void (*abort_update)(wt_engine *e);
+
+  /* From any thread, at any time: make a blocked init_transfer or receive
+   * return promptly. Only signals. */
+  void (*cancel)(wt_engine *e);
+
+  /* Releases everything. NULL is ignored. */
+  void (*destroy)(wt_engine *e);
+
+  /* --- stream ops (optional; all three or none) --------------------------- */
+
+  /* A push of `u` begins. Checks what only the backend knows (e.g. that the
+   * update is packed), INVALID_ARGUMENT naming the field. */
+  wt_status *(*push_begin)(wt_engine *e, const wt_update *u);
+
+  /* One chunk: the bytes of iov[0..iovcnt), in that order, at `offset` of
+   * bucket `bucket`. Checks order, size and bounds of the whole chunk
+   * (INVALID_ARGUMENT naming bucket and offset), then writes it straight
+   * into the staging buffers of the tensors it covers. The pieces are the
+   * received message's own buffers (a chunk arrives in several), borrowed
+   * for the call, so a chunk is copied once, into the store. */
+  wt_status *(*push_chunk)(wt_engine *e, uint32_t bucket, uint64_t offset,
+                           const struct iovec *iov, size_t iovcnt);
+
+  /* Ends the push. `stream_ended` is true when the sender half-closed the
+   * stream (false: it broke); either way the push is over. DATA_LOSS
+   * "stream ended after X of Y bytes" when bytes are missing. */
+  wt_status *(*push_end)(wt_engine *e, bool stream_ended,
+                         wt_receive_stats *stats);
+} wt_engine_ops;
+
+/* The process's worker-engine registry, created (with every built-in
+ * backend registered) on first use; thread-safe. It lives until the process
+ * exits. */
+wt_status *wt_engine_registry(wt_registry **out);
+
+/* Registers every built-in backend in `reg` (a registry created with
+ * WT_ENGINE_ABI_VERSION): how wt_engine_registry() fills itself, and how an
+ * embedder builds a registry of its own with extra backends
+ * (wt_server_options.engine_registry). */
+wt_status *wt_engine_register_builtins(wt_registry *reg);
+
+/* The ops of `backend` in `reg` (NULL: the process's registry); NOT_FOUND
+ * listing the registered backends when unknown. The table stays valid as
+ * long as the registry. */
+wt_status *wt_engine_lookup(wt_registry *reg, const char *backend,
+                            const wt_engine_ops **ops);
+
+/* The backend names of `reg` (NULL: the process's registry) joined by ", ";
+ * the caller frees *out. */
+wt_status *wt_engine_names(wt_registry *reg, char **out);
+
+/* The built-in backends' tables (engine_registry.c registers them). */
+extern const wt_engine_ops wt_grpc_engine_ops;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WT_ENGINE_H */

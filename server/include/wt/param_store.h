@@ -1,0 +1,159 @@
+/* wt/param_store.h: the parameters one worker holds, in host memory, and the
+ * staging of a round's new bytes.
+ *
+ * A store has a fixed list of tensors (name, dtype, shape), set when it is
+ * created and never changed: a round replaces bytes, not layout. Memory is one
+ * anonymous mapping per buffer set, each tensor 64-byte aligned in it, all
+ * faulted in at creation (huge pages where the kernel allows), so that a
+ * round copies at memory speed from the first one and a host short of
+ * memory fails at start rather than in the middle of a round.
+ *
+ * Staging decides what readers see while a round runs:
+ *  - shadow: every tensor has two buffers, the live one and a spare. A round
+ *    writes the spare of each tensor it touches; commit flips the touched
+ *    tensors under the write lock, so readers see either the old or the new
+ *    version of the round's tensors, never a mix; abort forgets the touched
+ *    set (no copy: the live bytes were never written). Twice the memory.
+ *  - inplace: a round writes the live buffers. From the first byte written
+ *    until a commit, the store is incomplete (wt_param_store_complete() is
+ *    false) and readers may see torn bytes. After an abort it stays
+ *    incomplete until a later round rewrote and committed every tensor that
+ *    the aborted round touched.
+ *
+ * Threads: the round functions (begin, stage, staged, check, commit, abort)
+ * are called by one writer at a time, which the caller serialises. Readers
+ * bracket their reads with wt_param_store_read_lock/_unlock (a read lock that
+ * only a commit's flip takes exclusively, so a reader never waits for a round
+ * to send its bytes, only for a flip) and may run on any thread.
+ */
+#ifndef WT_PARAM_STORE_H
+#define WT_PARAM_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wt/checksum.h"
+#include "wt/safetensors.h"
+#include "wt/status.h"
+#include "wt/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum wt_staging {
+  WT_STAGING_SHADOW = 0,
+  WT_STAGING_INPLACE = 1,
+} wt_staging;
+
+/* "shadow", "inplace". Static; NULL outside the enum. */
+const char *wt_staging_name(wt_staging staging);
+/* Parses "shadow" / "inplace". Unknown: INVALID_ARGUMENT naming the string
+ * and the choices. */
+wt_status *wt_staging_parse(const char *name, wt_staging *out);
+
+typedef struct wt_param_store wt_param_store;
+
+/* A store for `metas[0..n)` (copied; names must be unique, else
+ * INVALID_ARGUMENT naming the duplicate) with every byte zero. The caller
+ * owns *out and releases it with wt_param_store_destroy(). */
+wt_status *wt_param_store_new(const wt_tensor_meta *metas, size_t n,
+                              wt_staging staging, wt_param_store **out);
+
+/* A store holding synthetic layout `layout` filled for `seed`
+ * (wt/synthetic.h). */
+wt_status *wt_param_store_from_synthetic(const char *layout, uint64_t seed,
+                                         wt_staging staging,
+                                         wt_param_store **out);
+
+/* A store holding a copy of every tensor of `ck`, in the checkpoint's order;
+ * `ck` may be closed afterwards. */
+wt_status *wt_param_store_from_checkpoint(const wt_checkpoint *ck,
+                                          wt_staging staging,
+                                          wt_param_store **out);
+
+/* Frees the store and its buffers. NULL is ignored. No round function and no
+ * reader may be running. */
+void wt_param_store_destroy(wt_param_store *s);
+
+/* --- layout (immutable; any thread) --------------------------------------- */
+
+size_t wt_param_store_count(const wt_param_store *s);
+/* Metadata of tensor `i` (< count), owned by the store. */
+const wt_tensor_meta *wt_param_store_meta(const wt_param_store *s, size_t i);
+/* Sum of every tensor's nbytes (one version; shadow holds twice this). */
+uint64_t wt_param_store_total_bytes(const wt_param_store *s);
+wt_staging wt_param_store_staging(const wt_param_store *s);
+/* Index of `name` in *idx, or NOT_FOUND "parameter 'x' is not in the model". */
+wt_status *wt_param_store_find(const wt_param_store *s, const char *name,
+                               size_t *idx);
+
+/* --- a round (one writer at a time) -------------------------------------- */
+
+/* Starts a round: forgets anything staged by an earlier round that neither
+ * committed nor aborted. */
+void wt_param_store_begin(wt_param_store *s);
+
+/* The buffer a round writes tensor `i`'s nbytes into: the spare (shadow) or
+ * the live buffer (inplace). Marks the tensor as being written (partial)
+ * until wt_param_store_staged(), even when it was staged earlier in this
+ * round, because its bytes are being replaced; inplace, marks the store
+ * incomplete. The pointer is valid until the round commits or aborts. */
+void *wt_param_store_stage(wt_param_store *s, size_t i);
+
+/* Records that every byte of tensor `i` landed in its staging buffer. */
+void wt_param_store_staged(wt_param_store *s, size_t i);
+
+/* Counts of the current round: tensors staged (all bytes landed), tensors
+ * partly written, and the staged tensors' bytes. Any pointer may be NULL. */
+void wt_param_store_round_stats(const wt_param_store *s, size_t *staged,
+                                size_t *partial, uint64_t *staged_bytes);
+
+/* FAILED_PRECONDITION naming the first partly written tensor (its bytes are
+ * not all there, so committing would serve a torn tensor); NULL when the
+ * round can commit. Changes nothing. */
+wt_status *wt_param_store_check_commit(const wt_param_store *s);
+
+/* Makes every staged tensor live (shadow: flips them under the write lock)
+ * and ends the round. Partly written tensors are dropped (call
+ * wt_param_store_check_commit() first to refuse them). Inplace, the store is
+ * complete again once no tensor is left dirty by an aborted round. */
+void wt_param_store_commit(wt_param_store *s);
+
+/* Ends the round without changing what readers see (shadow). Inplace, every
+ * tensor the round wrote into stays dirty and the store incomplete. */
+void wt_param_store_abort(wt_param_store *s);
+
+/* --- readers (any thread) ------------------------------------------------ */
+
+/* False while an inplace round is writing, and after an inplace round was
+ * aborted with bytes written (until repaired, see above). Always true for
+ * shadow staging. */
+bool wt_param_store_complete(const wt_param_store *s);
+
+/* A read lock on the committed bytes: between the two calls,
+ * wt_param_store_live() pointers stay valid and their bytes do not change
+ * (shadow staging). */
+void wt_param_store_read_lock(wt_param_store *s);
+void wt_param_store_read_unlock(wt_param_store *s);
+
+/* The committed bytes of tensor `i`; only under the read lock. */
+const void *wt_param_store_live(const wt_param_store *s, size_t i);
+
+/* Copies bytes [offset, offset + len) of tensor `i`'s committed contents
+ * into buf, under the read lock. Out of range: OUT_OF_RANGE naming the
+ * parameter. */
+wt_status *wt_param_store_read(wt_param_store *s, size_t i, uint64_t offset,
+                               void *buf, size_t len);
+
+/* Digest of tensor `i`'s committed bytes; only under the read lock, so that
+ * a caller digesting many tensors sees one version of all of them. */
+wt_status *wt_param_store_digest(wt_param_store *s, size_t i, wt_hash_alg alg,
+                                 char hex[WT_DIGEST_HEX_MAX]);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WT_PARAM_STORE_H */

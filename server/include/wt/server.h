@@ -1,0 +1,84 @@
+/* wt/server.h: a wt server inside any process (wt-server's main is one
+ * caller; tests and the client's tests start one in-process).
+ *
+ * wt_server_start loads the model into every worker's param store, starts
+ * the round watchdog and the gRPC service (wt.v1.WeightTransfer), and returns
+ * once the port is bound. wt_server_stop aborts a running round, lets
+ * in-flight calls end (watch streams end at once), and frees everything.
+ */
+#ifndef WT_SERVER_H
+#define WT_SERVER_H
+
+#include <stdint.h>
+
+#include "wt/param_store.h"
+#include "wt/registry.h"
+#include "wt/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What GetServerInfo reports as server_version. */
+#define WT_SERVER_VERSION "0.1.0"
+
+#define WT_SERVER_DEFAULT_LISTEN "127.0.0.1:50051"
+#define WT_SERVER_DEFAULT_MODEL "synthetic:llama-256m"
+#define WT_SERVER_DEFAULT_ROUND_TIMEOUT_MS 60000u
+#define WT_SERVER_DEFAULT_ENGINE_TIMEOUT_MS 60000u
+#define WT_SERVER_DEFAULT_DRAIN_MS 1000
+
+/* Zero in any field means its default. Strings are copied at start. */
+typedef struct wt_server_options {
+  const char *listen; /* "host:port"; port 0: an ephemeral port */
+  /* A safetensors file, a sharded checkpoint's *.safetensors.index.json, or
+   * "synthetic:NAME" (wt/synthetic.h, filled for seed 0). */
+  const char *model;
+  uint32_t workers;   /* host workers, each with the whole model; 1 */
+  wt_staging staging; /* WT_STAGING_SHADOW (0) or _INPLACE */
+  /* A round idle this long between calls or chunks is aborted; 60 s. */
+  uint32_t round_timeout_ms;
+  /* Deadline of an engine's waits when the init info's timeout_ms is 0;
+   * 60 s. */
+  uint32_t engine_timeout_ms;
+  /* gRPC message limits (wt/rpc.h): 0 the defaults (16 MiB), -1 none. */
+  int max_receive_message_bytes;
+  int max_send_message_bytes;
+  /* How long wt_server_stop lets in-flight calls finish before cancelling
+   * them, in ms; 1 s. */
+  int64_t drain_ms;
+  /* Worker-engine registry to create engines from (borrowed; must outlive
+   * the server). NULL: the process's registry of built-in backends. An
+   * embedder adds its own backends with wt_engine_register_builtins() and
+   * wt_registry_register() on a registry of its own. */
+  wt_registry *engine_registry;
+} wt_server_options;
+
+typedef struct wt_server wt_server;
+
+/* Loads the model, binds and serves. Errors name what failed: the model
+ * ("model 'x': ..."), the address (UNAVAILABLE), an option
+ * (INVALID_ARGUMENT naming it). The caller owns *out and releases it with
+ * wt_server_stop(). */
+wt_status *wt_server_start(const wt_server_options *opts, wt_server **out);
+
+/* The bound port. */
+int wt_server_port(const wt_server *srv);
+
+/* Number of workers. */
+uint32_t wt_server_workers(const wt_server *srv);
+
+/* Worker `rank`'s param store (NULL when out of range), owned by the server,
+ * for reading committed bytes in-process (wt/param_store.h readers). */
+wt_param_store *wt_server_store(wt_server *srv, uint32_t rank);
+
+/* Stops serving: aborts a running round, ends watch streams, gives
+ * in-flight calls drain_ms to finish, cancels the rest, and frees the
+ * server. NULL is ignored. Not from a handler. */
+void wt_server_stop(wt_server *srv);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WT_SERVER_H */

@@ -19,6 +19,8 @@
 #include "wt/client.h"
 #include "wt/pb.h"
 
+#include "tool_format.h"
+
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2
 
@@ -46,21 +48,6 @@ static int fail(wt_status *st) {
   fprintf(stderr, "wt-ctl: %s\n", wt_status_message(st));
   wt_status_free(st);
   return EXIT_FAIL;
-}
-
-static const char *human(uint64_t bytes, char *buf, size_t len) {
-  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)bytes;
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    u++;
-  }
-  if (u == 0)
-    snprintf(buf, len, "%" PRIu64 " B", bytes);
-  else
-    snprintf(buf, len, "%.1f %s", v, units[u]);
-  return buf;
 }
 
 static const char *format_time(int64_t unix_ms, char *buf, size_t len) {
@@ -95,7 +82,7 @@ static int cmd_info(wt_sync_client *c, int argc, char **argv) {
   if (info->model)
     printf("model:        %s: %" PRIu64 " parameters, %s\n", info->model->name,
            info->model->num_parameters,
-           human(info->model->total_bytes, b, sizeof(b)));
+           wt_tool_human_bytes(info->model->total_bytes, b, sizeof(b)));
   printf("version:      %s\n", info->weight_version && *info->weight_version
                                    ? info->weight_version
                                    : "(none committed)");
@@ -139,7 +126,7 @@ static int cmd_params(wt_sync_client *c, int argc, char **argv) {
     total += m[i].nbytes;
   }
   printf("%zu parameters, %" PRIu64 " bytes (%s)\n", n, total,
-         human(total, b, sizeof(b)));
+         wt_tool_human_bytes(total, b, sizeof(b)));
   wt_tensor_meta_array_free(m, n);
   return 0;
 }

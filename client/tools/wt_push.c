@@ -25,6 +25,8 @@
 #include "wt/synthetic.h"
 #include "wt/trainer.h"
 
+#include "tool_format.h"
+
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2
 #define MAX_SERVERS 64
@@ -267,21 +269,6 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static const char *human(uint64_t bytes, char *buf, size_t len) {
-  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)bytes;
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    u++;
-  }
-  if (u == 0)
-    snprintf(buf, len, "%" PRIu64 " B", bytes);
-  else
-    snprintf(buf, len, "%.1f %s", v, units[u]);
-  return buf;
-}
-
 typedef struct progress_state {
   bool tty;
   bool quiet;
@@ -314,8 +301,8 @@ static void on_progress(const wt_progress *p, void *user) {
             "\r[%s] %3d%%  %" PRIu64 "/%" PRIu64
             " tensors  %s / %s  %.2f GB/s \x1b[K",
             bar, (int)(frac * 100), p->tensors_done, p->tensors_total,
-            human(p->bytes_done, a, sizeof(a)),
-            human(p->bytes_total, b, sizeof(b)), gbps);
+            wt_tool_human_bytes(p->bytes_done, a, sizeof(a)),
+            wt_tool_human_bytes(p->bytes_total, b, sizeof(b)), gbps);
     ps->drawn = true;
     if (end) {
       fputc('\n', stderr);
@@ -333,8 +320,8 @@ static void on_progress(const wt_progress *p, void *user) {
           " tensors  %s / %s  "
           "%.2f GB/s\n",
           decile * 10, p->tensors_done, p->tensors_total,
-          human(p->bytes_done, a, sizeof(a)),
-          human(p->bytes_total, b, sizeof(b)), gbps);
+          wt_tool_human_bytes(p->bytes_done, a, sizeof(a)),
+          wt_tool_human_bytes(p->bytes_total, b, sizeof(b)), gbps);
 }
 
 /* ---- verification ------------------------------------------------------- */
@@ -509,7 +496,7 @@ int main(int argc, char **argv) {
             "wt-push: %zu tensors, %s from %s %s to %zu server(s) "
             "(world size %u) with backend %s\n",
             wt_source_count(src),
-            human(wt_source_total_bytes(src), a, sizeof(a)),
+            wt_tool_human_bytes(wt_source_total_bytes(src), a, sizeof(a)),
             wt_source_kind(src), o.checkpoint ? o.checkpoint : o.synthetic,
             o.nservers,
             (unsigned)(wt_sync_client_rank_offset(c, o.nservers - 1) +
@@ -534,7 +521,7 @@ int main(int argc, char **argv) {
   printf("pushed %zu tensors, %" PRIu64
          " bytes (%s) to %zu server(s) in "
          "%.3f s: %.3g GB/s (round %.3f s); committed version '%s'\n",
-         wt_source_count(src), bytes, human(bytes, a, sizeof(a)), o.nservers,
+         wt_source_count(src), bytes, wt_tool_human_bytes(bytes, a, sizeof(a)), o.nservers,
          t_push, t_push > 0 ? (double)bytes / t_push / 1e9 : 0.0, t_round,
          commit);
   fflush(stdout);

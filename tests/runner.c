@@ -29,7 +29,8 @@
   X(server)          \
   X(client)          \
   X(e2e)             \
-  X(interop_python)
+  X(interop_python)  \
+  X(ucx)
 
 #define DECLARE(name) void wt_test_suite_##name(void);
 WT_SUITES(DECLARE)

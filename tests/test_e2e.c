@@ -792,6 +792,49 @@ static void test_garbage_to_every_method(void) {
   stop_server(s);
 }
 
+/* Numbers out of range are usage errors naming the option, not silently
+ * replaced by a default (a timeout of "inf" or 1e300 used to become the
+ * default deadline, a seed past 2^64 used to become 2^64 - 1). */
+static void test_tools_refuse_out_of_range_numbers(void) {
+  static const struct {
+    const char *tag, *bin, *opt, *value, *needle;
+  } cases[] = {
+      {"push-timeout-inf", WT_PUSH_BIN, "--timeout", "inf", "--timeout"},
+      {"push-timeout-huge", WT_PUSH_BIN, "--timeout", "1e300", "--timeout"},
+      {"push-timeout-tiny", WT_PUSH_BIN, "--timeout", "0.00001", "--timeout"},
+      {"push-seed-big", WT_PUSH_BIN, "--seed", "18446744073709551616",
+       "--seed"},
+      {"push-chunk-big", WT_PUSH_BIN, "--chunk-size", "18446744073709551616",
+       "--chunk-size"},
+      {"ctl-timeout-inf", WT_CTL_BIN, "--timeout", "inf", "--timeout"},
+      {"ctl-timeout-huge", WT_CTL_BIN, "--timeout", "1e300", "--timeout"},
+  };
+  for (size_t i = 0; i < NELEM(cases); i++) {
+    /* Port 1: should a bad number get through, nothing is pushed. */
+    const char *const argv[] = {cases[i].bin, "--server",     "127.0.0.1:1",
+                                cases[i].opt, cases[i].value, "version",
+                                NULL};
+    /* wt-push takes no command: drop "version" for it. */
+    const char *const push_argv[] = {cases[i].bin,   "--server",
+                                     "127.0.0.1:1",  cases[i].opt,
+                                     cases[i].value, NULL};
+    bool is_push = strcmp(cases[i].bin, WT_PUSH_BIN) == 0;
+    char *out = NULL;
+    CU_ASSERT_EQUAL(run_tool(cases[i].tag, is_push ? push_argv : argv, 2, &out),
+                    2);
+    ASSERT_CONTAINS(out, cases[i].needle);
+    ASSERT_CONTAINS(out, cases[i].value);
+    free(out);
+  }
+  const char *const watch[] = {WT_CTL_BIN, "--server", "127.0.0.1:1",
+                               "watch",    "--count",  "18446744073709551616",
+                               NULL};
+  char *out = NULL;
+  CU_ASSERT_EQUAL(run_tool("ctl-count-big", watch, 2, &out), 2);
+  ASSERT_CONTAINS(out, "watch --count: '18446744073709551616'");
+  free(out);
+}
+
 void wt_test_suite_e2e(void) {
   CU_pSuite s = CU_add_suite_with_setup_and_teardown(
       "e2e", suite_init, suite_clean, test_setup, test_teardown);
@@ -805,4 +848,6 @@ void wt_test_suite_e2e(void) {
   CU_add_test(s, "wt-push killed mid-stream", test_push_killed_midstream);
   CU_add_test(s, "SIGTERM during a push", test_sigterm_during_push);
   CU_add_test(s, "garbage to every method", test_garbage_to_every_method);
+  CU_add_test(s, "tools refuse out-of-range numbers",
+              test_tools_refuse_out_of_range_numbers);
 }

@@ -73,6 +73,32 @@ static void test_new_rejects_duplicates(void) {
   wt_tensor_meta_clear(&m[1]);
 }
 
+/* Sizes that sum (or round up to the alignment) past 64 bits must be an
+ * error, not a wrapped, tiny mapping the tensors' bytes would overrun. */
+static void test_new_rejects_size_overflow(void) {
+  wt_tensor_meta m[2] = {0};
+  int64_t half[2] = {INT64_C(1) << 62, 2}; /* 2^63 bytes of uint8 */
+  WT_ASSERT_OK(wt_tensor_meta_init(&m[0], "a", WT_DTYPE_UINT8, half, 2));
+  WT_ASSERT_OK(wt_tensor_meta_init(&m[1], "b", WT_DTYPE_UINT8, half, 2));
+  wt_param_store *s = NULL;
+  WT_ASSERT_ERR(wt_param_store_new(m, 2, WT_STAGING_INPLACE, &s),
+                WT_INVALID_ARGUMENT,
+                "parameter 'b' (9223372036854775808 bytes): the model's size "
+                "overflows 64 bits");
+  CU_ASSERT_PTR_NULL(s);
+  wt_tensor_meta_clear(&m[0]);
+  wt_tensor_meta_clear(&m[1]);
+
+  int64_t almost[2] = {INT64_MAX, 2}; /* 2^64 - 2 bytes: its padding wraps */
+  WT_ASSERT_OK(wt_tensor_meta_init(&m[0], "c", WT_DTYPE_UINT8, almost, 2));
+  WT_ASSERT_ERR(wt_param_store_new(m, 1, WT_STAGING_INPLACE, &s),
+                WT_INVALID_ARGUMENT,
+                "parameter 'c' (18446744073709551614 bytes): the model's size "
+                "overflows 64 bits");
+  CU_ASSERT_PTR_NULL(s);
+  wt_tensor_meta_clear(&m[0]);
+}
+
 static void test_staging_names(void) {
   wt_staging st = WT_STAGING_SHADOW;
   WT_ASSERT_OK(wt_staging_parse("inplace", &st));
@@ -293,6 +319,8 @@ void wt_test_suite_param_store(void) {
   CU_pSuite s = CU_add_suite("param_store", NULL, NULL);
   CU_add_test(s, "layout, lookup and initial bytes", test_layout);
   CU_add_test(s, "duplicate names are refused", test_new_rejects_duplicates);
+  CU_add_test(s, "sizes past 64 bits are refused",
+              test_new_rejects_size_overflow);
   CU_add_test(s, "staging names", test_staging_names);
   CU_add_test(s, "shadow: finish flips touched tensors",
               test_shadow_commit_flips);

@@ -40,6 +40,7 @@ typedef struct fixture {
   uint64_t push_sum;  /* sum of every data byte PushWeights received */
   int shutdown_hooks; /* on_shutdown calls */
   int64_t watch_remaining_ms; /* wt_rpc_call_remaining_ms seen by a watch */
+  wt_rpc_call *push_call;     /* the running PushWeights call, or NULL */
 } fixture;
 
 static fixture F;
@@ -98,6 +99,10 @@ static wt_status *h_finish(wt_rpc_call *call, const ProtobufCMessage *req,
   if (strcmp(r->weight_version, "bad") == 0)
     return wt_status_new(WT_FAILED_PRECONDITION,
                          "no round in progress (state: idle)");
+  if (strncmp(r->weight_version, "echo:", 5) == 0)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "weight_version '%s' is not valid here",
+                         r->weight_version);
   if (strcmp(r->weight_version, "wrong-type") == 0) {
     Wt__V1__WeightVersion v = WT__V1__WEIGHT_VERSION__INIT;
     return wt_rpc_call_respond(call, &v.base);
@@ -125,6 +130,9 @@ static wt_status *h_push(wt_rpc_call *call, const ProtobufCMessage *req,
   Wt__V1__PushWeightsResponse resp = WT__V1__PUSH_WEIGHTS_RESPONSE__INIT;
   wt_status *st = NULL;
   uint64_t sum = 0;
+  pthread_mutex_lock(&F.mu);
+  F.push_call = call;
+  pthread_mutex_unlock(&F.mu);
   for (;;) {
     ProtobufCMessage *m = NULL;
     st = wt_rpc_call_read(call, &m);
@@ -143,6 +151,7 @@ static wt_status *h_push(wt_rpc_call *call, const ProtobufCMessage *req,
   }
   if (st == NULL) st = wt_rpc_call_respond(call, &resp.base);
   pthread_mutex_lock(&F.mu);
+  F.push_call = NULL;
   F.push_done = true;
   F.push_code = wt_status_code(st);
   F.push_sum = sum;
@@ -342,6 +351,40 @@ static void test_error_status(void) {
   WT_ASSERT_ERR(finish_call("wrong-type", 0, &resp), WT_INTERNAL,
                 "is a wt.v1.WeightVersion, expected a "
                 "wt.v1.FinishWeightUpdateResponse");
+  stop();
+}
+
+/* A status quoting a client's long string still arrives with its code, its
+ * start and its end (gRPC refuses header blocks of more than a few KiB). */
+static void test_long_error_message(void) {
+  start();
+  size_t len = 64 * 1024;
+  char *v = malloc(len + 1);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+  memcpy(v, "echo:", 5);
+  /* Two-byte UTF-8 characters: a cut must not split one. */
+  for (size_t i = 5; i + 1 < len; i += 2) {
+    v[i] = (char)0xC3;
+    v[i + 1] = (char)0xA9;
+  }
+  v[len - (len - 5) % 2] = '\0';
+  wt_status *st = finish_call(v, 0, NULL);
+  CU_ASSERT_EQUAL(wt_status_code(st), WT_INVALID_ARGUMENT);
+  const char *m = wt_status_message(st);
+  CU_ASSERT_PTR_NOT_NULL(strstr(m, "INVALID_ARGUMENT: weight_version 'echo:"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(m, " ... "));
+  size_t n = strlen(m);
+  CU_ASSERT(n < 1400);
+  const char *tail = "' is not valid here";
+  CU_ASSERT(n > strlen(tail) && strcmp(m + n - strlen(tail), tail) == 0);
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)m[i];
+    if (c == 0xC3) CU_ASSERT((unsigned char)m[i + 1] == 0xA9);
+    if (c == 0xA9) CU_ASSERT(i > 0 && (unsigned char)m[i - 1] == 0xC3);
+  }
+  wt_status_free(st);
+  free(v);
+  assert_serving();
   stop();
 }
 
@@ -616,6 +659,39 @@ static void test_message_too_large(void) {
   stop();
 }
 
+/* The server ends a call from another thread (a round aborted under an
+ * idle stream): the handler's blocked read returns, the client gets the
+ * server's code and message. */
+static void test_server_cancels_call(void) {
+  start();
+  wt_rpc_client_stream *s = NULL;
+  WT_ASSERT_OK(wt_rpc_client_stream_open(F.ch, M_PUSH, 10000, &s));
+  uint8_t bytes[1024] = {1};
+  for (int i = 0; i < 3; i++) {
+    Wt__V1__BucketChunk chunk = WT__V1__BUCKET_CHUNK__INIT;
+    chunk.data.data = bytes;
+    chunk.data.len = sizeof(bytes);
+    Wt__V1__PushWeightsChunk msg = WT__V1__PUSH_WEIGHTS_CHUNK__INIT;
+    msg.payload_case = WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_CHUNK;
+    msg.chunk = &chunk;
+    WT_ASSERT_OK(wt_rpc_client_stream_write(s, &msg.base));
+  }
+  CU_ASSERT_TRUE_FATAL(wait_for(three_pushes_read, 5000));
+  pthread_mutex_lock(&F.mu);
+  /* The handler is blocked in its next read, so the call is alive. */
+  CU_ASSERT_PTR_NOT_NULL_FATAL(F.push_call);
+  wt_rpc_call_cancel(F.push_call, WT_ABORTED, "round 7 was aborted: test");
+  pthread_mutex_unlock(&F.mu);
+  CU_ASSERT_TRUE(wait_for(push_done, 2000));
+  CU_ASSERT_EQUAL(F.push_code, WT_CANCELLED);
+  WT_ASSERT_ERR(wt_rpc_client_stream_finish(
+                    s, &wt__v1__push_weights_response__descriptor, NULL),
+                WT_ABORTED, "ABORTED: round 7 was aborted: test");
+  wt_rpc_client_stream_destroy(s);
+  assert_serving();
+  stop();
+}
+
 static void test_client_cancels_stream(void) {
   start();
   wt_rpc_client_stream *s = NULL;
@@ -836,6 +912,8 @@ void wt_test_suite_rpc(void) {
   CU_pSuite s = CU_add_suite("rpc", NULL, NULL);
   CU_add_test(s, "unary round trip", test_unary);
   CU_add_test(s, "error status and message", test_error_status);
+  CU_add_test(s, "a long error message is cut, not lost",
+              test_long_error_message);
   CU_add_test(s, "client stream of 200 x 64 KiB", test_client_stream);
   CU_add_test(s, "server stream", test_server_stream);
   CU_add_test(s, "unknown method", test_unknown_method);
@@ -846,6 +924,7 @@ void wt_test_suite_rpc(void) {
   CU_add_test(s, "async unary cancel", test_async_unary_cancel);
   CU_add_test(s, "message too large", test_message_too_large);
   CU_add_test(s, "client cancels a stream", test_client_cancels_stream);
+  CU_add_test(s, "the server cancels a call", test_server_cancels_call);
   CU_add_test(s, "write after the server finished",
               test_write_after_server_finished);
   CU_add_test(s, "shutdown with a call in flight",

@@ -484,11 +484,18 @@ static bool wait_push_ended(const upd *u, int64_t ms) {
 
 /* ===================================================================== */
 
+/* Built-in worker engines: grpc, and ucx when built with UCX. */
+#ifdef WT_WITH_UCX
+#define BUILTIN_BACKENDS 2
+#else
+#define BUILTIN_BACKENDS 1
+#endif
+
 static void test_info_and_parameters(void) {
   start_server("tiny", 2, WT_STAGING_SHADOW, 0);
   Wt__V1__ServerInfo *info = server_info();
   CU_ASSERT_STRING_EQUAL(info->server_version, WT_SERVER_VERSION);
-  CU_ASSERT_EQUAL_FATAL(info->n_backends, 1);
+  CU_ASSERT_EQUAL_FATAL(info->n_backends, BUILTIN_BACKENDS);
   CU_ASSERT_STRING_EQUAL(info->backends[0], "grpc");
   CU_ASSERT_EQUAL_FATAL(info->n_workers, 2);
   CU_ASSERT_EQUAL(info->workers[1]->rank, 1);
@@ -646,9 +653,9 @@ static wt_status *init_info_call(Wt__V1__WeightTransferInitInfo *info) {
 static void test_init_errors(void) {
   start_server("tiny", 1, WT_STAGING_SHADOW, 0);
   Wt__V1__WeightTransferInitInfo info = WT__V1__WEIGHT_TRANSFER_INIT_INFO__INIT;
-  info.backend = "ucx";
+  info.backend = "no-such";
   WT_ASSERT_ERR(init_info_call(&info), WT_NOT_FOUND,
-                "unknown worker engine backend 'ucx'; registered: grpc");
+                "unknown worker engine backend 'no-such'; registered: grpc");
   info.backend = "";
   WT_ASSERT_ERR(init_info_call(&info), WT_INVALID_ARGUMENT,
                 "init_info.backend is empty; registered backends: grpc");
@@ -1525,9 +1532,12 @@ static wt_status *update_start(const upd *u, uint64_t round_id,
 static void test_update_weights(void) {
   start_test_backend_server(3, 0);
   Wt__V1__ServerInfo *info = server_info();
-  CU_ASSERT_EQUAL_FATAL(info->n_backends, 2);
+  CU_ASSERT_EQUAL_FATAL(info->n_backends, BUILTIN_BACKENDS + 1);
   CU_ASSERT_STRING_EQUAL(info->backends[0], "grpc");
-  CU_ASSERT_STRING_EQUAL(info->backends[1], "test");
+  bool has_test = false; /* the names come sorted */
+  for (size_t i = 0; i < info->n_backends; i++)
+    has_test = has_test || strcmp(info->backends[i], "test") == 0;
+  CU_ASSERT(has_test);
   wt_pb_free(&info->base);
   Wt__V1__InitWeightTransferEngineResponse *ir = NULL;
   WT_ASSERT_OK(init_test_backend("5", 5000, &ir));
@@ -1626,6 +1636,243 @@ static void test_long_receive_not_idle(void) {
   stop_server();
 }
 
+/* A client-chosen string echoed whole into a status would make the status
+ * larger than gRPC carries in trailers: the client would get an unrelated
+ * error instead of the one naming what was wrong. */
+static void test_long_strings_in_errors(void) {
+  start_server("tiny", 1, WT_STAGING_SHADOW, 0);
+  WT_ASSERT_OK(init_grpc(1000));
+  uint64_t id = 0;
+  WT_ASSERT_OK(start_round(&id));
+  size_t len = 64 * 1024;
+  char *name = malloc(len + 1);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(name);
+  memset(name, 'x', len);
+  name[len] = '\0';
+
+  upd u;
+  upd_all(&u);
+  u.names[1] = name;
+  WT_ASSERT_ERR(push_all(&u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
+                "(update_info.names[1]) is not in the model");
+  upd_all(&u);
+  u.dtypes[1] = name;
+  WT_ASSERT_ERR(push_all(&u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
+                "parameter '");
+
+  Wt__V1__ChecksumWeightsRequest req = WT__V1__CHECKSUM_WEIGHTS_REQUEST__INIT;
+  char *names[1] = {name};
+  req.n_names = 1;
+  req.names = names;
+  WT_ASSERT_ERR(call("ChecksumWeights", &req.base,
+                     &wt__v1__checksum_weights_response__descriptor, NULL),
+                WT_NOT_FOUND, "is not in the model");
+
+  /* A version is kept (64 of them) and sent in every GetServerInfo and
+   * GetWeightVersion: a huge one is refused, and the round stays open. */
+  WT_ASSERT_ERR(finish_round(name, id), WT_INVALID_ARGUMENT,
+                "weight_version is 65536 bytes; at most 4096");
+  WT_ASSERT_OK(finish_round("short", id));
+  assert_version("short", 1);
+
+  Wt__V1__WeightTransferInitInfo info = WT__V1__WEIGHT_TRANSFER_INIT_INFO__INIT;
+  info.backend = name;
+  WT_ASSERT_ERR(init_info_call(&info), WT_NOT_FOUND, "backend '");
+  info.backend_init_case = WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC;
+  Wt__V1__GrpcInitInfo g = WT__V1__GRPC_INIT_INFO__INIT;
+  info.grpc = &g;
+  WT_ASSERT_ERR(init_info_call(&info), WT_INVALID_ARGUMENT,
+                "init_info carries grpc settings");
+  free(name);
+  assert_serving();
+  stop_server();
+}
+
+/* A call run on a thread of its own, for calls that overlap. */
+typedef struct bg_call {
+  const char *method;
+  const ProtobufCMessage *req;
+  const ProtobufCMessageDescriptor *type;
+  wt_status *st;
+  int64_t end_ms;
+} bg_call;
+
+static void *bg_main(void *p) {
+  bg_call *b = p;
+  char path[128];
+  snprintf(path, sizeof(path), SVC "%s", b->method);
+  ProtobufCMessage *r = NULL;
+  b->st = wt_rpc_unary(F.ch, path, b->req, b->type, 120000, &r);
+  b->end_ms = now_ms();
+  wt_pb_free(r);
+  return NULL;
+}
+
+/* ChecksumWeights of `n` copies of one tensor's name; returns its ms. */
+static int64_t time_checksums(char **names, size_t n) {
+  Wt__V1__ChecksumWeightsRequest req = WT__V1__CHECKSUM_WEIGHTS_REQUEST__INIT;
+  req.n_names = n;
+  req.names = names;
+  bg_call b = {"ChecksumWeights", &req.base,
+               &wt__v1__checksum_weights_response__descriptor, NULL, 0};
+  int64_t t0 = now_ms();
+  bg_main(&b);
+  WT_ASSERT_OK(b.st);
+  return b.end_ms - t0;
+}
+
+/* A long ChecksumWeights holds a store's read lock, so a finish waits for
+ * it; the finish must not hold up every other call meanwhile (it used to
+ * wait for the store's write lock holding the server's lock). */
+static void test_finish_waiting_for_readers_stalls_nothing(void) {
+  start_server("small", 1, WT_STAGING_SHADOW, 0);
+  WT_ASSERT_OK(init_grpc(0));
+  uint64_t id = 0;
+  WT_ASSERT_OK(start_round(&id));
+  upd u;
+  upd_all(&u);
+  WT_ASSERT_OK(push_all(&u, id, 0, 1u << 20, 1, NULL));
+
+  /* Enough copies of the 512 KiB embedding for about a second. */
+  enum { PROBE = 100, MAX_REPEAT = 40000 };
+  char **names = malloc(MAX_REPEAT * sizeof(*names));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(names);
+  for (size_t i = 0; i < MAX_REPEAT; i++)
+    names[i] = "model.embed_tokens.weight";
+  int64_t probe_ms = time_checksums(names, PROBE);
+  size_t repeat = (size_t)(PROBE * 1000 / (probe_ms > 0 ? probe_ms : 1));
+  if (repeat > MAX_REPEAT) repeat = MAX_REPEAT;
+  if (repeat < PROBE) repeat = PROBE;
+
+  Wt__V1__ChecksumWeightsRequest creq = WT__V1__CHECKSUM_WEIGHTS_REQUEST__INIT;
+  creq.n_names = repeat;
+  creq.names = names;
+  bg_call sum = {"ChecksumWeights", &creq.base,
+                 &wt__v1__checksum_weights_response__descriptor, NULL, 0};
+  Wt__V1__FinishWeightUpdateRequest freq =
+      WT__V1__FINISH_WEIGHT_UPDATE_REQUEST__INIT;
+  freq.weight_version = "after-readers";
+  freq.round_id = id;
+  bg_call fin = {"FinishWeightUpdate", &freq.base,
+                 &wt__v1__finish_weight_update_response__descriptor, NULL, 0};
+  pthread_t ts, tf;
+  CU_ASSERT_FATAL(pthread_create(&ts, NULL, bg_main, &sum) == 0);
+  sleep_ms(200);
+  CU_ASSERT_FATAL(pthread_create(&tf, NULL, bg_main, &fin) == 0);
+  sleep_ms(200);
+
+  Wt__V1__GetWeightVersionRequest vreq =
+      WT__V1__GET_WEIGHT_VERSION_REQUEST__INIT;
+  ProtobufCMessage *r = NULL;
+  wt_status *st = wt_rpc_unary(F.ch, SVC "GetWeightVersion", &vreq.base,
+                               &wt__v1__weight_version__descriptor, 1000, &r);
+  int64_t answered = now_ms();
+  WT_ASSERT_OK(st);
+  wt_pb_free(r);
+  Wt__V1__GetServerInfoRequest ireq = WT__V1__GET_SERVER_INFO_REQUEST__INIT;
+  WT_ASSERT_OK(wt_rpc_unary(F.ch, SVC "GetServerInfo", &ireq.base,
+                            &wt__v1__server_info__descriptor, 1000, NULL));
+
+  pthread_join(ts, NULL);
+  pthread_join(tf, NULL);
+  WT_ASSERT_OK(sum.st);
+  WT_ASSERT_OK(fin.st);
+  /* Otherwise the checksum ended too soon to prove anything. */
+  CU_ASSERT(sum.end_ms > answered);
+  CU_ASSERT(fin.end_ms >= sum.end_ms - 50);
+  assert_version("after-readers", 1);
+  assert_model_seed(1);
+
+  /* An abort while the finish waits for the readers wins: the finish
+   * reports it and nothing of the round becomes visible. */
+  WT_ASSERT_OK(start_round(&id));
+  WT_ASSERT_OK(push_all(&u, id, 0, 1u << 20, 2, NULL));
+  freq.weight_version = "never";
+  freq.round_id = id;
+  CU_ASSERT_FATAL(pthread_create(&ts, NULL, bg_main, &sum) == 0);
+  sleep_ms(200);
+  CU_ASSERT_FATAL(pthread_create(&tf, NULL, bg_main, &fin) == 0);
+  sleep_ms(200);
+  bool aborted = false;
+  WT_ASSERT_OK(abort_round(id, &aborted));
+  CU_ASSERT(aborted);
+  pthread_join(ts, NULL);
+  pthread_join(tf, NULL);
+  WT_ASSERT_OK(sum.st);
+  WT_ASSERT_ERR(fin.st, WT_ABORTED, "FinishWeightUpdate: round 2 was aborted");
+  fin.st = NULL;
+  assert_version("after-readers", 1);
+  assert_model_seed(1);
+  assert_serving();
+  free(names);
+  stop_server();
+}
+
+/* A long ChecksumWeights stops when the server stops (or its client
+ * leaves) instead of holding the shutdown until its last digest. */
+static void test_stop_during_long_checksum(void) {
+  start_server("small", 1, WT_STAGING_SHADOW, 0);
+  enum { PROBE = 100, MAX_REPEAT = 40000 };
+  char **names = malloc(MAX_REPEAT * sizeof(*names));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(names);
+  for (size_t i = 0; i < MAX_REPEAT; i++)
+    names[i] = "model.embed_tokens.weight";
+  /* About four seconds of hashing. */
+  int64_t probe_ms = time_checksums(names, PROBE);
+  size_t repeat = (size_t)(PROBE * 4000 / (probe_ms > 0 ? probe_ms : 1));
+  if (repeat > MAX_REPEAT) repeat = MAX_REPEAT;
+  if (repeat < PROBE) repeat = PROBE;
+  Wt__V1__ChecksumWeightsRequest creq = WT__V1__CHECKSUM_WEIGHTS_REQUEST__INIT;
+  creq.n_names = repeat;
+  creq.names = names;
+  bg_call sum = {"ChecksumWeights", &creq.base,
+                 &wt__v1__checksum_weights_response__descriptor, NULL, 0};
+  pthread_t ts;
+  int64_t started = now_ms();
+  CU_ASSERT_FATAL(pthread_create(&ts, NULL, bg_main, &sum) == 0);
+  sleep_ms(300);
+  int64_t t0 = now_ms();
+  wt_server_stop(F.srv); /* drains for 300 ms, then cancels */
+  F.srv = NULL;
+  int64_t stop_ms = now_ms() - t0;
+  pthread_join(ts, NULL);
+  CU_ASSERT_PTR_NOT_NULL(sum.st);
+  wt_status_free(sum.st);
+  if (stop_ms >= 1500)
+    fprintf(stderr, "\n  stop took %lld ms (checksum of ~%lld ms)\n",
+            (long long)stop_ms,
+            (long long)(probe_ms * (int64_t)repeat / PROBE));
+  CU_ASSERT(stop_ms < 1500);
+  CU_ASSERT(sum.end_ms - started < 2000);
+  free(names);
+  stop_server();
+}
+
+/* A push that went quiet is ended by the round's abort, not left waiting
+ * for a client that may never send again (a vanished host keeps its TCP
+ * connection open for hours): the first write after the abort already
+ * gets the abort's status, without the server having read it. */
+static void test_stalled_push_ends_with_its_round(void) {
+  start_server("tiny", 1, WT_STAGING_SHADOW, 300);
+  WT_ASSERT_OK(init_grpc(1000));
+  uint64_t id = 0;
+  WT_ASSERT_OK(start_round(&id));
+  upd u;
+  upd_all(&u);
+  pusher p;
+  WT_ASSERT_OK(push_open(&p, &u, id, 2048, 1000, 1));
+  WT_ASSERT_OK(push_send(&p, 1000));
+  sleep_ms(1000);
+  WT_ASSERT_ERR(push_send(&p, 1000), WT_ABORTED,
+                "PushWeights: round 1 was aborted: idle for");
+  wt_status_free(push_close(&p, NULL));
+  WT_ASSERT_OK(start_round(&id));
+  WT_ASSERT_OK(push_all(&u, id, 2048, 1000, 3, NULL));
+  WT_ASSERT_OK(finish_round("after-stall", id));
+  assert_model_seed(3);
+  stop_server();
+}
+
 void wt_test_suite_server(void) {
   CU_pSuite s = CU_add_suite("server", NULL, NULL);
   CU_add_test(s, "server info, world size, parameters",
@@ -1650,4 +1897,11 @@ void wt_test_suite_server(void) {
   CU_add_test(s, "UpdateWeights through a receiving backend",
               test_update_weights);
   CU_add_test(s, "a long receive is not idle", test_long_receive_not_idle);
+  CU_add_test(s, "long client strings keep their errors",
+              test_long_strings_in_errors);
+  CU_add_test(s, "a finish waiting for readers stalls nothing",
+              test_finish_waiting_for_readers_stalls_nothing);
+  CU_add_test(s, "stop during a long checksum", test_stop_during_long_checksum);
+  CU_add_test(s, "a stalled push ends with its round",
+              test_stalled_push_ends_with_its_round);
 }

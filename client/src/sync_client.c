@@ -564,6 +564,12 @@ wt_status *wt_sync_client_init_transfer(
       WT_LOGE("client", "%s", wt_status_message(errs[k]));
   }
   if (st != NULL) goto out;
+  /* A backend whose workers listen connects to them now (its errors name
+   * the server and worker). */
+  for (size_t k = 0; k < c->n && t && ops->init_response; k++)
+    WT_CHECK(ops->init_response(
+        wt_trainer_self(t), k,
+        (const Wt__V1__InitWeightTransferEngineResponse *)resps[k]));
   WT_LOGD("client", "backend '%s' initialised on %zu server(s), world size %u",
           backend, c->n, (unsigned)world);
   if (trainer) {

@@ -17,6 +17,9 @@ static void registry_create(void) {
   wt_registry *reg = NULL;
   WT_CHECK(wt_registry_new("trainer engine", WT_TRAINER_ABI_VERSION, &reg));
   WT_CHECK(wt_registry_register(reg, "grpc", &wt_grpc_trainer_ops));
+#ifdef WT_WITH_UCX
+  WT_CHECK(wt_registry_register(reg, "ucx", &wt_ucx_trainer_ops));
+#endif
   /* ucx, nccl and ipc join here, nccl and ipc lazily from their modules. */
   registry = reg;
   reg = NULL;

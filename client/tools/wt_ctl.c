@@ -9,8 +9,10 @@
  *
  * Exit codes: 0 ok, 1 the server call failed, 2 usage. */
 
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,8 @@
 
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2
+/* 30 days, as wt-server's --round-timeout. */
+#define MAX_TIMEOUT_S 2592000
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -157,8 +161,10 @@ static int cmd_watch(wt_sync_client *c, int argc, char **argv) {
   for (int i = 0; i < argc; i++) {
     char *end = NULL;
     if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) {
+      errno = 0;
       w.count = strtoull(argv[++i], &end, 10);
-      if (*end || w.count == 0 || argv[i][0] == '-') {
+      if (end == argv[i] || *end || errno == ERANGE || w.count == 0 ||
+          argv[i][0] == '-') {
         fprintf(stderr,
                 "wt-ctl: watch --count: '%s' is not a positive "
                 "number\n",
@@ -253,11 +259,14 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) {
       char *end = NULL;
       timeout_s = strtod(argv[++i], &end);
-      if (*end || !(timeout_s > 0)) {
+      /* The bounds keep the milliseconds an int64_t and at least 1 (0
+       * would mean the default). */
+      if (end == argv[i] || *end || !isfinite(timeout_s) || timeout_s < 0.001 ||
+          timeout_s > MAX_TIMEOUT_S) {
         fprintf(stderr,
-                "wt-ctl: --timeout: '%s' is not a positive number "
-                "of seconds\n",
-                argv[i]);
+                "wt-ctl: --timeout: '%s' is not a number of seconds from "
+                "0.001 to %d\n",
+                argv[i], MAX_TIMEOUT_S);
         return EXIT_USAGE;
       }
     } else {

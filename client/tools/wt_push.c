@@ -9,8 +9,10 @@
  * from the source. Exit codes: 0 ok, 1 transfer or verification failure,
  * 2 usage. */
 
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +34,8 @@
 #define MAX_SERVERS 64
 /* Mismatches printed before "and N more". */
 #define MAX_SHOWN 5
+/* 30 days, as wt-server's --round-timeout. */
+#define MAX_TIMEOUT_S 2592000
 
 typedef struct options {
   const char *servers[MAX_SERVERS];
@@ -84,9 +88,10 @@ static void usage(FILE *f) {
 /* "1048576", "1M", "64MiB", "2g": binary multiples. */
 static bool parse_size(const char *s, uint64_t *out) {
   char *end = NULL;
+  errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
   uint64_t mult = 1;
-  if (end == s || *s == '-') return false;
+  if (end == s || *s == '-' || errno == ERANGE) return false;
   if (*end) {
     switch (*end) {
       case 'k':
@@ -117,8 +122,9 @@ static bool parse_size(const char *s, uint64_t *out) {
 static bool parse_u64(const char *s, uint64_t *out) {
   char *end = NULL;
   if (*s == '-' || *s == '\0') return false;
+  errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
-  if (*end) return false;
+  if (*end || errno == ERANGE) return false;
   *out = v;
   return true;
 }
@@ -209,11 +215,14 @@ static int parse_args(int argc, char **argv, options *o) {
       case O_TIMEOUT: {
         char *end = NULL;
         o->timeout_s = strtod(optarg, &end);
-        if (end == optarg || *end || !(o->timeout_s > 0)) {
+        /* The bounds keep the milliseconds an int64_t and at least 1 (0
+         * would mean the default). */
+        if (end == optarg || *end || !isfinite(o->timeout_s) ||
+            o->timeout_s < 0.001 || o->timeout_s > MAX_TIMEOUT_S) {
           fprintf(stderr,
-                  "wt-push: --timeout: '%s' is not a positive "
-                  "number of seconds\n",
-                  optarg);
+                  "wt-push: --timeout: '%s' is not a number of seconds from "
+                  "0.001 to %d\n",
+                  optarg, MAX_TIMEOUT_S);
           return EXIT_USAGE;
         }
         break;
@@ -467,6 +476,7 @@ int main(int argc, char **argv) {
   /* Init info: the grpc extras carry chunk and bucket sizes. */
   Wt__V1__WeightTransferInitInfo init = WT__V1__WEIGHT_TRANSFER_INIT_INFO__INIT;
   Wt__V1__GrpcInitInfo grpc = WT__V1__GRPC_INIT_INFO__INIT;
+  Wt__V1__UcxInitInfo ucx = WT__V1__UCX_INIT_INFO__INIT;
   Wt__V1__UInt64Value chunk = WT__V1__UINT64_VALUE__INIT;
   Wt__V1__UInt64Value bucket = WT__V1__UINT64_VALUE__INIT;
   init.backend = (char *)o.backend;
@@ -481,6 +491,14 @@ int main(int argc, char **argv) {
     if (o.bucket_bytes) {
       bucket.value = o.bucket_bytes;
       grpc.packed_buffer_size_bytes = &bucket;
+    }
+  } else if (strcmp(o.backend, "ucx") == 0 && o.chunk_bytes == 0) {
+    /* The ucx extras carry the bucket size; the rest is the engine's. */
+    init.backend_init_case = WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX;
+    init.ucx = &ucx;
+    if (o.bucket_bytes) {
+      bucket.value = o.bucket_bytes;
+      ucx.packed_buffer_size_bytes = &bucket;
     }
   } else if (o.chunk_bytes) {
     fprintf(stderr, "wt-push: --chunk-size applies to the grpc backend\n");

@@ -178,6 +178,34 @@ static const char *kind_name(wt_rpc_kind kind) {
   return "unknown kind";
 }
 
+/* Status messages may quote what a client sent (a name, a version); gRPC
+ * carries the message in a header block of a few KiB and answers a larger
+ * one with an unrelated RESOURCE_EXHAUSTED. Longer messages keep their
+ * start (the call, the parameter) and end (what was wrong) around "...". */
+#define MAX_STATUS_BYTES 1024
+
+/* Moves `i` back to the start of the UTF-8 sequence it points into. */
+static size_t utf8_start(const char *s, size_t i) {
+  while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80) i--;
+  return i;
+}
+
+static grpc_slice status_details(const char *msg) {
+  size_t len = strlen(msg);
+  if (len <= MAX_STATUS_BYTES) return grpc_slice_from_copied_string(msg);
+  static const char cut[] = " ... ";
+  size_t half = (MAX_STATUS_BYTES - (sizeof(cut) - 1)) / 2;
+  size_t head = utf8_start(msg, half);
+  size_t tail = utf8_start(msg, len - half);
+  if (tail < head) tail = head;
+  grpc_slice out = grpc_slice_malloc(head + (sizeof(cut) - 1) + (len - tail));
+  char *p = (char *)GRPC_SLICE_START_PTR(out);
+  memcpy(p, msg, head);
+  memcpy(p + head, cut, sizeof(cut) - 1);
+  memcpy(p + head + sizeof(cut) - 1, msg + tail, len - tail);
+  return out;
+}
+
 /* ---- rejected calls ------------------------------------------------------ */
 
 /* Answers `call` with `code` and a message, without a handler thread; takes
@@ -205,7 +233,7 @@ static void reject(wt_rpc_server *s, grpc_call *call, wt_code code,
   r->tag.kind = TAG_REJECT;
   r->tag.owner = r;
   r->call = call;
-  r->details = grpc_slice_from_copied_string(msg ? msg : "out of memory");
+  r->details = status_details(msg ? msg : "out of memory");
   free(msg);
 
   grpc_op ops[3];
@@ -296,8 +324,7 @@ static void call_send_status(wt_rpc_call *c, const wt_status *st) {
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n++].data.send_message.send_message = c->response;
   }
-  grpc_slice details =
-      grpc_slice_from_copied_string(st ? wt_status_message(st) : "");
+  grpc_slice details = status_details(st ? wt_status_message(st) : "");
   ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
   ops[n].data.send_status_from_server.status =
       wt_code_to_grpc(wt_status_code(st));
@@ -900,6 +927,19 @@ void wt_rpc_call_set_cancel_callback(wt_rpc_call *call, void (*fn)(void *arg),
   call->cancel_fn = fn;
   call->cancel_arg = fn ? arg : NULL;
   pthread_mutex_unlock(&call->cb_mu);
+}
+
+void wt_rpc_call_cancel(wt_rpc_call *c, wt_code code, const char *message) {
+  grpc_slice details = status_details(message ? message : "");
+  char *text = grpc_slice_to_c_string(details);
+  atomic_store(&c->cancelled, true);
+  grpc_call_error err = grpc_call_cancel_with_status(
+      c->call, (grpc_status_code)wt_code_to_grpc(code), text, NULL);
+  if (err != GRPC_CALL_OK)
+    WT_LOGW(MOD, "%s: cannot cancel the call: %s", c->method->path,
+            grpc_call_error_to_string(err));
+  gpr_free(text);
+  grpc_slice_unref(details);
 }
 
 wt_status *wt_rpc_call_read_raw(wt_rpc_call *c, grpc_byte_buffer **bb) {

@@ -21,6 +21,9 @@ static wt_status *registry_error;
 wt_status *wt_engine_register_builtins(wt_registry *reg) {
   wt_status *st = NULL;
   WT_CHECK(wt_registry_register(reg, "grpc", &wt_grpc_engine_ops));
+#ifdef WT_WITH_UCX
+  WT_CHECK(wt_registry_register(reg, "ucx", &wt_ucx_engine_ops));
+#endif
 out:
   return st;
 }

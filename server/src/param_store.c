@@ -181,8 +181,14 @@ wt_status *wt_param_store_new(const wt_tensor_meta *metas, size_t n,
     WT_CHECK(wt_tensor_meta_init(&s->metas[i], m->name ? m->name : "", m->dtype,
                                  m->shape, m->ndim));
     s->offset[i] = len;
-    s->total_bytes += s->metas[i].nbytes;
-    len += (s->metas[i].nbytes + ALIGN - 1) / ALIGN * ALIGN;
+    uint64_t nb = s->metas[i].nbytes, padded = 0;
+    if (__builtin_add_overflow(nb, ALIGN - 1, &padded) ||
+        __builtin_add_overflow(len, padded / ALIGN * ALIGN, &len) ||
+        __builtin_add_overflow(s->total_bytes, nb, &s->total_bytes))
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "param store: parameter '%s' (%" PRIu64
+              " bytes): the model's size overflows 64 bits",
+              s->metas[i].name, nb);
   }
   WT_CHECK(build_index(s));
   if (len > SIZE_MAX)
@@ -378,14 +384,27 @@ wt_status *wt_param_store_check_commit(const wt_param_store *s) {
   return NULL;
 }
 
+void wt_param_store_write_lock(wt_param_store *s) {
+  pthread_rwlock_wrlock(&s->lock);
+}
+
+void wt_param_store_write_unlock(wt_param_store *s) {
+  pthread_rwlock_unlock(&s->lock);
+}
+
 void wt_param_store_commit(wt_param_store *s) {
+  bool shadow = s->staging == WT_STAGING_SHADOW;
+  if (shadow) wt_param_store_write_lock(s);
+  wt_param_store_commit_locked(s);
+  if (shadow) wt_param_store_write_unlock(s);
+}
+
+void wt_param_store_commit_locked(wt_param_store *s) {
   if (s->staging == WT_STAGING_SHADOW) {
-    pthread_rwlock_wrlock(&s->lock);
     for (size_t k = 0; k < s->ntouched; k++) {
       size_t i = s->touched[k];
       if (s->state[i] == T_STAGED) s->live[i] ^= 1;
     }
-    pthread_rwlock_unlock(&s->lock);
   } else {
     for (size_t k = 0; k < s->ntouched; k++) {
       size_t i = s->touched[k];

@@ -445,7 +445,8 @@ out:
 
 /* --- push (stream ops) ---------------------------------------------------- */
 
-wt_status *wt_srv_push_begin(wt_server *srv, uint64_t round_id,
+wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
+                             uint64_t round_id,
                              const Wt__V1__WeightTransferUpdateInfo *info,
                              uint64_t packed_buffer_bytes, uint64_t *push_id) {
   wt_status *st = NULL;
@@ -472,6 +473,7 @@ wt_status *wt_srv_push_begin(wt_server *srv, uint64_t round_id,
     }
   }
   srv->push_id = ++srv->next_push_id;
+  srv->push_call = call;
   srv->busy = "PushWeights";
   srv->last_activity_ms = wt_srv_now_ms();
   *push_id = srv->push_id;
@@ -537,6 +539,7 @@ wt_status *wt_srv_push_end(wt_server *srv, uint64_t push_id, bool stream_ended,
       wt_status_free(e);
   }
   srv->push_id = 0;
+  srv->push_call = NULL;
   srv->busy = NULL;
   srv->last_activity_ms = wt_srv_now_ms();
   pthread_cond_broadcast(&srv->cv);
@@ -555,6 +558,14 @@ wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
     return wt_status_new(WT_INVALID_ARGUMENT,
                          "FinishWeightUpdate: weight_version is empty; name "
                          "the version this round commits");
+  /* Versions are kept (WT_VERSION_HISTORY of them) and sent in every
+   * GetServerInfo and GetWeightVersion, which must stay small. */
+  size_t vlen = strlen(version);
+  if (vlen > WT_MAX_VERSION_BYTES)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "FinishWeightUpdate: weight_version is %zu bytes; at "
+                         "most %d",
+                         vlen, WT_MAX_VERSION_BYTES);
   pthread_mutex_lock(&srv->mu);
   wait_abort_locked(srv);
   WT_CHECK(need_round_locked(srv, "FinishWeightUpdate", round_id));
@@ -576,12 +587,34 @@ wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
       goto out;
     }
   }
+  /* A reader (ChecksumWeights) may hold a store's read lock for seconds:
+   * wait for it without mu, so that every other call is answered meanwhile.
+   * `writers` keeps an abort and the watchdog waiting, `busy` keeps other
+   * data calls and finishes out. */
+  uint64_t round = srv->round_id;
+  srv->busy = "FinishWeightUpdate";
+  srv->writers++;
+  pthread_mutex_unlock(&srv->mu);
+  for (uint32_t i = 0; i < srv->nworkers; i++)
+    wt_param_store_write_lock(wt_worker_store(srv->workers[i]));
+  pthread_mutex_lock(&srv->mu);
+  srv->writers--;
+  pthread_cond_broadcast(&srv->cv);
+  if (srv->aborting || srv->round_id != round) {
+    for (uint32_t i = 0; i < srv->nworkers; i++)
+      wt_param_store_write_unlock(wt_worker_store(srv->workers[i]));
+    st = aborted_error(srv, "FinishWeightUpdate", round);
+    goto out;
+  }
   size_t staged = 0;
   uint64_t bytes = 0;
   wt_param_store_round_stats(wt_worker_store(srv->workers[0]), &staged, NULL,
                              &bytes);
-  for (uint32_t i = 0; i < srv->nworkers; i++)
+  for (uint32_t i = 0; i < srv->nworkers; i++) {
     wt_worker_commit(srv->workers[i]);
+    wt_param_store_write_unlock(wt_worker_store(srv->workers[i]));
+  }
+  srv->last_activity_ms = wt_srv_now_ms();
   uint64_t seq = ++srv->sequence;
   wt_version_entry *e = &srv->history[seq % WT_VERSION_HISTORY];
   free(e->version);
@@ -610,6 +643,14 @@ void wt_srv_abort_round_locked(wt_server *srv, const char *reason) {
   free(srv->abort_reason);
   srv->abort_reason = why;
   srv->aborted_round = id;
+  if (srv->push_call != NULL) {
+    /* Its handler may be blocked reading a client gone quiet. */
+    char msg[512];
+    snprintf(msg, sizeof(msg), "PushWeights: round %" PRIu64 " was aborted: %s",
+             id, why ? why : "(out of memory)");
+    wt_rpc_call_cancel(srv->push_call, WT_ABORTED, msg);
+    srv->push_call = NULL;
+  }
   srv->push_id = 0;
   srv->busy = NULL;
   for (uint32_t i = 0; i < srv->nworkers; i++)

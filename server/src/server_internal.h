@@ -6,7 +6,9 @@
  * non-blocking work. Blocking work (an engine's init_transfer or receive, a
  * chunk's copies, a stream read or write, checksums) runs without it, under
  * a count (`receivers`, `writers`) that an abort waits to drain, so that an
- * abort never frees what a running copy writes into.
+ * abort never frees what a running copy writes into. A store's rwlock is
+ * never taken while holding mu (a checksum holds it for seconds and takes mu
+ * inside; a finish takes the write locks first, then mu).
  */
 #ifndef WT_SERVER_INTERNAL_H
 #define WT_SERVER_INTERNAL_H
@@ -25,6 +27,8 @@
 
 /* Commits a watcher can still catch up on after falling behind. */
 #define WT_VERSION_HISTORY 64
+/* The longest weight_version a round may commit. */
+#define WT_MAX_VERSION_BYTES 4096
 
 typedef struct wt_version_entry {
   char *version;
@@ -64,11 +68,15 @@ struct wt_server {
   int64_t last_activity_ms;
 
   /* The data call in progress in the open round: at most one. */
-  const char *busy; /* "PushWeights" / "UpdateWeights", NULL if none */
+  /* "PushWeights" / "UpdateWeights" / "FinishWeightUpdate", NULL if none */
+  const char *busy;
   uint64_t push_id; /* the active push (0: none); bumped per push */
+  /* The active push's call, which an abort ends (its handler may be blocked
+   * reading a client gone quiet); valid while push_id is that push's. */
+  wt_rpc_call *push_call;
   uint64_t next_push_id;
   int receivers; /* workers inside receive */
-  int writers;   /* handler threads copying a chunk */
+  int writers;   /* chunks being copied; a finish waiting for readers */
 
   /* Committed versions. */
   uint64_t sequence;
@@ -120,9 +128,10 @@ WT_HIDDEN wt_status *wt_srv_update(wt_server *srv, uint64_t round_id,
                                    wt_receive_stats *stats);
 
 /* PushWeights: begin (header), chunk (data), end (the stream ended or
- * broke). begin sets *push_id, which the other two take. */
+ * broke). begin sets *push_id, which the other two take; `call` is the
+ * PushWeights call, which an abort of the round cancels until end. */
 WT_HIDDEN wt_status *wt_srv_push_begin(
-    wt_server *srv, uint64_t round_id,
+    wt_server *srv, wt_rpc_call *call, uint64_t round_id,
     const Wt__V1__WeightTransferUpdateInfo *info, uint64_t packed_buffer_bytes,
     uint64_t *push_id);
 WT_HIDDEN wt_status *wt_srv_push_chunk(wt_server *srv, uint64_t push_id,

@@ -406,7 +406,7 @@ static wt_status *push_weights(wt_rpc_call *call,
                   ": a second header; one PushWeights call carries one "
                   "header",
                   nmsg);
-        WT_CHECK(wt_srv_push_begin(srv, h->round_id, h->update_info,
+        WT_CHECK(wt_srv_push_begin(srv, call, h->round_id, h->update_info,
                                    h->packed_buffer_size_bytes, &push_id));
         pushing = true;
       } else {
@@ -535,6 +535,13 @@ static wt_status *watch_weight_version(wt_rpc_call *call,
 
 /* --- ChecksumWeights ------------------------------------------------------ */
 
+static bool stopping(wt_server *srv) {
+  pthread_mutex_lock(&srv->mu);
+  bool stop = srv->stopping;
+  pthread_mutex_unlock(&srv->mu);
+  return stop;
+}
+
 static wt_status *checksum_weights(wt_rpc_call *call,
                                    const ProtobufCMessage *request,
                                    void *user) {
@@ -575,8 +582,18 @@ static wt_status *checksum_weights(wt_rpc_call *call,
     wt_param_store *s = wt_worker_store(srv->workers[w]);
     /* One read lock per worker: its digests describe one version. */
     wt_param_store_read_lock(s);
-    for (size_t k = 0; k < n && st == NULL; k++)
+    for (size_t k = 0; k < n && st == NULL; k++) {
+      /* A pass over a large model takes a while: a client that left, or a
+       * server stopping, ends it between digests. */
+      if (wt_rpc_call_cancelled(call) || stopping(srv)) {
+        st = wt_status_new(WT_CANCELLED,
+                           "ChecksumWeights: stopped after %zu of %zu digests: "
+                           "the client left or the server is stopping",
+                           (size_t)w * n + k, total);
+        break;
+      }
       st = wt_param_store_digest(s, idx[k], alg, hex[w * n + k]);
+    }
     wt_param_store_read_unlock(s);
     if (st != NULL) goto out;
     for (size_t k = 0; k < n; k++) {

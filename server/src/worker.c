@@ -243,7 +243,7 @@ out:
 
 void wt_worker_commit(wt_worker *w) {
   if (w->state != WT_WORKER_UPDATING) return;
-  wt_param_store_commit(w->store);
+  wt_param_store_commit_locked(w->store);
   w->state = WT_WORKER_READY;
 }
 

@@ -106,6 +106,13 @@ typedef struct wt_trainer_ops {
 
   /* Releases `self`. */
   void (*destroy)(void *self);
+
+  /* Optional: server k's init response (its workers' endpoints), once every
+   * server answered ready. A backend whose workers listen (`ucx`) connects
+   * to them here. */
+  wt_status *(*init_response)(
+      void *self, size_t k,
+      const Wt__V1__InitWeightTransferEngineResponse *response);
 } wt_trainer_ops;
 
 /* Sets *out to the process's trainer-engine registry, created on first use
@@ -161,6 +168,10 @@ void wt_update_lists_apply(const wt_update_lists *l,
 
 /* The `grpc` backend's table (client/src/trainers/grpc_trainer.c). */
 extern const wt_trainer_ops wt_grpc_trainer_ops;
+#ifdef WT_WITH_UCX
+/* The `ucx` backend's table (client/src/trainers/ucx_trainer.c). */
+extern const wt_trainer_ops wt_ucx_trainer_ops;
+#endif
 
 #ifdef __cplusplus
 }

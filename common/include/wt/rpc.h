@@ -162,6 +162,12 @@ int64_t wt_rpc_call_remaining_ms(const wt_rpc_call *call);
 void wt_rpc_call_set_cancel_callback(wt_rpc_call *call, void (*fn)(void *arg),
                                      void *arg);
 
+/* Ends the call now, from any thread, while its handler has not returned:
+ * the client gets `code` and `message` (copied), and the handler's blocked
+ * read or write returns CANCELLED. For a server that must not wait for a
+ * client gone quiet (its TCP connection may outlive its host by hours). */
+void wt_rpc_call_cancel(wt_rpc_call *call, wt_code code, const char *message);
+
 /* Reads the next message of a client stream into *msg, a new message of the
  * method's request type that the caller frees with wt_pb_free(); *msg is
  * NULL at the end of the stream. Blocks until a message arrives; CANCELLED

@@ -214,6 +214,9 @@ wt_status *wt_engine_names(wt_registry *reg, char **out);
 
 /* The built-in backends' tables (engine_registry.c registers them). */
 extern const wt_engine_ops wt_grpc_engine_ops;
+#ifdef WT_WITH_UCX
+extern const wt_engine_ops wt_ucx_engine_ops; /* engines/ucx_engine.c */
+#endif
 
 #ifdef __cplusplus
 }

@@ -121,6 +121,14 @@ wt_status *wt_param_store_check_commit(const wt_param_store *s);
  * complete again once no tensor is left dirty by an aborted round. */
 void wt_param_store_commit(wt_param_store *s);
 
+/* The same commit in steps, for a caller that must not block while holding
+ * a lock of its own: wt_param_store_write_lock() waits for readers (a long
+ * checksum) to leave, wt_param_store_commit_locked() commits under it (never
+ * blocks), wt_param_store_write_unlock() lets readers in again. */
+void wt_param_store_write_lock(wt_param_store *s);
+void wt_param_store_commit_locked(wt_param_store *s);
+void wt_param_store_write_unlock(wt_param_store *s);
+
 /* Ends the round without changing what readers see (shadow). Inplace, every
  * tensor the round wrote into stays dirty and the store incomplete. */
 void wt_param_store_abort(wt_param_store *s);

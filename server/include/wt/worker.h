@@ -94,7 +94,9 @@ wt_status *wt_worker_push_end(wt_worker *w, bool stream_ended,
  *     received tensor); changes nothing, the round stays open on error;
  *  2. wt_worker_prepare_finish: the engine's finish_update; on error the
  *     caller aborts the round on every worker;
- *  3. wt_worker_commit: the store's commit; updating -> ready. Never fails. */
+ *  3. wt_worker_commit: the store's commit; updating -> ready. Never fails;
+ *     the caller holds the store's write lock (wt_param_store_write_lock),
+ *     taken before any lock of its own since it waits for readers. */
 wt_status *wt_worker_check_finish(const wt_worker *w);
 wt_status *wt_worker_prepare_finish(wt_worker *w);
 void wt_worker_commit(wt_worker *w);

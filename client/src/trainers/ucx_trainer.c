@@ -1,0 +1,487 @@
+/* ucx_trainer.c: the `ucx` trainer engine (built with WT_WITH_UCX).
+ *
+ * Rendezvous: the workers listen (wt/ucx_common.h says why); the client hands
+ * every server's init response to init_response, which creates one endpoint
+ * per worker: by default through the worker's listener (ucp_ep_create with
+ * the reported host:port), or with its packed worker address when
+ * init_info.options["ucx_connect"] is "address". The connection completes
+ * while both sides progress, i.e. during the first round.
+ *
+ * Data path: the shared bucket plan over the source's metadata (buffer size:
+ * init_info.ucx.packed_buffer_size_bytes, default 64 MiB, passed to every
+ * worker in update_info.ucx so both sides plan alike). Each bucket is packed
+ * once into one of packed_num_buffers (default 2) send buffers: this is the
+ * one copy of the data path (a source that generates its bytes, such as the
+ * synthetic one, writes them there directly). The bucket then goes to every
+ * worker of every server at once (parallel fan-out: one tagged send per
+ * worker from the same buffer, tag wt_ucx_tag(round of that server, bucket)),
+ * and packing the next bucket overlaps the sends of the previous ones. When
+ * every buffer is in flight the oldest is waited for, with the client's data
+ * deadline (or the init info's timeout_ms). A worker whose endpoint breaks
+ * (UCX's peer-failure handling) or whose send does not complete in time
+ * ends send_weights with an error naming the server and the worker.
+ *
+ * Peer-failure handling (UCP_ERR_HANDLING_MODE_PEER, on by default) reports
+ * a dead worker at once (and, through the listener connection, a dead
+ * trainer to the workers), but UCX 1.13's shared-memory transports do not
+ * support it and are then never selected ("no peer failure handler"), and
+ * its sockaddr wireup picks network transports only. Shared memory on one
+ * host therefore takes init_info.options "ucx_connect" = "address" and
+ * "ucx_peer_errors" = "off"; dead peers are then found by the deadlines.
+ */
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wt/log.h"
+#include "wt/packing.h"
+#include "wt/trainer.h"
+#include "wt/ucx_common.h"
+
+#define UCX_DEFAULT_BUFFER_BYTES (64ull << 20)
+#define UCX_DEFAULT_NUM_BUFFERS 2u
+#define UCX_MAX_NUM_BUFFERS 64u
+#define UCX_GRACE_MS 1000
+
+typedef struct peer {
+  size_t server;
+  uint32_t rank;
+  char name[320]; /* "HOST:PORT worker R (ADDR:PORT)" */
+  struct sockaddr_storage addr;
+  socklen_t addrlen;
+  unsigned char *worker_address; /* NULL: connect by sockaddr */
+  size_t worker_address_len;
+  ucp_ep_h ep;
+  bool failed;
+  ucs_status_t why;
+} peer;
+
+/* One send buffer and the sends of the bucket it holds. */
+typedef struct sbuf {
+  unsigned char *data;
+  uint64_t cap;
+  size_t bucket;
+  bool busy;
+  void **reqs; /* one per peer */
+} sbuf;
+
+typedef struct ucx_trainer {
+  wt_sync_client *client;
+  wt_ucx *ucx;
+  uint64_t buffer_bytes;
+  uint32_t num_buffers;
+  int64_t timeout_ms;
+  bool by_sockaddr; /* options["ucx_connect"] != "address" */
+  bool peer_errors; /* options["ucx_peer_errors"] != "off" */
+  peer **peers;     /* stable addresses: UCX error callbacks point at them */
+  size_t npeers;
+  sbuf *bufs;
+  bool lanes_logged;
+  Wt__V1__UcxUpdateInfo uinfo;
+  Wt__V1__UInt64Value ubuf;
+} ucx_trainer;
+
+static void peer_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
+  peer *p = arg;
+  (void)ep;
+  p->failed = true;
+  p->why = status;
+}
+
+/* Creates p's endpoint to its worker; the connection completes while both
+ * sides progress. */
+static wt_status *peer_connect(ucx_trainer *t, peer *p) {
+  wt_status *st = NULL;
+  ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                        .err_mode = t->peer_errors ? UCP_ERR_HANDLING_MODE_PEER
+                                                   : UCP_ERR_HANDLING_MODE_NONE,
+                        .err_handler = {.cb = peer_error, .arg = p}};
+  if (p->worker_address != NULL) {
+    ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    ep.address = (const ucp_address_t *)p->worker_address;
+  } else {
+    ep.field_mask |= UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
+    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    ep.sockaddr.addr = (const struct sockaddr *)&p->addr;
+    ep.sockaddr.addrlen = p->addrlen;
+  }
+  p->failed = false;
+  p->why = UCS_OK;
+  ucs_status_t us = ucp_ep_create(t->ucx->worker, &ep, &p->ep);
+  if (us != UCS_OK) {
+    p->ep = NULL;
+    WT_FAIL(WT_UNAVAILABLE, "%s: connecting: %s", p->name,
+            ucs_status_string(us));
+  }
+out:
+  return st;
+}
+
+/* Force-closing an endpoint is the one way to end UCX sends still in flight
+ * (ucp_request_cancel only applies to receives): it completes them with an
+ * error, so that the send buffers are free again. */
+static void peer_close(ucx_trainer *t, peer *p) {
+  wt_ucx_ep_close(t->ucx, p->ep, false, UCX_GRACE_MS);
+  p->ep = NULL;
+}
+
+static void ucx_trainer_destroy(void *self) {
+  ucx_trainer *t = self;
+  if (t == NULL) return;
+  for (size_t i = 0; i < t->npeers; i++)
+    if (t->ucx) peer_close(t, t->peers[i]);
+  for (uint32_t i = 0; t->bufs && i < t->num_buffers; i++) {
+    for (size_t j = 0; t->bufs[i].reqs && j < t->npeers; j++)
+      wt_ucx_request_drop(t->ucx, t->bufs[i].reqs[j], UCX_GRACE_MS);
+    free(t->bufs[i].reqs);
+    free(t->bufs[i].data);
+  }
+  free(t->bufs);
+  for (size_t i = 0; i < t->npeers; i++) {
+    free(t->peers[i]->worker_address);
+    free(t->peers[i]);
+  }
+  free(t->peers);
+  wt_ucx_destroy(t->ucx);
+  free(t);
+}
+
+static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
+                                   void **self) {
+  wt_status *st = NULL;
+  ucx_trainer *t = calloc(1, sizeof(*t));
+  if (t == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+  const Wt__V1__WeightTransferInitInfo *init = args->init_info;
+  const Wt__V1__UcxInitInfo *x =
+      init->backend_init_case ==
+              WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX
+          ? init->ucx
+          : NULL;
+  t->client = args->client;
+  t->buffer_bytes = UCX_DEFAULT_BUFFER_BYTES;
+  t->num_buffers = UCX_DEFAULT_NUM_BUFFERS;
+  t->timeout_ms = init->timeout_ms ? (int64_t)init->timeout_ms
+                                   : wt_sync_client_data_timeout_ms(t->client);
+  if (x != NULL && x->packed_buffer_size_bytes != NULL) {
+    if (x->packed_buffer_size_bytes->value == 0)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "init_info.ucx.packed_buffer_size_bytes is 0; it must be at "
+              "least 1");
+    t->buffer_bytes = x->packed_buffer_size_bytes->value;
+  }
+  if (x != NULL && x->packed_num_buffers != NULL) {
+    uint32_t v = x->packed_num_buffers->value;
+    if (v == 0 || v > UCX_MAX_NUM_BUFFERS)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "init_info.ucx.packed_num_buffers is %u; it must be 1..%u", v,
+              UCX_MAX_NUM_BUFFERS);
+    t->num_buffers = v;
+  }
+  t->peer_errors = true;
+  t->by_sockaddr = true;
+  for (size_t i = 0; i < init->n_options; i++) {
+    const char *key = init->options[i]->key, *val = init->options[i]->value;
+    if (val == NULL) val = "";
+    if (key != NULL && strcmp(key, "ucx_connect") == 0) {
+      if (strcmp(val, "address") == 0)
+        t->by_sockaddr = false;
+      else if (strcmp(val, "sockaddr") != 0)
+        WT_FAIL(WT_INVALID_ARGUMENT,
+                "init_info.options[\"ucx_connect\"] is '%s'; it must be "
+                "'sockaddr' (default) or 'address'",
+                val);
+    } else if (key != NULL && strcmp(key, "ucx_peer_errors") == 0) {
+      if (strcmp(val, "off") == 0)
+        t->peer_errors = false;
+      else if (strcmp(val, "on") != 0)
+        WT_FAIL(WT_INVALID_ARGUMENT,
+                "init_info.options[\"ucx_peer_errors\"] is '%s'; it must be "
+                "'on' (default) or 'off'",
+                val);
+    }
+  }
+  WT_CHECK(wt_ucx_new(x ? x->transports : NULL, "ucx trainer", &t->ucx));
+  t->bufs = calloc(t->num_buffers, sizeof(*t->bufs));
+  if (t->bufs == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+  *self = t;
+  t = NULL;
+out:
+  ucx_trainer_destroy(t);
+  return st;
+}
+
+static wt_status *ucx_init_response(
+    void *self, size_t k, const Wt__V1__InitWeightTransferEngineResponse *r) {
+  wt_status *st = NULL;
+  ucx_trainer *t = self;
+  peer *p = NULL;
+  if (r == NULL || r->n_endpoints == 0)
+    WT_FAIL(WT_FAILED_PRECONDITION,
+            "backend 'ucx': the init response lists no worker endpoint");
+  peer **np = realloc(t->peers, (t->npeers + r->n_endpoints) * sizeof(*np));
+  if (np == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+  t->peers = np;
+  for (size_t i = 0; i < r->n_endpoints; i++) {
+    const Wt__V1__WorkerEndpoint *we = r->endpoints[i];
+    p = calloc(1, sizeof(*p));
+    if (p == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+    p->server = k;
+    p->rank = we->rank;
+    snprintf(p->name, sizeof(p->name), "%s worker %u (%s:%u)",
+             wt_sync_client_target(t->client, k), we->rank,
+             we->address ? we->address : "", we->port);
+    if (we->address == NULL || *we->address == '\0' || we->port == 0)
+      WT_FAIL(WT_FAILED_PRECONDITION,
+              "%s: the init response gives no UCX address and port", p->name);
+    WT_CHECK(wt_status_prefix(
+        wt_ucx_sockaddr(we->address, we->port, &p->addr, &p->addrlen), "%s",
+        p->name));
+    if (!t->by_sockaddr && we->worker_address.len > 0) {
+      p->worker_address = malloc(we->worker_address.len);
+      if (p->worker_address == NULL)
+        WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+      memcpy(p->worker_address, we->worker_address.data,
+             we->worker_address.len);
+      p->worker_address_len = we->worker_address.len;
+    }
+    WT_CHECK(peer_connect(t, p));
+    t->peers[t->npeers++] = p;
+    p = NULL;
+  }
+out:
+  if (p) free(p->worker_address);
+  free(p);
+  return st;
+}
+
+static wt_status *ucx_update_info(void *self, wt_source *source, size_t k,
+                                  Wt__V1__WeightTransferUpdateInfo *info) {
+  ucx_trainer *t = self;
+  (void)source;
+  (void)k;
+  wt__v1__ucx_update_info__init(&t->uinfo);
+  wt__v1__uint64_value__init(&t->ubuf);
+  t->ubuf.value = t->buffer_bytes;
+  t->uinfo.packed_buffer_size_bytes = &t->ubuf;
+  info->backend_update_case =
+      WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_UCX;
+  info->ucx = &t->uinfo;
+  return NULL;
+}
+
+static void ucx_trainer_cancel(void *self) {
+  ucx_trainer *t = self;
+  wt_ucx_cancel(t->ucx);
+}
+
+typedef struct wait_arg {
+  ucx_trainer *t;
+  sbuf *b;
+} wait_arg;
+
+/* The buffer's sends are all over (done or failed), or a peer broke. */
+static bool sends_done(void *arg) {
+  wait_arg *w = arg;
+  for (size_t j = 0; j < w->t->npeers; j++) {
+    if (w->t->peers[j]->failed) return true;
+    if (wt_ucx_request_status(w->b->reqs[j]) == UCS_INPROGRESS) return false;
+  }
+  return true;
+}
+
+/* Waits for the sends of `b` and frees them; an error names the worker. */
+static wt_status *drain(ucx_trainer *t, sbuf *b, uint64_t nbuckets) {
+  wt_status *st = NULL;
+  char what[128];
+  snprintf(what, sizeof(what), "bucket %zu of %" PRIu64 " to be delivered",
+           b->bucket, nbuckets);
+  wait_arg wa = {.t = t, .b = b};
+  st = wt_ucx_wait(t->ucx, sends_done, &wa, wt_ucx_now_ms() + t->timeout_ms,
+                   t->timeout_ms, what);
+  if (st != NULL) {
+    /* Name the first worker still pending. */
+    for (size_t j = 0; j < t->npeers; j++)
+      if (wt_ucx_request_status(b->reqs[j]) == UCS_INPROGRESS)
+        return wt_status_prefix(st, "%s", t->peers[j]->name);
+    return st;
+  }
+  for (size_t j = 0; j < t->npeers; j++) {
+    ucs_status_t us = wt_ucx_request_status(b->reqs[j]);
+    if (us == UCS_INPROGRESS && t->peers[j]->failed) us = t->peers[j]->why;
+    if (us != UCS_OK)
+      WT_FAIL(WT_UNAVAILABLE, "%s: sending bucket %zu failed: %s",
+              t->peers[j]->name, b->bucket, ucs_status_string(us));
+  }
+  for (size_t j = 0; j < t->npeers; j++) {
+    if (b->reqs[j] != NULL) ucp_request_free(b->reqs[j]);
+    b->reqs[j] = NULL;
+  }
+  b->busy = false;
+out:
+  return st;
+}
+
+/* Writes the tensors of bucket `bk` (the source's next tensors) into `dst`. */
+static wt_status *pack(wt_source *src, const wt_bucket *bk,
+                       unsigned char *dst) {
+  wt_status *st = NULL;
+  uint64_t off = 0;
+  for (size_t k = 0; k < bk->count; k++) {
+    wt_source_tensor tn;
+    bool done = false;
+    WT_CHECK(wt_source_next(src, &tn, &done));
+    if (done)
+      WT_FAIL(WT_INVALID_ARGUMENT, "source ended before the plan's tensor %zu",
+              bk->first + k);
+    if (tn.nbytes == 0) continue;
+    if (tn.data != NULL)
+      memcpy(dst + off, tn.data, tn.nbytes);
+    else
+      WT_CHECK(wt_source_read(src, &tn, 0, dst + off, tn.nbytes));
+    off += tn.nbytes;
+  }
+out:
+  return st;
+}
+
+static wt_status *ucx_send_weights(void *self, wt_source *source,
+                                   wt_progress_fn progress, void *user) {
+  wt_status *st = NULL;
+  ucx_trainer *t = self;
+  wt_pack_plan *plan = NULL;
+  size_t n = 0;
+  const wt_tensor_meta *metas = wt_source_metas(source, &n);
+  wt_progress pr = {.tensors_total = n,
+                    .bytes_total = wt_source_total_bytes(source)};
+  size_t nservers = wt_sync_client_server_count(t->client);
+  if (t->npeers == 0)
+    WT_FAIL(WT_FAILED_PRECONDITION,
+            "backend 'ucx': no worker endpoint (init_transfer first)");
+  wt_ucx_reset_cancel(t->ucx);
+  /* Endpoints closed or broken in an earlier round connect again; the
+   * workers accept the new connection inside their receive. */
+  for (size_t j = 0; j < t->npeers; j++) {
+    peer *p = t->peers[j];
+    if (p->ep != NULL && !p->failed) continue;
+    if (p->ep != NULL) peer_close(t, p);
+    WT_CHECK(peer_connect(t, p));
+  }
+  WT_CHECK(wt_pack_plan_from_metas(metas, n, t->buffer_bytes, &plan));
+  for (uint32_t i = 0; i < t->num_buffers; i++) {
+    sbuf *b = &t->bufs[i];
+    if (b->reqs == NULL) {
+      b->reqs = calloc(t->npeers, sizeof(*b->reqs));
+      if (b->reqs == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    if (b->cap < plan->max_bucket_bytes) {
+      free(b->data);
+      b->cap = 0;
+      b->data = malloc(plan->max_bucket_bytes ? plan->max_bucket_bytes : 1);
+      if (b->data == NULL)
+        WT_FAIL(WT_RESOURCE_EXHAUSTED,
+                "out of memory for a send buffer of %" PRIu64 " bytes",
+                plan->max_bucket_bytes);
+      b->cap = plan->max_bucket_bytes;
+    }
+  }
+  WT_CHECK(wt_source_rewind(source));
+  for (size_t bkt = 0; bkt < plan->nbuckets; bkt++) {
+    sbuf *b = &t->bufs[bkt % t->num_buffers];
+    if (b->busy) {
+      WT_CHECK(drain(t, b, plan->nbuckets));
+      const wt_bucket *done = &plan->buckets[b->bucket];
+      pr.tensors_done += done->count;
+      pr.bytes_done += done->nbytes;
+      if (progress) progress(&pr, user);
+    }
+    const wt_bucket *bk = &plan->buckets[bkt];
+    WT_CHECK(pack(source, bk, b->data));
+    b->bucket = bkt;
+    b->busy = true;
+    for (size_t j = 0; j < t->npeers; j++) {
+      peer *p = t->peers[j];
+      if (p->failed || p->ep == NULL)
+        WT_FAIL(WT_UNAVAILABLE, "%s: connection broke: %s", p->name,
+                ucs_status_string(p->failed ? p->why : UCS_ERR_NOT_CONNECTED));
+      uint64_t round = p->server < nservers
+                           ? wt_sync_client_round_id(t->client, p->server)
+                           : 0;
+      ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
+                                .datatype = ucp_dt_make_contig(1)};
+      void *req = ucp_tag_send_nbx(p->ep, b->data, bk->nbytes,
+                                   wt_ucx_tag(round, bkt), &rp);
+      if (UCS_PTR_IS_ERR(req))
+        WT_FAIL(WT_UNAVAILABLE, "%s: sending bucket %zu: %s", p->name, bkt,
+                ucs_status_string(UCS_PTR_STATUS(req)));
+      b->reqs[j] = req;
+    }
+  }
+  for (size_t i = 0; i < plan->nbuckets && i < t->num_buffers; i++) {
+    /* Oldest first, so progress counts buckets in order. */
+    size_t bkt =
+        plan->nbuckets -
+        (plan->nbuckets < t->num_buffers ? plan->nbuckets : t->num_buffers) + i;
+    sbuf *b = &t->bufs[bkt % t->num_buffers];
+    if (!b->busy) continue;
+    WT_CHECK(drain(t, b, plan->nbuckets));
+    pr.tensors_done += plan->buckets[bkt].count;
+    pr.bytes_done += plan->buckets[bkt].nbytes;
+  }
+  if (wt_log_enabled(WT_LOG_DEBUG) && !t->lanes_logged) {
+    /* Which transports carry the data (UCX_TLS, transports) is otherwise
+     * invisible: log each endpoint's lanes once. */
+    t->lanes_logged = true;
+    for (size_t j = 0; j < t->npeers; j++) {
+      char *text = NULL;
+      size_t len = 0;
+      FILE *f = open_memstream(&text, &len);
+      if (f == NULL) break;
+      ucp_ep_print_info(t->peers[j]->ep, f);
+      fclose(f);
+      WT_LOGD("ucx", "%s: %s", t->peers[j]->name, text);
+      free(text);
+    }
+  }
+  pr.tensors_done = pr.tensors_total;
+  pr.bytes_done = pr.bytes_total;
+  if (progress) progress(&pr, user);
+out:
+  if (st != NULL) {
+    /* End what is in flight (the buffers are reused next round) by closing
+     * the endpoints that still have sends or broke; the next round
+     * reconnects them. */
+    for (size_t j = 0; j < t->npeers; j++) {
+      bool pending = t->peers[j]->failed;
+      for (uint32_t i = 0; i < t->num_buffers; i++)
+        if (t->bufs[i].reqs &&
+            wt_ucx_request_status(t->bufs[i].reqs[j]) == UCS_INPROGRESS)
+          pending = true;
+      if (!pending) continue;
+      peer_close(t, t->peers[j]);
+    }
+    for (uint32_t i = 0; i < t->num_buffers; i++) {
+      sbuf *b = &t->bufs[i];
+      for (size_t j = 0; b->reqs && j < t->npeers; j++) {
+        wt_ucx_request_drop(t->ucx, b->reqs[j], UCX_GRACE_MS);
+        b->reqs[j] = NULL;
+      }
+      b->busy = false;
+    }
+  }
+  wt_pack_plan_free(plan);
+  return st;
+}
+
+const wt_trainer_ops wt_ucx_trainer_ops = {
+    .header = {.abi_version = WT_TRAINER_ABI_VERSION, .name = "ucx"},
+    .flags = WT_TRAINER_NEEDS_UPDATE_WEIGHTS,
+    .trainer_init = ucx_trainer_init,
+    .update_info = ucx_update_info,
+    .send_weights = ucx_send_weights,
+    .cancel = ucx_trainer_cancel,
+    .destroy = ucx_trainer_destroy,
+    .init_response = ucx_init_response,
+};

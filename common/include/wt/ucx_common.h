@@ -1,0 +1,98 @@
+/* wt/ucx_common.h: what the `ucx` worker and trainer engines share (built
+ * only with WT_WITH_UCX).
+ *
+ * Rendezvous: every worker listens (a ucp_listener on an ephemeral port of
+ * the server's host) and reports host:port in the init response's
+ * WorkerEndpoint; the trainer connects to every worker of every server
+ * (ucp_ep_create with a sockaddr). Workers listen because the server's
+ * address is the one the trainer already knows and reaches (it dials the
+ * control channel there), whereas a trainer behind NAT or with several
+ * interfaces would have to guess which of its addresses the workers reach.
+ * Each worker also reports its packed ucp worker address. By default the
+ * trainer connects through the listener, which gives both sides an endpoint
+ * with peer-failure handling (a dead trainer or worker is noticed within a
+ * second); with init_info.options["ucx_connect"] = "address" it connects
+ * with the worker address instead (UCP_EP_PARAM_FIELD_REMOTE_ADDRESS),
+ * which, together with "ucx_peer_errors" = "off", lets UCX 1.13 use shared
+ * memory on one host (its sockaddr wireup selects network transports only,
+ * and its shared-memory transports lack peer-failure support); dead peers
+ * are then found by the deadlines only.
+ *
+ * Data: the shared bucket plan (wt/packing.h); bucket b of round r travels
+ * as one tagged message with tag wt_ucx_tag(r, b). Every wait goes through
+ * wt_ucx_wait, which sleeps on the worker's event fd between progress calls,
+ * ends at a deadline, and returns at once after wt_ucx_cancel.
+ */
+#ifndef WT_UCX_COMMON_H
+#define WT_UCX_COMMON_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <ucp/api/ucp.h>
+
+#include "wt/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One ucp context with one worker (single-threaded use, except
+ * wt_ucx_cancel). */
+typedef struct wt_ucx {
+  ucp_context_h context;
+  ucp_worker_h worker;
+  int efd;
+  atomic_bool cancelled;
+} wt_ucx;
+
+/* Creates context and worker; `transports` (may be NULL or empty: UCX's own
+ * choice, UCX_TLS still applies) overrides UCX_TLS. `who` names the owner in
+ * messages. The caller owns *out (wt_ucx_destroy). */
+wt_status *wt_ucx_new(const char *transports, const char *who, wt_ucx **out);
+
+/* Destroys worker and context. NULL is ignored. */
+void wt_ucx_destroy(wt_ucx *u);
+
+/* From any thread: makes a running or the next wt_ucx_wait return
+ * CANCELLED, until wt_ucx_reset_cancel. */
+void wt_ucx_cancel(wt_ucx *u);
+void wt_ucx_reset_cancel(wt_ucx *u);
+
+/* Milliseconds on the monotonic clock. */
+int64_t wt_ucx_now_ms(void);
+
+/* Progresses until cond(arg) holds (NULL), the monotonic time passes
+ * `deadline_ms` (DEADLINE_EXCEEDED "timed out after N ms waiting for
+ * <what>"), or the wait is cancelled (CANCELLED naming <what>). */
+wt_status *wt_ucx_wait(wt_ucx *u, bool (*cond)(void *), void *arg,
+                       int64_t deadline_ms, int64_t timeout_ms,
+                       const char *what);
+
+/* The state of a request returned by a *_nbx call: UCS_OK when done (or
+ * when `req` is NULL: completed in place), UCS_INPROGRESS, or an error. */
+ucs_status_t wt_ucx_request_status(void *req);
+
+/* Cancels `req` if still running, progresses up to `grace_ms` for it to
+ * complete, and frees it. NULL and error pointers are ignored. */
+void wt_ucx_request_drop(wt_ucx *u, void *req, int64_t grace_ms);
+
+/* Closes `ep` (flushing when `flush`, else forcing) within `grace_ms`. */
+void wt_ucx_ep_close(wt_ucx *u, ucp_ep_h ep, bool flush, int64_t grace_ms);
+
+/* host:port into a socket address (numeric or resolvable host);
+ * INVALID_ARGUMENT naming the address when it does not resolve. */
+wt_status *wt_ucx_sockaddr(const char *host, uint32_t port,
+                           struct sockaddr_storage *ss, socklen_t *len);
+
+/* The tag of bucket `bucket` of round `round_id`. */
+static inline ucp_tag_t wt_ucx_tag(uint64_t round_id, uint64_t bucket) {
+  return (round_id << 32) | (bucket & 0xffffffffu);
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WT_UCX_COMMON_H */

@@ -1,0 +1,169 @@
+/* ucx_common.c: context/worker setup, deadline-bounded progress and request
+ * helpers shared by the `ucx` engines (see wt/ucx_common.h). */
+
+#include "wt/ucx_common.h"
+
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "wt/log.h"
+
+int64_t wt_ucx_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+wt_status *wt_ucx_new(const char *transports, const char *who, wt_ucx **out) {
+  wt_status *st = NULL;
+  ucp_config_t *config = NULL;
+  ucs_status_t us;
+  wt_ucx *u = calloc(1, sizeof(*u));
+  *out = NULL;
+  if (u == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", who);
+  u->efd = -1;
+  us = ucp_config_read(NULL, NULL, &config);
+  if (us != UCS_OK)
+    WT_FAIL(WT_INTERNAL, "%s: ucp_config_read: %s", who, ucs_status_string(us));
+  if (transports != NULL && *transports != '\0') {
+    us = ucp_config_modify(config, "TLS", transports);
+    if (us != UCS_OK)
+      WT_FAIL(WT_INVALID_ARGUMENT, "%s: transports '%s': %s", who, transports,
+              ucs_status_string(us));
+  }
+  ucp_params_t params = {
+      .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
+      .features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
+      .name = "wt"};
+  us = ucp_init(&params, config, &u->context);
+  if (us != UCS_OK)
+    WT_FAIL(WT_UNAVAILABLE, "%s: ucp_init (transports '%s'): %s", who,
+            transports && *transports ? transports : "default",
+            ucs_status_string(us));
+  ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                            .thread_mode = UCS_THREAD_MODE_SINGLE};
+  us = ucp_worker_create(u->context, &wp, &u->worker);
+  if (us != UCS_OK)
+    WT_FAIL(WT_UNAVAILABLE, "%s: ucp_worker_create: %s", who,
+            ucs_status_string(us));
+  us = ucp_worker_get_efd(u->worker, &u->efd);
+  if (us != UCS_OK)
+    WT_FAIL(WT_UNAVAILABLE, "%s: ucp_worker_get_efd: %s", who,
+            ucs_status_string(us));
+  *out = u;
+  u = NULL;
+out:
+  if (config) ucp_config_release(config);
+  wt_ucx_destroy(u);
+  return st;
+}
+
+void wt_ucx_destroy(wt_ucx *u) {
+  if (u == NULL) return;
+  if (u->worker) ucp_worker_destroy(u->worker);
+  if (u->context) ucp_cleanup(u->context);
+  free(u);
+}
+
+void wt_ucx_cancel(wt_ucx *u) {
+  atomic_store(&u->cancelled, true);
+  /* Documented as callable from any thread: wakes a wait blocked in poll. */
+  if (u->worker) ucp_worker_signal(u->worker);
+}
+
+void wt_ucx_reset_cancel(wt_ucx *u) {
+  atomic_store(&u->cancelled, false);
+}
+
+wt_status *wt_ucx_wait(wt_ucx *u, bool (*cond)(void *), void *arg,
+                       int64_t deadline_ms, int64_t timeout_ms,
+                       const char *what) {
+  for (;;) {
+    while (ucp_worker_progress(u->worker) != 0) {
+    }
+    if (cond != NULL && cond(arg)) return NULL;
+    if (atomic_load(&u->cancelled))
+      return wt_status_new(WT_CANCELLED, "cancelled while waiting for %s",
+                           what);
+    int64_t left = deadline_ms - wt_ucx_now_ms();
+    if (left <= 0)
+      return wt_status_new(WT_DEADLINE_EXCEEDED,
+                           "timed out after %lld ms waiting for %s",
+                           (long long)timeout_ms, what);
+    ucs_status_t us = ucp_worker_arm(u->worker);
+    if (us == UCS_ERR_BUSY) continue; /* events arrived meanwhile */
+    if (us != UCS_OK)
+      return wt_status_new(WT_INTERNAL,
+                           "ucp_worker_arm while waiting for %s: %s", what,
+                           ucs_status_string(us));
+    /* Bounded sleep: some transports (shared memory) do not wake the fd, so
+     * a short slice keeps them moving without burning a core. */
+    struct pollfd pfd = {.fd = u->efd, .events = POLLIN};
+    (void)poll(&pfd, 1, 1);
+  }
+}
+
+ucs_status_t wt_ucx_request_status(void *req) {
+  if (req == NULL) return UCS_OK;
+  if (UCS_PTR_IS_ERR(req)) return UCS_PTR_STATUS(req);
+  return ucp_request_check_status(req);
+}
+
+void wt_ucx_request_drop(wt_ucx *u, void *req, int64_t grace_ms) {
+  if (req == NULL || UCS_PTR_IS_ERR(req)) return;
+  if (ucp_request_check_status(req) == UCS_INPROGRESS) {
+    ucp_request_cancel(u->worker, req);
+    int64_t deadline = wt_ucx_now_ms() + grace_ms;
+    while (ucp_request_check_status(req) == UCS_INPROGRESS &&
+           wt_ucx_now_ms() < deadline)
+      ucp_worker_progress(u->worker);
+  }
+  ucp_request_free(req);
+}
+
+void wt_ucx_ep_close(wt_ucx *u, ucp_ep_h ep, bool flush, int64_t grace_ms) {
+  if (ep == NULL) return;
+  ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                           .flags = flush ? 0 : UCP_EP_CLOSE_FLAG_FORCE};
+  void *req = ucp_ep_close_nbx(ep, &p);
+  if (req == NULL || UCS_PTR_IS_ERR(req)) return;
+  int64_t deadline = wt_ucx_now_ms() + grace_ms;
+  while (ucp_request_check_status(req) == UCS_INPROGRESS &&
+         wt_ucx_now_ms() < deadline)
+    ucp_worker_progress(u->worker);
+  if (ucp_request_check_status(req) == UCS_INPROGRESS && flush) {
+    /* The peer does not answer: force it. */
+    ucp_request_free(req);
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    req = ucp_ep_close_nbx(ep, &p);
+    if (req == NULL || UCS_PTR_IS_ERR(req)) return;
+    deadline = wt_ucx_now_ms() + grace_ms;
+    while (ucp_request_check_status(req) == UCS_INPROGRESS &&
+           wt_ucx_now_ms() < deadline)
+      ucp_worker_progress(u->worker);
+  }
+  ucp_request_free(req);
+}
+
+wt_status *wt_ucx_sockaddr(const char *host, uint32_t port,
+                           struct sockaddr_storage *ss, socklen_t *len) {
+  wt_status *st = NULL;
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+  struct addrinfo *res = NULL;
+  char portstr[16];
+  snprintf(portstr, sizeof(portstr), "%u", (unsigned)port);
+  int rc = getaddrinfo(host, portstr, &hints, &res);
+  if (rc != 0 || res == NULL)
+    WT_FAIL(WT_INVALID_ARGUMENT, "address '%s:%u' does not resolve: %s", host,
+            (unsigned)port, gai_strerror(rc));
+  memset(ss, 0, sizeof(*ss));
+  memcpy(ss, res->ai_addr, res->ai_addrlen);
+  *len = res->ai_addrlen;
+out:
+  if (res) freeaddrinfo(res);
+  return st;
+}

@@ -1,0 +1,511 @@
+/* ucx_engine.c: the `ucx` worker engine (built with WT_WITH_UCX).
+ *
+ * Who listens: the worker. init_transfer opens a ucp_listener on an
+ * ephemeral port of the server's host (wt_worker_ctx.host) and reports
+ * host:port in the init response, together with its packed ucp worker
+ * address; the trainer then connects to every worker of every server (see
+ * wt/ucx_common.h for why and how it picks one of the two). Connection
+ * requests are accepted while the worker progresses, i.e. inside receive.
+ *
+ * Data path: the shared bucket plan (update info ucx.packed_buffer_size_bytes,
+ * else the init info's, else 64 MiB); bucket b of round r is one tagged
+ * message (wt_ucx_tag(r, b)). Each bucket is received straight into the
+ * staging buffers of its tensors through an iov receive (UCP_DATATYPE_IOV),
+ * so the worker side is zero-copy: no bounce buffer. The staging buffers are
+ * the store's (shadow staging alternates two buffers per tensor), so instead
+ * of an explicit ucp_mem_map per round UCX's registration cache keeps them
+ * registered across rounds. Up to packed_num_buffers (default 2) buckets
+ * are posted at once, so receiving bucket b+1 overlaps the trainer packing
+ * bucket b+2.
+ *
+ * Deadlines: every bucket waits at most timeout_ms (the init info's, else the
+ * server's default); a trainer that died or stopped mid-round thus fails the
+ * round with DEADLINE_EXCEEDED (or UNAVAILABLE naming the trainer when UCX
+ * reports the endpoint broken first); the worker aborts the store, so the
+ * previous version stays. cancel wakes the wait at once.
+ */
+
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wt/engine.h"
+#include "wt/log.h"
+#include "wt/ucx_common.h"
+
+#define UCX_DEFAULT_BUFFER_BYTES (64ull << 20)
+#define UCX_DEFAULT_NUM_BUFFERS 2u
+#define UCX_MAX_NUM_BUFFERS 64u
+/* How long an abort waits for a posted receive to give up its buffers. */
+#define UCX_GRACE_MS 1000
+/* How long every trainer connection must stay broken before a receive gives
+ * up on the trainer (see recv_done). */
+#define UCX_PEER_GONE_MS 1000
+/* How long an abort spends discarding a failed round's leftover buckets. */
+#define UCX_DRAIN_MS 500
+
+/* A connection from the trainer (normally one per init). */
+typedef struct peer {
+  bool used; /* slot holds a connection (closed broken ones are reused) */
+  ucp_ep_h ep;
+  bool failed;
+  ucs_status_t why;
+} peer;
+
+/* One posted bucket receive. */
+typedef struct slot {
+  void *req;
+  size_t bucket;
+  ucp_dt_iov_t *iov;
+  size_t iovcnt;
+} slot;
+
+struct wt_engine {
+  wt_worker_ctx ctx;
+  uint64_t buffer_bytes;
+  uint32_t num_buffers;
+  char *transports;
+  wt_ucx *ucx;
+  ucp_listener_h listener;
+  peer *peers;
+  size_t npeers, cap;
+  char where[64];        /* "worker N" for messages */
+  int64_t gone_since_ms; /* every trainer connection broken since; 0: no */
+  void **orphans; /* drain buffers UCX may still write; freed at destroy */
+  size_t norphans;
+};
+
+static void peer_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
+  peer *p = arg;
+  (void)ep;
+  p->failed = true;
+  p->why = status;
+  WT_LOGD("ucx", "trainer connection closed: %s", ucs_status_string(status));
+}
+
+/* Accepts the trainer's connection; runs inside ucp_worker_progress. The
+ * peer array never moves (error callbacks hold a pointer into it), so it is
+ * allocated at its final capacity and slots of closed connections are
+ * reused (reap_peers). */
+static void on_conn(ucp_conn_request_h req, void *arg) {
+  wt_engine *e = arg;
+  peer *p = NULL;
+  for (size_t i = 0; i < e->npeers && p == NULL; i++)
+    if (!e->peers[i].used) p = &e->peers[i];
+  if (p == NULL && e->npeers < e->cap) p = &e->peers[e->npeers++];
+  if (p == NULL) {
+    WT_LOGW("ucx", "%s: refusing a connection (%zu open)", e->where, e->cap);
+    ucp_listener_reject(e->listener, req);
+    return;
+  }
+  memset(p, 0, sizeof(*p));
+  ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
+                                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                        .conn_request = req,
+                        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+                        .err_handler = {.cb = peer_error, .arg = p}};
+  ucs_status_t us = ucp_ep_create(e->ucx->worker, &ep, &p->ep);
+  if (us != UCS_OK) {
+    WT_LOGW("ucx", "%s: accepting the trainer: %s", e->where,
+            ucs_status_string(us));
+    return;
+  }
+  p->used = true;
+  WT_LOGD("ucx", "%s: trainer connected", e->where);
+}
+
+static wt_status *ucx_create(const Wt__V1__WeightTransferInitInfo *init,
+                             const wt_worker_ctx *ctx, wt_engine **out) {
+  wt_status *st = NULL;
+  wt_engine *e = calloc(1, sizeof(*e));
+  if (e == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "ucx engine: out of memory");
+  e->ctx = *ctx;
+  e->buffer_bytes = UCX_DEFAULT_BUFFER_BYTES;
+  e->num_buffers = UCX_DEFAULT_NUM_BUFFERS;
+  e->cap = 64; /* open connections: one per trainer (re)connect */
+  snprintf(e->where, sizeof(e->where), "ucx worker %u", ctx->rank);
+  const Wt__V1__UcxInitInfo *x =
+      init->backend_init_case ==
+              WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX
+          ? init->ucx
+          : NULL;
+  if (x != NULL) {
+    if (x->packed_buffer_size_bytes != NULL) {
+      if (x->packed_buffer_size_bytes->value == 0)
+        WT_FAIL(WT_INVALID_ARGUMENT,
+                "init_info.ucx.packed_buffer_size_bytes is 0; it must be at "
+                "least 1");
+      e->buffer_bytes = x->packed_buffer_size_bytes->value;
+    }
+    if (x->packed_num_buffers != NULL) {
+      uint32_t v = x->packed_num_buffers->value;
+      if (v == 0 || v > UCX_MAX_NUM_BUFFERS)
+        WT_FAIL(WT_INVALID_ARGUMENT,
+                "init_info.ucx.packed_num_buffers is %u; it must be 1..%u", v,
+                UCX_MAX_NUM_BUFFERS);
+      e->num_buffers = v;
+    }
+    if (x->trainer_address != NULL && *x->trainer_address != '\0')
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "init_info.ucx.trainer_address is set; in this version the "
+              "workers listen and the trainer connects (leave it empty)");
+    if (x->transports != NULL && *x->transports != '\0') {
+      e->transports = strdup(x->transports);
+      if (e->transports == NULL)
+        WT_FAIL(WT_RESOURCE_EXHAUSTED, "ucx engine: out of memory");
+    }
+  }
+  e->peers = calloc(e->cap, sizeof(*e->peers));
+  if (e->peers == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "ucx engine: out of memory");
+  *out = e;
+  e = NULL;
+out:
+  if (e) {
+    free(e->peers);
+    free(e->transports);
+    free(e);
+  }
+  return st;
+}
+
+static wt_status *ucx_init_transfer(wt_engine *e,
+                                    const Wt__V1__WeightTransferInitInfo *init,
+                                    wt_engine_endpoint *endpoint) {
+  wt_status *st = NULL;
+  struct sockaddr_storage ss;
+  socklen_t len = 0;
+  ucs_status_t us;
+  (void)init;
+  const char *host = e->ctx.host && *e->ctx.host ? e->ctx.host : "127.0.0.1";
+  WT_CHECK(wt_ucx_new(e->transports, e->where, &e->ucx));
+  WT_CHECK(wt_ucx_sockaddr(host, 0, &ss, &len));
+  ucp_listener_params_t lp = {
+      .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
+                    UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
+      .sockaddr = {.addr = (const struct sockaddr *)&ss, .addrlen = len},
+      .conn_handler = {.cb = on_conn, .arg = e}};
+  us = ucp_listener_create(e->ucx->worker, &lp, &e->listener);
+  if (us != UCS_OK)
+    WT_FAIL(WT_UNAVAILABLE, "%s: listening on %s: %s", e->where, host,
+            ucs_status_string(us));
+  ucp_listener_attr_t la = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
+  us = ucp_listener_query(e->listener, &la);
+  if (us != UCS_OK)
+    WT_FAIL(WT_INTERNAL, "%s: ucp_listener_query: %s", e->where,
+            ucs_status_string(us));
+  uint16_t port = la.sockaddr.ss_family == AF_INET6
+                      ? ntohs(((struct sockaddr_in6 *)&la.sockaddr)->sin6_port)
+                      : ntohs(((struct sockaddr_in *)&la.sockaddr)->sin_port);
+  snprintf(endpoint->address, sizeof(endpoint->address), "%s", host);
+  endpoint->port = port;
+  /* Also the packed worker address: a trainer connecting with it gets every
+   * transport UCX can reach us by, shared memory included (UCX 1.13's
+   * sockaddr wireup does not select shared memory). */
+  ucp_address_t *addr = NULL;
+  size_t alen = 0;
+  us = ucp_worker_get_address(e->ucx->worker, &addr, &alen);
+  if (us != UCS_OK)
+    WT_FAIL(WT_INTERNAL, "%s: ucp_worker_get_address: %s", e->where,
+            ucs_status_string(us));
+  endpoint->worker_address = malloc(alen);
+  if (endpoint->worker_address == NULL) {
+    ucp_worker_release_address(e->ucx->worker, addr);
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
+  }
+  memcpy(endpoint->worker_address, addr, alen);
+  endpoint->worker_address_len = alen;
+  ucp_worker_release_address(e->ucx->worker, addr);
+  WT_LOGD("ucx", "%s: listening on %s:%u (transports %s)", e->where, host,
+          (unsigned)port, e->transports ? e->transports : "default");
+out:
+  return st;
+}
+
+/* Discards the unexpected messages left from an aborted round (buckets the
+ * trainer sent after this worker stopped receiving), so that they neither
+ * pile up nor hold the trainer's old connection. */
+static void drain_unexpected(wt_engine *e) {
+  if (e->ucx == NULL) return;
+  /* Bounded: a bucket whose sender is unreachable never completes. */
+  const int64_t end = wt_ucx_now_ms() + UCX_DRAIN_MS;
+  while (wt_ucx_now_ms() < end) {
+    ucp_tag_recv_info_t info;
+    while (ucp_worker_progress(e->ucx->worker) != 0) {
+    }
+    ucp_tag_message_h msg = ucp_tag_probe_nb(e->ucx->worker, 0, 0, 1, &info);
+    if (msg == NULL) return;
+    void *scratch = malloc(info.length ? info.length : 1);
+    if (scratch == NULL) return;
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
+                             .datatype = ucp_dt_make_contig(1)};
+    void *req =
+        ucp_tag_msg_recv_nbx(e->ucx->worker, scratch, info.length, msg, &p);
+    if (req != NULL && !UCS_PTR_IS_ERR(req)) {
+      while (ucp_request_check_status(req) == UCS_INPROGRESS &&
+             wt_ucx_now_ms() < end)
+        ucp_worker_progress(e->ucx->worker);
+      bool busy = ucp_request_check_status(req) == UCS_INPROGRESS;
+      wt_ucx_request_drop(e->ucx, req, 0);
+      if (busy) {
+        /* UCX may still write into it: keep it until the worker is gone. */
+        void **o = realloc(e->orphans, (e->norphans + 1) * sizeof(*o));
+        if (o != NULL) {
+          e->orphans = o;
+          e->orphans[e->norphans++] = scratch;
+          scratch = NULL;
+        } else {
+          scratch = NULL; /* leaked rather than reused */
+        }
+      }
+    }
+    free(scratch);
+    WT_LOGD("ucx", "%s: dropped a stale bucket (tag %#" PRIx64 ", %zu bytes)",
+            e->where, (uint64_t)info.sender_tag, (size_t)info.length);
+  }
+}
+
+static wt_status *ucx_start_update(wt_engine *e, uint64_t round_id) {
+  (void)round_id;
+  if (e->ucx) wt_ucx_reset_cancel(e->ucx);
+  return NULL;
+}
+
+static wt_status *ucx_finish_update(wt_engine *e) {
+  (void)e;
+  return NULL;
+}
+
+static void ucx_abort_update(wt_engine *e) {
+  if (e->ucx) wt_ucx_reset_cancel(e->ucx);
+  drain_unexpected(e);
+}
+
+static void ucx_cancel(wt_engine *e) {
+  if (e->ucx) wt_ucx_cancel(e->ucx);
+}
+
+static void ucx_destroy(wt_engine *e) {
+  if (e == NULL) return;
+  if (e->ucx) {
+    drain_unexpected(e);
+    for (size_t i = 0; i < e->npeers; i++)
+      if (e->peers[i].used) wt_ucx_ep_close(e->ucx, e->peers[i].ep, false, 200);
+    if (e->listener) ucp_listener_destroy(e->listener);
+    wt_ucx_destroy(e->ucx);
+  }
+  for (size_t i = 0; i < e->norphans; i++) free(e->orphans[i]);
+  free(e->orphans);
+  free(e->peers);
+  free(e->transports);
+  free(e);
+}
+
+/* Closes the broken trainer connections (outside UCX callbacks) and frees
+ * their slots. */
+static void reap_peers(wt_engine *e) {
+  for (size_t i = 0; i < e->npeers; i++) {
+    peer *p = &e->peers[i];
+    if (!p->used || !p->failed) continue;
+    wt_ucx_ep_close(e->ucx, p->ep, false, 200);
+    memset(p, 0, sizeof(*p));
+  }
+}
+
+/* The error of a broken trainer connection, for messages. */
+static ucs_status_t last_error(const wt_engine *e) {
+  for (size_t i = e->npeers; i-- > 0;)
+    if (e->peers[i].used && e->peers[i].failed) return e->peers[i].why;
+  return UCS_ERR_CONNECTION_RESET;
+}
+
+typedef struct wait_arg {
+  wt_engine *e;
+  void *req;
+} wait_arg;
+
+/* A wait also ends once every trainer connection has been broken for
+ * UCX_PEER_GONE_MS: not at the first error, because after a failed round the
+ * trainer replaces its endpoints and the new connection may come in after
+ * the old one's error. A trainer connected by worker address leaves no
+ * connection here; the deadline alone bounds that wait. */
+static bool recv_done(void *arg) {
+  wait_arg *w = arg;
+  wt_engine *e = w->e;
+  if (wt_ucx_request_status(w->req) != UCS_INPROGRESS) return true;
+  bool any = false, all_failed = true;
+  for (size_t i = 0; i < e->npeers; i++) {
+    if (!e->peers[i].used) continue;
+    any = true;
+    all_failed = all_failed && e->peers[i].failed;
+  }
+  all_failed = any && all_failed;
+  if (!all_failed) {
+    e->gone_since_ms = 0;
+    return false;
+  }
+  int64_t now = wt_ucx_now_ms();
+  if (e->gone_since_ms == 0) e->gone_since_ms = now;
+  return now - e->gone_since_ms >= UCX_PEER_GONE_MS;
+}
+
+/* Posts the receive of bucket `b` into its tensors' staging buffers. */
+static wt_status *post_bucket(wt_engine *e, const wt_update *u,
+                              const wt_pack_plan *plan, uint64_t round_id,
+                              size_t b, slot *s) {
+  wt_status *st = NULL;
+  const wt_bucket *bk = &plan->buckets[b];
+  s->bucket = b;
+  s->iovcnt = 0;
+  s->req = NULL;
+  for (size_t k = bk->first; k < bk->first + bk->count; k++) {
+    void *dst = wt_param_store_stage(e->ctx.store, u->index[k]);
+    if (u->nbytes[k] == 0) continue;
+    s->iov[s->iovcnt].buffer = dst;
+    s->iov[s->iovcnt].length = u->nbytes[k];
+    s->iovcnt++;
+  }
+  ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
+                           .datatype = ucp_dt_make_iov()};
+  void *buf = s->iov;
+  size_t count = s->iovcnt;
+  if (s->iovcnt == 1) { /* contiguous: lets UCX use its zero-copy paths */
+    p.datatype = ucp_dt_make_contig(1);
+    buf = s->iov[0].buffer;
+    count = s->iov[0].length;
+  }
+  s->req = ucp_tag_recv_nbx(e->ucx->worker, buf, count, wt_ucx_tag(round_id, b),
+                            UINT64_MAX, &p);
+  if (UCS_PTR_IS_ERR(s->req)) {
+    ucs_status_t us = UCS_PTR_STATUS(s->req);
+    s->req = NULL;
+    WT_FAIL(WT_INTERNAL, "%s: posting the receive of bucket %zu: %s", e->where,
+            b, ucs_status_string(us));
+  }
+out:
+  return st;
+}
+
+/* Checks a finished bucket and marks its tensors staged. */
+static wt_status *land_bucket(wt_engine *e, const wt_update *u,
+                              const wt_pack_plan *plan, slot *s,
+                              wt_receive_stats *stats) {
+  wt_status *st = NULL;
+  const wt_bucket *bk = &plan->buckets[s->bucket];
+  ucp_tag_recv_info_t info = {0};
+  ucs_status_t us = UCS_OK;
+  if (s->req != NULL) {
+    us = ucp_tag_recv_request_test(s->req, &info);
+    ucp_request_free(s->req);
+    s->req = NULL;
+  } else {
+    info.length = bk->nbytes; /* completed in place */
+  }
+  if (us == UCS_ERR_MESSAGE_TRUNCATED ||
+      (us == UCS_OK && info.length != bk->nbytes))
+    WT_FAIL(WT_DATA_LOSS,
+            "%s: bucket %zu: received %zu bytes, the plan says %" PRIu64,
+            e->where, s->bucket, (size_t)info.length, bk->nbytes);
+  if (us != UCS_OK)
+    WT_FAIL(WT_UNAVAILABLE,
+            "%s: the trainer is gone (receiving bucket %zu failed: %s)",
+            e->where, s->bucket, ucs_status_string(us));
+  for (size_t k = bk->first; k < bk->first + bk->count; k++)
+    wt_param_store_staged(e->ctx.store, u->index[k]);
+  stats->tensors += bk->count;
+  stats->bytes += bk->nbytes;
+out:
+  return st;
+}
+
+static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
+                              wt_receive_stats *stats) {
+  wt_status *st = NULL;
+  wt_pack_plan *plan = NULL;
+  slot *slots = NULL;
+  size_t posted = 0, landed = 0;
+  const int64_t timeout = e->ctx.timeout_ms ? e->ctx.timeout_ms : 60000;
+  if (e->ucx == NULL)
+    WT_FAIL(WT_FAILED_PRECONDITION, "%s: not initialised (init_transfer)",
+            e->where);
+  uint64_t buffer = e->buffer_bytes;
+  if (u->packed_buffer_bytes) buffer = u->packed_buffer_bytes;
+  if (u->info != NULL &&
+      u->info->backend_update_case ==
+          WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_UCX &&
+      u->info->ucx != NULL && u->info->ucx->packed_buffer_size_bytes != NULL) {
+    buffer = u->info->ucx->packed_buffer_size_bytes->value;
+    if (buffer == 0)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "update_info.ucx.packed_buffer_size_bytes is 0; it must be at "
+              "least 1");
+  }
+  WT_CHECK(wt_pack_plan_build(u->nbytes, u->n, buffer, &plan));
+  reap_peers(e);
+  e->gone_since_ms = 0;
+  slots = calloc(e->num_buffers, sizeof(*slots));
+  if (slots == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
+  size_t maxcount = 1;
+  for (size_t b = 0; b < plan->nbuckets; b++)
+    if (plan->buckets[b].count > maxcount) maxcount = plan->buckets[b].count;
+  for (uint32_t i = 0; i < e->num_buffers; i++) {
+    slots[i].iov = calloc(maxcount, sizeof(ucp_dt_iov_t));
+    if (slots[i].iov == NULL)
+      WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
+  }
+  while (landed < plan->nbuckets) {
+    while (posted < plan->nbuckets && posted - landed < e->num_buffers) {
+      WT_CHECK(post_bucket(e, u, plan, u->round_id, posted,
+                           &slots[posted % e->num_buffers]));
+      posted++;
+    }
+    slot *s = &slots[landed % e->num_buffers];
+    char what[160];
+    snprintf(what, sizeof(what),
+             "bucket %zu of %zu (round %" PRIu64 ") from the trainer", landed,
+             plan->nbuckets, u->round_id);
+    wait_arg wa = {.e = e, .req = s->req};
+    st = wt_ucx_wait(e->ucx, recv_done, &wa, wt_ucx_now_ms() + timeout, timeout,
+                     what);
+    if (st != NULL) {
+      bool broke = e->gone_since_ms != 0;
+      WT_CHECK(
+          wt_status_prefix(st, "%s%s", e->where,
+                           broke ? " (the trainer's connection broke)" : ""));
+    }
+    if (wt_ucx_request_status(s->req) == UCS_INPROGRESS)
+      WT_FAIL(WT_UNAVAILABLE,
+              "%s: the trainer is gone (its connection broke: %s) while "
+              "waiting for %s",
+              e->where, ucs_status_string(last_error(e)), what);
+    WT_CHECK(land_bucket(e, u, plan, s, stats));
+    landed++;
+  }
+out:
+  if (slots) {
+    for (size_t i = 0; i < e->num_buffers; i++) {
+      if (slots[i].req) wt_ucx_request_drop(e->ucx, slots[i].req, UCX_GRACE_MS);
+      free(slots[i].iov);
+    }
+  }
+  free(slots);
+  wt_pack_plan_free(plan);
+  return st;
+}
+
+const wt_engine_ops wt_ucx_engine_ops = {
+    .header = {WT_ENGINE_ABI_VERSION, "ucx"},
+    .create = ucx_create,
+    .init_transfer = ucx_init_transfer,
+    .start_update = ucx_start_update,
+    .receive = ucx_receive,
+    .finish_update = ucx_finish_update,
+    .abort_update = ucx_abort_update,
+    .cancel = ucx_cancel,
+    .destroy = ucx_destroy,
+};

@@ -1,0 +1,568 @@
+/* test_ucx.c: the `ucx` backend (server/src/engines/ucx_engine.c,
+ * client/src/trainers/ucx_trainer.c) end to end with in-process servers on
+ * 127.0.0.1:0 and the sync client: rounds over TCP and over shared memory
+ * with several workers and two servers, and a trainer that stalls mid-round.
+ * Without UCX in the build every test prints "skipped:". */
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "wt/client.h"
+#include "wt/server.h"
+#include "wt/source.h"
+#include "wt/synthetic.h"
+#include "wt/trainer.h"
+#include "wt_proc.h"
+#include "wt_test.h"
+
+#ifdef WT_WITH_UCX
+
+/* ---- helpers ------------------------------------------------------------ */
+
+typedef struct servers {
+  wt_server *srv[2];
+  char target[2][32];
+  const char *targets[2];
+  size_t n;
+} servers;
+
+static void servers_start(servers *s, size_t n, const char *model,
+                          const uint32_t *workers) {
+  memset(s, 0, sizeof(*s));
+  for (size_t k = 0; k < n; k++) {
+    wt_server_options o = {.listen = "127.0.0.1:0",
+                           .model = model,
+                           .workers = workers[k],
+                           .drain_ms = 200};
+    WT_ASSERT_OK(wt_server_start(&o, &s->srv[k]));
+    snprintf(s->target[k], sizeof(s->target[k]), "127.0.0.1:%d",
+             wt_server_port(s->srv[k]));
+    s->targets[k] = s->target[k];
+    s->n = k + 1;
+  }
+}
+
+static void servers_stop(servers *s) {
+  for (size_t k = 0; k < s->n; k++) wt_server_stop(s->srv[k]);
+}
+
+typedef struct ucx_info {
+  Wt__V1__WeightTransferInitInfo info;
+  Wt__V1__UcxInitInfo ucx;
+  Wt__V1__UInt64Value bucket;
+  Wt__V1__UInt32Value nbuf;
+  Wt__V1__WeightTransferInitInfo__OptionsEntry opt[2];
+  Wt__V1__WeightTransferInitInfo__OptionsEntry *opts[2];
+} ucx_info;
+
+/* Small buckets so that a round spans many of them. */
+static const Wt__V1__WeightTransferInitInfo *ucx_info_make(
+    ucx_info *u, const char *transports, const char *connect, uint64_t bucket,
+    uint32_t timeout_ms) {
+  wt__v1__weight_transfer_init_info__init(&u->info);
+  wt__v1__ucx_init_info__init(&u->ucx);
+  wt__v1__uint64_value__init(&u->bucket);
+  wt__v1__uint32_value__init(&u->nbuf);
+  u->info.backend = "ucx";
+  u->info.backend_init_case =
+      WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX;
+  u->info.ucx = &u->ucx;
+  u->info.timeout_ms = timeout_ms;
+  u->ucx.transports = (char *)transports;
+  u->bucket.value = bucket;
+  u->ucx.packed_buffer_size_bytes = &u->bucket;
+  u->nbuf.value = 3;
+  u->ucx.packed_num_buffers = &u->nbuf;
+  u->info.options = u->opts;
+  if (connect != NULL) {
+    wt__v1__weight_transfer_init_info__options_entry__init(&u->opt[0]);
+    u->opt[0].key = "ucx_connect";
+    u->opt[0].value = (char *)connect;
+    u->opts[u->info.n_options++] = &u->opt[0];
+  }
+  if (strstr(transports, "tcp") == NULL) {
+    /* Shared memory has no peer-failure support in UCX 1.13. */
+    wt__v1__weight_transfer_init_info__options_entry__init(&u->opt[1]);
+    u->opt[1].key = "ucx_peer_errors";
+    u->opt[1].value = "off";
+    u->opts[u->info.n_options++] = &u->opt[1];
+  }
+  return &u->info;
+}
+
+/* Every worker of every server holds exactly the bytes of `layout` filled
+ * for `seed`, and the committed version is `version`. */
+static void assert_servers_hold(wt_sync_client *c, const char *layout,
+                                uint64_t seed, const char *version) {
+  wt_source *ref = NULL;
+  char(*local)[WT_DIGEST_HEX_MAX] = NULL;
+  size_t n = 0;
+  WT_ASSERT_OK(wt_source_synthetic(layout, seed, &ref));
+  const wt_tensor_meta *m = wt_source_metas(ref, &n);
+  WT_ASSERT_OK(wt_source_checksums(ref, WT_HASH_SHA256, &local));
+  for (size_t k = 0; k < wt_sync_client_server_count(c); k++) {
+    wt_param_checksum *sums = NULL;
+    size_t ns = 0;
+    wt_weight_version v = {0};
+    WT_ASSERT_OK(wt_sync_client_checksums(c, k, NULL, 0, WT_HASH_SHA256, true,
+                                          &sums, &ns));
+    CU_ASSERT_EQUAL(ns, n * wt_sync_client_server_world_size(c, k));
+    size_t matched = 0;
+    for (size_t j = 0; j < ns; j++)
+      for (size_t i = 0; i < n; i++)
+        if (strcmp(sums[j].name, m[i].name) == 0) {
+          CU_ASSERT_STRING_EQUAL(sums[j].digest, local[i]);
+          matched++;
+        }
+    CU_ASSERT_EQUAL(matched, ns);
+    wt_param_checksums_free(sums, ns);
+    WT_ASSERT_OK(wt_sync_client_get_version(c, k, &v));
+    CU_ASSERT_STRING_EQUAL(v.version, version);
+    wt_weight_version_clear(&v);
+  }
+  free(local);
+  wt_source_destroy(ref);
+}
+
+static void round_ok(wt_sync_client *c, wt_trainer *t, wt_source *src,
+                     const char *version) {
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  WT_ASSERT_OK(wt_sync_client_update(c, t, src, NULL, NULL));
+  WT_ASSERT_OK(wt_sync_client_finish(c, version));
+}
+
+/* Two servers (2 and 3 workers) on "small", two rounds over `transports`. */
+static void rounds_over(const char *transports, const char *connect) {
+  servers s;
+  const uint32_t workers[] = {2, 3};
+  servers_start(&s, 2, "synthetic:small", workers);
+  wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
+  wt_sync_client *c = NULL;
+  wt_trainer *t = NULL;
+  wt_source *src = NULL;
+  ucx_info ui;
+  WT_ASSERT_OK(wt_sync_client_new(s.targets, s.n, &o, &c));
+  WT_ASSERT_OK(wt_sync_client_init_transfer(
+      c, ucx_info_make(&ui, transports, connect, 256 << 10, 0), NULL, &t));
+  CU_ASSERT_FATAL(t != NULL);
+  CU_ASSERT_STRING_EQUAL(wt_trainer_backend(t), "ucx");
+  WT_ASSERT_OK(wt_source_synthetic("small", 5, &src));
+  round_ok(c, t, src, "step-1");
+  assert_servers_hold(c, "small", 5, "step-1");
+  WT_ASSERT_OK(wt_source_synthetic_set_seed(src, 6));
+  round_ok(c, t, src, "step-2");
+  assert_servers_hold(c, "small", 6, "step-2");
+  wt_source_destroy(src);
+  wt_trainer_destroy(t);
+  wt_sync_client_destroy(c);
+  servers_stop(&s);
+}
+
+/* Through the workers' listeners (the default), TCP only. */
+static void test_round_tcp(void) {
+  rounds_over("tcp", NULL);
+}
+
+/* Through the packed worker addresses, shared memory only. */
+static void test_round_shared_memory(void) {
+  rounds_over("sm", "address");
+}
+
+/* A source that stalls (once armed) before yielding the bytes of tensor
+ * `stall_at`, as a trainer that stopped mid-round. */
+typedef struct stall {
+  wt_source *inner;
+  int stall_ms;
+  size_t stall_at;
+  size_t next;
+  bool armed;
+  pid_t kill_pid;    /* > 0: SIGKILL this process instead of stalling */
+  const char *shell; /* non-NULL: run this command instead of stalling */
+} stall;
+
+static wt_status *stall_rewind(void *impl) {
+  stall *s = impl;
+  s->next = 0;
+  return wt_source_rewind(s->inner);
+}
+
+static wt_status *stall_next(void *impl, wt_source_tensor *t, bool *done) {
+  stall *s = impl;
+  wt_status *st = wt_source_next(s->inner, t, done);
+  if (st == NULL && !*done) s->next++;
+  return st;
+}
+
+static wt_status *stall_read(void *impl, const wt_source_tensor *t,
+                             uint64_t offset, void *buf, size_t len) {
+  stall *s = impl;
+  if (s->armed && s->next - 1 == s->stall_at) {
+    s->armed = false;
+    if (s->shell != NULL) {
+      CU_ASSERT_EQUAL(system(s->shell), 0);
+      return wt_source_read(s->inner, t, offset, buf, len);
+    }
+    if (s->kill_pid > 0) {
+      kill(s->kill_pid, SIGKILL);
+      int status = 0;
+      CU_ASSERT(wt_proc_wait(s->kill_pid, 5000, &status));
+      return wt_source_read(s->inner, t, offset, buf, len);
+    }
+    struct timespec ts = {.tv_sec = s->stall_ms / 1000,
+                          .tv_nsec = (long)(s->stall_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  return wt_source_read(s->inner, t, offset, buf, len);
+}
+
+static const wt_source_vtable stall_vt = {.kind = "stalling",
+                                          .rewind = stall_rewind,
+                                          .next = stall_next,
+                                          .read = stall_read};
+
+static void test_trainer_stalls_mid_round(void) {
+  servers s;
+  const uint32_t workers[] = {2};
+  servers_start(&s, 1, "synthetic:small", workers);
+  wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
+  wt_sync_client *c = NULL;
+  wt_trainer *t = NULL;
+  wt_source *good = NULL, *bad = NULL;
+  ucx_info ui;
+  stall *impl = calloc(1, sizeof(*impl));
+  CU_ASSERT_FATAL(impl != NULL);
+  WT_ASSERT_OK(wt_sync_client_new(s.targets, s.n, &o, &c));
+  /* Worker waits end after 700 ms without a bucket. */
+  WT_ASSERT_OK(wt_sync_client_init_transfer(
+      c, ucx_info_make(&ui, "tcp", NULL, 64 << 10, 700), NULL, &t));
+  WT_ASSERT_OK(wt_source_synthetic("small", 5, &good));
+  round_ok(c, t, good, "step-1");
+
+  size_t n = 0;
+  WT_ASSERT_OK(wt_source_synthetic("small", 9, &impl->inner));
+  const wt_tensor_meta *m = wt_source_metas(impl->inner, &n);
+  impl->stall_at = n / 2;
+  impl->stall_ms = 2500;
+  wt_source *inner = impl->inner;
+  WT_ASSERT_OK(wt_source_new(&stall_vt, impl, m, n, &bad));
+  impl->armed = true;
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  wt_status *st = wt_sync_client_update(c, t, bad, NULL, NULL);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  CU_ASSERT_PTR_NOT_NULL(st);
+  if (st) {
+    CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), "timed out"));
+    wt_status_free(st);
+  }
+  double secs =
+      (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  CU_ASSERT(secs < 5.0);
+  /* The previous version and its bytes stay. */
+  assert_servers_hold(c, "small", 5, "step-1");
+  /* The next round works. */
+  WT_ASSERT_OK(wt_source_synthetic_set_seed(good, 6));
+  round_ok(c, t, good, "step-2");
+  assert_servers_hold(c, "small", 6, "step-2");
+  wt_source_destroy(bad); /* does not own impl (no destroy op) */
+  wt_source_destroy(inner);
+  free(impl);
+  wt_source_destroy(good);
+  wt_trainer_destroy(t);
+  wt_sync_client_destroy(c);
+  servers_stop(&s);
+}
+
+/* ---- real processes ------------------------------------------------------ */
+
+/* wt-push (a real trainer process) killed mid-round: the workers' receive
+ * fails within a few seconds (their connection to the trainer broke), the
+ * previous version stays, and the next push works. */
+static void test_trainer_killed(void) {
+  char *dir = wt_test_tmpdir();
+  wt_proc_server srv;
+  char log[PATH_MAX], out[PATH_MAX];
+  const char *const extra[] = {"--model", "synthetic:llama-256m", "--workers",
+                               "2",       "--log-level",          "debug",
+                               NULL};
+  CU_ASSERT_FATAL(wt_proc_server_start(&srv, dir, "server", extra));
+  snprintf(log, sizeof(log), "%s/push1.log", dir);
+  const char *const push1[] = {WT_PUSH_BIN,   "--server",   srv.addr,
+                               "--synthetic", "llama-256m", "--backend",
+                               "ucx",         "--version",  "u1",
+                               "--quiet",     NULL};
+  CU_ASSERT_EQUAL(wt_proc_run(push1, log, 60000, NULL), 0);
+
+  snprintf(out, sizeof(out), "%s/push2.log", dir);
+  const char *const push2[] = {
+      WT_PUSH_BIN,  "--server",  srv.addr, "--synthetic",
+      "llama-256m", "--backend", "ucx",    "--bucket-size",
+      "1048576",    "--version", "u2",     NULL};
+  pid_t pid = wt_proc_spawn(push2, out, NULL);
+  CU_ASSERT_FATAL(pid > 0);
+  /* The first progress line: some buckets landed, most did not. */
+  CU_ASSERT(wt_proc_wait_for_text(out, "progress", pid, 30000));
+  kill(pid, SIGKILL);
+  int status = 0;
+  CU_ASSERT(wt_proc_wait(pid, 5000, &status));
+  CU_ASSERT(WIFSIGNALED(status));
+  int64_t t0 = wt_proc_now_ms();
+  bool gone =
+      wt_proc_wait_for_text(srv.log, "the trainer is gone", srv.pid, 10000);
+  CU_ASSERT(gone);
+  CU_ASSERT(wt_proc_now_ms() - t0 < 5000);
+  if (!gone) wt_proc_dump("wt-server", srv.log);
+
+  wt_sync_client *c = NULL;
+  const char *targets[] = {srv.addr};
+  WT_ASSERT_OK(wt_sync_client_new(targets, 1, NULL, &c));
+  uint32_t world = 0;
+  WT_ASSERT_OK(wt_sync_client_world_size(c, &world));
+  CU_ASSERT_EQUAL(world, 3);
+  wt_weight_version v = {0};
+  WT_ASSERT_OK(wt_sync_client_get_version(c, 0, &v));
+  CU_ASSERT_STRING_EQUAL(v.version, "u1");
+  wt_weight_version_clear(&v);
+  /* wt-push's default seed is the server's sequence + 1: u1 holds seed 1. */
+  assert_servers_hold(c, "llama-256m", 1, "u1");
+
+  snprintf(log, sizeof(log), "%s/push3.log", dir);
+  const char *const push3[] = {WT_PUSH_BIN,   "--server",   srv.addr,
+                               "--synthetic", "llama-256m", "--backend",
+                               "ucx",         "--version",  "u3",
+                               "--verify",    "--quiet",    NULL};
+  CU_ASSERT_EQUAL(wt_proc_run(push3, log, 60000, NULL), 0);
+  WT_ASSERT_OK(wt_sync_client_get_version(c, 0, &v));
+  CU_ASSERT_STRING_EQUAL(v.version, "u3");
+  wt_weight_version_clear(&v);
+  wt_sync_client_destroy(c);
+  CU_ASSERT_EQUAL(wt_proc_server_stop(&srv, 10000, NULL), 0);
+  wt_proc_kill_all();
+  wt_test_rmtree(dir);
+  free(dir);
+}
+
+/* A wt-server (real process) killed mid-round: the trainer's update ends
+ * with an error naming that server within a few seconds. */
+static void test_worker_killed(void) {
+  char *dir = wt_test_tmpdir();
+  wt_proc_server srv;
+  const char *const extra[] = {"--model", "synthetic:small", "--workers", "2",
+                               NULL};
+  CU_ASSERT_FATAL(wt_proc_server_start(&srv, dir, "server", extra));
+  wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
+  wt_sync_client *c = NULL;
+  wt_trainer *t = NULL;
+  wt_source *bad = NULL;
+  ucx_info ui;
+  const char *targets[] = {srv.addr};
+  stall *impl = calloc(1, sizeof(*impl));
+  CU_ASSERT_FATAL(impl != NULL);
+  WT_ASSERT_OK(wt_sync_client_new(targets, 1, &o, &c));
+  WT_ASSERT_OK(wt_sync_client_init_transfer(
+      c, ucx_info_make(&ui, "tcp", NULL, 64 << 10, 10000), NULL, &t));
+  size_t n = 0;
+  WT_ASSERT_OK(wt_source_synthetic("small", 9, &impl->inner));
+  const wt_tensor_meta *m = wt_source_metas(impl->inner, &n);
+  wt_source *inner = impl->inner;
+  impl->stall_at = n / 2;
+  impl->kill_pid = srv.pid;
+  WT_ASSERT_OK(wt_source_new(&stall_vt, impl, m, n, &bad));
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  impl->armed = true;
+  int64_t t0 = wt_proc_now_ms();
+  wt_status *st = wt_sync_client_update(c, t, bad, NULL, NULL);
+  CU_ASSERT(wt_proc_now_ms() - t0 < 8000);
+  CU_ASSERT_PTR_NOT_NULL(st);
+  if (st) {
+    CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), srv.addr));
+    wt_status_free(st);
+  }
+  srv.pid = 0; /* reaped by the source */
+  wt_source_destroy(bad);
+  wt_source_destroy(inner);
+  free(impl);
+  wt_trainer_destroy(t);
+  wt_sync_client_destroy(c);
+  wt_proc_kill_all();
+  wt_test_rmtree(dir);
+  free(dir);
+}
+
+/* ---- two "hosts": network namespaces joined by veth ---------------------- */
+
+#define NS "wt-ucx-test"
+#define NS_SETUP                                                      \
+  "ip netns add " NS                                                  \
+  " && ip link add wtucx0 type veth peer name wtucx1 && "             \
+  "ip link set wtucx1 netns " NS                                      \
+  " && "                                                              \
+  "ip addr add 10.231.7.2/24 dev wtucx0 && ip link set wtucx0 up && " \
+  "ip netns exec " NS                                                 \
+  " ip addr add 10.231.7.1/24 dev wtucx1 && "                         \
+  "ip netns exec " NS                                                 \
+  " ip link set wtucx1 up && "                                        \
+  "ip netns exec " NS " ip link set lo up"
+#define NS_CLEANUP                                       \
+  "ip link del wtucx0 >/dev/null 2>&1; ip netns del " NS \
+  " >/dev/null 2>&1; true"
+
+/* The ip binary (wt_proc_spawn does not search PATH). */
+static const char *ip_bin(void) {
+  return access("/usr/sbin/ip", X_OK) == 0 ? "/usr/sbin/ip" : "/sbin/ip";
+}
+
+/* Starts wt-server inside the namespace; fills s like wt_proc_server_start. */
+static bool ns_server_start(wt_proc_server *s, const char *dir) {
+  memset(s, 0, sizeof(*s));
+  snprintf(s->log, sizeof(s->log), "%s/ns-server.log", dir);
+  const char *const argv[] = {ip_bin(),
+                              "netns",
+                              "exec",
+                              NS,
+                              WT_SERVER_BIN,
+                              "--listen",
+                              "10.231.7.1:0",
+                              "--model",
+                              "synthetic:small",
+                              "--workers",
+                              "2",
+                              "--round-timeout",
+                              "2",
+                              NULL};
+  s->pid = wt_proc_spawn(argv, s->log, &s->out_fd);
+  if (s->pid <= 0) return false;
+  char buf[512];
+  size_t len = 0;
+  int64_t end = wt_proc_now_ms() + 30000;
+  while (wt_proc_now_ms() < end && len < sizeof(buf) - 1) {
+    ssize_t got = read(s->out_fd, buf + len, sizeof(buf) - 1 - len);
+    if (got <= 0) break;
+    len += (size_t)got;
+    buf[len] = '\0';
+    const char *at = strstr(buf, "listening on ");
+    const char *nl = at ? strchr(at, '\n') : NULL;
+    if (nl) {
+      at += strlen("listening on ");
+      snprintf(s->addr, sizeof(s->addr), "%.*s", (int)(nl - at), at);
+      return true;
+    }
+  }
+  wt_proc_dump("wt-server in " NS, s->log);
+  return false;
+}
+
+/* A trainer on one "host" and a server with two workers on another: a round
+ * over the veth link works; the link cut mid-round ends the update with an
+ * error within the deadlines, the server keeps the previous version, and
+ * once the link is back the next round works. */
+static void test_two_hosts_link_cut(void) {
+  if (system(NS_CLEANUP) != 0 || system(NS_SETUP " >/dev/null 2>&1") != 0) {
+    (void)system(NS_CLEANUP);
+    wt_test_skip("two hosts over veth",
+                 "cannot create a network namespace (ip netns add failed; "
+                 "needs root or CAP_NET_ADMIN)");
+    return;
+  }
+  char *dir = wt_test_tmpdir();
+  wt_proc_server srv;
+  wt_sync_client *c = NULL;
+  wt_trainer *t = NULL;
+  wt_source *good = NULL, *bad = NULL;
+  ucx_info ui;
+  stall *impl = calloc(1, sizeof(*impl));
+  CU_ASSERT_FATAL(impl != NULL);
+  if (!ns_server_start(&srv, dir)) {
+    CU_FAIL("wt-server did not serve inside the namespace");
+    goto out;
+  }
+  const char *targets[] = {srv.addr};
+  wt_client_options o = {.timeout_ms = 5000, .data_timeout_ms = 5000};
+  WT_ASSERT_OK(wt_sync_client_new(targets, 1, &o, &c));
+  /* Worker and trainer waits end 1.5 s after the last progress. */
+  WT_ASSERT_OK(wt_sync_client_init_transfer(
+      c, ucx_info_make(&ui, "tcp", NULL, 64 << 10, 1500), NULL, &t));
+  WT_ASSERT_OK(wt_source_synthetic("small", 5, &good));
+  round_ok(c, t, good, "h1");
+  assert_servers_hold(c, "small", 5, "h1");
+
+  size_t n = 0;
+  WT_ASSERT_OK(wt_source_synthetic("small", 9, &impl->inner));
+  const wt_tensor_meta *m = wt_source_metas(impl->inner, &n);
+  impl->stall_at = n / 2;
+  impl->shell = "ip link set wtucx0 down";
+  WT_ASSERT_OK(wt_source_new(&stall_vt, impl, m, n, &bad));
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  impl->armed = true;
+  int64_t t0 = wt_proc_now_ms();
+  wt_status *st = wt_sync_client_update(c, t, bad, NULL, NULL);
+  CU_ASSERT(wt_proc_now_ms() - t0 < 15000);
+  CU_ASSERT_PTR_NOT_NULL(st);
+  if (st) {
+    CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), srv.addr));
+    wt_status_free(st);
+  }
+  CU_ASSERT_EQUAL(system("ip link set wtucx0 up"), 0);
+  /* Once the control channel is back and the server aborted the orphaned
+   * round (its round timeout is 2 s), a new round starts. */
+  int64_t until = wt_proc_now_ms() + 30000;
+  for (;;) {
+    st = wt_sync_client_start(c);
+    if (st == NULL || wt_proc_now_ms() > until) break;
+    wt_status_free(st);
+    struct timespec ts = {.tv_nsec = 200 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  if (st != NULL) wt_proc_dump("wt-server in " NS, srv.log);
+  WT_ASSERT_OK(st);
+  WT_ASSERT_OK(wt_sync_client_abort(c, "only checking"));
+  assert_servers_hold(c, "small", 5, "h1");
+  WT_ASSERT_OK(wt_source_synthetic_set_seed(good, 6));
+  round_ok(c, t, good, "h2");
+  assert_servers_hold(c, "small", 6, "h2");
+out:
+  wt_source_destroy(bad);
+  wt_source_destroy(impl->inner);
+  free(impl);
+  wt_source_destroy(good);
+  wt_trainer_destroy(t);
+  wt_sync_client_destroy(c);
+  if (srv.pid > 0) kill(srv.pid, SIGTERM);
+  wt_proc_kill_all();
+  (void)system(NS_CLEANUP);
+  wt_test_rmtree(dir);
+  free(dir);
+}
+
+void wt_test_suite_ucx(void) {
+  CU_pSuite s = CU_add_suite("ucx", NULL, NULL);
+  CU_add_test(s, "round over tcp, 2 servers x (2, 3) workers", test_round_tcp);
+  CU_add_test(s, "round over shared memory, 2 servers x (2, 3) workers",
+              test_round_shared_memory);
+  CU_add_test(s, "trainer stalls mid-round: workers time out, next works",
+              test_trainer_stalls_mid_round);
+  CU_add_test(s, "wt-push killed mid-round (real processes)",
+              test_trainer_killed);
+  CU_add_test(s, "wt-server killed mid-round (real processes)",
+              test_worker_killed);
+  CU_add_test(s, "two hosts (netns + veth), link cut mid-round",
+              test_two_hosts_link_cut);
+}
+
+#else /* !WT_WITH_UCX */
+
+static void test_not_built(void) {
+  wt_test_skip("ucx", "built without UCX (WT_WITH_UCX=OFF)");
+}
+
+void wt_test_suite_ucx(void) {
+  CU_pSuite s = CU_add_suite("ucx", NULL, NULL);
+  CU_add_test(s, "ucx backend", test_not_built);
+}
+
+#endif

@@ -188,7 +188,10 @@ wt_status *wt_sync_client_update(wt_sync_client *c, wt_trainer *trainer,
                                  void *user);
 
 /* Commits the round on every server as `weight_version` (non-empty, else
- * INVALID_ARGUMENT naming weight_version before any call). */
+ * INVALID_ARGUMENT naming weight_version before any call). The commits are
+ * one call per server, in parallel, so they are atomic per server only: when
+ * one server fails, the others may already have committed; the error names
+ * the server that failed. */
 wt_status *wt_sync_client_finish(wt_sync_client *c, const char *weight_version);
 
 /* Drops the round, best effort: every server is asked even when some fail,

@@ -1,36 +1,94 @@
 #!/usr/bin/env bash
-# ucx_bench.sh: the ucx backend against ucx_perftest -t tag_bw, on one machine.
+# ucx_bench.sh: the ucx backend against ucx_perftest -t tag_bw, like with
+# like, on one machine, in one run.
 #
-#   wt:        wt-push --backend ucx --synthetic MODEL -> wt-server --model
-#              synthetic:MODEL --workers W, for W in WORKERS (default "1 2");
-#              the figure is wt-push's own summary (the data phase of a round:
-#              UpdateWeights pending on every worker while the buckets go out)
-#   reference: ucx_perftest -t tag_bw with messages of BUCKET bytes, as many
-#              as a MODEL round moves, between two processes on loopback
+# Source of the bytes: a 1 GiB safetensors checkpoint (CKPT, default
+# /dev/shm/wt-bench-1g.safetensors, written once with numpy if missing) that
+# is both wt-server's --model and wt-push's --checkpoint, so the trainer
+# sends page-cache memory (the checkpoint source hands out pointers into its
+# mmap) and nothing is generated while measuring. Its tensors are 8 and
+# 32 MiB, so a BUCKET of 64 MiB (the default) packs into buckets of exactly
+# BUCKET bytes: the same message size as ucx_perftest's.
 #
-# Both with the same UCX_TLS (default: UCX's choice; set UCX_TLS=tcp or use
-# CONNECT=address PEER_ERRORS=off for shared memory, see ucx_trainer.c).
+# For each transport mode in MODES (default "tcp sm"):
+#   tcp: UCX_TLS=tcp for ucx_perftest and for both wt processes; wt connects
+#        through the workers' listeners (the backend's default).
+#   tcp-address: as tcp, but wt connects like ucx_perftest does: by worker
+#        address, without peer-failure handling (WT_UCX_CONNECT=address,
+#        WT_UCX_PEER_ERRORS=off); not in the default MODES.
+#   sm:  UCX_TLS=sm (shared memory + CMA) for both; wt connects by worker
+#        address without peer-failure handling (WT_UCX_CONNECT=address,
+#        WT_UCX_PEER_ERRORS=off: UCX 1.13 selects no shared memory otherwise).
+#   reference: ucx_perftest -t tag_bw -s BUCKET -n (1 GiB / BUCKET) between
+#        two processes on 127.0.0.1, with the UCX settings wt runs with (the
+#        same UCX_TLS, and UCX_TCP_TX_SEG_SIZE=64k, wt's default for it).
+#   wt: wt-push --backend ucx --checkpoint CKPT to one wt-server with W
+#        workers (W in WORKERS, default "1 2"); the figure is wt-push's own:
+#        bytes / time of the data phase (wt_sync_client_update), per worker.
+#   fan-out (2 workers): FANOUTS (default "parallel sequential chain"), the
+#        trainer's WT_UCX_FANOUT (chain: trainer -> w1 -> w2).
+# Plus the grpc backend with one worker on the same checkpoint (GRPC=0 skips).
+#
 # Each configuration runs WARMUP (default 1) + RUNS (default 3) times; the
-# table shows the best run, and for one worker the ratio wt / ucx_perftest
-# (target >= 0.9). GB/s = 1e9 bytes per second. Not a test: CI does not run
-# it. Environment: BUILD_DIR (default build), MODEL (default bench-1g),
-# BUCKET (default 67108864), TOTAL (bytes of one MODEL round, default
-# 1073741824 for bench-1g), WORKERS, RUNS, WARMUP.
+# table shows the best and the median run. GB/s = 1e9 bytes/s. Peak RSS of
+# wt-server (VmHWM) is shown against the model size. Not a test; CI does not
+# run it. Environment: BUILD_DIR (default build), CKPT, BUCKET, MODES,
+# WORKERS, FANOUTS, RUNS, WARMUP, GRPC.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
 runs=${RUNS:-3}
 warmup=${WARMUP:-1}
-model=${MODEL:-bench-1g}
+ckpt=${CKPT:-/dev/shm/wt-bench-1g.safetensors}
 bucket=${BUCKET:-67108864}
+modes=${MODES:-tcp sm}
 workers_list=${WORKERS:-1 2}
+fanouts=${FANOUTS:-parallel sequential chain}
+grpc=${GRPC:-1}
 
 command -v ucx_perftest >/dev/null ||
   { echo "ucx_bench: ucx_perftest not found (Debian: ucx-utils)" >&2; exit 1; }
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
-cmake --build "$build" -j "$(nproc)" --target wt-server wt-push >/dev/null
+cmake --build "$build" -j 2 --target wt-server wt-push >/dev/null
+
+if [ ! -f "$ckpt" ]; then
+  echo "ucx_bench: writing $ckpt (1 GiB, once)" >&2
+  python3 - "$ckpt" <<'EOF'
+import sys
+import numpy as np
+from safetensors.numpy import save_file
+# 1 GiB of float16: per layer 4 x 8 MiB (attention) + 3 x 32 MiB (mlp),
+# 7 layers, plus two 64 MiB embeddings = 1024 MiB; random bytes.
+rng = np.random.default_rng(1)
+t = {}
+def add(name, shape):
+    n = int(np.prod(shape))
+    t[name] = rng.integers(0, 1 << 16, n, dtype=np.uint16).view(
+        np.float16).reshape(shape)
+add("model.embed_tokens.weight", (32768, 1024))
+for i in range(7):
+    p = f"model.layers.{i}."
+    for w in ("q", "k", "v", "o"):
+        add(p + f"self_attn.{w}_proj.weight", (2048, 2048))
+    for w in ("gate", "up"):
+        add(p + f"mlp.{w}_proj.weight", (8192, 2048))
+    add(p + "mlp.down_proj.weight", (2048, 8192))
+add("lm_head.weight", (32768, 1024))
+save_file(t, sys.argv[1])
+EOF
+fi
+total=$(python3 - "$ckpt" <<'EOF'
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    h = json.loads(f.read(n))
+print(sum(v["data_offsets"][1] - v["data_offsets"][0]
+          for k, v in h.items() if k != "__metadata__"))
+EOF
+)
+iters=$(( (total + bucket - 1) / bucket ))
 
 work=$(mktemp -d)
 pids=()
@@ -41,58 +99,95 @@ cleanup() {
 }
 trap cleanup EXIT
 
-best() { sort -g | tail -n1; }
+# best and median of a column of numbers
+stats() { sort -g | awk '{a[NR] = $1} END {printf "%.2f %.2f\n", a[NR], a[int((NR + 1) / 2)]}'; }
 
-declare -A wt_best
-for w in $workers_list; do
-  "$build/server/wt-server" --listen 127.0.0.1:0 --model "synthetic:$model" \
-    --workers "$w" >"$work/srv$w.out" 2>"$work/srv$w.err" &
-  pid=$!
+# wt NAME W BACKEND [ENV...]: one wt-server with W workers, WARMUP + RUNS
+# wt-push rounds; prints "best median peak_rss_mib".
+wt() {
+  local name=$1 w=$2 backend=$3
+  shift 3
+  env "$@" "$build/server/wt-server" --listen 127.0.0.1:0 --model "$ckpt" \
+    --workers "$w" >"$work/$name.srv" 2>"$work/$name.srv.err" &
+  local pid=$! addr="" i out gbps
   pids+=("$pid")
-  addr=""
   for _ in $(seq 1 1200); do
-    addr=$(sed -n 's/.* listening on //p' "$work/srv$w.out" | head -n1)
+    addr=$(sed -n 's/.* listening on //p' "$work/$name.srv" | head -n1)
     [ -n "$addr" ] && break
     sleep 0.1
   done
-  [ -n "$addr" ] || { echo "ucx_bench: wt-server did not serve" >&2; exit 1; }
-  : >"$work/wt$w.gbps"
+  [ -n "$addr" ] || { echo "ucx_bench: wt-server did not serve:" >&2; cat "$work/$name.srv.err" >&2; exit 1; }
+  : >"$work/$name.gbps"
   for i in $(seq 1 $((warmup + runs))); do
-    out=$("$build/client/wt-push" --server "$addr" --synthetic "$model" \
-      --backend ucx --bucket-size "$bucket" --version "b$i" --quiet 2>&1)
-    gbps=$(grep -oE '[0-9]+(\.[0-9]+)? GB/s' <<<"$out" | head -n1 | cut -d' ' -f1)
+    out=$(env "$@" "$build/client/wt-push" --server "$addr" --checkpoint "$ckpt" \
+      --backend "$backend" --bucket-size "$bucket" --version "b$i" --quiet 2>&1)
+    gbps=$(grep -oE '[0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)? GB/s' <<<"$out" | head -n1 | cut -d' ' -f1)
     [ -n "$gbps" ] || { echo "ucx_bench: wt-push said: $out" >&2; exit 1; }
-    [ "$i" -gt "$warmup" ] && echo "$gbps" >>"$work/wt$w.gbps"
+    [ "$i" -gt "$warmup" ] && echo "$gbps" >>"$work/$name.gbps"
   done
-  wt_best[$w]=$(best <"$work/wt$w.gbps")
+  local rss
+  rss=$(awk '/VmHWM/ {printf "%d", $2 / 1024}' "/proc/$pid/status")
   kill -TERM "$pid"
   wait "$pid" || true
-done
+  echo "$(stats <"$work/$name.gbps") $rss"
+}
 
-# ucx_perftest: as many BUCKET-sized messages as one round of MODEL.
-total=${TOTAL:-1073741824} # bytes of one MODEL round (bench-1g: 1 GiB)
-iters=$(( (total + bucket - 1) / bucket ))
-: >"$work/perf.gbps"
-for i in $(seq 1 $((warmup + runs))); do
-  port=$((20000 + RANDOM % 20000))
-  ucx_perftest -p "$port" >"$work/perf_srv.out" 2>&1 &
-  spid=$!
-  sleep 0.5
-  ucx_perftest -p "$port" -t tag_bw -s "$bucket" -n "$iters" -w 1 127.0.0.1 \
-    >"$work/perf.out" 2>&1 || true
-  wait "$spid" || true
-  # Final line: "Final: ... bandwidth (MB/s) average overall ..."; MB = 2^20.
-  mbs=$(awk '/Final:/ {print $(NF-2)}' "$work/perf.out")
-  [ -n "$mbs" ] || { echo "ucx_bench: ucx_perftest said:"; cat "$work/perf.out"; exit 1; } >&2
-  [ "$i" -gt "$warmup" ] && awk -v m="$mbs" 'BEGIN {printf "%.3f\n", m * 1048576 / 1e9}' >>"$work/perf.gbps"
-done
-perf=$(best <"$work/perf.gbps")
+# perftest ENV...: ucx_perftest tag_bw, as many BUCKET messages as one round.
+perftest() {
+  : >"$work/perf.gbps"
+  local i port spid mbs
+  for i in $(seq 1 $((warmup + runs))); do
+    port=$((20000 + RANDOM % 20000))
+    env "$@" ucx_perftest -p "$port" >"$work/perf_srv.out" 2>&1 &
+    spid=$!
+    sleep 0.5
+    env "$@" ucx_perftest -p "$port" -t tag_bw -s "$bucket" -n "$iters" -w 1 \
+      127.0.0.1 >"$work/perf.out" 2>&1 || true
+    wait "$spid" || true
+    # "Final: iters latency(typ avg) bw(typ avg overall MB/s) rate...";
+    # MB = 2^20.
+    mbs=$(awk '/Final:/ {print $(NF-2)}' "$work/perf.out")
+    [ -n "$mbs" ] || { echo "ucx_bench: ucx_perftest said:"; cat "$work/perf.out"; exit 1; } >&2
+    [ "$i" -gt "$warmup" ] && awk -v m="$mbs" 'BEGIN {printf "%.3f\n", m * 1048576 / 1e9}' >>"$work/perf.gbps"
+  done
+  stats <"$work/perf.gbps"
+}
 
-printf '%-28s %10s\n' "configuration" "GB/s"
-printf '%-28s %10s\n' "ucx_perftest -t tag_bw" "$perf"
-for w in $workers_list; do
-  printf '%-28s %10s\n' "wt ucx, $w worker(s)" "${wt_best[$w]}"
+mib=$((total / 1048576))
+echo "checkpoint $ckpt: $total bytes; bucket $bucket bytes ($iters buckets)"
+echo "runs: best and median of $runs after $warmup warm-up; GB/s = 1e9 B/s"
+printf '%-44s %8s %8s %7s %12s\n' configuration best median ratio "server RSS"
+for mode in $modes; do
+  case $mode in
+    tcp) env_wt=(UCX_TLS=tcp) ;;
+    tcp-address)
+      env_wt=(UCX_TLS=tcp WT_UCX_CONNECT=address WT_UCX_PEER_ERRORS=off) ;;
+    sm) env_wt=(UCX_TLS=sm WT_UCX_CONNECT=address WT_UCX_PEER_ERRORS=off) ;;
+    *) echo "ucx_bench: unknown mode '$mode' (tcp, tcp-address, sm)" >&2; exit 2 ;;
+  esac
+  # wt sets UCX_TCP_TX_SEG_SIZE=64k unless told otherwise
+  # (common/src/ucx_common.c): the reference gets the same.
+  read -r pbest pmed < <(perftest "${env_wt[0]}" "UCX_TCP_TX_SEG_SIZE=${UCX_TCP_TX_SEG_SIZE:-64k}")
+  printf '%-44s %8s %8s %7s %12s\n' "ucx_perftest tag_bw UCX_TLS=${env_wt[0]#UCX_TLS=}" "$pbest" "$pmed" "1.00" "-"
+  for w in $workers_list; do
+    if [ "$w" -eq 1 ]; then
+      fl=parallel
+    else
+      fl=$fanouts
+    fi
+    for f in $fl; do
+      read -r best med rss < <(wt "$mode-$w-$f" "$w" ucx "${env_wt[@]}" WT_UCX_FANOUT="$f")
+      label="wt ucx $mode, $w worker(s)"
+      [ "$w" -gt 1 ] && label="$label, $f"
+      printf '%-44s %8s %8s %7s %12s\n' "$label" "$best" "$med" \
+        "$(awk -v a="$best" -v b="$pbest" 'BEGIN {printf "%.2f", a / b}')" \
+        "$rss MiB/$mib"
+    done
+  done
 done
-first=${workers_list%% *}
-awk -v a="${wt_best[$first]}" -v b="$perf" -v w="$first" \
-  'BEGIN {printf "ratio wt (%s worker) / ucx_perftest: %.2f (target >= 0.9)\n", w, a / b}'
+if [ "$grpc" = 1 ]; then
+  read -r best med rss < <(wt grpc-1 1 grpc WT_NONE=1)
+  printf '%-44s %8s %8s %7s %12s\n' "wt grpc, 1 worker" "$best" "$med" "-" "$rss MiB/$mib"
+fi
+echo "ratio: wt best / ucx_perftest best of the same UCX_TLS (target >= 0.9" \
+  "for 1 worker); wt GB/s with W workers counts the bytes of one copy"

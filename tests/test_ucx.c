@@ -172,6 +172,89 @@ static void test_round_shared_memory(void) {
   rounds_over("sm", "address");
 }
 
+/* A memory source whose tensors lie back to back in one buffer, except one
+ * in its own allocation: the trainer sends the contiguous buckets straight
+ * from that memory and packs the bucket around the odd one; with
+ * WT_UCX_FANOUT=sequential (the environment default of the option) it
+ * serves one worker after the other. Bytes as the synthetic layout's. */
+static void test_memory_source_sequential(void) {
+  servers s;
+  const uint32_t workers[] = {1, 2};
+  servers_start(&s, 2, "synthetic:small", workers);
+  wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
+  wt_sync_client *c = NULL;
+  wt_trainer *t = NULL;
+  wt_source *src = NULL;
+  wt_tensor_meta *m = NULL;
+  size_t n = 0;
+  ucx_info ui;
+  WT_ASSERT_OK(wt_synthetic_layout("small", &m, &n));
+  CU_ASSERT_FATAL(n > 2);
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; i++) total += m[i].nbytes;
+  unsigned char *slab = malloc(total);
+  unsigned char *odd = malloc(m[n / 2].nbytes);
+  wt_source_tensor *tn = calloc(n, sizeof(*tn));
+  CU_ASSERT_FATAL(slab != NULL && odd != NULL && tn != NULL);
+  uint64_t off = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char *dst = i == n / 2 ? odd : slab + off;
+    wt_synthetic_fill(&m[i], 9, 0, dst, m[i].nbytes);
+    off += m[i].nbytes;
+    tn[i] = (wt_source_tensor){.name = m[i].name,
+                               .dtype = m[i].dtype,
+                               .ndim = m[i].ndim,
+                               .shape = m[i].shape,
+                               .data = dst,
+                               .nbytes = m[i].nbytes};
+  }
+  WT_ASSERT_OK(wt_source_memory(tn, n, &src));
+  WT_ASSERT_OK(wt_sync_client_new(s.targets, s.n, &o, &c));
+  setenv("WT_UCX_FANOUT", "sequential", 1);
+  WT_ASSERT_OK(wt_sync_client_init_transfer(
+      c, ucx_info_make(&ui, "tcp", NULL, 256 << 10, 0), NULL, &t));
+  unsetenv("WT_UCX_FANOUT");
+  CU_ASSERT_FATAL(t != NULL);
+  round_ok(c, t, src, "mem-1");
+  assert_servers_hold(c, "small", 9, "mem-1");
+  wt_trainer_destroy(t);
+  t = NULL;
+  /* Peer errors off through the listeners would fail at the first bucket
+   * ("Endpoint is not connected"): refused up front instead. */
+  setenv("WT_UCX_PEER_ERRORS", "off", 1);
+  WT_ASSERT_ERR(wt_sync_client_init_transfer(
+                    c, ucx_info_make(&ui, "tcp", NULL, 256 << 10, 0), NULL, &t),
+                WT_INVALID_ARGUMENT, "set \"ucx_connect\" to 'address'");
+  unsetenv("WT_UCX_PEER_ERRORS");
+  wt_trainer_destroy(t);
+  t = NULL;
+  /* An unknown fan-out is refused, naming the option and the value. */
+  setenv("WT_UCX_FANOUT", "tree", 1);
+  WT_ASSERT_ERR(wt_sync_client_init_transfer(
+                    c, ucx_info_make(&ui, "tcp", NULL, 256 << 10, 0), NULL, &t),
+                WT_INVALID_ARGUMENT, "'tree'");
+  unsetenv("WT_UCX_FANOUT");
+  wt_trainer_destroy(t);
+  wt_source_destroy(src);
+  wt_sync_client_destroy(c);
+  servers_stop(&s);
+  free(tn);
+  free(odd);
+  free(slab);
+  wt_tensor_meta_array_free(m, n);
+}
+
+/* The pipelined chain (WT_UCX_FANOUT=chain, the environment default of the
+ * option): the trainer sends to the first worker only, each worker forwards
+ * to the next, across both servers; over TCP through the listeners and
+ * over shared memory by worker address. */
+static void test_chain(void) {
+  setenv("WT_UCX_FANOUT", "chain", 1);
+  rounds_over("tcp", NULL);
+  rounds_over("sm", "address");
+  unsetenv("WT_UCX_FANOUT");
+}
+
 /* A source that stalls (once armed) before yielding the bytes of tensor
  * `stall_at`, as a trainer that stopped mid-round. */
 typedef struct stall {
@@ -542,6 +625,9 @@ out:
 void wt_test_suite_ucx(void) {
   CU_pSuite s = CU_add_suite("ucx", NULL, NULL);
   CU_add_test(s, "round over tcp, 2 servers x (2, 3) workers", test_round_tcp);
+  CU_add_test(s, "memory source (zero-copy sends), sequential fan-out",
+              test_memory_source_sequential);
+  CU_add_test(s, "pipelined chain fan-out, tcp and shared memory", test_chain);
   CU_add_test(s, "round over shared memory, 2 servers x (2, 3) workers",
               test_round_shared_memory);
   CU_add_test(s, "trainer stalls mid-round: workers time out, next works",

@@ -9,17 +9,25 @@
  *
  * Data path: the shared bucket plan over the source's metadata (buffer size:
  * init_info.ucx.packed_buffer_size_bytes, default 64 MiB, passed to every
- * worker in update_info.ucx so both sides plan alike). Each bucket is packed
- * once into one of packed_num_buffers (default 2) send buffers: this is the
- * one copy of the data path (a source that generates its bytes, such as the
- * synthetic one, writes them there directly). The bucket then goes to every
- * worker of every server at once (parallel fan-out: one tagged send per
- * worker from the same buffer, tag wt_ucx_tag(round of that server, bucket)),
- * and packing the next bucket overlaps the sends of the previous ones. When
- * every buffer is in flight the oldest is waited for, with the client's data
- * deadline (or the init info's timeout_ms). A worker whose endpoint breaks
- * (UCX's peer-failure handling) or whose send does not complete in time
- * ends send_weights with an error naming the server and the worker.
+ * worker in update_info.ucx so both sides plan alike). A bucket whose
+ * tensors the source hands out as pointers lying back to back (a
+ * checkpoint's mmap, a memory source) is sent straight from that memory:
+ * zero copy on the trainer. Any other bucket is packed once into one of
+ * packed_num_buffers (default 2) send buffers (a synthetic source writes its
+ * bytes there directly). Fan-out (options["ucx_fanout"]): "parallel", the
+ * default, sends each bucket to every worker of every server at once (one
+ * tagged send per worker from the same memory, tag wt_ucx_tag(round of that
+ * server, bucket)); "sequential" serves one worker after the other, reading
+ * the source once per worker; "chain" sends to the first worker only, which
+ * forwards every bucket to the next as it lands, and so on (the route
+ * message of wt/ucx_common.h tells each worker its successor). Readying the
+ * next bucket overlaps the sends of the previous ones; when every buffer is in
+ * flight the oldest is waited for, with the client's data deadline (or the init
+ * info's timeout_ms). A worker whose endpoint breaks (UCX's peer-failure
+ * handling) or whose send does not complete in time ends send_weights with an
+ * error naming the server and the worker. Options not given in the init info
+ * default to the environment's WT_UCX_CONNECT, WT_UCX_PEER_ERRORS,
+ * WT_UCX_FANOUT (for tools such as wt-push that set none).
  *
  * Peer-failure handling (UCP_ERR_HANDLING_MODE_PEER, on by default) reports
  * a dead worker at once (and, through the listener connection, a dead
@@ -49,6 +57,8 @@ typedef struct peer {
   size_t server;
   uint32_t rank;
   char name[320]; /* "HOST:PORT worker R (ADDR:PORT)" */
+  char host[256]; /* where its listener is */
+  uint32_t port;
   struct sockaddr_storage addr;
   socklen_t addrlen;
   unsigned char *worker_address; /* NULL: connect by sockaddr */
@@ -64,8 +74,11 @@ typedef struct sbuf {
   uint64_t cap;
   size_t bucket;
   bool busy;
-  void **reqs; /* one per peer */
+  size_t j0, j1; /* the peers it goes to: [j0, j1) */
+  void **reqs;   /* one per peer */
 } sbuf;
+
+enum { FANOUT_PARALLEL, FANOUT_SEQUENTIAL, FANOUT_CHAIN };
 
 typedef struct ucx_trainer {
   wt_sync_client *client;
@@ -75,10 +88,13 @@ typedef struct ucx_trainer {
   int64_t timeout_ms;
   bool by_sockaddr; /* options["ucx_connect"] != "address" */
   bool peer_errors; /* options["ucx_peer_errors"] != "off" */
+  int fanout;       /* options["ucx_fanout"]: FANOUT_* */
   peer **peers;     /* stable addresses: UCX error callbacks point at them */
   size_t npeers;
   sbuf *bufs;
   bool lanes_logged;
+  unsigned char *route; /* the route message being sent */
+  void **route_reqs;    /* its sends, one per peer */
   Wt__V1__UcxUpdateInfo uinfo;
   Wt__V1__UInt64Value ubuf;
 } ucx_trainer;
@@ -140,6 +156,10 @@ static void ucx_trainer_destroy(void *self) {
     free(t->bufs[i].data);
   }
   free(t->bufs);
+  for (size_t j = 0; t->route_reqs && j < t->npeers; j++)
+    wt_ucx_request_drop(t->ucx, t->route_reqs[j], UCX_GRACE_MS);
+  free(t->route_reqs);
+  free(t->route);
   for (size_t i = 0; i < t->npeers; i++) {
     free(t->peers[i]->worker_address);
     free(t->peers[i]);
@@ -182,8 +202,23 @@ static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
   }
   t->peer_errors = true;
   t->by_sockaddr = true;
-  for (size_t i = 0; i < init->n_options; i++) {
-    const char *key = init->options[i]->key, *val = init->options[i]->value;
+  /* The options, then the environment (WT_UCX_CONNECT, WT_UCX_PEER_ERRORS,
+   * WT_UCX_FANOUT) as defaults for tools that set no options (wt-push). */
+  static const char *const env_keys[][2] = {
+      {"ucx_connect", "WT_UCX_CONNECT"},
+      {"ucx_peer_errors", "WT_UCX_PEER_ERRORS"},
+      {"ucx_fanout", "WT_UCX_FANOUT"}};
+  const size_t nenv = sizeof(env_keys) / sizeof(env_keys[0]);
+  for (size_t i = 0; i < nenv + init->n_options; i++) {
+    const char *key, *val;
+    if (i < nenv) {
+      key = env_keys[i][0];
+      val = getenv(env_keys[i][1]);
+      if (val == NULL || *val == '\0') continue;
+    } else {
+      key = init->options[i - nenv]->key;
+      val = init->options[i - nenv]->value;
+    }
     if (val == NULL) val = "";
     if (key != NULL && strcmp(key, "ucx_connect") == 0) {
       if (strcmp(val, "address") == 0)
@@ -201,11 +236,33 @@ static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
                 "init_info.options[\"ucx_peer_errors\"] is '%s'; it must be "
                 "'on' (default) or 'off'",
                 val);
+    } else if (key != NULL && strcmp(key, "ucx_fanout") == 0) {
+      if (strcmp(val, "sequential") == 0)
+        t->fanout = FANOUT_SEQUENTIAL;
+      else if (strcmp(val, "parallel") == 0)
+        t->fanout = FANOUT_PARALLEL;
+      else if (strcmp(val, "chain") == 0)
+        t->fanout = FANOUT_CHAIN;
+      else
+        WT_FAIL(WT_INVALID_ARGUMENT,
+                "init_info.options[\"ucx_fanout\"] is '%s'; it must be "
+                "'parallel' (default), 'sequential' or 'chain'",
+                val);
     }
   }
+  if (t->by_sockaddr && !t->peer_errors)
+    /* The workers' listeners accept with peer-failure handling, and UCX
+     * refuses a connection whose two ends disagree on it. */
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "init_info.options[\"ucx_peer_errors\"] is 'off' but "
+            "\"ucx_connect\" is 'sockaddr': connections through the "
+            "workers' listeners always handle peer failures; set "
+            "\"ucx_connect\" to 'address' too");
   WT_CHECK(wt_ucx_new(x ? x->transports : NULL, "ucx trainer", &t->ucx));
   t->bufs = calloc(t->num_buffers, sizeof(*t->bufs));
-  if (t->bufs == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+  t->route = malloc(WT_UCX_ROUTE_MAX);
+  if (t->bufs == NULL || t->route == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
   *self = t;
   t = NULL;
 out:
@@ -236,6 +293,8 @@ static wt_status *ucx_init_response(
     if (we->address == NULL || *we->address == '\0' || we->port == 0)
       WT_FAIL(WT_FAILED_PRECONDITION,
               "%s: the init response gives no UCX address and port", p->name);
+    snprintf(p->host, sizeof(p->host), "%s", we->address);
+    p->port = we->port;
     WT_CHECK(wt_status_prefix(
         wt_ucx_sockaddr(we->address, we->port, &p->addr, &p->addrlen), "%s",
         p->name));
@@ -285,7 +344,7 @@ typedef struct wait_arg {
 /* The buffer's sends are all over (done or failed), or a peer broke. */
 static bool sends_done(void *arg) {
   wait_arg *w = arg;
-  for (size_t j = 0; j < w->t->npeers; j++) {
+  for (size_t j = w->b->j0; j < w->b->j1; j++) {
     if (w->t->peers[j]->failed) return true;
     if (wt_ucx_request_status(w->b->reqs[j]) == UCS_INPROGRESS) return false;
   }
@@ -324,11 +383,17 @@ out:
   return st;
 }
 
-/* Writes the tensors of bucket `bk` (the source's next tensors) into `dst`. */
-static wt_status *pack(wt_source *src, const wt_bucket *bk,
-                       unsigned char *dst) {
+/* Readies bucket `bk` (the source's next tensors) for sending: *bytes
+ * points at its bytes. When the source hands out pointers (a checkpoint's
+ * mmap, a memory source) and the bucket's tensors lie back to back, that is
+ * the source's own memory, valid until the source is destroyed: no copy.
+ * Otherwise the bucket is packed into `dst`, the one copy of the path. */
+static wt_status *pack(wt_source *src, const wt_bucket *bk, unsigned char *dst,
+                       const void **bytes) {
   wt_status *st = NULL;
+  const unsigned char *run = NULL; /* the bucket so far, in place */
   uint64_t off = 0;
+  bool in_place = true;
   for (size_t k = 0; k < bk->count; k++) {
     wt_source_tensor tn;
     bool done = false;
@@ -337,11 +402,101 @@ static wt_status *pack(wt_source *src, const wt_bucket *bk,
       WT_FAIL(WT_INVALID_ARGUMENT, "source ended before the plan's tensor %zu",
               bk->first + k);
     if (tn.nbytes == 0) continue;
+    if (in_place && tn.data != NULL &&
+        (run == NULL || run + off == (const unsigned char *)tn.data)) {
+      if (run == NULL) run = tn.data;
+      off += tn.nbytes;
+      continue;
+    }
+    if (in_place && off > 0) memcpy(dst, run, off); /* the run so far */
+    in_place = false;
     if (tn.data != NULL)
       memcpy(dst + off, tn.data, tn.nbytes);
     else
       WT_CHECK(wt_source_read(src, &tn, 0, dst + off, tn.nbytes));
     off += tn.nbytes;
+  }
+  *bytes = in_place && run != NULL ? (const void *)run : (const void *)dst;
+out:
+  return st;
+}
+
+static uint64_t round_of(ucx_trainer *t, const peer *p) {
+  return p->server < wt_sync_client_server_count(t->client)
+             ? wt_sync_client_round_id(t->client, p->server)
+             : 0;
+}
+
+/* Sends the round's route message to every worker the trainer sends to:
+ * the rest of the chain to the first worker (chain fan-out), an empty
+ * route to every worker otherwise. */
+static wt_status *send_routes(ucx_trainer *t) {
+  wt_status *st = NULL;
+  wt_ucx_hop *hops = NULL;
+  bool chain = t->fanout == FANOUT_CHAIN;
+  size_t ntargets = chain ? 1 : t->npeers;
+  size_t nhops = chain ? t->npeers - 1 : 0;
+  uint32_t flags = (t->by_sockaddr ? 0 : WT_UCX_ROUTE_BY_ADDRESS) |
+                   (t->peer_errors ? WT_UCX_ROUTE_PEER_ERRORS : 0);
+  if (nhops > 0) {
+    hops = calloc(nhops, sizeof(*hops));
+    if (hops == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  for (size_t i = 0; i < nhops; i++) {
+    const peer *p = t->peers[i + 1];
+    hops[i].round = round_of(t, p);
+    snprintf(hops[i].host, sizeof(hops[i].host), "%s", p->host);
+    hops[i].port = p->port;
+    hops[i].worker_address = p->worker_address;
+    hops[i].worker_address_len = p->worker_address_len;
+  }
+  size_t len =
+      wt_ucx_route_pack(t->route, WT_UCX_ROUTE_MAX, flags, hops, nhops);
+  if (len == 0)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "backend 'ucx': a chain of %zu workers does not fit in one route "
+            "message (at most %d hops)",
+            t->npeers, WT_UCX_ROUTE_HOPS);
+  for (size_t j = 0; j < ntargets; j++) {
+    peer *p = t->peers[j];
+    ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
+                              .datatype = ucp_dt_make_contig(1)};
+    void *req =
+        ucp_tag_send_nbx(p->ep, t->route, len,
+                         wt_ucx_tag(round_of(t, p), WT_UCX_ROUTE_BUCKET), &rp);
+    if (UCS_PTR_IS_ERR(req))
+      WT_FAIL(WT_UNAVAILABLE, "%s: sending the round's route: %s", p->name,
+              ucs_status_string(UCS_PTR_STATUS(req)));
+    t->route_reqs[j] = req;
+  }
+out:
+  free(hops);
+  return st;
+}
+
+static bool routes_done(void *arg) {
+  ucx_trainer *t = arg;
+  for (size_t j = 0; j < t->npeers; j++) {
+    if (t->route_reqs[j] == NULL) continue;
+    if (t->peers[j]->failed) return true;
+    if (wt_ucx_request_status(t->route_reqs[j]) == UCS_INPROGRESS) return false;
+  }
+  return true;
+}
+
+/* Waits for the route messages (long delivered when the buckets are). */
+static wt_status *drain_routes(ucx_trainer *t) {
+  wt_status *st = NULL;
+  WT_CHECK(wt_ucx_wait(t->ucx, routes_done, t, wt_ucx_now_ms() + t->timeout_ms,
+                       t->timeout_ms, "the round's route to be delivered"));
+  for (size_t j = 0; j < t->npeers; j++) {
+    ucs_status_t us = wt_ucx_request_status(t->route_reqs[j]);
+    if (us == UCS_INPROGRESS && t->peers[j]->failed) us = t->peers[j]->why;
+    if (us != UCS_OK)
+      WT_FAIL(WT_UNAVAILABLE, "%s: sending the round's route failed: %s",
+              t->peers[j]->name, ucs_status_string(us));
+    if (t->route_reqs[j] != NULL) ucp_request_free(t->route_reqs[j]);
+    t->route_reqs[j] = NULL;
   }
 out:
   return st;
@@ -356,7 +511,6 @@ static wt_status *ucx_send_weights(void *self, wt_source *source,
   const wt_tensor_meta *metas = wt_source_metas(source, &n);
   wt_progress pr = {.tensors_total = n,
                     .bytes_total = wt_source_total_bytes(source)};
-  size_t nservers = wt_sync_client_server_count(t->client);
   if (t->npeers == 0)
     WT_FAIL(WT_FAILED_PRECONDITION,
             "backend 'ucx': no worker endpoint (init_transfer first)");
@@ -370,6 +524,10 @@ static wt_status *ucx_send_weights(void *self, wt_source *source,
     WT_CHECK(peer_connect(t, p));
   }
   WT_CHECK(wt_pack_plan_from_metas(metas, n, t->buffer_bytes, &plan));
+  if (t->route_reqs == NULL) {
+    t->route_reqs = calloc(t->npeers, sizeof(*t->route_reqs));
+    if (t->route_reqs == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+  }
   for (uint32_t i = 0; i < t->num_buffers; i++) {
     sbuf *b = &t->bufs[i];
     if (b->reqs == NULL) {
@@ -387,49 +545,66 @@ static wt_status *ucx_send_weights(void *self, wt_source *source,
       b->cap = plan->max_bucket_bytes;
     }
   }
-  WT_CHECK(wt_source_rewind(source));
-  for (size_t bkt = 0; bkt < plan->nbuckets; bkt++) {
-    sbuf *b = &t->bufs[bkt % t->num_buffers];
-    if (b->busy) {
+  /* Parallel fan-out: one pass, every bucket to every worker. Sequential:
+   * one pass per worker (the source is read once per worker). Chain: one
+   * pass to the first worker, which forwards. */
+  bool seq = t->fanout == FANOUT_SEQUENTIAL;
+  size_t npasses = seq ? t->npeers : 1;
+  uint64_t done_tensors = 0, done_bytes = 0;
+  WT_CHECK(send_routes(t));
+  for (size_t pass = 0; pass < npasses; pass++) {
+    size_t j0 = seq ? pass : 0;
+    size_t j1 = seq ? pass + 1 : t->fanout == FANOUT_CHAIN ? 1 : t->npeers;
+    WT_CHECK(wt_source_rewind(source));
+    for (size_t bkt = 0; bkt < plan->nbuckets; bkt++) {
+      sbuf *b = &t->bufs[bkt % t->num_buffers];
+      if (b->busy) {
+        WT_CHECK(drain(t, b, plan->nbuckets));
+        const wt_bucket *done = &plan->buckets[b->bucket];
+        done_tensors += done->count;
+        done_bytes += done->nbytes;
+        pr.tensors_done = done_tensors / npasses;
+        pr.bytes_done = done_bytes / npasses;
+        if (progress) progress(&pr, user);
+      }
+      const wt_bucket *bk = &plan->buckets[bkt];
+      const void *bytes = NULL;
+      WT_CHECK(pack(source, bk, b->data, &bytes));
+      b->bucket = bkt;
+      b->busy = true;
+      b->j0 = j0;
+      b->j1 = j1;
+      for (size_t j = j0; j < j1; j++) {
+        peer *p = t->peers[j];
+        if (p->failed || p->ep == NULL)
+          WT_FAIL(
+              WT_UNAVAILABLE, "%s: connection broke: %s", p->name,
+              ucs_status_string(p->failed ? p->why : UCS_ERR_NOT_CONNECTED));
+        uint64_t round = round_of(t, p);
+        ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
+                                  .datatype = ucp_dt_make_contig(1)};
+        void *req = ucp_tag_send_nbx(p->ep, bytes, bk->nbytes,
+                                     wt_ucx_tag(round, bkt), &rp);
+        if (UCS_PTR_IS_ERR(req))
+          WT_FAIL(WT_UNAVAILABLE, "%s: sending bucket %zu: %s", p->name, bkt,
+                  ucs_status_string(UCS_PTR_STATUS(req)));
+        b->reqs[j] = req;
+      }
+    }
+    for (size_t i = 0; i < plan->nbuckets && i < t->num_buffers; i++) {
+      /* Oldest first, so progress counts buckets in order. */
+      size_t bkt =
+          plan->nbuckets -
+          (plan->nbuckets < t->num_buffers ? plan->nbuckets : t->num_buffers) +
+          i;
+      sbuf *b = &t->bufs[bkt % t->num_buffers];
+      if (!b->busy) continue;
       WT_CHECK(drain(t, b, plan->nbuckets));
-      const wt_bucket *done = &plan->buckets[b->bucket];
-      pr.tensors_done += done->count;
-      pr.bytes_done += done->nbytes;
-      if (progress) progress(&pr, user);
-    }
-    const wt_bucket *bk = &plan->buckets[bkt];
-    WT_CHECK(pack(source, bk, b->data));
-    b->bucket = bkt;
-    b->busy = true;
-    for (size_t j = 0; j < t->npeers; j++) {
-      peer *p = t->peers[j];
-      if (p->failed || p->ep == NULL)
-        WT_FAIL(WT_UNAVAILABLE, "%s: connection broke: %s", p->name,
-                ucs_status_string(p->failed ? p->why : UCS_ERR_NOT_CONNECTED));
-      uint64_t round = p->server < nservers
-                           ? wt_sync_client_round_id(t->client, p->server)
-                           : 0;
-      ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
-                                .datatype = ucp_dt_make_contig(1)};
-      void *req = ucp_tag_send_nbx(p->ep, b->data, bk->nbytes,
-                                   wt_ucx_tag(round, bkt), &rp);
-      if (UCS_PTR_IS_ERR(req))
-        WT_FAIL(WT_UNAVAILABLE, "%s: sending bucket %zu: %s", p->name, bkt,
-                ucs_status_string(UCS_PTR_STATUS(req)));
-      b->reqs[j] = req;
+      done_tensors += plan->buckets[bkt].count;
+      done_bytes += plan->buckets[bkt].nbytes;
     }
   }
-  for (size_t i = 0; i < plan->nbuckets && i < t->num_buffers; i++) {
-    /* Oldest first, so progress counts buckets in order. */
-    size_t bkt =
-        plan->nbuckets -
-        (plan->nbuckets < t->num_buffers ? plan->nbuckets : t->num_buffers) + i;
-    sbuf *b = &t->bufs[bkt % t->num_buffers];
-    if (!b->busy) continue;
-    WT_CHECK(drain(t, b, plan->nbuckets));
-    pr.tensors_done += plan->buckets[bkt].count;
-    pr.bytes_done += plan->buckets[bkt].nbytes;
-  }
+  WT_CHECK(drain_routes(t));
   if (wt_log_enabled(WT_LOG_DEBUG) && !t->lanes_logged) {
     /* Which transports carry the data (UCX_TLS, transports) is otherwise
      * invisible: log each endpoint's lanes once. */
@@ -454,7 +629,9 @@ out:
      * the endpoints that still have sends or broke; the next round
      * reconnects them. */
     for (size_t j = 0; j < t->npeers; j++) {
-      bool pending = t->peers[j]->failed;
+      bool pending = t->peers[j]->failed ||
+                     (t->route_reqs && wt_ucx_request_status(
+                                           t->route_reqs[j]) == UCS_INPROGRESS);
       for (uint32_t i = 0; i < t->num_buffers; i++)
         if (t->bufs[i].reqs &&
             wt_ucx_request_status(t->bufs[i].reqs[j]) == UCS_INPROGRESS)
@@ -469,6 +646,10 @@ out:
         b->reqs[j] = NULL;
       }
       b->busy = false;
+    }
+    for (size_t j = 0; t->route_reqs && j < t->npeers; j++) {
+      wt_ucx_request_drop(t->ucx, t->route_reqs[j], UCX_GRACE_MS);
+      t->route_reqs[j] = NULL;
     }
   }
   wt_pack_plan_free(plan);

@@ -91,6 +91,40 @@ static inline ucp_tag_t wt_ucx_tag(uint64_t round_id, uint64_t bucket) {
   return (round_id << 32) | (bucket & 0xffffffffu);
 }
 
+/* The route of a round: before its buckets, every worker the trainer (or a
+ * worker forwarding to it) sends to receives one route message, tag
+ * wt_ucx_tag(round, WT_UCX_ROUTE_BUCKET), listing the workers it forwards
+ * the round's buckets to: none (parallel and sequential fan-out), or the
+ * rest of the chain (pipelined chain fan-out: trainer -> w1 -> w2 -> ...;
+ * w1 connects to the first hop, sends it the route less that hop, and
+ * forwards every bucket once it has landed). */
+#define WT_UCX_ROUTE_BUCKET 0xffffffffu
+#define WT_UCX_ROUTE_MAX 16384      /* bytes of a route message, at most */
+#define WT_UCX_ROUTE_HOPS 64        /* hops of a route, at most */
+#define WT_UCX_ROUTE_BY_ADDRESS 1u  /* connect with the worker address */
+#define WT_UCX_ROUTE_PEER_ERRORS 2u /* with peer-failure handling */
+
+/* One worker of a route; `worker_address` borrowed (NULL: connect to
+ * host:port through its listener). */
+typedef struct wt_ucx_hop {
+  uint64_t round;
+  char host[256];
+  uint32_t port;
+  const unsigned char *worker_address;
+  size_t worker_address_len;
+} wt_ucx_hop;
+
+/* Writes the route `flags` + hops[0..n) into buf[0..cap); returns its size,
+ * or 0 when it does not fit (or n > WT_UCX_ROUTE_HOPS). */
+size_t wt_ucx_route_pack(unsigned char *buf, size_t cap, uint32_t flags,
+                         const wt_ucx_hop *hops, size_t n);
+
+/* Reads a route message; hops[i].worker_address points into buf.
+ * DATA_LOSS naming `who` when it is malformed. */
+wt_status *wt_ucx_route_parse(const unsigned char *buf, size_t len,
+                              const char *who, uint32_t *flags,
+                              wt_ucx_hop *hops, size_t *n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -10,13 +10,24 @@
  * Data path: the shared bucket plan (update info ucx.packed_buffer_size_bytes,
  * else the init info's, else 64 MiB); bucket b of round r is one tagged
  * message (wt_ucx_tag(r, b)). Each bucket is received straight into the
- * staging buffers of its tensors through an iov receive (UCP_DATATYPE_IOV),
- * so the worker side is zero-copy: no bounce buffer. The staging buffers are
+ * staging buffers of its tensors, so the worker side is zero-copy: no
+ * bounce buffer. The store lays tensors out back to back, so that is
+ * normally one contiguous receive, which lets UCX use its zero-copy
+ * rendezvous (CMA on one host); tensors that are not neighbours make a
+ * UCP_DATATYPE_IOV receive. The staging buffers are
  * the store's (shadow staging alternates two buffers per tensor), so instead
  * of an explicit ucp_mem_map per round UCX's registration cache keeps them
  * registered across rounds. Up to packed_num_buffers (default 2) buckets
  * are posted at once, so receiving bucket b+1 overlaps the trainer packing
  * bucket b+2.
+ *
+ * Route and chain: every round starts with the route message
+ * (wt/ucx_common.h). When it names a next worker (chain fan-out), this
+ * worker connects to it (kept across rounds while the route stays), sends
+ * it the rest of the route, forwards each bucket from the staging buffers
+ * as soon as it has landed, and ends its receive only when the next worker
+ * has taken every bucket; a failure there fails this worker's round, naming
+ * the next worker.
  *
  * Deadlines: every bucket waits at most timeout_ms (the init info's, else the
  * server's default); a trainer that died or stopped mid-round thus fails the
@@ -59,7 +70,7 @@ typedef struct peer {
 typedef struct slot {
   void *req;
   size_t bucket;
-  ucp_dt_iov_t *iov;
+  ucp_dt_iov_t *iov; /* into the round's iov array, at the bucket's first */
   size_t iovcnt;
 } slot;
 
@@ -76,6 +87,13 @@ struct wt_engine {
   int64_t gone_since_ms; /* every trainer connection broken since; 0: no */
   void **orphans; /* drain buffers UCX may still write; freed at destroy */
   size_t norphans;
+  /* Chain fan-out (wt/ucx_common.h): the round's route and the connection
+   * to the next worker, which gets every bucket once it has landed. */
+  unsigned char *route_in, *route_out;
+  wt_ucx_hop *hops;
+  peer fwd; /* kept across rounds while the route stays the same */
+  uint32_t fwd_flags;
+  char next[320]; /* "the next worker in the chain (HOST:PORT)" */
 };
 
 static void peer_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
@@ -160,12 +178,18 @@ static wt_status *ucx_create(const Wt__V1__WeightTransferInitInfo *init,
     }
   }
   e->peers = calloc(e->cap, sizeof(*e->peers));
-  if (e->peers == NULL)
+  e->route_in = malloc(WT_UCX_ROUTE_MAX);
+  e->route_out = malloc(WT_UCX_ROUTE_MAX);
+  e->hops = calloc(WT_UCX_ROUTE_HOPS, sizeof(*e->hops));
+  if (e->peers == NULL || !e->route_in || !e->route_out || !e->hops)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "ucx engine: out of memory");
   *out = e;
   e = NULL;
 out:
   if (e) {
+    free(e->route_in);
+    free(e->route_out);
+    free(e->hops);
     free(e->peers);
     free(e->transports);
     free(e);
@@ -293,6 +317,7 @@ static void ucx_destroy(wt_engine *e) {
   if (e == NULL) return;
   if (e->ucx) {
     drain_unexpected(e);
+    wt_ucx_ep_close(e->ucx, e->fwd.ep, false, 200);
     for (size_t i = 0; i < e->npeers; i++)
       if (e->peers[i].used) wt_ucx_ep_close(e->ucx, e->peers[i].ep, false, 200);
     if (e->listener) ucp_listener_destroy(e->listener);
@@ -300,6 +325,9 @@ static void ucx_destroy(wt_engine *e) {
   }
   for (size_t i = 0; i < e->norphans; i++) free(e->orphans[i]);
   free(e->orphans);
+  free(e->route_in);
+  free(e->route_out);
+  free(e->hops);
   free(e->peers);
   free(e->transports);
   free(e);
@@ -356,15 +384,23 @@ static bool recv_done(void *arg) {
 /* Posts the receive of bucket `b` into its tensors' staging buffers. */
 static wt_status *post_bucket(wt_engine *e, const wt_update *u,
                               const wt_pack_plan *plan, uint64_t round_id,
-                              size_t b, slot *s) {
+                              size_t b, ucp_dt_iov_t *iov_all, slot *s) {
   wt_status *st = NULL;
   const wt_bucket *bk = &plan->buckets[b];
   s->bucket = b;
   s->iovcnt = 0;
   s->req = NULL;
+  s->iov = iov_all + bk->first;
   for (size_t k = bk->first; k < bk->first + bk->count; k++) {
     void *dst = wt_param_store_stage(e->ctx.store, u->index[k]);
     if (u->nbytes[k] == 0) continue;
+    /* The store lays tensors out back to back: merge neighbours, so that a
+     * bucket usually lands as one contiguous receive. */
+    ucp_dt_iov_t *last = s->iovcnt ? &s->iov[s->iovcnt - 1] : NULL;
+    if (last != NULL && (char *)last->buffer + last->length == (char *)dst) {
+      last->length += u->nbytes[k];
+      continue;
+    }
     s->iov[s->iovcnt].buffer = dst;
     s->iov[s->iovcnt].length = u->nbytes[k];
     s->iovcnt++;
@@ -422,12 +458,182 @@ out:
   return st;
 }
 
+/* Receives the round's route (wt/ucx_common.h) into e->hops. */
+static wt_status *recv_route(wt_engine *e, const wt_update *u, int64_t timeout,
+                             uint32_t *flags, size_t *nhops) {
+  wt_status *st = NULL;
+  ucp_tag_recv_info_t info = {0};
+  ucp_request_param_t p = {
+      .op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_RECV_INFO,
+      .datatype = ucp_dt_make_contig(1),
+      .recv_info.tag_info = &info};
+  void *req = ucp_tag_recv_nbx(e->ucx->worker, e->route_in, WT_UCX_ROUTE_MAX,
+                               wt_ucx_tag(u->round_id, WT_UCX_ROUTE_BUCKET),
+                               UINT64_MAX, &p);
+  if (UCS_PTR_IS_ERR(req)) {
+    ucs_status_t us = UCS_PTR_STATUS(req);
+    req = NULL;
+    WT_FAIL(WT_INTERNAL, "%s: posting the receive of the route: %s", e->where,
+            ucs_status_string(us));
+  }
+  char what[128];
+  snprintf(what, sizeof(what),
+           "the route of round %" PRIu64 " from the trainer", u->round_id);
+  wait_arg wa = {.e = e, .req = req};
+  st = wt_ucx_wait(e->ucx, recv_done, &wa, wt_ucx_now_ms() + timeout, timeout,
+                   what);
+  if (st != NULL) {
+    bool broke = e->gone_since_ms != 0;
+    WT_CHECK(
+        wt_status_prefix(st, "%s%s", e->where,
+                         broke ? " (the trainer's connection broke)" : ""));
+  }
+  if (wt_ucx_request_status(req) == UCS_INPROGRESS)
+    WT_FAIL(WT_UNAVAILABLE,
+            "%s: the trainer is gone (its connection broke: %s) while "
+            "waiting for %s",
+            e->where, ucs_status_string(last_error(e)), what);
+  ucs_status_t us = UCS_OK;
+  if (req != NULL) us = ucp_tag_recv_request_test(req, &info);
+  if (us != UCS_OK)
+    WT_FAIL(WT_UNAVAILABLE, "%s: receiving %s failed: %s", e->where, what,
+            ucs_status_string(us));
+  WT_CHECK(wt_ucx_route_parse(e->route_in, info.length, e->where, flags,
+                              e->hops, nhops));
+out:
+  if (req != NULL) wt_ucx_request_drop(e->ucx, req, UCX_GRACE_MS);
+  return st;
+}
+
+/* Connects to the route's first hop and sends it the rest of the route. */
+static wt_status *fwd_start(wt_engine *e, uint32_t flags, size_t nhops,
+                            void **route_req) {
+  wt_status *st = NULL;
+  const wt_ucx_hop *h = &e->hops[0];
+  struct sockaddr_storage ss;
+  socklen_t len = 0;
+  char next[sizeof(e->next)];
+  snprintf(next, sizeof(next), "the next worker in the chain (%s:%u)", h->host,
+           (unsigned)h->port);
+  /* The connection of the previous round, if it goes to the same worker
+   * the same way and is whole. */
+  bool same = e->fwd.ep != NULL && !e->fwd.failed && e->fwd_flags == flags &&
+              strcmp(next, e->next) == 0;
+  if (same) goto route;
+  wt_ucx_ep_close(e->ucx, e->fwd.ep, !e->fwd.failed, UCX_GRACE_MS);
+  memset(&e->fwd, 0, sizeof(e->fwd));
+  snprintf(e->next, sizeof(e->next), "%s", next);
+  e->fwd_flags = flags;
+  ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                        .err_mode = (flags & WT_UCX_ROUTE_PEER_ERRORS)
+                                        ? UCP_ERR_HANDLING_MODE_PEER
+                                        : UCP_ERR_HANDLING_MODE_NONE,
+                        .err_handler = {.cb = peer_error, .arg = &e->fwd}};
+  if ((flags & WT_UCX_ROUTE_BY_ADDRESS) && h->worker_address != NULL) {
+    ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    ep.address = (const ucp_address_t *)h->worker_address;
+  } else {
+    WT_CHECK(wt_status_prefix(wt_ucx_sockaddr(h->host, h->port, &ss, &len),
+                              "%s: %s", e->where, e->next));
+    ep.field_mask |= UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
+    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    ep.sockaddr.addr = (const struct sockaddr *)&ss;
+    ep.sockaddr.addrlen = len;
+  }
+  ucs_status_t us = ucp_ep_create(e->ucx->worker, &ep, &e->fwd.ep);
+  if (us != UCS_OK) {
+    e->fwd.ep = NULL;
+    WT_FAIL(WT_UNAVAILABLE, "%s: connecting to %s: %s", e->where, e->next,
+            ucs_status_string(us));
+  }
+  e->fwd.used = true;
+route:;
+  size_t rlen = wt_ucx_route_pack(e->route_out, WT_UCX_ROUTE_MAX, flags,
+                                  e->hops + 1, nhops - 1);
+  if (rlen == 0)
+    WT_FAIL(WT_INTERNAL, "%s: the route does not fit in a message", e->where);
+  ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
+                           .datatype = ucp_dt_make_contig(1)};
+  *route_req = ucp_tag_send_nbx(e->fwd.ep, e->route_out, rlen,
+                                wt_ucx_tag(h->round, WT_UCX_ROUTE_BUCKET), &p);
+  if (UCS_PTR_IS_ERR(*route_req)) {
+    us = UCS_PTR_STATUS(*route_req);
+    *route_req = NULL;
+    WT_FAIL(WT_UNAVAILABLE, "%s: sending the route to %s: %s", e->where,
+            e->next, ucs_status_string(us));
+  }
+out:
+  return st;
+}
+
+/* Forwards landed bucket `s` to the next worker, from the staging buffers. */
+static wt_status *fwd_bucket(wt_engine *e, const slot *s, void **req) {
+  ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
+                           .datatype = ucp_dt_make_iov()};
+  const void *buf = s->iov;
+  size_t count = s->iovcnt;
+  if (s->iovcnt == 1) {
+    p.datatype = ucp_dt_make_contig(1);
+    buf = s->iov[0].buffer;
+    count = s->iov[0].length;
+  }
+  *req = ucp_tag_send_nbx(e->fwd.ep, buf, count,
+                          wt_ucx_tag(e->hops[0].round, s->bucket), &p);
+  if (UCS_PTR_IS_ERR(*req)) {
+    ucs_status_t us = UCS_PTR_STATUS(*req);
+    *req = NULL;
+    return wt_status_new(WT_UNAVAILABLE, "%s: forwarding bucket %zu to %s: %s",
+                         e->where, s->bucket, e->next, ucs_status_string(us));
+  }
+  return NULL;
+}
+
+typedef struct fwd_wait {
+  wt_engine *e;
+  void **reqs;
+  size_t n;
+} fwd_wait;
+
+static bool fwd_done(void *arg) {
+  fwd_wait *w = arg;
+  if (w->e->fwd.failed) return true;
+  for (size_t i = 0; i < w->n; i++)
+    if (wt_ucx_request_status(w->reqs[i]) == UCS_INPROGRESS) return false;
+  return true;
+}
+
+/* Waits for the forwarded sends (reqs[0..n)) and frees them. */
+static wt_status *fwd_finish(wt_engine *e, void **reqs, size_t n,
+                             int64_t timeout) {
+  wt_status *st = NULL;
+  fwd_wait w = {.e = e, .reqs = reqs, .n = n};
+  char what[400];
+  snprintf(what, sizeof(what), "%s to take the forwarded buckets", e->next);
+  WT_CHECK(
+      wt_status_prefix(wt_ucx_wait(e->ucx, fwd_done, &w,
+                                   wt_ucx_now_ms() + timeout, timeout, what),
+                       "%s", e->where));
+  for (size_t i = 0; i < n; i++) {
+    ucs_status_t us = wt_ucx_request_status(reqs[i]);
+    if (us == UCS_INPROGRESS && e->fwd.failed) us = e->fwd.why;
+    if (us != UCS_OK)
+      WT_FAIL(WT_UNAVAILABLE, "%s: forwarding to %s failed: %s", e->where,
+              e->next, ucs_status_string(us));
+  }
+out:
+  return st;
+}
+
 static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
                               wt_receive_stats *stats) {
   wt_status *st = NULL;
   wt_pack_plan *plan = NULL;
   slot *slots = NULL;
-  size_t posted = 0, landed = 0;
+  ucp_dt_iov_t *iov_all = NULL;
+  void **fwd_reqs = NULL; /* per bucket, then the route's */
+  size_t posted = 0, landed = 0, nhops = 0;
+  uint32_t rflags = 0;
   const int64_t timeout = e->ctx.timeout_ms ? e->ctx.timeout_ms : 60000;
   if (e->ucx == NULL)
     WT_FAIL(WT_FAILED_PRECONDITION, "%s: not initialised (init_transfer)",
@@ -448,19 +654,19 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
   reap_peers(e);
   e->gone_since_ms = 0;
   slots = calloc(e->num_buffers, sizeof(*slots));
-  if (slots == NULL)
+  iov_all = calloc(u->n ? u->n : 1, sizeof(*iov_all));
+  if (slots == NULL || iov_all == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
-  size_t maxcount = 1;
-  for (size_t b = 0; b < plan->nbuckets; b++)
-    if (plan->buckets[b].count > maxcount) maxcount = plan->buckets[b].count;
-  for (uint32_t i = 0; i < e->num_buffers; i++) {
-    slots[i].iov = calloc(maxcount, sizeof(ucp_dt_iov_t));
-    if (slots[i].iov == NULL)
+  WT_CHECK(recv_route(e, u, timeout, &rflags, &nhops));
+  if (nhops > 0) {
+    fwd_reqs = calloc(plan->nbuckets + 1, sizeof(*fwd_reqs));
+    if (fwd_reqs == NULL)
       WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
+    WT_CHECK(fwd_start(e, rflags, nhops, &fwd_reqs[plan->nbuckets]));
   }
   while (landed < plan->nbuckets) {
     while (posted < plan->nbuckets && posted - landed < e->num_buffers) {
-      WT_CHECK(post_bucket(e, u, plan, u->round_id, posted,
+      WT_CHECK(post_bucket(e, u, plan, u->round_id, posted, iov_all,
                            &slots[posted % e->num_buffers]));
       posted++;
     }
@@ -484,15 +690,27 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
               "waiting for %s",
               e->where, ucs_status_string(last_error(e)), what);
     WT_CHECK(land_bucket(e, u, plan, s, stats));
+    if (fwd_reqs != NULL) WT_CHECK(fwd_bucket(e, s, &fwd_reqs[s->bucket]));
     landed++;
   }
+  if (fwd_reqs != NULL)
+    WT_CHECK(fwd_finish(e, fwd_reqs, plan->nbuckets + 1, timeout));
 out:
   if (slots) {
-    for (size_t i = 0; i < e->num_buffers; i++) {
+    for (size_t i = 0; i < e->num_buffers; i++)
       if (slots[i].req) wt_ucx_request_drop(e->ucx, slots[i].req, UCX_GRACE_MS);
-      free(slots[i].iov);
-    }
   }
+  if (fwd_reqs != NULL) {
+    /* A failed round: forcing the close ends sends still in flight. */
+    if (st != NULL) {
+      wt_ucx_ep_close(e->ucx, e->fwd.ep, false, UCX_GRACE_MS);
+      memset(&e->fwd, 0, sizeof(e->fwd));
+    }
+    for (size_t i = 0; i <= plan->nbuckets; i++)
+      wt_ucx_request_drop(e->ucx, fwd_reqs[i], UCX_GRACE_MS);
+    free(fwd_reqs);
+  }
+  free(iov_all);
   free(slots);
   wt_pack_plan_free(plan);
   return st;

@@ -16,6 +16,7 @@
 #include "wt/source.h"
 #include "wt/synthetic.h"
 #include "wt/trainer.h"
+#include "wt/ucx_common.h"
 #include "wt_proc.h"
 #include "wt_test.h"
 
@@ -30,13 +31,14 @@ typedef struct servers {
   size_t n;
 } servers;
 
-static void servers_start(servers *s, size_t n, const char *model,
-                          const uint32_t *workers) {
+static void servers_start_staging(servers *s, size_t n, const char *model,
+                                  const uint32_t *workers, wt_staging staging) {
   memset(s, 0, sizeof(*s));
   for (size_t k = 0; k < n; k++) {
     wt_server_options o = {.listen = "127.0.0.1:0",
                            .model = model,
                            .workers = workers[k],
+                           .staging = staging,
                            .drain_ms = 200};
     WT_ASSERT_OK(wt_server_start(&o, &s->srv[k]));
     snprintf(s->target[k], sizeof(s->target[k]), "127.0.0.1:%d",
@@ -44,6 +46,11 @@ static void servers_start(servers *s, size_t n, const char *model,
     s->targets[k] = s->target[k];
     s->n = k + 1;
   }
+}
+
+static void servers_start(servers *s, size_t n, const char *model,
+                          const uint32_t *workers) {
+  servers_start_staging(s, n, model, workers, WT_STAGING_SHADOW);
 }
 
 static void servers_stop(servers *s) {
@@ -135,36 +142,54 @@ static void round_ok(wt_sync_client *c, wt_trainer *t, wt_source *src,
   WT_ASSERT_OK(wt_sync_client_finish(c, version));
 }
 
-/* Two servers (2 and 3 workers) on "small", two rounds over `transports`. */
-static void rounds_over(const char *transports, const char *connect) {
+/* Two servers (2 and 3 workers) on "small", two rounds over `transports`,
+ * with `staging`. Every worker registers its store's regions (two buffer
+ * sets shadow, one inplace) with ucp_mem_map once, at init, and no round
+ * registers more. */
+static void rounds_over_staging(const char *transports, const char *connect,
+                                wt_staging staging) {
   servers s;
   const uint32_t workers[] = {2, 3};
-  servers_start(&s, 2, "synthetic:small", workers);
+  const uint64_t regions = staging == WT_STAGING_SHADOW ? 2 : 1;
+  servers_start_staging(&s, 2, "synthetic:small", workers, staging);
   wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
   wt_sync_client *c = NULL;
   wt_trainer *t = NULL;
   wt_source *src = NULL;
   ucx_info ui;
   WT_ASSERT_OK(wt_sync_client_new(s.targets, s.n, &o, &c));
+  const uint64_t maps0 = wt_ucx_mem_map_count();
   WT_ASSERT_OK(wt_sync_client_init_transfer(
       c, ucx_info_make(&ui, transports, connect, 256 << 10, 0), NULL, &t));
   CU_ASSERT_FATAL(t != NULL);
   CU_ASSERT_STRING_EQUAL(wt_trainer_backend(t), "ucx");
+  CU_ASSERT_EQUAL(wt_ucx_mem_map_count() - maps0, 5 * regions);
   WT_ASSERT_OK(wt_source_synthetic("small", 5, &src));
   round_ok(c, t, src, "step-1");
   assert_servers_hold(c, "small", 5, "step-1");
   WT_ASSERT_OK(wt_source_synthetic_set_seed(src, 6));
   round_ok(c, t, src, "step-2");
   assert_servers_hold(c, "small", 6, "step-2");
+  CU_ASSERT_EQUAL(wt_ucx_mem_map_count() - maps0, 5 * regions);
   wt_source_destroy(src);
   wt_trainer_destroy(t);
   wt_sync_client_destroy(c);
   servers_stop(&s);
 }
 
+static void rounds_over(const char *transports, const char *connect) {
+  rounds_over_staging(transports, connect, WT_STAGING_SHADOW);
+}
+
 /* Through the workers' listeners (the default), TCP only. */
 static void test_round_tcp(void) {
   rounds_over("tcp", NULL);
+}
+
+/* Inplace staging: receives land in the live buffers, the store's one
+ * region per worker. */
+static void test_round_inplace(void) {
+  rounds_over_staging("tcp", NULL, WT_STAGING_INPLACE);
 }
 
 /* Through the packed worker addresses, shared memory only. */
@@ -431,7 +456,8 @@ static void test_trainer_killed(void) {
 }
 
 /* A wt-server (real process) killed mid-round: the trainer's update ends
- * with an error naming that server within a few seconds. */
+ * within a few seconds with an error naming that server and one of its
+ * workers (rank and UCX address). */
 static void test_worker_killed(void) {
   char *dir = wt_test_tmpdir();
   wt_proc_server srv;
@@ -463,7 +489,14 @@ static void test_worker_killed(void) {
   CU_ASSERT(wt_proc_now_ms() - t0 < 8000);
   CU_ASSERT_PTR_NOT_NULL(st);
   if (st) {
-    CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), srv.addr));
+    const char *msg = wt_status_message(st);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, srv.addr));
+    char w0[300], w1[300];
+    snprintf(w0, sizeof(w0), "%s worker 0 (127.0.0.1:", srv.addr);
+    snprintf(w1, sizeof(w1), "%s worker 1 (127.0.0.1:", srv.addr);
+    CU_ASSERT(strstr(msg, w0) != NULL || strstr(msg, w1) != NULL);
+    if (strstr(msg, w0) == NULL && strstr(msg, w1) == NULL)
+      fprintf(stderr, "\nno worker named in: %s\n", msg);
     wt_status_free(st);
   }
   srv.pid = 0; /* reaped by the source */
@@ -472,6 +505,54 @@ static void test_worker_killed(void) {
   free(impl);
   wt_trainer_destroy(t);
   wt_sync_client_destroy(c);
+  wt_proc_kill_all();
+  wt_test_rmtree(dir);
+  free(dir);
+}
+
+/* wt-server --ucx-transports: the workers' default when the init info names
+ * no transports. An invalid list fails init with an error naming the option
+ * and the list; transports in the init info take precedence over it. */
+static void test_server_transports_option(void) {
+  char *dir = wt_test_tmpdir();
+  wt_proc_server srv;
+  const char *const extra[] = {"--model", "synthetic:small",  "--workers",
+                               "1",       "--ucx-transports", "no_such_tl",
+                               NULL};
+  CU_ASSERT_FATAL(wt_proc_server_start(&srv, dir, "server", extra));
+  wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
+  wt_sync_client *c = NULL;
+  wt_trainer *t = NULL;
+  wt_source *src = NULL;
+  ucx_info ui;
+  const char *targets[] = {srv.addr};
+  WT_ASSERT_OK(wt_sync_client_new(targets, 1, &o, &c));
+  /* Empty transports in the init info: the server's option applies (the
+   * trainer side uses UCX's default). */
+  const Wt__V1__WeightTransferInitInfo *info =
+      ucx_info_make(&ui, "tcp", NULL, 256 << 10, 0);
+  ui.ucx.transports = "";
+  wt_status *st = wt_sync_client_init_transfer(c, info, NULL, &t);
+  CU_ASSERT_PTR_NOT_NULL(st);
+  if (st) {
+    const char *msg = wt_status_message(st);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "--ucx-transports"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "no_such_tl"));
+    wt_status_free(st);
+  }
+  wt_trainer_destroy(t);
+  t = NULL;
+  /* The init info's transports win over the server's option. */
+  WT_ASSERT_OK(wt_sync_client_init_transfer(
+      c, ucx_info_make(&ui, "tcp", NULL, 256 << 10, 0), NULL, &t));
+  CU_ASSERT_FATAL(t != NULL);
+  WT_ASSERT_OK(wt_source_synthetic("small", 3, &src));
+  round_ok(c, t, src, "tls-1");
+  assert_servers_hold(c, "small", 3, "tls-1");
+  wt_source_destroy(src);
+  wt_trainer_destroy(t);
+  wt_sync_client_destroy(c);
+  CU_ASSERT_EQUAL(wt_proc_server_stop(&srv, 10000, NULL), 0);
   wt_proc_kill_all();
   wt_test_rmtree(dir);
   free(dir);
@@ -630,12 +711,16 @@ void wt_test_suite_ucx(void) {
   CU_add_test(s, "pipelined chain fan-out, tcp and shared memory", test_chain);
   CU_add_test(s, "round over shared memory, 2 servers x (2, 3) workers",
               test_round_shared_memory);
+  CU_add_test(s, "inplace staging: one registered region per worker",
+              test_round_inplace);
   CU_add_test(s, "trainer stalls mid-round: workers time out, next works",
               test_trainer_stalls_mid_round);
   CU_add_test(s, "wt-push killed mid-round (real processes)",
               test_trainer_killed);
   CU_add_test(s, "wt-server killed mid-round (real processes)",
               test_worker_killed);
+  CU_add_test(s, "wt-server --ucx-transports: default, error, precedence",
+              test_server_transports_option);
   CU_add_test(s, "two hosts (netns + veth), link cut mid-round",
               test_two_hosts_link_cut);
 }

@@ -860,7 +860,15 @@ out:
   if (st == NULL) {
     /* The server's own error explains a trainer cancelled on its account
      * better than the trainer's CANCELLED does. */
-    if (w.cancelled_for >= 0) {
+    if (w.cancelled_for >= 0 && send_st != NULL &&
+        wt_status_code(send_st) != WT_CANCELLED) {
+      /* Both failed on their own (a server that died takes its workers'
+       * data connections with it): the server's error says which server,
+       * the trainer's which worker. */
+      const wt_status *srv_st = w.errs[w.cancelled_for];
+      st = wt_status_new(wt_status_code(srv_st), "%s; the trainer: %s",
+                         wt_status_message(srv_st), wt_status_message(send_st));
+    } else if (w.cancelled_for >= 0) {
       st = wt_status_copy(w.errs[w.cancelled_for]);
     } else if (send_st != NULL) {
       st = send_st;

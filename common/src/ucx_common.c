@@ -127,6 +127,35 @@ wt_status *wt_ucx_wait(wt_ucx *u, bool (*cond)(void *), void *arg,
   }
 }
 
+static atomic_uint_fast64_t mem_maps;
+
+wt_status *wt_ucx_mem_map(wt_ucx *u, void *base, size_t len, const char *what,
+                          ucp_mem_h *memh) {
+  ucp_mem_map_params_t p = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                                          UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+                            .address = base,
+                            .length = len};
+  *memh = NULL;
+  ucs_status_t us = ucp_mem_map(u->context, &p, memh);
+  if (us != UCS_OK) {
+    *memh = NULL;
+    return wt_status_new(WT_UNAVAILABLE, "%s: ucp_mem_map of %zu bytes: %s",
+                         what, len, ucs_status_string(us));
+  }
+  atomic_fetch_add(&mem_maps, 1);
+  return NULL;
+}
+
+void wt_ucx_mem_unmap(wt_ucx *u, ucp_mem_h memh) {
+  if (u == NULL || memh == NULL) return;
+  ucs_status_t us = ucp_mem_unmap(u->context, memh);
+  if (us != UCS_OK) WT_LOGW("ucx", "ucp_mem_unmap: %s", ucs_status_string(us));
+}
+
+uint64_t wt_ucx_mem_map_count(void) {
+  return atomic_load(&mem_maps);
+}
+
 ucs_status_t wt_ucx_request_status(void *req) {
   if (req == NULL) return UCS_OK;
   if (UCS_PTR_IS_ERR(req)) return UCS_PTR_STATUS(req);

@@ -48,6 +48,13 @@ static void usage(FILE *f) {
           "                         incomplete while a round writes)\n"
           "  --round-timeout SEC    abort a round idle longer than this\n"
           "                         between calls or chunks (default %u)\n"
+          "  --ucx-transports LIST  UCX transports of the ucx backend's\n"
+          "                         workers (UCX_TLS syntax, e.g. tcp or\n"
+          "                         sm,self) when the init info's\n"
+          "                         ucx.transports is empty; precedence:\n"
+          "                         init info > this option (or\n"
+          "                         $WT_UCX_TRANSPORTS) > $UCX_TLS > UCX's\n"
+          "                         own choice\n"
           "  --log-level LEVEL      debug, info, warn, error or off\n"
           "                         (default: $WT_LOG, else info)\n"
           "  -h, --help             this text\n",
@@ -76,6 +83,7 @@ int main(int argc, char **argv) {
       {"staging", required_argument, NULL, 's'},
       {"round-timeout", required_argument, NULL, 't'},
       {"log-level", required_argument, NULL, 'v'},
+      {"ucx-transports", required_argument, NULL, 'u'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -140,6 +148,16 @@ int main(int argc, char **argv) {
         wt_log_set_level(level);
         break;
       }
+      case 'u':
+        /* The ucx engine reads it when the init info names no transports;
+         * the environment carries it because engines see no server
+         * options, and no thread exists yet to race setenv. */
+        if (*optarg == '\0')
+          return bad_option("%s is empty", "--ucx-transports");
+        if (setenv("WT_UCX_TRANSPORTS", optarg, 1) != 0)
+          return bad_option("%s '%s': cannot set WT_UCX_TRANSPORTS",
+                            "--ucx-transports", optarg);
+        break;
       case 'h':
         usage(stdout);
         return 0;

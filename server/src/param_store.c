@@ -301,6 +301,16 @@ uint64_t wt_param_store_total_bytes(const wt_param_store *s) {
   return s->total_bytes;
 }
 
+size_t wt_param_store_regions(const wt_param_store *s,
+                              wt_param_region out[WT_PARAM_STORE_MAX_REGIONS]) {
+  size_t n = 0;
+  for (size_t i = 0; i < 2; i++)
+    if (s->buf[i].base != NULL && s->buf[i].len > 0)
+      out[n++] =
+          (wt_param_region){.base = s->buf[i].base, .len = s->buf[i].len};
+  return n;
+}
+
 wt_staging wt_param_store_staging(const wt_param_store *s) {
   return s->staging;
 }

@@ -52,6 +52,9 @@
 #define UCX_DEFAULT_NUM_BUFFERS 2u
 #define UCX_MAX_NUM_BUFFERS 64u
 #define UCX_GRACE_MS 1000
+/* How long a cancelled send waits for a dead worker's endpoint to report
+ * the failure (see drain). */
+#define UCX_CANCEL_GRACE_MS 300
 
 typedef struct peer {
   size_t server;
@@ -360,6 +363,24 @@ static wt_status *drain(ucx_trainer *t, sbuf *b, uint64_t nbuckets) {
   wait_arg wa = {.t = t, .b = b};
   st = wt_ucx_wait(t->ucx, sends_done, &wa, wt_ucx_now_ms() + t->timeout_ms,
                    t->timeout_ms, what);
+  if (st != NULL && wt_status_code(st) == WT_CANCELLED) {
+    /* Cancelled because a server failed the round: when that server died,
+     * its workers' endpoints break too, usually a moment after its control
+     * channel does. Progress briefly so that the error can name the dead
+     * worker rather than say "cancelled". */
+    const int64_t end = wt_ucx_now_ms() + UCX_CANCEL_GRACE_MS;
+    while (!sends_done(&wa) && wt_ucx_now_ms() < end)
+      ucp_worker_progress(t->ucx->worker);
+    for (size_t j = b->j0; j < b->j1; j++)
+      if (t->peers[j]->failed) {
+        wt_status_free(st);
+        return wt_status_new(WT_UNAVAILABLE,
+                             "%s: connection broke while sending bucket %zu: "
+                             "%s",
+                             t->peers[j]->name, b->bucket,
+                             ucs_status_string(t->peers[j]->why));
+      }
+  }
   if (st != NULL) {
     /* Name the first worker still pending. */
     for (size_t j = 0; j < t->npeers; j++)

@@ -81,6 +81,20 @@ void wt_ucx_request_drop(wt_ucx *u, void *req, int64_t grace_ms);
 /* Closes `ep` (flushing when `flush`, else forcing) within `grace_ms`. */
 void wt_ucx_ep_close(wt_ucx *u, ucp_ep_h ep, bool flush, int64_t grace_ms);
 
+/* Registers [base, base + len) with u's context once (ucp_mem_map), so that
+ * operations on it that pass the handle (ucp_request_param_t.memh) skip
+ * per-operation registration. The caller owns *memh (wt_ucx_mem_unmap).
+ * Errors name `what`. */
+wt_status *wt_ucx_mem_map(wt_ucx *u, void *base, size_t len, const char *what,
+                          ucp_mem_h *memh);
+
+/* Releases a handle of wt_ucx_mem_map. NULL is ignored. */
+void wt_ucx_mem_unmap(wt_ucx *u, ucp_mem_h memh);
+
+/* How many wt_ucx_mem_map calls succeeded in this process, for tests that
+ * check memory is registered once rather than per round. */
+uint64_t wt_ucx_mem_map_count(void);
+
 /* host:port into a socket address (numeric or resolvable host);
  * INVALID_ARGUMENT naming the address when it does not resolve. */
 wt_status *wt_ucx_sockaddr(const char *host, uint32_t port,

@@ -89,6 +89,24 @@ wt_staging wt_param_store_staging(const wt_param_store *s);
 wt_status *wt_param_store_find(const wt_param_store *s, const char *name,
                                size_t *idx);
 
+/* One mapping that holds staging buffers: every pointer
+ * wt_param_store_stage() returns lies in one of the store's regions, with
+ * its nbytes. Fixed from creation to destroy. */
+typedef struct wt_param_region {
+  void *base;
+  size_t len;
+} wt_param_region;
+
+#define WT_PARAM_STORE_MAX_REGIONS 2
+
+/* The store's regions, for an engine that registers the staging memory
+ * once (e.g. ucp_mem_map) instead of per round: two for shadow staging (one
+ * per buffer set), one for inplace, none for an empty model. Writes
+ * out[0..n) and returns n; the memory stays owned by the store and valid
+ * until wt_param_store_destroy(). */
+size_t wt_param_store_regions(const wt_param_store *s,
+                              wt_param_region out[WT_PARAM_STORE_MAX_REGIONS]);
+
 /* --- a round (one writer at a time) -------------------------------------- */
 
 /* Starts a round: forgets anything staged by an earlier round that neither

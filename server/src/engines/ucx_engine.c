@@ -14,10 +14,13 @@
  * bounce buffer. The store lays tensors out back to back, so that is
  * normally one contiguous receive, which lets UCX use its zero-copy
  * rendezvous (CMA on one host); tensors that are not neighbours make a
- * UCP_DATATYPE_IOV receive. The staging buffers are
- * the store's (shadow staging alternates two buffers per tensor), so instead
- * of an explicit ucp_mem_map per round UCX's registration cache keeps them
- * registered across rounds. Up to packed_num_buffers (default 2) buckets
+ * UCP_DATATYPE_IOV receive. The staging buffers are the store's regions
+ * (wt_param_store_regions: both buffer sets of shadow staging, or the one
+ * of inplace), fixed for the store's life: init_transfer registers each
+ * once with ucp_mem_map and every contiguous receive (and chain forward)
+ * passes its handle (UCP_OP_ATTR_FIELD_MEMH), so no round registers
+ * memory; destroy unmaps them. An IOV receive leaves registration to UCX
+ * (its registration cache). Up to packed_num_buffers (default 2) buckets
  * are posted at once, so receiving bucket b+1 overlaps the trainer packing
  * bucket b+2.
  *
@@ -28,6 +31,11 @@
  * as soon as it has landed, and ends its receive only when the next worker
  * has taken every bucket; a failure there fails this worker's round, naming
  * the next worker.
+ *
+ * Transports: the init info's ucx.transports, else the server's default
+ * (wt-server --ucx-transports, carried in WT_UCX_TRANSPORTS), else UCX_TLS,
+ * else UCX's own choice; an invalid server default fails init naming the
+ * option.
  *
  * Deadlines: every bucket waits at most timeout_ms (the init info's, else the
  * server's default); a trainer that died or stopped mid-round thus fails the
@@ -47,6 +55,8 @@
 #include "wt/log.h"
 #include "wt/ucx_common.h"
 
+/* Where wt-server --ucx-transports leaves the server's default. */
+#define WT_UCX_TRANSPORTS_ENV "WT_UCX_TRANSPORTS"
 #define UCX_DEFAULT_BUFFER_BYTES (64ull << 20)
 #define UCX_DEFAULT_NUM_BUFFERS 2u
 #define UCX_MAX_NUM_BUFFERS 64u
@@ -79,6 +89,7 @@ struct wt_engine {
   uint64_t buffer_bytes;
   uint32_t num_buffers;
   char *transports;
+  bool transports_from_server; /* not the init info's: the server default */
   wt_ucx *ucx;
   ucp_listener_h listener;
   peer *peers;
@@ -94,7 +105,23 @@ struct wt_engine {
   peer fwd; /* kept across rounds while the route stays the same */
   uint32_t fwd_flags;
   char next[320]; /* "the next worker in the chain (HOST:PORT)" */
+  /* The store's regions, registered once at init_transfer. */
+  wt_param_region regions[WT_PARAM_STORE_MAX_REGIONS];
+  ucp_mem_h memh[WT_PARAM_STORE_MAX_REGIONS];
+  size_t nregions;
 };
+
+/* The registration covering [buf, buf + len), or NULL. */
+static ucp_mem_h memh_of(const wt_engine *e, const void *buf, size_t len) {
+  const char *p = buf;
+  for (size_t i = 0; i < e->nregions; i++) {
+    const char *base = e->regions[i].base;
+    if (e->memh[i] != NULL && p >= base && len <= e->regions[i].len &&
+        (size_t)(p - base) <= e->regions[i].len - len)
+      return e->memh[i];
+  }
+  return NULL;
+}
 
 static void peer_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
   peer *p = arg;
@@ -177,6 +204,15 @@ static wt_status *ucx_create(const Wt__V1__WeightTransferInitInfo *init,
         WT_FAIL(WT_RESOURCE_EXHAUSTED, "ucx engine: out of memory");
     }
   }
+  /* The server's default (wt-server --ucx-transports) when the init info
+   * names none; UCX_TLS applies below both. */
+  const char *server_tls = getenv(WT_UCX_TRANSPORTS_ENV);
+  if (e->transports == NULL && server_tls != NULL && *server_tls != '\0') {
+    e->transports = strdup(server_tls);
+    if (e->transports == NULL)
+      WT_FAIL(WT_RESOURCE_EXHAUSTED, "ucx engine: out of memory");
+    e->transports_from_server = true;
+  }
   e->peers = calloc(e->cap, sizeof(*e->peers));
   e->route_in = malloc(WT_UCX_ROUTE_MAX);
   e->route_out = malloc(WT_UCX_ROUTE_MAX);
@@ -206,7 +242,23 @@ static wt_status *ucx_init_transfer(wt_engine *e,
   ucs_status_t us;
   (void)init;
   const char *host = e->ctx.host && *e->ctx.host ? e->ctx.host : "127.0.0.1";
-  WT_CHECK(wt_ucx_new(e->transports, e->where, &e->ucx));
+  st = wt_ucx_new(e->transports, e->where, &e->ucx);
+  if (st != NULL && e->transports_from_server)
+    st = wt_status_prefix(st,
+                          "transports '%s' from the server's "
+                          "--ucx-transports (" WT_UCX_TRANSPORTS_ENV ")",
+                          e->transports);
+  if (st != NULL) goto out;
+  /* Once per engine: the regions do not move while the store lives. */
+  e->nregions = wt_param_store_regions(e->ctx.store, e->regions);
+  for (size_t i = 0; i < e->nregions; i++) {
+    char what[128];
+    snprintf(what, sizeof(what), "%s: staging region %zu", e->where, i);
+    WT_CHECK(wt_ucx_mem_map(e->ucx, e->regions[i].base, e->regions[i].len, what,
+                            &e->memh[i]));
+  }
+  WT_LOGD("ucx", "%s: registered %zu staging region(s) with ucp_mem_map",
+          e->where, e->nregions);
   WT_CHECK(wt_ucx_sockaddr(host, 0, &ss, &len));
   ucp_listener_params_t lp = {
       .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
@@ -321,6 +373,8 @@ static void ucx_destroy(wt_engine *e) {
     for (size_t i = 0; i < e->npeers; i++)
       if (e->peers[i].used) wt_ucx_ep_close(e->ucx, e->peers[i].ep, false, 200);
     if (e->listener) ucp_listener_destroy(e->listener);
+    for (size_t i = 0; i < e->nregions; i++)
+      wt_ucx_mem_unmap(e->ucx, e->memh[i]);
     wt_ucx_destroy(e->ucx);
   }
   for (size_t i = 0; i < e->norphans; i++) free(e->orphans[i]);
@@ -413,6 +467,8 @@ static wt_status *post_bucket(wt_engine *e, const wt_update *u,
     p.datatype = ucp_dt_make_contig(1);
     buf = s->iov[0].buffer;
     count = s->iov[0].length;
+    p.memh = memh_of(e, buf, count);
+    if (p.memh != NULL) p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
   }
   s->req = ucp_tag_recv_nbx(e->ucx->worker, buf, count, wt_ucx_tag(round_id, b),
                             UINT64_MAX, &p);
@@ -577,6 +633,8 @@ static wt_status *fwd_bucket(wt_engine *e, const slot *s, void **req) {
     p.datatype = ucp_dt_make_contig(1);
     buf = s->iov[0].buffer;
     count = s->iov[0].length;
+    p.memh = memh_of(e, buf, count);
+    if (p.memh != NULL) p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
   }
   *req = ucp_tag_send_nbx(e->fwd.ep, buf, count,
                           wt_ucx_tag(e->hops[0].round, s->bucket), &p);

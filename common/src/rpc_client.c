@@ -19,6 +19,8 @@
 #include "wt/pb.h"
 #include "wt/rpc.h"
 
+#include "rpc_internal.h"
+
 /* Tags: each call has its own queue, so small constants are unique. */
 #define TAG_STATUS ((void *)(intptr_t)1)
 #define TAG_SEND ((void *)(intptr_t)2)
@@ -69,10 +71,6 @@ struct wt_rpc_server_stream {
 /* ---- channel --------------------------------------------------------------
  */
 
-static int message_limit(int v, int dflt) {
-  return v == 0 ? dflt : v;
-}
-
 wt_status *wt_rpc_channel_new(const char *target,
                               const wt_rpc_channel_options *opts,
                               wt_rpc_channel **out) {
@@ -92,16 +90,9 @@ wt_status *wt_rpc_channel_new(const char *target,
                                 : WT_RPC_DEFAULT_DEADLINE_MS;
   grpc_init();
   grpc_arg args[2];
-  memset(args, 0, sizeof(args));
-  args[0].type = GRPC_ARG_INTEGER;
-  args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-  args[0].value.integer = message_limit(opts->max_receive_message_bytes,
-                                        WT_RPC_DEFAULT_MAX_RECEIVE_BYTES);
-  args[1].type = GRPC_ARG_INTEGER;
-  args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
-  args[1].value.integer = message_limit(opts->max_send_message_bytes,
-                                        WT_RPC_DEFAULT_MAX_SEND_BYTES);
-  grpc_channel_args channel_args = {2, args};
+  size_t nargs = wt_rpc_message_limit_args(
+      args, opts->max_receive_message_bytes, opts->max_send_message_bytes);
+  grpc_channel_args channel_args = {nargs, args};
   grpc_channel_credentials *creds = grpc_insecure_credentials_create();
   ch->channel = grpc_channel_create(target, creds, &channel_args);
   grpc_channel_credentials_release(creds);
@@ -231,6 +222,30 @@ static wt_status *cc_status(const client_call *cc) {
   return wt_status_new(code, "%s %s: %s: %.*s", cc->ch->target, cc->method,
                        wt_code_name(code), (int)len,
                        (const char *)GRPC_SLICE_START_PTR(cc->details));
+}
+
+/* Opens a streaming call: starts `ops` (its opening batch, which begins with
+ * SEND_INITIAL_METADATA), then the status batch, and waits for the opening
+ * batch. A call the server ended at once returns the server's status. */
+static wt_status *cc_open_streaming(client_call *cc, const grpc_op *ops,
+                                    size_t n) {
+  wt_status *st = cc_start(cc, ops, n, TAG_SEND);
+  if (st != NULL) return st;
+  st = cc_start_status(cc);
+  if (st != NULL) {
+    grpc_call_cancel(cc->call, NULL);
+    cc_pluck(cc, TAG_SEND);
+    return st;
+  }
+  if (!cc_pluck(cc, TAG_SEND)) {
+    cc_wait_status(cc);
+    st = cc_status(cc);
+    if (st == NULL)
+      st = wt_status_new(WT_UNAVAILABLE, "%s %s: the call ended at once",
+                         cc->ch->target, cc->method);
+    return st;
+  }
+  return NULL;
 }
 
 /* Ends the call (cancelling it if it has not ended) and frees what it holds.
@@ -376,21 +391,7 @@ wt_status *wt_rpc_client_stream_open(wt_rpc_channel *ch, const char *method,
   grpc_op op;
   memset(&op, 0, sizeof(op));
   op.op = GRPC_OP_SEND_INITIAL_METADATA;
-  WT_CHECK(cc_start(&s->cc, &op, 1, TAG_SEND));
-  st = cc_start_status(&s->cc);
-  if (st != NULL) {
-    grpc_call_cancel(s->cc.call, NULL);
-    cc_pluck(&s->cc, TAG_SEND);
-    goto out;
-  }
-  if (!cc_pluck(&s->cc, TAG_SEND)) {
-    cc_wait_status(&s->cc);
-    st = cc_status(&s->cc);
-    if (st == NULL)
-      st = wt_status_new(WT_UNAVAILABLE, "%s %s: the call ended at once",
-                         ch->target, method);
-    goto out;
-  }
+  WT_CHECK(cc_open_streaming(&s->cc, &op, 1));
   *out = s;
   s = NULL;
 out:
@@ -505,21 +506,7 @@ wt_status *wt_rpc_server_stream_open(wt_rpc_channel *ch, const char *method,
   ops[1].op = GRPC_OP_SEND_MESSAGE;
   ops[1].data.send_message.send_message = bb;
   ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-  WT_CHECK(cc_start(&s->cc, ops, 3, TAG_SEND));
-  st = cc_start_status(&s->cc);
-  if (st != NULL) {
-    grpc_call_cancel(s->cc.call, NULL);
-    cc_pluck(&s->cc, TAG_SEND);
-    goto out;
-  }
-  if (!cc_pluck(&s->cc, TAG_SEND)) {
-    cc_wait_status(&s->cc);
-    st = cc_status(&s->cc);
-    if (st == NULL)
-      st = wt_status_new(WT_UNAVAILABLE, "%s %s: the call ended at once",
-                         ch->target, method);
-    goto out;
-  }
+  WT_CHECK(cc_open_streaming(&s->cc, ops, 3));
   *out = s;
   s = NULL;
 out:

@@ -31,6 +31,8 @@
 #include "wt/pb.h"
 #include "wt/rpc.h"
 
+#include "rpc_internal.h"
+
 #define MOD "rpc"
 #define DEFAULT_LISTEN "127.0.0.1:50051"
 #define DEFAULT_REQUESTS_PER_METHOD 4
@@ -655,10 +657,6 @@ static wt_status *validate_methods(const wt_rpc_method *methods, size_t n) {
   return NULL;
 }
 
-static int message_limit(int v, int dflt) {
-  return v == 0 ? dflt : v;
-}
-
 wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
                              const wt_rpc_method *methods, size_t n, void *user,
                              wt_rpc_server **out) {
@@ -697,21 +695,16 @@ wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
 
   grpc_init();
   grpc_arg args[3];
-  memset(args, 0, sizeof(args));
-  args[0].type = GRPC_ARG_INTEGER;
-  args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-  args[0].value.integer = message_limit(opts->max_receive_message_bytes,
-                                        WT_RPC_DEFAULT_MAX_RECEIVE_BYTES);
-  args[1].type = GRPC_ARG_INTEGER;
-  args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
-  args[1].value.integer = message_limit(opts->max_send_message_bytes,
-                                        WT_RPC_DEFAULT_MAX_SEND_BYTES);
+  size_t nargs = wt_rpc_message_limit_args(
+      args, opts->max_receive_message_bytes, opts->max_send_message_bytes);
   /* gRPC binds with SO_REUSEPORT by default: a second server on a busy port
    * would start and silently share its calls. */
-  args[2].type = GRPC_ARG_INTEGER;
-  args[2].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
-  args[2].value.integer = 0;
-  grpc_channel_args channel_args = {3, args};
+  memset(&args[nargs], 0, sizeof(args[nargs]));
+  args[nargs].type = GRPC_ARG_INTEGER;
+  args[nargs].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
+  args[nargs].value.integer = 0;
+  nargs++;
+  grpc_channel_args channel_args = {nargs, args};
   s->server = grpc_server_create(&channel_args, NULL);
   s->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(s->server, s->cq, NULL);

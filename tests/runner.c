@@ -4,6 +4,7 @@
 
 #include <CUnit/Basic.h>
 #include <ftw.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,15 +78,19 @@ void wt_test_skip(const char *test, const char *why) {
 }
 
 int main(int argc, char **argv) {
-  const char *only = NULL;
+  const char *only = NULL, *test = NULL;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--suite") == 0 && i + 1 < argc) {
       only = argv[++i];
+    } else if (strcmp(argv[i], "--test") == 0 && i + 1 < argc) {
+      test = argv[++i];
     } else if (strcmp(argv[i], "--list") == 0) {
       for (size_t s = 0; s < NSUITES; s++) printf("%s\n", suites[s].name);
       return 0;
     } else {
-      fprintf(stderr, "usage: %s [--suite NAME] [--list]\n", argv[0]);
+      fprintf(stderr,
+              "usage: %s [--suite NAME] [--test SUBSTRING] [--list]\n",
+              argv[0]);
       return 2;
     }
   }
@@ -101,6 +106,21 @@ int main(int argc, char **argv) {
     fprintf(stderr, "wt_tests: no suite named '%s' (try --list)\n", only);
     CU_cleanup_registry();
     return 2;
+  }
+  if (test != NULL) {
+    /* Only the tests whose name contains `test` run (a development aid). */
+    unsigned kept = 0;
+    for (CU_pSuite s = CU_get_registry()->pSuite; s; s = s->pNext)
+      for (CU_pTest t = s->pTest; t; t = t->pNext) {
+        bool keep = strstr(t->pName, test) != NULL;
+        CU_set_test_active(t, keep ? CU_TRUE : CU_FALSE);
+        kept += keep;
+      }
+    if (kept == 0) {
+      fprintf(stderr, "wt_tests: no test name contains '%s'\n", test);
+      CU_cleanup_registry();
+      return 2;
+    }
   }
   CU_basic_set_mode(CU_BRM_VERBOSE);
   CU_basic_run_tests();

@@ -5,6 +5,7 @@
  * Without UCX in the build every test prints "skipped:". */
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "wt/client.h"
+#include "wt/engine.h"
 #include "wt/server.h"
 #include "wt/source.h"
 #include "wt/synthetic.h"
@@ -133,6 +135,17 @@ static void assert_servers_hold(wt_sync_client *c, const char *layout,
   }
   free(local);
   wt_source_destroy(ref);
+}
+
+/* Runs an update that must fail within `within_ms`; returns its error (NULL
+ * when it did not fail: the assertion is already recorded). */
+static wt_status *update_fails(wt_sync_client *c, wt_trainer *t,
+                               wt_source *src, int64_t within_ms) {
+  int64_t t0 = wt_proc_now_ms();
+  wt_status *st = wt_sync_client_update(c, t, src, NULL, NULL);
+  CU_ASSERT(wt_proc_now_ms() - t0 < within_ms);
+  CU_ASSERT_PTR_NOT_NULL(st);
+  return st;
 }
 
 static void round_ok(wt_sync_client *c, wt_trainer *t, wt_source *src,
@@ -386,6 +399,140 @@ static void test_trainer_stalls_mid_round(void) {
   servers_stop(&s);
 }
 
+/* ---- late starts: the first message waits for the connect deadline ------ */
+
+/* A worker engine ("ucx" in a registry of the test's own) whose receive
+ * starts late_ms late, as a worker whose UpdateWeights arrives late (a
+ * loaded host, a control channel recovering from a cut). */
+static atomic_int late_worker_ms;
+static wt_engine_ops late_engine_ops, renamed_engine_ops;
+
+static wt_status *late_receive(wt_engine *e, const wt_update *u,
+                               wt_receive_stats *stats) {
+  int ms = atomic_load(&late_worker_ms);
+  struct timespec ts = {.tv_sec = ms / 1000,
+                        .tv_nsec = (long)(ms % 1000) * 1000000L};
+  if (ms > 0) nanosleep(&ts, NULL);
+  return wt_ucx_engine_ops.receive(e, u, stats);
+}
+
+/* A trainer engine ("ucx-late") that starts sending late_ms late, as a
+ * trainer whose process is slow to get to send_weights. */
+static atomic_int late_trainer_ms;
+static wt_trainer_ops late_trainer_ops;
+
+static wt_status *late_send(void *self, wt_source *source,
+                            wt_progress_fn progress, void *user) {
+  int ms = atomic_load(&late_trainer_ms);
+  struct timespec ts = {.tv_sec = ms / 1000,
+                        .tv_nsec = (long)(ms % 1000) * 1000000L};
+  if (ms > 0) nanosleep(&ts, NULL);
+  return wt_ucx_trainer_ops.send_weights(self, source, progress, user);
+}
+
+/* Data waits of 700 ms; one side starts 1.5 s late. The round's first
+ * message waits for the connect deadline (default 10 s) instead, so the
+ * round works either way; a connect deadline shorter than the delay fails
+ * the round naming the worker, the previous version stays, and the next
+ * round works. */
+static void test_late_start(void) {
+  wt_registry *reg = NULL;
+  WT_ASSERT_OK(wt_registry_new("worker engine", WT_ENGINE_ABI_VERSION, &reg));
+  late_engine_ops = wt_ucx_engine_ops;
+  late_engine_ops.receive = late_receive;
+  WT_ASSERT_OK(wt_registry_register(reg, "ucx", &late_engine_ops));
+  renamed_engine_ops = wt_ucx_engine_ops; /* on time, for "ucx-late" below */
+  renamed_engine_ops.header.name = "ucx-late";
+  WT_ASSERT_OK(wt_registry_register(reg, "ucx-late", &renamed_engine_ops));
+  static bool trainer_registered;
+  if (!trainer_registered) {
+    late_trainer_ops = wt_ucx_trainer_ops;
+    late_trainer_ops.header.name = "ucx-late";
+    late_trainer_ops.send_weights = late_send;
+    WT_ASSERT_OK(wt_trainer_register("ucx-late", &late_trainer_ops));
+    trainer_registered = true;
+  }
+  wt_server *srv = NULL;
+  wt_server_options so = {.listen = "127.0.0.1:0",
+                          .model = "synthetic:small",
+                          .workers = 2,
+                          .drain_ms = 200,
+                          .engine_registry = reg};
+  WT_ASSERT_OK(wt_server_start(&so, &srv));
+  char target[32];
+  snprintf(target, sizeof(target), "127.0.0.1:%d", wt_server_port(srv));
+  const char *targets[] = {target};
+  wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
+  wt_sync_client *c = NULL;
+  wt_trainer *t = NULL;
+  wt_source *src = NULL;
+  ucx_info ui;
+  WT_ASSERT_OK(wt_sync_client_new(targets, 1, &o, &c));
+  WT_ASSERT_OK(wt_source_synthetic("small", 5, &src));
+
+  /* The workers start late: the trainer's wait for each worker's first
+   * bucket covers it. */
+  WT_ASSERT_OK(wt_sync_client_init_transfer(
+      c, ucx_info_make(&ui, "tcp", NULL, 64 << 10, 700), NULL, &t));
+  atomic_store(&late_worker_ms, 1500);
+  round_ok(c, t, src, "late-1");
+  assert_servers_hold(c, "small", 5, "late-1");
+
+  /* ... unless the connect deadline is shorter than the delay. */
+  wt_trainer_destroy(t);
+  t = NULL;
+  Wt__V1__UInt32Value ct = WT__V1__UINT32_VALUE__INIT;
+  ct.value = 600;
+  ucx_info_make(&ui, "tcp", NULL, 64 << 10, 300);
+  ui.ucx.connect_timeout_ms = &ct;
+  WT_ASSERT_OK(wt_sync_client_init_transfer(c, &ui.info, NULL, &t));
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  WT_ASSERT_OK(wt_source_synthetic_set_seed(src, 6));
+  wt_status *st = update_fails(c, t, src, 5000);
+  if (st) {
+    const char *msg = wt_status_message(st);
+    CU_ASSERT_EQUAL(wt_status_code(st), WT_DEADLINE_EXCEEDED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "timed out after 600 ms"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "first of the round"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, " worker "));
+    if (strstr(msg, "first of the round") == NULL)
+      fprintf(stderr, "\n  unexpected error: %s\n", msg);
+    wt_status_free(st);
+  }
+  atomic_store(&late_worker_ms, 0);
+  assert_servers_hold(c, "small", 5, "late-1");
+  WT_ASSERT_OK(wt_source_synthetic_set_seed(src, 7));
+  round_ok(c, t, src, "late-2");
+  assert_servers_hold(c, "small", 7, "late-2");
+  /* connect_timeout_ms = 0 is refused on both sides, naming the field. */
+  wt_trainer_destroy(t);
+  t = NULL;
+  ct.value = 0;
+  WT_ASSERT_ERR(wt_sync_client_init_transfer(c, &ui.info, NULL, &t),
+                WT_INVALID_ARGUMENT, "init_info.ucx.connect_timeout_ms is 0");
+  wt_trainer_destroy(t);
+  t = NULL;
+
+  /* The trainer starts late: each worker's wait for the round's first
+   * message (the route) covers it. "ucx-late" carries no ucx init message
+   * (its name is not the oneof's), so every ucx setting is a default. */
+  Wt__V1__WeightTransferInitInfo late = WT__V1__WEIGHT_TRANSFER_INIT_INFO__INIT;
+  late.backend = "ucx-late";
+  late.timeout_ms = 700;
+  WT_ASSERT_OK(wt_sync_client_init_transfer(c, &late, NULL, &t));
+  atomic_store(&late_trainer_ms, 1500);
+  WT_ASSERT_OK(wt_source_synthetic_set_seed(src, 8));
+  round_ok(c, t, src, "late-3");
+  atomic_store(&late_trainer_ms, 0);
+  assert_servers_hold(c, "small", 8, "late-3");
+
+  wt_source_destroy(src);
+  wt_trainer_destroy(t);
+  wt_sync_client_destroy(c);
+  wt_server_stop(srv);
+  wt_registry_destroy(reg);
+}
+
 /* ---- real processes ------------------------------------------------------ */
 
 /* wt-push (a real trainer process) killed mid-round: the workers' receive
@@ -484,10 +631,7 @@ static void test_worker_killed(void) {
   WT_ASSERT_OK(wt_source_new(&stall_vt, impl, m, n, &bad));
   WT_ASSERT_OK(wt_sync_client_start(c));
   impl->armed = true;
-  int64_t t0 = wt_proc_now_ms();
-  wt_status *st = wt_sync_client_update(c, t, bad, NULL, NULL);
-  CU_ASSERT(wt_proc_now_ms() - t0 < 8000);
-  CU_ASSERT_PTR_NOT_NULL(st);
+  wt_status *st = update_fails(c, t, bad, 8000);
   if (st) {
     const char *msg = wt_status_message(st);
     CU_ASSERT_PTR_NOT_NULL(strstr(msg, srv.addr));
@@ -598,6 +742,8 @@ static bool ns_server_start(wt_proc_server *s, const char *dir) {
                               "2",
                               "--round-timeout",
                               "2",
+                              "--log-level",
+                              "debug", /* shown if the test fails */
                               NULL};
   s->pid = wt_proc_spawn(argv, s->log, &s->out_fd);
   if (s->pid <= 0) return false;
@@ -663,10 +809,7 @@ static void test_two_hosts_link_cut(void) {
   WT_ASSERT_OK(wt_source_new(&stall_vt, impl, m, n, &bad));
   WT_ASSERT_OK(wt_sync_client_start(c));
   impl->armed = true;
-  int64_t t0 = wt_proc_now_ms();
-  wt_status *st = wt_sync_client_update(c, t, bad, NULL, NULL);
-  CU_ASSERT(wt_proc_now_ms() - t0 < 15000);
-  CU_ASSERT_PTR_NOT_NULL(st);
+  wt_status *st = update_fails(c, t, bad, 15000);
   if (st) {
     CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), srv.addr));
     wt_status_free(st);
@@ -687,7 +830,13 @@ static void test_two_hosts_link_cut(void) {
   WT_ASSERT_OK(wt_sync_client_abort(c, "only checking"));
   assert_servers_hold(c, "small", 5, "h1");
   WT_ASSERT_OK(wt_source_synthetic_set_seed(good, 6));
-  round_ok(c, t, good, "h2");
+  /* The trainer reconnects; the first bucket's wait covers that and the
+   * workers' start (the connect deadline), later ones 1.5 s each. */
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  st = wt_sync_client_update(c, t, good, NULL, NULL);
+  if (st != NULL) wt_proc_dump("wt-server in " NS, srv.log);
+  WT_ASSERT_OK(st);
+  WT_ASSERT_OK(wt_sync_client_finish(c, "h2"));
   assert_servers_hold(c, "small", 6, "h2");
 out:
   wt_source_destroy(bad);
@@ -715,6 +864,8 @@ void wt_test_suite_ucx(void) {
               test_round_inplace);
   CU_add_test(s, "trainer stalls mid-round: workers time out, next works",
               test_trainer_stalls_mid_round);
+  CU_add_test(s, "late start: first message waits for the connect deadline",
+              test_late_start);
   CU_add_test(s, "wt-push killed mid-round (real processes)",
               test_trainer_killed);
   CU_add_test(s, "wt-server killed mid-round (real processes)",

@@ -21,6 +21,12 @@ int64_t wt_ucx_now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t wt_ucx_connect_timeout_ms(int64_t configured, int64_t timeout_ms) {
+  if (configured > 0) return configured;
+  return timeout_ms > WT_UCX_CONNECT_TIMEOUT_MS ? timeout_ms
+                                                : WT_UCX_CONNECT_TIMEOUT_MS;
+}
+
 wt_status *wt_ucx_new(const char *transports, const char *who, wt_ucx **out) {
   wt_status *st = NULL;
   ucp_config_t *config = NULL;

@@ -23,7 +23,9 @@
  * message of wt/ucx_common.h tells each worker its successor). Readying the
  * next bucket overlaps the sends of the previous ones; when every buffer is in
  * flight the oldest is waited for, with the client's data deadline (or the init
- * info's timeout_ms). A worker whose endpoint breaks (UCX's peer-failure
+ * info's timeout_ms); a worker's first bucket of a round with the connect
+ * deadline (init_info.ucx.connect_timeout_ms; unset: 10 s, or timeout_ms if
+ * larger), since it includes the connection's set-up and the worker's start. A worker whose endpoint breaks (UCX's peer-failure
  * handling) or whose send does not complete in time ends send_weights with an
  * error naming the server and the worker. Options not given in the init info
  * default to the environment's WT_UCX_CONNECT, WT_UCX_PEER_ERRORS,
@@ -69,6 +71,7 @@ typedef struct peer {
   ucp_ep_h ep;
   bool failed;
   ucs_status_t why;
+  bool moved; /* a bucket of this round reached it */
 } peer;
 
 /* One send buffer and the sends of the bucket it holds. */
@@ -89,6 +92,7 @@ typedef struct ucx_trainer {
   uint64_t buffer_bytes;
   uint32_t num_buffers;
   int64_t timeout_ms;
+  int64_t connect_timeout_ms; /* a peer's first bucket of a round */
   bool by_sockaddr; /* options["ucx_connect"] != "address" */
   bool peer_errors; /* options["ucx_peer_errors"] != "off" */
   int fanout;       /* options["ucx_fanout"]: FANOUT_* */
@@ -195,6 +199,16 @@ static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
               "least 1");
     t->buffer_bytes = x->packed_buffer_size_bytes->value;
   }
+  if (x != NULL && x->connect_timeout_ms != NULL &&
+      x->connect_timeout_ms->value == 0)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "init_info.ucx.connect_timeout_ms is 0; it must be at least 1 "
+            "(unset: %d ms, or timeout_ms if larger)",
+            WT_UCX_CONNECT_TIMEOUT_MS);
+  t->connect_timeout_ms = wt_ucx_connect_timeout_ms(
+      x != NULL && x->connect_timeout_ms != NULL ? x->connect_timeout_ms->value
+                                                 : 0,
+      t->timeout_ms);
   if (x != NULL && x->packed_num_buffers != NULL) {
     uint32_t v = x->packed_num_buffers->value;
     if (v == 0 || v > UCX_MAX_NUM_BUFFERS)
@@ -354,15 +368,25 @@ static bool sends_done(void *arg) {
   return true;
 }
 
-/* Waits for the sends of `b` and frees them; an error names the worker. */
+/* Waits for the sends of `b` and frees them; an error names the worker.
+ * A worker's first bucket of a round waits for the connect deadline: that
+ * wait also covers the connection's set-up (a reconnect after a failed
+ * round, a TCP handshake over a slow link) and the worker's start (its
+ * UpdateWeights arriving); later ones wait for timeout_ms. */
 static wt_status *drain(ucx_trainer *t, sbuf *b, uint64_t nbuckets) {
   wt_status *st = NULL;
-  char what[128];
-  snprintf(what, sizeof(what), "bucket %zu of %" PRIu64 " to be delivered",
-           b->bucket, nbuckets);
+  char what[160];
+  bool first = false;
+  for (size_t j = b->j0; j < b->j1; j++) first = first || !t->peers[j]->moved;
+  const int64_t timeout = first ? t->connect_timeout_ms : t->timeout_ms;
+  snprintf(what, sizeof(what), "bucket %zu of %" PRIu64 " to be delivered%s",
+           b->bucket, nbuckets,
+           first ? " (the worker's first of the round: connection and start "
+                   "included)"
+                 : "");
   wait_arg wa = {.t = t, .b = b};
-  st = wt_ucx_wait(t->ucx, sends_done, &wa, wt_ucx_now_ms() + t->timeout_ms,
-                   t->timeout_ms, what);
+  st = wt_ucx_wait(t->ucx, sends_done, &wa, wt_ucx_now_ms() + timeout, timeout,
+                   what);
   if (st != NULL && wt_status_code(st) == WT_CANCELLED) {
     /* Cancelled because a server failed the round: when that server died,
      * its workers' endpoints break too, usually a moment after its control
@@ -399,6 +423,7 @@ static wt_status *drain(ucx_trainer *t, sbuf *b, uint64_t nbuckets) {
     if (b->reqs[j] != NULL) ucp_request_free(b->reqs[j]);
     b->reqs[j] = NULL;
   }
+  for (size_t j = b->j0; j < b->j1; j++) t->peers[j]->moved = true;
   b->busy = false;
 out:
   return st;
@@ -540,6 +565,7 @@ static wt_status *ucx_send_weights(void *self, wt_source *source,
    * workers accept the new connection inside their receive. */
   for (size_t j = 0; j < t->npeers; j++) {
     peer *p = t->peers[j];
+    p->moved = false;
     if (p->ep != NULL && !p->failed) continue;
     if (p->ep != NULL) peer_close(t, p);
     WT_CHECK(peer_connect(t, p));

@@ -63,6 +63,15 @@ void wt_ucx_reset_cancel(wt_ucx *u);
 /* Milliseconds on the monotonic clock. */
 int64_t wt_ucx_now_ms(void);
 
+/* Default deadline of the waits that include setting up a connection and
+ * the other side's start (init_info.ucx.connect_timeout_ms unset). */
+#define WT_UCX_CONNECT_TIMEOUT_MS 10000
+
+/* The connect deadline: `configured` (init_info.ucx.connect_timeout_ms) when
+ * > 0, else the larger of WT_UCX_CONNECT_TIMEOUT_MS and `timeout_ms` (the
+ * per-wait deadline once data moves). */
+int64_t wt_ucx_connect_timeout_ms(int64_t configured, int64_t timeout_ms);
+
 /* Progresses until cond(arg) holds (NULL), the monotonic time passes
  * `deadline_ms` (DEADLINE_EXCEEDED "timed out after N ms waiting for
  * <what>"), or the wait is cancelled (CANCELLED naming <what>). */

@@ -37,8 +37,11 @@
  * else UCX's own choice; an invalid server default fails init naming the
  * option.
  *
- * Deadlines: every bucket waits at most timeout_ms (the init info's, else the
- * server's default); a trainer that died or stopped mid-round thus fails the
+ * Deadlines: the round's first message (the route) waits at most the connect
+ * deadline (init_info.ucx.connect_timeout_ms; unset: 10 s, or timeout_ms if
+ * larger), since it also waits for the trainer to connect and start; every
+ * bucket then waits at most timeout_ms (the init info's, else the server's
+ * default); a trainer that died or stopped mid-round thus fails the
  * round with DEADLINE_EXCEEDED (or UNAVAILABLE naming the trainer when UCX
  * reports the endpoint broken first); the worker aborts the store, so the
  * previous version stays. cancel wakes the wait at once.
@@ -88,6 +91,9 @@ struct wt_engine {
   wt_worker_ctx ctx;
   uint64_t buffer_bytes;
   uint32_t num_buffers;
+  /* The route wait's deadline (init_info.ucx.connect_timeout_ms); 0: the
+   * default, WT_UCX_CONNECT_TIMEOUT_MS or the bucket deadline if larger. */
+  int64_t connect_timeout_ms;
   char *transports;
   bool transports_from_server; /* not the init info's: the server default */
   wt_ucx *ucx;
@@ -193,6 +199,14 @@ static wt_status *ucx_create(const Wt__V1__WeightTransferInitInfo *init,
                 "init_info.ucx.packed_num_buffers is %u; it must be 1..%u", v,
                 UCX_MAX_NUM_BUFFERS);
       e->num_buffers = v;
+    }
+    if (x->connect_timeout_ms != NULL) {
+      if (x->connect_timeout_ms->value == 0)
+        WT_FAIL(WT_INVALID_ARGUMENT,
+                "init_info.ucx.connect_timeout_ms is 0; it must be at least 1 "
+                "(unset: %d ms)",
+                WT_UCX_CONNECT_TIMEOUT_MS);
+      e->connect_timeout_ms = x->connect_timeout_ms->value;
     }
     if (x->trainer_address != NULL && *x->trainer_address != '\0')
       WT_FAIL(WT_INVALID_ARGUMENT,
@@ -693,6 +707,8 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
   size_t posted = 0, landed = 0, nhops = 0;
   uint32_t rflags = 0;
   const int64_t timeout = e->ctx.timeout_ms ? e->ctx.timeout_ms : 60000;
+  const int64_t connect_timeout =
+      wt_ucx_connect_timeout_ms(e->connect_timeout_ms, timeout);
   if (e->ucx == NULL)
     WT_FAIL(WT_FAILED_PRECONDITION, "%s: not initialised (init_transfer)",
             e->where);
@@ -715,7 +731,9 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
   iov_all = calloc(u->n ? u->n : 1, sizeof(*iov_all));
   if (slots == NULL || iov_all == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
-  WT_CHECK(recv_route(e, u, timeout, &rflags, &nhops));
+  /* The route is the round's first message: its wait also covers the
+   * trainer's (re)connection and its start, hence the connect deadline. */
+  WT_CHECK(recv_route(e, u, connect_timeout, &rflags, &nhops));
   if (nhops > 0) {
     fwd_reqs = calloc(plan->nbuckets + 1, sizeof(*fwd_reqs));
     if (fwd_reqs == NULL)

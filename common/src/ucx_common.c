@@ -162,6 +162,31 @@ uint64_t wt_ucx_mem_map_count(void) {
   return atomic_load(&mem_maps);
 }
 
+static void on_recv(void *req, ucs_status_t status,
+                    const ucp_tag_recv_info_t *info, void *user) {
+  wt_ucx_recv_note *n = user;
+  (void)req;
+  n->status = status;
+  n->length = status == UCS_OK && info != NULL ? info->length : 0;
+  n->done = true;
+}
+
+void *wt_ucx_tag_recv(wt_ucx *u, void *buf, size_t count, ucp_datatype_t dt,
+                      ucp_mem_h memh, ucp_tag_t tag, wt_ucx_recv_note *note) {
+  *note = (wt_ucx_recv_note){0};
+  ucp_request_param_t p = {
+      .op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_CALLBACK |
+                      UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+      .datatype = dt,
+      .cb.recv = on_recv,
+      .user_data = note};
+  if (memh != NULL) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    p.memh = memh;
+  }
+  return ucp_tag_recv_nbx(u->worker, buf, count, tag, UINT64_MAX, &p);
+}
+
 ucs_status_t wt_ucx_request_status(void *req) {
   if (req == NULL) return UCS_OK;
   if (UCS_PTR_IS_ERR(req)) return UCS_PTR_STATUS(req);

@@ -79,6 +79,27 @@ wt_status *wt_ucx_wait(wt_ucx *u, bool (*cond)(void *), void *arg,
                        int64_t deadline_ms, int64_t timeout_ms,
                        const char *what);
 
+/* What a tagged receive's completion reports. UCX 1.13.1 reports the length
+ * of a message it had already taken in when the receive was posted (an
+ * "unexpected" one) neither through recv_info on immediate completion (it
+ * returns NULL and leaves recv_info untouched) nor through
+ * ucp_tag_recv_request_test, so wt posts every receive through
+ * wt_ucx_tag_recv, whose completion callback fills this. */
+typedef struct wt_ucx_recv_note {
+  bool done;
+  ucs_status_t status;
+  size_t length; /* bytes received (status UCS_OK) */
+} wt_ucx_recv_note;
+
+/* Posts a tagged receive of `count` items of `dt` at `buf` for exactly
+ * `tag` (memh: a registration of buf, or NULL). Always returns a request
+ * (UCP_OP_ATTR_FLAG_NO_IMM_CMPL) or an error pointer; its completion fills
+ * *note, which must stay valid until the request completes or is freed
+ * (UCX calls no callback after ucp_request_free). The caller frees the
+ * request. */
+void *wt_ucx_tag_recv(wt_ucx *u, void *buf, size_t count, ucp_datatype_t dt,
+                      ucp_mem_h memh, ucp_tag_t tag, wt_ucx_recv_note *note);
+
 /* The state of a request returned by a *_nbx call: UCS_OK when done (or
  * when `req` is NULL: completed in place), UCS_INPROGRESS, or an error. */
 ucs_status_t wt_ucx_request_status(void *req);

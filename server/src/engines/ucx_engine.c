@@ -82,6 +82,7 @@ typedef struct peer {
 /* One posted bucket receive. */
 typedef struct slot {
   void *req;
+  wt_ucx_recv_note *note; /* malloc'd with the request, freed with it */
   size_t bucket;
   ucp_dt_iov_t *iov; /* into the round's iov array, at the bucket's first */
   size_t iovcnt;
@@ -104,6 +105,14 @@ struct wt_engine {
   int64_t gone_since_ms; /* every trainer connection broken since; 0: no */
   void **orphans; /* drain buffers UCX may still write; freed at destroy */
   size_t norphans;
+  /* Bucket receives of a failed round that UCX had matched and that neither
+   * finished nor failed (see settle_receives): UCX may still write through
+   * them into the staging buffers, so no round starts while one is left. */
+  slot *strays; /* req and note of each; the rest unused */
+  size_t nstrays;
+  uint64_t stray_round;
+  size_t stray_bucket;   /* the first of them, for messages */
+  ucp_dt_iov_t *stray_iov; /* their iov arrays, which UCX reads until then */
   /* Chain fan-out (wt/ucx_common.h): the round's route and the connection
    * to the next worker, which gets every bucket once it has landed. */
   unsigned char *route_in, *route_out;
@@ -383,6 +392,11 @@ static void ucx_destroy(wt_engine *e) {
   if (e == NULL) return;
   if (e->ucx) {
     drain_unexpected(e);
+    for (size_t i = 0; i < e->nstrays; i++) {
+      ucp_request_free(e->strays[i].req);
+      free(e->strays[i].note);
+    }
+    e->nstrays = 0;
     wt_ucx_ep_close(e->ucx, e->fwd.ep, false, 200);
     for (size_t i = 0; i < e->npeers; i++)
       if (e->peers[i].used) wt_ucx_ep_close(e->ucx, e->peers[i].ep, false, 200);
@@ -393,6 +407,8 @@ static void ucx_destroy(wt_engine *e) {
   }
   for (size_t i = 0; i < e->norphans; i++) free(e->orphans[i]);
   free(e->orphans);
+  free(e->strays);
+  free(e->stray_iov);
   free(e->route_in);
   free(e->route_out);
   free(e->hops);
@@ -473,22 +489,26 @@ static wt_status *post_bucket(wt_engine *e, const wt_update *u,
     s->iov[s->iovcnt].length = u->nbytes[k];
     s->iovcnt++;
   }
-  ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
-                           .datatype = ucp_dt_make_iov()};
+  ucp_datatype_t dt = ucp_dt_make_iov();
   void *buf = s->iov;
   size_t count = s->iovcnt;
+  ucp_mem_h memh = NULL;
   if (s->iovcnt == 1) { /* contiguous: lets UCX use its zero-copy paths */
-    p.datatype = ucp_dt_make_contig(1);
+    dt = ucp_dt_make_contig(1);
     buf = s->iov[0].buffer;
     count = s->iov[0].length;
-    p.memh = memh_of(e, buf, count);
-    if (p.memh != NULL) p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    memh = memh_of(e, buf, count);
   }
-  s->req = ucp_tag_recv_nbx(e->ucx->worker, buf, count, wt_ucx_tag(round_id, b),
-                            UINT64_MAX, &p);
+  s->note = malloc(sizeof(*s->note));
+  if (s->note == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
+  s->req = wt_ucx_tag_recv(e->ucx, buf, count, dt, memh, wt_ucx_tag(round_id, b),
+                           s->note);
   if (UCS_PTR_IS_ERR(s->req)) {
     ucs_status_t us = UCS_PTR_STATUS(s->req);
     s->req = NULL;
+    free(s->note);
+    s->note = NULL;
     WT_FAIL(WT_INTERNAL, "%s: posting the receive of bucket %zu: %s", e->where,
             b, ucs_status_string(us));
   }
@@ -502,20 +522,17 @@ static wt_status *land_bucket(wt_engine *e, const wt_update *u,
                               wt_receive_stats *stats) {
   wt_status *st = NULL;
   const wt_bucket *bk = &plan->buckets[s->bucket];
-  ucp_tag_recv_info_t info = {0};
-  ucs_status_t us = UCS_OK;
-  if (s->req != NULL) {
-    us = ucp_tag_recv_request_test(s->req, &info);
-    ucp_request_free(s->req);
-    s->req = NULL;
-  } else {
-    info.length = bk->nbytes; /* completed in place */
-  }
-  if (us == UCS_ERR_MESSAGE_TRUNCATED ||
-      (us == UCS_OK && info.length != bk->nbytes))
+  /* Completed (the caller waited for it), so its callback has run. */
+  ucs_status_t us = s->note->done ? s->note->status : UCS_ERR_NO_MESSAGE;
+  size_t length = s->note->length;
+  ucp_request_free(s->req);
+  s->req = NULL;
+  free(s->note);
+  s->note = NULL;
+  if (us == UCS_ERR_MESSAGE_TRUNCATED || (us == UCS_OK && length != bk->nbytes))
     WT_FAIL(WT_DATA_LOSS,
             "%s: bucket %zu: received %zu bytes, the plan says %" PRIu64,
-            e->where, s->bucket, (size_t)info.length, bk->nbytes);
+            e->where, s->bucket, length, bk->nbytes);
   if (us != UCS_OK)
     WT_FAIL(WT_UNAVAILABLE,
             "%s: the trainer is gone (receiving bucket %zu failed: %s)",
@@ -532,14 +549,11 @@ out:
 static wt_status *recv_route(wt_engine *e, const wt_update *u, int64_t timeout,
                              uint32_t *flags, size_t *nhops) {
   wt_status *st = NULL;
-  ucp_tag_recv_info_t info = {0};
-  ucp_request_param_t p = {
-      .op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_RECV_INFO,
-      .datatype = ucp_dt_make_contig(1),
-      .recv_info.tag_info = &info};
-  void *req = ucp_tag_recv_nbx(e->ucx->worker, e->route_in, WT_UCX_ROUTE_MAX,
-                               wt_ucx_tag(u->round_id, WT_UCX_ROUTE_BUCKET),
-                               UINT64_MAX, &p);
+  wt_ucx_recv_note note; /* the request is freed before this returns */
+  void *req = wt_ucx_tag_recv(e->ucx, e->route_in, WT_UCX_ROUTE_MAX,
+                              ucp_dt_make_contig(1), NULL,
+                              wt_ucx_tag(u->round_id, WT_UCX_ROUTE_BUCKET),
+                              &note);
   if (UCS_PTR_IS_ERR(req)) {
     ucs_status_t us = UCS_PTR_STATUS(req);
     req = NULL;
@@ -563,12 +577,11 @@ static wt_status *recv_route(wt_engine *e, const wt_update *u, int64_t timeout,
             "%s: the trainer is gone (its connection broke: %s) while "
             "waiting for %s",
             e->where, ucs_status_string(last_error(e)), what);
-  ucs_status_t us = UCS_OK;
-  if (req != NULL) us = ucp_tag_recv_request_test(req, &info);
+  ucs_status_t us = note.done ? note.status : UCS_ERR_NO_MESSAGE;
   if (us != UCS_OK)
     WT_FAIL(WT_UNAVAILABLE, "%s: receiving %s failed: %s", e->where, what,
             ucs_status_string(us));
-  WT_CHECK(wt_ucx_route_parse(e->route_in, info.length, e->where, flags,
+  WT_CHECK(wt_ucx_route_parse(e->route_in, note.length, e->where, flags,
                               e->hops, nhops));
 out:
   if (req != NULL) wt_ucx_request_drop(e->ucx, req, UCX_GRACE_MS);
@@ -697,6 +710,111 @@ out:
   return st;
 }
 
+typedef struct settle_arg {
+  wt_engine *e;
+  slot *slots; /* e->num_buffers of them */
+} settle_arg;
+
+static bool slots_settled(void *arg) {
+  settle_arg *w = arg;
+  for (size_t i = 0; i < w->e->num_buffers; i++)
+    if (wt_ucx_request_status(w->slots[i].req) == UCS_INPROGRESS) return false;
+  return true;
+}
+
+/* Ends the bucket receives a failed round left posted, so that nothing of
+ * that round lands in the staging buffers later (when the next round, or
+ * readers, own them). A receive UCX has not matched yet is cancelled. One
+ * it has matched (the trainer had begun sending the bucket) cannot be
+ * cancelled: UCX keeps writing as the rest of the bucket arrives (over TCP
+ * the sender's puts land whatever became of the request), which a stalled
+ * trainer or a cut link may deliver seconds later. Such a receive is kept in
+ * e->strays, together with the iov arrays UCX reads, and the next round
+ * first waits for it to end (check_strays): the bucket completes, or fails
+ * once UCX sees the trainer's connection break. (Closing the connection
+ * here instead would end it at once, but UCX 1.13's TCP transport can then
+ * trip an assertion over a put in flight and abort the process.) Takes
+ * *iov_all when it keeps strays. */
+static void settle_receives(wt_engine *e, slot *slots, uint64_t round_id,
+                            ucp_dt_iov_t **iov_all) {
+  settle_arg w = {.e = e, .slots = slots};
+  for (size_t i = 0; i < e->num_buffers; i++)
+    if (wt_ucx_request_status(slots[i].req) == UCS_INPROGRESS)
+      ucp_request_cancel(e->ucx->worker, slots[i].req);
+  const int64_t end = wt_ucx_now_ms() + UCX_GRACE_MS;
+  while (!slots_settled(&w) && wt_ucx_now_ms() < end)
+    ucp_worker_progress(e->ucx->worker);
+  for (size_t i = 0; i < e->num_buffers; i++) {
+    if (slots[i].req == NULL) continue;
+    slot *n = NULL;
+    if (wt_ucx_request_status(slots[i].req) == UCS_INPROGRESS)
+      n = realloc(e->strays, (e->nstrays + 1) * sizeof(*n));
+    if (n != NULL) {
+      e->strays = n;
+      if (e->nstrays == 0) {
+        e->stray_round = round_id;
+        e->stray_bucket = slots[i].bucket;
+      }
+      e->strays[e->nstrays++] = slots[i];
+    } else {
+      /* Ended; or, out of memory, left to UCX, which owns it until it ends
+       * and calls no callback once it is freed. */
+      ucp_request_free(slots[i].req);
+      free(slots[i].note);
+    }
+    slots[i].req = NULL;
+    slots[i].note = NULL;
+  }
+  if (e->nstrays > 0) {
+    WT_LOGI("ucx",
+            "%s: round %" PRIu64 " failed while the trainer was sending "
+            "bucket %zu; the next round waits until that bucket ends",
+            e->where, round_id, e->stray_bucket);
+    if (e->stray_iov == NULL) {
+      e->stray_iov = *iov_all;
+      *iov_all = NULL;
+    }
+  }
+}
+
+static bool strays_done(void *arg) {
+  const wt_engine *e = arg;
+  for (size_t i = 0; i < e->nstrays; i++)
+    if (wt_ucx_request_status(e->strays[i].req) == UCS_INPROGRESS) return false;
+  return true;
+}
+
+/* Waits up to `timeout` ms for the strays to end and frees them; fails,
+ * naming the bucket, if one is still going (or the wait is cancelled). */
+static wt_status *check_strays(wt_engine *e, int64_t timeout) {
+  if (e->nstrays == 0) return NULL;
+  wt_status_free(wt_ucx_wait(e->ucx, strays_done, e,
+                             wt_ucx_now_ms() + timeout, timeout,
+                             "a failed round's bucket to end"));
+  size_t kept = 0;
+  for (size_t i = 0; i < e->nstrays; i++) {
+    if (wt_ucx_request_status(e->strays[i].req) == UCS_INPROGRESS) {
+      e->strays[kept++] = e->strays[i];
+    } else {
+      ucp_request_free(e->strays[i].req);
+      free(e->strays[i].note);
+    }
+  }
+  e->nstrays = kept;
+  if (kept > 0)
+    return wt_status_new(
+        WT_FAILED_PRECONDITION,
+        "%s: %zu bucket receive(s) of failed round %" PRIu64
+        " (bucket %zu first) may still write into the staging buffers: the "
+        "trainer began sending them and, after %" PRId64
+        " ms, has neither finished nor disconnected; InitWeightTransferEngine "
+        "again to reset the engine",
+        e->where, kept, e->stray_round, e->stray_bucket, timeout);
+  free(e->stray_iov);
+  e->stray_iov = NULL;
+  return NULL;
+}
+
 static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
                               wt_receive_stats *stats) {
   wt_status *st = NULL;
@@ -724,6 +842,7 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
               "update_info.ucx.packed_buffer_size_bytes is 0; it must be at "
               "least 1");
   }
+  WT_CHECK(check_strays(e, connect_timeout));
   WT_CHECK(wt_pack_plan_build(u->nbytes, u->n, buffer, &plan));
   reap_peers(e);
   e->gone_since_ms = 0;
@@ -772,10 +891,7 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
   if (fwd_reqs != NULL)
     WT_CHECK(fwd_finish(e, fwd_reqs, plan->nbuckets + 1, timeout));
 out:
-  if (slots) {
-    for (size_t i = 0; i < e->num_buffers; i++)
-      if (slots[i].req) wt_ucx_request_drop(e->ucx, slots[i].req, UCX_GRACE_MS);
-  }
+  if (slots) settle_receives(e, slots, u->round_id, &iov_all);
   if (fwd_reqs != NULL) {
     /* A failed round: forcing the close ends sends still in flight. */
     if (st != NULL) {

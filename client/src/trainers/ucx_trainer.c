@@ -673,19 +673,15 @@ static wt_status *ucx_send_weights(void *self, wt_source *source,
 out:
   if (st != NULL) {
     /* End what is in flight (the buffers are reused next round) by closing
-     * the endpoints that still have sends or broke; the next round
-     * reconnects them. */
-    for (size_t j = 0; j < t->npeers; j++) {
-      bool pending = t->peers[j]->failed ||
-                     (t->route_reqs && wt_ucx_request_status(
-                                           t->route_reqs[j]) == UCS_INPROGRESS);
-      for (uint32_t i = 0; i < t->num_buffers; i++)
-        if (t->bufs[i].reqs &&
-            wt_ucx_request_status(t->bufs[i].reqs[j]) == UCS_INPROGRESS)
-          pending = true;
-      if (!pending) continue;
-      peer_close(t, t->peers[j]);
-    }
+     * the endpoints; the next round connects to every worker afresh. All
+     * of them, not only those with sends still going: a send that
+     * completed locally may sit unacknowledged in the kernel's socket
+     * buffer, and after a cut link that TCP connection stays in
+     * retransmission back-off (seconds, up to minutes) after the link is
+     * back, stalling whatever the next round queues behind it. A fresh
+     * connection starts clean, and tells the worker that the old one is
+     * obsolete (see the ucx engine's check_strays). */
+    for (size_t j = 0; j < t->npeers; j++) peer_close(t, t->peers[j]);
     for (uint32_t i = 0; i < t->num_buffers; i++) {
       sbuf *b = &t->bufs[i];
       for (size_t j = 0; b->reqs && j < t->npeers; j++) {

@@ -44,7 +44,10 @@
  * default); a trainer that died or stopped mid-round thus fails the
  * round with DEADLINE_EXCEEDED (or UNAVAILABLE naming the trainer when UCX
  * reports the endpoint broken first); the worker aborts the store, so the
- * previous version stays. cancel wakes the wait at once.
+ * previous version stays. cancel wakes the wait at once. A bucket receive
+ * the failed round leaves in flight is kept (settle_receives) and the next
+ * round does not start writing before it has ended or its connection is
+ * closed (check_strays), so no byte of a failed round lands later.
  */
 
 #include <arpa/inet.h>
@@ -77,6 +80,7 @@ typedef struct peer {
   ucp_ep_h ep;
   bool failed;
   ucs_status_t why;
+  uint64_t gen; /* accepted as the engine's gen-th connection */
 } peer;
 
 /* One posted bucket receive. */
@@ -111,6 +115,8 @@ struct wt_engine {
   slot *strays; /* req and note of each; the rest unused */
   size_t nstrays;
   uint64_t stray_round;
+  uint64_t conns;      /* connections accepted so far */
+  uint64_t stray_mark; /* conns when the strays were left */
   size_t stray_bucket;   /* the first of them, for messages */
   ucp_dt_iov_t *stray_iov; /* their iov arrays, which UCX reads until then */
   /* Chain fan-out (wt/ucx_common.h): the round's route and the connection
@@ -175,6 +181,7 @@ static void on_conn(ucp_conn_request_h req, void *arg) {
     return;
   }
   p->used = true;
+  p->gen = ++e->conns;
   WT_LOGD("ucx", "%s: trainer connected", e->where);
 }
 
@@ -754,6 +761,7 @@ static void settle_receives(wt_engine *e, slot *slots, uint64_t round_id,
       if (e->nstrays == 0) {
         e->stray_round = round_id;
         e->stray_bucket = slots[i].bucket;
+        e->stray_mark = e->conns;
       }
       e->strays[e->nstrays++] = slots[i];
     } else {
@@ -777,20 +785,74 @@ static void settle_receives(wt_engine *e, slot *slots, uint64_t round_id,
   }
 }
 
+/* The trainer connected again since the strays were left: it replaces its
+ * endpoints after a failed round, closing the old ones first. */
+static bool reconnected(const wt_engine *e) {
+  for (size_t i = 0; i < e->npeers; i++)
+    if (e->peers[i].used && !e->peers[i].failed &&
+        e->peers[i].gen > e->stray_mark)
+      return true;
+  return false;
+}
+
 static bool strays_done(void *arg) {
   const wt_engine *e = arg;
+  if (reconnected(e)) return true;
   for (size_t i = 0; i < e->nstrays; i++)
     if (wt_ucx_request_status(e->strays[i].req) == UCS_INPROGRESS) return false;
   return true;
 }
 
 /* Waits up to `timeout` ms for the strays to end and frees them; fails,
- * naming the bucket, if one is still going (or the wait is cancelled). */
+ * naming the bucket, if one is still going (or the wait is cancelled).
+ * Once the trainer has connected anew, the connections the strays came
+ * through are obsolete (the trainer closed its ends before reconnecting,
+ * though over a cut link this side may not hear of it for seconds): they
+ * are closed, so that nothing more arrives through them, and the strays
+ * are released to UCX. */
 static wt_status *check_strays(wt_engine *e, int64_t timeout) {
   if (e->nstrays == 0) return NULL;
   wt_status_free(wt_ucx_wait(e->ucx, strays_done, e,
                              wt_ucx_now_ms() + timeout, timeout,
                              "a failed round's bucket to end"));
+  if (reconnected(e)) {
+    size_t closed = 0;
+    for (size_t i = 0; i < e->npeers; i++) {
+      peer *p = &e->peers[i];
+      if (!p->used || p->gen > e->stray_mark) continue;
+      wt_ucx_ep_close(e->ucx, p->ep, false, 200);
+      memset(p, 0, sizeof(*p));
+      closed++;
+    }
+    size_t going = 0;
+    for (size_t i = 0; i < e->nstrays; i++) {
+      going += wt_ucx_request_status(e->strays[i].req) == UCS_INPROGRESS;
+      /* No callback after this; no data either, its connection is gone. */
+      ucp_request_free(e->strays[i].req);
+      free(e->strays[i].note);
+    }
+    e->nstrays = 0;
+    if (going > 0) {
+      WT_LOGI("ucx",
+              "%s: the trainer reconnected; closed %zu old connection(s) "
+              "that %zu receive(s) of failed round %" PRIu64
+              " were still coming through",
+              e->where, closed, going, e->stray_round);
+      if (e->stray_iov != NULL) {
+        /* UCX may still hold the iov arrays of the released receives:
+         * kept until destroy (leaked if even that cannot be recorded). */
+        void **o = realloc(e->orphans, (e->norphans + 1) * sizeof(*o));
+        if (o != NULL) {
+          e->orphans = o;
+          e->orphans[e->norphans++] = e->stray_iov;
+        }
+        e->stray_iov = NULL;
+      }
+    }
+    free(e->stray_iov);
+    e->stray_iov = NULL;
+    return NULL;
+  }
   size_t kept = 0;
   for (size_t i = 0; i < e->nstrays; i++) {
     if (wt_ucx_request_status(e->strays[i].req) == UCS_INPROGRESS) {

@@ -92,6 +92,15 @@ typedef struct slot {
   size_t iovcnt;
 } slot;
 
+/* Gives a slot's request back to UCX (which calls no callback after this)
+ * and frees its note. */
+static void slot_release(slot *s) {
+  if (s->req != NULL) ucp_request_free(s->req);
+  free(s->note);
+  s->req = NULL;
+  s->note = NULL;
+}
+
 struct wt_engine {
   wt_worker_ctx ctx;
   uint64_t buffer_bytes;
@@ -400,8 +409,7 @@ static void ucx_destroy(wt_engine *e) {
   if (e->ucx) {
     drain_unexpected(e);
     for (size_t i = 0; i < e->nstrays; i++) {
-      ucp_request_free(e->strays[i].req);
-      free(e->strays[i].note);
+      slot_release(&e->strays[i]);
     }
     e->nstrays = 0;
     wt_ucx_ep_close(e->ucx, e->fwd.ep, false, 200);
@@ -532,10 +540,7 @@ static wt_status *land_bucket(wt_engine *e, const wt_update *u,
   /* Completed (the caller waited for it), so its callback has run. */
   ucs_status_t us = s->note->done ? s->note->status : UCS_ERR_NO_MESSAGE;
   size_t length = s->note->length;
-  ucp_request_free(s->req);
-  s->req = NULL;
-  free(s->note);
-  s->note = NULL;
+  slot_release(s);
   if (us == UCS_ERR_MESSAGE_TRUNCATED || (us == UCS_OK && length != bk->nbytes))
     WT_FAIL(WT_DATA_LOSS,
             "%s: bucket %zu: received %zu bytes, the plan says %" PRIu64,
@@ -767,8 +772,7 @@ static void settle_receives(wt_engine *e, slot *slots, uint64_t round_id,
     } else {
       /* Ended; or, out of memory, left to UCX, which owns it until it ends
        * and calls no callback once it is freed. */
-      ucp_request_free(slots[i].req);
-      free(slots[i].note);
+      slot_release(&slots[i]);
     }
     slots[i].req = NULL;
     slots[i].note = NULL;
@@ -828,8 +832,7 @@ static wt_status *check_strays(wt_engine *e, int64_t timeout) {
     for (size_t i = 0; i < e->nstrays; i++) {
       going += wt_ucx_request_status(e->strays[i].req) == UCS_INPROGRESS;
       /* No callback after this; no data either, its connection is gone. */
-      ucp_request_free(e->strays[i].req);
-      free(e->strays[i].note);
+      slot_release(&e->strays[i]);
     }
     e->nstrays = 0;
     if (going > 0) {
@@ -858,8 +861,7 @@ static wt_status *check_strays(wt_engine *e, int64_t timeout) {
     if (wt_ucx_request_status(e->strays[i].req) == UCS_INPROGRESS) {
       e->strays[kept++] = e->strays[i];
     } else {
-      ucp_request_free(e->strays[i].req);
-      free(e->strays[i].note);
+      slot_release(&e->strays[i]);
     }
   }
   e->nstrays = kept;

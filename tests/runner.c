@@ -25,9 +25,14 @@
   X(pb)              \
   X(proto_python)    \
   X(rpc)             \
+  X(memory)          \
   X(synthetic)       \
   X(param_store)     \
-  X(server)          \
+  X(worker)          \
+  X(service)         \
+  X(round)           \
+  X(admission)       \
+  X(grpc_engine)     \
   X(client)          \
   X(e2e)             \
   X(interop_python)  \

@@ -90,11 +90,22 @@ static void abc_metas(wt_tensor_meta m[3]) {
   WT_ASSERT_OK(wt_tensor_meta_init(&m[2], "c", WT_DTYPE_UINT8, NULL, 0));
 }
 
-static const wt_source_tensor T_A = {"a",     WT_DTYPE_FLOAT32, 2,
-                                     shape_a, data_a,           24};
-static const wt_source_tensor T_B = {"b", WT_DTYPE_BFLOAT16, 1, shape_b, data_b,
-                                     8};
-static const wt_source_tensor T_C = {"c", WT_DTYPE_UINT8, 0, NULL, data_c, 1};
+static const wt_source_tensor T_A = {.name = "a",
+                                     .dtype = WT_DTYPE_FLOAT32,
+                                     .ndim = 2,
+                                     .shape = shape_a,
+                                     .data = data_a,
+                                     .nbytes = 24};
+static const wt_source_tensor T_B = {.name = "b",
+                                     .dtype = WT_DTYPE_BFLOAT16,
+                                     .ndim = 1,
+                                     .shape = shape_b,
+                                     .data = data_b,
+                                     .nbytes = 8};
+static const wt_source_tensor T_C = {.name = "c",
+                                     .dtype = WT_DTYPE_UINT8,
+                                     .data = data_c,
+                                     .nbytes = 1};
 
 /* Validates a scripted source over a/b/c yielding `yields`. */
 static wt_status *validate_scripted(const wt_source_tensor *yields, size_t n) {
@@ -427,7 +438,9 @@ static void test_client_arguments(void) {
   info.backend_init_case = WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC;
   info.grpc = &g;
   WT_ASSERT_ERR(wt_sync_client_init_transfer(c, &info, NULL, &t),
-                WT_INVALID_ARGUMENT, "init_info.backend: 'ucx'");
+                WT_INVALID_ARGUMENT,
+                "init_info.backend is 'ucx' but init_info carries grpc "
+                "settings");
   Wt__V1__ServerInfo *si = NULL;
   WT_ASSERT_ERR(wt_sync_client_server_info(c, 3, &si), WT_INVALID_ARGUMENT,
                 "server index 3");

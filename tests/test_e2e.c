@@ -26,7 +26,7 @@
 #include "wt/synthetic.h"
 #include "wt/tensor.h"
 #include "wt/v1/wt.pb-c.h"
-#include "wt_proc.h"
+#include "support/wt_proc.h"
 #include "wt_test.h"
 
 #define METHOD(name) "/wt.v1.WeightTransfer/" name

@@ -18,7 +18,7 @@
 #include "wt/pb.h"
 #include "wt/rpc.h"
 #include "wt/v1/wt.pb-c.h"
-#include "wt_proc.h"
+#include "support/wt_proc.h"
 #include "wt_test.h"
 
 #define PY_MS 120000

@@ -265,8 +265,8 @@ static void test_python_to_c(void) {
   for (int i = 0; i < 128; i++)
     id_ok &= nccl->nccl_unique_id.data[i] == (uint8_t)((i * 7 + 3) % 256);
   CU_ASSERT_TRUE(id_ok);
-  CU_ASSERT_EQUAL(nccl->world_size, 3);
-  CU_ASSERT_EQUAL(nccl->rank_offset, 1);
+  CU_ASSERT_EQUAL(info->world_size, 3);
+  CU_ASSERT_EQUAL(info->rank_offset, 1);
   CU_ASSERT_TRUE(nccl->packed);
   CU_ASSERT_PTR_NOT_NULL_FATAL(nccl->packed_buffer_size_bytes);
   CU_ASSERT_EQUAL(nccl->packed_buffer_size_bytes->value, 1073741824u);

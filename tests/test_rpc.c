@@ -12,6 +12,7 @@
 
 #include "wt/pb.h"
 #include "wt/rpc.h"
+#include "wt/signals.h"
 #include "wt/v1/wt.pb-c.h"
 #include "wt_test.h"
 
@@ -206,16 +207,16 @@ static wt_status *h_update(wt_rpc_call *call, const ProtobufCMessage *req,
 
 static const wt_rpc_method methods[] = {
     {M_VERSION, WT_RPC_UNARY, &wt__v1__get_weight_version_request__descriptor,
-     &wt__v1__weight_version__descriptor, h_version},
+     &wt__v1__weight_version__descriptor, h_version, 0, NULL, NULL},
     {M_FINISH, WT_RPC_UNARY, &wt__v1__finish_weight_update_request__descriptor,
-     &wt__v1__finish_weight_update_response__descriptor, h_finish},
+     &wt__v1__finish_weight_update_response__descriptor, h_finish, 0, NULL, NULL},
     {M_PUSH, WT_RPC_CLIENT_STREAM, &wt__v1__push_weights_chunk__descriptor,
-     &wt__v1__push_weights_response__descriptor, h_push},
+     &wt__v1__push_weights_response__descriptor, h_push, 0, NULL, NULL},
     {M_WATCH, WT_RPC_SERVER_STREAM,
      &wt__v1__watch_weight_version_request__descriptor,
-     &wt__v1__weight_version__descriptor, h_watch},
+     &wt__v1__weight_version__descriptor, h_watch, 0, NULL, NULL},
     {M_UPDATE, WT_RPC_UNARY, &wt__v1__update_weights_request__descriptor,
-     &wt__v1__update_weights_response__descriptor, h_update},
+     &wt__v1__update_weights_response__descriptor, h_update, 0, NULL, NULL},
 };
 #define N_METHODS (sizeof(methods) / sizeof(methods[0]))
 

@@ -19,7 +19,7 @@
 #include "wt/synthetic.h"
 #include "wt/trainer.h"
 #include "wt/ucx_common.h"
-#include "wt_proc.h"
+#include "support/wt_proc.h"
 #include "wt_test.h"
 
 #ifdef WT_WITH_UCX

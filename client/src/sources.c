@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "wt/cuda.h"
 #include "wt/synthetic.h"
 
 struct wt_source {
@@ -165,6 +166,15 @@ static wt_status *check_yield(const wt_source *src, const wt_source_tensor *t,
             "%s source: tensor '%s': yielded without data, and the source "
             "cannot produce its bytes",
             wt_source_kind(src), m->name);
+  if ((unsigned)t->kind >= WT_MEM_KIND_COUNT)
+    WT_FAIL(WT_INVALID_ARGUMENT, "%s source: tensor '%s': memory kind %d",
+            wt_source_kind(src), m->name, (int)t->kind);
+  if (t->kind == WT_MEM_DEVICE &&
+      (t->device.type != WT_DEVICE_CUDA || t->data == NULL))
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "%s source: tensor '%s': device memory needs a cuda:N device and "
+            "a data pointer",
+            wt_source_kind(src), m->name);
 out:
   return st;
 }
@@ -206,7 +216,10 @@ wt_status *wt_source_read(wt_source *src, const wt_source_tensor *t,
             t->name, offset, offset + (uint64_t)len, t->nbytes);
   if (len == 0) goto out;
   if (t->data != NULL) {
-    memcpy(buf, (const char *)t->data + offset, len);
+    WT_CHECK(wt_status_prefix(
+        wt_mem_copy_to_host(t->kind, t->device, buf,
+                            (const char *)t->data + offset, len),
+        "tensor '%s'", t->name));
     goto out;
   }
   WT_CHECK(src->vt->read(src->impl, t, offset, buf, len));
@@ -214,11 +227,23 @@ out:
   return st;
 }
 
+wt_status *wt_source_tensor_ready(const wt_source_tensor *t) {
+  if (t->cuda_event == NULL && t->cuda_stream == NULL) return NULL;
+  const wt_cuda_api *api = NULL;
+  wt_status *st = wt_cuda_api_get(&api);
+  if (st == NULL)
+    st = t->cuda_event ? api->event_synchronize(t->cuda_event)
+                       : api->stream_synchronize(t->cuda_stream);
+  return wt_status_prefix(st, "tensor '%s': waiting for its bytes",
+                          t->name);
+}
+
 wt_status *wt_source_tensor_data(wt_source *src, const wt_source_tensor *t,
                                  const void **data) {
   wt_status *st = NULL;
   *data = NULL;
-  if (t->data != NULL || t->nbytes == 0) {
+  if ((t->data != NULL && wt_mem_kind_host_addressable(t->kind)) ||
+      t->nbytes == 0) {
     *data = t->data != NULL ? t->data : src->scratch;
     goto out;
   }
@@ -240,15 +265,32 @@ out:
   return st;
 }
 
-wt_status *wt_source_validate(wt_source *src) {
+wt_status *wt_source_validate_for(wt_source *src, uint32_t kinds,
+                                  const char *backend) {
   wt_status *st = NULL;
   wt_source_tensor t;
   bool done = false;
   WT_CHECK(wt_source_rewind(src));
-  while (!done) WT_CHECK(wt_source_next(src, &t, &done));
+  for (;;) {
+    WT_CHECK(wt_source_next(src, &t, &done));
+    if (done) break;
+    if (!(kinds & WT_MEM_BIT(t.kind))) {
+      char dev[WT_DEVICE_NAME_MAX], list[64];
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "tensor '%s' is in %s memory (%s); backend '%s' sends from %s "
+              "memory only",
+              t.name, wt_mem_kind_name(t.kind),
+              wt_device_format(t.device, dev), backend ? backend : "?",
+              wt_mem_kinds_format(kinds, list, sizeof(list)));
+    }
+  }
   WT_CHECK(wt_source_rewind(src));
 out:
   return st;
+}
+
+wt_status *wt_source_validate(wt_source *src) {
+  return wt_source_validate_for(src, WT_MEM_ALL_KINDS, NULL);
 }
 
 wt_status *wt_source_checksums(wt_source *src, wt_hash_alg alg,
@@ -269,7 +311,8 @@ wt_status *wt_source_checksums(wt_source *src, wt_hash_alg alg,
     WT_CHECK(wt_source_next(src, &t, &done));
     if (done) break;
     wt_hasher_reset(h);
-    if (t.data != NULL) {
+    WT_CHECK(wt_source_tensor_ready(&t));
+    if (t.data != NULL && wt_mem_kind_host_addressable(t.kind)) {
       wt_hasher_update(h, t.data, (size_t)t.nbytes);
     } else {
       if (buf == NULL && (buf = malloc(READ_STEP)) == NULL)
@@ -383,6 +426,9 @@ out:
 typedef struct mem_tensor {
   wt_tensor_meta meta;
   const void *data;
+  wt_mem_kind kind;
+  wt_device device;
+  void *cuda_stream, *cuda_event;
 } mem_tensor;
 
 typedef struct mem_source {
@@ -409,6 +455,10 @@ static wt_status *mem_next(void *impl, wt_source_tensor *t, bool *done) {
   t->shape = mt->meta.shape;
   t->data = mt->data;
   t->nbytes = mt->meta.nbytes;
+  t->kind = mt->kind;
+  t->device = mt->device;
+  t->cuda_stream = mt->cuda_stream;
+  t->cuda_event = mt->cuda_event;
   return NULL;
 }
 
@@ -460,7 +510,18 @@ wt_status *wt_source_memory(const wt_source_tensor *tensors, size_t n,
     }
     if (t->data == NULL && t->nbytes > 0)
       WT_FAIL(WT_INVALID_ARGUMENT, "tensor '%s': data is NULL", name);
+    if ((unsigned)t->kind >= WT_MEM_KIND_COUNT)
+      WT_FAIL(WT_INVALID_ARGUMENT, "tensor '%s': memory kind %d is unknown",
+              name, (int)t->kind);
+    if (t->kind == WT_MEM_DEVICE && t->device.type != WT_DEVICE_CUDA)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "tensor '%s': device memory needs a cuda:N device, not cpu",
+              name);
     ms->tensors[i].data = t->data;
+    ms->tensors[i].kind = t->kind;
+    ms->tensors[i].device = t->device;
+    ms->tensors[i].cuda_stream = t->cuda_stream;
+    ms->tensors[i].cuda_event = t->cuda_event;
   }
   metas = calloc(n > 0 ? n : 1, sizeof(*metas));
   if (metas == NULL)

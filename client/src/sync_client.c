@@ -6,11 +6,14 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "client_internal.h"
 #include "wt/dtype.h"
+#include "wt/init_info.h"
 #include "wt/log.h"
 #include "wt/pb.h"
 #include "wt/trainer.h"
@@ -30,6 +33,13 @@ struct wt_sync_client {
   size_t n;
   int64_t timeout_ms;
   int64_t data_timeout_ms;
+  bool manual_reinit;
+  /* The last successful init, for a re-init the client makes by itself:
+   * its info (owned), the trainer engine it made (borrowed; it forgets the
+   * client when destroyed) and that trainer's source (borrowed). */
+  Wt__V1__WeightTransferInitInfo *init;
+  wt_trainer *trainer;
+  wt_source *init_source;
 };
 
 wt_status *wt_sync_client_new(const char *const *targets, size_t n,
@@ -56,6 +66,7 @@ wt_status *wt_sync_client_new(const char *const *targets, size_t n,
   c->data_timeout_ms = opts && opts->data_timeout_ms > 0
                            ? opts->data_timeout_ms
                            : WT_CLIENT_DEFAULT_DATA_TIMEOUT_MS;
+  c->manual_reinit = opts && opts->manual_reinit;
   wt_rpc_channel_options copts = {.default_deadline_ms = c->timeout_ms};
   for (size_t i = 0; i < n; i++) {
     server *s = &c->servers[i];
@@ -83,6 +94,8 @@ void wt_sync_client_destroy(wt_sync_client *c) {
     wt_rpc_channel_destroy(c->servers[i].ch);
     free(c->servers[i].target);
   }
+  if (c->trainer != NULL) wt_trainer_forget_client(c->trainer);
+  if (c->init != NULL) wt_pb_free(&c->init->base);
   free(c->servers);
   free(c);
 }
@@ -433,72 +446,28 @@ out:
 
 /* ---- rounds ------------------------------------------------------------- */
 
-static const char *backend_of_case(
-    Wt__V1__WeightTransferInitInfo__BackendInitCase c) {
-  switch (c) {
-    case WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC:
-      return "grpc";
-    case WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX:
-      return "ucx";
-    case WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_NCCL:
-      return "nccl";
-    case WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_IPC:
-      return "ipc";
-    default:
-      return NULL;
-  }
-}
-
-/* The backend an init info names, by its string or by its oneof. */
-static wt_status *init_info_backend(const Wt__V1__WeightTransferInitInfo *info,
-                                    const char **out) {
-  const char *by_case = backend_of_case(info->backend_init_case);
-  const char *by_name = info->backend && *info->backend ? info->backend : NULL;
-  *out = NULL;
-  if (by_name && by_case && strcmp(by_name, by_case) != 0)
-    return wt_status_new(WT_INVALID_ARGUMENT,
-                         "init_info.backend: '%s' but the backend-specific "
-                         "info is for '%s'",
-                         by_name, by_case);
-  *out = by_name ? by_name : by_case;
-  if (*out == NULL)
-    return wt_status_new(WT_INVALID_ARGUMENT,
-                         "init_info.backend: no backend named");
-  return NULL;
-}
-
-/* Per-server copies of an init info: shallow, with the rendezvous fields
- * (in their own copy of the oneof message) set per server. */
+/* Per-server copies of an init info: shallow, with the ranks set. */
 typedef struct init_copy {
   Wt__V1__WeightTransferInitInfo info;
-  Wt__V1__UcxInitInfo ucx;
-  Wt__V1__NcclInitInfo nccl;
   Wt__V1__InitWeightTransferEngineRequest req;
 } init_copy;
 
-wt_status *wt_sync_client_init_transfer(
-    wt_sync_client *c, const Wt__V1__WeightTransferInitInfo *info,
-    wt_source *source, wt_trainer **trainer) {
+/* Initialises `backend` on every server with `info`, and `t` (NULL: no
+ * trainer engine) alongside: world size and ranks, the trainer's
+ * server_init_info, every server's InitWeightTransferEngine started, the
+ * trainer's connect while they are pending, then every answer and the
+ * trainer's init_response. */
+static wt_status *init_servers(wt_sync_client *c,
+                               const Wt__V1__WeightTransferInitInfo *info,
+                               const char *backend, wt_trainer *t) {
   wt_status *st = NULL;
-  const char *backend = NULL;
-  const wt_trainer_ops *ops = NULL;
-  wt_trainer *t = NULL;
+  const wt_trainer_ops *ops = t ? wt_trainer_get_ops(t) : NULL;
   init_copy *copies = NULL;
   wt_rpc_pending **pending = NULL;
   wt_status **errs = NULL;
   ProtobufCMessage **resps = NULL;
   uint32_t world = 0;
-  if (trainer) *trainer = NULL;
-  if (info == NULL) WT_FAIL(WT_INVALID_ARGUMENT, "init_info is NULL");
-  WT_CHECK(init_info_backend(info, &backend));
-  if (trainer) WT_CHECK(wt_trainer_lookup(backend, &ops));
   WT_CHECK(wt_sync_client_world_size(c, &world));
-  if (trainer) {
-    wt_trainer_init_args args = {
-        .init_info = info, .client = c, .source = source};
-    WT_CHECK(wt_trainer_create(backend, &args, &t));
-  }
-
   copies = calloc(c->n, sizeof(*copies));
   pending = calloc(c->n, sizeof(*pending));
   errs = calloc(c->n, sizeof(*errs));
@@ -510,21 +479,8 @@ wt_status *wt_sync_client_init_transfer(
     init_copy *ic = &copies[k];
     ic->info = *info;
     ic->info.backend = (char *)backend;
-    if (info->backend_init_case ==
-            WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX &&
-        info->ucx) {
-      ic->ucx = *info->ucx;
-      ic->ucx.rank_offset = c->servers[k].rank_offset;
-      ic->ucx.world_size = world;
-      ic->info.ucx = &ic->ucx;
-    } else if (info->backend_init_case ==
-                   WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_NCCL &&
-               info->nccl) {
-      ic->nccl = *info->nccl;
-      ic->nccl.rank_offset = c->servers[k].rank_offset;
-      ic->nccl.world_size = world;
-      ic->info.nccl = &ic->nccl;
-    }
+    ic->info.rank_offset = c->servers[k].rank_offset;
+    ic->info.world_size = world;
     if (t && ops->server_init_info)
       WT_CHECK(wt_status_prefix(
           ops->server_init_info(wt_trainer_self(t), k, &ic->info), "%s",
@@ -572,18 +528,101 @@ wt_status *wt_sync_client_init_transfer(
         (const Wt__V1__InitWeightTransferEngineResponse *)resps[k]));
   WT_LOGD("client", "backend '%s' initialised on %zu server(s), world size %u",
           backend, c->n, (unsigned)world);
-  if (trainer) {
-    *trainer = t;
-    t = NULL;
-  }
 out:
   if (errs) free_all(errs, resps, c->n);
   free(errs);
   free(resps);
   free(pending);
   free(copies);
+  return st;
+}
+
+/* A deep copy of `info` (the client keeps it to init again by itself). */
+static wt_status *init_info_copy(const Wt__V1__WeightTransferInitInfo *info,
+                                 Wt__V1__WeightTransferInitInfo **out) {
+  size_t len = wt__v1__weight_transfer_init_info__get_packed_size(info);
+  uint8_t *buf = malloc(len ? len : 1);
+  *out = NULL;
+  if (buf == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
+  wt__v1__weight_transfer_init_info__pack(info, buf);
+  *out = wt__v1__weight_transfer_init_info__unpack(NULL, len, buf);
+  free(buf);
+  if (*out == NULL)
+    return wt_status_new(WT_INTERNAL, "init info: cannot copy it");
+  return NULL;
+}
+
+wt_status *wt_sync_client_init_transfer(
+    wt_sync_client *c, const Wt__V1__WeightTransferInitInfo *info,
+    wt_source *source, wt_trainer **trainer) {
+  wt_status *st = NULL;
+  const char *backend = NULL;
+  const wt_trainer_ops *ops = NULL;
+  wt_trainer *t = NULL;
+  Wt__V1__WeightTransferInitInfo *copy = NULL;
+  if (trainer) *trainer = NULL;
+  WT_CHECK(wt_init_info_backend(info, &backend));
+  if (trainer) WT_CHECK(wt_trainer_lookup(backend, &ops));
+  WT_CHECK(init_info_copy(info, &copy));
+  if (trainer) {
+    /* The ranks are known once the servers answered their world size. */
+    uint32_t world = 0;
+    WT_CHECK(wt_sync_client_world_size(c, &world));
+    copy->world_size = world;
+    wt_trainer_init_args args = {
+        .init_info = copy, .client = c, .source = source};
+    WT_CHECK(wt_trainer_create(backend, &args, &t));
+  }
+  WT_CHECK(init_servers(c, copy, backend, t));
+  /* Kept for a re-init the client makes by itself (wt_sync_client_start). */
+  if (c->init != NULL) wt_pb_free(&c->init->base);
+  c->init = copy;
+  copy = NULL;
+  c->init_source = source;
+  if (c->trainer != NULL) wt_trainer_forget_client(c->trainer);
+  c->trainer = t;
+  if (t != NULL) wt_trainer_attach(t, c);
+  if (trainer) {
+    *trainer = t;
+    t = NULL;
+  }
+out:
+  if (copy != NULL) wt_pb_free(&copy->base);
   wt_trainer_destroy(t);
   return st;
+}
+
+void wt_sync_client_forget_trainer(wt_sync_client *c, wt_trainer *t) {
+  if (c->trainer == t) c->trainer = NULL;
+}
+
+/* The servers whose failed start says a worker needs a new init: asks each
+ * one that answered FAILED_PRECONDITION for its workers' states. */
+static bool needs_init(wt_sync_client *c, wt_status **errs, char *why,
+                       size_t cap) {
+  bool any = false;
+  for (size_t k = 0; k < c->n; k++) {
+    if (errs[k] == NULL || wt_status_code(errs[k]) != WT_FAILED_PRECONDITION)
+      continue;
+    Wt__V1__ServerInfo *info = NULL;
+    wt_status *st = wt_sync_client_server_info(c, k, &info);
+    if (st != NULL) {
+      wt_status_free(st);
+      continue;
+    }
+    for (size_t i = 0; i < info->n_workers; i++) {
+      const Wt__V1__WorkerInfo *w = info->workers[i];
+      if (w->state == NULL || strcmp(w->state, "needs_init") != 0) continue;
+      if (!any)
+        snprintf(why, cap, "%s worker %u (%s): %s", c->servers[k].target,
+                 w->rank, w->device, w->reason ? w->reason : "");
+      any = true;
+      break;
+    }
+    wt_pb_free(&info->base);
+  }
+  return any;
 }
 
 /* Aborts the rounds this client started, on the servers in `mask` (NULL:
@@ -624,12 +663,17 @@ wt_status *wt_sync_client_abort(wt_sync_client *c, const char *reason) {
   return abort_rounds(c, reason, NULL, !ours);
 }
 
-wt_status *wt_sync_client_start(wt_sync_client *c) {
+/* One StartWeightUpdate on every server. When some fail, the rounds that
+ * started elsewhere are aborted; *reinit says whether a failed server has a
+ * worker in needs_init (and `why` which). */
+static wt_status *start_once(wt_sync_client *c, bool *reinit, char *why,
+                             size_t cap) {
   wt_status *st = NULL;
   fan f = {0};
   bool *started = NULL;
   Wt__V1__StartWeightUpdateRequest req =
       WT__V1__START_WEIGHT_UPDATE_REQUEST__INIT;
+  *reinit = false;
   WT_CHECK(fan_alloc(c->n, &f));
   for (size_t k = 0; k < c->n; k++) f.reqs[k] = &req.base;
   st = fan_out(c, METHOD("StartWeightUpdate"), f.reqs,
@@ -650,11 +694,58 @@ wt_status *wt_sync_client_start(wt_sync_client *c) {
       if (ast) WT_LOGW("client", "%s", wt_status_message(ast));
       wt_status_free(ast);
     }
+    *reinit = needs_init(c, f.errs, why, cap);
   }
 out:
   free(started);
   fan_free(&f, c->n);
   return st;
+}
+
+/* Initialises every server (and the trainer engine in place) again with
+ * the last init's info. */
+static wt_status *reinit(wt_sync_client *c) {
+  wt_status *st = NULL;
+  const char *backend = NULL;
+  WT_CHECK(wt_init_info_backend(c->init, &backend));
+  if (c->trainer != NULL) {
+    wt_trainer_init_args args = {
+        .init_info = c->init, .client = c, .source = c->init_source};
+    WT_CHECK(wt_trainer_reinit(c->trainer, &args));
+  }
+  WT_CHECK(init_servers(c, c->init, backend, c->trainer));
+out:
+  return st;
+}
+
+wt_status *wt_sync_client_start(wt_sync_client *c) {
+  char why[768] = "";
+  bool again = false;
+  wt_status *st = start_once(c, &again, why, sizeof(why));
+  if (st == NULL || !again) return st;
+  if (c->manual_reinit || c->init == NULL) {
+    WT_LOGW("client",
+            "%s needs a new init; %s", why,
+            c->manual_reinit ? "this client re-inits only when told to "
+                               "(manual_reinit)"
+                             : "this client made no init to repeat");
+    return st;
+  }
+  const char *backend = NULL;
+  wt_status_free(wt_init_info_backend(c->init, &backend));
+  WT_LOGW("client", "re-initialising backend '%s' on %zu server(s): %s",
+          backend ? backend : "?", c->n, why);
+  wt_status *rst = reinit(c);
+  if (rst != NULL) {
+    wt_status *out = wt_status_new(
+        wt_status_code(rst), "%s; re-initialising the backend failed: %s",
+        wt_status_message(st), wt_status_message(rst));
+    wt_status_free(rst);
+    wt_status_free(st);
+    return out;
+  }
+  wt_status_free(st);
+  return start_once(c, &again, why, sizeof(why));
 }
 
 wt_status *wt_sync_client_finish(wt_sync_client *c,
@@ -908,7 +999,14 @@ wt_status *wt_sync_client_update(wt_sync_client *c, wt_trainer *trainer,
       return wt_status_new(WT_FAILED_PRECONDITION,
                            "%s: no round in progress (start one first)",
                            c->servers[k].target);
-  WT_CHECK(wt_source_validate(src));
+  if (wt_trainer_self(trainer) == NULL)
+    WT_FAIL(WT_FAILED_PRECONDITION,
+            "trainer engine '%s' has no engine: its last re-init failed; call "
+            "init_transfer again",
+            wt_trainer_backend(trainer));
+  uint32_t kinds = wt_trainer_get_ops(trainer)->memory_kinds;
+  WT_CHECK(wt_source_validate_for(src, kinds ? kinds : WT_MEM_HOST_KINDS,
+                                  wt_trainer_backend(trainer)));
   if (wt_trainer_needs_update_weights(trainer))
     WT_CHECK(update_with_calls(c, trainer, src, progress, user));
   else

@@ -2,8 +2,13 @@
  * the wt_trainer handle (see wt/trainer.h). */
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "client_internal.h"
+#include "wt/parse.h"
+#include "wt/pb.h"
 #include "wt/trainer.h"
 
 /* The one registry of the process: global by design (DESIGN.md), created
@@ -79,6 +84,7 @@ struct wt_trainer {
   const wt_trainer_ops *ops;
   void *self;
   wt_source *source;
+  wt_sync_client *client; /* that re-inits it when a server asks; borrowed */
 };
 
 wt_status *wt_trainer_create(const char *name, const wt_trainer_init_args *args,
@@ -110,8 +116,83 @@ out:
 
 void wt_trainer_destroy(wt_trainer *t) {
   if (t == NULL) return;
-  t->ops->destroy(t->self);
+  if (t->client != NULL) wt_sync_client_forget_trainer(t->client, t);
+  if (t->self != NULL) t->ops->destroy(t->self);
   free(t);
+}
+
+void wt_trainer_attach(wt_trainer *t, wt_sync_client *c) {
+  t->client = c;
+}
+
+void wt_trainer_forget_client(wt_trainer *t) {
+  t->client = NULL;
+}
+
+wt_status *wt_trainer_reinit(wt_trainer *t, const wt_trainer_init_args *args) {
+  if (t->self != NULL) t->ops->destroy(t->self);
+  t->self = NULL;
+  return wt_status_prefix(t->ops->trainer_init(args, &t->self),
+                          "trainer engine '%s'", t->ops->header.name);
+}
+
+wt_status *wt_trainer_init_info(const char *name, const wt_backend_option *opts,
+                                size_t n, Wt__V1__WeightTransferInitInfo **out) {
+  wt_status *st = NULL;
+  const wt_trainer_ops *ops = NULL;
+  Wt__V1__WeightTransferInitInfo *info = NULL;
+  *out = NULL;
+  WT_CHECK(wt_trainer_lookup(name, &ops));
+  info = malloc(sizeof(*info));
+  if (info == NULL || (wt__v1__weight_transfer_init_info__init(info),
+                       (info->backend = strdup(name)) == NULL))
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
+  if (ops->init_info != NULL) {
+    WT_CHECK(ops->init_info(opts, n, info));
+  } else if (n > 0) {
+    static const char *const none[] = {NULL};
+    WT_CHECK(wt_option_unknown(name, &opts[0], none));
+  }
+  *out = info;
+  info = NULL;
+out:
+  if (info != NULL) wt_pb_free(&info->base);
+  return st;
+}
+
+wt_status *wt_option_size(const wt_backend_option *o, uint64_t *out) {
+  if (!wt_parse_size(o->value, out))
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "option %s: '%.64s' is not a size (e.g. 4096, 1M, "
+                         "64MiB)",
+                         o->key, o->value ? o->value : "");
+  return NULL;
+}
+
+wt_status *wt_option_u32(const wt_backend_option *o, uint32_t *out) {
+  uint64_t v = 0;
+  if (!wt_parse_u64(o->value, &v) || v > UINT32_MAX)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "option %s: '%.64s' is not a number from 0 to %u",
+                         o->key, o->value ? o->value : "", UINT32_MAX);
+  *out = (uint32_t)v;
+  return NULL;
+}
+
+wt_status *wt_option_unknown(const char *backend, const wt_backend_option *o,
+                             const char *const *known) {
+  char list[512] = "";
+  size_t used = 0;
+  for (size_t i = 0; known[i] != NULL; i++) {
+    int w = snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "",
+                     known[i]);
+    if (w < 0 || (size_t)w >= sizeof(list) - used) break;
+    used += (size_t)w;
+  }
+  return wt_status_new(WT_INVALID_ARGUMENT,
+                       "backend '%s' has no option '%.64s' (its options: %s)",
+                       backend, o->key ? o->key : "",
+                       used ? list : "none");
 }
 
 const wt_trainer_ops *wt_trainer_get_ops(const wt_trainer *t) {

@@ -93,10 +93,23 @@ static int cmd_info(wt_sync_client *c, int argc, char **argv) {
   printf("staging:      %s%s\n", info->staging,
          info->store_complete ? "" : " (store INCOMPLETE: a round failed)");
   printf("world size:   %u\n", (unsigned)info->world_size);
+  if (info->state && *info->state) printf("state:        %s\n", info->state);
   printf("backends:    ");
   for (size_t i = 0; i < info->n_backends; i++)
     printf(" %s", info->backends[i]);
   printf("\n");
+  for (size_t i = 0; i < info->n_backend_info; i++) {
+    const Wt__V1__BackendInfo *bi = info->backend_info[i];
+    if (!bi->loaded) {
+      printf("  %-8s (module not loaded yet)\n", bi->name);
+      continue;
+    }
+    printf("  %-8s memory", bi->name);
+    for (size_t k = 0; k < bi->n_memory_kinds; k++)
+      printf("%s%s", k ? "," : " ", bi->memory_kinds[k]);
+    printf("%s%s\n", bi->cross_host ? ", across hosts" : ", one host",
+           bi->survives_abort ? "" : ", needs a new init after an abort");
+  }
   if (info->n_capabilities) {
     printf("capabilities:");
     for (size_t i = 0; i < info->n_capabilities; i++)
@@ -106,9 +119,13 @@ static int cmd_info(wt_sync_client *c, int argc, char **argv) {
   printf("workers:      %zu\n", info->n_workers);
   for (size_t i = 0; i < info->n_workers; i++) {
     const Wt__V1__WorkerInfo *w = info->workers[i];
-    printf("  rank %-3u %-8s backend %-6s %s%s\n", (unsigned)w->rank, w->device,
+    printf("  rank %-3u %-8s %-6s memory, %s held, backend %-6s %s%s\n",
+           (unsigned)w->rank, w->device,
+           w->memory_kind && *w->memory_kind ? w->memory_kind : "?",
+           wt_tool_human_bytes(w->bytes_held, b, sizeof(b)),
            *w->backend ? w->backend : "-", w->state,
            w->store_complete ? "" : " (store incomplete)");
+    if (w->reason && *w->reason) printf("           %s\n", w->reason);
   }
   wt_pb_free(&info->base);
   return 0;

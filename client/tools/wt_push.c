@@ -2,7 +2,12 @@
  *
  *   wt-push [--server HOST:PORT]... [--checkpoint PATH | --synthetic NAME]
  *           [--seed N] [--backend NAME] [--version STR] [--chunk-size SIZE]
- *           [--bucket-size SIZE] [--timeout SECONDS] [--verify[=ALGO]]
+ *           [--bucket-size SIZE] [--option KEY=VALUE]... [--timeout SECONDS]
+ *           [--verify[=ALGO]]
+ *
+ * The backend's settings go to the backend's own trainer engine, which
+ * builds its init info from them (wt_trainer_init_info): --bucket-size and
+ * --chunk-size are the options bucket_size and chunk_size.
  *
  * Runs one round (init, start, update, finish) and prints a summary; with
  * --verify, compares every server's checksums with digests computed locally
@@ -22,6 +27,7 @@
 
 #include "wt/client.h"
 #include "wt/log.h"
+#include "wt/parse.h"
 #include "wt/pb.h"
 #include "wt/source.h"
 #include "wt/synthetic.h"
@@ -32,6 +38,7 @@
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2
 #define MAX_SERVERS 64
+#define MAX_OPTIONS 32
 /* Mismatches printed before "and N more". */
 #define MAX_SHOWN 5
 /* 30 days, as wt-server's --round-timeout. */
@@ -46,8 +53,11 @@ typedef struct options {
   bool have_seed;
   const char *backend;
   const char *version;
-  uint64_t chunk_bytes;  /* 0: backend default */
-  uint64_t bucket_bytes; /* 0: backend default */
+  /* The backend's options: --bucket-size, --chunk-size, --option. The
+   * strings point into argv or into opt_text. */
+  wt_backend_option opts[MAX_OPTIONS];
+  size_t nopts;
+  char opt_text[MAX_OPTIONS][256];
   double timeout_s;      /* 0: library default */
   bool verify;
   wt_hash_alg verify_alg;
@@ -72,10 +82,14 @@ static void usage(FILE *f) {
           "  --backend NAME       transfer backend (default grpc)\n"
           "  --version STR        version to commit (default "
           "step-<sequence>)\n"
-          "  --chunk-size SIZE    bytes per data message, e.g. 1M (default "
-          "1 MiB)\n"
+          "  --chunk-size SIZE    bytes per data message, e.g. 1M (grpc; "
+          "default 1 MiB)\n"
           "  --bucket-size SIZE   packed bucket size, e.g. 64M (default "
           "64 MiB)\n"
+          "  --option KEY=VALUE   a setting of the backend (repeatable), e.g. "
+          "fanout=chain\n"
+          "                       for ucx; the backend lists the ones it "
+          "takes\n"
           "  --timeout SECONDS    deadline of the data calls (default 1800)\n"
           "  --verify[=ALGO]      compare checksums afterwards (sha256, "
           "the default, or xxh3)\n"
@@ -85,48 +99,22 @@ static void usage(FILE *f) {
           "Exit status: 0 ok, 1 transfer or verification failure, 2 usage.\n");
 }
 
-/* "1048576", "1M", "64MiB", "2g": binary multiples. */
-static bool parse_size(const char *s, uint64_t *out) {
-  char *end = NULL;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  uint64_t mult = 1;
-  if (end == s || *s == '-' || errno == ERANGE) return false;
-  if (*end) {
-    switch (*end) {
-      case 'k':
-      case 'K':
-        mult = 1ull << 10;
-        break;
-      case 'm':
-      case 'M':
-        mult = 1ull << 20;
-        break;
-      case 'g':
-      case 'G':
-        mult = 1ull << 30;
-        break;
-      default:
-        return false;
-    }
-    end++;
-    if (strcasecmp(end, "") != 0 && strcasecmp(end, "i") != 0 &&
-        strcasecmp(end, "ib") != 0 && strcasecmp(end, "b") != 0)
-      return false;
+/* Adds a backend option; its key and value are copied. */
+static int add_option(options *o, const char *key, const char *value) {
+  if (o->nopts == MAX_OPTIONS) {
+    fprintf(stderr, "wt-push: at most %d backend options\n", MAX_OPTIONS);
+    return EXIT_USAGE;
   }
-  if (v > UINT64_MAX / mult) return false;
-  *out = (uint64_t)v * mult;
-  return true;
-}
-
-static bool parse_u64(const char *s, uint64_t *out) {
-  char *end = NULL;
-  if (*s == '-' || *s == '\0') return false;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (*end || errno == ERANGE) return false;
-  *out = v;
-  return true;
+  char *text = o->opt_text[o->nopts];
+  int n = snprintf(text, sizeof(o->opt_text[0]), "%s=%s", key, value);
+  if (n < 0 || (size_t)n >= sizeof(o->opt_text[0])) {
+    fprintf(stderr, "wt-push: option '%s' is too long\n", key);
+    return EXIT_USAGE;
+  }
+  char *eq = text + strlen(key);
+  *eq = '\0';
+  o->opts[o->nopts++] = (wt_backend_option){text, eq + 1};
+  return 0;
 }
 
 static int parse_args(int argc, char **argv, options *o) {
@@ -139,6 +127,7 @@ static int parse_args(int argc, char **argv, options *o) {
     O_VERSION,
     O_CHUNK,
     O_BUCKET,
+    O_OPTION,
     O_TIMEOUT,
     O_VERIFY,
     O_QUIET,
@@ -153,6 +142,7 @@ static int parse_args(int argc, char **argv, options *o) {
       {"version", required_argument, NULL, O_VERSION},
       {"chunk-size", required_argument, NULL, O_CHUNK},
       {"bucket-size", required_argument, NULL, O_BUCKET},
+      {"option", required_argument, NULL, O_OPTION},
       {"timeout", required_argument, NULL, O_TIMEOUT},
       {"verify", optional_argument, NULL, O_VERIFY},
       {"quiet", no_argument, NULL, O_QUIET},
@@ -185,7 +175,7 @@ static int parse_args(int argc, char **argv, options *o) {
         o->synthetic = optarg;
         break;
       case O_SEED:
-        if (!parse_u64(optarg, &o->seed)) {
+        if (!wt_parse_u64(optarg, &o->seed)) {
           fprintf(stderr, "wt-push: --seed: '%s' is not a number\n", optarg);
           return EXIT_USAGE;
         }
@@ -204,12 +194,27 @@ static int parse_args(int argc, char **argv, options *o) {
       case O_CHUNK:
       case O_BUCKET: {
         uint64_t v = 0;
-        if (!parse_size(optarg, &v) || v == 0) {
+        if (!wt_parse_size(optarg, &v) || v == 0) {
           fprintf(stderr, "wt-push: %s: '%s' is not a size (e.g. 1M)\n",
                   c == O_CHUNK ? "--chunk-size" : "--bucket-size", optarg);
           return EXIT_USAGE;
         }
-        *(c == O_CHUNK ? &o->chunk_bytes : &o->bucket_bytes) = v;
+        int rc = add_option(o, c == O_CHUNK ? "chunk_size" : "bucket_size",
+                            optarg);
+        if (rc != 0) return rc;
+        break;
+      }
+      case O_OPTION: {
+        const char *eq = strchr(optarg, '=');
+        if (eq == NULL || eq == optarg) {
+          fprintf(stderr, "wt-push: --option: '%s' is not KEY=VALUE\n",
+                  optarg);
+          return EXIT_USAGE;
+        }
+        char key[128];
+        snprintf(key, sizeof(key), "%.*s", (int)(eq - optarg), optarg);
+        int rc = add_option(o, key, eq + 1);
+        if (rc != 0) return rc;
         break;
       }
       case O_TIMEOUT: {
@@ -425,6 +430,7 @@ int main(int argc, char **argv) {
   wt_source *src = NULL;
   wt_trainer *trainer = NULL;
   Wt__V1__ServerInfo *info = NULL;
+  Wt__V1__WeightTransferInitInfo *init = NULL;
   wt_weight_version ver = {0};
   char *version = NULL;
   char *layout = NULL;
@@ -473,39 +479,18 @@ int main(int argc, char **argv) {
     }
   }
 
-  /* Init info: the grpc extras carry chunk and bucket sizes. */
-  Wt__V1__WeightTransferInitInfo init = WT__V1__WEIGHT_TRANSFER_INIT_INFO__INIT;
-  Wt__V1__GrpcInitInfo grpc = WT__V1__GRPC_INIT_INFO__INIT;
-  Wt__V1__UcxInitInfo ucx = WT__V1__UCX_INIT_INFO__INIT;
-  Wt__V1__UInt64Value chunk = WT__V1__UINT64_VALUE__INIT;
-  Wt__V1__UInt64Value bucket = WT__V1__UINT64_VALUE__INIT;
-  init.backend = (char *)o.backend;
-  if (strcmp(o.backend, "grpc") == 0) {
-    init.backend_init_case =
-        WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC;
-    init.grpc = &grpc;
-    if (o.chunk_bytes) {
-      chunk.value = o.chunk_bytes;
-      grpc.chunk_size_bytes = &chunk;
+  /* The backend builds its own init info from the options. */
+  st = wt_trainer_init_info(o.backend, o.opts, o.nopts, &init);
+  if (st) {
+    if (wt_status_code(st) == WT_INVALID_ARGUMENT) {
+      fprintf(stderr, "wt-push: %s\n", wt_status_message(st));
+      wt_status_free(st);
+      st = NULL;
+      exit_code = EXIT_USAGE;
     }
-    if (o.bucket_bytes) {
-      bucket.value = o.bucket_bytes;
-      grpc.packed_buffer_size_bytes = &bucket;
-    }
-  } else if (strcmp(o.backend, "ucx") == 0 && o.chunk_bytes == 0) {
-    /* The ucx extras carry the bucket size; the rest is the engine's. */
-    init.backend_init_case = WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX;
-    init.ucx = &ucx;
-    if (o.bucket_bytes) {
-      bucket.value = o.bucket_bytes;
-      ucx.packed_buffer_size_bytes = &bucket;
-    }
-  } else if (o.chunk_bytes) {
-    fprintf(stderr, "wt-push: --chunk-size applies to the grpc backend\n");
-    exit_code = EXIT_USAGE;
     goto out;
   }
-  st = wt_sync_client_init_transfer(c, &init, src, &trainer);
+  st = wt_sync_client_init_transfer(c, init, src, &trainer);
   if (st) goto out;
 
   char a[32];
@@ -561,6 +546,7 @@ out:
   wt_trainer_destroy(trainer);
   wt_source_destroy(src);
   wt_pb_free(info ? &info->base : NULL);
+  wt_pb_free(init ? &init->base : NULL);
   wt_weight_version_clear(&ver);
   wt_sync_client_destroy(c);
   free(version);

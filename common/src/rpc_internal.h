@@ -1,12 +1,26 @@
-/* rpc_internal.h: what the client and server halves of the RPC layer share.
- * Private to common/src/rpc_*.c. */
+/* rpc_internal.h: what the parts of the RPC layer share. Private to
+ * common/src/rpc_*.c.
+ *
+ *   rpc_server.c  the server: lifecycle, the polling thread, request slots,
+ *                 admission classes and their handler-thread pools
+ *   rpc_call.c    a call as its handler sees it (reads, writes, the status)
+ *   rpc_stream.c  WT_RPC_WATCH streams, fed from any thread
+ *   rpc_client.c  the client half
+ */
 #ifndef WT_RPC_INTERNAL_H
 #define WT_RPC_INTERNAL_H
 
 #include <grpc/grpc.h>
+#include <grpc/support/time.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "wt/rpc.h"
+
+#define RPC_HIDDEN __attribute__((visibility("hidden")))
+#define RPC_MOD "rpc"
 
 /* Fills args[0] and args[1] with the receive and send message limits (0: the
  * layer's default; -1: unlimited, as gRPC reads it). Returns the number of
@@ -24,5 +38,137 @@ static inline size_t wt_rpc_message_limit_args(grpc_arg *args,
       max_send == 0 ? WT_RPC_DEFAULT_MAX_SEND_BYTES : max_send;
   return 2;
 }
+
+typedef enum rpc_tag_kind {
+  TAG_REQUEST,       /* a registered-method slot: a call arrived (or shutdown) */
+  TAG_GENERIC,       /* the catch-all slot: an unknown method */
+  TAG_REJECT,        /* a call answered by the polling thread itself finished */
+  TAG_CALL_OP,       /* a handler's batch completed */
+  TAG_CALL_CLOSE,    /* a call's RECV_CLOSE_ON_SERVER completed */
+  TAG_STREAM_SEND,   /* a stream's message (or status) went out */
+  TAG_STREAM_CLOSE,  /* a stream's RECV_CLOSE_ON_SERVER completed */
+  TAG_SHUTDOWN,      /* grpc_server_shutdown_and_notify completed */
+} rpc_tag_kind;
+
+typedef struct rpc_tag {
+  rpc_tag_kind kind;
+  void *owner;
+} rpc_tag;
+
+typedef enum rpc_state {
+  STATE_NEW,
+  STATE_RUNNING,
+  STATE_SHUTTING_DOWN,
+  STATE_DONE,
+} rpc_state;
+
+/* One admission class: its limits, its queue of calls waiting for a thread,
+ * and its threads. Under the server's mu. */
+typedef struct rpc_pool {
+  wt_rpc_class cfg;
+  size_t index;
+  wt_rpc_server *server;
+  int running;  /* calls in a handler (or streams open) */
+  int queued;   /* calls waiting for a thread */
+  int idle;     /* threads waiting for a call */
+  wt_rpc_call *head, *tail;
+  pthread_cond_t work_cv;
+  pthread_t *threads;
+  int nthreads;
+} rpc_pool;
+
+struct wt_rpc_server {
+  const wt_rpc_method *methods;
+  size_t n_methods;
+  void **registered; /* grpc_server_register_method handles, per method */
+  void *user;
+  char *listen;
+  int requests_per_method;
+  void (*on_shutdown)(void *user);
+  rpc_pool *pools;
+  size_t npools;
+
+  grpc_server *server;
+  grpc_completion_queue *cq;
+  int port;
+  pthread_t poller;
+  bool poller_started;
+  rpc_tag shutdown_tag;
+
+  pthread_mutex_t mu; /* guards everything below, and the pools */
+  pthread_cond_t cv;  /* shutdown_notified, a pool's load changed */
+  rpc_state state;
+  bool shutdown_notified;
+  bool pools_quit;
+};
+
+struct wt_rpc_call {
+  wt_rpc_server *server;
+  const wt_rpc_method *method;
+  rpc_pool *pool;
+  grpc_call *call;
+  gpr_timespec deadline; /* GPR_CLOCK_MONOTONIC */
+  char *peer;            /* gpr_malloc'd */
+  ProtobufCMessage *request;
+  grpc_byte_buffer *response;
+  rpc_tag op_tag;
+  rpc_tag close_tag;
+  /* One for the pool (dropped when the handler's status is sent), one for
+   * the RECV_CLOSE_ON_SERVER batch (dropped when it completes). */
+  atomic_int refs;
+  atomic_bool cancelled;
+
+  pthread_mutex_t mu; /* batch starts, op_done, op_ok */
+  pthread_cond_t cv;
+  bool op_done;
+  int op_ok;
+  int close_cancelled;        /* written by gRPC for RECV_CLOSE_ON_SERVER */
+  bool initial_metadata_sent; /* handler thread only */
+
+  pthread_mutex_t cb_mu; /* cancel_fn, cancel_arg */
+  void (*cancel_fn)(void *arg);
+  void *cancel_arg;
+
+  wt_rpc_call *next; /* in its pool's queue */
+};
+
+/* Monotonic milliseconds; a deadline that many ms from now. */
+RPC_HIDDEN int64_t rpc_now_ms(void);
+RPC_HIDDEN gpr_timespec rpc_deadline_after_ms(int64_t ms);
+RPC_HIDDEN void rpc_abs_timespec_after_ms(struct timespec *ts, int64_t ms);
+RPC_HIDDEN int rpc_init_monotonic_cond(pthread_cond_t *cv);
+RPC_HIDDEN const char *rpc_kind_name(wt_rpc_kind kind);
+/* A status message as gRPC can carry it (long ones cut in the middle). */
+RPC_HIDDEN grpc_slice rpc_status_details(const char *msg);
+/* Whether the server began shutting down. */
+RPC_HIDDEN bool rpc_server_stopping(wt_rpc_server *s);
+
+/* --- rpc_call.c ----------------------------------------------------------- */
+
+/* A call of `m` accepted on the polling thread (takes over `call`, `peer`
+ * and `request`), with its RECV_CLOSE_ON_SERVER batch started. NULL when
+ * out of memory (the caller rejects the call). */
+RPC_HIDDEN wt_rpc_call *rpc_call_new(wt_rpc_server *s, const wt_rpc_method *m,
+                                     rpc_pool *pool, grpc_call *call,
+                                     gpr_timespec deadline,
+                                     ProtobufCMessage *request);
+/* Runs the call's handler and sends its status, on a pool thread; drops
+ * the pool's reference. */
+RPC_HIDDEN void rpc_call_run(wt_rpc_call *c);
+/* Completions, on the polling thread. */
+RPC_HIDDEN void rpc_call_on_op(wt_rpc_call *c, int ok);
+RPC_HIDDEN void rpc_call_on_close(wt_rpc_call *c);
+
+/* --- rpc_stream.c --------------------------------------------------------- */
+
+/* A WT_RPC_WATCH call accepted on the polling thread (takes over `call`;
+ * `request` is freed here): opens the stream through the method's `open`.
+ * Counts in the pool until the call is over. */
+RPC_HIDDEN void rpc_stream_accept(wt_rpc_server *s, const wt_rpc_method *m,
+                                  rpc_pool *pool, grpc_call *call,
+                                  ProtobufCMessage *request);
+/* Completions, on the polling thread. */
+RPC_HIDDEN void rpc_stream_on_send(wt_rpc_stream *st, int ok);
+RPC_HIDDEN void rpc_stream_on_close(wt_rpc_stream *st);
 
 #endif /* WT_RPC_INTERNAL_H */

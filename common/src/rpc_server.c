@@ -1,16 +1,14 @@
-/* rpc_server.c: the server half of the RPC layer (see wt/rpc.h).
+/* rpc_server.c: the server half of the RPC layer (see wt/rpc.h): lifecycle,
+ * the polling thread, request slots, and admission.
  *
  * Threads: one polling thread runs grpc_completion_queue_next and never
- * blocks on anything else; each accepted call gets a handler thread. A
- * handler's blocking helpers start one batch on the call (under the call's
- * mutex, so batches of one call never start concurrently) and wait on the
- * call's condition variable, which the polling thread signals.
+ * blocks on anything but short locks. Each admission class has a pool of
+ * handler threads, started as calls need them up to the class's limit and
+ * kept until shutdown; an accepted call waits in its class's queue for one
+ * of them (rpc_call.c runs it). WT_RPC_WATCH calls never reach a pool
+ * thread (rpc_stream.c).
  *
- * Lifetimes: a wt_rpc_call holds two references, one for its handler thread
- * (dropped when the thread has been joined) and one for its
- * RECV_CLOSE_ON_SERVER batch (dropped when that completes); the gRPC call is
- * unreferenced when both are gone, so no tag can outlive its owner. Request
- * slots and rejected calls are owned by their one outstanding tag.
+ * Request slots and rejected calls are owned by their one outstanding tag.
  */
 
 #include <errno.h>
@@ -19,9 +17,7 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,91 +29,15 @@
 
 #include "rpc_internal.h"
 
-#define MOD "rpc"
 #define DEFAULT_LISTEN "127.0.0.1:50051"
 #define DEFAULT_REQUESTS_PER_METHOD 4
 #define DEFAULT_MAX_HANDLER_THREADS 64
-/* How often the polling thread wakes without events to join finished
- * handler threads. */
+/* How often the polling thread wakes without events. */
 #define POLL_INTERVAL_MS 200
-
-typedef enum tag_kind {
-  TAG_REQUEST,    /* a registered-method slot: a call arrived (or shutdown) */
-  TAG_GENERIC,    /* the catch-all slot: an unknown method */
-  TAG_REJECT,     /* a call answered by the polling thread itself finished */
-  TAG_CALL_OP,    /* a handler's batch completed */
-  TAG_CALL_CLOSE, /* a call's RECV_CLOSE_ON_SERVER completed */
-  TAG_SHUTDOWN,   /* grpc_server_shutdown_and_notify completed */
-} tag_kind;
-
-typedef struct tag {
-  tag_kind kind;
-  void *owner;
-} tag;
-
-typedef enum server_state {
-  STATE_NEW,
-  STATE_RUNNING,
-  STATE_SHUTTING_DOWN,
-  STATE_DONE,
-} server_state;
-
-struct wt_rpc_server {
-  const wt_rpc_method *methods;
-  size_t n_methods;
-  void **registered; /* grpc_server_register_method handles, per method */
-  void *user;
-  char *listen;
-  int requests_per_method;
-  int max_handler_threads;
-  void (*on_shutdown)(void *user);
-
-  grpc_server *server;
-  grpc_completion_queue *cq;
-  int port;
-  pthread_t poller;
-  bool poller_started;
-  tag shutdown_tag;
-
-  pthread_mutex_t mu; /* guards everything below */
-  pthread_cond_t cv;  /* shutdown_notified, zombies, n_threads changed */
-  server_state state;
-  bool shutdown_notified;
-  int n_threads;        /* handler threads not joined yet */
-  wt_rpc_call *zombies; /* handlers that returned, waiting to be joined */
-};
-
-struct wt_rpc_call {
-  wt_rpc_server *server;
-  const wt_rpc_method *method;
-  grpc_call *call;
-  gpr_timespec deadline; /* GPR_CLOCK_MONOTONIC */
-  char *peer;            /* gpr_malloc'd */
-  ProtobufCMessage *request;
-  grpc_byte_buffer *response;
-  tag op_tag;
-  tag close_tag;
-  atomic_int refs;
-  atomic_bool cancelled;
-
-  pthread_mutex_t mu; /* batch starts, op_done, op_ok */
-  pthread_cond_t cv;
-  bool op_done;
-  int op_ok;
-  int close_cancelled;        /* written by gRPC for RECV_CLOSE_ON_SERVER */
-  bool initial_metadata_sent; /* handler thread only */
-
-  pthread_mutex_t cb_mu; /* cancel_fn, cancel_arg */
-  void (*cancel_fn)(void *arg);
-  void *cancel_arg;
-
-  pthread_t thread;
-  wt_rpc_call *next_zombie;
-};
 
 /* A registered-method or catch-all request waiting for a call. */
 typedef struct request_slot {
-  tag tag;
+  rpc_tag tag;
   wt_rpc_server *server;
   size_t method; /* index into server->methods; unused for TAG_GENERIC */
   grpc_call *call;
@@ -130,7 +50,7 @@ typedef struct request_slot {
 /* A call answered with a status by the polling thread (unknown method,
  * malformed request, server busy), kept until its last batch completes. */
 typedef struct reject_call {
-  tag tag;
+  rpc_tag tag;
   grpc_call *call;
   grpc_slice details;
   int cancelled;
@@ -138,12 +58,12 @@ typedef struct reject_call {
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static gpr_timespec deadline_after_ms(int64_t ms) {
+gpr_timespec rpc_deadline_after_ms(int64_t ms) {
   return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                       gpr_time_from_millis(ms, GPR_TIMESPAN));
 }
 
-static void abs_timespec_after_ms(struct timespec *ts, int64_t ms) {
+void rpc_abs_timespec_after_ms(struct timespec *ts, int64_t ms) {
   clock_gettime(CLOCK_MONOTONIC, ts);
   ts->tv_sec += ms / 1000;
   ts->tv_nsec += (ms % 1000) * 1000000L;
@@ -153,13 +73,13 @@ static void abs_timespec_after_ms(struct timespec *ts, int64_t ms) {
   }
 }
 
-static int64_t now_ms(void) {
+int64_t rpc_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int init_monotonic_cond(pthread_cond_t *cv) {
+int rpc_init_monotonic_cond(pthread_cond_t *cv) {
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
   pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -168,7 +88,7 @@ static int init_monotonic_cond(pthread_cond_t *cv) {
   return rc;
 }
 
-static const char *kind_name(wt_rpc_kind kind) {
+const char *rpc_kind_name(wt_rpc_kind kind) {
   switch (kind) {
     case WT_RPC_UNARY:
       return "unary";
@@ -176,6 +96,8 @@ static const char *kind_name(wt_rpc_kind kind) {
       return "client stream";
     case WT_RPC_SERVER_STREAM:
       return "server stream";
+    case WT_RPC_WATCH:
+      return "watch stream";
   }
   return "unknown kind";
 }
@@ -192,7 +114,7 @@ static size_t utf8_start(const char *s, size_t i) {
   return i;
 }
 
-static grpc_slice status_details(const char *msg) {
+grpc_slice rpc_status_details(const char *msg) {
   size_t len = strlen(msg);
   if (len <= MAX_STATUS_BYTES) return grpc_slice_from_copied_string(msg);
   static const char cut[] = " ... ";
@@ -208,21 +130,27 @@ static grpc_slice status_details(const char *msg) {
   return out;
 }
 
+bool rpc_server_stopping(wt_rpc_server *s) {
+  pthread_mutex_lock(&s->mu);
+  bool stopping = s->state >= STATE_SHUTTING_DOWN;
+  pthread_mutex_unlock(&s->mu);
+  return stopping;
+}
+
 /* ---- rejected calls ------------------------------------------------------ */
 
 /* Answers `call` with `code` and a message, without a handler thread; takes
  * over the caller's reference to `call`. Runs on the polling thread. */
-static void reject(wt_rpc_server *s, grpc_call *call, wt_code code,
-                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void reject(grpc_call *call, wt_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
-static void reject(wt_rpc_server *s, grpc_call *call, wt_code code,
-                   const char *fmt, ...) {
+static void reject(grpc_call *call, wt_code code, const char *fmt, ...) {
   char *msg = NULL;
   va_list ap;
   va_start(ap, fmt);
   if (vasprintf(&msg, fmt, ap) < 0) msg = NULL;
   va_end(ap);
-  WT_LOGD(MOD, "answering %s: %s", wt_code_name(code), msg ? msg : "");
+  WT_LOGD(RPC_MOD, "answering %s: %s", wt_code_name(code), msg ? msg : "");
 
   reject_call *r = calloc(1, sizeof(*r));
   if (r == NULL) {
@@ -235,7 +163,7 @@ static void reject(wt_rpc_server *s, grpc_call *call, wt_code code,
   r->tag.kind = TAG_REJECT;
   r->tag.owner = r;
   r->call = call;
-  r->details = status_details(msg ? msg : "out of memory");
+  r->details = rpc_status_details(msg ? msg : "out of memory");
   free(msg);
 
   grpc_op ops[3];
@@ -248,12 +176,12 @@ static void reject(wt_rpc_server *s, grpc_call *call, wt_code code,
   ops[2].data.recv_close_on_server.cancelled = &r->cancelled;
   grpc_call_error err = grpc_call_start_batch(call, ops, 3, &r->tag, NULL);
   if (err != GRPC_CALL_OK) {
-    WT_LOGW(MOD, "cannot answer a call: %s", grpc_call_error_to_string(err));
+    WT_LOGW(RPC_MOD, "cannot answer a call: %s",
+            grpc_call_error_to_string(err));
     grpc_call_unref(call);
     grpc_slice_unref(r->details);
     free(r);
   }
-  (void)s;
 }
 
 static void reject_done(reject_call *r) {
@@ -262,144 +190,74 @@ static void reject_done(reject_call *r) {
   free(r);
 }
 
-/* ---- calls ----------------------------------------------------------------
- */
+/* ---- pools --------------------------------------------------------------- */
 
-static void call_unref(wt_rpc_call *c) {
-  if (atomic_fetch_sub(&c->refs, 1) != 1) return;
-  grpc_call_unref(c->call);
-  if (c->peer) gpr_free(c->peer);
-  wt_pb_free(c->request);
-  if (c->response) grpc_byte_buffer_destroy(c->response);
-  pthread_mutex_destroy(&c->mu);
-  pthread_cond_destroy(&c->cv);
-  pthread_mutex_destroy(&c->cb_mu);
-  free(c);
-}
-
-/* Starts one batch on the call and waits until it completes. Returns the
- * batch's success flag, or -1 when it could not be started. */
-static int call_run_batch(wt_rpc_call *c, const grpc_op *ops, size_t n) {
-  pthread_mutex_lock(&c->mu);
-  c->op_done = false;
-  grpc_call_error err =
-      grpc_call_start_batch(c->call, ops, n, &c->op_tag, NULL);
-  if (err != GRPC_CALL_OK) {
-    pthread_mutex_unlock(&c->mu);
-    WT_LOGW(MOD, "%s: cannot start a batch: %s", c->method->path,
-            grpc_call_error_to_string(err));
-    return -1;
-  }
-  while (!c->op_done) pthread_cond_wait(&c->cv, &c->mu);
-  int ok = c->op_ok;
-  pthread_mutex_unlock(&c->mu);
-  return ok;
-}
-
-/* The status for a read or write that failed because the call is over. */
-static wt_status *call_failed(wt_rpc_call *c, const char *what) {
-  if (wt_rpc_call_remaining_ms(c) == 0)
-    return wt_status_new(WT_DEADLINE_EXCEEDED,
-                         "%s: %s: the client's deadline passed",
-                         c->method->path, what);
-  pthread_mutex_lock(&c->server->mu);
-  bool stopping = c->server->state >= STATE_SHUTTING_DOWN;
-  pthread_mutex_unlock(&c->server->mu);
-  if (stopping)
-    return wt_status_new(WT_CANCELLED, "%s: %s: the server is shutting down",
-                         c->method->path, what);
-  return wt_status_new(WT_CANCELLED,
-                       "%s: %s: the client (%s) cancelled the call or went "
-                       "away",
-                       c->method->path, what, c->peer ? c->peer : "?");
-}
-
-static void call_send_status(wt_rpc_call *c, const wt_status *st) {
-  grpc_op ops[3];
-  size_t n = 0;
-  grpc_byte_buffer *empty = NULL;
-  memset(ops, 0, sizeof(ops));
-  if (!c->initial_metadata_sent) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-  if (st == NULL && c->method->kind != WT_RPC_SERVER_STREAM) {
-    if (c->response == NULL) /* the default message encodes as no bytes */
-      c->response = empty = grpc_raw_byte_buffer_create(NULL, 0);
-    ops[n].op = GRPC_OP_SEND_MESSAGE;
-    ops[n++].data.send_message.send_message = c->response;
-  }
-  grpc_slice details = status_details(st ? wt_status_message(st) : "");
-  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-  ops[n].data.send_status_from_server.status =
-      wt_code_to_grpc(wt_status_code(st));
-  ops[n++].data.send_status_from_server.status_details = st ? &details : NULL;
-  int ok = call_run_batch(c, ops, n);
-  if (ok == 0)
-    WT_LOGD(MOD, "%s: status %s not delivered (the call was over)",
-            c->method->path, wt_code_name(wt_status_code(st)));
-  grpc_slice_unref(details);
-  (void)empty; /* freed with c->response */
-}
-
-static void *handler_main(void *arg) {
-  wt_rpc_call *c = arg;
-  wt_rpc_server *s = c->server;
-
-  /* Learn early when the client goes away, so reads and writes, and a
-   * handler waiting on its own condition, stop promptly. */
-  grpc_op close_op;
-  memset(&close_op, 0, sizeof(close_op));
-  close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-  close_op.data.recv_close_on_server.cancelled = &c->close_cancelled;
-  atomic_fetch_add(&c->refs, 1);
-  pthread_mutex_lock(&c->mu);
-  grpc_call_error err =
-      grpc_call_start_batch(c->call, &close_op, 1, &c->close_tag, NULL);
-  pthread_mutex_unlock(&c->mu);
-  if (err != GRPC_CALL_OK) {
-    WT_LOGW(MOD, "%s: cannot watch for cancellation: %s", c->method->path,
-            grpc_call_error_to_string(err));
-    atomic_fetch_sub(&c->refs, 1); /* the thread's own ref keeps it alive */
-  }
-
-  wt_status *st = c->method->handler(c, c->request, s->user);
-  if (st != NULL)
-    WT_LOGD(MOD, "%s: %s: %s", c->method->path,
-            wt_code_name(wt_status_code(st)), wt_status_message(st));
-  call_send_status(c, st);
-  wt_status_free(st);
-  wt_pb_free(c->request);
-  c->request = NULL;
-  pthread_mutex_lock(&c->cb_mu);
-  c->cancel_fn = NULL;
-  pthread_mutex_unlock(&c->cb_mu);
-
+static void *pool_main(void *arg) {
+  rpc_pool *p = arg;
+  wt_rpc_server *s = p->server;
   pthread_mutex_lock(&s->mu);
-  c->next_zombie = s->zombies;
-  s->zombies = c;
-  pthread_cond_broadcast(&s->cv);
+  for (;;) {
+    while (p->head == NULL && !s->pools_quit) {
+      p->idle++;
+      pthread_cond_wait(&p->work_cv, &s->mu);
+      p->idle--;
+    }
+    if (p->head == NULL) break;
+    wt_rpc_call *c = p->head;
+    p->head = c->next;
+    if (p->head == NULL) p->tail = NULL;
+    p->queued--;
+    p->running++;
+    pthread_mutex_unlock(&s->mu);
+    rpc_call_run(c);
+    pthread_mutex_lock(&s->mu);
+    /* Free the moment the status went out. */
+    p->running--;
+    pthread_cond_broadcast(&s->cv);
+  }
   pthread_mutex_unlock(&s->mu);
   return NULL;
 }
 
-/* Joins handler threads that returned. Any thread may call it. */
-static void reap(wt_rpc_server *s) {
-  pthread_mutex_lock(&s->mu);
-  wt_rpc_call *z = s->zombies;
-  s->zombies = NULL;
-  pthread_mutex_unlock(&s->mu);
-  while (z != NULL) {
-    wt_rpc_call *next = z->next_zombie;
-    pthread_join(z->thread, NULL);
-    pthread_mutex_lock(&s->mu);
-    s->n_threads--;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    call_unref(z);
-    z = next;
-  }
+/* Admits a call of pool p, or says why not (the caller rejects). Under mu. */
+static bool pool_admit_locked(rpc_pool *p) {
+  return p->running + p->queued < p->cfg.max_running + p->cfg.max_queued;
 }
 
-/* ---- request slots --------------------------------------------------------
- */
+/* Queues an admitted call for a thread, starting one when none is idle and
+ * the class has fewer than its limit. Under mu. */
+static void pool_enqueue_locked(rpc_pool *p, wt_rpc_call *c) {
+  c->next = NULL;
+  if (p->tail)
+    p->tail->next = c;
+  else
+    p->head = c;
+  p->tail = c;
+  p->queued++;
+  if (p->idle < p->queued && p->nthreads < p->cfg.max_running) {
+    pthread_t tid;
+    int rc = pthread_create(&tid, NULL, pool_main, p);
+    if (rc == 0)
+      p->threads[p->nthreads++] = tid;
+    else
+      WT_LOGW(RPC_MOD, "class '%s': cannot start a handler thread: %s",
+              p->cfg.name, strerror(rc));
+  }
+  pthread_cond_signal(&p->work_cv);
+}
+
+void wt_rpc_server_class_load(wt_rpc_server *s, size_t cls,
+                              wt_rpc_class_load *out) {
+  memset(out, 0, sizeof(*out));
+  if (cls >= s->npools) return;
+  pthread_mutex_lock(&s->mu);
+  out->running = s->pools[cls].running;
+  out->queued = s->pools[cls].queued;
+  out->threads = s->pools[cls].nthreads;
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- request slots ------------------------------------------------------- */
 
 static void slot_free(request_slot *slot) {
   grpc_metadata_array_destroy(&slot->metadata);
@@ -429,12 +287,14 @@ static void slot_post(request_slot *slot) {
         &slot->tag);
   }
   if (err != GRPC_CALL_OK) {
-    WT_LOGE(MOD, "cannot request calls: %s", grpc_call_error_to_string(err));
+    WT_LOGE(RPC_MOD, "cannot request calls: %s",
+            grpc_call_error_to_string(err));
     slot_free(slot);
   }
 }
 
-static wt_status *slot_new(wt_rpc_server *s, tag_kind kind, size_t method) {
+static wt_status *slot_new(wt_rpc_server *s, rpc_tag_kind kind,
+                           size_t method) {
   request_slot *slot = calloc(1, sizeof(*slot));
   if (slot == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
@@ -467,13 +327,12 @@ static void on_generic(request_slot *slot, int ok) {
     slot_free(slot);
     return;
   }
-  wt_rpc_server *s = slot->server;
   grpc_call *call = slot->call;
   char *method = grpc_slice_to_c_string(slot->details.method);
   grpc_metadata_array_destroy(&slot->metadata);
   grpc_call_details_destroy(&slot->details);
   slot_recycle(slot);
-  reject(s, call, WT_UNIMPLEMENTED, "unknown method %s", method);
+  reject(call, WT_UNIMPLEMENTED, "unknown method %s", method);
   gpr_free(method);
 }
 
@@ -484,6 +343,7 @@ static void on_request(request_slot *slot, int ok) {
   }
   wt_rpc_server *s = slot->server;
   const wt_rpc_method *m = &s->methods[slot->method];
+  rpc_pool *p = &s->pools[m->admission];
   grpc_call *call = slot->call;
   grpc_byte_buffer *payload = slot->payload;
   gpr_timespec deadline = slot->deadline;
@@ -494,7 +354,7 @@ static void on_request(request_slot *slot, int ok) {
   ProtobufCMessage *request = NULL;
   if (m->kind != WT_RPC_CLIENT_STREAM) {
     if (payload == NULL) {
-      reject(s, call, WT_INVALID_ARGUMENT,
+      reject(call, WT_INVALID_ARGUMENT,
              "request %s: missing (the client sent no message)",
              m->request->name);
       return;
@@ -502,83 +362,54 @@ static void on_request(request_slot *slot, int ok) {
     wt_status *st = wt_pb_unpack(payload, m->request, &request);
     grpc_byte_buffer_destroy(payload);
     if (st != NULL) {
-      reject(s, call, wt_status_code(st), "request %s", wt_status_message(st));
+      reject(call, wt_status_code(st), "request %s", wt_status_message(st));
       wt_status_free(st);
       return;
     }
   }
 
-  reap(s);
   pthread_mutex_lock(&s->mu);
-  server_state state = s->state;
-  int busy = s->n_threads;
-  bool admit = state == STATE_RUNNING && busy < s->max_handler_threads;
-  if (admit) s->n_threads++;
+  rpc_state state = s->state;
+  int running = p->running, queued = p->queued;
+  bool admit = state == STATE_RUNNING && pool_admit_locked(p);
+  if (admit && m->kind == WT_RPC_WATCH) p->running++;
   pthread_mutex_unlock(&s->mu);
   if (!admit) {
     wt_pb_free(request);
     if (state != STATE_RUNNING)
-      reject(s, call, WT_UNAVAILABLE, "%s: the server is shutting down",
-             m->path);
+      reject(call, WT_UNAVAILABLE, "%s: the server is shutting down", m->path);
+    else if (m->kind == WT_RPC_WATCH)
+      reject(call, WT_RESOURCE_EXHAUSTED,
+             "%s: server busy: %d %s streams open (the limit%s%s)", m->path,
+             running, p->cfg.name, p->cfg.option ? "; raise it with " : "",
+             p->cfg.option ? p->cfg.option : "");
     else
-      reject(s, call, WT_RESOURCE_EXHAUSTED,
-             "%s: server busy: %d calls in progress (the limit)", m->path,
-             busy);
+      reject(call, WT_RESOURCE_EXHAUSTED,
+             "%s: server busy: %d %s calls running and %d waiting (the "
+             "limit%s%s)",
+             m->path, running, p->cfg.name, queued,
+             p->cfg.option ? "; raise it with " : "",
+             p->cfg.option ? p->cfg.option : "");
     return;
   }
-
-  wt_rpc_call *c = calloc(1, sizeof(*c));
-  if (c == NULL) goto fail;
-  c->server = s;
-  c->method = m;
-  c->call = call;
-  c->deadline = gpr_convert_clock_type(deadline, GPR_CLOCK_MONOTONIC);
-  c->peer = grpc_call_get_peer(call);
-  c->request = request;
-  c->op_tag.kind = TAG_CALL_OP;
-  c->op_tag.owner = c;
-  c->close_tag.kind = TAG_CALL_CLOSE;
-  c->close_tag.owner = c;
-  atomic_init(&c->refs, 1); /* the handler thread's */
-  atomic_init(&c->cancelled, false);
-  pthread_mutex_init(&c->mu, NULL);
-  pthread_cond_init(&c->cv, NULL);
-  pthread_mutex_init(&c->cb_mu, NULL);
-  int rc = pthread_create(&c->thread, NULL, handler_main, c);
-  if (rc == 0) return;
-  WT_LOGE(MOD, "%s: cannot start a handler thread: %s", m->path, strerror(rc));
-  c->request = NULL;
-  if (c->peer) gpr_free(c->peer);
-  pthread_mutex_destroy(&c->mu);
-  pthread_cond_destroy(&c->cv);
-  pthread_mutex_destroy(&c->cb_mu);
-  free(c);
-fail:
-  wt_pb_free(request);
+  if (m->kind == WT_RPC_WATCH) {
+    rpc_stream_accept(s, m, p, call, request);
+    return;
+  }
+  wt_rpc_call *c = rpc_call_new(s, m, p, call, deadline, request);
+  if (c == NULL) {
+    wt_pb_free(request);
+    reject(call, WT_RESOURCE_EXHAUSTED, "%s: out of memory", m->path);
+    return;
+  }
   pthread_mutex_lock(&s->mu);
-  s->n_threads--;
+  pool_enqueue_locked(p, c);
   pthread_mutex_unlock(&s->mu);
-  reject(s, call, WT_RESOURCE_EXHAUSTED, "%s: cannot start a handler", m->path);
 }
 
 /* ---- polling thread ------------------------------------------------------ */
 
-static void on_call_close(wt_rpc_call *c) {
-  pthread_mutex_lock(&c->mu);
-  bool cancelled = c->close_cancelled != 0;
-  if (cancelled) atomic_store(&c->cancelled, true);
-  pthread_mutex_unlock(&c->mu);
-  if (cancelled) {
-    WT_LOGD(MOD, "%s: cancelled (peer %s)", c->method->path,
-            c->peer ? c->peer : "?");
-    pthread_mutex_lock(&c->cb_mu);
-    if (c->cancel_fn) c->cancel_fn(c->cancel_arg);
-    pthread_mutex_unlock(&c->cb_mu);
-  }
-  call_unref(c);
-}
-
-static void dispatch(wt_rpc_server *s, tag *t, int ok) {
+static void dispatch(wt_rpc_server *s, rpc_tag *t, int ok) {
   switch (t->kind) {
     case TAG_REQUEST:
       on_request(t->owner, ok);
@@ -589,17 +420,17 @@ static void dispatch(wt_rpc_server *s, tag *t, int ok) {
     case TAG_REJECT:
       reject_done(t->owner);
       break;
-    case TAG_CALL_OP: {
-      wt_rpc_call *c = t->owner;
-      pthread_mutex_lock(&c->mu);
-      c->op_done = true;
-      c->op_ok = ok;
-      pthread_cond_broadcast(&c->cv);
-      pthread_mutex_unlock(&c->mu);
+    case TAG_CALL_OP:
+      rpc_call_on_op(t->owner, ok);
       break;
-    }
     case TAG_CALL_CLOSE:
-      on_call_close(t->owner);
+      rpc_call_on_close(t->owner);
+      break;
+    case TAG_STREAM_SEND:
+      rpc_stream_on_send(t->owner, ok);
+      break;
+    case TAG_STREAM_CLOSE:
+      rpc_stream_on_close(t->owner);
       break;
     case TAG_SHUTDOWN:
       pthread_mutex_lock(&s->mu);
@@ -614,10 +445,9 @@ static void dispatch(wt_rpc_server *s, tag *t, int ok) {
 static void poll_loop(wt_rpc_server *s) {
   for (;;) {
     grpc_event ev = grpc_completion_queue_next(
-        s->cq, deadline_after_ms(POLL_INTERVAL_MS), NULL);
+        s->cq, rpc_deadline_after_ms(POLL_INTERVAL_MS), NULL);
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
     if (ev.type == GRPC_OP_COMPLETE) dispatch(s, ev.tag, ev.success);
-    reap(s);
   }
 }
 
@@ -629,7 +459,8 @@ static void *poller_main(void *arg) {
 /* ---- lifecycle ------------------------------------------------------------
  */
 
-static wt_status *validate_methods(const wt_rpc_method *methods, size_t n) {
+static wt_status *validate_methods(const wt_rpc_method *methods, size_t n,
+                                   size_t nclasses) {
   for (size_t i = 0; i < n; i++) {
     const wt_rpc_method *m = &methods[i];
     if (m->path == NULL || m->path[0] != '/' ||
@@ -638,13 +469,18 @@ static wt_status *validate_methods(const wt_rpc_method *methods, size_t n) {
                            "method %zu: path '%s' is not \"/package.Service/"
                            "Method\"",
                            i, m->path ? m->path : "(null)");
-    if (m->handler == NULL)
-      return wt_status_new(WT_INVALID_ARGUMENT, "method %s: no handler",
-                           m->path);
     if (m->kind != WT_RPC_UNARY && m->kind != WT_RPC_CLIENT_STREAM &&
-        m->kind != WT_RPC_SERVER_STREAM)
+        m->kind != WT_RPC_SERVER_STREAM && m->kind != WT_RPC_WATCH)
       return wt_status_new(WT_INVALID_ARGUMENT, "method %s: unknown kind %d",
                            m->path, (int)m->kind);
+    if (m->kind == WT_RPC_WATCH ? m->open == NULL : m->handler == NULL)
+      return wt_status_new(WT_INVALID_ARGUMENT, "method %s: no %s", m->path,
+                           m->kind == WT_RPC_WATCH ? "open function"
+                                                   : "handler");
+    if (m->admission >= nclasses)
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "method %s: admission class %u of %zu", m->path,
+                           m->admission, nclasses);
     if (m->request == NULL ||
         m->request->magic != PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC)
       return wt_status_new(WT_INVALID_ARGUMENT,
@@ -657,6 +493,49 @@ static wt_status *validate_methods(const wt_rpc_method *methods, size_t n) {
   return NULL;
 }
 
+static void pools_free(wt_rpc_server *s) {
+  for (size_t i = 0; s->pools && i < s->npools; i++) {
+    pthread_cond_destroy(&s->pools[i].work_cv);
+    free(s->pools[i].threads);
+  }
+  free(s->pools);
+  s->pools = NULL;
+}
+
+static wt_status *pools_new(wt_rpc_server *s, const wt_rpc_server_options *o) {
+  wt_rpc_class fallback = {
+      "default",
+      o->max_handler_threads > 0 ? o->max_handler_threads
+                                 : DEFAULT_MAX_HANDLER_THREADS,
+      0, NULL};
+  const wt_rpc_class *classes = o->classes ? o->classes : &fallback;
+  size_t n = o->classes ? o->nclasses : 1;
+  if (n == 0)
+    return wt_status_new(WT_INVALID_ARGUMENT, "server: no admission class");
+  s->pools = calloc(n, sizeof(*s->pools));
+  if (s->pools == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "server: out of memory");
+  s->npools = n;
+  for (size_t i = 0; i < n; i++) {
+    rpc_pool *p = &s->pools[i];
+    pthread_cond_init(&p->work_cv, NULL);
+    p->cfg = classes[i];
+    p->index = i;
+    p->server = s;
+    if (p->cfg.name == NULL) p->cfg.name = "unnamed";
+    if (p->cfg.max_running <= 0 || p->cfg.max_queued < 0)
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "server: admission class '%s' allows %d calls and "
+                           "%d waiting; it needs at least one call and no "
+                           "negative queue",
+                           p->cfg.name, p->cfg.max_running, p->cfg.max_queued);
+    p->threads = calloc((size_t)p->cfg.max_running, sizeof(*p->threads));
+    if (p->threads == NULL)
+      return wt_status_new(WT_RESOURCE_EXHAUSTED, "server: out of memory");
+  }
+  return NULL;
+}
+
 wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
                              const wt_rpc_method *methods, size_t n, void *user,
                              wt_rpc_server **out) {
@@ -665,7 +544,7 @@ wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
   memset(&defaults, 0, sizeof(defaults));
   if (opts == NULL) opts = &defaults;
   *out = NULL;
-  WT_CHECK(validate_methods(methods, n));
+  WT_CHECK(validate_methods(methods, n, opts->classes ? opts->nclasses : 1));
 
   wt_rpc_server *s = calloc(1, sizeof(*s));
   if (s == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
@@ -674,24 +553,24 @@ wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
   s->user = user;
   s->listen = strdup(opts->listen ? opts->listen : DEFAULT_LISTEN);
   s->registered = calloc(n ? n : 1, sizeof(*s->registered));
-  if (s->listen == NULL || s->registered == NULL) {
+  if (s->listen == NULL || s->registered == NULL ||
+      (st = pools_new(s, opts)) != NULL) {
+    pools_free(s);
     free(s->listen);
     free(s->registered);
     free(s);
-    WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+    if (st == NULL) st = wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
   }
   s->requests_per_method = opts->requests_per_method > 0
                                ? opts->requests_per_method
                                : DEFAULT_REQUESTS_PER_METHOD;
-  s->max_handler_threads = opts->max_handler_threads > 0
-                               ? opts->max_handler_threads
-                               : DEFAULT_MAX_HANDLER_THREADS;
   s->on_shutdown = opts->on_shutdown;
   s->shutdown_tag.kind = TAG_SHUTDOWN;
   s->shutdown_tag.owner = s;
   s->state = STATE_NEW;
   pthread_mutex_init(&s->mu, NULL);
-  init_monotonic_cond(&s->cv);
+  rpc_init_monotonic_cond(&s->cv);
 
   grpc_init();
   grpc_arg args[3];
@@ -742,7 +621,7 @@ static void stop_inline(wt_rpc_server *s) {
     pthread_mutex_unlock(&s->mu);
     if (done) break;
     grpc_event ev = grpc_completion_queue_next(
-        s->cq, deadline_after_ms(POLL_INTERVAL_MS), NULL);
+        s->cq, rpc_deadline_after_ms(POLL_INTERVAL_MS), NULL);
     if (ev.type == GRPC_OP_COMPLETE) dispatch(s, ev.tag, ev.success);
   }
   grpc_server_destroy(s->server);
@@ -757,7 +636,7 @@ static void stop_inline(wt_rpc_server *s) {
 wt_status *wt_rpc_server_start(wt_rpc_server *s) {
   wt_status *st = NULL;
   pthread_mutex_lock(&s->mu);
-  server_state state = s->state;
+  rpc_state state = s->state;
   pthread_mutex_unlock(&s->mu);
   if (state != STATE_NEW)
     WT_FAIL(WT_FAILED_PRECONDITION, "server on %s: already started", s->listen);
@@ -793,34 +672,30 @@ wt_status *wt_rpc_server_start(wt_rpc_server *s) {
     goto out;
   }
   s->poller_started = true;
-  WT_LOGD(MOD, "serving %zu methods on %s (port %d)", s->n_methods, s->listen,
-          s->port);
+  WT_LOGD(RPC_MOD, "serving %zu methods on %s (port %d)", s->n_methods,
+          s->listen, s->port);
 out:
   return st;
 }
 
 /* Waits on the server's condition until `pred` holds or `deadline` (ms on
- * the monotonic clock, -1: none) passes, joining finished handlers meanwhile.
- * Called and returns with s->mu held. */
+ * the monotonic clock, -1: none) passes. Called and returns with s->mu
+ * held. */
 static bool wait_until(wt_rpc_server *s, bool (*pred)(wt_rpc_server *),
                        int64_t deadline, const char *what) {
-  int64_t next_warn = now_ms() + 5000;
+  int64_t next_warn = rpc_now_ms() + 5000;
   while (!pred(s)) {
-    int64_t now = now_ms();
+    int64_t now = rpc_now_ms();
     if (deadline >= 0 && now >= deadline) return false;
     if (now >= next_warn) {
-      WT_LOGW(MOD, "shutdown: still waiting for %s (%d handlers running)", what,
-              s->n_threads);
+      WT_LOGW(RPC_MOD, "shutdown: still waiting for %s", what);
       next_warn = now + 5000;
     }
     int64_t step = POLL_INTERVAL_MS;
     if (deadline >= 0 && deadline - now < step) step = deadline - now;
     struct timespec ts;
-    abs_timespec_after_ms(&ts, step);
+    rpc_abs_timespec_after_ms(&ts, step);
     pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-    pthread_mutex_unlock(&s->mu);
-    reap(s);
-    pthread_mutex_lock(&s->mu);
   }
   return true;
 }
@@ -828,8 +703,18 @@ static bool wait_until(wt_rpc_server *s, bool (*pred)(wt_rpc_server *),
 static bool shutdown_notified(wt_rpc_server *s) {
   return s->shutdown_notified;
 }
-static bool handlers_joined(wt_rpc_server *s) {
-  return s->n_threads == 0;
+
+static bool calls_done(wt_rpc_server *s) {
+  for (size_t i = 0; i < s->npools; i++)
+    if (s->pools[i].running > 0 || s->pools[i].queued > 0) return false;
+  return true;
+}
+
+static int calls_in_progress(wt_rpc_server *s) {
+  int n = 0;
+  for (size_t i = 0; i < s->npools; i++)
+    n += s->pools[i].running + s->pools[i].queued;
+  return n;
 }
 
 void wt_rpc_server_shutdown(wt_rpc_server *s, int64_t deadline_ms) {
@@ -841,26 +726,30 @@ void wt_rpc_server_shutdown(wt_rpc_server *s, int64_t deadline_ms) {
   s->state = STATE_SHUTTING_DOWN;
   pthread_mutex_unlock(&s->mu);
 
-  int64_t deadline = now_ms() + (deadline_ms > 0 ? deadline_ms : 0);
+  int64_t deadline = rpc_now_ms() + (deadline_ms > 0 ? deadline_ms : 0);
   grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
   if (s->on_shutdown) s->on_shutdown(s->user);
 
   pthread_mutex_lock(&s->mu);
   if (!wait_until(s, shutdown_notified, deadline, "calls to finish")) {
-    pthread_mutex_unlock(&s->mu);
-    reap(s);
-    pthread_mutex_lock(&s->mu);
+    int left = calls_in_progress(s);
     /* Only worth a line when the caller meant to give calls time. */
-    if (s->n_threads > 0)
-      wt_log(deadline_ms > 0 ? WT_LOG_INFO : WT_LOG_DEBUG, MOD,
-             "shutdown: cancelling %d calls still in progress", s->n_threads);
+    if (left > 0)
+      wt_log(deadline_ms > 0 ? WT_LOG_INFO : WT_LOG_DEBUG, RPC_MOD,
+             "shutdown: cancelling %d calls still in progress", left);
     pthread_mutex_unlock(&s->mu);
     grpc_server_cancel_all_calls(s->server);
     pthread_mutex_lock(&s->mu);
     wait_until(s, shutdown_notified, -1, "cancelled calls to end");
   }
-  wait_until(s, handlers_joined, -1, "handlers to return");
+  wait_until(s, calls_done, -1, "handlers to return");
+  s->pools_quit = true;
+  for (size_t i = 0; i < s->npools; i++)
+    pthread_cond_broadcast(&s->pools[i].work_cv);
   pthread_mutex_unlock(&s->mu);
+  for (size_t i = 0; i < s->npools; i++)
+    for (int t = 0; t < s->pools[i].nthreads; t++)
+      pthread_join(s->pools[i].threads[t], NULL);
 
   grpc_server_destroy(s->server);
   s->server = NULL;
@@ -870,7 +759,7 @@ void wt_rpc_server_shutdown(wt_rpc_server *s, int64_t deadline_ms) {
   pthread_mutex_lock(&s->mu);
   s->state = STATE_DONE;
   pthread_mutex_unlock(&s->mu);
-  WT_LOGD(MOD, "server on %s stopped", s->listen);
+  WT_LOGD(RPC_MOD, "server on %s stopped", s->listen);
 }
 
 void wt_rpc_server_destroy(wt_rpc_server *s) {
@@ -884,184 +773,9 @@ void wt_rpc_server_destroy(wt_rpc_server *s) {
   grpc_completion_queue_destroy(s->cq);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
+  pools_free(s);
   free(s->registered);
   free(s->listen);
   free(s);
   grpc_shutdown();
-}
-
-/* ---- inside a handler -----------------------------------------------------
- */
-
-const char *wt_rpc_call_method(const wt_rpc_call *call) {
-  return call->method->path;
-}
-
-const char *wt_rpc_call_peer(const wt_rpc_call *call) {
-  return call->peer ? call->peer : "";
-}
-
-int64_t wt_rpc_call_remaining_ms(const wt_rpc_call *call) {
-  if (gpr_time_cmp(call->deadline, gpr_inf_future(GPR_CLOCK_MONOTONIC)) == 0)
-    return -1;
-  gpr_timespec left =
-      gpr_time_sub(call->deadline, gpr_now(GPR_CLOCK_MONOTONIC));
-  if (left.tv_sec < 0 || (left.tv_sec == 0 && left.tv_nsec == 0)) return 0;
-  return (int64_t)left.tv_sec * 1000 + (left.tv_nsec + 999999) / 1000000;
-}
-
-bool wt_rpc_call_cancelled(wt_rpc_call *call) {
-  return atomic_load(&call->cancelled) || wt_rpc_call_remaining_ms(call) == 0;
-}
-
-void wt_rpc_call_set_cancel_callback(wt_rpc_call *call, void (*fn)(void *arg),
-                                     void *arg) {
-  pthread_mutex_lock(&call->cb_mu);
-  call->cancel_fn = fn;
-  call->cancel_arg = fn ? arg : NULL;
-  pthread_mutex_unlock(&call->cb_mu);
-}
-
-void wt_rpc_call_cancel(wt_rpc_call *c, wt_code code, const char *message) {
-  grpc_slice details = status_details(message ? message : "");
-  char *text = grpc_slice_to_c_string(details);
-  atomic_store(&c->cancelled, true);
-  grpc_call_error err = grpc_call_cancel_with_status(
-      c->call, (grpc_status_code)wt_code_to_grpc(code), text, NULL);
-  if (err != GRPC_CALL_OK)
-    WT_LOGW(MOD, "%s: cannot cancel the call: %s", c->method->path,
-            grpc_call_error_to_string(err));
-  gpr_free(text);
-  grpc_slice_unref(details);
-}
-
-wt_status *wt_rpc_call_read_raw(wt_rpc_call *c, grpc_byte_buffer **bb) {
-  *bb = NULL;
-  if (c->method->kind != WT_RPC_CLIENT_STREAM)
-    return wt_status_new(WT_INTERNAL, "%s: read on a %s method",
-                         c->method->path, kind_name(c->method->kind));
-  if (wt_rpc_call_cancelled(c)) return call_failed(c, "read");
-  grpc_byte_buffer *buf = NULL;
-  grpc_op op;
-  memset(&op, 0, sizeof(op));
-  op.op = GRPC_OP_RECV_MESSAGE;
-  op.data.recv_message.recv_message = &buf;
-  int ok = call_run_batch(c, &op, 1);
-  if (ok < 0)
-    return wt_status_new(WT_INTERNAL, "%s: read: cannot start a batch",
-                         c->method->path);
-  if (!ok || (buf == NULL && grpc_call_failed_before_recv_message(c->call))) {
-    if (buf) grpc_byte_buffer_destroy(buf);
-    return call_failed(c, "read");
-  }
-  *bb = buf;
-  return NULL;
-}
-
-wt_status *wt_rpc_call_read(wt_rpc_call *c, ProtobufCMessage **msg) {
-  *msg = NULL;
-  grpc_byte_buffer *bb = NULL;
-  wt_status *st = wt_rpc_call_read_raw(c, &bb);
-  if (st != NULL || bb == NULL) return st;
-  st = wt_pb_unpack(bb, c->method->request, msg);
-  grpc_byte_buffer_destroy(bb);
-  if (st != NULL) {
-    wt_status *wrapped =
-        wt_status_new(wt_status_code(st), "request %s", wt_status_message(st));
-    wt_status_free(st);
-    st = wrapped;
-  }
-  return st;
-}
-
-static wt_status *check_response_type(wt_rpc_call *c,
-                                      const ProtobufCMessage *msg) {
-  const ProtobufCMessageDescriptor *want = c->method->response;
-  if (msg == NULL || msg->descriptor == NULL)
-    return wt_status_new(WT_INTERNAL, "%s: response is not a message",
-                         c->method->path);
-  if (want != NULL && msg->descriptor != want)
-    return wt_status_new(WT_INTERNAL, "%s: response is a %s, expected a %s",
-                         c->method->path, msg->descriptor->name, want->name);
-  return NULL;
-}
-
-wt_status *wt_rpc_call_write(wt_rpc_call *c, const ProtobufCMessage *msg) {
-  wt_status *st = NULL;
-  grpc_byte_buffer *bb = NULL;
-  if (c->method->kind != WT_RPC_SERVER_STREAM)
-    WT_FAIL(WT_INTERNAL, "%s: write on a %s method", c->method->path,
-            kind_name(c->method->kind));
-  WT_CHECK(check_response_type(c, msg));
-  if (wt_rpc_call_cancelled(c)) {
-    st = call_failed(c, "write");
-    goto out;
-  }
-  WT_CHECK(wt_pb_pack(msg, &bb));
-  grpc_op ops[2];
-  size_t n = 0;
-  memset(ops, 0, sizeof(ops));
-  if (!c->initial_metadata_sent) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-  ops[n].op = GRPC_OP_SEND_MESSAGE;
-  ops[n++].data.send_message.send_message = bb;
-  int ok = call_run_batch(c, ops, n);
-  if (ok < 0)
-    WT_FAIL(WT_INTERNAL, "%s: write: cannot start a batch", c->method->path);
-  c->initial_metadata_sent = true;
-  if (!ok) st = call_failed(c, "write");
-out:
-  if (bb) grpc_byte_buffer_destroy(bb);
-  return st;
-}
-
-wt_status *wt_rpc_call_respond(wt_rpc_call *c, const ProtobufCMessage *msg) {
-  wt_status *st = NULL;
-  grpc_byte_buffer *bb = NULL;
-  if (c->method->kind == WT_RPC_SERVER_STREAM)
-    WT_FAIL(WT_INTERNAL, "%s: respond on a server stream (use write)",
-            c->method->path);
-  WT_CHECK(check_response_type(c, msg));
-  WT_CHECK(wt_pb_pack(msg, &bb));
-  if (c->response) grpc_byte_buffer_destroy(c->response);
-  c->response = bb;
-out:
-  return st;
-}
-
-/* ---- signals --------------------------------------------------------------
- */
-
-static void termination_set(sigset_t *set) {
-  sigemptyset(set);
-  sigaddset(set, SIGINT);
-  sigaddset(set, SIGTERM);
-}
-
-wt_status *wt_signal_block_termination(void) {
-  sigset_t set;
-  termination_set(&set);
-  int rc = pthread_sigmask(SIG_BLOCK, &set, NULL);
-  if (rc != 0) return wt_status_from_errno(rc, "blocking SIGINT and SIGTERM");
-  /* A peer that closes its socket must cost an error code, not the
-   * process. */
-  signal(SIGPIPE, SIG_IGN);
-  return NULL;
-}
-
-int wt_signal_wait(int64_t timeout_ms) {
-  sigset_t set;
-  termination_set(&set);
-  for (;;) {
-    int sig;
-    if (timeout_ms < 0) {
-      sig = sigwaitinfo(&set, NULL);
-    } else {
-      struct timespec ts = {(time_t)(timeout_ms / 1000),
-                            (long)(timeout_ms % 1000) * 1000000L};
-      sig = sigtimedwait(&set, NULL, &ts);
-    }
-    if (sig > 0) return sig;
-    if (errno == EAGAIN) return 0;
-    if (errno != EINTR) return 0;
-  }
 }

@@ -17,6 +17,7 @@
 
 #include "wt/log.h"
 #include "wt/rpc.h"
+#include "wt/signals.h"
 #include "wt/server.h"
 #include "wt/synthetic.h"
 
@@ -25,7 +26,8 @@ static void usage(FILE *f) {
           "usage: wt-server [options]\n"
           "\n"
           "Serves wt.v1.WeightTransfer: holds a model's parameters on one or\n"
-          "more host workers and receives new weights from a trainer.\n"
+          "more workers (host or GPU) and receives new weights from a\n"
+          "trainer.\n"
           "\n"
           "options:\n"
           "  --listen HOST:PORT     address to serve on (default %s;\n"
@@ -40,14 +42,29 @@ static void usage(FILE *f) {
     fprintf(f, " %s", *n);
   fprintf(f,
           "\n"
-          "  --workers N            host workers, each holding the whole\n"
+          "  --device LIST          cpu (default), or GPUs: cuda:0,cuda:1 (one\n"
+          "                         worker per device, holding device memory)\n"
+          "  --workers N            cpu workers, each holding the whole\n"
           "                         model (default 1)\n"
+          "  --memory KIND          the cpu workers' memory: host (default),\n"
+          "                         shared (a memfd another process can map)\n"
+          "                         or pinned (page-locked; needs CUDA)\n"
           "  --staging MODE         shadow (a round writes spare buffers,\n"
           "                         finish swaps them in; default) or inplace\n"
           "                         (half the memory; the store is marked\n"
           "                         incomplete while a round writes)\n"
           "  --round-timeout SEC    abort a round idle longer than this\n"
           "                         between calls or chunks (default %u)\n"
+          "  --header-timeout SEC   end a PushWeights stream that sends no\n"
+          "                         header this long (default %u)\n"
+          "  --max-round-calls N    round calls (init, start, update, push,\n"
+          "                         finish, abort) served at once; never\n"
+          "                         taken by readers (default %d)\n"
+          "  --max-reader-calls N   reader calls (info, parameters, version,\n"
+          "                         checksums) served at once; %d times as\n"
+          "                         many wait (default %d)\n"
+          "  --max-watchers N       open WatchWeightVersion streams; they\n"
+          "                         hold no thread (default %d)\n"
           "  --ucx-transports LIST  UCX transports of the ucx backend's\n"
           "                         workers (UCX_TLS syntax, e.g. tcp or\n"
           "                         sm,self) when the init info's\n"
@@ -58,7 +75,10 @@ static void usage(FILE *f) {
           "  --log-level LEVEL      debug, info, warn, error or off\n"
           "                         (default: $WT_LOG, else info)\n"
           "  -h, --help             this text\n",
-          WT_SERVER_DEFAULT_ROUND_TIMEOUT_MS / 1000);
+          WT_SERVER_DEFAULT_ROUND_TIMEOUT_MS / 1000,
+          WT_SERVER_DEFAULT_HEADER_TIMEOUT_MS / 1000,
+          WT_SERVER_DEFAULT_ROUND_CALLS, 64, WT_SERVER_DEFAULT_READER_CALLS,
+          WT_SERVER_DEFAULT_WATCHERS);
 }
 
 static int bad_option(const char *fmt, ...)
@@ -84,6 +104,12 @@ int main(int argc, char **argv) {
       {"round-timeout", required_argument, NULL, 't'},
       {"log-level", required_argument, NULL, 'v'},
       {"ucx-transports", required_argument, NULL, 'u'},
+      {"device", required_argument, NULL, 'd'},
+      {"memory", required_argument, NULL, 'M'},
+      {"header-timeout", required_argument, NULL, 'H'},
+      {"max-round-calls", required_argument, NULL, 'R'},
+      {"max-reader-calls", required_argument, NULL, 'E'},
+      {"max-watchers", required_argument, NULL, 'W'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -127,7 +153,9 @@ int main(int argc, char **argv) {
         }
         break;
       }
-      case 't': {
+      case 't':
+      case 'H': {
+        const char *name = c == 't' ? "--round-timeout" : "--header-timeout";
         char *end = NULL;
         errno = 0;
         double v = strtod(optarg, &end);
@@ -136,8 +164,57 @@ int main(int argc, char **argv) {
           return bad_option(
               "%s '%s' is not a number of seconds (0.001 to "
               "2592000)",
-              "--round-timeout", optarg);
-        opts.round_timeout_ms = (uint32_t)(v * 1000.0 + 0.5);
+              name, optarg);
+        uint32_t ms = (uint32_t)(v * 1000.0 + 0.5);
+        if (c == 't')
+          opts.round_timeout_ms = ms;
+        else
+          opts.header_timeout_ms = ms;
+        break;
+      }
+      case 'R':
+      case 'E':
+      case 'W': {
+        const char *name = c == 'R'   ? "--max-round-calls"
+                           : c == 'E' ? "--max-reader-calls"
+                                      : "--max-watchers";
+        long max = c == 'W' ? 1000000 : 4096;
+        char *end = NULL;
+        errno = 0;
+        long v = strtol(optarg, &end, 10);
+        if (errno || end == optarg || *end != '\0' || v < 1 || v > max)
+          return bad_option("%s '%s' is not a number from 1 to %ld", name,
+                            optarg, max);
+        *(c == 'R'   ? &opts.max_round_calls
+          : c == 'E' ? &opts.max_reader_calls
+                     : &opts.max_watchers) = (int)v;
+        break;
+      }
+      case 'd': {
+        wt_device *list = NULL;
+        size_t n = 0;
+        wt_status *e = wt_device_list_parse(optarg, &list, &n);
+        free(list);
+        if (e != NULL) {
+          int rc = bad_option("--device: %s", wt_status_message(e));
+          wt_status_free(e);
+          return rc;
+        }
+        opts.devices = optarg;
+        break;
+      }
+      case 'M': {
+        wt_status *e = wt_mem_kind_parse(optarg, &opts.memory);
+        if (e == NULL && !wt_mem_kind_host_addressable(opts.memory))
+          return bad_option(
+              "--memory '%s': cpu workers hold host, shared or pinned memory; "
+              "device memory comes with --device cuda:N",
+              optarg);
+        if (e != NULL) {
+          wt_status_free(e);
+          return bad_option("--memory '%s' is not host, shared or pinned",
+                            optarg);
+        }
         break;
       }
       case 'v': {

@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -17,6 +18,8 @@
 #include "wt/synthetic.h"
 
 #define ALIGN 64u
+/* The bounce buffer of a device store's reads and digests. */
+#define BOUNCE_BYTES ((size_t)4 << 20)
 
 /* Where a tensor stands in the current round. */
 enum {
@@ -25,19 +28,18 @@ enum {
   T_STAGED = 2,  /* every byte landed */
 };
 
-/* One anonymous mapping holding one copy of every tensor. */
-typedef struct arena {
-  unsigned char *base;
-  size_t len;
-} arena;
-
 struct wt_param_store {
   wt_staging staging;
+  wt_mem_kind memory;
+  wt_device device;
+  char *name;
   size_t n;
   wt_tensor_meta *metas;
-  uint64_t *offset; /* tensor i lives at arena.base + offset[i] */
+  uint64_t *offset; /* tensor i lives at buf.base + offset[i] */
   uint64_t total_bytes;
-  arena buf[2];        /* buf[1] only for shadow staging */
+  /* One region per buffer set, each holding one copy of every tensor;
+   * buf[1] only for shadow staging. */
+  wt_mem_region buf[2];
   unsigned char *live; /* per tensor: which of buf[] is live (shadow) */
   /* Open-addressing name index: slots hold tensor index + 1, 0 is empty. */
   size_t *slots;
@@ -57,6 +59,11 @@ struct wt_param_store {
 
   pthread_rwlock_t lock;
   bool has_lock;
+
+  /* Device memory: the pinned buffer reads and digests go through (made on
+   * first use), one reader at a time. */
+  pthread_mutex_t bounce_mu;
+  wt_mem_bounce bounce;
 };
 
 static const char *const staging_names[] = {
@@ -118,51 +125,29 @@ static wt_status *build_index(wt_param_store *s) {
   return NULL;
 }
 
-/* Maps `len` bytes. Both buffers are faulted in here, at load, rather than
- * by a round's first copy: a round then runs at memory speed from the first
- * one, and a host short of memory fails at start, not mid-round. Huge pages
- * where the kernel allows them: fewer faults and TLB misses for GiBs. */
-static wt_status *arena_map(arena *a, size_t len) {
-  a->len = len;
-  if (len == 0) return NULL;
-  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
-    a->len = 0;
-    return wt_status_from_errno(errno, "param store: mapping %zu bytes", len);
-  }
-  a->base = p;
-  madvise(p, len, MADV_HUGEPAGE);
-#ifdef MADV_POPULATE_WRITE
-  if (madvise(p, len, MADV_POPULATE_WRITE) == 0) return NULL;
-#endif
-  /* Older kernels: touch one byte per page. */
-  long page = sysconf(_SC_PAGESIZE);
-  for (size_t off = 0; off < len; off += (size_t)(page > 0 ? page : 4096))
-    ((volatile unsigned char *)p)[off] = 0;
-  return NULL;
-}
-
-static void arena_unmap(arena *a) {
-  if (a->base != NULL) munmap(a->base, a->len);
-  a->base = NULL;
-  a->len = 0;
-}
-
 wt_status *wt_param_store_new(const wt_tensor_meta *metas, size_t n,
-                              wt_staging staging, wt_param_store **out) {
+                              const wt_store_config *cfg,
+                              wt_param_store **out) {
   wt_status *st = NULL;
   wt_param_store *s = NULL;
+  wt_store_config c = {0};
+  if (cfg != NULL) c = *cfg;
   if (out == NULL) WT_FAIL(WT_INVALID_ARGUMENT, "param store: 'out' is NULL");
   *out = NULL;
   if (n > 0 && metas == NULL)
     WT_FAIL(WT_INVALID_ARGUMENT, "param store: %zu tensors but no metadata", n);
-  if (wt_staging_name(staging) == NULL)
+  if (wt_staging_name(c.staging) == NULL)
     WT_FAIL(WT_INVALID_ARGUMENT, "param store: staging %d is unknown",
-            (int)staging);
+            (int)c.staging);
+  WT_CHECK(wt_mem_kind_available(c.memory, c.device));
   s = calloc(1, sizeof(*s));
   if (s == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "param store: out of memory");
-  s->staging = staging;
+  s->buf[0].fd = s->buf[1].fd = -1;
+  pthread_mutex_init(&s->bounce_mu, NULL);
+  s->staging = c.staging;
+  s->memory = c.memory;
+  s->device = c.device;
+  s->name = strdup(c.name ? c.name : "");
   s->n = n;
   size_t cnt = n ? n : 1;
   s->metas = calloc(cnt, sizeof(*s->metas));
@@ -172,7 +157,7 @@ wt_status *wt_param_store_new(const wt_tensor_meta *metas, size_t n,
   s->dirty = calloc(cnt, 1);
   s->touched = calloc(cnt, sizeof(*s->touched));
   if (!s->metas || !s->offset || !s->live || !s->state || !s->dirty ||
-      !s->touched)
+      !s->touched || !s->name)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "param store: out of memory for %zu tensors",
             n);
   uint64_t len = 0;
@@ -194,9 +179,14 @@ wt_status *wt_param_store_new(const wt_tensor_meta *metas, size_t n,
   if (len > SIZE_MAX)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "param store: %" PRIu64 " bytes is too much",
             len);
-  WT_CHECK(arena_map(&s->buf[0], (size_t)len));
-  if (staging == WT_STAGING_SHADOW)
-    WT_CHECK(arena_map(&s->buf[1], (size_t)len));
+  for (int b = 0; b < (c.staging == WT_STAGING_SHADOW ? 2 : 1); b++) {
+    char what[96];
+    snprintf(what, sizeof(what), "%s%sparams-%d", s->name, *s->name ? "-" : "",
+             b);
+    WT_CHECK(wt_status_prefix(
+        wt_mem_alloc(c.memory, c.device, (size_t)len, what, &s->buf[b]),
+        "param store"));
+  }
   /* A commit is rare and short; readers (checksums) may be continuous, and
    * must not starve it. */
   pthread_rwlockattr_t attr;
@@ -221,8 +211,11 @@ out:
 void wt_param_store_destroy(wt_param_store *s) {
   if (s == NULL) return;
   if (s->has_lock) pthread_rwlock_destroy(&s->lock);
-  arena_unmap(&s->buf[0]);
-  arena_unmap(&s->buf[1]);
+  wt_mem_free(&s->buf[0]);
+  wt_mem_free(&s->buf[1]);
+  wt_mem_bounce_free(&s->bounce);
+  pthread_mutex_destroy(&s->bounce_mu);
+  free(s->name);
   if (s->metas != NULL)
     for (size_t i = 0; i < s->n; i++) wt_tensor_meta_clear(&s->metas[i]);
   free(s->metas);
@@ -237,22 +230,51 @@ void wt_param_store_destroy(wt_param_store *s) {
 
 static unsigned char *buffer_of(const wt_param_store *s, int b, size_t i) {
   if (s->buf[b].base == NULL) return NULL;
-  return s->buf[b].base + s->offset[i];
+  return (unsigned char *)s->buf[b].base + s->offset[i];
+}
+
+/* Which buffer set holds tensor i's committed bytes. */
+static int live_set(const wt_param_store *s, size_t i) {
+  return s->staging == WT_STAGING_SHADOW ? s->live[i] : 0;
+}
+
+typedef struct synth_fill {
+  const wt_tensor_meta *m;
+  uint64_t seed;
+} synth_fill;
+
+static wt_status *fill_synthetic(void *arg, uint64_t pos, void *buf,
+                                 size_t len) {
+  synth_fill *f = arg;
+  wt_synthetic_fill(f->m, f->seed, pos, buf, len);
+  return NULL;
+}
+
+/* Load-time writes share the store's bounce buffer (device memory). */
+static wt_mem_bounce *load_bounce(wt_param_store *s) {
+  if (wt_mem_kind_host_addressable(s->memory) || s->bounce.buf != NULL)
+    return &s->bounce;
+  wt_status *st = wt_mem_bounce_init(&s->bounce, BOUNCE_BYTES);
+  wt_status_free(st); /* without one, each write makes its own */
+  return &s->bounce;
 }
 
 wt_status *wt_param_store_from_synthetic(const char *layout, uint64_t seed,
-                                         wt_staging staging,
+                                         const wt_store_config *cfg,
                                          wt_param_store **out) {
   wt_status *st = NULL;
   wt_tensor_meta *metas = NULL;
   size_t n = 0;
   wt_param_store *s = NULL;
   WT_CHECK(wt_synthetic_layout(layout, &metas, &n));
-  WT_CHECK(wt_param_store_new(metas, n, staging, &s));
+  WT_CHECK(wt_param_store_new(metas, n, cfg, &s));
   for (size_t i = 0; i < n; i++) {
     const wt_tensor_meta *m = &s->metas[i];
-    if (m->nbytes > 0)
-      wt_synthetic_fill(m, seed, 0, buffer_of(s, 0, i), (size_t)m->nbytes);
+    synth_fill f = {m, seed};
+    WT_CHECK(wt_status_prefix(
+        wt_mem_fill(&s->buf[0], s->offset[i], (size_t)m->nbytes,
+                    fill_synthetic, &f, load_bounce(s)),
+        "param store: loading parameter '%s'", m->name));
   }
   *out = s;
   s = NULL;
@@ -263,7 +285,7 @@ out:
 }
 
 wt_status *wt_param_store_from_checkpoint(const wt_checkpoint *ck,
-                                          wt_staging staging,
+                                          const wt_store_config *cfg,
                                           wt_param_store **out) {
   wt_status *st = NULL;
   wt_tensor_meta *metas = NULL;
@@ -275,11 +297,13 @@ wt_status *wt_param_store_from_checkpoint(const wt_checkpoint *ck,
             n);
   /* Shallow copies: wt_param_store_new copies what it keeps. */
   for (size_t i = 0; i < n; i++) metas[i] = wt_checkpoint_at(ck, i)->meta;
-  WT_CHECK(wt_param_store_new(metas, n, staging, &s));
+  WT_CHECK(wt_param_store_new(metas, n, cfg, &s));
   for (size_t i = 0; i < n; i++) {
     const wt_st_tensor *t = wt_checkpoint_at(ck, i);
-    if (t->meta.nbytes > 0)
-      memcpy(buffer_of(s, 0, i), t->data, (size_t)t->meta.nbytes);
+    WT_CHECK(wt_status_prefix(
+        wt_mem_write(&s->buf[0], s->offset[i], t->data, (size_t)t->meta.nbytes,
+                     load_bounce(s)),
+        "param store: loading parameter '%s'", t->meta.name));
   }
   *out = s;
   s = NULL;
@@ -305,14 +329,24 @@ size_t wt_param_store_regions(const wt_param_store *s,
                               wt_param_region out[WT_PARAM_STORE_MAX_REGIONS]) {
   size_t n = 0;
   for (size_t i = 0; i < 2; i++)
-    if (s->buf[i].base != NULL && s->buf[i].len > 0)
-      out[n++] =
-          (wt_param_region){.base = s->buf[i].base, .len = s->buf[i].len};
+    if (s->buf[i].base != NULL && s->buf[i].len > 0) out[n++] = s->buf[i];
   return n;
 }
 
 wt_staging wt_param_store_staging(const wt_param_store *s) {
   return s->staging;
+}
+
+wt_mem_kind wt_param_store_memory(const wt_param_store *s) {
+  return s->memory;
+}
+
+wt_device wt_param_store_device(const wt_param_store *s) {
+  return s->device;
+}
+
+uint64_t wt_param_store_bytes_held(const wt_param_store *s) {
+  return (uint64_t)s->buf[0].len + (uint64_t)s->buf[1].len;
 }
 
 wt_status *wt_param_store_find(const wt_param_store *s, const char *name,
@@ -356,6 +390,29 @@ void *wt_param_store_stage(wt_param_store *s, size_t i) {
     return buffer_of(s, 0, i);
   }
   return buffer_of(s, 1 - s->live[i], i);
+}
+
+wt_status *wt_param_store_stage_write(wt_param_store *s, size_t i,
+                                      uint64_t offset, const void *src,
+                                      size_t len) {
+  if (i >= s->n)
+    return wt_status_new(WT_OUT_OF_RANGE,
+                         "param store: tensor index %zu of %zu", i, s->n);
+  const wt_tensor_meta *m = &s->metas[i];
+  if (offset > m->nbytes || len > m->nbytes - offset)
+    return wt_status_new(WT_OUT_OF_RANGE,
+                         "parameter '%s': bytes [%" PRIu64 ", %" PRIu64
+                         ") are outside its %" PRIu64 " bytes",
+                         m->name, offset, offset + len, m->nbytes);
+  int b = s->staging == WT_STAGING_INPLACE ? 0 : 1 - s->live[i];
+  if (wt_mem_kind_host_addressable(s->memory)) {
+    memcpy(buffer_of(s, b, i) + offset, src, len);
+    return NULL;
+  }
+  return wt_status_prefix(
+      wt_mem_ops_of(s->memory)->copy_in(&s->buf[b], s->offset[i] + offset, src,
+                                        len),
+      "parameter '%s'", m->name);
 }
 
 void wt_param_store_staged(wt_param_store *s, size_t i) {
@@ -453,7 +510,30 @@ void wt_param_store_read_unlock(wt_param_store *s) {
 
 const void *wt_param_store_live(const wt_param_store *s, size_t i) {
   if (i >= s->n) return NULL;
-  return buffer_of(s, s->staging == WT_STAGING_SHADOW ? s->live[i] : 0, i);
+  return buffer_of(s, live_set(s, i), i);
+}
+
+void wt_param_store_locate(const wt_param_store *s, size_t i, size_t *region,
+                           uint64_t *offset) {
+  /* Regions are reported in buffer-set order, so the index is the set. */
+  *region = i < s->n ? (size_t)live_set(s, i) : 0;
+  *offset = i < s->n ? s->offset[i] : 0;
+}
+
+/* The bounce buffer for one read or digest of a device store, taken (and
+ * made on first use); NULL for host memory. Released with bounce_put. */
+static wt_mem_bounce *bounce_take(wt_param_store *s) {
+  if (wt_mem_kind_host_addressable(s->memory)) return NULL;
+  pthread_mutex_lock(&s->bounce_mu);
+  if (s->bounce.buf == NULL) {
+    wt_status *st = wt_mem_bounce_init(&s->bounce, BOUNCE_BYTES);
+    wt_status_free(st); /* without one, each copy makes its own */
+  }
+  return &s->bounce;
+}
+
+static void bounce_put(wt_param_store *s, wt_mem_bounce *b) {
+  if (b != NULL) pthread_mutex_unlock(&s->bounce_mu);
 }
 
 wt_status *wt_param_store_read(wt_param_store *s, size_t i, uint64_t offset,
@@ -469,8 +549,17 @@ wt_status *wt_param_store_read(wt_param_store *s, size_t i, uint64_t offset,
                          m->name, offset, offset + len, m->nbytes);
   if (len == 0) return NULL;
   wt_param_store_read_lock(s);
-  memcpy(buf, (const unsigned char *)wt_param_store_live(s, i) + offset, len);
+  wt_mem_bounce *b = bounce_take(s);
+  wt_status *st = wt_mem_read(&s->buf[live_set(s, i)], s->offset[i] + offset,
+                              buf, len, b);
+  bounce_put(s, b);
   wt_param_store_read_unlock(s);
+  return wt_status_prefix(st, "parameter '%s'", m->name);
+}
+
+static wt_status *hash_chunk(void *arg, uint64_t pos, const void *buf,
+                             size_t len) {
+  wt_hasher_update(arg, buf, len);
   return NULL;
 }
 
@@ -479,7 +568,20 @@ wt_status *wt_param_store_digest(wt_param_store *s, size_t i, wt_hash_alg alg,
   if (i >= s->n)
     return wt_status_new(WT_OUT_OF_RANGE,
                          "param store: tensor index %zu of %zu", i, s->n);
-  const void *p = wt_param_store_live(s, i);
-  static const unsigned char empty[1];
-  return wt_digest_hex(alg, p ? p : empty, (size_t)s->metas[i].nbytes, hex);
+  const wt_tensor_meta *m = &s->metas[i];
+  if (wt_mem_kind_host_addressable(s->memory)) {
+    const void *p = wt_param_store_live(s, i);
+    static const unsigned char empty[1];
+    return wt_digest_hex(alg, p ? p : empty, (size_t)m->nbytes, hex);
+  }
+  wt_hasher *h = NULL;
+  wt_status *st = wt_hasher_new(alg, &h);
+  if (st != NULL) return st;
+  wt_mem_bounce *b = bounce_take(s);
+  st = wt_mem_visit(&s->buf[live_set(s, i)], s->offset[i], (size_t)m->nbytes,
+                    hash_chunk, h, b);
+  bounce_put(s, b);
+  if (st == NULL) wt_hasher_final_hex(h, hex);
+  wt_hasher_free(h);
+  return wt_status_prefix(st, "parameter '%s'", m->name);
 }

@@ -1,5 +1,6 @@
-/* server.c: an embeddable wt server's lifecycle: options, model loading,
- * the round watchdog, start and stop (see wt/server.h). */
+/* server.c: an embeddable wt server's lifecycle: options, devices and
+ * workers, model loading, the round watchdog, start and stop (see
+ * wt/server.h). */
 
 #include <errno.h>
 #include <inttypes.h>
@@ -11,10 +12,15 @@
 #include "server_internal.h"
 #include "wt/log.h"
 #include "wt/safetensors.h"
+#include "wt/synthetic.h"
 
 #define SYNTHETIC_PREFIX "synthetic:"
 /* More workers than this is a typo, not a machine. */
 #define MAX_WORKERS 1024u
+/* Reader calls that may wait for a thread, per reader thread. */
+#define READER_QUEUE_FACTOR 64
+/* Round calls that may wait for a thread, per round thread. */
+#define ROUND_QUEUE_FACTOR 4
 
 /* "host" of "host:port" or "[v6]:port"; the caller frees it. */
 static wt_status *listen_host(const char *listen, char **out) {
@@ -34,36 +40,76 @@ static wt_status *listen_host(const char *listen, char **out) {
   return NULL;
 }
 
-/* One store per worker, each holding the whole model. */
-static wt_status *load_model(wt_server *srv, const char *model,
-                             wt_param_store **stores) {
+/* What one worker's thread loads. */
+typedef struct load_arg {
+  wt_server *srv;
+  const char *layout;      /* synthetic, or */
+  const wt_checkpoint *ck; /* a checkpoint, shared read-only */
+} load_arg;
+
+static wt_status *load_store(wt_worker *w, void *arg) {
+  load_arg *a = arg;
+  wt_device dev = wt_worker_device(w);
+  char name[32];
+  snprintf(name, sizeof(name), "worker-%u", wt_worker_rank(w));
+  wt_store_config cfg = {
+      .staging = a->srv->staging,
+      .memory = dev.type == WT_DEVICE_CUDA ? WT_MEM_DEVICE : a->srv->memory,
+      .device = dev,
+      .name = name,
+  };
+  wt_param_store *store = NULL;
+  wt_status *st =
+      a->layout != NULL
+          ? wt_param_store_from_synthetic(a->layout, 0, &cfg, &store)
+          : wt_param_store_from_checkpoint(a->ck, &cfg, &store);
+  if (st != NULL)
+    return wt_status_prefix(st, "worker %u (%s)", wt_worker_rank(w),
+                            wt_worker_device_name(w));
+  wt_worker_set_store(w, store);
+  return NULL;
+}
+
+/* Every worker loads the whole model into its own store, all at once, each
+ * on its own thread (so device memory is filled on its device). */
+static wt_status *load_model(wt_server *srv, const char *model) {
   wt_status *st = NULL;
   wt_checkpoint *ck = NULL;
+  wt_worker_op *ops = calloc(srv->nworkers, sizeof(*ops));
   int64_t t0 = wt_srv_now_ms();
+  load_arg a = {.srv = srv};
+  if (ops == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
   if (strncmp(model, SYNTHETIC_PREFIX, strlen(SYNTHETIC_PREFIX)) == 0) {
-    const char *layout = model + strlen(SYNTHETIC_PREFIX);
-    for (uint32_t i = 0; i < srv->nworkers; i++)
-      WT_CHECK(
-          wt_param_store_from_synthetic(layout, 0, srv->staging, &stores[i]));
+    /* An unknown layout is the model's error, not any worker's. */
+    wt_tensor_meta *metas = NULL;
+    size_t n = 0;
+    a.layout = model + strlen(SYNTHETIC_PREFIX);
+    WT_CHECK(wt_synthetic_layout(a.layout, &metas, &n));
+    wt_tensor_meta_array_free(metas, n);
   } else {
     WT_CHECK(wt_checkpoint_open(model, &ck));
-    for (uint32_t i = 0; i < srv->nworkers; i++)
-      WT_CHECK(wt_param_store_from_checkpoint(ck, srv->staging, &stores[i]));
   }
+  a.ck = ck;
+  wt_worker_op proto = {.kind = WT_WORKER_OP_CALL, .fn = load_store, .arg = &a};
+  WT_CHECK(wt_srv_run_all(srv, ops, &proto));
+  const wt_param_store *s0 = wt_worker_store(srv->workers[0]);
   WT_LOGI("server",
           "model '%s': %zu tensors, %" PRIu64
-          " bytes per worker, %u worker(s), %s staging (%" PRId64 " ms)",
-          model, wt_param_store_count(stores[0]),
-          wt_param_store_total_bytes(stores[0]), srv->nworkers,
-          wt_staging_name(srv->staging), wt_srv_now_ms() - t0);
+          " bytes per worker, %u worker(s), %s staging, %s memory (%" PRId64
+          " ms)",
+          model, wt_param_store_count(s0), wt_param_store_total_bytes(s0),
+          srv->nworkers, wt_staging_name(srv->staging),
+          wt_mem_kind_name(wt_param_store_memory(s0)), wt_srv_now_ms() - t0);
 out:
   wt_checkpoint_close(ck);
+  free(ops);
   if (st != NULL) st = wt_status_prefix(st, "model '%s'", model);
   return st;
 }
 
 /* Runs until stop: aborts a round idle longer than the round timeout. A
- * receive in progress is not idle (the engine's own deadlines bound it). */
+ * call waiting for its workers is not idle (the engines' own deadlines
+ * bound it). Never blocks on the workers: an abort only signals. */
 static void *watchdog_main(void *p) {
   wt_server *srv = p;
   int64_t period = srv->round_timeout_ms / 4;
@@ -81,9 +127,9 @@ static void *watchdog_main(void *p) {
     }
     pthread_cond_timedwait(&srv->cv, &srv->mu, &ts);
     if (srv->stopping) break;
-    int64_t idle = wt_srv_now_ms() - srv->last_activity_ms;
-    if (srv->round_id != 0 && !srv->aborting && srv->receivers == 0 &&
-        srv->writers == 0 && idle > (int64_t)srv->round_timeout_ms) {
+    int64_t idle = wt_srv_now_ms() - atomic_load(&srv->last_activity_ms);
+    if (srv->round_id != 0 && srv->engine_calls == 0 && !srv->committing &&
+        idle > (int64_t)srv->round_timeout_ms) {
       char why[128];
       snprintf(why, sizeof(why),
                "idle for %" PRId64
@@ -97,18 +143,20 @@ static void *watchdog_main(void *p) {
 }
 
 /* From wt_rpc_server_shutdown (or stop): no new work, abort the round so
- * that handlers blocked on it return, end watch streams. */
+ * that handlers waiting on it return, end watch streams. */
 static void on_shutdown(void *user) {
   wt_server *srv = user;
   pthread_mutex_lock(&srv->mu);
   if (!srv->stopping) {
     srv->stopping = true;
     wt_srv_abort_round_locked(srv, "the server is shutting down");
+    /* An init or a commit waiting on the engines returns too. */
     for (uint32_t i = 0; i < srv->nworkers; i++)
       if (srv->workers[i] != NULL) wt_worker_cancel(srv->workers[i]);
   }
   pthread_cond_broadcast(&srv->cv);
   pthread_mutex_unlock(&srv->mu);
+  wt_srv_end_watchers(srv);
 }
 
 static void server_free(wt_server *srv) {
@@ -121,15 +169,60 @@ static void server_free(wt_server *srv) {
   free(srv->listen);
   free(srv->host);
   free(srv->model_name);
+  pthread_mutex_destroy(&srv->watch_mu);
   pthread_cond_destroy(&srv->cv);
   pthread_mutex_destroy(&srv->mu);
   free(srv);
 }
 
+/* The workers' devices: one per listed device, or `workers` cpu workers. */
+static wt_status *worker_devices(const wt_server_options *o, wt_device **out,
+                                 uint32_t *n) {
+  wt_status *st = NULL;
+  wt_device *list = NULL;
+  size_t count = 0;
+  *out = NULL;
+  *n = 0;
+  if (o->devices == NULL || *o->devices == '\0' ||
+      strcmp(o->devices, "cpu") == 0) {
+    uint32_t w = o->workers ? o->workers : 1;
+    if (w > MAX_WORKERS)
+      WT_FAIL(WT_INVALID_ARGUMENT, "workers is %u; at most %u", w,
+              MAX_WORKERS);
+    list = calloc(w, sizeof(*list));
+    if (list == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
+    count = w;
+  } else {
+    WT_CHECK(wt_status_prefix(wt_device_list_parse(o->devices, &list, &count),
+                              "devices"));
+    if (o->workers > 1)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "workers (%u) applies to cpu workers; devices '%s' makes one "
+              "worker per device",
+              o->workers, o->devices);
+    if (count > MAX_WORKERS)
+      WT_FAIL(WT_INVALID_ARGUMENT, "devices: %zu workers; at most %u", count,
+              MAX_WORKERS);
+    for (size_t i = 0; i < count; i++)
+      if (list[i].type == WT_DEVICE_CUDA && o->memory != WT_MEM_HOST)
+        WT_FAIL(WT_INVALID_ARGUMENT,
+                "memory '%s' applies to cpu workers; cuda:%d holds device "
+                "memory",
+                wt_mem_kind_name(o->memory), list[i].index);
+  }
+  *out = list;
+  *n = (uint32_t)count;
+  list = NULL;
+out:
+  free(list);
+  return st;
+}
+
 wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
   wt_status *st = NULL;
   wt_server *srv = NULL;
-  wt_param_store **stores = NULL;
+  wt_device *devices = NULL;
+  uint32_t ndevices = 0;
   wt_server_options o = {0};
   if (out == NULL) WT_FAIL(WT_INVALID_ARGUMENT, "server: 'out' is NULL");
   *out = NULL;
@@ -137,60 +230,84 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
   if (o.listen == NULL || *o.listen == '\0')
     o.listen = WT_SERVER_DEFAULT_LISTEN;
   if (o.model == NULL || *o.model == '\0') o.model = WT_SERVER_DEFAULT_MODEL;
-  if (o.workers == 0) o.workers = 1;
   if (o.round_timeout_ms == 0)
     o.round_timeout_ms = WT_SERVER_DEFAULT_ROUND_TIMEOUT_MS;
   if (o.engine_timeout_ms == 0)
     o.engine_timeout_ms = WT_SERVER_DEFAULT_ENGINE_TIMEOUT_MS;
+  if (o.header_timeout_ms == 0)
+    o.header_timeout_ms = WT_SERVER_DEFAULT_HEADER_TIMEOUT_MS;
   if (o.drain_ms == 0) o.drain_ms = WT_SERVER_DEFAULT_DRAIN_MS;
-  if (o.workers > MAX_WORKERS)
-    WT_FAIL(WT_INVALID_ARGUMENT, "workers is %u; at most %u", o.workers,
-            MAX_WORKERS);
+  if (o.max_round_calls == 0) o.max_round_calls = WT_SERVER_DEFAULT_ROUND_CALLS;
+  if (o.max_reader_calls == 0)
+    o.max_reader_calls = WT_SERVER_DEFAULT_READER_CALLS;
+  if (o.max_watchers == 0) o.max_watchers = WT_SERVER_DEFAULT_WATCHERS;
+  if (o.max_round_calls < 0 || o.max_round_calls > 4096)
+    WT_FAIL(WT_INVALID_ARGUMENT, "max_round_calls is %d; 1 to 4096",
+            o.max_round_calls);
+  if (o.max_reader_calls < 0 || o.max_reader_calls > 4096)
+    WT_FAIL(WT_INVALID_ARGUMENT, "max_reader_calls is %d; 1 to 4096",
+            o.max_reader_calls);
+  if (o.max_watchers < 0 || o.max_watchers > 1000000)
+    WT_FAIL(WT_INVALID_ARGUMENT, "max_watchers is %d; 1 to 1000000",
+            o.max_watchers);
   if (wt_staging_name(o.staging) == NULL)
     WT_FAIL(WT_INVALID_ARGUMENT, "staging %d is not shadow or inplace",
             (int)o.staging);
+  if (!wt_mem_kind_host_addressable(o.memory))
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "memory '%s' is not a host memory kind (host, shared, pinned); "
+            "device memory comes with cuda:N devices",
+            wt_mem_kind_name(o.memory));
+  WT_CHECK(worker_devices(&o, &devices, &ndevices));
+  /* A kind this machine lacks fails here, naming it and why, before any
+   * thread starts. */
+  for (uint32_t i = 0; i < ndevices; i++) {
+    wt_mem_kind k = devices[i].type == WT_DEVICE_CUDA ? WT_MEM_DEVICE : o.memory;
+    WT_CHECK(wt_mem_kind_available(k, devices[i]));
+  }
 
   srv = calloc(1, sizeof(*srv));
   if (srv == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
   pthread_mutex_init(&srv->mu, NULL);
+  pthread_mutex_init(&srv->watch_mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&srv->cv, &ca);
   pthread_condattr_destroy(&ca);
   srv->staging = o.staging;
+  srv->memory = o.memory;
   srv->round_timeout_ms = o.round_timeout_ms;
   srv->engine_timeout_ms = o.engine_timeout_ms;
+  srv->header_timeout_ms = o.header_timeout_ms;
   srv->drain_ms = o.drain_ms;
-  srv->nworkers = o.workers;
+  srv->nworkers = ndevices;
   srv->listen = strdup(o.listen);
   srv->model_name = strdup(o.model);
-  srv->workers = calloc(o.workers, sizeof(*srv->workers));
-  stores = calloc(o.workers, sizeof(*stores));
-  if (!srv->listen || !srv->model_name || !srv->workers || !stores)
+  srv->workers = calloc(ndevices, sizeof(*srv->workers));
+  if (!srv->listen || !srv->model_name || !srv->workers)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
   WT_CHECK(listen_host(o.listen, &srv->host));
   srv->engines = o.engine_registry;
   if (srv->engines == NULL) WT_CHECK(wt_engine_registry(&srv->engines));
 
-  WT_CHECK(load_model(srv, o.model, stores));
   uint64_t max_msg = o.max_receive_message_bytes < 0 ? UINT64_MAX
                      : o.max_receive_message_bytes == 0
                          ? WT_RPC_DEFAULT_MAX_RECEIVE_BYTES
                          : (uint64_t)o.max_receive_message_bytes;
-  for (uint32_t i = 0; i < o.workers; i++) {
+  for (uint32_t i = 0; i < ndevices; i++) {
     wt_worker_options wo = {.rank = i,
-                            .num_workers = o.workers,
-                            .device = "cpu",
+                            .num_workers = ndevices,
+                            .device = devices[i],
                             .host = srv->host,
                             .default_timeout_ms = o.engine_timeout_ms,
                             .max_message_bytes = max_msg,
                             .engines = srv->engines};
-    wt_param_store *s = stores[i];
-    stores[i] = NULL;
-    WT_CHECK(wt_worker_new(&wo, s, &srv->workers[i]));
+    WT_CHECK(wt_worker_new(&wo, &srv->workers[i]));
   }
+  WT_CHECK(load_model(srv, o.model));
 
+  wt_srv_touch(srv);
   int rc = pthread_create(&srv->watchdog, NULL, watchdog_main, srv);
   if (rc != 0) {
     st = wt_status_from_errno(rc, "server: starting the round watchdog");
@@ -198,12 +315,24 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
   }
   srv->watchdog_started = true;
 
+  srv->classes[WT_CLASS_ROUND] =
+      (wt_rpc_class){"round", o.max_round_calls,
+                     o.max_round_calls * ROUND_QUEUE_FACTOR,
+                     "wt-server --max-round-calls"};
+  srv->classes[WT_CLASS_READER] =
+      (wt_rpc_class){"reader", o.max_reader_calls,
+                     o.max_reader_calls * READER_QUEUE_FACTOR,
+                     "wt-server --max-reader-calls"};
+  srv->classes[WT_CLASS_WATCH] = (wt_rpc_class){
+      "watch", o.max_watchers, 0, "wt-server --max-watchers"};
   size_t nmethods = 0;
   const wt_rpc_method *methods = wt_srv_methods(&nmethods);
   wt_rpc_server_options ro = {
       .listen = o.listen,
       .max_receive_message_bytes = o.max_receive_message_bytes,
       .max_send_message_bytes = o.max_send_message_bytes,
+      .classes = srv->classes,
+      .nclasses = 3,
       .on_shutdown = on_shutdown,
   };
   WT_CHECK(wt_rpc_server_new(&ro, methods, nmethods, srv, &srv->rpc));
@@ -213,10 +342,7 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
   *out = srv;
   srv = NULL;
 out:
-  if (stores != NULL) {
-    for (uint32_t i = 0; i < o.workers; i++) wt_param_store_destroy(stores[i]);
-    free(stores);
-  }
+  free(devices);
   if (srv != NULL) wt_server_stop(srv);
   return st;
 }
@@ -233,6 +359,16 @@ wt_param_store *wt_server_store(wt_server *srv, uint32_t rank) {
   if (srv == NULL || rank >= srv->nworkers || srv->workers[rank] == NULL)
     return NULL;
   return wt_worker_store(srv->workers[rank]);
+}
+
+void wt_server_admission(wt_server *srv, int cls, int *running, int *queued,
+                         int *threads) {
+  wt_rpc_class_load l = {0};
+  if (srv != NULL && srv->rpc != NULL && cls >= 0)
+    wt_rpc_server_class_load(srv->rpc, (size_t)cls, &l);
+  if (running) *running = l.running;
+  if (queued) *queued = l.queued;
+  if (threads) *threads = l.threads;
 }
 
 void wt_server_stop(wt_server *srv) {

@@ -1,19 +1,23 @@
 /* server_internal.h: what server.c (lifecycle), round.c (the round state
- * machine across workers) and service.c (the RPC handlers) share. Not
- * installed; nothing here is part of libwt_server's API.
+ * machine across workers), push.c (PushWeights streams into the workers)
+ * and service.c (the RPC handlers) share. Not installed; nothing here is
+ * part of libwt_server's API.
  *
- * Locking: `mu` guards every field below it; it is held only for short,
- * non-blocking work. Blocking work (an engine's init_transfer or receive, a
- * chunk's copies, a stream read or write, checksums) runs without it, under
- * a count (`receivers`, `writers`) that an abort waits to drain, so that an
- * abort never frees what a running copy writes into. A store's rwlock is
- * never taken while holding mu (a checksum holds it for seconds and takes mu
- * inside; a finish takes the write locks first, then mu).
+ * Locking: `mu` guards every field below it and is only ever held for
+ * short, non-blocking work: no engine call, no wait for a worker, no store
+ * lock and no network I/O runs under it. Work for the workers is submitted
+ * under mu (wt_worker_submit never blocks, so every worker sees the ops of
+ * the server in the same order) and waited for outside it; a call that waits
+ * for its ops marks the round `busy` meanwhile. An abort only signals
+ * (cancels engines and the push stream, queues ABORT ops) and returns at
+ * once: ops after it run once the workers have aborted. Lock order: a
+ * watcher list's `watch_mu`, then `mu`, then a worker's own lock.
  */
 #ifndef WT_SERVER_INTERNAL_H
 #define WT_SERVER_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -36,19 +40,27 @@ typedef struct wt_version_entry {
   int64_t committed_unix_ms;
 } wt_version_entry;
 
+/* Admission classes of the service (wt/rpc.h), by index. */
+enum { WT_CLASS_ROUND = 0, WT_CLASS_READER = 1, WT_CLASS_WATCH = 2 };
+
+typedef struct wt_watcher wt_watcher;
+
 struct wt_server {
   /* Fixed after start. */
   char *listen;
   char *host;
   char *model_name;
   wt_staging staging;
+  wt_mem_kind memory;
   uint32_t round_timeout_ms;
   uint32_t engine_timeout_ms;
+  uint32_t header_timeout_ms;
   int64_t drain_ms;
   wt_registry *engines; /* never NULL after start */
   uint32_t nworkers;
   wt_worker **workers;
   wt_rpc_server *rpc;
+  wt_rpc_class classes[3];
   pthread_t watchdog;
   bool watchdog_started;
 
@@ -59,36 +71,50 @@ struct wt_server {
   bool initialized;  /* every worker has an engine */
   bool initializing; /* an InitWeightTransferEngine is running */
   char backend[64];
+  /* The current init's deadline of each engine wait: also how long a push
+   * stream may stay silent between messages. */
+  uint32_t data_timeout_ms;
 
   uint64_t last_round_id;
   uint64_t round_id;  /* the open round, 0 when none */
-  bool aborting;      /* an abort is draining the round */
   char *abort_reason; /* why the last round was aborted */
   uint64_t aborted_round;
-  int64_t last_activity_ms;
+  atomic_int_fast64_t last_activity_ms;
 
-  /* The data call in progress in the open round: at most one. */
-  /* "PushWeights" / "UpdateWeights" / "FinishWeightUpdate", NULL if none */
+  /* The call running in the open round, at most one: "StartWeightUpdate",
+   * "PushWeights", "UpdateWeights", "FinishWeightUpdate"; NULL if none. */
   const char *busy;
+  /* Ops a call waits for on the workers (start, receive, finish): the
+   * round is not idle meanwhile, whatever the clock says. */
+  int engine_calls;
+  /* The last phase of a finish: the commit runs on every worker and can no
+   * longer be aborted. */
+  bool committing;
   uint64_t push_id; /* the active push (0: none); bumped per push */
   /* The active push's call, which an abort ends (its handler may be blocked
    * reading a client gone quiet); valid while push_id is that push's. */
   wt_rpc_call *push_call;
   uint64_t next_push_id;
-  int receivers; /* workers inside receive */
-  int writers;   /* chunks being copied; a finish waiting for readers */
 
   /* Committed versions. */
   uint64_t sequence;
   wt_version_entry history[WT_VERSION_HISTORY]; /* by sequence % size */
+
+  /* Open WatchWeightVersion streams (service.c). */
+  pthread_mutex_t watch_mu;
+  wt_watcher *watchers;
+  size_t nwatchers;
 };
 
 /* Monotonic milliseconds. */
 WT_HIDDEN int64_t wt_srv_now_ms(void);
 /* Wall-clock milliseconds since the epoch. */
 WT_HIDDEN int64_t wt_srv_unix_ms(void);
+/* Marks the round active now (any thread). */
+WT_HIDDEN void wt_srv_touch(wt_server *srv);
 
-/* "uninitialized", "ready", "updating" for the server as a whole; under mu. */
+/* "uninitialized", "initializing", "ready", "updating", "needs_init" for
+ * the server as a whole; under mu. */
 WT_HIDDEN const char *wt_srv_state_locked(const wt_server *srv);
 
 /* --- round.c ---------------------------------------------------------------
@@ -127,20 +153,6 @@ WT_HIDDEN wt_status *wt_srv_update(wt_server *srv, uint64_t round_id,
                                    const Wt__V1__WeightTransferUpdateInfo *info,
                                    wt_receive_stats *stats);
 
-/* PushWeights: begin (header), chunk (data), end (the stream ended or
- * broke). begin sets *push_id, which the other two take; `call` is the
- * PushWeights call, which an abort of the round cancels until end. */
-WT_HIDDEN wt_status *wt_srv_push_begin(
-    wt_server *srv, wt_rpc_call *call, uint64_t round_id,
-    const Wt__V1__WeightTransferUpdateInfo *info, uint64_t packed_buffer_bytes,
-    uint64_t *push_id);
-WT_HIDDEN wt_status *wt_srv_push_chunk(wt_server *srv, uint64_t push_id,
-                                       uint32_t bucket, uint64_t offset,
-                                       const struct iovec *iov, size_t iovcnt);
-WT_HIDDEN wt_status *wt_srv_push_end(wt_server *srv, uint64_t push_id,
-                                     bool stream_ended,
-                                     wt_receive_stats *stats);
-
 WT_HIDDEN wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
                                    const char *version);
 
@@ -148,14 +160,71 @@ WT_HIDDEN wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
 WT_HIDDEN wt_status *wt_srv_abort(wt_server *srv, uint64_t round_id,
                                   const char *reason, bool *aborted);
 
-/* Aborts the open round (if any) for `reason`; waits for running copies and
- * receives to stop. Called with mu held; may release it while waiting. */
-WT_HIDDEN void wt_srv_abort_round_locked(wt_server *srv, const char *reason);
+/* Aborts the open round (if any, and unless it is committing) for
+ * `reason`: ends the push stream, cancels the engines and queues an ABORT
+ * on every worker. Never waits. Under mu. Returns whether it aborted. */
+WT_HIDDEN bool wt_srv_abort_round_locked(wt_server *srv, const char *reason);
+
+/* Preconditions of a round's calls, under mu: FAILED_PRECONDITION naming
+ * `call` and the state when there is no open round `round_id` (0: the
+ * current one), or when another call of the round still runs. */
+WT_HIDDEN wt_status *wt_srv_need_round_locked(const wt_server *srv,
+                                              const char *call,
+                                              uint64_t round_id);
+WT_HIDDEN wt_status *wt_srv_need_idle_locked(const wt_server *srv,
+                                             const char *call);
+
+/* The error a data call of `round` gets once the round was aborted. */
+WT_HIDDEN wt_status *wt_srv_aborted_error(const wt_server *srv,
+                                          const char *call, uint64_t round);
+
+/* Submits a copy of `proto` to every worker and waits for all (outside
+ * mu); returns the lowest rank's error (the others freed). `ops` (nworkers
+ * entries) keeps each worker's results. */
+WT_HIDDEN wt_status *wt_srv_run_all(wt_server *srv, wt_worker_op *ops,
+                                    const wt_worker_op *proto);
+
+/* --- push.c ----------------------------------------------------------------
+ */
+
+/* One PushWeights stream's path into the workers. */
+typedef struct wt_srv_push wt_srv_push;
+
+/* Validates the header and begins the push on every worker. `call` is the
+ * PushWeights call, which an abort of the round cancels until end. The
+ * caller owns *out and ends it with wt_srv_push_end. */
+WT_HIDDEN wt_status *wt_srv_push_begin(
+    wt_server *srv, wt_rpc_call *call, uint64_t round_id,
+    const Wt__V1__WeightTransferUpdateInfo *info, uint64_t packed_buffer_bytes,
+    wt_srv_push **out);
+
+/* Hands one chunk (iov[0..iovcnt) of bucket `bucket` at `offset`) to every
+ * worker's thread and returns without waiting for the copies, unless a few
+ * chunks are in flight already. The memory stays `owner`'s, released with
+ * release(owner) once every worker copied it (also on error). Returns the
+ * first error a worker reported for this push so far. */
+WT_HIDDEN wt_status *wt_srv_push_chunk(wt_srv_push *p, uint32_t bucket,
+                                       uint64_t offset,
+                                       const struct iovec *iov, size_t iovcnt,
+                                       void (*release)(void *owner),
+                                       void *owner);
+
+/* Waits for the chunks in flight and ends the push on every worker
+ * (`stream_ended`: the client half-closed; false: it broke). Frees p. */
+WT_HIDDEN wt_status *wt_srv_push_end(wt_srv_push *p, bool stream_ended,
+                                     wt_receive_stats *stats);
 
 /* --- service.c -------------------------------------------------------------
  */
 
 /* The method table of wt.v1.WeightTransfer. */
 WT_HIDDEN const wt_rpc_method *wt_srv_methods(size_t *n);
+
+/* Sends every committed version a watcher has not seen yet; after each
+ * commit, outside mu. */
+WT_HIDDEN void wt_srv_notify_watchers(wt_server *srv);
+
+/* Ends every watch stream (shutdown). */
+WT_HIDDEN void wt_srv_end_watchers(wt_server *srv);
 
 #endif /* WT_SERVER_INTERNAL_H */

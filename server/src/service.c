@@ -1,9 +1,13 @@
 /* service.c: the handlers of wt.v1.WeightTransfer and their method table.
  *
- * Each handler runs on a thread of its own (wt/rpc.h), so one that waits (a
- * PushWeights stream between chunks, a watch between commits, a receive)
- * never delays the others. Handlers translate protobuf to the round state
- * machine (round.c) and back; what they answer is documented in wt.proto.
+ * Handlers run on the threads of their admission class (wt/rpc.h): round
+ * calls (init, start, update, push, finish, abort) and readers (info, world
+ * size, parameters, version, checksums) each have their own, so readers can
+ * never take the trainer's capacity; watch streams hold no thread at all.
+ * A handler that waits (a PushWeights stream between chunks, a receive)
+ * delays no other call. Handlers translate protobuf to the round state
+ * machine (round.c, push.c) and back; what they answer is documented in
+ * wt.proto.
  */
 
 #include <inttypes.h>
@@ -15,6 +19,7 @@
 
 #include "server_internal.h"
 #include "wt/checksum.h"
+#include "wt/chunk.h"
 #include "wt/log.h"
 #include "wt/pb.h"
 
@@ -24,9 +29,10 @@
 #define LIST_MAX_PAGE 10000u
 
 static const char *const capabilities[] = {
-    "push_weights",    "update_weights",   "watch_weight_version",
-    "checksum_sha256", "checksum_xxh3_64", "list_parameters_paging",
-    "round_timeout",
+    "push_weights",     "update_weights",         "watch_weight_version",
+    "checksum_sha256",  "checksum_xxh3_64",       "list_parameters_paging",
+    "round_timeout",    "memory_kinds",           "worker_needs_init",
+    "admission_classes",
 };
 #define NCAPS (sizeof(capabilities) / sizeof(capabilities[0]))
 
@@ -36,6 +42,33 @@ static wt_param_store *store0(wt_server *srv) {
 
 /* --- GetServerInfo, GetWorldSize, ListParameters ------------------------- */
 
+/* What a backend's engine table says it can do; a lazy module that is not
+ * loaded stays unloaded (asking for its table would dlopen it). */
+static void backend_info(wt_server *srv, const wt_registry_entry *e,
+                         Wt__V1__BackendInfo *bi, const char **kinds,
+                         size_t *nkinds) {
+  wt__v1__backend_info__init(bi);
+  bi->name = (char *)e->name;
+  bi->loaded = e->loaded;
+  bi->memory_kinds = (char **)kinds;
+  *nkinds = 0;
+  if (!e->loaded) return;
+  const wt_engine_ops *ops = NULL;
+  wt_status *st = wt_engine_lookup(srv->engines, e->name, &ops);
+  if (st != NULL) {
+    wt_status_free(st);
+    bi->loaded = false;
+    return;
+  }
+  uint32_t takes = ops->memory_kinds ? ops->memory_kinds : WT_MEM_HOST_KINDS;
+  for (unsigned k = 0; k < WT_MEM_KIND_COUNT; k++)
+    if (takes & WT_MEM_BIT(k))
+      kinds[(*nkinds)++] = wt_mem_kind_name((wt_mem_kind)k);
+  bi->n_memory_kinds = *nkinds;
+  bi->cross_host = (ops->caps & WT_ENGINE_CROSS_HOST) != 0;
+  bi->survives_abort = (ops->caps & WT_ENGINE_SURVIVES_ABORT) != 0;
+}
+
 static wt_status *get_server_info(wt_rpc_call *call,
                                   const ProtobufCMessage *request, void *user) {
   wt_server *srv = user;
@@ -43,16 +76,29 @@ static wt_status *get_server_info(wt_rpc_call *call,
   wt_registry_entry *entries = NULL;
   size_t nentries = 0;
   char **backends = NULL;
+  Wt__V1__BackendInfo *bi = NULL;
+  Wt__V1__BackendInfo **bp = NULL;
+  const char *(*kinds)[WT_MEM_KIND_COUNT] = NULL;
   uint32_t n = srv->nworkers;
   Wt__V1__WorkerInfo *wi = calloc(n, sizeof(*wi));
   Wt__V1__WorkerInfo **wp = calloc(n, sizeof(*wp));
-  if (wi == NULL || wp == NULL)
+  wt_worker_status *ws = calloc(n, sizeof(*ws));
+  if (wi == NULL || wp == NULL || ws == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "GetServerInfo: out of memory");
   WT_CHECK(wt_registry_names(srv->engines, &entries, &nentries));
-  backends = calloc(nentries ? nentries : 1, sizeof(*backends));
-  if (backends == NULL)
+  size_t cnt = nentries ? nentries : 1;
+  backends = calloc(cnt, sizeof(*backends));
+  bi = calloc(cnt, sizeof(*bi));
+  bp = calloc(cnt, sizeof(*bp));
+  kinds = calloc(cnt, sizeof(*kinds));
+  if (backends == NULL || bi == NULL || bp == NULL || kinds == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "GetServerInfo: out of memory");
-  for (size_t i = 0; i < nentries; i++) backends[i] = (char *)entries[i].name;
+  for (size_t i = 0; i < nentries; i++) {
+    size_t nk = 0;
+    backends[i] = (char *)entries[i].name;
+    backend_info(srv, &entries[i], &bi[i], kinds[i], &nk);
+    bp[i] = &bi[i];
+  }
 
   Wt__V1__ServerInfo info = WT__V1__SERVER_INFO__INIT;
   Wt__V1__ModelSummary model = WT__V1__MODEL_SUMMARY__INIT;
@@ -63,43 +109,49 @@ static wt_status *get_server_info(wt_rpc_call *call,
   info.server_version = (char *)WT_SERVER_VERSION;
   info.n_backends = nentries;
   info.backends = backends;
+  info.n_backend_info = nentries;
+  info.backend_info = bp;
   info.model = &model;
   info.n_capabilities = NCAPS;
   info.capabilities = (char **)capabilities;
   info.staging = (char *)wt_staging_name(srv->staging);
   info.world_size = n;
   info.store_complete = true;
-
-  pthread_mutex_lock(&srv->mu);
-  /* Every worker goes through the same calls in the same order, so the
-   * server's state is each worker's; read here under mu, it is never seen
-   * half-way through an init running on the workers' threads. */
-  const char *state = wt_srv_state_locked(srv);
-  const char *backend = srv->initialized ? srv->backend : "";
   for (uint32_t i = 0; i < n; i++) {
     const wt_worker *w = srv->workers[i];
+    const wt_param_store *ps = wt_worker_store(w);
+    wt_worker_get_status(w, &ws[i]);
     wt__v1__worker_info__init(&wi[i]);
     wi[i].rank = wt_worker_rank(w);
-    wi[i].device = (char *)wt_worker_device(w);
-    wi[i].backend = (char *)backend;
-    wi[i].state = (char *)state;
-    wi[i].store_complete = wt_param_store_complete(wt_worker_store(w));
+    wi[i].device = (char *)wt_worker_device_name(w);
+    wi[i].backend = ws[i].backend;
+    wi[i].state = (char *)wt_worker_state_name(ws[i].state);
+    wi[i].reason = ws[i].reason;
+    wi[i].memory_kind = (char *)wt_mem_kind_name(wt_param_store_memory(ps));
+    wi[i].bytes_held = wt_param_store_bytes_held(ps);
+    wi[i].store_complete = wt_param_store_complete(ps);
     if (!wi[i].store_complete) info.store_complete = false;
     wp[i] = &wi[i];
   }
   info.n_workers = n;
   info.workers = wp;
+  pthread_mutex_lock(&srv->mu);
+  info.state = (char *)wt_srv_state_locked(srv);
   info.weight_version =
       srv->sequence ? srv->history[srv->sequence % WT_VERSION_HISTORY].version
                     : (char *)"";
-  /* Packed at once: the strings above may change after unlock. */
+  /* Packed at once: the version may change after unlock. */
   st = wt_rpc_call_respond(call, &info.base);
   pthread_mutex_unlock(&srv->mu);
 out:
   free(backends);
+  free(bi);
+  free(bp);
+  free(kinds);
   free(entries);
   free(wi);
   free(wp);
+  free(ws);
   return st;
 }
 
@@ -273,183 +325,119 @@ out:
 
 /* --- PushWeights ---------------------------------------------------------- */
 
-static bool read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
-  uint64_t x = 0;
-  for (int shift = 0; shift < 64 && *p < end; shift += 7) {
-    uint8_t b = *(*p)++;
-    x |= (uint64_t)(b & 0x7f) << shift;
-    if ((b & 0x80) == 0) {
-      *v = x;
-      return true;
-    }
-  }
-  return false;
+static void release_bb(void *bb) {
+  grpc_byte_buffer_destroy(bb);
 }
 
-/* A data message received in more slices than this takes the copying
- * path (messages of 1 MiB arrive in about 20). */
-#define MAX_PIECES 256
-
-/* A BucketChunk as it lies in the received buffers. */
-typedef struct chunk_view {
-  uint32_t bucket;
-  uint64_t offset;
-  struct iovec iov[MAX_PIECES];
-  size_t iovcnt;
-} chunk_view;
-
-/* Parses the start p[0..n) of a PushWeightsChunk message of `total` bytes
- * that is one BucketChunk (field 2) of fields bucket and offset followed by
- * data as the last field, which is how every protobuf library writes it.
- * Sets where the data bytes start in the message. */
-static bool parse_chunk_prefix(const uint8_t *p, size_t n, size_t total,
-                               uint32_t *bucket, uint64_t *offset,
-                               size_t *data_start) {
-  const uint8_t *q = p, *end = p + n;
-  uint64_t tag = 0, size = 0, b = 0, off = 0;
-  if (!read_varint(&q, end, &tag) || tag != ((2u << 3) | 2u)) return false;
-  if (!read_varint(&q, end, &size) || size != total - (size_t)(q - p))
-    return false;
-  for (;;) {
-    if (!read_varint(&q, end, &tag)) return false;
-    switch (tag) {
-      case (1u << 3) | 0u:
-        if (!read_varint(&q, end, &b) || b > UINT32_MAX) return false;
-        break;
-      case (2u << 3) | 0u:
-        if (!read_varint(&q, end, &off)) return false;
-        break;
-      case (3u << 3) | 2u: {
-        uint64_t len = 0;
-        if (!read_varint(&q, end, &len)) return false;
-        size_t start = (size_t)(q - p);
-        if (len != total - start) return false;
-        *bucket = (uint32_t)b;
-        *offset = off;
-        *data_start = start;
-        return true;
-      }
-      default:
-        return false;
-    }
-  }
+static void release_msg(void *msg) {
+  wt__v1__push_weights_chunk__free_unpacked(msg, NULL);
 }
 
-/* The data path: a chunk's bytes are taken where gRPC received them (no
- * joining of slices, no protobuf-c copy), so each byte is copied once, into
- * the staging buffers. Anything else (the header, an unusual encoding)
- * returns false and takes protobuf-c's path. */
-static bool view_chunk(grpc_byte_buffer *bb, chunk_view *v) {
-  if (bb->type != GRPC_BB_RAW || bb->data.raw.compression != GRPC_COMPRESS_NONE)
-    return false;
-  const grpc_slice_buffer *sb = &bb->data.raw.slice_buffer;
-  if (sb->count == 0 || sb->count > MAX_PIECES) return false;
-  size_t skip = 0;
-  if (!parse_chunk_prefix(GRPC_SLICE_START_PTR(sb->slices[0]),
-                          GRPC_SLICE_LENGTH(sb->slices[0]), sb->length,
-                          &v->bucket, &v->offset, &skip))
-    return false;
-  v->iovcnt = 0;
-  for (size_t i = 0; i < sb->count; i++) {
-    size_t len = GRPC_SLICE_LENGTH(sb->slices[i]);
-    if (skip >= len) {
-      skip -= len;
-      continue;
-    }
-    v->iov[v->iovcnt].iov_base = GRPC_SLICE_START_PTR(sb->slices[i]) + skip;
-    v->iov[v->iovcnt].iov_len = len - skip;
-    v->iovcnt++;
-    skip = 0;
-  }
-  return true;
+/* How long the stream may stay silent before its next message: the header
+ * must come promptly; between data messages the round's data deadline. */
+static int64_t read_timeout(wt_server *srv, bool pushing) {
+  if (!pushing) return srv->header_timeout_ms;
+  pthread_mutex_lock(&srv->mu);
+  int64_t t = srv->data_timeout_ms ? srv->data_timeout_ms
+                                   : srv->engine_timeout_ms;
+  pthread_mutex_unlock(&srv->mu);
+  return t;
 }
 
 static wt_status *push_weights(wt_rpc_call *call,
                                const ProtobufCMessage *request, void *user) {
   wt_server *srv = user;
   wt_status *st = NULL;
-  uint64_t push_id = 0, nmsg = 0;
-  bool pushing = false;
-  grpc_slice slice = grpc_empty_slice();
+  uint64_t nmsg = 0;
+  wt_srv_push *push = NULL;
   grpc_byte_buffer *bb = NULL;
   Wt__V1__PushWeightsChunk *msg = NULL;
-  chunk_view view;
+  wt_chunk_view view;
   for (;;) {
-    st = wt_rpc_call_read_raw(call, &bb);
-    if (st != NULL) goto out; /* the client went away or the call ended */
+    st = wt_rpc_call_read_raw_within(
+        call, read_timeout(srv, push != NULL),
+        push ? "the next chunk" : "the PushWeights header", &bb);
+    if (st != NULL) goto out; /* silent, gone, or the call ended */
     if (bb == NULL) break;    /* half-closed */
     nmsg++;
-    bool is_chunk = view_chunk(bb, &view);
-    if (!is_chunk) {
-      WT_CHECK(wt_pb_flatten(bb, &slice));
-      const uint8_t *p = GRPC_SLICE_START_PTR(slice);
-      size_t n = GRPC_SLICE_LENGTH(slice);
-      msg = wt__v1__push_weights_chunk__unpack(NULL, n, p);
-      if (msg == NULL)
-        WT_FAIL(WT_INVALID_ARGUMENT,
-                "PushWeights message %" PRIu64
-                ": malformed wt.v1.PushWeightsChunk (%zu bytes)",
-                nmsg, n);
-      if (msg->payload_case == WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_CHUNK) {
-        is_chunk = true;
-        view.bucket = msg->chunk->bucket;
-        view.offset = msg->chunk->offset;
-        view.iov[0].iov_base = msg->chunk->data.data;
-        view.iov[0].iov_len = msg->chunk->data.len;
-        view.iovcnt = 1;
-      } else if (msg->payload_case ==
-                 WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_HEADER) {
-        const Wt__V1__PushWeightsHeader *h = msg->header;
-        if (pushing)
-          WT_FAIL(WT_INVALID_ARGUMENT,
-                  "PushWeights message %" PRIu64
-                  ": a second header; one PushWeights call carries one "
-                  "header",
-                  nmsg);
-        WT_CHECK(wt_srv_push_begin(srv, call, h->round_id, h->update_info,
-                                   h->packed_buffer_size_bytes, &push_id));
-        pushing = true;
-      } else {
-        WT_FAIL(WT_INVALID_ARGUMENT,
-                "PushWeights message %" PRIu64
-                " has neither a header nor a chunk",
-                nmsg);
-      }
+    if (push != NULL && wt_chunk_view_of(bb, &view)) {
+      /* The data path: the bytes stay where gRPC received them. */
+      grpc_byte_buffer *owned = bb;
+      bb = NULL;
+      WT_CHECK(wt_srv_push_chunk(push, view.bucket, view.offset, view.iov,
+                                 view.iovcnt, release_bb, owned));
+      continue;
     }
-    if (is_chunk) {
-      if (!pushing)
+    grpc_slice slice = grpc_empty_slice();
+    st = wt_pb_flatten(bb, &slice);
+    grpc_byte_buffer_destroy(bb);
+    bb = NULL;
+    if (st != NULL) goto out;
+    msg = wt__v1__push_weights_chunk__unpack(NULL, GRPC_SLICE_LENGTH(slice),
+                                             GRPC_SLICE_START_PTR(slice));
+    size_t len = GRPC_SLICE_LENGTH(slice);
+    grpc_slice_unref(slice);
+    if (msg == NULL)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "PushWeights message %" PRIu64
+              ": malformed wt.v1.PushWeightsChunk (%zu bytes)",
+              nmsg, len);
+    if (msg->payload_case == WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_HEADER) {
+      const Wt__V1__PushWeightsHeader *h = msg->header;
+      if (push != NULL)
+        WT_FAIL(WT_INVALID_ARGUMENT,
+                "PushWeights message %" PRIu64
+                ": a second header; one PushWeights call carries one header",
+                nmsg);
+      WT_CHECK(wt_srv_push_begin(srv, call, h->round_id, h->update_info,
+                                 h->packed_buffer_size_bytes, &push));
+    } else if (msg->payload_case == WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_CHUNK) {
+      const Wt__V1__BucketChunk *c = msg->chunk;
+      if (push == NULL)
         WT_FAIL(WT_INVALID_ARGUMENT,
                 "PushWeights message %" PRIu64 " is a chunk (bucket %" PRIu32
                 " offset %" PRIu64 "); the first message must be a header",
-                nmsg, view.bucket, view.offset);
-      WT_CHECK(wt_srv_push_chunk(srv, push_id, view.bucket, view.offset,
-                                 view.iov, view.iovcnt));
+                nmsg, c->bucket, c->offset);
+      struct iovec iov = {c->data.data, c->data.len};
+      Wt__V1__PushWeightsChunk *owned = msg;
+      msg = NULL;
+      WT_CHECK(wt_srv_push_chunk(push, c->bucket, c->offset, &iov, 1,
+                                 release_msg, owned));
+      continue;
+    } else {
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "PushWeights message %" PRIu64
+              " has neither a header nor a chunk",
+              nmsg);
     }
-    if (msg != NULL) wt__v1__push_weights_chunk__free_unpacked(msg, NULL);
+    wt__v1__push_weights_chunk__free_unpacked(msg, NULL);
     msg = NULL;
-    grpc_slice_unref(slice);
-    slice = grpc_empty_slice();
-    grpc_byte_buffer_destroy(bb);
-    bb = NULL;
   }
-  if (!pushing)
+  if (push == NULL)
     WT_FAIL(WT_INVALID_ARGUMENT,
             "PushWeights: the stream ended before its header");
   wt_receive_stats stats = {0};
-  pushing = false;
-  WT_CHECK(wt_srv_push_end(srv, push_id, true, &stats));
+  wt_srv_push *p = push;
+  push = NULL;
+  WT_CHECK(wt_srv_push_end(p, true, &stats));
   Wt__V1__PushWeightsResponse resp = WT__V1__PUSH_WEIGHTS_RESPONSE__INIT;
   resp.tensors_received = stats.tensors;
   resp.bytes_received = stats.bytes;
   st = wt_rpc_call_respond(call, &resp.base);
 out:
   if (msg != NULL) wt__v1__push_weights_chunk__free_unpacked(msg, NULL);
-  grpc_slice_unref(slice);
   if (bb != NULL) grpc_byte_buffer_destroy(bb);
   /* A stream that broke, or a bad message: the push is over; its partial
    * tensors are not committed (the round stays open). */
-  if (pushing) wt_status_free(wt_srv_push_end(srv, push_id, false, NULL));
-  if (st != NULL && pushing)
+  if (push != NULL) {
+    wt_status *end = wt_srv_push_end(push, false, NULL);
+    if (st == NULL) {
+      st = end;
+    } else {
+      wt_status_free(end);
+    }
+  }
+  if (st != NULL && nmsg > 0)
     WT_LOGW("server", "PushWeights from %s: %s", wt_rpc_call_peer(call),
             wt_status_message(st));
   return st;
@@ -475,62 +463,98 @@ static wt_status *get_weight_version(wt_rpc_call *call,
   return st;
 }
 
-/* Runs on the polling thread, so it must not wait for mu (a finish may
- * hold it while a commit waits for readers). Without mu a wakeup can be
- * missed; the watch's timed wait covers that. */
-static void wake_watchers(void *arg) {
-  wt_server *srv = arg;
-  pthread_cond_broadcast(&srv->cv);
-}
+/* One open WatchWeightVersion stream. Watchers are in a doubly linked list
+ * under srv->watch_mu; each remembers the next sequence it is owed. */
+struct wt_watcher {
+  wt_rpc_stream *stream;
+  uint64_t next; /* the sequence to send next */
+  wt_watcher *prev, *nextw;
+};
 
-/* The longest a watch whose client left may wait to notice. */
-#define WATCH_POLL_MS 200
-
-static void wait_watch_locked(wt_server *srv) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  ts.tv_nsec += WATCH_POLL_MS * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
-  pthread_cond_timedwait(&srv->cv, &srv->mu, &ts);
-}
-
-static wt_status *watch_weight_version(wt_rpc_call *call,
-                                       const ProtobufCMessage *request,
-                                       void *user) {
-  wt_server *srv = user;
-  wt_status *st = NULL;
-  wt_rpc_call_set_cancel_callback(call, wake_watchers, srv);
-  pthread_mutex_lock(&srv->mu);
-  /* The current version first, if any, then every commit after it. */
-  uint64_t next = srv->sequence > 0 ? srv->sequence : 1;
+/* Sends `w` every committed version from w->next on, oldest first (one that
+ * fell behind the history resumes at its oldest entry). Under watch_mu. */
+static void watcher_catch_up(wt_server *srv, wt_watcher *w) {
   for (;;) {
-    while (!srv->stopping && !wt_rpc_call_cancelled(call) &&
-           srv->sequence < next)
-      wait_watch_locked(srv);
-    if (srv->stopping || wt_rpc_call_cancelled(call)) break;
-    /* A watcher that fell behind the history resumes at its oldest entry. */
-    if (srv->sequence >= WT_VERSION_HISTORY &&
-        next <= srv->sequence - WT_VERSION_HISTORY)
-      next = srv->sequence - WT_VERSION_HISTORY + 1;
-    const wt_version_entry *e = &srv->history[next % WT_VERSION_HISTORY];
-    char *version = strdup(e->version);
     Wt__V1__WeightVersion v = WT__V1__WEIGHT_VERSION__INIT;
-    v.version = version ? version : (char *)"";
+    char *version = NULL;
+    pthread_mutex_lock(&srv->mu);
+    uint64_t seq = srv->sequence;
+    if (w->next > seq) {
+      pthread_mutex_unlock(&srv->mu);
+      return;
+    }
+    if (seq >= WT_VERSION_HISTORY && w->next <= seq - WT_VERSION_HISTORY)
+      w->next = seq - WT_VERSION_HISTORY + 1;
+    const wt_version_entry *e = &srv->history[w->next % WT_VERSION_HISTORY];
+    version = strdup(e->version);
     v.sequence = e->sequence;
     v.committed_unix_ms = e->committed_unix_ms;
     pthread_mutex_unlock(&srv->mu);
-    st = wt_rpc_call_write(call, &v.base);
+    v.version = version ? version : (char *)"";
+    wt_status *st = wt_rpc_stream_send(w->stream, &v.base);
     free(version);
-    pthread_mutex_lock(&srv->mu);
-    if (st != NULL) break;
-    next++;
+    if (st != NULL) {
+      WT_LOGW("server", "WatchWeightVersion to %s: %s",
+              wt_rpc_stream_peer(w->stream), wt_status_message(st));
+      wt_status_free(st);
+    }
+    w->next++;
   }
+}
+
+void wt_srv_notify_watchers(wt_server *srv) {
+  pthread_mutex_lock(&srv->watch_mu);
+  for (wt_watcher *w = srv->watchers; w != NULL; w = w->nextw)
+    watcher_catch_up(srv, w);
+  pthread_mutex_unlock(&srv->watch_mu);
+}
+
+void wt_srv_end_watchers(wt_server *srv) {
+  pthread_mutex_lock(&srv->watch_mu);
+  for (wt_watcher *w = srv->watchers; w != NULL; w = w->nextw)
+    wt_rpc_stream_end(w->stream, NULL);
+  pthread_mutex_unlock(&srv->watch_mu);
+}
+
+/* On the polling thread: the current version first, if any, then every
+ * commit after it. */
+static wt_status *watch_open(wt_rpc_stream *s, const ProtobufCMessage *request,
+                             void *user) {
+  wt_server *srv = user;
+  wt_watcher *w = calloc(1, sizeof(*w));
+  if (w == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED,
+                         "WatchWeightVersion: out of memory");
+  w->stream = s;
+  wt_rpc_stream_set_user(s, w);
+  pthread_mutex_lock(&srv->watch_mu);
+  pthread_mutex_lock(&srv->mu);
+  bool stopping = srv->stopping;
+  w->next = srv->sequence > 0 ? srv->sequence : 1;
   pthread_mutex_unlock(&srv->mu);
-  wt_rpc_call_set_cancel_callback(call, NULL, NULL);
-  return st;
+  w->nextw = srv->watchers;
+  if (srv->watchers) srv->watchers->prev = w;
+  srv->watchers = w;
+  srv->nwatchers++;
+  watcher_catch_up(srv, w);
+  if (stopping) wt_rpc_stream_end(s, NULL);
+  pthread_mutex_unlock(&srv->watch_mu);
+  return NULL;
+}
+
+static void watch_closed(wt_rpc_stream *s, void *user) {
+  wt_server *srv = user;
+  wt_watcher *w = wt_rpc_stream_user(s);
+  pthread_mutex_lock(&srv->watch_mu);
+  if (w->prev)
+    w->prev->nextw = w->nextw;
+  else
+    srv->watchers = w->nextw;
+  if (w->nextw) w->nextw->prev = w->prev;
+  srv->nwatchers--;
+  pthread_mutex_unlock(&srv->watch_mu);
+  free(w);
+  wt_rpc_stream_release(s);
 }
 
 /* --- ChecksumWeights ------------------------------------------------------ */
@@ -621,43 +645,57 @@ out:
 
 /* --- the table ------------------------------------------------------------ */
 
+#define ROUND WT_CLASS_ROUND
+#define READER WT_CLASS_READER
+
 static const wt_rpc_method methods[] = {
     {METHOD("GetServerInfo"), WT_RPC_UNARY,
      &wt__v1__get_server_info_request__descriptor,
-     &wt__v1__server_info__descriptor, get_server_info},
+     &wt__v1__server_info__descriptor, get_server_info, READER, NULL, NULL},
     {METHOD("GetWorldSize"), WT_RPC_UNARY,
      &wt__v1__get_world_size_request__descriptor,
-     &wt__v1__get_world_size_response__descriptor, get_world_size},
+     &wt__v1__get_world_size_response__descriptor, get_world_size, READER,
+     NULL, NULL},
     {METHOD("ListParameters"), WT_RPC_UNARY,
      &wt__v1__list_parameters_request__descriptor,
-     &wt__v1__list_parameters_response__descriptor, list_parameters},
+     &wt__v1__list_parameters_response__descriptor, list_parameters, READER,
+     NULL, NULL},
     {METHOD("InitWeightTransferEngine"), WT_RPC_UNARY,
      &wt__v1__init_weight_transfer_engine_request__descriptor,
-     &wt__v1__init_weight_transfer_engine_response__descriptor, init_engine},
+     &wt__v1__init_weight_transfer_engine_response__descriptor, init_engine,
+     ROUND, NULL, NULL},
     {METHOD("StartWeightUpdate"), WT_RPC_UNARY,
      &wt__v1__start_weight_update_request__descriptor,
-     &wt__v1__start_weight_update_response__descriptor, start_update},
+     &wt__v1__start_weight_update_response__descriptor, start_update, ROUND,
+     NULL, NULL},
     {METHOD("UpdateWeights"), WT_RPC_UNARY,
      &wt__v1__update_weights_request__descriptor,
-     &wt__v1__update_weights_response__descriptor, update_weights},
+     &wt__v1__update_weights_response__descriptor, update_weights, ROUND, NULL,
+     NULL},
     {METHOD("PushWeights"), WT_RPC_CLIENT_STREAM,
      &wt__v1__push_weights_chunk__descriptor,
-     &wt__v1__push_weights_response__descriptor, push_weights},
+     &wt__v1__push_weights_response__descriptor, push_weights, ROUND, NULL,
+     NULL},
     {METHOD("FinishWeightUpdate"), WT_RPC_UNARY,
      &wt__v1__finish_weight_update_request__descriptor,
-     &wt__v1__finish_weight_update_response__descriptor, finish_update},
+     &wt__v1__finish_weight_update_response__descriptor, finish_update, ROUND,
+     NULL, NULL},
     {METHOD("AbortWeightUpdate"), WT_RPC_UNARY,
      &wt__v1__abort_weight_update_request__descriptor,
-     &wt__v1__abort_weight_update_response__descriptor, abort_update},
+     &wt__v1__abort_weight_update_response__descriptor, abort_update, ROUND,
+     NULL, NULL},
     {METHOD("GetWeightVersion"), WT_RPC_UNARY,
      &wt__v1__get_weight_version_request__descriptor,
-     &wt__v1__weight_version__descriptor, get_weight_version},
-    {METHOD("WatchWeightVersion"), WT_RPC_SERVER_STREAM,
+     &wt__v1__weight_version__descriptor, get_weight_version, READER, NULL,
+     NULL},
+    {METHOD("WatchWeightVersion"), WT_RPC_WATCH,
      &wt__v1__watch_weight_version_request__descriptor,
-     &wt__v1__weight_version__descriptor, watch_weight_version},
+     &wt__v1__weight_version__descriptor, NULL, WT_CLASS_WATCH, watch_open,
+     watch_closed},
     {METHOD("ChecksumWeights"), WT_RPC_UNARY,
      &wt__v1__checksum_weights_request__descriptor,
-     &wt__v1__checksum_weights_response__descriptor, checksum_weights},
+     &wt__v1__checksum_weights_response__descriptor, checksum_weights, READER,
+     NULL, NULL},
 };
 
 const wt_rpc_method *wt_srv_methods(size_t *n) {

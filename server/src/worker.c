@@ -1,71 +1,93 @@
-/* worker.c: one receiver and its round state machine (see wt/worker.h). */
+/* worker.c: one receiver, its thread and its round state machine (see
+ * wt/worker.h).
+ *
+ * Fields are of three kinds: fixed after wt_worker_new; the queue and the
+ * published status, under `mu`; and the engine and round state, which only
+ * the worker's thread touches (the engine pointer is also read by
+ * wt_worker_cancel, under `engine_mu`).
+ */
 
 #include "wt/worker.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "wt/cuda.h"
 #include "wt/log.h"
 
 struct wt_worker {
+  /* Fixed. */
   uint32_t rank;
   uint32_t num_workers;
-  char *device;
+  wt_device device;
+  char device_name[WT_DEVICE_NAME_MAX];
   char *host;
   uint32_t default_timeout_ms;
   uint64_t max_message_bytes;
   wt_registry *engines;
   wt_param_store *store;
-  wt_worker_state state;
-  const wt_engine_ops *ops;
-  char backend[64];
-  /* Guards `engine` for wt_worker_cancel, which runs on other threads. */
+  char where[64]; /* "worker 0 (cuda:0)" for messages */
+
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t work_cv; /* an op was queued, or quit */
+  pthread_cond_t done_cv; /* an op is done, or the thread started */
+  wt_worker_op *head, *tail;
+  bool quit;
+  bool closed; /* no more submits */
+  bool started;
+  bool serving; /* the thread runs ops (its device bound) */
+  wt_status *start_st;
+  int aborts_pending; /* ABORT ops queued or running */
+  wt_worker_status pub;
+
+  /* The worker's thread only (ops, engine_mu for the engine pointer). */
   pthread_mutex_t engine_mu;
+  const wt_engine_ops *ops;
   wt_engine *engine;
+  wt_worker_state state;
+  uint64_t round_id;
+  uint64_t push_id;
 };
 
 static const char *const state_names[] = {
     [WT_WORKER_UNINITIALIZED] = "uninitialized",
+    [WT_WORKER_INITIALIZING] = "initializing",
     [WT_WORKER_READY] = "ready",
     [WT_WORKER_UPDATING] = "updating",
+    [WT_WORKER_ABORTING] = "aborting",
+    [WT_WORKER_NEEDS_INIT] = "needs_init",
 };
 
 const char *wt_worker_state_name(wt_worker_state state) {
-  if ((int)state < 0 || (int)state > WT_WORKER_UPDATING) return "unknown";
+  if ((int)state < 0 || (int)state > WT_WORKER_NEEDS_INIT) return "unknown";
   return state_names[state];
 }
 
-wt_status *wt_worker_new(const wt_worker_options *o, wt_param_store *store,
-                         wt_worker **out) {
-  wt_status *st = NULL;
-  wt_worker *w = calloc(1, sizeof(*w));
-  if (w == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "worker: out of memory");
-  w->rank = o->rank;
-  w->num_workers = o->num_workers;
-  w->default_timeout_ms = o->default_timeout_ms;
-  w->max_message_bytes = o->max_message_bytes;
-  w->engines = o->engines;
-  w->store = store;
-  store = NULL;
-  w->device = strdup(o->device ? o->device : "cpu");
-  w->host = strdup(o->host ? o->host : "127.0.0.1");
-  if (w->device == NULL || w->host == NULL)
-    WT_FAIL(WT_RESOURCE_EXHAUSTED, "worker %u: out of memory", o->rank);
-  pthread_mutex_init(&w->engine_mu, NULL);
-  *out = w;
-  w = NULL;
-out:
-  wt_param_store_destroy(store);
-  if (w != NULL) {
-    wt_param_store_destroy(w->store);
-    free(w->device);
-    free(w->host);
-    free(w);
-  }
-  return st;
+/* --- published status (worker's thread) ---------------------------------- */
+
+static void publish(wt_worker *w, const char *reason) {
+  pthread_mutex_lock(&w->mu);
+  w->pub.state = w->state;
+  w->pub.round_id = w->round_id;
+  snprintf(w->pub.backend, sizeof(w->pub.backend), "%s",
+           w->ops ? w->ops->header.name : "");
+  if (reason != NULL)
+    snprintf(w->pub.reason, sizeof(w->pub.reason), "%s", reason);
+  else if (w->state != WT_WORKER_NEEDS_INIT)
+    w->pub.reason[0] = '\0';
+  pthread_mutex_unlock(&w->mu);
 }
+
+static void set_state(wt_worker *w, wt_worker_state state) {
+  w->state = state;
+  publish(w, NULL);
+}
+
+/* --- the engine (worker's thread) ---------------------------------------- */
 
 /* Takes the engine away from wt_worker_cancel and destroys it. */
 static void drop_engine(wt_worker *w) {
@@ -76,65 +98,76 @@ static void drop_engine(wt_worker *w) {
   w->ops = NULL;
   pthread_mutex_unlock(&w->engine_mu);
   if (e != NULL) ops->destroy(e);
-  w->backend[0] = '\0';
-  w->state = WT_WORKER_UNINITIALIZED;
 }
 
-void wt_worker_destroy(wt_worker *w) {
-  if (w == NULL) return;
-  wt_worker_abort(w);
-  drop_engine(w);
-  pthread_mutex_destroy(&w->engine_mu);
-  wt_param_store_destroy(w->store);
-  free(w->device);
-  free(w->host);
-  free(w);
+/* Ends an open round without commit. */
+static void abort_round(wt_worker *w) {
+  if (w->state != WT_WORKER_UPDATING) return;
+  if (w->ops != NULL) w->ops->abort_update(w->engine);
+  if (w->store != NULL) wt_param_store_abort(w->store);
+  w->round_id = 0;
+  w->push_id = 0;
 }
 
-uint32_t wt_worker_rank(const wt_worker *w) {
-  return w->rank;
-}
-const char *wt_worker_device(const wt_worker *w) {
-  return w->device;
-}
-wt_param_store *wt_worker_store(const wt_worker *w) {
-  return w->store;
-}
-wt_worker_state wt_worker_get_state(const wt_worker *w) {
-  return w->state;
-}
-const char *wt_worker_backend(const wt_worker *w) {
-  return w->backend;
-}
-const wt_engine_ops *wt_worker_engine_ops(const wt_worker *w) {
-  return w->ops;
+static wt_status *need_state(const wt_worker *w, wt_worker_state want,
+                             const char *what) {
+  if (w->state == want) return NULL;
+  if (w->state == WT_WORKER_NEEDS_INIT)
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "%s: %s: the worker needs a new "
+                         "InitWeightTransferEngine: %s (state: needs_init)",
+                         w->where, what, w->pub.reason);
+  return wt_status_new(WT_FAILED_PRECONDITION,
+                       "%s: %s needs state '%s' (state: %s)", w->where, what,
+                       wt_worker_state_name(want),
+                       wt_worker_state_name(w->state));
 }
 
-wt_status *wt_worker_init_engine(wt_worker *w,
-                                 const Wt__V1__WeightTransferInitInfo *init,
-                                 wt_engine_endpoint *endpoint) {
+static wt_status *need_round(const wt_worker *w, uint64_t round_id,
+                             const char *what) {
+  wt_status *st = need_state(w, WT_WORKER_UPDATING, what);
+  if (st != NULL) return st;
+  if (round_id != w->round_id)
+    return wt_status_new(WT_ABORTED, "%s: %s of round %" PRIu64
+                         ": the worker is in round %" PRIu64,
+                         w->where, what, round_id, w->round_id);
+  return NULL;
+}
+
+static wt_status *op_init(wt_worker *w, wt_worker_op *op) {
   wt_status *st = NULL;
   const wt_engine_ops *ops = NULL;
   wt_engine *e = NULL;
-  memset(endpoint, 0, sizeof(*endpoint));
-  wt_worker_abort(w);
+  const Wt__V1__WeightTransferInitInfo *init = op->init;
+  memset(op->endpoint, 0, sizeof(*op->endpoint));
+  abort_round(w);
   drop_engine(w);
+  set_state(w, WT_WORKER_INITIALIZING);
   const char *backend = init && init->backend ? init->backend : "";
-  if (strlen(backend) >= sizeof(w->backend))
-    WT_FAIL(WT_INVALID_ARGUMENT, "init_info.backend '%.64s...' is too long",
-            backend);
   WT_CHECK(wt_engine_lookup(w->engines, backend, &ops));
+  wt_mem_kind kind = wt_param_store_memory(w->store);
+  uint32_t takes = ops->memory_kinds ? ops->memory_kinds : WT_MEM_HOST_KINDS;
+  if (!(takes & WT_MEM_BIT(kind))) {
+    char kinds[64];
+    WT_FAIL(WT_FAILED_PRECONDITION,
+            "%s: backend '%s' cannot receive into '%s' memory (this worker's "
+            "param store); it takes %s",
+            w->where, backend, wt_mem_kind_name(kind),
+            wt_mem_kinds_format(takes, kinds, sizeof(kinds)));
+  }
   wt_worker_ctx ctx = {
       .rank = w->rank,
       .num_workers = w->num_workers,
       .device = w->device,
+      .device_name = w->device_name,
       .store = w->store,
       .timeout_ms =
           init && init->timeout_ms ? init->timeout_ms : w->default_timeout_ms,
       .host = w->host,
       .max_message_bytes = w->max_message_bytes,
   };
-  WT_CHECK(ops->create(init, &ctx, &e));
+  WT_CHECK(wt_status_prefix(ops->create(init, &ctx, &e), "%s: backend '%s'",
+                            w->where, backend));
   /* Published before init_transfer, which may block, so that a cancel from
    * another thread reaches it. */
   pthread_mutex_lock(&w->engine_mu);
@@ -142,48 +175,48 @@ wt_status *wt_worker_init_engine(wt_worker *w,
   w->ops = ops;
   pthread_mutex_unlock(&w->engine_mu);
   e = NULL;
-  st = ops->init_transfer(w->engine, init, endpoint);
+  st = ops->init_transfer(w->engine, init, op->endpoint);
   if (st != NULL) {
-    st = wt_status_prefix(st, "worker %u: backend '%s' init", w->rank, backend);
+    st = wt_status_prefix(st, "%s: backend '%s' init", w->where, backend);
     drop_engine(w);
-    free(endpoint->worker_address);
-    memset(endpoint, 0, sizeof(*endpoint));
+    free(op->endpoint->worker_address);
+    memset(op->endpoint, 0, sizeof(*op->endpoint));
     goto out;
   }
-  snprintf(w->backend, sizeof(w->backend), "%s", backend);
   w->state = WT_WORKER_READY;
+  publish(w, "");
 out:
   if (e != NULL) ops->destroy(e);
+  if (st != NULL) set_state(w, WT_WORKER_UNINITIALIZED);
   return st;
 }
 
-static wt_status *need_state(const wt_worker *w, wt_worker_state want,
-                             const char *what) {
-  if (w->state == want) return NULL;
-  return wt_status_new(WT_FAILED_PRECONDITION,
-                       "worker %u: %s needs state '%s' (state: %s)", w->rank,
-                       what, wt_worker_state_name(want),
-                       wt_worker_state_name(w->state));
-}
-
-wt_status *wt_worker_start(wt_worker *w, uint64_t round_id) {
+static wt_status *op_start(wt_worker *w, wt_worker_op *op) {
   wt_status *st = NULL;
   WT_CHECK(need_state(w, WT_WORKER_READY, "start"));
   wt_param_store_begin(w->store);
-  WT_CHECK(w->ops->start_update(w->engine, round_id));
-  w->state = WT_WORKER_UPDATING;
+  st = w->ops->start_update(w->engine, op->round_id);
+  if (st != NULL) {
+    st = wt_status_prefix(st, "%s: backend '%s' start", w->where,
+                          w->ops->header.name);
+    wt_param_store_abort(w->store);
+    goto out;
+  }
+  w->round_id = op->round_id;
+  w->push_id = 0;
+  set_state(w, WT_WORKER_UPDATING);
 out:
   return st;
 }
 
-wt_status *wt_worker_receive(wt_worker *w, const wt_update *u,
-                             wt_receive_stats *stats) {
+static wt_status *op_receive(wt_worker *w, wt_worker_op *op) {
   wt_status *st = NULL;
-  WT_CHECK(need_state(w, WT_WORKER_UPDATING, "receive"));
+  WT_CHECK(need_round(w, op->round_id, "receive"));
   if (w->ops->receive == NULL)
     WT_FAIL(WT_FAILED_PRECONDITION,
-            "backend '%s' receives weights through PushWeights", w->backend);
-  st = w->ops->receive(w->engine, u, stats);
+            "backend '%s' receives weights through PushWeights",
+            w->ops->header.name);
+  st = w->ops->receive(w->engine, op->update, &op->stats);
   if (st != NULL) st = wt_status_prefix(st, "worker %u", w->rank);
 out:
   return st;
@@ -194,69 +227,327 @@ static wt_status *need_stream(const wt_worker *w) {
   return wt_status_new(WT_FAILED_PRECONDITION,
                        "backend '%s' does not take PushWeights; its data "
                        "moves through UpdateWeights",
-                       w->backend);
+                       w->ops ? w->ops->header.name : "");
 }
 
-wt_status *wt_worker_push_begin(wt_worker *w, const wt_update *u) {
+static wt_status *op_push_begin(wt_worker *w, wt_worker_op *op) {
   wt_status *st = NULL;
-  WT_CHECK(need_state(w, WT_WORKER_UPDATING, "PushWeights"));
+  WT_CHECK(need_round(w, op->round_id, "PushWeights"));
   WT_CHECK(need_stream(w));
-  WT_CHECK(w->ops->push_begin(w->engine, u));
+  WT_CHECK(w->ops->push_begin(w->engine, op->update));
+  w->push_id = op->push_id;
 out:
   return st;
 }
 
-wt_status *wt_worker_push_chunk(wt_worker *w, uint32_t bucket, uint64_t offset,
-                                const struct iovec *iov, size_t iovcnt) {
-  wt_status *st = NULL;
-  WT_CHECK(need_state(w, WT_WORKER_UPDATING, "PushWeights"));
-  WT_CHECK(need_stream(w));
-  WT_CHECK(w->ops->push_chunk(w->engine, bucket, offset, iov, iovcnt));
-out:
-  return st;
+static wt_status *op_push_chunk(wt_worker *w, wt_worker_op *op) {
+  if (w->state != WT_WORKER_UPDATING || w->push_id != op->push_id ||
+      op->push_id == 0)
+    return wt_status_new(WT_ABORTED,
+                         "%s: bucket %" PRIu32 " offset %" PRIu64
+                         ": push %" PRIu64 " is no longer open",
+                         w->where, op->bucket, op->offset, op->push_id);
+  return w->ops->push_chunk(w->engine, op->bucket, op->offset, op->iov,
+                            op->iovcnt);
 }
 
-wt_status *wt_worker_push_end(wt_worker *w, bool stream_ended,
-                              wt_receive_stats *stats) {
-  if (w->state != WT_WORKER_UPDATING || w->ops->push_end == NULL) return NULL;
-  return w->ops->push_end(w->engine, stream_ended, stats);
+static wt_status *op_push_end(wt_worker *w, wt_worker_op *op) {
+  if (w->state != WT_WORKER_UPDATING || w->push_id != op->push_id ||
+      op->push_id == 0)
+    return NULL; /* aborted under the push: nothing of it is left */
+  w->push_id = 0;
+  if (w->ops->push_end == NULL) return NULL;
+  return w->ops->push_end(w->engine, op->stream_ended, &op->stats);
 }
 
-wt_status *wt_worker_check_finish(const wt_worker *w) {
+static wt_status *op_prepare(wt_worker *w, wt_worker_op *op) {
   wt_status *st = NULL;
-  WT_CHECK(need_state(w, WT_WORKER_UPDATING, "finish"));
+  WT_CHECK(need_round(w, op->round_id, "finish"));
   st = wt_param_store_check_commit(w->store);
-out:
-  return st;
-}
-
-wt_status *wt_worker_prepare_finish(wt_worker *w) {
-  wt_status *st = NULL;
-  WT_CHECK(need_state(w, WT_WORKER_UPDATING, "finish"));
+  if (st != NULL) {
+    op->round_intact = true;
+    goto out;
+  }
   st = w->ops->finish_update(w->engine);
   if (st != NULL)
-    st = wt_status_prefix(st, "worker %u: backend '%s' finish", w->rank,
-                          w->backend);
+    st = wt_status_prefix(st, "%s: backend '%s' finish", w->where,
+                          w->ops->header.name);
 out:
   return st;
 }
 
-void wt_worker_commit(wt_worker *w) {
-  if (w->state != WT_WORKER_UPDATING) return;
+static wt_status *op_commit(wt_worker *w, wt_worker_op *op) {
+  wt_status *st = NULL;
+  WT_CHECK(need_round(w, op->round_id, "commit"));
   wt_param_store_commit_locked(w->store);
-  w->state = WT_WORKER_READY;
+  w->round_id = 0;
+  w->push_id = 0;
+  set_state(w, WT_WORKER_READY);
+out:
+  return st;
 }
 
-void wt_worker_release_engine(wt_worker *w) {
-  wt_worker_abort(w);
+static void op_abort(wt_worker *w, wt_worker_op *op) {
+  if (w->state != WT_WORKER_UPDATING ||
+      (op->round_id != 0 && op->round_id != w->round_id))
+    return;
+  uint64_t round = w->round_id;
+  abort_round(w);
+  if (w->ops != NULL && !(w->ops->caps & WT_ENGINE_SURVIVES_ABORT)) {
+    char reason[512];
+    snprintf(reason, sizeof(reason),
+             "backend '%s' cannot continue after an abort (round %" PRIu64
+             " was aborted: %.300s); call InitWeightTransferEngine again",
+             w->ops->header.name, round, op->reason ? op->reason : "aborted");
+    drop_engine(w);
+    w->state = WT_WORKER_NEEDS_INIT;
+    publish(w, reason);
+    WT_LOGW("server", "%s: %s", w->where, reason);
+    return;
+  }
+  set_state(w, WT_WORKER_READY);
+}
+
+static void op_release(wt_worker *w) {
+  abort_round(w);
   drop_engine(w);
+  set_state(w, WT_WORKER_UNINITIALIZED);
 }
 
-void wt_worker_abort(wt_worker *w) {
-  if (w->state != WT_WORKER_UPDATING) return;
-  w->ops->abort_update(w->engine);
-  wt_param_store_abort(w->store);
-  w->state = WT_WORKER_READY;
+static wt_status *run_op(wt_worker *w, wt_worker_op *op) {
+  switch (op->kind) {
+    case WT_WORKER_OP_INIT:
+      return op_init(w, op);
+    case WT_WORKER_OP_RELEASE:
+      op_release(w);
+      return NULL;
+    case WT_WORKER_OP_START:
+      return op_start(w, op);
+    case WT_WORKER_OP_RECEIVE:
+      return op_receive(w, op);
+    case WT_WORKER_OP_PUSH_BEGIN:
+      return op_push_begin(w, op);
+    case WT_WORKER_OP_PUSH_CHUNK:
+      return op_push_chunk(w, op);
+    case WT_WORKER_OP_PUSH_END:
+      return op_push_end(w, op);
+    case WT_WORKER_OP_PREPARE:
+      return op_prepare(w, op);
+    case WT_WORKER_OP_COMMIT:
+      return op_commit(w, op);
+    case WT_WORKER_OP_ABORT:
+      op_abort(w, op);
+      return NULL;
+    case WT_WORKER_OP_CALL:
+      return op->fn(w, op->arg);
+  }
+  return wt_status_new(WT_INTERNAL, "%s: unknown op %d", w->where,
+                       (int)op->kind);
+}
+
+/* --- the thread ----------------------------------------------------------- */
+
+static void *worker_main(void *arg) {
+  wt_worker *w = arg;
+  wt_status *st = NULL;
+  if (w->device.type == WT_DEVICE_CUDA) {
+    st = wt_cuda_check_device(w->device.index);
+    if (st == NULL)
+      st = wt_status_prefix(wt_cuda_bind(w->device.index), "device '%s'",
+                            w->device_name);
+  }
+  pthread_mutex_lock(&w->mu);
+  w->start_st = st;
+  w->started = true;
+  w->serving = st == NULL;
+  pthread_cond_broadcast(&w->done_cv);
+  if (st != NULL) {
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+  }
+  for (;;) {
+    while (w->head == NULL && !w->quit)
+      pthread_cond_wait(&w->work_cv, &w->mu);
+    if (w->head == NULL) break;
+    wt_worker_op *op = w->head;
+    w->head = op->next;
+    if (w->head == NULL) w->tail = NULL;
+    pthread_mutex_unlock(&w->mu);
+
+    wt_status *rst = run_op(w, op);
+
+    pthread_mutex_lock(&w->mu);
+    if (op->kind == WT_WORKER_OP_ABORT) w->aborts_pending--;
+    if (op->on_done != NULL) {
+      /* Detached: the op may be freed by on_done. */
+      pthread_mutex_unlock(&w->mu);
+      op->on_done(op, rst, op->user);
+      pthread_mutex_lock(&w->mu);
+    } else {
+      op->st = rst;
+      op->failed = rst != NULL;
+      op->done = true;
+      pthread_cond_broadcast(&w->done_cv);
+    }
+  }
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
+wt_status *wt_worker_new(const wt_worker_options *o, wt_worker **out) {
+  wt_status *st = NULL;
+  *out = NULL;
+  wt_worker *w = calloc(1, sizeof(*w));
+  if (w == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "worker: out of memory");
+  w->rank = o->rank;
+  w->num_workers = o->num_workers;
+  w->device = o->device;
+  wt_device_format(o->device, w->device_name);
+  snprintf(w->where, sizeof(w->where), "worker %u (%s)", o->rank,
+           w->device_name);
+  w->default_timeout_ms = o->default_timeout_ms;
+  w->max_message_bytes = o->max_message_bytes;
+  w->engines = o->engines;
+  w->host = strdup(o->host ? o->host : "127.0.0.1");
+  if (w->host == NULL) {
+    free(w);
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "worker %u: out of memory", o->rank);
+  }
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->work_cv, NULL);
+  pthread_cond_init(&w->done_cv, NULL);
+  pthread_mutex_init(&w->engine_mu, NULL);
+  w->pub.state = WT_WORKER_UNINITIALIZED;
+  int rc = pthread_create(&w->thread, NULL, worker_main, w);
+  if (rc != 0) {
+    st = wt_status_from_errno(rc, "worker %u: starting its thread", o->rank);
+    w->closed = true;
+    wt_worker_destroy(w);
+    goto out;
+  }
+  pthread_mutex_lock(&w->mu);
+  while (!w->started) pthread_cond_wait(&w->done_cv, &w->mu);
+  st = w->start_st;
+  w->start_st = NULL;
+  pthread_mutex_unlock(&w->mu);
+  if (st != NULL) {
+    st = wt_status_prefix(st, "worker %u", o->rank);
+    wt_worker_destroy(w);
+    goto out;
+  }
+  *out = w;
+out:
+  return st;
+}
+
+wt_status *wt_worker_submit(wt_worker *w, wt_worker_op *op) {
+  op->st = NULL;
+  op->failed = false;
+  op->round_intact = false;
+  op->done = false;
+  op->next = NULL;
+  pthread_mutex_lock(&w->mu);
+  if (w->closed) {
+    pthread_mutex_unlock(&w->mu);
+    return wt_status_new(WT_UNAVAILABLE, "%s is shutting down", w->where);
+  }
+  if (op->kind == WT_WORKER_OP_ABORT) w->aborts_pending++;
+  if (w->tail)
+    w->tail->next = op;
+  else
+    w->head = op;
+  w->tail = op;
+  pthread_cond_signal(&w->work_cv);
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
+wt_status *wt_worker_wait(wt_worker *w, wt_worker_op *op) {
+  pthread_mutex_lock(&w->mu);
+  while (!op->done) pthread_cond_wait(&w->done_cv, &w->mu);
+  wt_status *st = op->st;
+  op->st = NULL;
+  pthread_mutex_unlock(&w->mu);
+  return st;
+}
+
+wt_status *wt_worker_run(wt_worker *w, wt_worker_op *op) {
+  wt_status *st = wt_worker_submit(w, op);
+  if (st != NULL) return st;
+  return wt_worker_wait(w, op);
+}
+
+static wt_status *destroy_store(wt_worker *w, void *arg) {
+  (void)arg;
+  wt_param_store_destroy(w->store);
+  w->store = NULL;
+  return NULL;
+}
+
+void wt_worker_destroy(wt_worker *w) {
+  if (w == NULL) return;
+  pthread_mutex_lock(&w->mu);
+  bool running = w->serving && !w->closed;
+  pthread_mutex_unlock(&w->mu);
+  if (running) {
+    wt_worker_op release = {.kind = WT_WORKER_OP_RELEASE};
+    wt_worker_op store = {.kind = WT_WORKER_OP_CALL, .fn = destroy_store};
+    wt_status_free(wt_worker_run(w, &release));
+    wt_status_free(wt_worker_run(w, &store));
+  }
+  pthread_mutex_lock(&w->mu);
+  w->closed = true;
+  w->quit = true;
+  bool joinable = w->started || w->head != NULL;
+  pthread_cond_broadcast(&w->work_cv);
+  pthread_mutex_unlock(&w->mu);
+  if (joinable) pthread_join(w->thread, NULL);
+  /* A worker whose thread never ran its ops (bind failed). */
+  if (w->store != NULL) wt_param_store_destroy(w->store);
+  wt_status_free(w->start_st);
+  pthread_mutex_destroy(&w->engine_mu);
+  pthread_cond_destroy(&w->done_cv);
+  pthread_cond_destroy(&w->work_cv);
+  pthread_mutex_destroy(&w->mu);
+  free(w->host);
+  free(w);
+}
+
+void wt_worker_set_store(wt_worker *w, wt_param_store *store) {
+  w->store = store;
+}
+
+uint32_t wt_worker_rank(const wt_worker *w) {
+  return w->rank;
+}
+
+wt_device wt_worker_device(const wt_worker *w) {
+  return w->device;
+}
+
+const char *wt_worker_device_name(const wt_worker *w) {
+  return w->device_name;
+}
+
+wt_param_store *wt_worker_store(const wt_worker *w) {
+  return w->store;
+}
+
+void wt_worker_get_status(const wt_worker *w, wt_worker_status *out) {
+  wt_worker *mw = (wt_worker *)w;
+  pthread_mutex_lock(&mw->mu);
+  *out = w->pub;
+  if (w->aborts_pending > 0 && out->state == WT_WORKER_UPDATING)
+    out->state = WT_WORKER_ABORTING;
+  pthread_mutex_unlock(&mw->mu);
+}
+
+const wt_engine_ops *wt_worker_engine_ops(const wt_worker *w) {
+  wt_worker *mw = (wt_worker *)w;
+  pthread_mutex_lock(&mw->engine_mu);
+  const wt_engine_ops *ops = w->ops;
+  pthread_mutex_unlock(&mw->engine_mu);
+  return ops;
 }
 
 void wt_worker_cancel(wt_worker *w) {

@@ -5,7 +5,10 @@
  * is covered without touching this file), both directly with protobuf-c and
  * through wt_pb_unpack from a gRPC byte buffer, as the RPC layer does. It
  * checks that the two agree, and that a parsed message re-serialises to
- * bytes that parse back to the same bytes. */
+ * bytes that parse back to the same bytes. It also feeds every input to the
+ * grpc backend's own chunk parser (wt/chunk.h): whatever it accepts,
+ * protobuf-c must read as the same bucket, offset and data, whole or split
+ * into received slices. */
 
 #include <grpc/byte_buffer.h>
 #include <grpc/slice.h>
@@ -14,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "wt/chunk.h"
 #include "wt/pb.h"
 #include "wt/v1/wt.pb-c.h"
 
@@ -123,8 +127,42 @@ static void one(const ProtobufCMessageDescriptor *d, const uint8_t *data,
   wt_pb_free(via_pb);
 }
 
+static void chunk(const uint8_t *data, size_t size) {
+  const ProtobufCMessageDescriptor *d = &wt__v1__push_weights_chunk__descriptor;
+  uint32_t bucket = 0;
+  uint64_t offset = 0;
+  size_t start = 0;
+  if (!wt_chunk_parse_prefix(data, size, size, &bucket, &offset, &start))
+    return;
+  Wt__V1__PushWeightsChunk *m =
+      wt__v1__push_weights_chunk__unpack(NULL, size, data);
+  if (m == NULL) fail(d, "the chunk parser accepted what protobuf-c rejects");
+  if (m->payload_case != WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_CHUNK ||
+      m->chunk->bucket != bucket || m->chunk->offset != offset ||
+      m->chunk->data.len != size - start ||
+      memcmp(m->chunk->data.data, data + start, size - start) != 0)
+    fail(d, "the chunk parser and protobuf-c read different chunks");
+  wt__v1__push_weights_chunk__free_unpacked(m, NULL);
+  /* The server's view over a message in two slices finds the same bytes. */
+  grpc_byte_buffer *bb = byte_buffer(data, size, 1);
+  wt_chunk_view v;
+  if (wt_chunk_view_of(bb, &v)) {
+    size_t pos = start;
+    for (size_t i = 0; i < v.iovcnt; i++) {
+      if (pos + v.iov[i].iov_len > size ||
+          memcmp(v.iov[i].iov_base, data + pos, v.iov[i].iov_len) != 0)
+        fail(d, "the chunk view points at other bytes");
+      pos += v.iov[i].iov_len;
+    }
+    if (pos != size || v.bucket != bucket || v.offset != offset)
+      fail(d, "the chunk view differs from the parser");
+  }
+  grpc_byte_buffer_destroy(bb);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const ProtobufCServiceDescriptor *svc = &wt__v1__weight_transfer__descriptor;
+  chunk(data, size);
   for (unsigned i = 0; i < svc->n_methods; i++) {
     one(svc->methods[i].input, data, size);
     one(svc->methods[i].output, data, size);

@@ -87,9 +87,9 @@ def proto_seeds():
         from wt.v1 import wt_pb2 as pb
 
         nccl = pb.InitWeightTransferEngineRequest(init_info=pb.WeightTransferInitInfo(
-            backend="nccl", timeout_ms=5000,
+            backend="nccl", timeout_ms=5000, world_size=3, rank_offset=1,
             nccl=pb.NcclInitInfo(nccl_unique_id=bytes(range(128)),
-                                 world_size=3, rank_offset=1, packed=True,
+                                 packed=True,
                                  packed_buffer_size_bytes=pb.UInt64Value(
                                      value=1 << 30))))
         nccl.init_info.options["k"] = "v"

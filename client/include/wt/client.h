@@ -9,7 +9,14 @@
  * Ranks: the trainer is rank 0; the world is 1 + the sum of every server's
  * GetWorldSize; server k's first worker is rank `rank_offset(k)`, i.e. 1 +
  * the world sizes of the servers before it. init_transfer writes both into
- * the init info of the backends that rendezvous (ucx, nccl).
+ * each server's init info (rank_offset, world_size), for every backend.
+ *
+ * Re-init: a worker whose engine cannot continue after an abort (an aborted
+ * NCCL communicator) goes to state needs_init, and its server refuses the
+ * next StartWeightUpdate. wt_sync_client_start then re-initialises every
+ * server with the last init_transfer's info (and the trainer engine it made,
+ * in place: the handle stays valid) and starts again, once, logging why;
+ * with manual_reinit it returns the error instead.
  *
  * Errors: every error names the server it came from ("127.0.0.1:50051
  * /wt.v1.WeightTransfer/StartWeightUpdate: FAILED_PRECONDITION: ..."). When
@@ -56,6 +63,9 @@ typedef struct wt_trainer wt_trainer;
 typedef struct wt_client_options {
   int64_t timeout_ms;      /* control calls; default 30 s */
   int64_t data_timeout_ms; /* push, update, checksum; default 30 min */
+  /* Never re-init by itself when a server needs it: start returns the
+   * server's FAILED_PRECONDITION, and the caller calls init_transfer. */
+  bool manual_reinit;
 } wt_client_options;
 
 /* Progress of a transfer, reported by trainer engines. */
@@ -153,23 +163,26 @@ void wt_param_checksums_free(wt_param_checksum *sums, size_t n);
 
 /* --- rounds (every server) ----------------------------------------------- */
 
-/* Initialises the transfer engine `info->backend` (or the oneof's backend)
- * on every server and, when `trainer` is not NULL, creates the matching
- * trainer engine from the trainer registry (wt/trainer.h) with `source`
- * (borrowed, may be NULL). Steps: world size and rank offsets; the trainer's
- * trainer_init; per server a copy of `info` with rank_offset/world_size set
- * for ucx/nccl and the trainer's server_init_info applied; every server's
- * InitWeightTransferEngine started; the trainer's connect (a rendezvous)
- * while they are pending; then every answer. `info` stays the caller's. A
- * backend not in the registry is NOT_FOUND listing the names, before any
- * server is called. The caller owns *trainer (wt_trainer_destroy()). */
+/* Initialises the transfer engine `info->backend` (or the oneof's backend,
+ * wt/init_info.h) on every server and, when `trainer` is not NULL, creates
+ * the matching trainer engine from the trainer registry (wt/trainer.h) with
+ * `source` (borrowed, may be NULL; it must outlive the trainer). Steps:
+ * world size and rank offsets; the trainer's trainer_init; per server a copy
+ * of `info` with rank_offset and world_size set and the trainer's
+ * server_init_info applied; every server's InitWeightTransferEngine
+ * started; the trainer's connect (a rendezvous) while they are pending; then
+ * every answer. `info` stays the caller's (the client keeps a copy for a
+ * re-init). A backend not in the registry is NOT_FOUND listing the names,
+ * before any server is called. The caller owns *trainer
+ * (wt_trainer_destroy()). */
 wt_status *wt_sync_client_init_transfer(
     wt_sync_client *c, const Wt__V1__WeightTransferInitInfo *info,
     wt_source *source, wt_trainer **trainer);
 
 /* Starts a round on every server and remembers each one's round id, which
  * every later call of the round carries. If some servers fail, the round is
- * aborted on the others. */
+ * aborted on the others; if one of them has a worker in needs_init, the
+ * client re-inits (see above) and starts once more. */
 wt_status *wt_sync_client_start(wt_sync_client *c);
 
 /* Round id of server k in the round in progress; 0 when none. */

@@ -14,6 +14,14 @@
  * runs that check over a whole round before a trainer sends any byte, so
  * yielding must be cheap (hand out pointers, do not compute tensors).
  *
+ * Memory: a yielded tensor says where its bytes are (kind and device,
+ * wt/memory.h): host memory by default, or GPU memory (a PyTorch or JAX
+ * trainer handing over data_ptr()s), optionally with the CUDA stream or
+ * event after which the bytes are ready (wt_source_tensor_ready waits for
+ * it). A backend states which kinds it sends from (wt_trainer_ops
+ * .memory_kinds); wt_source_validate_for refuses the others before a byte
+ * moves, naming the tensor.
+ *
  * A source is not thread-safe: one round iterates it from one thread.
  */
 #ifndef WT_SOURCE_H
@@ -24,6 +32,7 @@
 #include <stdint.h>
 
 #include "wt/checksum.h"
+#include "wt/memory.h"
 #include "wt/safetensors.h"
 #include "wt/status.h"
 #include "wt/tensor.h"
@@ -45,6 +54,14 @@ typedef struct wt_source_tensor {
   /* `nbytes` contiguous bytes, or NULL: bytes come from wt_source_read. */
   const void *data;
   uint64_t nbytes;
+  /* Where `data` is: host memory (zero) by default; WT_MEM_DEVICE on
+   * `device` (cuda:N) for a GPU tensor. */
+  wt_mem_kind kind;
+  wt_device device;
+  /* Optional cudaStream_t / cudaEvent_t after which the bytes are ready
+   * (the event wins when both are set); NULL: ready now. Borrowed. */
+  void *cuda_stream;
+  void *cuda_event;
 } wt_source_tensor;
 
 /* What a source implementation provides (wt_source_new). */
@@ -80,10 +97,12 @@ wt_status *wt_source_checkpoint(const wt_checkpoint *ck, wt_source **out);
  * with wt_checkpoint_open() and returns a source that owns the checkpoint. */
 wt_status *wt_source_checkpoint_open(const char *path, wt_source **out);
 
-/* A source over tensors in memory, in array order. Names and shapes are
- * copied; the data is borrowed and must outlive the source. A NULL `data` or
- * an `nbytes` that is not dtype x shape is INVALID_ARGUMENT naming the
- * tensor. The caller owns *out. */
+/* A source over tensors in memory, in array order, each of its own kind
+ * and device (a trainer's GPU tensors: WT_MEM_DEVICE on cuda:N, with their
+ * stream or event). Names and shapes are copied; the data (and streams,
+ * events) are borrowed and must outlive the source. A NULL `data`, an
+ * `nbytes` that is not dtype x shape, or device memory on a cpu device is
+ * INVALID_ARGUMENT naming the tensor. The caller owns *out. */
 wt_status *wt_source_memory(const wt_source_tensor *tensors, size_t n,
                             wt_source **out);
 
@@ -117,18 +136,30 @@ wt_status *wt_source_rewind(wt_source *src);
 wt_status *wt_source_next(wt_source *src, wt_source_tensor *t, bool *done);
 
 /* Copies bytes [offset, offset + len) of `t`, the tensor last yielded, into
- * buf. A range beyond the tensor is OUT_OF_RANGE naming it. */
+ * host memory buf (through CUDA for a device tensor). A range beyond the
+ * tensor is OUT_OF_RANGE naming it. */
 wt_status *wt_source_read(wt_source *src, const wt_source_tensor *t,
                           uint64_t offset, void *buf, size_t len);
 
-/* Sets *data to `t`'s bytes: t->data itself, or a buffer owned by the source
- * (reused, valid until the next call or the source's destruction) filled
- * with wt_source_read. For backends that need a tensor contiguous. */
+/* Waits until `t`'s bytes are ready (its CUDA event, else its stream; no-op
+ * without either). Backends call it before reading a tensor. */
+wt_status *wt_source_tensor_ready(const wt_source_tensor *t);
+
+/* Sets *data to `t`'s bytes in host memory: t->data itself when it is
+ * host-addressable, or a buffer owned by the source (reused, valid until the
+ * next call or the source's destruction) filled with wt_source_read. For
+ * backends that need a tensor contiguous. */
 wt_status *wt_source_tensor_data(wt_source *src, const wt_source_tensor *t,
                                  const void **data);
 
 /* Iterates one whole round, checking every yield, then rewinds. */
 wt_status *wt_source_validate(wt_source *src);
+
+/* As wt_source_validate, and every tensor's memory must be of a kind in
+ * `kinds` (WT_MEM_BIT set): else INVALID_ARGUMENT naming the tensor, its
+ * memory, `backend` and the kinds it sends from. */
+wt_status *wt_source_validate_for(wt_source *src, uint32_t kinds,
+                                  const char *backend);
 
 /* Digests of every tensor's bytes in metadata order, computed locally: sets
  * *digests to a malloc'd array of wt_source_count() strings of

@@ -5,7 +5,7 @@
  * round of a weight source per wt_sync_client_update. Backends register a
  * table of functions (wt_trainer_ops) under their name, directly or lazily
  * from a shared object (wt/registry.h); all built-ins are registered in one
- * place, trainer_registry.c. Today that is `grpc` alone.
+ * place, trainer_registry.c: `grpc`, and `ucx` where UCX is built.
  *
  * How the table serves each kind of backend:
  *
@@ -33,6 +33,15 @@
  *
  * Every wait inside a trainer engine has a deadline (the client's
  * wt_sync_client_data_timeout_ms, or the init info's timeout_ms).
+ *
+ * A backend's own settings live in its files: its table's init_info builds
+ * the backend's init info from generic options ("bucket_size" = "64M"), so
+ * tools (wt-push --option) and configs pass settings without knowing the
+ * backend; memory_kinds says which memory it sends from.
+ *
+ * Adding a backend is one worker file (server/src/engines/, wt/engine.h),
+ * one trainer file (here) and one registration line on each side
+ * (engine_registry.c, trainer_registry.c), or a module registered lazily.
  */
 #ifndef WT_TRAINER_H
 #define WT_TRAINER_H
@@ -51,7 +60,13 @@ extern "C" {
 #endif
 
 /* Version of wt_trainer_ops; a table that says otherwise is refused. */
-#define WT_TRAINER_ABI_VERSION 1u
+#define WT_TRAINER_ABI_VERSION 2u
+
+/* One setting of a backend as a tool or a config names it. Borrowed. */
+typedef struct wt_backend_option {
+  const char *key;
+  const char *value;
+} wt_backend_option;
 
 /* wt_trainer_ops.flags */
 enum {
@@ -72,6 +87,17 @@ typedef struct wt_trainer_init_args {
 typedef struct wt_trainer_ops {
   wt_ops_header header; /* abi_version WT_TRAINER_ABI_VERSION, name */
   uint32_t flags;       /* WT_TRAINER_* */
+  /* WT_MEM_BIT set of the source memory kinds it sends from; 0 means the
+   * host kinds (WT_MEM_HOST_KINDS). */
+  uint32_t memory_kinds;
+
+  /* Optional: fills `info` (zeroed, backend set) from `opts[0..n)`. Every
+   * key it does not know is INVALID_ARGUMENT naming the key and listing the
+   * ones it knows; a bad value names the key. What it allocates for info's
+   * fields comes from malloc, so that wt_pb_free(&info->base) frees it.
+   * NULL: the backend takes no options. */
+  wt_status *(*init_info)(const wt_backend_option *opts, size_t n,
+                          Wt__V1__WeightTransferInitInfo *info);
 
   /* Creates the engine: checks the init info's backend extras and prepares
    * (for NCCL, creates the unique id). Calls no server. */
@@ -131,6 +157,22 @@ wt_status *wt_trainer_lookup(const char *name, const wt_trainer_ops **ops);
 
 /* The registered names joined by ", "; the caller frees *out. */
 wt_status *wt_trainer_names(char **out);
+
+/* A new init info for backend `name` built by the backend from `opts`
+ * (wt_trainer_ops.init_info): NOT_FOUND for an unknown backend, the
+ * backend's INVALID_ARGUMENT for an option it does not take. The caller
+ * frees *out with wt_pb_free(&(*out)->base). */
+wt_status *wt_trainer_init_info(const char *name, const wt_backend_option *opts,
+                                size_t n, Wt__V1__WeightTransferInitInfo **out);
+
+/* Helpers for backends' init_info: "64M", "1GiB", "4096" (binary multiples)
+ * and plain numbers, INVALID_ARGUMENT naming the option; and the error for
+ * a key the backend does not know, listing `known` (a NULL-terminated
+ * list). */
+wt_status *wt_option_size(const wt_backend_option *o, uint64_t *out);
+wt_status *wt_option_u32(const wt_backend_option *o, uint32_t *out);
+wt_status *wt_option_unknown(const char *backend, const wt_backend_option *o,
+                             const char *const *known);
 
 /* Creates a trainer engine of backend `name` (trainer_init). Usually called
  * by wt_sync_client_init_transfer. The caller owns *out. */

@@ -20,6 +20,7 @@
 #include <grpc/byte_buffer.h>
 #include <grpc/slice.h>
 
+#include "wt/chunk.h"
 #include "wt/client.h"
 #include "wt/log.h"
 #include "wt/packing.h"
@@ -83,53 +84,6 @@ out:
 
 static void grpc_trainer_destroy(void *self) {
   free(self);
-}
-
-/* ---- the wire form of a data chunk -------------------------------------- */
-
-static size_t varint_len(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    n++;
-  }
-  return n;
-}
-
-static uint8_t *varint_put(uint8_t *p, uint64_t v) {
-  while (v >= 0x80) {
-    *p++ = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  *p++ = (uint8_t)v;
-  return p;
-}
-
-/* PushWeightsChunk{chunk (2): BucketChunk{bucket (1), offset (2), data (3)}}
- * framing before `len` data bytes; zero fields are left out as proto3 does.
- * Returns the framing's length; writes it when `out` is not NULL. */
-static size_t chunk_prefix(uint32_t bucket, uint64_t offset, uint64_t len,
-                           uint8_t *out) {
-  size_t inner = 1 + varint_len(len) + (size_t)len;
-  if (bucket) inner += 1 + varint_len(bucket);
-  if (offset) inner += 1 + varint_len(offset);
-  size_t prefix = 1 + varint_len(inner) + (inner - (size_t)len);
-  if (out != NULL) {
-    uint8_t *p = out;
-    *p++ = 0x12; /* field 2, length-delimited */
-    p = varint_put(p, inner);
-    if (bucket) {
-      *p++ = 0x08;
-      p = varint_put(p, bucket);
-    }
-    if (offset) {
-      *p++ = 0x10;
-      p = varint_put(p, offset);
-    }
-    *p++ = 0x1a;
-    varint_put(p, len);
-  }
-  return prefix;
 }
 
 /* ---- one push ----------------------------------------------------------- */
@@ -274,6 +228,7 @@ static wt_status *cursor_advance(cursor *c) {
     if (done)
       WT_FAIL(WT_INTERNAL, "%s source ended before the plan's bytes",
               wt_source_kind(c->src));
+    WT_CHECK(wt_source_tensor_ready(&c->t));
     c->have = true;
     c->offset = 0;
   }
@@ -289,10 +244,10 @@ static wt_status *produce(push *p, cursor *c, const wt_pack_plan *plan,
     uint64_t nbytes = plan->buckets[b].nbytes;
     for (uint64_t off = 0; off < nbytes;) {
       uint64_t len = nbytes - off < chunk_bytes ? nbytes - off : chunk_bytes;
-      size_t prefix = chunk_prefix((uint32_t)b, off, len, NULL);
+      size_t prefix = wt_chunk_prefix((uint32_t)b, off, len, NULL);
       grpc_slice slice = grpc_slice_malloc(prefix + (size_t)len);
       uint8_t *dst = GRPC_SLICE_START_PTR(slice);
-      chunk_prefix((uint32_t)b, off, len, dst);
+      wt_chunk_prefix((uint32_t)b, off, len, dst);
       dst += prefix;
       for (uint64_t filled = 0; filled < len;) {
         if ((st = cursor_advance(c)) != NULL) break;
@@ -488,9 +443,44 @@ out:
   return st;
 }
 
+/* Options: chunk_size (bytes per PushWeights message), bucket_size (the
+ * shared plan's bucket). */
+static wt_status *grpc_init_info(const wt_backend_option *opts, size_t n,
+                                 Wt__V1__WeightTransferInitInfo *info) {
+  static const char *const known[] = {"chunk_size", "bucket_size", NULL};
+  wt_status *st = NULL;
+  Wt__V1__GrpcInitInfo *g = malloc(sizeof(*g));
+  if (g == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
+  wt__v1__grpc_init_info__init(g);
+  info->backend_init_case = WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC;
+  info->grpc = g;
+  for (size_t i = 0; i < n; i++) {
+    bool chunk = strcmp(opts[i].key, "chunk_size") == 0;
+    if (!chunk && strcmp(opts[i].key, "bucket_size") != 0)
+      WT_CHECK(wt_option_unknown("grpc", &opts[i], known));
+    uint64_t v = 0;
+    WT_CHECK(wt_option_size(&opts[i], &v));
+    if (v == 0)
+      WT_FAIL(WT_INVALID_ARGUMENT, "option %s: must be at least 1 byte",
+              opts[i].key);
+    Wt__V1__UInt64Value **slot =
+        chunk ? &g->chunk_size_bytes : &g->packed_buffer_size_bytes;
+    if (*slot == NULL) {
+      if ((*slot = malloc(sizeof(**slot))) == NULL)
+        WT_FAIL(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
+      wt__v1__uint64_value__init(*slot);
+    }
+    (*slot)->value = v;
+  }
+out:
+  return st;
+}
+
 const wt_trainer_ops wt_grpc_trainer_ops = {
     .header = {.abi_version = WT_TRAINER_ABI_VERSION, .name = "grpc"},
     .flags = 0,
+    .memory_kinds = WT_MEM_HOST_KINDS,
+    .init_info = grpc_init_info,
     .trainer_init = grpc_trainer_init,
     .send_weights = grpc_send_weights,
     .destroy = grpc_trainer_destroy,

@@ -448,6 +448,7 @@ static wt_status *pack(wt_source *src, const wt_bucket *bk, unsigned char *dst,
       WT_FAIL(WT_INVALID_ARGUMENT, "source ended before the plan's tensor %zu",
               bk->first + k);
     if (tn.nbytes == 0) continue;
+    WT_CHECK(wt_source_tensor_ready(&tn));
     if (in_place && tn.data != NULL &&
         (run == NULL || run + off == (const unsigned char *)tn.data)) {
       if (run == NULL) run = tn.data;
@@ -699,9 +700,87 @@ out:
   return st;
 }
 
+/* Adds init_info.options[key] = value (malloc'd, for wt_pb_free). */
+static wt_status *add_map_option(Wt__V1__WeightTransferInitInfo *info,
+                                 const char *key, const char *value) {
+  Wt__V1__WeightTransferInitInfo__OptionsEntry **grown =
+      realloc(info->options, (info->n_options + 1) * sizeof(*grown));
+  if (grown == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
+  info->options = grown;
+  Wt__V1__WeightTransferInitInfo__OptionsEntry *e = malloc(sizeof(*e));
+  if (e == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
+  wt__v1__weight_transfer_init_info__options_entry__init(e);
+  e->key = strdup(key);
+  e->value = strdup(value);
+  info->options[info->n_options++] = e;
+  if (e->key == NULL || e->value == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
+  return NULL;
+}
+
+/* Options: bucket_size, num_buffers, transports, connect_timeout_ms, and
+ * connect / peer_errors / fanout (the init info's ucx_* options, checked by
+ * trainer_init like any other). */
+static wt_status *ucx_init_info(const wt_backend_option *opts, size_t n,
+                                Wt__V1__WeightTransferInitInfo *info) {
+  static const char *const known[] = {"bucket_size", "num_buffers",
+                                      "transports",  "connect_timeout_ms",
+                                      "connect",     "peer_errors",
+                                      "fanout",      NULL};
+  wt_status *st = NULL;
+  Wt__V1__UcxInitInfo *x = malloc(sizeof(*x));
+  if (x == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
+  wt__v1__ucx_init_info__init(x);
+  info->backend_init_case = WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX;
+  info->ucx = x;
+  for (size_t i = 0; i < n; i++) {
+    const wt_backend_option *o = &opts[i];
+    if (strcmp(o->key, "bucket_size") == 0) {
+      uint64_t v = 0;
+      WT_CHECK(wt_option_size(o, &v));
+      if (x->packed_buffer_size_bytes == NULL &&
+          (x->packed_buffer_size_bytes = malloc(sizeof(Wt__V1__UInt64Value))) ==
+              NULL)
+        WT_FAIL(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
+      wt__v1__uint64_value__init(x->packed_buffer_size_bytes);
+      x->packed_buffer_size_bytes->value = v;
+    } else if (strcmp(o->key, "num_buffers") == 0 ||
+               strcmp(o->key, "connect_timeout_ms") == 0) {
+      uint32_t v = 0;
+      WT_CHECK(wt_option_u32(o, &v));
+      Wt__V1__UInt32Value **slot = strcmp(o->key, "num_buffers") == 0
+                                       ? &x->packed_num_buffers
+                                       : &x->connect_timeout_ms;
+      if (*slot == NULL && (*slot = malloc(sizeof(**slot))) == NULL)
+        WT_FAIL(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
+      wt__v1__uint32_value__init(*slot);
+      (*slot)->value = v;
+    } else if (strcmp(o->key, "transports") == 0) {
+      free(x->transports == (char *)protobuf_c_empty_string ? NULL
+                                                            : x->transports);
+      if ((x->transports = strdup(o->value ? o->value : "")) == NULL)
+        WT_FAIL(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
+    } else if (strcmp(o->key, "connect") == 0 ||
+               strcmp(o->key, "peer_errors") == 0 ||
+               strcmp(o->key, "fanout") == 0) {
+      char key[32];
+      snprintf(key, sizeof(key), "ucx_%s", o->key);
+      WT_CHECK(add_map_option(info, key, o->value ? o->value : ""));
+    } else {
+      WT_CHECK(wt_option_unknown("ucx", o, known));
+    }
+  }
+out:
+  return st;
+}
+
 const wt_trainer_ops wt_ucx_trainer_ops = {
     .header = {.abi_version = WT_TRAINER_ABI_VERSION, .name = "ucx"},
     .flags = WT_TRAINER_NEEDS_UPDATE_WEIGHTS,
+    .memory_kinds = WT_MEM_HOST_KINDS,
+    .init_info = ucx_init_info,
     .trainer_init = ucx_trainer_init,
     .update_info = ucx_update_info,
     .send_weights = ucx_send_weights,

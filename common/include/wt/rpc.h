@@ -1,12 +1,21 @@
 /* wt/rpc.h: the small RPC layer of wt, on the gRPC C core API.
  *
  * Server: one completion queue and one polling thread. Methods come from one
- * table. Each accepted call runs its handler on a thread of its own (capped),
- * so a handler may block (waiting for a round's data, reading a client stream)
- * while the polling thread keeps answering other calls. Inside a handler the
- * blocking helpers wt_rpc_call_read/_write start one gRPC batch and wait on
- * the call's condition variable, which the polling thread signals. Unknown
- * methods are answered UNIMPLEMENTED; malformed requests INVALID_ARGUMENT.
+ * table; each method belongs to an admission class (wt_rpc_class), and each
+ * class has its own pool of handler threads and its own limits, so that one
+ * kind of caller (readers, watchers) can never take the capacity another
+ * (the trainer's round calls) keeps. An accepted call of a unary, client- or
+ * server-stream method waits in its class's queue for one of the class's
+ * threads, runs its handler there (a handler may block: waiting for a
+ * round's data, reading a client stream), and frees its place the moment
+ * its status is sent. A call beyond the class's threads and queue is
+ * answered RESOURCE_EXHAUSTED naming the class and the option that raises
+ * its limit. Inside a handler the blocking helpers (wt_rpc_call_read/_write)
+ * start one gRPC batch and wait on the call's condition variable, which the
+ * polling thread signals. A WT_RPC_WATCH method holds no thread at all: its
+ * stream is opened on the polling thread and fed from any thread
+ * (wt_rpc_stream_send), so thousands can be open. Unknown methods are
+ * answered UNIMPLEMENTED; malformed requests INVALID_ARGUMENT.
  *
  * Client: a channel, and calls that each carry a deadline (the channel's
  * default when 0 is passed). Every error of a call keeps the code the server
@@ -14,10 +23,6 @@
  * message: "127.0.0.1:50051 /wt.v1.WeightTransfer/GetServerInfo: UNAVAILABLE:
  * failed to connect ...", "... /StartWeightUpdate: FAILED_PRECONDITION: <the
  * server's message>".
- *
- * Signals: wt_signal_block_termination() in main() before any thread exists,
- * then wt_signal_wait() on one thread; no gRPC call ever runs in a signal
- * handler.
  *
  * Each channel and each server holds one grpc_init() reference, dropped by
  * its destroy; when the last one goes, gRPC's internals are torn down
@@ -51,12 +56,26 @@ extern "C" {
 typedef enum wt_rpc_kind {
   WT_RPC_UNARY = 0,
   WT_RPC_CLIENT_STREAM = 1,
-  WT_RPC_SERVER_STREAM = 2,
+  WT_RPC_SERVER_STREAM = 2, /* a handler thread writes with wt_rpc_call_write */
+  WT_RPC_WATCH = 3,         /* a server stream without a thread: wt_rpc_stream */
 } wt_rpc_kind;
 
 typedef struct wt_rpc_server wt_rpc_server;
 /* One accepted call, as a handler sees it. Valid until the handler returns. */
 typedef struct wt_rpc_call wt_rpc_call;
+/* One open WT_RPC_WATCH stream (see below). */
+typedef struct wt_rpc_stream wt_rpc_stream;
+
+/* An admission class: the calls of its methods share `max_running` handler
+ * threads (for WT_RPC_WATCH methods: open streams) and up to `max_queued`
+ * calls wait for one of them. The strings must outlive the server. */
+typedef struct wt_rpc_class {
+  const char *name;   /* "round", "reader", ...: names it in the busy error */
+  int max_running;    /* > 0 */
+  int max_queued;     /* >= 0 */
+  const char *option; /* what raises the limit, e.g. "wt-server
+                         --max-reader-calls"; NULL: nothing said */
+} wt_rpc_class;
 
 /* A handler. `request` is the unpacked request for WT_RPC_UNARY and
  * WT_RPC_SERVER_STREAM (owned by the layer, freed after the handler returns)
@@ -69,6 +88,19 @@ typedef wt_status *(*wt_rpc_handler)(wt_rpc_call *call,
                                      const ProtobufCMessage *request,
                                      void *user);
 
+/* A WT_RPC_WATCH method's opening, on the polling thread when the call
+ * arrives: it must not block. `request` is borrowed for the call. An error
+ * ends the call with it; otherwise the stream stays open, referenced by the
+ * caller, which releases it (wt_rpc_stream_release) exactly once, at the
+ * latest in `closed`. */
+typedef wt_status *(*wt_rpc_stream_open_fn)(wt_rpc_stream *s,
+                                            const ProtobufCMessage *request,
+                                            void *user);
+/* Runs once, on the polling thread, when a stream that opened is over (the
+ * client left, it was ended, the server stopped); sends are ignored from
+ * then on. */
+typedef void (*wt_rpc_stream_closed_fn)(wt_rpc_stream *s, void *user);
+
 /* One row of the method table. The table and its strings must outlive the
  * server. */
 typedef struct wt_rpc_method {
@@ -77,9 +109,12 @@ typedef struct wt_rpc_method {
   /* Type of the request (of each message, for a client stream). */
   const ProtobufCMessageDescriptor *request;
   /* Type of the response (of each message, for a server stream); checked by
-   * wt_rpc_call_respond/_write. */
+   * wt_rpc_call_respond/_write/wt_rpc_stream_send. */
   const ProtobufCMessageDescriptor *response;
-  wt_rpc_handler handler;
+  wt_rpc_handler handler; /* every kind but WT_RPC_WATCH */
+  uint32_t admission;     /* index into the server's classes */
+  wt_rpc_stream_open_fn open;     /* WT_RPC_WATCH */
+  wt_rpc_stream_closed_fn closed; /* WT_RPC_WATCH */
 } wt_rpc_method;
 
 /* Zero (or a NULL options pointer) means the default for every field. */
@@ -93,8 +128,11 @@ typedef struct wt_rpc_server_options {
   int max_send_message_bytes;
   /* Requests kept outstanding per method. Default 4. */
   int requests_per_method;
-  /* Handler threads alive at once; a call beyond the cap is answered
-   * RESOURCE_EXHAUSTED. Default 64. */
+  /* The admission classes (copied) that methods name by index. None: one
+   * class, "default", of max_handler_threads threads and no queue. */
+  const wt_rpc_class *classes;
+  size_t nclasses;
+  /* The "default" class's threads when `classes` is NULL. Default 64. */
   int max_handler_threads;
   /* Called once, on the thread calling wt_rpc_server_shutdown, after the
    * server stopped accepting calls and before in-flight calls are waited for
@@ -106,7 +144,8 @@ typedef struct wt_rpc_server_options {
 /* Creates a server for `methods[0..n)` (not started). `opts` may be NULL; the
  * method table must outlive the server; `user` is passed to handlers. The
  * caller owns *out and releases it with wt_rpc_server_destroy(). A duplicate
- * or malformed path is INVALID_ARGUMENT. */
+ * or malformed path, a method naming no class, or a class without threads
+ * is INVALID_ARGUMENT. */
 wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
                              const wt_rpc_method *methods, size_t n, void *user,
                              wt_rpc_server **out);
@@ -121,14 +160,26 @@ int wt_rpc_server_port(const wt_rpc_server *server);
 
 /* Stops accepting calls, runs on_shutdown, lets in-flight calls finish for up
  * to `deadline_ms` (<= 0: cancel them at once), then cancels the rest (their
- * blocked reads and writes return CANCELLED and cancel callbacks run), joins
- * every handler thread, and drains the completion queue. Idempotent; does not
- * free. Must not be called from a handler. */
+ * blocked reads and writes return CANCELLED and cancel callbacks run; open
+ * watch streams close), joins every handler thread, and drains the
+ * completion queue. Idempotent; does not free. Must not be called from a
+ * handler. */
 void wt_rpc_server_shutdown(wt_rpc_server *server, int64_t deadline_ms);
 
 /* Shuts down (deadline 0, when not done yet) and frees the server. NULL is
  * ignored. */
 void wt_rpc_server_destroy(wt_rpc_server *server);
+
+/* What an admission class holds now: calls running (or streams open) and
+ * calls waiting for a thread; handler threads alive. For tests and
+ * GetServerInfo-style reports. */
+typedef struct wt_rpc_class_load {
+  int running;
+  int queued;
+  int threads;
+} wt_rpc_class_load;
+void wt_rpc_server_class_load(wt_rpc_server *server, size_t cls,
+                              wt_rpc_class_load *out);
 
 /* --- inside a handler; every function takes the handler's own call ------- */
 
@@ -180,6 +231,13 @@ wt_status *wt_rpc_call_read(wt_rpc_call *call, ProtobufCMessage **msg);
  * of the stream) and releases it with grpc_byte_buffer_destroy(). */
 wt_status *wt_rpc_call_read_raw(wt_rpc_call *call, grpc_byte_buffer **bb);
 
+/* As wt_rpc_call_read_raw, waiting at most `timeout_ms` (< 0: no limit) for
+ * the message: a client that sends nothing for that long has its call ended
+ * with DEADLINE_EXCEEDED "<what>" (what the handler waited for), which is
+ * also returned. */
+wt_status *wt_rpc_call_read_raw_within(wt_rpc_call *call, int64_t timeout_ms,
+                                       const char *what, grpc_byte_buffer **bb);
+
 /* Sends one message of a server stream; blocks until gRPC's flow control
  * accepted it. `msg` stays the caller's. CANCELLED when the client went
  * away. */
@@ -190,6 +248,33 @@ wt_status *wt_rpc_call_write(wt_rpc_call *call, const ProtobufCMessage *msg);
  * caller's, so it may live on the handler's stack. A second call replaces the
  * first. INTERNAL when `msg` is not of the method's response type. */
 wt_status *wt_rpc_call_respond(wt_rpc_call *call, const ProtobufCMessage *msg);
+
+/* --- WT_RPC_WATCH streams: any thread ------------------------------------ */
+
+/* The stream's own pointer for the caller (NULL until set). */
+void wt_rpc_stream_set_user(wt_rpc_stream *s, void *p);
+void *wt_rpc_stream_user(const wt_rpc_stream *s);
+/* "ipv4:127.0.0.1:53412"; owned by the stream. */
+const char *wt_rpc_stream_peer(const wt_rpc_stream *s);
+
+/* Messages a stream keeps waiting for a client that does not read; past
+ * this the oldest waiting one is dropped (a watcher that fell behind
+ * resumes at a newer message). */
+#define WT_RPC_STREAM_QUEUE 64
+
+/* Queues `msg` (serialised now; stays the caller's) and returns at once;
+ * sent in order, one at a time. Ignored (NULL returned) once the stream
+ * closed or ended. INTERNAL when `msg` is not of the method's response
+ * type. */
+wt_status *wt_rpc_stream_send(wt_rpc_stream *s, const ProtobufCMessage *msg);
+
+/* Ends the stream with `st` (NULL: OK; copied) once the queued messages
+ * went out. Only the first call counts. */
+void wt_rpc_stream_end(wt_rpc_stream *s, const wt_status *st);
+
+/* Drops the caller's reference; the stream is freed once the call is over
+ * too. Exactly once per opened stream. */
+void wt_rpc_stream_release(wt_rpc_stream *s);
 
 /* ------------------------------------------------------------------------ */
 /* Client                                                                   */
@@ -315,20 +400,6 @@ void wt_rpc_server_stream_cancel(wt_rpc_server_stream *s);
 
 /* Cancels the call if it has not ended, and frees `s`. NULL is ignored. */
 void wt_rpc_server_stream_destroy(wt_rpc_server_stream *s);
-
-/* ------------------------------------------------------------------------ */
-/* Signals                                                                  */
-/* ------------------------------------------------------------------------ */
-
-/* Blocks SIGINT and SIGTERM in the calling thread (and ignores SIGPIPE), so
- * that every thread created afterwards inherits the mask and the signals wait
- * for wt_signal_wait(). Call from main() before creating any thread,
- * including before any channel or server exists. */
-wt_status *wt_signal_block_termination(void);
-
-/* Waits up to `timeout_ms` (-1: forever) for SIGINT or SIGTERM. Returns the
- * signal number, or 0 on timeout. */
-int wt_signal_wait(int64_t timeout_ms);
 
 #ifdef __cplusplus
 }

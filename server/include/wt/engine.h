@@ -19,14 +19,14 @@
  *    backend-specific is in this header;
  *  - init_transfer may block (an NCCL communicator, a UCX connection): the
  *    server calls it on every worker at once, each on its own thread, because
- *    a collective rendezvous needs every rank inside it together. It reports
+ *    a collective rendezvous needs every rank inside it together (each on its
+ *    worker's thread). It reports
  *    where the worker listens, if it does (UCX: workers listen and the
  *    trainer connects), through a wt_engine_endpoint;
  *  - receive runs while the trainer sends: the trainer's UpdateWeights is
  *    pending (the client's asynchronous unary call) and its data moves
  *    outside the control channel. The server calls receive on every worker at
- *    once, each on its own thread, and answers UpdateWeights when all
- *    returned. Every wait inside has the context's deadline;
+ *    once and answers UpdateWeights when all returned. Every wait inside has the context's deadline;
  *  - cancel is the one call made from another thread, at any time, while
  *    receive or init_transfer may be blocked: it must make them return
  *    promptly (CANCELLED or ABORTED) and may only signal (set a flag, wake a
@@ -35,14 +35,26 @@
  *    until the next start_update or abort_update;
  *  - the stream ops (push_begin, push_chunk, push_end) exist for backends
  *    whose bytes arrive inside the control channel (`grpc`: PushWeights).
- *    They are called directly on the thread that reads the stream, one
- *    worker after another for every chunk, so they must not block; the
- *    server calls them for one push at a time per engine. A backend without
+ *    The thread that reads the stream hands each chunk to every worker's
+ *    thread and reads on; a few chunks are in flight per worker, so
+ *    push_chunk should copy and return (it must not wait for the trainer).
+ *    The server calls them for one push at a time per engine. A backend without
  *    them sets all three to NULL; a backend without receive sets it to NULL
  *    and UpdateWeights then answers FAILED_PRECONDITION.
  *
+ * Threads: every call but cancel runs on the worker's own thread, which is
+ * bound to the worker's device (CUDA's current device is per thread) for
+ * the engine's whole life, so an engine may create streams and
+ * communicators in create or init_transfer and use them in every later call.
  * Calls other than cancel are never concurrent on one engine; different
- * workers' engines run in parallel.
+ * workers' engines run in parallel, each on its worker's thread.
+ *
+ * Capabilities (the table's memory_kinds and caps): the memory kinds of
+ * param store an engine can receive into (a worker whose store is of
+ * another kind refuses the init, naming both), whether trainer and workers
+ * may sit on different hosts, and whether an engine takes another round
+ * after abort_update. One that does not (an aborted NCCL communicator is
+ * dead) is destroyed after an abort and its worker goes to `needs_init`.
  *
  * Registration: a table starts with wt_ops_header {WT_ENGINE_ABI_VERSION,
  * name} and is registered in the worker-engine registry
@@ -69,7 +81,16 @@ extern "C" {
 
 /* Bumped whenever wt_engine_ops, wt_worker_ctx, wt_update or
  * wt_engine_endpoint change layout or meaning. */
-#define WT_ENGINE_ABI_VERSION 1u
+#define WT_ENGINE_ABI_VERSION 2u
+
+/* wt_engine_ops.caps */
+enum {
+  /* The trainer and the workers may be on different hosts. */
+  WT_ENGINE_CROSS_HOST = 1u << 0,
+  /* After abort_update the engine takes the next round; without this the
+   * worker destroys the engine and needs a new InitWeightTransferEngine. */
+  WT_ENGINE_SURVIVES_ABORT = 1u << 1,
+};
 
 /* A backend's engine state; each backend defines its own struct. */
 typedef struct wt_engine wt_engine;
@@ -78,8 +99,10 @@ typedef struct wt_engine wt_engine;
 typedef struct wt_worker_ctx {
   uint32_t rank;         /* worker within this server, 0..num_workers-1 */
   uint32_t num_workers;  /* workers on this server */
-  const char *device;    /* "cpu", "cuda:0", ... */
-  wt_param_store *store; /* where received bytes go (staging buffers) */
+  wt_device device;      /* the worker's device; its thread is bound to it */
+  const char *device_name; /* "cpu", "cuda:0", ... */
+  wt_param_store *store; /* where received bytes go (staging buffers); its
+                            memory kind is wt_param_store_memory(store) */
   /* Deadline of each wait (a bucket, a connection) in ms: the init info's
    * timeout_ms, or the server's default when that is 0. */
   uint32_t timeout_ms;
@@ -128,6 +151,10 @@ typedef struct wt_receive_stats {
 
 typedef struct wt_engine_ops {
   wt_ops_header header; /* {WT_ENGINE_ABI_VERSION, "<backend>"} */
+  /* WT_MEM_BIT set of the store memory kinds it receives into; 0 means
+   * the host kinds (WT_MEM_HOST_KINDS). */
+  uint32_t memory_kinds;
+  uint32_t caps; /* WT_ENGINE_* */
 
   /* Allocates the engine for the worker `ctx` from the init info (checks the
    * backend's own fields: INVALID_ARGUMENT naming the field). No network
@@ -146,8 +173,8 @@ typedef struct wt_engine_ops {
   wt_status *(*start_update)(wt_engine *e, uint64_t round_id);
 
   /* Receives the tensors of `u` into the store's staging buffers
-   * (wt_param_store_stage, then wt_param_store_staged once a tensor's bytes
-   * all landed). Returns when every byte landed, or with an error when a
+   * (wt_param_store_stage, or wt_param_store_stage_write for a copy, then
+   * wt_param_store_staged once a tensor's bytes all landed). Returns when every byte landed, or with an error when a
    * wait's deadline passed (DEADLINE_EXCEEDED naming what it waited for) or
    * cancel was called. NULL in a backend whose data arrives through the
    * stream ops. */

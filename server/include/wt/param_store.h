@@ -1,12 +1,15 @@
-/* wt/param_store.h: the parameters one worker holds, in host memory, and the
- * staging of a round's new bytes.
+/* wt/param_store.h: the parameters one worker holds, in one kind of memory
+ * (wt/memory.h), and the staging of a round's new bytes.
  *
  * A store has a fixed list of tensors (name, dtype, shape), set when it is
- * created and never changed: a round replaces bytes, not layout. Memory is one
- * anonymous mapping per buffer set, each tensor 64-byte aligned in it, all
- * faulted in at creation (huge pages where the kernel allows), so that a
- * round copies at memory speed from the first one and a host short of
- * memory fails at start rather than in the middle of a round.
+ * created and never changed: a round replaces bytes, not layout. Memory is
+ * one region per buffer set, allocated through the store's memory kind
+ * (host, shared, pinned or device, on the store's device), each tensor 64-byte
+ * aligned in it, all faulted in at creation (huge pages where the kernel
+ * allows), so that a round copies at memory speed from the first one and a
+ * host short of memory fails at start rather than in the middle of a round.
+ * Loading, reading and digesting go through the kind: device memory is
+ * copied through a pinned bounce buffer in chunks.
  *
  * Staging decides what readers see while a round runs:
  *  - shadow: every tensor has two buffers, the live one and a spare. A round
@@ -21,10 +24,11 @@
  *    the aborted round touched.
  *
  * Threads: the round functions (begin, stage, staged, check, commit, abort)
- * are called by one writer at a time, which the caller serialises. Readers
- * bracket their reads with wt_param_store_read_lock/_unlock (a read lock that
- * only a commit's flip takes exclusively, so a reader never waits for a round
- * to send its bytes, only for a flip) and may run on any thread.
+ * are called by one writer at a time, which the caller serialises (a
+ * worker's own thread, wt/worker.h). Readers bracket their reads with
+ * wt_param_store_read_lock/_unlock (a read lock that only a commit's flip
+ * takes exclusively, so a reader never waits for a round to send its bytes,
+ * only for a flip) and may run on any thread.
  */
 #ifndef WT_PARAM_STORE_H
 #define WT_PARAM_STORE_H
@@ -34,6 +38,7 @@
 #include <stdint.h>
 
 #include "wt/checksum.h"
+#include "wt/memory.h"
 #include "wt/safetensors.h"
 #include "wt/status.h"
 #include "wt/tensor.h"
@@ -55,22 +60,35 @@ wt_status *wt_staging_parse(const char *name, wt_staging *out);
 
 typedef struct wt_param_store wt_param_store;
 
+/* How a store holds its bytes. Zero is the default of every field: shadow
+ * staging in host memory on the cpu. */
+typedef struct wt_store_config {
+  wt_staging staging;
+  wt_mem_kind memory; /* wt/memory.h; `device` needs a cuda:N device */
+  wt_device device;   /* where the memory is: cpu, or cuda:N */
+  const char *name;   /* names the store in errors and its memfds; NULL: "" */
+} wt_store_config;
+
 /* A store for `metas[0..n)` (copied; names must be unique, else
- * INVALID_ARGUMENT naming the duplicate) with every byte zero. The caller
- * owns *out and releases it with wt_param_store_destroy(). */
+ * INVALID_ARGUMENT naming the duplicate) with every byte zero, held as `cfg`
+ * says (NULL: the defaults). A memory kind unavailable on the device is
+ * FAILED_PRECONDITION naming the kind and why. The caller owns *out and
+ * releases it with wt_param_store_destroy(), on a thread that may use the
+ * store's device. */
 wt_status *wt_param_store_new(const wt_tensor_meta *metas, size_t n,
-                              wt_staging staging, wt_param_store **out);
+                              const wt_store_config *cfg,
+                              wt_param_store **out);
 
 /* A store holding synthetic layout `layout` filled for `seed`
  * (wt/synthetic.h). */
 wt_status *wt_param_store_from_synthetic(const char *layout, uint64_t seed,
-                                         wt_staging staging,
+                                         const wt_store_config *cfg,
                                          wt_param_store **out);
 
 /* A store holding a copy of every tensor of `ck`, in the checkpoint's order;
  * `ck` may be closed afterwards. */
 wt_status *wt_param_store_from_checkpoint(const wt_checkpoint *ck,
-                                          wt_staging staging,
+                                          const wt_store_config *cfg,
                                           wt_param_store **out);
 
 /* Frees the store and its buffers. NULL is ignored. No round function and no
@@ -85,25 +103,28 @@ const wt_tensor_meta *wt_param_store_meta(const wt_param_store *s, size_t i);
 /* Sum of every tensor's nbytes (one version; shadow holds twice this). */
 uint64_t wt_param_store_total_bytes(const wt_param_store *s);
 wt_staging wt_param_store_staging(const wt_param_store *s);
+wt_mem_kind wt_param_store_memory(const wt_param_store *s);
+wt_device wt_param_store_device(const wt_param_store *s);
+/* Bytes of memory the store's regions hold (shadow: both buffer sets). */
+uint64_t wt_param_store_bytes_held(const wt_param_store *s);
 /* Index of `name` in *idx, or NOT_FOUND "parameter 'x' is not in the model". */
 wt_status *wt_param_store_find(const wt_param_store *s, const char *name,
                                size_t *idx);
 
-/* One mapping that holds staging buffers: every pointer
- * wt_param_store_stage() returns lies in one of the store's regions, with
- * its nbytes. Fixed from creation to destroy. */
-typedef struct wt_param_region {
-  void *base;
-  size_t len;
-} wt_param_region;
+/* One allocation that holds buffers: every pointer wt_param_store_stage()
+ * returns lies in one of the store's regions, with its nbytes. A region
+ * carries its kind, device and (shared memory) memfd. Fixed from creation
+ * to destroy. */
+typedef wt_mem_region wt_param_region;
 
 #define WT_PARAM_STORE_MAX_REGIONS 2
 
 /* The store's regions, for an engine that registers the staging memory
- * once (e.g. ucp_mem_map) instead of per round: two for shadow staging (one
- * per buffer set), one for inplace, none for an empty model. Writes
- * out[0..n) and returns n; the memory stays owned by the store and valid
- * until wt_param_store_destroy(). */
+ * once (e.g. ucp_mem_map) instead of per round, and for a reader that maps
+ * a shared store: two for shadow staging (one per buffer set), one for
+ * inplace, none for an empty model. Writes out[0..n) (copies: the memory,
+ * and a memfd, stay owned by the store and valid until
+ * wt_param_store_destroy()) and returns n. */
 size_t wt_param_store_regions(const wt_param_store *s,
                               wt_param_region out[WT_PARAM_STORE_MAX_REGIONS]);
 
@@ -114,11 +135,20 @@ size_t wt_param_store_regions(const wt_param_store *s,
 void wt_param_store_begin(wt_param_store *s);
 
 /* The buffer a round writes tensor `i`'s nbytes into: the spare (shadow) or
- * the live buffer (inplace). Marks the tensor as being written (partial)
- * until wt_param_store_staged(), even when it was staged earlier in this
- * round, because its bytes are being replaced; inplace, marks the store
- * incomplete. The pointer is valid until the round commits or aborts. */
+ * the live buffer (inplace); a device address for device memory. Marks the
+ * tensor as being written (partial) until wt_param_store_staged(), even when
+ * it was staged earlier in this round, because its bytes are being
+ * replaced; inplace, marks the store incomplete. The pointer is valid until
+ * the round commits or aborts. */
 void *wt_param_store_stage(wt_param_store *s, size_t i);
+
+/* Copies host bytes src[0..len) to offset `offset` of tensor `i`'s staging
+ * buffer (staged with wt_param_store_stage in this round): a memcpy for
+ * host memory, the kind's copy for device memory. OUT_OF_RANGE naming the
+ * parameter when the range is outside the tensor. */
+wt_status *wt_param_store_stage_write(wt_param_store *s, size_t i,
+                                      uint64_t offset, const void *src,
+                                      size_t len);
 
 /* Records that every byte of tensor `i` landed in its staging buffer. */
 void wt_param_store_staged(wt_param_store *s, size_t i);
@@ -164,17 +194,26 @@ bool wt_param_store_complete(const wt_param_store *s);
 void wt_param_store_read_lock(wt_param_store *s);
 void wt_param_store_read_unlock(wt_param_store *s);
 
-/* The committed bytes of tensor `i`; only under the read lock. */
+/* The committed bytes of tensor `i` (a device address for device memory);
+ * only under the read lock. */
 const void *wt_param_store_live(const wt_param_store *s, size_t i);
 
+/* Where tensor `i`'s committed bytes are: region *region (an index into
+ * wt_param_store_regions) at byte *offset. Only under the read lock: a
+ * shadow commit moves it to the other buffer set. */
+void wt_param_store_locate(const wt_param_store *s, size_t i, size_t *region,
+                           uint64_t *offset);
+
 /* Copies bytes [offset, offset + len) of tensor `i`'s committed contents
- * into buf, under the read lock. Out of range: OUT_OF_RANGE naming the
- * parameter. */
+ * into host memory buf, under the read lock (through the kind's copies for
+ * device memory). Out of range: OUT_OF_RANGE naming the parameter. */
 wt_status *wt_param_store_read(wt_param_store *s, size_t i, uint64_t offset,
                                void *buf, size_t len);
 
 /* Digest of tensor `i`'s committed bytes; only under the read lock, so that
- * a caller digesting many tensors sees one version of all of them. */
+ * a caller digesting many tensors sees one version of all of them. Device
+ * memory is copied through the store's pinned bounce buffer in chunks
+ * (digests of one store then take turns). */
 wt_status *wt_param_store_digest(wt_param_store *s, size_t i, wt_hash_alg alg,
                                  char hex[WT_DIGEST_HEX_MAX]);
 

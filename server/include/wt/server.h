@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "wt/memory.h"
 #include "wt/param_store.h"
 #include "wt/registry.h"
 #include "wt/status.h"
@@ -27,6 +28,13 @@ extern "C" {
 #define WT_SERVER_DEFAULT_ROUND_TIMEOUT_MS 60000u
 #define WT_SERVER_DEFAULT_ENGINE_TIMEOUT_MS 60000u
 #define WT_SERVER_DEFAULT_DRAIN_MS 1000
+#define WT_SERVER_DEFAULT_HEADER_TIMEOUT_MS 10000u
+/* Admission (wt/rpc.h): handler threads of the round calls (init, start,
+ * update, push, finish, abort) and of the readers (info, world size,
+ * parameters, version, checksums); open watch streams. */
+#define WT_SERVER_DEFAULT_ROUND_CALLS 16
+#define WT_SERVER_DEFAULT_READER_CALLS 16
+#define WT_SERVER_DEFAULT_WATCHERS 16384
 
 /* Zero in any field means its default. Strings are copied at start. */
 typedef struct wt_server_options {
@@ -34,8 +42,15 @@ typedef struct wt_server_options {
   /* A safetensors file, a sharded checkpoint's *.safetensors.index.json, or
    * "synthetic:NAME" (wt/synthetic.h, filled for seed 0). */
   const char *model;
-  uint32_t workers;   /* host workers, each with the whole model; 1 */
+  /* Workers: one per device of `devices` ("cuda:0,cuda:1"), or, for NULL or
+   * "cpu", `workers` host workers (1); each holds the whole model. */
+  const char *devices;
+  uint32_t workers;
   wt_staging staging; /* WT_STAGING_SHADOW (0) or _INPLACE */
+  /* The host workers' memory kind: WT_MEM_HOST (0), WT_MEM_SHARED (a memfd
+   * another process can map) or WT_MEM_PINNED (CUDA only). cuda:N workers
+   * hold device memory. */
+  wt_mem_kind memory;
   /* A round idle this long between calls or chunks is aborted; 60 s. */
   uint32_t round_timeout_ms;
   /* Deadline of an engine's waits when the init info's timeout_ms is 0;
@@ -47,6 +62,16 @@ typedef struct wt_server_options {
   /* How long wt_server_stop lets in-flight calls finish before cancelling
    * them, in ms; 1 s. */
   int64_t drain_ms;
+  /* A PushWeights stream that sends no header this long is ended; 10 s.
+   * Between messages the round's data deadline applies (the init info's
+   * timeout_ms, else engine_timeout_ms). */
+  uint32_t header_timeout_ms;
+  /* Admission: round calls running at once (the trainer's; kept apart from
+   * readers), reader calls running at once (more wait, up to 64 times as
+   * many), watch streams open. 0: the defaults above. */
+  int max_round_calls;
+  int max_reader_calls;
+  int max_watchers;
   /* Worker-engine registry to create engines from (borrowed; must outlive
    * the server). NULL: the process's registry of built-in backends. An
    * embedder adds its own backends with wt_engine_register_builtins() and
@@ -56,10 +81,12 @@ typedef struct wt_server_options {
 
 typedef struct wt_server wt_server;
 
-/* Loads the model, binds and serves. Errors name what failed: the model
- * ("model 'x': ..."), the address (UNAVAILABLE), an option
- * (INVALID_ARGUMENT naming it). The caller owns *out and releases it with
- * wt_server_stop(). */
+/* Starts one thread per worker (bound to its device), loads the model into
+ * every worker's param store (each on its own thread), binds and serves.
+ * Errors name what failed: the model ("model 'x': ..."), the address
+ * (UNAVAILABLE), a device or memory kind this machine lacks
+ * (FAILED_PRECONDITION naming it and why), an option (INVALID_ARGUMENT
+ * naming it). The caller owns *out and releases it with wt_server_stop(). */
 wt_status *wt_server_start(const wt_server_options *opts, wt_server **out);
 
 /* The bound port. */
@@ -71,6 +98,11 @@ uint32_t wt_server_workers(const wt_server *srv);
 /* Worker `rank`'s param store (NULL when out of range), owned by the server,
  * for reading committed bytes in-process (wt/param_store.h readers). */
 wt_param_store *wt_server_store(wt_server *srv, uint32_t rank);
+
+/* Calls of admission class `cls` (0 round, 1 reader, 2 watch) running and
+ * waiting now, and that class's threads; for tests and monitoring. */
+void wt_server_admission(wt_server *srv, int cls, int *running, int *queued,
+                         int *threads);
 
 /* Stops serving: aborts a running round, ends watch streams, gives
  * in-flight calls drain_ms to finish, cancels the rest, and frees the

@@ -1,23 +1,36 @@
-/* wt/worker.h: one receiver of a server: a param store, the engine of the
- * backend the trainer chose, and the round state machine they share.
+/* wt/worker.h: one receiver of a server: a device, the thread bound to it,
+ * a param store, the engine of the backend the trainer chose, and the round
+ * state machine they share.
  *
- * States (wt_worker_state_name): "uninitialized" (no engine) ->
- * InitWeightTransferEngine -> "ready" -> start -> "updating" -> finish or
- * abort -> "ready". A new init replaces the engine (aborting a round first);
- * a failed init leaves the worker "uninitialized". Calls out of order return
- * FAILED_PRECONDITION naming the state.
+ * Thread: a worker owns one thread for its whole life, bound to its device
+ * at start (for a cuda:N worker, CUDA's current device; wt/cuda.h). Every
+ * operation that touches the engine or the store's round (init, start,
+ * receive, the push ops, prepare, commit, abort, release, loading the
+ * store) is an op (wt_worker_op) that runs on that thread, in the order it
+ * was submitted. Submitting never blocks, so the server submits ops to all
+ * its workers under its own lock and waits for them outside it
+ * (wt_worker_wait): no engine call ever runs under a lock of the server's.
+ * Only wt_worker_cancel reaches the engine from another thread.
  *
- * Threads: the server serialises the state-changing calls of one worker;
- * wt_worker_cancel may be called from any thread at any time, and the
- * getters of state and backend may be read under the server's lock.
+ * States (wt_worker_state_name), as the worker's thread moves through them:
+ *   uninitialized --INIT--> initializing --> ready --START--> updating
+ *   updating --COMMIT--> ready;  updating --ABORT--> ready, or needs_init
+ *   when the engine does not survive an abort (WT_ENGINE_SURVIVES_ABORT),
+ *   which also destroys it; any --RELEASE--> uninitialized; a new INIT
+ *   replaces the engine from any state. An op that finds the worker in the
+ *   wrong state fails with FAILED_PRECONDITION naming the worker and state;
+ *   START on a needs_init worker says why it needs a new init. While an
+ *   ABORT is queued or running the state reads "aborting".
  */
 #ifndef WT_WORKER_H
 #define WT_WORKER_H
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "wt/engine.h"
+#include "wt/memory.h"
 #include "wt/param_store.h"
 #include "wt/status.h"
 #include "wt/v1/wt.pb-c.h"
@@ -28,18 +41,22 @@ extern "C" {
 
 typedef enum wt_worker_state {
   WT_WORKER_UNINITIALIZED = 0,
-  WT_WORKER_READY = 1,
-  WT_WORKER_UPDATING = 2,
+  WT_WORKER_INITIALIZING = 1,
+  WT_WORKER_READY = 2,
+  WT_WORKER_UPDATING = 3,
+  WT_WORKER_ABORTING = 4,
+  WT_WORKER_NEEDS_INIT = 5,
 } wt_worker_state;
 
-/* "uninitialized", "ready", "updating". Static. */
+/* "uninitialized", "initializing", "ready", "updating", "aborting",
+ * "needs_init". Static. */
 const char *wt_worker_state_name(wt_worker_state state);
 
 typedef struct wt_worker_options {
   uint32_t rank; /* within the server */
   uint32_t num_workers;
-  const char *device; /* NULL: "cpu" */
-  const char *host;   /* where listening engines bind; NULL: loopback */
+  wt_device device;            /* cpu (zero) or cuda:N */
+  const char *host;            /* where listening engines bind; NULL: loopback */
   uint32_t default_timeout_ms; /* engine waits when the init info says 0 */
   uint64_t max_message_bytes;  /* the control channel's receive limit */
   wt_registry *engines;        /* where backends are found; NULL: global */
@@ -47,68 +64,126 @@ typedef struct wt_worker_options {
 
 typedef struct wt_worker wt_worker;
 
-/* A worker in state "uninitialized" holding `store`, which it owns from now
- * on (also on failure). Strings in `o` are copied. The caller owns *out and
+/* Starts the worker's thread and binds it to o->device; a CUDA device
+ * without CUDA, or one that does not exist, is FAILED_PRECONDITION naming
+ * it. The worker has no store yet (WT_WORKER_OP_CALL loads one, then
+ * wt_worker_set_store). Strings in `o` are copied. The caller owns *out and
  * releases it with wt_worker_destroy(). */
-wt_status *wt_worker_new(const wt_worker_options *o, wt_param_store *store,
-                         wt_worker **out);
+wt_status *wt_worker_new(const wt_worker_options *o, wt_worker **out);
 
-/* Aborts a round, destroys the engine and the store. NULL is ignored. */
+/* Aborts a round, destroys the engine and the store on the worker's thread,
+ * and ends the thread. NULL is ignored. */
 void wt_worker_destroy(wt_worker *w);
 
+/* Hands the worker `store`, which it owns from now on and destroys on its
+ * thread. Only while no op runs. */
+void wt_worker_set_store(wt_worker *w, wt_param_store *store);
+
 uint32_t wt_worker_rank(const wt_worker *w);
-const char *wt_worker_device(const wt_worker *w);
+wt_device wt_worker_device(const wt_worker *w);
+/* "cpu", "cuda:0": owned by the worker. */
+const char *wt_worker_device_name(const wt_worker *w);
 wt_param_store *wt_worker_store(const wt_worker *w);
-wt_worker_state wt_worker_get_state(const wt_worker *w);
-/* The engine's backend name; "" before a successful init. Owned by the
- * worker. */
-const char *wt_worker_backend(const wt_worker *w);
-/* The engine's table, NULL before a successful init. */
+
+/* What the worker's thread last published; any thread. */
+typedef struct wt_worker_status {
+  wt_worker_state state;
+  char backend[64];  /* "" without an engine */
+  char reason[512];  /* needs_init: why; "" otherwise */
+  uint64_t round_id; /* the worker's open round, 0 when none */
+} wt_worker_status;
+void wt_worker_get_status(const wt_worker *w, wt_worker_status *out);
+
+/* The engine's table, NULL without an engine; for the server's checks
+ * (e.g. whether it has stream ops). Only between ops that replace it. */
 const wt_engine_ops *wt_worker_engine_ops(const wt_worker *w);
 
-/* Replaces the engine: aborts a round, destroys the old engine, creates one
- * of init->backend from the worker-engine registry and runs its
- * init_transfer (which may block; wt_worker_cancel unblocks it). Fills
- * `endpoint` (zeroed here) when the engine listens. */
-wt_status *wt_worker_init_engine(wt_worker *w,
-                                 const Wt__V1__WeightTransferInitInfo *init,
-                                 wt_engine_endpoint *endpoint);
-
-/* ready -> updating: begins the store's round and the engine's. */
-wt_status *wt_worker_start(wt_worker *w, uint64_t round_id);
-
-/* The engine's receive (blocks while the trainer sends). */
-wt_status *wt_worker_receive(wt_worker *w, const wt_update *u,
-                             wt_receive_stats *stats);
-
-/* The engine's stream ops (FAILED_PRECONDITION when it has none). */
-wt_status *wt_worker_push_begin(wt_worker *w, const wt_update *u);
-wt_status *wt_worker_push_chunk(wt_worker *w, uint32_t bucket, uint64_t offset,
-                                const struct iovec *iov, size_t iovcnt);
-wt_status *wt_worker_push_end(wt_worker *w, bool stream_ended,
-                              wt_receive_stats *stats);
-
-/* Finishing is two-phase, so that a server with many workers commits on all
- * of them or on none:
- *  1. wt_worker_check_finish: whether the store could commit (no partly
- *     received tensor); changes nothing, the round stays open on error;
- *  2. wt_worker_prepare_finish: the engine's finish_update; on error the
- *     caller aborts the round on every worker;
- *  3. wt_worker_commit: the store's commit; updating -> ready. Never fails;
- *     the caller holds the store's write lock (wt_param_store_write_lock),
- *     taken before any lock of its own since it waits for readers. */
-wt_status *wt_worker_check_finish(const wt_worker *w);
-wt_status *wt_worker_prepare_finish(wt_worker *w);
-void wt_worker_commit(wt_worker *w);
-
-/* Destroys the engine: back to "uninitialized" (after aborting a round). */
-void wt_worker_release_engine(wt_worker *w);
-
-/* updating -> ready without commit (no-op in another state). */
-void wt_worker_abort(wt_worker *w);
-
-/* From any thread: unblocks the engine's init_transfer or receive. */
+/* From any thread: unblocks the engine's init_transfer, receive or finish
+ * (wt_engine_ops.cancel). */
 void wt_worker_cancel(wt_worker *w);
+
+/* --- ops ------------------------------------------------------------------ */
+
+typedef enum wt_worker_op_kind {
+  /* Replace the engine with one of init->backend: aborts a round, destroys
+   * the old engine, checks the store's memory kind against the backend's,
+   * creates and runs init_transfer; fills endpoint. */
+  WT_WORKER_OP_INIT,
+  /* Destroy the engine (after aborting a round): uninitialized. */
+  WT_WORKER_OP_RELEASE,
+  /* ready -> updating in round `round_id`: the store's round and the
+   * engine's start_update. */
+  WT_WORKER_OP_START,
+  /* The engine's receive of `update` in round `round_id`; fills stats. */
+  WT_WORKER_OP_RECEIVE,
+  /* The stream ops for push `push_id` of round `round_id`. A chunk whose
+   * push is not the worker's current one (aborted, ended) does nothing and
+   * fails with ABORTED. */
+  WT_WORKER_OP_PUSH_BEGIN,
+  WT_WORKER_OP_PUSH_CHUNK,
+  WT_WORKER_OP_PUSH_END,
+  /* Round `round_id` may commit: no partly received tensor (else
+   * round_intact is set), and the engine's finish_update. Changes nothing
+   * on error. */
+  WT_WORKER_OP_PREPARE,
+  /* Commit round `round_id`: updating -> ready. The submitter holds the
+   * store's write lock (wt_param_store_write_lock, which waits for readers)
+   * until the op is done, so readers see the whole flip or none of it. */
+  WT_WORKER_OP_COMMIT,
+  /* Drop round `round_id` (0: whatever round is open): the engine's
+   * abort_update, the store's abort; ready, or needs_init. A round that is
+   * no longer open is left alone. Never fails. */
+  WT_WORKER_OP_ABORT,
+  /* Run fn(worker, arg) on the worker's thread (load or inspect a store). */
+  WT_WORKER_OP_CALL,
+} wt_worker_op_kind;
+
+typedef struct wt_worker_op wt_worker_op;
+
+/* One operation and its result. The submitter owns the op and everything
+ * it points to until the op is done (wt_worker_wait returned, or on_done
+ * ran). */
+struct wt_worker_op {
+  wt_worker_op_kind kind;
+  uint64_t round_id;
+  uint64_t push_id;
+  const Wt__V1__WeightTransferInitInfo *init; /* INIT */
+  wt_engine_endpoint *endpoint;                /* INIT: filled (zeroed) */
+  const wt_update *update;                     /* RECEIVE, PUSH_BEGIN */
+  uint32_t bucket;                             /* PUSH_CHUNK */
+  uint64_t offset;
+  const struct iovec *iov;
+  size_t iovcnt;
+  bool stream_ended;       /* PUSH_END */
+  const char *reason;      /* ABORT: why (copied into needs_init's reason) */
+  wt_receive_stats stats;  /* RECEIVE, PUSH_END: filled */
+  /* PREPARE: set when it failed only because a tensor was partly received
+   * (the round can still be completed by sending it again). */
+  bool round_intact;
+  wt_status *(*fn)(wt_worker *w, void *arg); /* CALL */
+  void *arg;
+  /* Detached ops: called on the worker's thread once the op ran, with its
+   * status (owned by on_done); wt_worker_wait is then not used. */
+  void (*on_done)(wt_worker_op *op, wt_status *st, void *user);
+  void *user;
+
+  /* The worker's: */
+  wt_status *st;
+  bool failed; /* it returned an error (kept after wt_worker_wait) */
+  bool done;
+  wt_worker_op *next;
+};
+
+/* Queues `op` on the worker's thread and returns at once. Never blocks;
+ * fails only after destroy began (UNAVAILABLE). */
+wt_status *wt_worker_submit(wt_worker *w, wt_worker_op *op);
+
+/* Waits until the submitted `op` ran and returns its status (the caller
+ * owns it). */
+wt_status *wt_worker_wait(wt_worker *w, wt_worker_op *op);
+
+/* Submits and waits. */
+wt_status *wt_worker_run(wt_worker *w, wt_worker_op *op);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,8 @@
 /* grpc_engine.c: the `grpc` worker engine. Its bytes arrive inside the
  * control channel, as PushWeights chunks of the shared bucket plan; each
  * chunk is checked against the plan and copied straight into the staging
- * buffers of the tensors it covers (no bucket buffer in between).
+ * buffers of the tensors it covers (no bucket buffer in between), in any
+ * memory kind (wt_param_store_stage_write).
  *
  * Init info (GrpcInitInfo): chunk_size_bytes (unset: 1 MiB; at most the
  * server's message limit less framing) bounds every chunk;
@@ -37,9 +38,9 @@ struct wt_engine {
   wt_pack_plan *plan;
   size_t bucket;      /* next bucket expected */
   uint64_t offset;    /* next offset expected within it */
-  size_t next;        /* first tensor not yet complete */
-  unsigned char *dst; /* staging buffer of tensor `next`, once begun */
-  uint64_t bytes;     /* bytes landed in this push */
+  size_t next;     /* first tensor not yet complete */
+  bool begun;      /* tensor `next` is staged (its buffer handed out) */
+  uint64_t bytes;  /* bytes landed in this push */
 };
 
 static wt_status *grpc_create(const Wt__V1__WeightTransferInitInfo *init,
@@ -110,7 +111,7 @@ static void push_reset(wt_engine *e) {
   e->bucket = 0;
   e->offset = 0;
   e->next = 0;
-  e->dst = NULL;
+  e->begun = false;
   e->bytes = 0;
 }
 
@@ -186,10 +187,11 @@ out:
 }
 
 /* Copies n bytes that belong at `pos` of the current bucket into the
- * staging buffers of the tensors there, marking tensors complete as their
- * last byte lands. The caller checked order and bounds. */
-static void copy_in(wt_engine *e, uint64_t pos, const unsigned char *src,
-                    size_t left) {
+ * staging buffers of the tensors there (a memcpy for host memory, the
+ * store's copy for device memory), marking tensors complete as their last
+ * byte lands. The caller checked order and bounds. */
+static wt_status *copy_in(wt_engine *e, uint64_t pos, const unsigned char *src,
+                          size_t left) {
   const wt_pack_plan *p = e->plan;
   while (left > 0) {
     /* In order and in bounds, so tensor `next` covers `pos`. */
@@ -203,18 +205,24 @@ static void copy_in(wt_engine *e, uint64_t pos, const unsigned char *src,
       e->next++;
       continue;
     }
-    if (e->dst == NULL) e->dst = wt_param_store_stage(e->ctx.store, idx);
+    if (!e->begun) {
+      wt_param_store_stage(e->ctx.store, idx);
+      e->begun = true;
+    }
     uint64_t take = t_end - pos < left ? t_end - pos : left;
-    memcpy(e->dst + (pos - t_off), src, (size_t)take);
+    wt_status *st = wt_param_store_stage_write(e->ctx.store, idx, pos - t_off,
+                                               src, (size_t)take);
+    if (st != NULL) return st;
     src += take;
     pos += take;
     left -= (size_t)take;
     if (pos == t_end) {
       wt_param_store_staged(e->ctx.store, idx);
-      e->dst = NULL;
+      e->begun = false;
       e->next++;
     }
   }
+  return NULL;
 }
 
 static wt_status *grpc_push_chunk(wt_engine *e, uint32_t bucket,
@@ -265,7 +273,10 @@ static wt_status *grpc_push_chunk(wt_engine *e, uint32_t bucket,
 
   uint64_t pos = offset;
   for (size_t i = 0; i < iovcnt; i++) {
-    copy_in(e, pos, iov[i].iov_base, iov[i].iov_len);
+    wt_status *st = copy_in(e, pos, iov[i].iov_base, iov[i].iov_len);
+    if (st != NULL)
+      return wt_status_prefix(st, "worker %u: bucket %" PRIu32, e->ctx.rank,
+                              bucket);
     pos += iov[i].iov_len;
   }
   e->offset = pos;
@@ -295,6 +306,10 @@ static wt_status *grpc_push_end(wt_engine *e, bool stream_ended,
 
 const wt_engine_ops wt_grpc_engine_ops = {
     .header = {.abi_version = WT_ENGINE_ABI_VERSION, .name = "grpc"},
+    /* Chunks are copied through the store, so every kind works: device
+     * memory takes one host-to-device copy per piece. */
+    .memory_kinds = WT_MEM_ALL_KINDS,
+    .caps = WT_ENGINE_CROSS_HOST | WT_ENGINE_SURVIVES_ABORT,
     .create = grpc_create,
     .init_transfer = grpc_init_transfer,
     .start_update = grpc_start_update,

@@ -974,6 +974,10 @@ out:
 
 const wt_engine_ops wt_ucx_engine_ops = {
     .header = {WT_ENGINE_ABI_VERSION, "ucx"},
+    /* Host memory: this build's UCX transports read and write it directly
+     * (no CUDA transports are configured). */
+    .memory_kinds = WT_MEM_HOST_KINDS,
+    .caps = WT_ENGINE_CROSS_HOST | WT_ENGINE_SURVIVES_ABORT,
     .create = ucx_create,
     .init_transfer = ucx_init_transfer,
     .start_update = ucx_start_update,

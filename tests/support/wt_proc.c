@@ -1,5 +1,5 @@
 /* wt_proc.c: the process harness of the end-to-end suites (see wt_proc.h). */
-#include "wt_proc.h"
+#include "support/wt_proc.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,0 +1,34 @@
+/* wt/init_info.h: the one rule that ties an init info to its backend, for
+ * the client and the server alike.
+ *
+ * A WeightTransferInitInfo names its backend in `backend`, or by the case of
+ * its `backend_init` oneof (grpc, ucx, nccl, ipc), or both; when both are
+ * given they must agree. A backend without a oneof message of its own (one
+ * added as a plugin) is named by `backend` alone.
+ */
+#ifndef WT_INIT_INFO_H
+#define WT_INIT_INFO_H
+
+#include "wt/status.h"
+#include "wt/v1/wt.pb-c.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The backend the oneof case stands for ("grpc", ...), NULL for none. */
+const char *wt_init_info_case_backend(
+    Wt__V1__WeightTransferInitInfo__BackendInitCase c);
+
+/* Sets *backend to the backend `info` names (a string owned by `info` or
+ * static). INVALID_ARGUMENT when info is NULL ("init_info is missing"),
+ * names none ("init_info.backend is empty"), or names two
+ * ("init_info.backend is 'grpc' but init_info carries nccl settings"). */
+wt_status *wt_init_info_backend(const Wt__V1__WeightTransferInitInfo *info,
+                                const char **backend);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WT_INIT_INFO_H */

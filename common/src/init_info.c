@@ -1,0 +1,40 @@
+/* init_info.c: an init info's backend (see wt/init_info.h). */
+
+#include "wt/init_info.h"
+
+#include <string.h>
+
+static const struct {
+  Wt__V1__WeightTransferInitInfo__BackendInitCase c;
+  const char *name;
+} cases[] = {
+    {WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC, "grpc"},
+    {WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX, "ucx"},
+    {WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_NCCL, "nccl"},
+    {WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_IPC, "ipc"},
+};
+
+const char *wt_init_info_case_backend(
+    Wt__V1__WeightTransferInitInfo__BackendInitCase c) {
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    if (cases[i].c == c) return cases[i].name;
+  return NULL;
+}
+
+wt_status *wt_init_info_backend(const Wt__V1__WeightTransferInitInfo *info,
+                                const char **backend) {
+  *backend = NULL;
+  if (info == NULL)
+    return wt_status_new(WT_INVALID_ARGUMENT, "init_info is missing");
+  const char *by_case = wt_init_info_case_backend(info->backend_init_case);
+  const char *by_name = info->backend && *info->backend ? info->backend : NULL;
+  if (by_name && by_case && strcmp(by_name, by_case) != 0)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "init_info.backend is '%.64s' but init_info carries "
+                         "%s settings",
+                         by_name, by_case);
+  if (by_name == NULL && by_case == NULL)
+    return wt_status_new(WT_INVALID_ARGUMENT, "init_info.backend is empty");
+  *backend = by_name ? by_name : by_case;
+  return NULL;
+}

@@ -1,0 +1,279 @@
+/* push.c: a PushWeights stream's path into the workers (see
+ * server_internal.h).
+ *
+ * The thread that reads the stream hands each chunk to every worker's
+ * thread (a PUSH_CHUNK op per worker, referring to the received bytes) and
+ * reads on; each worker copies the chunk into its own staging buffers, in
+ * parallel with the others and with the next read. The received message is
+ * released once every worker has copied it. At most PUSH_WINDOW chunks are
+ * in flight per push, which bounds the memory a fast client can make the
+ * server hold. A worker's error is kept and returned by the next call.
+ */
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server_internal.h"
+#include "wt/chunk.h"
+#include "wt/log.h"
+
+/* Chunks handed to the workers and not yet copied by all of them. */
+#define PUSH_WINDOW 8
+
+struct wt_srv_push {
+  wt_server *srv;
+  uint64_t push_id;
+  uint64_t round_id;
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* a chunk was copied by every worker */
+  int in_flight;
+  wt_status *error; /* the first error a worker reported */
+  uint64_t chunks;
+};
+
+typedef struct push_chunk {
+  wt_srv_push *p;
+  void (*release)(void *owner);
+  void *owner;
+  int refs; /* workers that have not run their op yet (under p->mu) */
+  struct iovec iov[WT_CHUNK_MAX_PIECES];
+  size_t iovcnt;
+  wt_worker_op ops[]; /* one per worker */
+} push_chunk;
+
+static void chunk_done(wt_worker_op *op, wt_status *st, void *user) {
+  push_chunk *c = user;
+  wt_srv_push *p = c->p;
+  (void)op;
+  wt_srv_touch(p->srv);
+  pthread_mutex_lock(&p->mu);
+  if (st != NULL && p->error == NULL) {
+    p->error = st;
+    st = NULL;
+  }
+  bool last = --c->refs == 0;
+  if (last) p->in_flight--;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  wt_status_free(st);
+  if (last) {
+    if (c->release) c->release(c->owner);
+    free(c);
+  }
+}
+
+static void push_free(wt_srv_push *p) {
+  wt_status_free(p->error);
+  pthread_cond_destroy(&p->cv);
+  pthread_mutex_destroy(&p->mu);
+  free(p);
+}
+
+wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
+                             uint64_t round_id,
+                             const Wt__V1__WeightTransferUpdateInfo *info,
+                             uint64_t packed_buffer_bytes, wt_srv_push **out) {
+  wt_status *st = NULL;
+  wt_srv_resolved r = {0};
+  wt_worker_op *ops = calloc(srv->nworkers, sizeof(*ops));
+  wt_srv_push *p = calloc(1, sizeof(*p));
+  bool locked = false;
+  *out = NULL;
+  if (ops == NULL || p == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "PushWeights: out of memory");
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->cv, NULL);
+  p->srv = srv;
+  pthread_mutex_lock(&srv->mu);
+  locked = true;
+  WT_CHECK(wt_srv_need_round_locked(srv, "PushWeights", round_id));
+  WT_CHECK(wt_srv_need_idle_locked(srv, "PushWeights"));
+  const wt_engine_ops *eops = wt_worker_engine_ops(srv->workers[0]);
+  if (eops == NULL || eops->push_chunk == NULL)
+    WT_FAIL(WT_FAILED_PRECONDITION,
+            "PushWeights: backend '%s' does not take PushWeights; its data "
+            "moves through UpdateWeights",
+            srv->backend);
+  WT_CHECK(wt_srv_resolve_update(srv, info, &r));
+  r.u.round_id = srv->round_id;
+  r.u.packed_buffer_bytes = packed_buffer_bytes;
+  p->round_id = srv->round_id;
+  p->push_id = ++srv->next_push_id;
+  srv->push_id = p->push_id;
+  srv->push_call = call;
+  srv->busy = "PushWeights";
+  wt_srv_touch(srv);
+  wt_worker_op proto = {.kind = WT_WORKER_OP_PUSH_BEGIN,
+                        .round_id = p->round_id,
+                        .push_id = p->push_id,
+                        .update = &r.u};
+  for (uint32_t i = 0; i < srv->nworkers; i++) {
+    ops[i] = proto;
+    wt_status_free(wt_worker_submit(srv->workers[i], &ops[i]));
+  }
+  pthread_mutex_unlock(&srv->mu);
+  locked = false;
+  for (uint32_t i = 0; i < srv->nworkers; i++) {
+    wt_status *e = wt_worker_wait(srv->workers[i], &ops[i]);
+    if (st == NULL)
+      st = e;
+    else
+      wt_status_free(e);
+  }
+  pthread_mutex_lock(&srv->mu);
+  locked = true;
+  if (srv->push_id != p->push_id) {
+    wt_status_free(st);
+    st = wt_srv_aborted_error(srv, "PushWeights", p->round_id);
+    goto out;
+  }
+  if (st != NULL) {
+    /* The workers where it began end it (the others ignore the end). */
+    wt_worker_op end = {.kind = WT_WORKER_OP_PUSH_END, .push_id = p->push_id};
+    for (uint32_t i = 0; i < srv->nworkers; i++) {
+      ops[i] = end;
+      wt_status_free(wt_worker_submit(srv->workers[i], &ops[i]));
+    }
+    srv->push_id = 0;
+    srv->push_call = NULL;
+    srv->busy = NULL;
+    pthread_cond_broadcast(&srv->cv);
+    pthread_mutex_unlock(&srv->mu);
+    locked = false;
+    for (uint32_t i = 0; i < srv->nworkers; i++)
+      wt_status_free(wt_worker_wait(srv->workers[i], &ops[i]));
+    goto out;
+  }
+  WT_LOGD("server",
+          "round %" PRIu64 ": push %" PRIu64 " of %zu tensors, %" PRIu64
+          " bytes",
+          p->round_id, p->push_id, r.u.n, r.u.total_bytes);
+  *out = p;
+  p = NULL;
+out:
+  if (locked) pthread_mutex_unlock(&srv->mu);
+  wt_srv_resolved_clear(&r);
+  if (p != NULL) push_free(p);
+  free(ops);
+  return st;
+}
+
+wt_status *wt_srv_push_chunk(wt_srv_push *p, uint32_t bucket, uint64_t offset,
+                             const struct iovec *iov, size_t iovcnt,
+                             void (*release)(void *owner), void *owner) {
+  wt_server *srv = p->srv;
+  wt_status *st = NULL;
+  push_chunk *c = NULL;
+  if (iovcnt > WT_CHUNK_MAX_PIECES) {
+    st = wt_status_new(WT_INVALID_ARGUMENT,
+                       "PushWeights: a chunk in %zu pieces; at most %d",
+                       iovcnt, WT_CHUNK_MAX_PIECES);
+    goto fail;
+  }
+  pthread_mutex_lock(&p->mu);
+  while (p->in_flight >= PUSH_WINDOW && p->error == NULL)
+    pthread_cond_wait(&p->cv, &p->mu);
+  if (p->error != NULL) {
+    st = wt_status_copy(p->error);
+    pthread_mutex_unlock(&p->mu);
+    goto fail;
+  }
+  pthread_mutex_unlock(&p->mu);
+  c = calloc(1, sizeof(*c) + srv->nworkers * sizeof(wt_worker_op));
+  if (c == NULL) {
+    st = wt_status_new(WT_RESOURCE_EXHAUSTED, "PushWeights: out of memory");
+    goto fail;
+  }
+  c->p = p;
+  c->release = release;
+  c->owner = owner;
+  c->iovcnt = iovcnt;
+  memcpy(c->iov, iov, iovcnt * sizeof(*iov));
+  c->refs = (int)srv->nworkers;
+  pthread_mutex_lock(&p->mu);
+  p->in_flight++;
+  p->chunks++;
+  pthread_mutex_unlock(&p->mu);
+  wt_srv_touch(srv);
+  for (uint32_t i = 0; i < srv->nworkers; i++) {
+    c->ops[i] = (wt_worker_op){.kind = WT_WORKER_OP_PUSH_CHUNK,
+                               .round_id = p->round_id,
+                               .push_id = p->push_id,
+                               .bucket = bucket,
+                               .offset = offset,
+                               .iov = c->iov,
+                               .iovcnt = c->iovcnt,
+                               .on_done = chunk_done,
+                               .user = c};
+    wt_status *e = wt_worker_submit(srv->workers[i], &c->ops[i]);
+    /* Only when the worker is going away: count it as done. */
+    if (e != NULL) chunk_done(&c->ops[i], e, c);
+  }
+  return NULL;
+fail:
+  if (release) release(owner);
+  return st;
+}
+
+wt_status *wt_srv_push_end(wt_srv_push *p, bool stream_ended,
+                           wt_receive_stats *stats) {
+  wt_server *srv = p->srv;
+  wt_status *st = NULL;
+  wt_worker_op *ops = calloc(srv->nworkers, sizeof(*ops));
+  pthread_mutex_lock(&p->mu);
+  while (p->in_flight > 0) pthread_cond_wait(&p->cv, &p->mu);
+  pthread_mutex_unlock(&p->mu);
+  pthread_mutex_lock(&srv->mu);
+  if (srv->push_id != p->push_id) {
+    /* Aborted under the push: the workers dropped it with the round. */
+    if (stream_ended)
+      st = wt_srv_aborted_error(srv, "PushWeights", p->round_id);
+    pthread_mutex_unlock(&srv->mu);
+    goto out;
+  }
+  if (ops == NULL) {
+    st = wt_status_new(WT_RESOURCE_EXHAUSTED, "PushWeights: out of memory");
+    srv->push_id = 0;
+    srv->push_call = NULL;
+    srv->busy = NULL;
+    pthread_mutex_unlock(&srv->mu);
+    goto out;
+  }
+  wt_worker_op end = {.kind = WT_WORKER_OP_PUSH_END,
+                      .push_id = p->push_id,
+                      .stream_ended = stream_ended};
+  for (uint32_t i = 0; i < srv->nworkers; i++) {
+    ops[i] = end;
+    wt_status_free(wt_worker_submit(srv->workers[i], &ops[i]));
+  }
+  pthread_mutex_unlock(&srv->mu);
+  for (uint32_t i = 0; i < srv->nworkers; i++) {
+    wt_status *e = wt_worker_wait(srv->workers[i], &ops[i]);
+    if (st == NULL)
+      st = e;
+    else
+      wt_status_free(e);
+  }
+  if (stats != NULL) *stats = ops[0].stats;
+  pthread_mutex_lock(&srv->mu);
+  if (srv->push_id == p->push_id) {
+    srv->push_id = 0;
+    srv->push_call = NULL;
+    srv->busy = NULL;
+  }
+  wt_srv_touch(srv);
+  pthread_cond_broadcast(&srv->cv);
+  pthread_mutex_unlock(&srv->mu);
+out:
+  /* A worker's error came first; it explains the end's. */
+  if (p->error != NULL) {
+    wt_status_free(st);
+    st = p->error;
+    p->error = NULL;
+  }
+  free(ops);
+  push_free(p);
+  return st;
+}

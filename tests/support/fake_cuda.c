@@ -1,0 +1,239 @@
+/* fake_cuda.c: GPUs emulated in host memory (see fake_cuda.h). */
+
+#include "fake_cuda.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+typedef struct fake_alloc {
+  int device;
+  unsigned char *dev;    /* PROT_NONE: what wt sees */
+  unsigned char *mirror; /* PROT_READ | PROT_WRITE: what copies use */
+  size_t len;
+  struct fake_alloc *next;
+} fake_alloc;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static fake_alloc *allocs;
+static int ndevices;
+static fake_cuda_stats stats;
+static _Thread_local int current = -1;
+
+static wt_status *bound(int device, const char *call) {
+  if (current == device) return NULL;
+  pthread_mutex_lock(&mu);
+  stats.binding_errors++;
+  pthread_mutex_unlock(&mu);
+  return wt_status_new(WT_INTERNAL,
+                       "fake %s for cuda:%d on a thread bound to cuda:%d", call,
+                       device, current);
+}
+
+static wt_status *f_device_count(int *count) {
+  *count = ndevices;
+  return NULL;
+}
+
+static wt_status *f_set_device(int device) {
+  if (device < 0 || device >= ndevices)
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "fake cudaSetDevice(%d): invalid device ordinal",
+                         device);
+  current = device;
+  return NULL;
+}
+
+static wt_status *f_get_device(int *device) {
+  *device = current;
+  return NULL;
+}
+
+static wt_status *f_device_alloc(int device, size_t len, void **ptr) {
+  wt_status *st = bound(device, "cudaMalloc");
+  if (st != NULL) return st;
+  fake_alloc *a = calloc(1, sizeof(*a));
+  int fd = memfd_create("fake-cuda", MFD_CLOEXEC);
+  if (a == NULL || fd < 0 || ftruncate(fd, (off_t)len) != 0) {
+    free(a);
+    if (fd >= 0) close(fd);
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "fake cudaMalloc(%zu) failed",
+                         len);
+  }
+  a->dev = mmap(NULL, len, PROT_NONE, MAP_SHARED, fd, 0);
+  a->mirror = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (a->dev == MAP_FAILED || a->mirror == MAP_FAILED) {
+    if (a->dev != MAP_FAILED) munmap(a->dev, len);
+    if (a->mirror != MAP_FAILED) munmap(a->mirror, len);
+    free(a);
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "fake cudaMalloc(%zu): mmap",
+                         len);
+  }
+  a->device = device;
+  a->len = len;
+  pthread_mutex_lock(&mu);
+  a->next = allocs;
+  allocs = a;
+  stats.device_bytes[device] += len;
+  pthread_mutex_unlock(&mu);
+  *ptr = a->dev;
+  return NULL;
+}
+
+static void f_device_free(int device, void *ptr) {
+  pthread_mutex_lock(&mu);
+  for (fake_alloc **p = &allocs; *p; p = &(*p)->next) {
+    fake_alloc *a = *p;
+    if (a->dev != ptr) continue;
+    if (a->device != device || current != device) stats.binding_errors++;
+    *p = a->next;
+    stats.device_bytes[a->device] -= a->len;
+    munmap(a->dev, a->len);
+    munmap(a->mirror, a->len);
+    free(a);
+    break;
+  }
+  pthread_mutex_unlock(&mu);
+}
+
+static wt_status *f_host_alloc(size_t len, void **ptr) {
+  /* Its size in front, for the counters. */
+  size_t *p = calloc(1, len + sizeof(size_t) * 2);
+  if (p == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "fake cudaHostAlloc(%zu)",
+                         len);
+  p[0] = len;
+  pthread_mutex_lock(&mu);
+  stats.host_bytes += len;
+  pthread_mutex_unlock(&mu);
+  *ptr = p + 2;
+  return NULL;
+}
+
+static void f_host_free(void *ptr) {
+  if (ptr == NULL) return;
+  size_t *p = (size_t *)ptr - 2;
+  pthread_mutex_lock(&mu);
+  stats.host_bytes -= p[0];
+  pthread_mutex_unlock(&mu);
+  free(p);
+}
+
+/* The mirror address of [ptr, ptr + len) on `device`, or NULL. */
+static unsigned char *mirror_of(int device, const void *ptr, size_t len) {
+  const unsigned char *p = ptr;
+  unsigned char *m = NULL;
+  pthread_mutex_lock(&mu);
+  for (fake_alloc *a = allocs; a && m == NULL; a = a->next)
+    if (a->device == device && p >= a->dev && len <= a->len &&
+        (size_t)(p - a->dev) <= a->len - len)
+      m = a->mirror + (p - a->dev);
+  pthread_mutex_unlock(&mu);
+  return m;
+}
+
+static wt_status *f_copy(int device, void *dst, const void *src, size_t len,
+                         int to_device) {
+  wt_status *st = bound(device, to_device ? "cudaMemcpy H2D" : "cudaMemcpy D2H");
+  if (st != NULL) return st;
+  unsigned char *m = mirror_of(device, to_device ? dst : src, len);
+  if (m == NULL)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "fake cudaMemcpy: %zu bytes at %p are not device "
+                         "memory of cuda:%d",
+                         len, to_device ? dst : src, device);
+  if (to_device)
+    memcpy(m, src, len);
+  else
+    memcpy(dst, m, len);
+  pthread_mutex_lock(&mu);
+  if (to_device)
+    stats.copies_in++;
+  else
+    stats.copies_out++;
+  if (len > stats.largest_copy) stats.largest_copy = len;
+  pthread_mutex_unlock(&mu);
+  return NULL;
+}
+
+static wt_status *f_copy_to_device(int device, void *dst, const void *src,
+                                   size_t len) {
+  return f_copy(device, dst, src, len, 1);
+}
+
+static wt_status *f_copy_to_host(int device, void *dst, const void *src,
+                                 size_t len) {
+  return f_copy(device, dst, src, len, 0);
+}
+
+static wt_status *f_device_uuid(int device, char out[WT_CUDA_UUID_MAX]) {
+  snprintf(out, WT_CUDA_UUID_MAX, "GPU-fa4e%04x-0000-0000-0000-000000000000",
+           (unsigned)device);
+  return NULL;
+}
+
+/* A fake "stream" or "event" is a pointer to an int the test sets to 1
+ * when the work is done; synchronising waits for it (bounded). */
+static wt_status *f_sync(void *handle, const char *what) {
+  volatile int *flag = handle;
+  for (int i = 0; i < 5000 && *flag == 0; i++) usleep(1000);
+  if (*flag == 0)
+    return wt_status_new(WT_DEADLINE_EXCEEDED, "fake %s never completed",
+                         what);
+  pthread_mutex_lock(&mu);
+  stats.syncs++;
+  pthread_mutex_unlock(&mu);
+  return NULL;
+}
+
+static wt_status *f_stream_synchronize(void *stream) {
+  return f_sync(stream, "stream");
+}
+
+static wt_status *f_event_synchronize(void *event) {
+  return f_sync(event, "event");
+}
+
+static const wt_cuda_api fake_api = {
+    .version = WT_CUDA_API_VERSION,
+    .name = "fake",
+    .device_count = f_device_count,
+    .set_device = f_set_device,
+    .get_device = f_get_device,
+    .device_alloc = f_device_alloc,
+    .device_free = f_device_free,
+    .host_alloc = f_host_alloc,
+    .host_free = f_host_free,
+    .copy_to_device = f_copy_to_device,
+    .copy_to_host = f_copy_to_host,
+    .device_uuid = f_device_uuid,
+    .stream_synchronize = f_stream_synchronize,
+    .event_synchronize = f_event_synchronize,
+};
+
+void fake_cuda_install(int devices) {
+  pthread_mutex_lock(&mu);
+  ndevices = devices < 1 ? 1 : devices > 8 ? 8 : devices;
+  memset(&stats, 0, sizeof(stats));
+  pthread_mutex_unlock(&mu);
+  wt_cuda_api_override(&fake_api);
+}
+
+void fake_cuda_uninstall(void) {
+  wt_cuda_api_override(NULL);
+}
+
+fake_cuda_stats fake_cuda_get_stats(void) {
+  pthread_mutex_lock(&mu);
+  fake_cuda_stats s = stats;
+  pthread_mutex_unlock(&mu);
+  return s;
+}
+
+int fake_cuda_current(void) {
+  return current;
+}

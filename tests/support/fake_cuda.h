@@ -1,0 +1,39 @@
+/* fake_cuda.h: a wt_cuda_api (wt/cuda.h) that emulates GPUs in host memory,
+ * so that device stores, bounce-buffer copies and device binding are tested
+ * on machines without one.
+ *
+ * "Device memory" is a memfd mapped twice: the address handed out is mapped
+ * PROT_NONE, so any CPU access through it faults (the test crashes, under
+ * ASan with a report), and the copies go through a second, writable
+ * mapping. Every call that names a device checks that the calling thread
+ * is bound to it, as the real module does. */
+#ifndef WT_TEST_FAKE_CUDA_H
+#define WT_TEST_FAKE_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wt/cuda.h"
+
+typedef struct fake_cuda_stats {
+  uint64_t device_bytes[8]; /* allocated now, per device */
+  uint64_t host_bytes;      /* pinned, allocated now */
+  uint64_t copies_in, copies_out;
+  uint64_t largest_copy;
+  uint64_t binding_errors; /* calls from a thread bound elsewhere */
+  uint64_t syncs;          /* stream and event synchronisations */
+} fake_cuda_stats;
+
+/* Streams and events: pass a pointer to an int as the cudaStream_t or
+ * cudaEvent_t; synchronising waits until the test sets it to 1.
+ *
+ * Installs the fake with `devices` GPUs (1..8) for the whole process
+ * (wt_cuda_api_override) and zeroes its counters. */
+void fake_cuda_install(int devices);
+/* Back to the real module (the fake's allocations must be freed by then). */
+void fake_cuda_uninstall(void);
+fake_cuda_stats fake_cuda_get_stats(void);
+/* The device the calling thread is bound to, -1 when none. */
+int fake_cuda_current(void);
+
+#endif

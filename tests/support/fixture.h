@@ -1,0 +1,183 @@
+/* fixture.h: what the suites that drive wt servers share: in-process
+ * servers on 127.0.0.1:0, the service's calls made by hand over a channel
+ * (wt.v1 messages built field by field, so a test can spoil any field), the
+ * expected contents of synthetic models, and a trainer's side of a
+ * PushWeights stream. Every helper asserts what it must and returns the
+ * call's status for the test to judge. */
+#ifndef WT_TEST_FIXTURE_H
+#define WT_TEST_FIXTURE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "wt/checksum.h"
+#include "wt/packing.h"
+#include "wt/rpc.h"
+#include "wt/server.h"
+#include "wt/tensor.h"
+#include "wt/v1/wt.pb-c.h"
+#include "wt_test.h"
+
+#define WTT_SVC "/wt.v1.WeightTransfer/"
+#define WTT_DEADLINE_MS 10000
+
+int64_t wtt_now_ms(void);
+void wtt_sleep_ms(int ms);
+
+/* --- in-process servers --------------------------------------------------- */
+
+/* One server, a channel to it and its model's layout. */
+typedef struct wtt_server {
+  wt_server *srv;
+  wt_rpc_channel *ch;
+  char target[64];
+  wt_tensor_meta *metas;
+  size_t n;
+  uint32_t workers;
+} wtt_server;
+
+/* Starts a server on 127.0.0.1:0 with `o` (NULL: defaults; listen, drain
+ * and the model are filled in when unset) serving synthetic `layout`.
+ * Fatal on failure. */
+void wtt_server_start(wtt_server *s, const char *layout,
+                      const wt_server_options *o);
+/* The common case: workers, staging and the round timeout (0: default). */
+void wtt_server_start_simple(wtt_server *s, const char *layout,
+                             uint32_t workers, wt_staging staging,
+                             uint32_t round_timeout_ms);
+/* Stops the server (if not stopped already: srv NULL) and frees all. */
+void wtt_server_stop(wtt_server *s);
+/* Index of tensor `name` in the layout, or (size_t)-1. */
+size_t wtt_layout_index(const wtt_server *s, const char *name);
+
+/* Several servers for one client. */
+typedef struct wtt_servers {
+  wt_server *srv[4];
+  char target[4][32];
+  const char *targets[4];
+  size_t n;
+} wtt_servers;
+
+/* Starts n servers, server k on models[k] with workers[k] workers and
+ * `staging`. */
+void wtt_servers_start(wtt_servers *s, size_t n, const char *const *models,
+                       const uint32_t *workers, wt_staging staging);
+void wtt_servers_stop(wtt_servers *s);
+
+/* --- calls ---------------------------------------------------------------- */
+
+/* A unary call of `method` (the bare name: "GetServerInfo"). *resp (when
+ * not NULL) is the caller's to wt_pb_free. */
+wt_status *wtt_call(wt_rpc_channel *ch, const char *method,
+                    const ProtobufCMessage *req,
+                    const ProtobufCMessageDescriptor *type,
+                    ProtobufCMessage **resp);
+wt_status *wtt_init(wt_rpc_channel *ch, Wt__V1__WeightTransferInitInfo *info,
+                    Wt__V1__InitWeightTransferEngineResponse **resp);
+/* A grpc init with chunks of chunk_bytes (0: default); checks the answer
+ * lists `workers` endpoints. */
+wt_status *wtt_init_grpc(wt_rpc_channel *ch, uint64_t chunk_bytes,
+                         uint32_t workers);
+wt_status *wtt_start(wt_rpc_channel *ch, uint64_t *round_id);
+wt_status *wtt_finish(wt_rpc_channel *ch, const char *version,
+                      uint64_t round_id);
+wt_status *wtt_abort(wt_rpc_channel *ch, uint64_t round_id, bool *aborted);
+/* The visible version (malloc'd; "" before the first commit). */
+char *wtt_version(wt_rpc_channel *ch, uint64_t *sequence);
+void wtt_assert_version(wt_rpc_channel *ch, const char *want,
+                        uint64_t want_seq);
+/* The caller wt_pb_frees it. */
+Wt__V1__ServerInfo *wtt_info(wt_rpc_channel *ch);
+/* GetWorldSize answers `workers`. */
+void wtt_assert_serving(wt_rpc_channel *ch, uint32_t workers);
+
+/* A call on a thread of its own, for calls that overlap. */
+typedef struct wtt_bg_call {
+  wt_rpc_channel *ch;
+  const char *method;
+  const ProtobufCMessage *req;
+  const ProtobufCMessageDescriptor *type;
+  int64_t deadline_ms; /* 0: 120 s */
+  wt_status *st;
+  int64_t end_ms;
+  pthread_t thread;
+} wtt_bg_call;
+void wtt_bg_start(wtt_bg_call *b);
+/* Joins it; returns its status (the caller's). */
+wt_status *wtt_bg_join(wtt_bg_call *b);
+
+/* A WatchWeightVersion stream, and the next version it must send. */
+wt_rpc_server_stream *wtt_watch_open(wt_rpc_channel *ch);
+void wtt_watch_expect(wt_rpc_server_stream *s, const char *version,
+                      uint64_t seq);
+
+/* --- expected contents ---------------------------------------------------- */
+
+void wtt_expected_digest(const wt_tensor_meta *m, uint64_t seed,
+                         wt_hash_alg alg, char hex[WT_DIGEST_HEX_MAX]);
+/* The model holds seeds[i]'s fill for tensor i: every tensor's checksum on
+ * every worker over the wire, and the bytes of every worker's store
+ * in-process. */
+void wtt_assert_model(const wtt_server *s, const uint64_t *seeds,
+                      wt_hash_alg alg);
+void wtt_assert_model_seed(const wtt_server *s, uint64_t seed);
+
+/* --- update info ---------------------------------------------------------- */
+
+#define WTT_MAX_TENSORS 64
+
+/* An update info naming tensors idx[0..n) of `metas` (NULL idx: the first
+ * n), which a test may then spoil field by field. */
+typedef struct wtt_upd {
+  Wt__V1__WeightTransferUpdateInfo info;
+  char *names[WTT_MAX_TENSORS];
+  char *dtypes[WTT_MAX_TENSORS];
+  Wt__V1__Shape shapes[WTT_MAX_TENSORS];
+  Wt__V1__Shape *sp[WTT_MAX_TENSORS];
+  size_t idx[WTT_MAX_TENSORS];
+  const wt_tensor_meta *metas;
+} wtt_upd;
+
+void wtt_upd_init(wtt_upd *u, const wt_tensor_meta *metas, const size_t *idx,
+                  size_t n);
+
+/* --- PushWeights ---------------------------------------------------------- */
+
+/* A trainer's side of one PushWeights call: the packed buckets of `u`'s
+ * tensors filled for `seed`, sent in chunks. */
+typedef struct wtt_pusher {
+  wt_rpc_client_stream *s;
+  wt_pack_plan *plan;
+  unsigned char **bucket; /* each bucket's bytes */
+  size_t chunk;
+  size_t b;     /* next bucket */
+  uint64_t off; /* next offset in it */
+  uint64_t sent;
+} wtt_pusher;
+
+/* Opens the stream and sends the header (packed_buffer 0: 64 MiB planned,
+ * 0 sent). */
+wt_status *wtt_push_open(wtt_pusher *p, wt_rpc_channel *ch, const wtt_upd *u,
+                         uint64_t round_id, uint64_t packed_buffer,
+                         size_t chunk, uint64_t seed);
+wt_status *wtt_push_raw_chunk(wtt_pusher *p, uint32_t bucket, uint64_t offset,
+                              const void *data, size_t len);
+/* Sends chunks until at least `bytes` more went out, or the plan ends. */
+wt_status *wtt_push_send(wtt_pusher *p, uint64_t bytes);
+/* Half-closes and returns the server's answer; frees the pusher. */
+wt_status *wtt_push_close(wtt_pusher *p, Wt__V1__PushWeightsResponse **resp);
+/* Cancels the stream midway (a trainer killed); frees the pusher. */
+void wtt_push_cut(wtt_pusher *p);
+/* A whole PushWeights of `u` for `seed`. */
+wt_status *wtt_push_all(wt_rpc_channel *ch, const wtt_upd *u,
+                        uint64_t round_id, uint64_t packed_buffer,
+                        size_t chunk, uint64_t seed,
+                        Wt__V1__PushWeightsResponse **resp);
+/* Waits until the server ended the push that a cut stream left behind:
+ * then a new header in the same round is accepted. */
+bool wtt_wait_push_ended(wt_rpc_channel *ch, const wtt_upd *u, int64_t ms);
+/* One whole round: start, push every tensor for `seed`, finish. */
+void wtt_commit_round(const wtt_server *s, const char *version, uint64_t seed);
+
+#endif /* WT_TEST_FIXTURE_H */

@@ -1,0 +1,906 @@
+/* test_round.c: the round state machine across a server's workers, over
+ * loopback with hand-built messages: calls out of order, init errors,
+ * validation before any byte, PushWeights rounds, many workers, cut
+ * streams, inplace staging, round timeouts, and a backend that receives
+ * through UpdateWeights (the fake engines of support/fake_engine.h). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/fake_engine.h"
+#include "support/fixture.h"
+#include "wt/checksum.h"
+#include "wt/pb.h"
+#include "wt/synthetic.h"
+
+static wtt_server S;
+static wt_registry *engines; /* the fakes' registry, while a test uses it */
+
+static wt_status *init_info_call(Wt__V1__WeightTransferInitInfo *info) {
+  return wtt_init(S.ch, info, NULL);
+}
+
+/* A server whose registry has the fake engines. */
+static void start_fake_server(uint32_t workers, uint32_t round_timeout_ms) {
+  engines = fake_engine_registry();
+  fake_engine_reset();
+  wt_server_options o = {.workers = workers,
+                         .round_timeout_ms = round_timeout_ms,
+                         .engine_registry = engines};
+  wtt_server_start(&S, "tiny", &o);
+}
+
+static void stop_fake_server(void) {
+  wtt_server_stop(&S);
+  wt_registry_destroy(engines);
+  engines = NULL;
+}
+
+/* Whether the first `len` bytes of tensor i on every worker became the
+ * fill for `seed` within `ms` (inplace staging writes live bytes). */
+static bool wait_bytes_landed(size_t i, size_t len, uint64_t seed, int64_t ms) {
+  unsigned char *want = malloc(len), *got = malloc(len);
+  wt_synthetic_fill(&S.metas[i], seed, 0, want, len);
+  int64_t end = wtt_now_ms() + ms;
+  bool ok = false;
+  while (!ok && wtt_now_ms() < end) {
+    ok = true;
+    for (uint32_t w = 0; w < S.workers && ok; w++) {
+      wt_status *st =
+          wt_param_store_read(wt_server_store(S.srv, w), i, 0, got, len);
+      ok = st == NULL && memcmp(want, got, len) == 0;
+      wt_status_free(st);
+    }
+    if (!ok) wtt_sleep_ms(5);
+  }
+  free(want);
+  free(got);
+  return ok;
+}
+
+static size_t put_varint(unsigned char *p, uint64_t v) {
+  size_t n = 0;
+  do {
+    p[n++] = (unsigned char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+    v >>= 7;
+  } while (v != 0);
+  return n;
+}
+
+/* A chunk encoded with data first and an unknown field, as no protobuf
+ * library writes it but any may: the server must still parse it. */
+static wt_status *push_odd_chunk(wtt_pusher *p, uint32_t bucket,
+                                 uint64_t offset, const void *data,
+                                 size_t len) {
+  unsigned char *inner = malloc(len + 64), *msg = malloc(len + 80);
+  size_t n = 0;
+  inner[n++] = 0x1a;
+  n += put_varint(inner + n, len);
+  memcpy(inner + n, data, len);
+  n += len;
+  inner[n++] = 0x20; /* field 4, varint: unknown to this schema */
+  inner[n++] = 0x07;
+  inner[n++] = 0x10;
+  n += put_varint(inner + n, offset);
+  inner[n++] = 0x08;
+  n += put_varint(inner + n, bucket);
+  size_t m = 0;
+  msg[m++] = 0x12;
+  m += put_varint(msg + m, n);
+  memcpy(msg + m, inner, n);
+  m += n;
+  grpc_slice slice = grpc_slice_from_copied_buffer((const char *)msg, m);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&slice, 1);
+  grpc_slice_unref(slice);
+  free(inner);
+  free(msg);
+  return wt_rpc_client_stream_write_raw(p->s, bb);
+}
+
+static void test_out_of_order(void) {
+  wtt_server_start_simple(&S, "tiny", 1, WT_STAGING_SHADOW, 0);
+  wtt_upd u;
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  /* Every round call before init names the state. */
+  WT_ASSERT_ERR(wtt_start(S.ch, NULL), WT_FAILED_PRECONDITION,
+                "StartWeightUpdate: no weight-transfer engine is initialized "
+                "(state: uninitialized)");
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v1", 0), WT_FAILED_PRECONDITION,
+                "(state: uninitialized)");
+  WT_ASSERT_ERR(wtt_abort(S.ch, 0, NULL), WT_FAILED_PRECONDITION,
+                "(state: uninitialized)");
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, 0, 0, 1000, 1, NULL), WT_FAILED_PRECONDITION,
+                "PushWeights: no weight-transfer engine is initialized "
+                "(state: uninitialized)");
+  Wt__V1__UpdateWeightsRequest ur = WT__V1__UPDATE_WEIGHTS_REQUEST__INIT;
+  ur.update_info = &u.info;
+  WT_ASSERT_ERR(wtt_call(S.ch, "UpdateWeights", &ur.base,
+                     &wt__v1__update_weights_response__descriptor, NULL),
+                WT_FAILED_PRECONDITION, "(state: uninitialized)");
+
+  WT_ASSERT_OK(wtt_init_grpc(S.ch, 0, S.workers));
+  /* Update and finish before start. */
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, 0, 0, 1000, 1, NULL), WT_FAILED_PRECONDITION,
+                "PushWeights: no round is in progress (state: ready)");
+  WT_ASSERT_ERR(wtt_call(S.ch, "UpdateWeights", &ur.base,
+                     &wt__v1__update_weights_response__descriptor, NULL),
+                WT_FAILED_PRECONDITION,
+                "UpdateWeights: no round is in progress (state: ready)");
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v1", 0), WT_FAILED_PRECONDITION,
+                "FinishWeightUpdate: no round is in progress (state: ready)");
+  bool aborted = true;
+  WT_ASSERT_OK(wtt_abort(S.ch, 0, &aborted));
+  CU_ASSERT_FALSE(aborted);
+
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  CU_ASSERT_EQUAL(id, 1);
+  WT_ASSERT_ERR(wtt_start(S.ch, NULL), WT_FAILED_PRECONDITION,
+                "StartWeightUpdate: round 1 is in progress (state: updating)");
+  /* A stale round id. */
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v1", 7), WT_FAILED_PRECONDITION,
+                "round_id 7 is not the current round 1 (state: updating)");
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, 3, 0, 1000, 1, NULL), WT_FAILED_PRECONDITION,
+                "round_id 3 is not the current round 1");
+  /* The grpc backend's data moves through PushWeights only. */
+  WT_ASSERT_ERR(wtt_call(S.ch, "UpdateWeights", &ur.base,
+                     &wt__v1__update_weights_response__descriptor, NULL),
+                WT_FAILED_PRECONDITION,
+                "backend 'grpc' receives weights through PushWeights");
+  WT_ASSERT_OK(wtt_abort(S.ch, 1, &aborted));
+  CU_ASSERT_TRUE(aborted);
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v1", 1), WT_FAILED_PRECONDITION,
+                "round 1 was aborted (AbortWeightUpdate: test)");
+  WT_ASSERT_OK(wtt_abort(S.ch, 0, &aborted));
+  CU_ASSERT_FALSE(aborted);
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  CU_ASSERT_EQUAL(id, 2);
+
+  /* A new init replaces the engine and drops the open round. */
+  WT_ASSERT_OK(wtt_init_grpc(S.ch, 4096, S.workers));
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v1", 2), WT_FAILED_PRECONDITION,
+                "round 2 was aborted (replaced by a new "
+                "InitWeightTransferEngine)");
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  CU_ASSERT_EQUAL(id, 3);
+  wtt_assert_version(S.ch, "", 0);
+  wtt_assert_model_seed(&S, 0);
+  wtt_server_stop(&S);
+}
+
+static void test_init_errors(void) {
+  wtt_server_start_simple(&S, "tiny", 1, WT_STAGING_SHADOW, 0);
+  Wt__V1__WeightTransferInitInfo info = WT__V1__WEIGHT_TRANSFER_INIT_INFO__INIT;
+  info.backend = "no-such";
+  WT_ASSERT_ERR(init_info_call(&info), WT_NOT_FOUND,
+                "unknown worker engine backend 'no-such'; registered: grpc");
+  info.backend = "";
+  WT_ASSERT_ERR(init_info_call(&info), WT_INVALID_ARGUMENT,
+                "init_info.backend is empty; registered backends: grpc");
+  WT_ASSERT_ERR(init_info_call(NULL), WT_INVALID_ARGUMENT,
+                "init_info is missing");
+  Wt__V1__NcclInitInfo nccl = WT__V1__NCCL_INIT_INFO__INIT;
+  info.backend = "grpc";
+  info.backend_init_case = WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_NCCL;
+  info.nccl = &nccl;
+  WT_ASSERT_ERR(init_info_call(&info), WT_INVALID_ARGUMENT,
+                "init_info.backend is 'grpc' but init_info carries nccl "
+                "settings");
+  /* The grpc engine's own fields. */
+  Wt__V1__GrpcInitInfo g = WT__V1__GRPC_INIT_INFO__INIT;
+  Wt__V1__UInt64Value v = WT__V1__UINT64_VALUE__INIT;
+  info.backend_init_case = WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC;
+  info.grpc = &g;
+  g.chunk_size_bytes = &v;
+  v.value = 0;
+  WT_ASSERT_ERR(init_info_call(&info), WT_INVALID_ARGUMENT,
+                "init_info.grpc.chunk_size_bytes is 0");
+  v.value = 64u << 20;
+  WT_ASSERT_ERR(init_info_call(&info), WT_INVALID_ARGUMENT,
+                "init_info.grpc.chunk_size_bytes 67108864 exceeds");
+  Wt__V1__ServerInfo *si = wtt_info(S.ch);
+  CU_ASSERT_STRING_EQUAL(si->workers[0]->state, "uninitialized");
+  wt_pb_free(&si->base);
+  /* A grpc init with no settings at all takes the defaults. */
+  info.backend_init_case =
+      WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT__NOT_SET;
+  WT_ASSERT_OK(init_info_call(&info));
+  WT_ASSERT_OK(wtt_start(S.ch, NULL));
+  wtt_server_stop(&S);
+}
+
+static void test_validation(void) {
+  wtt_server_start_simple(&S, "tiny", 1, WT_STAGING_SHADOW, 0);
+  WT_ASSERT_OK(wtt_init_grpc(S.ch, 1000, S.workers));
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  wtt_upd u;
+
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  u.names[2] = "model.layers.7.mlp.up_proj.weight";
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
+                "parameter 'model.layers.7.mlp.up_proj.weight' "
+                "(update_info.names[2]) is not in the model");
+
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  u.dtypes[5] = "bfloat16";
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
+                "parameter 'model.norm.weight': dtype bfloat16 does not match "
+                "the model's float32");
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  u.dtypes[5] = "float13";
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
+                "parameter 'model.norm.weight'");
+
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  int64_t four[1] = {4};
+  u.shapes[5].dims = four;
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
+                "parameter 'model.norm.weight': shape [4] does not match the "
+                "model's [16]");
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  int64_t transposed[2] = {40, 16};
+  u.shapes[3].dims = transposed;
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
+                "parameter 'model.layers.0.mlp.down_proj.weight': shape [40, "
+                "16] does not match the model's [16, 40]");
+
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  u.info.n_dtype_names = 6;
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
+                "update_info has 7 names, 6 dtype_names and 7 shapes; the "
+                "three lists must have equal lengths");
+
+  size_t dup[3] = {0, 5, 0};
+  wtt_upd_init(&u, S.metas, dup, 3);
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
+                "parameter 'model.embed_tokens.weight' appears twice in "
+                "update_info.names (at 0 and 2)");
+
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  uint64_t sizes[7] = {2048, 64, 512, 1280, 64, 64, 2000};
+  u.info.n_packed_tensor_sizes = 7;
+  u.info.packed_tensor_sizes = sizes;
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
+                "parameter 'lm_head.weight': "
+                "update_info.packed_tensor_sizes[6] is 2000 bytes; the "
+                "model's tensor has 2048");
+
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  u.info.packed = false;
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
+                "update_info.packed is false");
+
+  /* A header without update info. */
+  wtt_pusher p;
+  memset(&u, 0, sizeof(u));
+  WT_ASSERT_OK(
+      wt_rpc_client_stream_open(S.ch, WTT_SVC "PushWeights", WTT_DEADLINE_MS, &p.s));
+  Wt__V1__PushWeightsHeader h = WT__V1__PUSH_WEIGHTS_HEADER__INIT;
+  Wt__V1__PushWeightsChunk msg = WT__V1__PUSH_WEIGHTS_CHUNK__INIT;
+  msg.payload_case = WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_HEADER;
+  msg.header = &h;
+  wt_status_free(wt_rpc_client_stream_write(p.s, &msg.base));
+  p.plan = NULL;
+  p.bucket = NULL;
+  WT_ASSERT_ERR(wtt_push_close(&p, NULL), WT_INVALID_ARGUMENT,
+                "update_info is missing");
+
+  /* A valid header and no data: the bytes are missing. */
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  wtt_pusher q;
+  WT_ASSERT_OK(wtt_push_open(&q, S.ch, &u, id, 2048, 1000, 1));
+  WT_ASSERT_ERR(wtt_push_close(&q, NULL), WT_DATA_LOSS,
+                "stream ended after 0 of 6080 bytes");
+
+  /* Chunks out of order, out of bounds, too big, before the header. */
+  unsigned char junk[3000] = {0};
+  WT_ASSERT_OK(wtt_push_open(&q, S.ch, &u, id, 2048, 1000, 1));
+  wt_status_free(wtt_push_raw_chunk(&q, 0, 10, junk, 100));
+  WT_ASSERT_ERR(wtt_push_close(&q, NULL), WT_INVALID_ARGUMENT,
+                "bucket 0 offset 10: out of order; expected bucket 0 offset "
+                "0");
+  WT_ASSERT_OK(wtt_push_open(&q, S.ch, &u, id, 2048, 1000, 1));
+  wt_status_free(wtt_push_raw_chunk(&q, 9, 0, junk, 100));
+  WT_ASSERT_ERR(wtt_push_close(&q, NULL), WT_INVALID_ARGUMENT,
+                "bucket 9 offset 0: the plan has 2 buckets (0..1)");
+  WT_ASSERT_OK(wtt_push_open(&q, S.ch, &u, id, 2048, 1000, 1));
+  wt_status_free(wtt_push_raw_chunk(&q, 0, 0, junk, 1001));
+  WT_ASSERT_ERR(wtt_push_close(&q, NULL), WT_INVALID_ARGUMENT,
+                "bucket 0 offset 0: chunk of 1001 bytes exceeds the chunk "
+                "size of 1000 bytes");
+  WT_ASSERT_OK(wtt_push_open(&q, S.ch, &u, id, 2048, 1000, 1));
+  wt_status_free(wtt_push_raw_chunk(&q, 0, 0, junk, 1000));
+  wt_status_free(wtt_push_raw_chunk(&q, 0, 1000, junk, 1000));
+  wt_status_free(wtt_push_raw_chunk(&q, 0, 2000, junk, 1000));
+  WT_ASSERT_ERR(wtt_push_close(&q, NULL), WT_INVALID_ARGUMENT,
+                "bucket 0 offset 2000: 1000 bytes run past the bucket's end "
+                "(2112 bytes)");
+  WT_ASSERT_OK(
+      wt_rpc_client_stream_open(S.ch, WTT_SVC "PushWeights", WTT_DEADLINE_MS, &q.s));
+  q.plan = NULL;
+  wt_status_free(wtt_push_raw_chunk(&q, 0, 0, junk, 10));
+  WT_ASSERT_ERR(wtt_push_close(&q, NULL), WT_INVALID_ARGUMENT,
+                "PushWeights message 1 is a chunk (bucket 0 offset 0); the "
+                "first message must be a header");
+
+  /* Finish needs a version; the round stays open for a good one. */
+  WT_ASSERT_ERR(wtt_finish(S.ch, "", id), WT_INVALID_ARGUMENT,
+                "weight_version is empty");
+  /* Partly written tensors (the junk above) cannot commit ... */
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v-bad", id), WT_FAILED_PRECONDITION,
+                "parameter 'model.embed_tokens.weight' was only partly "
+                "received");
+  /* ... and none of the junk became visible. */
+  wtt_assert_version(S.ch, "", 0);
+  wtt_assert_model_seed(&S, 0);
+  bool aborted = false;
+  WT_ASSERT_OK(wtt_abort(S.ch, id, &aborted));
+  CU_ASSERT(aborted);
+  wtt_assert_model_seed(&S, 0);
+  wtt_assert_serving(S.ch, S.workers);
+  wtt_server_stop(&S);
+}
+
+static void test_push_round(void) {
+  wtt_server_start_simple(&S, "tiny", 1, WT_STAGING_SHADOW, 0);
+  WT_ASSERT_OK(wtt_init_grpc(S.ch, 1000, S.workers));
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  wtt_upd u;
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  u.dtypes[1] = "F32"; /* the safetensors spelling is accepted too */
+  Wt__V1__PushWeightsResponse *resp = NULL;
+  /* Buckets of 2048 bytes and chunks of 1000: tensors straddle both. */
+  WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 2048, 1000, 1, &resp));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(resp);
+  CU_ASSERT_EQUAL(resp->tensors_received, 7);
+  CU_ASSERT_EQUAL(resp->bytes_received, 6080);
+  wt_pb_free(&resp->base);
+  /* Not visible before finish. */
+  wtt_assert_version(S.ch, "", 0);
+  wtt_assert_model_seed(&S, 0);
+  WT_ASSERT_OK(wtt_finish(S.ch, "step-1", id));
+  wtt_assert_version(S.ch, "step-1", 1);
+  wtt_assert_model_seed(&S, 1);
+  uint64_t seeds[7] = {1, 1, 1, 1, 1, 1, 1};
+  wtt_assert_model(&S, seeds, WT_HASH_XXH3_64);
+  Wt__V1__ServerInfo *info = wtt_info(S.ch);
+  CU_ASSERT_STRING_EQUAL(info->weight_version, "step-1");
+  CU_ASSERT_STRING_EQUAL(info->workers[0]->state, "ready");
+  wt_pb_free(&info->base);
+
+  /* Several pushes in one round (one per layer group); a bucket size of 0
+   * means the engine's default. */
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  CU_ASSERT_EQUAL(id, 2);
+  size_t first[3] = {0, 1, 2}, rest[4] = {3, 4, 5, 6};
+  wtt_upd_init(&u, S.metas, first, 3);
+  WT_ASSERT_OK(wtt_push_all(S.ch, &u, 0, 0, 700, 2, NULL));
+  wtt_upd_init(&u, S.metas, rest, 4);
+  WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 100, 333, 2, NULL));
+  WT_ASSERT_OK(wtt_finish(S.ch, "step-2", 0));
+  wtt_assert_version(S.ch, "step-2", 2);
+  wtt_assert_model_seed(&S, 2);
+
+  /* A round that pushes a subset keeps the rest. */
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  size_t one[1] = {5};
+  wtt_upd_init(&u, S.metas, one, 1);
+  WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 0, 1 << 20, 3, NULL));
+  WT_ASSERT_OK(wtt_finish(S.ch, "step-3", id));
+  uint64_t mixed[7] = {2, 2, 2, 2, 2, 3, 2};
+  wtt_assert_model(&S, mixed, WT_HASH_SHA256);
+
+  /* Chunks in an unusual (valid) encoding take the general parser. */
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  wtt_pusher p;
+  WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 4096, 1000, 4));
+  for (size_t b = 0; b < p.plan->nbuckets; b++)
+    for (uint64_t off = 0; off < p.plan->buckets[b].nbytes; off += 1000) {
+      uint64_t left = p.plan->buckets[b].nbytes - off;
+      WT_ASSERT_OK(push_odd_chunk(&p, (uint32_t)b, off, p.bucket[b] + off,
+                                  left < 1000 ? (size_t)left : 1000));
+    }
+  WT_ASSERT_OK(wtt_push_close(&p, NULL));
+  WT_ASSERT_OK(wtt_finish(S.ch, "step-4", id));
+  wtt_assert_model_seed(&S, 4);
+  wtt_server_stop(&S);
+}
+
+static void test_many_workers(void) {
+  wtt_server_start_simple(&S, "small", 3, WT_STAGING_SHADOW, 0);
+  WT_ASSERT_OK(wtt_init_grpc(S.ch, 64 << 10, S.workers));
+  Wt__V1__ServerInfo *info = wtt_info(S.ch);
+  CU_ASSERT_EQUAL(info->world_size, 3);
+  CU_ASSERT_EQUAL_FATAL(info->n_workers, 3);
+  for (size_t w = 0; w < 3; w++) {
+    CU_ASSERT_EQUAL(info->workers[w]->rank, w);
+    CU_ASSERT_STRING_EQUAL(info->workers[w]->state, "ready");
+  }
+  wt_pb_free(&info->base);
+  wtt_assert_serving(S.ch, S.workers);
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  wtt_upd u;
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 1 << 20, 64 << 10, 1, NULL));
+  wtt_assert_model_seed(&S, 0);
+  WT_ASSERT_OK(wtt_finish(S.ch, "w3", id));
+  wtt_assert_version(S.ch, "w3", 1);
+  wtt_assert_model_seed(&S, 1); /* every worker, over the wire and in memory */
+  wtt_server_stop(&S);
+}
+
+/* A trainer killed midway: the round stays open, nothing partial commits,
+ * the previous version's bytes stay, and the server keeps serving. */
+static void test_stream_cut(void) {
+  wtt_server_start_simple(&S, "small", 2, WT_STAGING_SHADOW, 0);
+  WT_ASSERT_OK(wtt_init_grpc(S.ch, 64 << 10, S.workers));
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  wtt_upd u;
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 1 << 20, 64 << 10, 1, NULL));
+  WT_ASSERT_OK(wtt_finish(S.ch, "v1", id));
+
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  wtt_pusher p;
+  WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 1 << 20, 64 << 10, 2));
+  WT_ASSERT_OK(wtt_push_send(&p, 1200 << 10));
+  wtt_push_cut(&p);
+  CU_ASSERT(wtt_wait_push_ended(S.ch, &u, 5000));
+  wtt_assert_serving(S.ch, S.workers);
+  wtt_assert_version(S.ch, "v1", 1);
+  wtt_assert_model_seed(&S, 1);
+  /* The same round takes a full push again and commits it. */
+  WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 1 << 20, 64 << 10, 2, NULL));
+  WT_ASSERT_OK(wtt_finish(S.ch, "v2", id));
+  wtt_assert_model_seed(&S, 2);
+
+  /* Cut again; this time the trainer gives up: abort. */
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 1 << 20, 64 << 10, 3));
+  WT_ASSERT_OK(wtt_push_send(&p, 2000 << 10));
+  wtt_push_cut(&p);
+  CU_ASSERT(wtt_wait_push_ended(S.ch, &u, 5000));
+  bool aborted = false;
+  WT_ASSERT_OK(wtt_abort(S.ch, id, &aborted));
+  CU_ASSERT(aborted);
+  wtt_assert_version(S.ch, "v2", 2);
+  wtt_assert_model_seed(&S, 2);
+  Wt__V1__ServerInfo *info = wtt_info(S.ch);
+  CU_ASSERT(info->store_complete);
+  wt_pb_free(&info->base);
+  wtt_server_stop(&S);
+}
+
+/* Inplace staging: a failed round leaves the store incomplete, and
+ * GetServerInfo says so until a round rewrote it. */
+static void test_inplace_incomplete(void) {
+  wtt_server_start_simple(&S, "tiny", 2, WT_STAGING_INPLACE, 0);
+  WT_ASSERT_OK(wtt_init_grpc(S.ch, 1000, S.workers));
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  wtt_upd u;
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  wtt_pusher p;
+  WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 2048, 1000, 1));
+  WT_ASSERT_OK(wtt_push_send(&p, 1000));
+  /* In place, the bytes show as they land: cut once they did. */
+  CU_ASSERT(wait_bytes_landed(0, 1000, 1, 5000));
+  wtt_push_cut(&p);
+  CU_ASSERT(wtt_wait_push_ended(S.ch, &u, 5000));
+  WT_ASSERT_OK(wtt_abort(S.ch, id, NULL));
+  Wt__V1__ServerInfo *info = wtt_info(S.ch);
+  CU_ASSERT_STRING_EQUAL(info->staging, "inplace");
+  CU_ASSERT_FALSE(info->store_complete);
+  CU_ASSERT_FALSE(info->workers[0]->store_complete);
+  CU_ASSERT_FALSE(info->workers[1]->store_complete);
+  wt_pb_free(&info->base);
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 2048, 1000, 4, NULL));
+  WT_ASSERT_OK(wtt_finish(S.ch, "repaired", id));
+  info = wtt_info(S.ch);
+  CU_ASSERT_TRUE(info->store_complete);
+  wt_pb_free(&info->base);
+  wtt_assert_model_seed(&S, 4);
+  wtt_server_stop(&S);
+}
+
+static void test_round_timeout(void) {
+  wtt_server_start_simple(&S, "tiny", 1, WT_STAGING_SHADOW, 300);
+  WT_ASSERT_OK(wtt_init_grpc(S.ch, 1000, S.workers));
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  wtt_sleep_ms(800);
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v1", id), WT_FAILED_PRECONDITION,
+                "round 1 was aborted (idle for");
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  CU_ASSERT_EQUAL(id, 2);
+  /* A push that stalls between chunks is idle too. */
+  wtt_upd u;
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  wtt_pusher p;
+  WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 2048, 1000, 1));
+  WT_ASSERT_OK(wtt_push_send(&p, 1000));
+  wtt_sleep_ms(800);
+  wt_status_free(wtt_push_send(&p, 1000));
+  WT_ASSERT_ERR(wtt_push_close(&p, NULL), WT_ABORTED,
+                "round 2 was aborted: idle for");
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  CU_ASSERT_EQUAL(id, 3);
+  /* A round that keeps moving is not idle. */
+  WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 2048, 1000, 1));
+  for (int i = 0; i < 7; i++) {
+    wtt_sleep_ms(100);
+    WT_ASSERT_OK(wtt_push_send(&p, 1000));
+  }
+  WT_ASSERT_OK(wtt_push_close(&p, NULL));
+  WT_ASSERT_OK(wtt_finish(S.ch, "v3", id));
+  wtt_assert_model_seed(&S, 1);
+  wtt_server_stop(&S);
+}
+
+static void test_update_weights(void) {
+  start_fake_server(3, 0);
+  Wt__V1__ServerInfo *info = wtt_info(S.ch);
+  bool has_fake = false; /* the names come sorted */
+  for (size_t i = 0; i < info->n_backends; i++)
+    has_fake = has_fake || strcmp(info->backends[i], "fake") == 0;
+  CU_ASSERT(has_fake);
+  CU_ASSERT_STRING_EQUAL(info->backends[0], "fake");
+  wt_pb_free(&info->base);
+  Wt__V1__InitWeightTransferEngineResponse *ir = NULL;
+  WT_ASSERT_OK(fake_engine_init(S.ch, "fake", "5", 5000, &ir));
+  CU_ASSERT_EQUAL_FATAL(ir->n_endpoints, 3);
+  CU_ASSERT_EQUAL(ir->endpoints[2]->rank, 2);
+  CU_ASSERT_STRING_EQUAL(ir->endpoints[2]->address, "test-worker-2");
+  CU_ASSERT_EQUAL(ir->endpoints[2]->port, 1002);
+  wt_pb_free(&ir->base);
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  wtt_upd u;
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_FAILED_PRECONDITION,
+                "backend 'fake' does not take PushWeights");
+  /* Validation comes before any receive. */
+  u.names[0] = "model.nope";
+  Wt__V1__UpdateWeightsRequest req = WT__V1__UPDATE_WEIGHTS_REQUEST__INIT;
+  req.update_info = &u.info;
+  WT_ASSERT_ERR(wtt_call(S.ch, "UpdateWeights", &req.base,
+                     &wt__v1__update_weights_response__descriptor, NULL),
+                WT_INVALID_ARGUMENT, "parameter 'model.nope'");
+  CU_ASSERT_EQUAL(fake_engine_get_stats().receives, 0);
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+
+  /* Every worker receives at once while the call is pending; the server
+   * keeps answering. */
+  wt_rpc_pending *p = NULL;
+  WT_ASSERT_OK(fake_update_start(S.ch, &u, id, &p));
+  CU_ASSERT_FATAL(fake_engine_wait_blocked(3, 5000));
+  wtt_assert_version(S.ch, "", 0);
+  info = wtt_info(S.ch);
+  CU_ASSERT_STRING_EQUAL(info->workers[1]->state, "updating");
+  wt_pb_free(&info->base);
+  WT_ASSERT_ERR(wtt_finish(S.ch, "early", id), WT_FAILED_PRECONDITION,
+                "UpdateWeights is still running in round 1");
+  fake_engine_release(true);
+  ProtobufCMessage *resp = NULL;
+  WT_ASSERT_OK(wt_rpc_pending_wait(p, &resp));
+  Wt__V1__UpdateWeightsResponse *ur = (Wt__V1__UpdateWeightsResponse *)resp;
+  CU_ASSERT_EQUAL(ur->tensors_received, 7);
+  CU_ASSERT_EQUAL(ur->bytes_received, 6080);
+  wt_pb_free(resp);
+  WT_ASSERT_OK(wtt_finish(S.ch, "u1", id));
+  wtt_assert_model_seed(&S, 5);
+
+  /* An abort cancels a blocked receive on every worker. */
+  fake_engine_release(false);
+  WT_ASSERT_OK(fake_engine_init(S.ch, "fake", "6", 5000, NULL));
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  WT_ASSERT_OK(fake_update_start(S.ch, &u, id, &p));
+  CU_ASSERT_FATAL(fake_engine_wait_blocked(3, 5000));
+  bool aborted = false;
+  WT_ASSERT_OK(wtt_abort(S.ch, id, &aborted));
+  CU_ASSERT(aborted);
+  WT_ASSERT_ERR(wt_rpc_pending_wait(p, NULL), WT_ABORTED,
+                "UpdateWeights: round 2 was aborted: AbortWeightUpdate: test");
+  CU_ASSERT(fake_engine_wait_blocked(0, 1000));
+  wtt_assert_version(S.ch, "u1", 1);
+  wtt_assert_model_seed(&S, 5);
+
+  /* The engine's deadline ends a receive; the round stays open but its
+   * partial tensors cannot commit. */
+  WT_ASSERT_OK(fake_engine_init(S.ch, "fake", "7", 200, NULL));
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  WT_ASSERT_ERR(wtt_call(S.ch, "UpdateWeights", &req.base,
+                     &wt__v1__update_weights_response__descriptor, NULL),
+                WT_DEADLINE_EXCEEDED,
+                "worker 0: fake engine (worker 0): no data within 200 ms");
+  WT_ASSERT_ERR(wtt_finish(S.ch, "u-partial", id), WT_FAILED_PRECONDITION,
+                "was only partly received");
+  fake_engine_release(true);
+  WT_ASSERT_OK(wtt_call(S.ch, "UpdateWeights", &req.base,
+                    &wt__v1__update_weights_response__descriptor, NULL));
+  WT_ASSERT_OK(wtt_finish(S.ch, "u3", id));
+  wtt_assert_model_seed(&S, 7);
+  stop_fake_server();
+}
+
+/* A receive that takes longer than the round timeout is not idle: the
+ * engine's own deadline bounds it. */
+static void test_long_receive_not_idle(void) {
+  start_fake_server(1, 300);
+  WT_ASSERT_OK(fake_engine_init(S.ch, "fake", "8", 5000, NULL));
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  wtt_upd u;
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  wt_rpc_pending *p = NULL;
+  WT_ASSERT_OK(fake_update_start(S.ch, &u, id, &p));
+  CU_ASSERT_FATAL(fake_engine_wait_blocked(1, 5000));
+  wtt_sleep_ms(800);
+  fake_engine_release(true);
+  WT_ASSERT_OK(wt_rpc_pending_wait(p, NULL));
+  WT_ASSERT_OK(wtt_finish(S.ch, "slow", id));
+  wtt_assert_model_seed(&S, 8);
+  stop_fake_server();
+}
+
+/* A push that went quiet is ended by the round's abort, not left waiting
+ * for a client that may never send again (a vanished host keeps its TCP
+ * connection open for hours): the first write after the abort already
+ * gets the abort's status, without the server having read it. */
+static void test_stalled_push_ends_with_its_round(void) {
+  wtt_server_start_simple(&S, "tiny", 1, WT_STAGING_SHADOW, 300);
+  WT_ASSERT_OK(wtt_init_grpc(S.ch, 1000, S.workers));
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  wtt_upd u;
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  wtt_pusher p;
+  WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 2048, 1000, 1));
+  WT_ASSERT_OK(wtt_push_send(&p, 1000));
+  wtt_sleep_ms(1000);
+  WT_ASSERT_ERR(wtt_push_send(&p, 1000), WT_ABORTED,
+                "PushWeights: round 1 was aborted: idle for");
+  wt_status_free(wtt_push_close(&p, NULL));
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 2048, 1000, 3, NULL));
+  WT_ASSERT_OK(wtt_finish(S.ch, "after-stall", id));
+  wtt_assert_model_seed(&S, 3);
+  wtt_server_stop(&S);
+}
+
+
+/* How long a call takes, in ms; its status is asserted OK. */
+static int64_t timed_ok(wt_status *(*fn)(void), const char *what) {
+  int64_t t0 = wtt_now_ms();
+  wt_status *st = fn();
+  int64_t ms = wtt_now_ms() - t0;
+  if (st != NULL)
+    fprintf(stderr, "\n  %s: %s\n", what, wt_status_message(st));
+  CU_ASSERT_PTR_NULL(st);
+  wt_status_free(st);
+  return ms;
+}
+
+static wt_status *info_call(void) {
+  Wt__V1__GetServerInfoRequest req = WT__V1__GET_SERVER_INFO_REQUEST__INIT;
+  return wtt_call(S.ch, "GetServerInfo", &req.base,
+                  &wt__v1__server_info__descriptor, NULL);
+}
+
+static wt_status *version_call(void) {
+  Wt__V1__GetWeightVersionRequest req =
+      WT__V1__GET_WEIGHT_VERSION_REQUEST__INIT;
+  return wtt_call(S.ch, "GetWeightVersion", &req.base,
+                  &wt__v1__weight_version__descriptor, NULL);
+}
+
+static bool abort_answered;
+static wt_status *abort_call(void) {
+  bool aborted = false;
+  wt_status *st = wtt_abort(S.ch, 0, &aborted);
+  /* During an init there is no round: FAILED_PRECONDITION saying so is an
+   * answer too. */
+  if (st != NULL && wt_status_code(st) == WT_FAILED_PRECONDITION &&
+      strstr(wt_status_message(st), "InitWeightTransferEngine is still "
+                                    "running") != NULL) {
+    wt_status_free(st);
+    st = NULL;
+  }
+  abort_answered = st == NULL;
+  return st;
+}
+
+/* GetServerInfo, GetWeightVersion and AbortWeightUpdate answer within
+ * 100 ms while an engine call blocks. */
+static void control_plane_answers(const char *during) {
+  int64_t a = timed_ok(info_call, "GetServerInfo");
+  int64_t b = timed_ok(version_call, "GetWeightVersion");
+  int64_t c = timed_ok(abort_call, "AbortWeightUpdate");
+  printf("\n  during a blocked %s: GetServerInfo %lld ms, GetWeightVersion "
+         "%lld ms, AbortWeightUpdate %lld ms",
+         during, (long long)a, (long long)b, (long long)c);
+  printf("\n");
+  CU_ASSERT(a < 100);
+  CU_ASSERT(b < 100);
+  CU_ASSERT(c < 100);
+  CU_ASSERT(abort_answered);
+}
+
+static const char *worker0_state(void) {
+  static char state[32];
+  Wt__V1__ServerInfo *info = wtt_info(S.ch);
+  snprintf(state, sizeof(state), "%s", info->workers[0]->state);
+  wt_pb_free(&info->base);
+  return state;
+}
+
+/* An engine whose init, finish and abort each block 3 s (a stream sync, a
+ * communicator abort): no engine call runs under the server's lock, so the
+ * control plane keeps answering, an abort is answered at once and the
+ * watchdog still fires; what waits for the engine is only the call that
+ * needs it. */
+static void test_blocking_engine_ops(void) {
+  start_fake_server(2, 400);
+  fake_engine_set_delays(3000, 0, 3000, 3000);
+  fake_engine_release(true);
+  /* A 3 s init. */
+  Wt__V1__WeightTransferInitInfo info = WT__V1__WEIGHT_TRANSFER_INIT_INFO__INIT;
+  info.backend = "fake";
+  Wt__V1__InitWeightTransferEngineRequest ireq =
+      WT__V1__INIT_WEIGHT_TRANSFER_ENGINE_REQUEST__INIT;
+  ireq.init_info = &info;
+  wtt_bg_call init = {.ch = S.ch,
+                      .method = "InitWeightTransferEngine",
+                      .req = &ireq.base,
+                      .type = &wt__v1__init_weight_transfer_engine_response__descriptor};
+  int64_t t0 = wtt_now_ms();
+  wtt_bg_start(&init);
+  wtt_sleep_ms(300);
+  CU_ASSERT_STRING_EQUAL(worker0_state(), "initializing");
+  control_plane_answers("init");
+  WT_ASSERT_OK(wtt_bg_join(&init));
+  CU_ASSERT(wtt_now_ms() - t0 >= 2900);
+
+  /* A 3 s finish, aborted meanwhile: the abort is answered at once, the
+   * finish reports it when its engine returns, nothing is committed. */
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  Wt__V1__FinishWeightUpdateRequest freq =
+      WT__V1__FINISH_WEIGHT_UPDATE_REQUEST__INIT;
+  freq.weight_version = "blocked";
+  freq.round_id = id;
+  wtt_bg_call fin = {.ch = S.ch,
+                     .method = "FinishWeightUpdate",
+                     .req = &freq.base,
+                     .type = &wt__v1__finish_weight_update_response__descriptor};
+  wtt_bg_start(&fin);
+  wtt_sleep_ms(300);
+  control_plane_answers("finish");
+  WT_ASSERT_ERR(wtt_bg_join(&fin), WT_ABORTED,
+                "FinishWeightUpdate: round 1 was aborted: AbortWeightUpdate");
+  wtt_assert_version(S.ch, "", 0);
+
+  /* The abort's own 3 s on the workers: answered meanwhile too; the next
+   * start is the call that waits for it. */
+  CU_ASSERT_STRING_EQUAL(worker0_state(), "aborting");
+  control_plane_answers("abort");
+  t0 = wtt_now_ms();
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  int64_t start_ms = wtt_now_ms() - t0;
+  printf("  a start queued behind the abort took %lld ms\n",
+         (long long)start_ms);
+  CU_ASSERT(start_ms > 1000);
+
+  /* The watchdog fires although the abort it queues blocks for 3 s: the
+   * round (idle for 400 ms) is gone within a second, and the control plane
+   * answers throughout. */
+  t0 = wtt_now_ms();
+  bool gone = false;
+  while (!gone && wtt_now_ms() - t0 < 3000) {
+    wtt_sleep_ms(50);
+    Wt__V1__ServerInfo *si = wtt_info(S.ch);
+    gone = strcmp(si->state, "updating") != 0;
+    wt_pb_free(&si->base);
+  }
+  int64_t fired = wtt_now_ms() - t0;
+  WT_ASSERT_ERR(wtt_finish(S.ch, "late", id), WT_FAILED_PRECONDITION,
+                "was aborted (idle for");
+  printf("\n  the watchdog ended the idle round after %lld ms\n",
+         (long long)fired);
+  CU_ASSERT(gone);
+  CU_ASSERT(fired < 1500);
+  control_plane_answers("watchdog abort");
+  fake_engine_set_delays(0, 0, 0, 0);
+  stop_fake_server();
+}
+
+/* An engine that does not survive an abort (an aborted NCCL communicator):
+ * the worker goes to needs_init and says why; the next start is refused
+ * naming the worker and telling to init again; a new init brings it back. */
+static void test_needs_init(void) {
+  start_fake_server(2, 0);
+  WT_ASSERT_OK(fake_engine_init(S.ch, "fake-fragile", "2", 5000, NULL));
+  fake_engine_release(true);
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  wtt_upd u;
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  Wt__V1__UpdateWeightsRequest req = WT__V1__UPDATE_WEIGHTS_REQUEST__INIT;
+  req.update_info = &u.info;
+  WT_ASSERT_OK(wtt_call(S.ch, "UpdateWeights", &req.base,
+                        &wt__v1__update_weights_response__descriptor, NULL));
+  WT_ASSERT_OK(wtt_finish(S.ch, "v1", id)); /* a finish keeps the engine */
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  bool aborted = false;
+  WT_ASSERT_OK(wtt_abort(S.ch, id, &aborted));
+  CU_ASSERT(aborted);
+  /* The ABORT runs on the workers' threads: wait for them. */
+  int64_t end = wtt_now_ms() + 5000;
+  while (strcmp(worker0_state(), "needs_init") != 0 && wtt_now_ms() < end)
+    wtt_sleep_ms(10);
+  Wt__V1__ServerInfo *info = wtt_info(S.ch);
+  CU_ASSERT_STRING_EQUAL(info->state, "needs_init");
+  for (size_t w = 0; w < 2; w++) {
+    CU_ASSERT_STRING_EQUAL(info->workers[w]->state, "needs_init");
+    CU_ASSERT_STRING_EQUAL(info->workers[w]->backend, "");
+    CU_ASSERT_PTR_NOT_NULL(strstr(info->workers[w]->reason,
+                                  "backend 'fake-fragile' cannot continue "
+                                  "after an abort (round 2 was aborted: "
+                                  "AbortWeightUpdate: test)"));
+  }
+  wt_pb_free(&info->base);
+  CU_ASSERT_EQUAL(fake_engine_get_stats().destroyed, 2);
+  WT_ASSERT_ERR(wtt_start(S.ch, &id), WT_FAILED_PRECONDITION,
+                "StartWeightUpdate: worker 0 (cpu) needs a new "
+                "InitWeightTransferEngine: backend 'fake-fragile' cannot "
+                "continue after an abort");
+  WT_ASSERT_ERR(wtt_start(S.ch, &id), WT_FAILED_PRECONDITION,
+                "call InitWeightTransferEngine again (state: needs_init)");
+  wtt_assert_version(S.ch, "v1", 1);
+  wtt_assert_model_seed(&S, 2);
+  /* Init again: ready, and rounds work. */
+  WT_ASSERT_OK(fake_engine_init(S.ch, "fake-fragile", "3", 5000, NULL));
+  CU_ASSERT_STRING_EQUAL(worker0_state(), "ready");
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  req.round_id = id;
+  WT_ASSERT_OK(wtt_call(S.ch, "UpdateWeights", &req.base,
+                        &wt__v1__update_weights_response__descriptor, NULL));
+  WT_ASSERT_OK(wtt_finish(S.ch, "v2", id));
+  wtt_assert_model_seed(&S, 3);
+  /* An engine that survives aborts stays ready. */
+  WT_ASSERT_OK(fake_engine_init(S.ch, "fake", "4", 5000, NULL));
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  WT_ASSERT_OK(wtt_abort(S.ch, id, NULL));
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  WT_ASSERT_OK(wtt_abort(S.ch, id, NULL));
+  stop_fake_server();
+}
+
+void wt_test_suite_round(void);
+void wt_test_suite_round(void) {
+  CU_pSuite s = CU_add_suite("round", NULL, NULL);
+  CU_add_test(s, "out-of-order calls name the state", test_out_of_order);
+  CU_add_test(s, "init errors", test_init_errors);
+  CU_add_test(s, "validation before any byte is written", test_validation);
+  CU_add_test(s, "a PushWeights round", test_push_round);
+  CU_add_test(s, "three workers", test_many_workers);
+  CU_add_test(s, "a stream cut midway", test_stream_cut);
+  CU_add_test(s, "inplace staging marks the store incomplete",
+              test_inplace_incomplete);
+  CU_add_test(s, "round timeout", test_round_timeout);
+  CU_add_test(s, "UpdateWeights through a receiving backend",
+              test_update_weights);
+  CU_add_test(s, "a long receive is not idle", test_long_receive_not_idle);
+  CU_add_test(s, "a stalled push ends with its round",
+              test_stalled_push_ends_with_its_round);
+  CU_add_test(s, "engine calls that block stall no other call",
+              test_blocking_engine_ops);
+  CU_add_test(s, "a worker that needs a new init", test_needs_init);
+}

@@ -1,0 +1,570 @@
+/* test_service.c: the service's calls in-process over loopback, with
+ * hand-built wt.v1 messages: server info and parameters, garbage to every
+ * method, WatchWeightVersion, ChecksumWeights, calls answered during a
+ * push, stopping in the middle of things, checkpoints as models, start
+ * errors, long client strings, and readers against a finish. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/fixture.h"
+#include "wt/checksum.h"
+#include "wt/dtype.h"
+#include "wt/pb.h"
+#include "wt/safetensors.h"
+#include "wt/synthetic.h"
+
+static wtt_server S;
+
+/* Built-in worker engines: grpc, and ucx when built with UCX. */
+#ifdef WT_WITH_UCX
+#define BUILTIN_BACKENDS 2
+#else
+#define BUILTIN_BACKENDS 1
+#endif
+
+static wt_status *init_info_call(Wt__V1__WeightTransferInitInfo *info) {
+  return wtt_init(S.ch, info, NULL);
+}
+
+static grpc_byte_buffer *raw(const void *data, size_t len) {
+  grpc_slice slice = grpc_slice_from_copied_buffer(data, len);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&slice, 1);
+  grpc_slice_unref(slice);
+  return bb;
+}
+
+/* ChecksumWeights of `n` copies of one tensor's name; returns its ms. */
+static int64_t time_checksums(char **names, size_t n) {
+  Wt__V1__ChecksumWeightsRequest req = WT__V1__CHECKSUM_WEIGHTS_REQUEST__INIT;
+  req.n_names = n;
+  req.names = names;
+  int64_t t0 = wtt_now_ms();
+  WT_ASSERT_OK(wtt_call(S.ch, "ChecksumWeights", &req.base,
+                        &wt__v1__checksum_weights_response__descriptor, NULL));
+  return wtt_now_ms() - t0;
+}
+
+static void test_info_and_parameters(void) {
+  wtt_server_start_simple(&S, "tiny", 2, WT_STAGING_SHADOW, 0);
+  Wt__V1__ServerInfo *info = wtt_info(S.ch);
+  CU_ASSERT_STRING_EQUAL(info->server_version, WT_SERVER_VERSION);
+  CU_ASSERT_EQUAL_FATAL(info->n_backends, BUILTIN_BACKENDS);
+  CU_ASSERT_STRING_EQUAL(info->backends[0], "grpc");
+  CU_ASSERT_EQUAL_FATAL(info->n_workers, 2);
+  CU_ASSERT_EQUAL(info->workers[1]->rank, 1);
+  CU_ASSERT_STRING_EQUAL(info->workers[1]->device, "cpu");
+  CU_ASSERT_STRING_EQUAL(info->workers[1]->state, "uninitialized");
+  CU_ASSERT_STRING_EQUAL(info->workers[1]->backend, "");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(info->model);
+  CU_ASSERT_STRING_EQUAL(info->model->name, "synthetic:tiny");
+  CU_ASSERT_EQUAL(info->model->num_parameters, 7);
+  CU_ASSERT_EQUAL(info->model->total_bytes, 6080);
+  CU_ASSERT_STRING_EQUAL(info->staging, "shadow");
+  CU_ASSERT(info->store_complete);
+  CU_ASSERT_STRING_EQUAL(info->weight_version, "");
+  CU_ASSERT_EQUAL(info->world_size, 2);
+  CU_ASSERT(info->n_capabilities > 0);
+  wt_pb_free(&info->base);
+  wtt_assert_serving(S.ch, S.workers);
+  wtt_assert_version(S.ch, "", 0);
+
+  WT_ASSERT_OK(wtt_init_grpc(S.ch, 0, S.workers));
+  info = wtt_info(S.ch);
+  CU_ASSERT_STRING_EQUAL(info->workers[0]->state, "ready");
+  CU_ASSERT_STRING_EQUAL(info->workers[0]->backend, "grpc");
+  wt_pb_free(&info->base);
+
+  /* Pages of 3 over 7 tensors, in model order. */
+  Wt__V1__ListParametersRequest lr = WT__V1__LIST_PARAMETERS_REQUEST__INIT;
+  lr.page_size = 3;
+  size_t seen = 0, pages = 0;
+  char token[32] = "";
+  do {
+    lr.page_token = token;
+    ProtobufCMessage *resp = NULL;
+    WT_ASSERT_OK(wtt_call(S.ch, "ListParameters", &lr.base,
+                      &wt__v1__list_parameters_response__descriptor, &resp));
+    Wt__V1__ListParametersResponse *r = (Wt__V1__ListParametersResponse *)resp;
+    CU_ASSERT_EQUAL(r->total_count, 7);
+    CU_ASSERT(r->n_parameters <= 3);
+    for (size_t k = 0; k < r->n_parameters; k++, seen++) {
+      const Wt__V1__ParameterInfo *p = r->parameters[k];
+      CU_ASSERT_STRING_EQUAL(p->name, S.metas[seen].name);
+      CU_ASSERT_STRING_EQUAL(p->dtype,
+                             wt_dtype_torch_name(S.metas[seen].dtype));
+      CU_ASSERT_EQUAL(p->n_shape, (size_t)S.metas[seen].ndim);
+      CU_ASSERT_EQUAL(p->shape[0], S.metas[seen].shape[0]);
+      CU_ASSERT_EQUAL(p->nbytes, S.metas[seen].nbytes);
+    }
+    snprintf(token, sizeof(token), "%s", r->next_page_token);
+    wt_pb_free(resp);
+    pages++;
+  } while (token[0] != '\0' && pages < 10);
+  CU_ASSERT_EQUAL(seen, 7);
+  CU_ASSERT_EQUAL(pages, 3);
+
+  /* A prefix, in one default page. */
+  lr.page_size = 0;
+  lr.page_token = "";
+  lr.name_prefix = "model.layers.0.";
+  ProtobufCMessage *resp = NULL;
+  WT_ASSERT_OK(wtt_call(S.ch, "ListParameters", &lr.base,
+                    &wt__v1__list_parameters_response__descriptor, &resp));
+  Wt__V1__ListParametersResponse *r = (Wt__V1__ListParametersResponse *)resp;
+  CU_ASSERT_EQUAL(r->n_parameters, 4);
+  CU_ASSERT_EQUAL(r->total_count, 4);
+  CU_ASSERT_STRING_EQUAL(r->next_page_token, "");
+  CU_ASSERT_STRING_EQUAL(r->parameters[3]->name,
+                         "model.layers.0.post_attention_layernorm.weight");
+  wt_pb_free(resp);
+  lr.page_token = "banana";
+  WT_ASSERT_ERR(wtt_call(S.ch, "ListParameters", &lr.base,
+                     &wt__v1__list_parameters_response__descriptor, NULL),
+                WT_INVALID_ARGUMENT, "page_token 'banana' is not a token");
+  wtt_server_stop(&S);
+}
+
+static void test_garbage(void) {
+  wtt_server_start_simple(&S, "tiny", 1, WT_STAGING_SHADOW, 0);
+  static const char *const methods[] = {
+      "GetServerInfo",      "GetWorldSize",
+      "ListParameters",     "InitWeightTransferEngine",
+      "StartWeightUpdate",  "UpdateWeights",
+      "PushWeights",        "FinishWeightUpdate",
+      "AbortWeightUpdate",  "GetWeightVersion",
+      "WatchWeightVersion", "ChecksumWeights",
+  };
+  /* Field 1, length 5, but only 2 bytes follow. */
+  static const char garbage[] =
+      "\x0a\x05"
+      "ab";
+  for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
+    char path[128];
+    snprintf(path, sizeof(path), WTT_SVC "%s", methods[i]);
+    wt_rpc_client_stream *s = NULL;
+    WT_ASSERT_OK(wt_rpc_client_stream_open(S.ch, path, WTT_DEADLINE_MS, &s));
+    wt_status *st = wt_rpc_client_stream_write_raw(s, raw(garbage, 4));
+    if (st != NULL) CU_ASSERT_EQUAL(wt_status_code(st), WT_INVALID_ARGUMENT);
+    wt_status_free(st);
+    st = wt_rpc_client_stream_finish(s, NULL, NULL);
+    if (wt_status_code(st) != WT_INVALID_ARGUMENT ||
+        strstr(wt_status_message(st), "malformed") == NULL)
+      fprintf(stderr, "\n  %s: %s: %s\n", methods[i],
+              wt_code_name(wt_status_code(st)), wt_status_message(st));
+    CU_ASSERT_EQUAL(wt_status_code(st), WT_INVALID_ARGUMENT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), "malformed"));
+    wt_status_free(st);
+    wt_rpc_client_stream_destroy(s);
+    wtt_assert_serving(S.ch, S.workers);
+  }
+  /* And after the garbage, a real round still works. */
+  WT_ASSERT_OK(wtt_init_grpc(S.ch, 1000, S.workers));
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  wtt_upd u;
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL));
+  WT_ASSERT_OK(wtt_finish(S.ch, "after-garbage", id));
+  wtt_assert_model_seed(&S, 1);
+  wtt_server_stop(&S);
+}
+
+static void test_watch(void) {
+  wtt_server_start_simple(&S, "tiny", 1, WT_STAGING_SHADOW, 0);
+  WT_ASSERT_OK(wtt_init_grpc(S.ch, 0, S.workers));
+  wt_rpc_server_stream *early = wtt_watch_open(S.ch);
+  wtt_commit_round(&S, "w1", 1);
+  wtt_watch_expect(early, "w1", 1);
+  /* An aborted round commits nothing, so it sends nothing. */
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  WT_ASSERT_OK(wtt_abort(S.ch, id, NULL));
+  wtt_commit_round(&S, "w2", 2);
+  wtt_watch_expect(early, "w2", 2);
+  /* A watcher that comes later gets the current version first. */
+  wt_rpc_server_stream *late = wtt_watch_open(S.ch);
+  wtt_watch_expect(late, "w2", 2);
+  wtt_commit_round(&S, "w3", 3);
+  wtt_watch_expect(early, "w3", 3);
+  wtt_watch_expect(late, "w3", 3);
+  wt_rpc_server_stream_destroy(late);
+  /* Stopping the server ends the stream cleanly. */
+  wt_server_stop(S.srv);
+  S.srv = NULL;
+  ProtobufCMessage *m = NULL;
+  bool done = false;
+  WT_ASSERT_OK(wt_rpc_server_stream_read(
+      early, &wt__v1__weight_version__descriptor, &m, &done));
+  CU_ASSERT_TRUE(done);
+  CU_ASSERT_PTR_NULL(m);
+  wt_rpc_server_stream_destroy(early);
+  wtt_server_stop(&S);
+}
+
+static void test_checksums(void) {
+  wtt_server_start_simple(&S, "tiny", 2, WT_STAGING_SHADOW, 0);
+  Wt__V1__ChecksumWeightsRequest req = WT__V1__CHECKSUM_WEIGHTS_REQUEST__INIT;
+  char *names[2] = {"lm_head.weight", "model.norm.weight"};
+  req.n_names = 2;
+  req.names = names;
+  ProtobufCMessage *resp = NULL;
+  WT_ASSERT_OK(wtt_call(S.ch, "ChecksumWeights", &req.base,
+                    &wt__v1__checksum_weights_response__descriptor, &resp));
+  Wt__V1__ChecksumWeightsResponse *r = (Wt__V1__ChecksumWeightsResponse *)resp;
+  CU_ASSERT_EQUAL(r->algorithm,
+                  WT__V1__CHECKSUM_ALGORITHM__CHECKSUM_ALGORITHM_SHA256);
+  CU_ASSERT_EQUAL_FATAL(r->n_checksums, 2); /* worker 0 only */
+  char want[WT_DIGEST_HEX_MAX];
+  wtt_expected_digest(&S.metas[6], 0, WT_HASH_SHA256, want);
+  CU_ASSERT_STRING_EQUAL(r->checksums[0]->name, "lm_head.weight");
+  CU_ASSERT_STRING_EQUAL(r->checksums[0]->digest, want);
+  CU_ASSERT_EQUAL(strlen(r->checksums[0]->digest), 64);
+  CU_ASSERT_STRING_EQUAL(r->checksums[1]->name, "model.norm.weight");
+  CU_ASSERT_EQUAL(r->checksums[1]->worker, 0);
+  wt_pb_free(resp);
+
+  req.algorithm = WT__V1__CHECKSUM_ALGORITHM__CHECKSUM_ALGORITHM_XXH3_64;
+  req.all_workers = true;
+  WT_ASSERT_OK(wtt_call(S.ch, "ChecksumWeights", &req.base,
+                    &wt__v1__checksum_weights_response__descriptor, &resp));
+  r = (Wt__V1__ChecksumWeightsResponse *)resp;
+  CU_ASSERT_EQUAL_FATAL(r->n_checksums, 4);
+  wtt_expected_digest(&S.metas[5], 0, WT_HASH_XXH3_64, want);
+  CU_ASSERT_STRING_EQUAL(r->checksums[3]->name, "model.norm.weight");
+  CU_ASSERT_EQUAL(r->checksums[3]->worker, 1);
+  CU_ASSERT_STRING_EQUAL(r->checksums[3]->digest, want);
+  CU_ASSERT_EQUAL(strlen(want), 16);
+  wt_pb_free(resp);
+
+  char *bad[2] = {"lm_head.weight", "model.layers.0.mlp.up_proj.weight"};
+  req.names = bad;
+  WT_ASSERT_ERR(wtt_call(S.ch, "ChecksumWeights", &req.base,
+                     &wt__v1__checksum_weights_response__descriptor, NULL),
+                WT_NOT_FOUND,
+                "parameter 'model.layers.0.mlp.up_proj.weight' is not in the "
+                "model");
+  req.names = names;
+  req.algorithm = (Wt__V1__ChecksumAlgorithm)7;
+  WT_ASSERT_ERR(wtt_call(S.ch, "ChecksumWeights", &req.base,
+                     &wt__v1__checksum_weights_response__descriptor, NULL),
+                WT_INVALID_ARGUMENT, "algorithm 7");
+  wtt_server_stop(&S);
+}
+
+/* Stopping a server in the middle of a round (a push stream open) aborts
+ * the round, ends the stream and frees everything. */
+static void test_stop_during_push(void) {
+  wtt_server_start_simple(&S, "small", 2, WT_STAGING_SHADOW, 0);
+  WT_ASSERT_OK(wtt_init_grpc(S.ch, 64 << 10, S.workers));
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  wtt_upd u;
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  wtt_pusher p;
+  WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 1 << 20, 64 << 10, 1));
+  WT_ASSERT_OK(wtt_push_send(&p, 512 << 10));
+  wt_rpc_server_stream *w = wtt_watch_open(S.ch);
+  int64_t t0 = wtt_now_ms();
+  wt_server_stop(S.srv);
+  S.srv = NULL;
+  CU_ASSERT(wtt_now_ms() - t0 < 3000);
+  wt_status *st = wtt_push_send(&p, UINT64_MAX);
+  wt_status_free(st);
+  st = wtt_push_close(&p, NULL);
+  CU_ASSERT_PTR_NOT_NULL(st);
+  wt_status_free(st);
+  wt_rpc_server_stream_destroy(w);
+  wtt_server_stop(&S);
+}
+
+/* A server on a safetensors checkpoint serves its tensors and bytes. */
+static void test_checkpoint_model(void) {
+  char *dir = wt_test_tmpdir();
+  CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
+  char path[512];
+  snprintf(path, sizeof(path), "%s/ckpt.safetensors", dir);
+  float w[6] = {1, 2, 3, 4, 5, 6};
+  uint16_t b[3] = {0x3f80, 0x4000, 0x4040};
+  int64_t s23[2] = {2, 3}, s3[1] = {3};
+  wt_st_write_tensor t[2] = {
+      {"a.weight", WT_DTYPE_FLOAT32, 2, s23, w},
+      {"b.bias", WT_DTYPE_BFLOAT16, 1, s3, b},
+  };
+  WT_ASSERT_OK(wt_safetensors_write(path, t, 2, NULL));
+  wt_server_options o = {.listen = "127.0.0.1:0", .model = path};
+  /* The fixture's layout is "tiny"; only the server's model matters. */
+  wtt_server_start(&S, "tiny", &o);
+  Wt__V1__ServerInfo *info = wtt_info(S.ch);
+  CU_ASSERT_STRING_EQUAL(info->model->name, path);
+  CU_ASSERT_EQUAL(info->model->num_parameters, 2);
+  CU_ASSERT_EQUAL(info->model->total_bytes, 30);
+  wt_pb_free(&info->base);
+  char want[WT_DIGEST_HEX_MAX];
+  WT_ASSERT_OK(wt_digest_hex(WT_HASH_SHA256, b, sizeof(b), want));
+  Wt__V1__ChecksumWeightsRequest req = WT__V1__CHECKSUM_WEIGHTS_REQUEST__INIT;
+  char *names[1] = {"b.bias"};
+  req.n_names = 1;
+  req.names = names;
+  ProtobufCMessage *resp = NULL;
+  WT_ASSERT_OK(wtt_call(S.ch, "ChecksumWeights", &req.base,
+                    &wt__v1__checksum_weights_response__descriptor, &resp));
+  Wt__V1__ChecksumWeightsResponse *r = (Wt__V1__ChecksumWeightsResponse *)resp;
+  CU_ASSERT_EQUAL_FATAL(r->n_checksums, 1);
+  CU_ASSERT_STRING_EQUAL(r->checksums[0]->digest, want);
+  wt_pb_free(resp);
+  wtt_server_stop(&S);
+  /* A missing file is an error naming it. */
+  snprintf(path, sizeof(path), "%s/missing.safetensors", dir);
+  wt_server *srv = NULL;
+  WT_ASSERT_ERR(wt_server_start(&o, &srv), WT_NOT_FOUND, "missing.safetensors");
+  CU_ASSERT_PTR_NULL(srv);
+  wt_test_rmtree(dir);
+  free(dir);
+}
+
+static void test_start_errors(void) {
+  wt_server *srv = NULL;
+  wt_server_options o = {.listen = "nonsense", .model = "synthetic:tiny"};
+  WT_ASSERT_ERR(wt_server_start(&o, &srv), WT_INVALID_ARGUMENT,
+                "listen address 'nonsense' is not HOST:PORT");
+  o.listen = "127.0.0.1:0";
+  o.workers = 5000;
+  WT_ASSERT_ERR(wt_server_start(&o, &srv), WT_INVALID_ARGUMENT,
+                "workers is 5000; at most 1024");
+  o.workers = 0;
+  o.model = "synthetic:huge";
+  WT_ASSERT_ERR(wt_server_start(&o, &srv), WT_NOT_FOUND,
+                "model 'synthetic:huge': synthetic layout 'huge' does not "
+                "exist");
+  /* A port in use. */
+  o.model = "synthetic:tiny";
+  wt_server *first = NULL;
+  WT_ASSERT_OK(wt_server_start(&o, &first));
+  char listen[64];
+  snprintf(listen, sizeof(listen), "127.0.0.1:%d", wt_server_port(first));
+  o.listen = listen;
+  const char *busy = listen;
+  WT_ASSERT_ERR(wt_server_start(&o, &srv), WT_UNAVAILABLE, busy);
+  CU_ASSERT_PTR_NULL(srv);
+  wt_server_stop(first);
+}
+
+/* A client-chosen string echoed whole into a status would make the status
+ * larger than gRPC carries in trailers: the client would get an unrelated
+ * error instead of the one naming what was wrong. */
+static void test_long_strings_in_errors(void) {
+  wtt_server_start_simple(&S, "tiny", 1, WT_STAGING_SHADOW, 0);
+  WT_ASSERT_OK(wtt_init_grpc(S.ch, 1000, S.workers));
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  size_t len = 64 * 1024;
+  char *name = malloc(len + 1);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(name);
+  memset(name, 'x', len);
+  name[len] = '\0';
+
+  wtt_upd u;
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  u.names[1] = name;
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
+                "(update_info.names[1]) is not in the model");
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  u.dtypes[1] = name;
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
+                "parameter '");
+
+  Wt__V1__ChecksumWeightsRequest req = WT__V1__CHECKSUM_WEIGHTS_REQUEST__INIT;
+  char *names[1] = {name};
+  req.n_names = 1;
+  req.names = names;
+  WT_ASSERT_ERR(wtt_call(S.ch, "ChecksumWeights", &req.base,
+                     &wt__v1__checksum_weights_response__descriptor, NULL),
+                WT_NOT_FOUND, "is not in the model");
+
+  /* A version is kept (64 of them) and sent in every GetServerInfo and
+   * GetWeightVersion: a huge one is refused, and the round stays open. */
+  WT_ASSERT_ERR(wtt_finish(S.ch, name, id), WT_INVALID_ARGUMENT,
+                "weight_version is 65536 bytes; at most 4096");
+  WT_ASSERT_OK(wtt_finish(S.ch, "short", id));
+  wtt_assert_version(S.ch, "short", 1);
+
+  Wt__V1__WeightTransferInitInfo info = WT__V1__WEIGHT_TRANSFER_INIT_INFO__INIT;
+  info.backend = name;
+  WT_ASSERT_ERR(init_info_call(&info), WT_NOT_FOUND, "backend '");
+  info.backend_init_case = WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC;
+  Wt__V1__GrpcInitInfo g = WT__V1__GRPC_INIT_INFO__INIT;
+  info.grpc = &g;
+  WT_ASSERT_ERR(init_info_call(&info), WT_INVALID_ARGUMENT,
+                "init_info carries grpc settings");
+  free(name);
+  wtt_assert_serving(S.ch, S.workers);
+  wtt_server_stop(&S);
+}
+
+/* While a PushWeights stream is open midway, the server still answers
+ * GetWeightVersion, GetServerInfo and ChecksumWeights (of the committed
+ * version). */
+static void test_calls_during_push(void) {
+  wtt_server_start_simple(&S, "small", 1, WT_STAGING_SHADOW, 0);
+  WT_ASSERT_OK(wtt_init_grpc(S.ch, 64 << 10, S.workers));
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  wtt_upd u;
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  wtt_pusher p;
+  WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 1 << 20, 64 << 10, 1));
+  WT_ASSERT_OK(wtt_push_send(&p, 1 << 20));
+  int64_t t0 = wtt_now_ms();
+  wtt_assert_version(S.ch, "", 0);
+  Wt__V1__ServerInfo *info = wtt_info(S.ch);
+  CU_ASSERT_STRING_EQUAL(info->workers[0]->state, "updating");
+  wt_pb_free(&info->base);
+  wtt_assert_model_seed(&S, 0);
+  CU_ASSERT(wtt_now_ms() - t0 < 5000);
+  /* Finishing now would cut the push short: refused. */
+  WT_ASSERT_ERR(wtt_finish(S.ch, "early", id), WT_FAILED_PRECONDITION,
+                "PushWeights is still running in round 1");
+  WT_ASSERT_OK(wtt_push_send(&p, UINT64_MAX));
+  WT_ASSERT_OK(wtt_push_close(&p, NULL));
+  WT_ASSERT_OK(wtt_finish(S.ch, "late", id));
+  wtt_assert_model_seed(&S, 1);
+  wtt_server_stop(&S);
+}
+
+/* A long ChecksumWeights holds a store's read lock, so a finish waits for
+ * it; the finish must not hold up every other call meanwhile (it used to
+ * wait for the store's write lock holding the server's lock). */
+static void test_finish_waiting_for_readers_stalls_nothing(void) {
+  wtt_server_start_simple(&S, "small", 1, WT_STAGING_SHADOW, 0);
+  WT_ASSERT_OK(wtt_init_grpc(S.ch, 0, S.workers));
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  wtt_upd u;
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 0, 1u << 20, 1, NULL));
+
+  /* Enough copies of the 512 KiB embedding for about a second. */
+  enum { PROBE = 100, MAX_REPEAT = 40000 };
+  char **names = malloc(MAX_REPEAT * sizeof(*names));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(names);
+  for (size_t i = 0; i < MAX_REPEAT; i++)
+    names[i] = "model.embed_tokens.weight";
+  int64_t probe_ms = time_checksums(names, PROBE);
+  size_t repeat = (size_t)(PROBE * 1000 / (probe_ms > 0 ? probe_ms : 1));
+  if (repeat > MAX_REPEAT) repeat = MAX_REPEAT;
+  if (repeat < PROBE) repeat = PROBE;
+
+  Wt__V1__ChecksumWeightsRequest creq = WT__V1__CHECKSUM_WEIGHTS_REQUEST__INIT;
+  creq.n_names = repeat;
+  creq.names = names;
+  wtt_bg_call sum = {.ch = S.ch, .method = "ChecksumWeights", .req = &creq.base, .type = &wt__v1__checksum_weights_response__descriptor};
+  Wt__V1__FinishWeightUpdateRequest freq =
+      WT__V1__FINISH_WEIGHT_UPDATE_REQUEST__INIT;
+  freq.weight_version = "after-readers";
+  freq.round_id = id;
+  wtt_bg_call fin = {.ch = S.ch, .method = "FinishWeightUpdate", .req = &freq.base, .type = &wt__v1__finish_weight_update_response__descriptor};
+  wtt_bg_start(&sum);
+  wtt_sleep_ms(200);
+  wtt_bg_start(&fin);
+  wtt_sleep_ms(200);
+
+  Wt__V1__GetWeightVersionRequest vreq =
+      WT__V1__GET_WEIGHT_VERSION_REQUEST__INIT;
+  ProtobufCMessage *r = NULL;
+  wt_status *st = wt_rpc_unary(S.ch, WTT_SVC "GetWeightVersion", &vreq.base,
+                               &wt__v1__weight_version__descriptor, 1000, &r);
+  int64_t answered = wtt_now_ms();
+  WT_ASSERT_OK(st);
+  wt_pb_free(r);
+  Wt__V1__GetServerInfoRequest ireq = WT__V1__GET_SERVER_INFO_REQUEST__INIT;
+  WT_ASSERT_OK(wt_rpc_unary(S.ch, WTT_SVC "GetServerInfo", &ireq.base,
+                            &wt__v1__server_info__descriptor, 1000, NULL));
+
+  WT_ASSERT_OK(wtt_bg_join(&sum));
+  WT_ASSERT_OK(wtt_bg_join(&fin));
+  /* Otherwise the checksum ended too soon to prove anything. */
+  CU_ASSERT(sum.end_ms > answered);
+  CU_ASSERT(fin.end_ms >= sum.end_ms - 50);
+  wtt_assert_version(S.ch, "after-readers", 1);
+  wtt_assert_model_seed(&S, 1);
+
+  /* An abort while the finish waits for the readers wins: the finish
+   * reports it and nothing of the round becomes visible. */
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 0, 1u << 20, 2, NULL));
+  freq.weight_version = "never";
+  freq.round_id = id;
+  wtt_bg_start(&sum);
+  wtt_sleep_ms(200);
+  wtt_bg_start(&fin);
+  wtt_sleep_ms(200);
+  bool aborted = false;
+  WT_ASSERT_OK(wtt_abort(S.ch, id, &aborted));
+  CU_ASSERT(aborted);
+  WT_ASSERT_OK(wtt_bg_join(&sum));
+  WT_ASSERT_ERR(wtt_bg_join(&fin), WT_ABORTED,
+                "FinishWeightUpdate: round 2 was aborted");
+  wtt_assert_version(S.ch, "after-readers", 1);
+  wtt_assert_model_seed(&S, 1);
+  wtt_assert_serving(S.ch, S.workers);
+  free(names);
+  wtt_server_stop(&S);
+}
+
+/* A long ChecksumWeights stops when the server stops (or its client
+ * leaves) instead of holding the shutdown until its last digest. */
+static void test_stop_during_long_checksum(void) {
+  wtt_server_start_simple(&S, "small", 1, WT_STAGING_SHADOW, 0);
+  enum { PROBE = 100, MAX_REPEAT = 40000 };
+  char **names = malloc(MAX_REPEAT * sizeof(*names));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(names);
+  for (size_t i = 0; i < MAX_REPEAT; i++)
+    names[i] = "model.embed_tokens.weight";
+  /* About four seconds of hashing. */
+  int64_t probe_ms = time_checksums(names, PROBE);
+  size_t repeat = (size_t)(PROBE * 4000 / (probe_ms > 0 ? probe_ms : 1));
+  if (repeat > MAX_REPEAT) repeat = MAX_REPEAT;
+  if (repeat < PROBE) repeat = PROBE;
+  Wt__V1__ChecksumWeightsRequest creq = WT__V1__CHECKSUM_WEIGHTS_REQUEST__INIT;
+  creq.n_names = repeat;
+  creq.names = names;
+  wtt_bg_call sum = {.ch = S.ch, .method = "ChecksumWeights", .req = &creq.base, .type = &wt__v1__checksum_weights_response__descriptor};
+  int64_t started = wtt_now_ms();
+  wtt_bg_start(&sum);
+  wtt_sleep_ms(300);
+  int64_t t0 = wtt_now_ms();
+  wt_server_stop(S.srv); /* drains for 300 ms, then cancels */
+  S.srv = NULL;
+  int64_t stop_ms = wtt_now_ms() - t0;
+  wt_status *st = wtt_bg_join(&sum);
+  CU_ASSERT_PTR_NOT_NULL(st);
+  wt_status_free(st);
+  if (stop_ms >= 1500)
+    fprintf(stderr, "\n  stop took %lld ms (checksum of ~%lld ms)\n",
+            (long long)stop_ms,
+            (long long)(probe_ms * (int64_t)repeat / PROBE));
+  CU_ASSERT(stop_ms < 1500);
+  CU_ASSERT(sum.end_ms - started < 2000);
+  free(names);
+  wtt_server_stop(&S);
+}
+
+void wt_test_suite_service(void) {
+  CU_pSuite s = CU_add_suite("service", NULL, NULL);
+  CU_add_test(s, "server info, world size, parameters",
+              test_info_and_parameters);
+  CU_add_test(s, "calls answered during a push", test_calls_during_push);
+  CU_add_test(s, "garbage bytes to every method", test_garbage);
+  CU_add_test(s, "WatchWeightVersion", test_watch);
+  CU_add_test(s, "ChecksumWeights", test_checksums);
+  CU_add_test(s, "stop during a push", test_stop_during_push);
+  CU_add_test(s, "start errors name the option", test_start_errors);
+  CU_add_test(s, "a safetensors checkpoint as the model",
+              test_checkpoint_model);
+  CU_add_test(s, "long client strings keep their errors",
+              test_long_strings_in_errors);
+  CU_add_test(s, "a finish waiting for readers stalls nothing",
+              test_finish_waiting_for_readers_stalls_nothing);
+  CU_add_test(s, "stop during a long checksum", test_stop_during_long_checksum);
+}

@@ -3,6 +3,7 @@
  * servers (server/include/wt/server.h) on 127.0.0.1:0. */
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -14,6 +15,9 @@
 #include "wt/source.h"
 #include "wt/synthetic.h"
 #include "wt/trainer.h"
+#include "support/fake_cuda.h"
+#include "support/fake_engine.h"
+#include "support/fixture.h"
 #include "wt_test.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -449,40 +453,6 @@ static void test_client_arguments(void) {
 
 /* ---- sync client against in-process servers ---------------------------- */
 
-typedef struct servers {
-  wt_server *srv[2];
-  char target[2][32];
-  const char *targets[2];
-  size_t n;
-} servers;
-
-static void servers_start(servers *s, size_t n, const char *const *models,
-                          const uint32_t *workers) {
-  memset(s, 0, sizeof(*s));
-  for (size_t k = 0; k < n; k++) {
-    wt_server_options o = {.listen = "127.0.0.1:0",
-                           .model = models[k],
-                           .workers = workers[k],
-                           .drain_ms = 200};
-    WT_ASSERT_OK(wt_server_start(&o, &s->srv[k]));
-    snprintf(s->target[k], sizeof(s->target[k]), "127.0.0.1:%d",
-             wt_server_port(s->srv[k]));
-    s->targets[k] = s->target[k];
-    s->n = k + 1;
-  }
-}
-
-static void servers_stop(servers *s) {
-  for (size_t k = 0; k < s->n; k++) wt_server_stop(s->srv[k]);
-}
-
-static wt_sync_client *connect_to(const servers *s) {
-  wt_sync_client *c = NULL;
-  wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
-  WT_ASSERT_OK(wt_sync_client_new(s->targets, s->n, &o, &c));
-  return c;
-}
-
 /* grpc init info with small chunks and buckets, so that a "tiny" round
  * spans several buckets and a tensor spans several chunks. */
 typedef struct grpc_info {
@@ -528,32 +498,6 @@ static void record_progress(const wt_progress *p, void *user) {
   l->last = *p;
 }
 
-/* Every worker of every server holds exactly the source's bytes. */
-static void assert_servers_hold(wt_sync_client *c, wt_source *src,
-                                wt_hash_alg alg) {
-  char(*local)[WT_DIGEST_HEX_MAX] = NULL;
-  size_t n = 0;
-  const wt_tensor_meta *m = wt_source_metas(src, &n);
-  WT_ASSERT_OK(wt_source_checksums(src, alg, &local));
-  for (size_t k = 0; k < wt_sync_client_server_count(c); k++) {
-    wt_param_checksum *sums = NULL;
-    size_t ns = 0;
-    WT_ASSERT_OK(
-        wt_sync_client_checksums(c, k, NULL, 0, alg, true, &sums, &ns));
-    CU_ASSERT_EQUAL(ns, n * wt_sync_client_server_world_size(c, k));
-    size_t matched = 0;
-    for (size_t j = 0; j < ns; j++)
-      for (size_t i = 0; i < n; i++)
-        if (strcmp(sums[j].name, m[i].name) == 0) {
-          CU_ASSERT_STRING_EQUAL(sums[j].digest, local[i]);
-          matched++;
-        }
-    CU_ASSERT_EQUAL(matched, ns);
-    wt_param_checksums_free(sums, ns);
-  }
-  free(local);
-}
-
 /* A watch callback that keeps the first version and stops. */
 static bool first_only(const wt_weight_version *wv, void *user) {
   snprintf((char *)user, 64, "%s", wv->version);
@@ -561,11 +505,11 @@ static bool first_only(const wt_weight_version *wv, void *user) {
 }
 
 static void test_round_one_server(void) {
-  servers s;
+  wtt_servers s;
   const char *models[] = {"synthetic:tiny"};
   const uint32_t workers[] = {1};
-  servers_start(&s, 1, models, workers);
-  wt_sync_client *c = connect_to(&s);
+  wtt_servers_start(&s, 1, models, workers, WT_STAGING_SHADOW, NULL);
+  wt_sync_client *c = wtt_client_of(&s);
 
   uint32_t ws = 0;
   WT_ASSERT_OK(wt_sync_client_world_size(c, &ws));
@@ -624,8 +568,8 @@ static void test_round_one_server(void) {
   CU_ASSERT_STRING_EQUAL(v.version, "step-1");
   CU_ASSERT_EQUAL(v.sequence, 1);
   wt_weight_version_clear(&v);
-  assert_servers_hold(c, src, WT_HASH_SHA256);
-  assert_servers_hold(c, src, WT_HASH_XXH3_64);
+  wtt_assert_servers_hold(c, src, WT_HASH_SHA256);
+  wtt_assert_servers_hold(c, src, WT_HASH_XXH3_64);
 
   /* A second round with default chunk and bucket sizes, from a checkpoint
    * (zero-copy pointers into its mapping). */
@@ -640,7 +584,7 @@ static void test_round_one_server(void) {
   CU_ASSERT_EQUAL(wt_sync_client_round_id(c, 0), 2);
   WT_ASSERT_OK(wt_sync_client_update(c, t, ck, NULL, NULL));
   WT_ASSERT_OK(wt_sync_client_finish(c, "from-checkpoint"));
-  assert_servers_hold(c, ck, WT_HASH_SHA256);
+  wtt_assert_servers_hold(c, ck, WT_HASH_SHA256);
 
   /* watch: the current version comes first. */
   char seen[64] = "";
@@ -662,15 +606,15 @@ static void test_round_one_server(void) {
   wt_trainer_destroy(t);
   wt_source_destroy(src);
   wt_sync_client_destroy(c);
-  servers_stop(&s);
+  wtt_servers_stop(&s);
 }
 
 static void test_round_two_servers(void) {
-  servers s;
+  wtt_servers s;
   const char *models[] = {"synthetic:tiny", "synthetic:tiny"};
   const uint32_t workers[] = {1, 2};
-  servers_start(&s, 2, models, workers);
-  wt_sync_client *c = connect_to(&s);
+  wtt_servers_start(&s, 2, models, workers, WT_STAGING_SHADOW, NULL);
+  wt_sync_client *c = wtt_client_of(&s);
 
   uint32_t ws = 0;
   WT_ASSERT_OK(wt_sync_client_world_size(c, &ws));
@@ -696,7 +640,7 @@ static void test_round_two_servers(void) {
     CU_ASSERT_EQUAL(pl.last.bytes_done, 6080);
     CU_ASSERT_EQUAL(pl.last.tensors_done, 7);
     WT_ASSERT_OK(wt_sync_client_finish(c, round == 1 ? "v1" : "v2"));
-    assert_servers_hold(c, src, WT_HASH_SHA256);
+    wtt_assert_servers_hold(c, src, WT_HASH_SHA256);
   }
   for (size_t k = 0; k < 2; k++) {
     wt_weight_version v = {0};
@@ -708,18 +652,18 @@ static void test_round_two_servers(void) {
   wt_trainer_destroy(t);
   wt_source_destroy(src);
   wt_sync_client_destroy(c);
-  servers_stop(&s);
+  wtt_servers_stop(&s);
 }
 
 /* A server that rejects the update: the error names that server and the
  * parameter, and the round is aborted on every server (the previous
  * version stays, the next start works). */
 static void test_server_error_aborts_round(void) {
-  servers s;
+  wtt_servers s;
   const char *models[] = {"synthetic:tiny", "synthetic:tiny"};
   const uint32_t workers[] = {1, 1};
-  servers_start(&s, 2, models, workers);
-  wt_sync_client *c = connect_to(&s);
+  wtt_servers_start(&s, 2, models, workers, WT_STAGING_SHADOW, NULL);
+  wt_sync_client *c = wtt_client_of(&s);
   grpc_info gi;
   wt_trainer *t = NULL;
   WT_ASSERT_OK(
@@ -783,7 +727,7 @@ static void test_server_error_aborts_round(void) {
   WT_ASSERT_OK(wt_sync_client_start(c));
   WT_ASSERT_OK(wt_sync_client_update(c, t, good, NULL, NULL));
   WT_ASSERT_OK(wt_sync_client_finish(c, "after-failure"));
-  assert_servers_hold(c, good, WT_HASH_XXH3_64);
+  wtt_assert_servers_hold(c, good, WT_HASH_XXH3_64);
   wt_weight_version v = {0};
   WT_ASSERT_OK(wt_sync_client_get_version(c, 1, &v));
   CU_ASSERT_EQUAL(v.sequence, 1);
@@ -794,17 +738,17 @@ static void test_server_error_aborts_round(void) {
   held_free(&h);
   wt_trainer_destroy(t);
   wt_sync_client_destroy(c);
-  servers_stop(&s);
+  wtt_servers_stop(&s);
 }
 
 /* Only the second server fails (it holds another model): the error names
  * it, and the first server's round is aborted too. */
 static void test_second_server_fails(void) {
-  servers s;
+  wtt_servers s;
   const char *models[] = {"synthetic:tiny", "synthetic:small"};
   const uint32_t workers[] = {1, 1};
-  servers_start(&s, 2, models, workers);
-  wt_sync_client *c = connect_to(&s);
+  wtt_servers_start(&s, 2, models, workers, WT_STAGING_SHADOW, NULL);
+  wt_sync_client *c = wtt_client_of(&s);
   grpc_info gi;
   wt_trainer *t = NULL;
   wt_source *src = NULL;
@@ -829,7 +773,7 @@ static void test_second_server_fails(void) {
   wt_trainer_destroy(t);
   wt_source_destroy(src);
   wt_sync_client_destroy(c);
-  servers_stop(&s);
+  wtt_servers_stop(&s);
 }
 
 /* A backend that moves data while UpdateWeights is pending, to exercise the
@@ -904,11 +848,11 @@ static void register_fake(void) {
 static void test_update_weights_path(void) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, register_fake);
-  servers s;
+  wtt_servers s;
   const char *models[] = {"synthetic:tiny"};
   const uint32_t workers[] = {1};
-  servers_start(&s, 1, models, workers);
-  wt_sync_client *c = connect_to(&s);
+  wtt_servers_start(&s, 1, models, workers, WT_STAGING_SHADOW, NULL);
+  wt_sync_client *c = wtt_client_of(&s);
   grpc_info gi;
   wt_source *src = NULL;
   WT_ASSERT_OK(wt_source_synthetic("tiny", 1, &src));
@@ -936,9 +880,316 @@ static void test_update_weights_path(void) {
   wt_trainer_destroy(t);
   wt_source_destroy(src);
   wt_sync_client_destroy(c);
-  servers_stop(&s);
+  wtt_servers_stop(&s);
 }
 
+
+/* ---- backends' own init info -------------------------------------------- */
+
+static void test_init_info_from_options(void) {
+  Wt__V1__WeightTransferInitInfo *info = NULL;
+  wt_backend_option g[] = {{"chunk_size", "4K"}, {"bucket_size", "1MiB"}};
+  WT_ASSERT_OK(wt_trainer_init_info("grpc", g, 2, &info));
+  CU_ASSERT_STRING_EQUAL(info->backend, "grpc");
+  CU_ASSERT_EQUAL_FATAL(info->backend_init_case,
+                        WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC);
+  CU_ASSERT_EQUAL(info->grpc->chunk_size_bytes->value, 4096);
+  CU_ASSERT_EQUAL(info->grpc->packed_buffer_size_bytes->value, 1 << 20);
+  wt_pb_free(&info->base);
+  WT_ASSERT_OK(wt_trainer_init_info("grpc", NULL, 0, &info));
+  CU_ASSERT_PTR_NULL(info->grpc->chunk_size_bytes); /* the default */
+  wt_pb_free(&info->base);
+  wt_backend_option bad[] = {{"fanout", "chain"}};
+  WT_ASSERT_ERR(wt_trainer_init_info("grpc", bad, 1, &info),
+                WT_INVALID_ARGUMENT,
+                "backend 'grpc' has no option 'fanout' (its options: "
+                "chunk_size, bucket_size)");
+  CU_ASSERT_PTR_NULL(info);
+  wt_backend_option zero[] = {{"chunk_size", "0"}};
+  WT_ASSERT_ERR(wt_trainer_init_info("grpc", zero, 1, &info),
+                WT_INVALID_ARGUMENT, "option chunk_size: must be at least 1");
+  wt_backend_option junk[] = {{"bucket_size", "lots"}};
+  WT_ASSERT_ERR(wt_trainer_init_info("grpc", junk, 1, &info),
+                WT_INVALID_ARGUMENT,
+                "option bucket_size: 'lots' is not a size");
+  WT_ASSERT_ERR(wt_trainer_init_info("carrier-pigeon", NULL, 0, &info),
+                WT_NOT_FOUND, "carrier-pigeon");
+#ifdef WT_WITH_UCX
+  wt_backend_option u[] = {{"bucket_size", "8M"},
+                           {"num_buffers", "3"},
+                           {"transports", "tcp"},
+                           {"fanout", "chain"},
+                           {"connect", "address"},
+                           {"peer_errors", "off"},
+                           {"connect_timeout_ms", "2500"}};
+  WT_ASSERT_OK(wt_trainer_init_info("ucx", u, 7, &info));
+  CU_ASSERT_EQUAL_FATAL(info->backend_init_case,
+                        WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX);
+  CU_ASSERT_EQUAL(info->ucx->packed_buffer_size_bytes->value, 8 << 20);
+  CU_ASSERT_EQUAL(info->ucx->packed_num_buffers->value, 3);
+  CU_ASSERT_EQUAL(info->ucx->connect_timeout_ms->value, 2500);
+  CU_ASSERT_STRING_EQUAL(info->ucx->transports, "tcp");
+  CU_ASSERT_EQUAL_FATAL(info->n_options, 3);
+  CU_ASSERT_STRING_EQUAL(info->options[0]->key, "ucx_fanout");
+  CU_ASSERT_STRING_EQUAL(info->options[0]->value, "chain");
+  CU_ASSERT_STRING_EQUAL(info->options[2]->key, "ucx_peer_errors");
+  /* What the builder makes, the backend's trainer accepts. */
+  size_t len = wt__v1__weight_transfer_init_info__get_packed_size(info);
+  CU_ASSERT(len > 0);
+  wt_pb_free(&info->base);
+  wt_backend_option chunk[] = {{"chunk_size", "1M"}};
+  WT_ASSERT_ERR(wt_trainer_init_info("ucx", chunk, 1, &info),
+                WT_INVALID_ARGUMENT, "backend 'ucx' has no option 'chunk_size'");
+#endif
+}
+
+/* ---- memory of a trainer's tensors --------------------------------------- */
+
+/* A GPU tensor handed to a backend that sends from host memory: refused
+ * before any byte moves, naming the tensor; the round is aborted. */
+static void test_device_tensor_refused(void) {
+  wtt_servers s;
+  const char *models[] = {"synthetic:tiny"};
+  const uint32_t workers[] = {1};
+  wtt_servers_start(&s, 1, models, workers, WT_STAGING_SHADOW, NULL);
+  wt_sync_client *c = wtt_client_of(&s);
+  grpc_info gi;
+  wt_trainer *t = NULL;
+  WT_ASSERT_OK(
+      wt_sync_client_init_transfer(c, grpc_info_make(&gi, 0, 0), NULL, &t));
+  held h;
+  held_load("tiny", 4, &h);
+  /* Never dereferenced: refused by kind first. */
+  h.tensors[3].kind = WT_MEM_DEVICE;
+  h.tensors[3].device = (wt_device){WT_DEVICE_CUDA, 0};
+  wt_source *src = NULL;
+  WT_ASSERT_OK(wt_source_memory(h.tensors, h.n, &src));
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  WT_ASSERT_ERR(wt_sync_client_update(c, t, src, NULL, NULL),
+                WT_INVALID_ARGUMENT,
+                "tensor 'model.layers.0.mlp.down_proj.weight' is in device "
+                "memory (cuda:0); backend 'grpc' sends from host, shared, "
+                "pinned memory only");
+  CU_ASSERT_EQUAL(wt_sync_client_round_id(c, 0), 0);
+  wt_weight_version v = {0};
+  WT_ASSERT_OK(wt_sync_client_get_version(c, 0, &v));
+  CU_ASSERT_EQUAL(v.sequence, 0);
+  wt_weight_version_clear(&v);
+  /* A memory source refuses device memory without a GPU device. */
+  h.tensors[3].device = (wt_device)WT_DEVICE_CPU_INIT;
+  wt_source *bad = NULL;
+  WT_ASSERT_ERR(wt_source_memory(h.tensors, h.n, &bad), WT_INVALID_ARGUMENT,
+                "device memory needs a cuda:N device, not cpu");
+  wt_source_destroy(src);
+  held_free(&h);
+  wt_trainer_destroy(t);
+  wt_sync_client_destroy(c);
+  wtt_servers_stop(&s);
+}
+
+static void *set_later(void *flag) {
+  wtt_sleep_ms(150);
+  *(volatile int *)flag = 1;
+  return NULL;
+}
+
+/* A tensor produced on a CUDA stream (a device-to-host copy of a PyTorch
+ * trainer) is sent once its event says the bytes are ready. */
+static void test_tensor_ready_event(void) {
+  fake_cuda_install(1);
+  wtt_servers s;
+  const char *models[] = {"synthetic:tiny"};
+  const uint32_t workers[] = {1};
+  wtt_servers_start(&s, 1, models, workers, WT_STAGING_SHADOW, NULL);
+  wt_sync_client *c = wtt_client_of(&s);
+  grpc_info gi;
+  wt_trainer *t = NULL;
+  WT_ASSERT_OK(
+      wt_sync_client_init_transfer(c, grpc_info_make(&gi, 0, 0), NULL, &t));
+  held h;
+  held_load("tiny", 6, &h);
+  int event = 0;
+  h.tensors[0].cuda_event = &event;
+  h.tensors[2].cuda_stream = &event;
+  wt_source *src = NULL;
+  WT_ASSERT_OK(wt_source_memory(h.tensors, h.n, &src));
+  pthread_t th;
+  CU_ASSERT_FATAL(pthread_create(&th, NULL, set_later, &event) == 0);
+  int64_t t0 = wtt_now_ms();
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  WT_ASSERT_OK(wt_sync_client_update(c, t, src, NULL, NULL));
+  WT_ASSERT_OK(wt_sync_client_finish(c, "ready"));
+  CU_ASSERT(wtt_now_ms() - t0 >= 100);
+  pthread_join(th, NULL);
+  CU_ASSERT(fake_cuda_get_stats().syncs >= 2);
+  wtt_assert_servers_hold(c, src, WT_HASH_SHA256);
+  wt_source_destroy(src);
+  held_free(&h);
+  wt_trainer_destroy(t);
+  wt_sync_client_destroy(c);
+  wtt_servers_stop(&s);
+  fake_cuda_uninstall();
+}
+
+/* ---- re-init when a server needs it -------------------------------------- */
+
+/* The trainer side of "fake-fragile": the servers' fake engines fill their
+ * tensors themselves once released (support/fake_engine.h). */
+static int fragile_inits;
+static wt_status *fragile_init(const wt_trainer_init_args *a, void **self) {
+  fragile_inits++;
+  *self = &fragile_inits;
+  return NULL;
+}
+static wt_status *fragile_send(void *self, wt_source *src, wt_progress_fn p,
+                               void *user) {
+  fake_engine_release(true);
+  return NULL;
+}
+static void fragile_destroy(void *self) {}
+static const wt_trainer_ops fragile_ops = {
+    .header = {WT_TRAINER_ABI_VERSION, "fake-fragile"},
+    .flags = WT_TRAINER_NEEDS_UPDATE_WEIGHTS,
+    .trainer_init = fragile_init,
+    .send_weights = fragile_send,
+    .destroy = fragile_destroy,
+};
+static void register_fragile(void) {
+  wt_status *st = wt_trainer_register("fake-fragile", &fragile_ops);
+  CU_ASSERT_PTR_NULL(st);
+  wt_status_free(st);
+}
+
+typedef struct fragile_info {
+  Wt__V1__WeightTransferInitInfo info;
+  Wt__V1__WeightTransferInitInfo__OptionsEntry opt;
+  Wt__V1__WeightTransferInitInfo__OptionsEntry *opts[1];
+} fragile_info;
+
+static const Wt__V1__WeightTransferInitInfo *fragile_info_make(
+    fragile_info *f, const char *seed) {
+  wt__v1__weight_transfer_init_info__init(&f->info);
+  wt__v1__weight_transfer_init_info__options_entry__init(&f->opt);
+  f->info.backend = "fake-fragile";
+  f->opt.key = "seed";
+  f->opt.value = (char *)seed;
+  f->opts[0] = &f->opt;
+  f->info.options = f->opts;
+  f->info.n_options = 1;
+  return &f->info;
+}
+
+/* Until every worker of server k shows `state`. */
+static void wait_state(wt_sync_client *c, size_t k, const char *state) {
+  int64_t end = wtt_now_ms() + 5000;
+  for (;;) {
+    Wt__V1__ServerInfo *info = NULL;
+    WT_ASSERT_OK(wt_sync_client_server_info(c, k, &info));
+    bool all = true;
+    for (size_t i = 0; i < info->n_workers; i++)
+      all = all && strcmp(info->workers[i]->state, state) == 0;
+    wt_pb_free(&info->base);
+    if (all || wtt_now_ms() > end) {
+      CU_ASSERT(all);
+      return;
+    }
+    wtt_sleep_ms(10);
+  }
+}
+
+static void one_round(wt_sync_client *c, wt_trainer *t, wt_source *src,
+                      const char *version) {
+  WT_ASSERT_OK(wt_sync_client_update(c, t, src, NULL, NULL));
+  WT_ASSERT_OK(wt_sync_client_finish(c, version));
+  wtt_assert_servers_hold(c, src, WT_HASH_SHA256);
+}
+
+/* A backend whose engines do not survive an abort: after one, the next
+ * start re-initialises every server (and the trainer engine, in place) by
+ * itself and goes on; also when only the second server of two needs it.
+ * With manual_reinit the client says so instead. */
+static void test_reinit_when_needed(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, register_fragile);
+  fake_engine_reset();
+  wt_registry *reg = fake_engine_registry();
+  wtt_servers s;
+  const char *models[] = {"synthetic:tiny", "synthetic:tiny"};
+  const uint32_t workers[] = {1, 2};
+  wtt_servers_start(&s, 2, models, workers, WT_STAGING_SHADOW, reg);
+  wt_sync_client *c = wtt_client_of(&s);
+  fragile_info fi;
+  wt_source *src = NULL;
+  WT_ASSERT_OK(wt_source_synthetic("tiny", 3, &src));
+  wt_trainer *t = NULL;
+  fragile_inits = 0;
+  WT_ASSERT_OK(wt_sync_client_init_transfer(c, fragile_info_make(&fi, "3"),
+                                            src, &t));
+  CU_ASSERT_EQUAL(fake_engine_get_stats().inits, 3);
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  one_round(c, t, src, "v1");
+
+  /* An aborted round: every worker needs a new init. */
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  WT_ASSERT_OK(wt_sync_client_abort(c, "drop it"));
+  wait_state(c, 0, "needs_init");
+  wait_state(c, 1, "needs_init");
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  CU_ASSERT_EQUAL(fake_engine_get_stats().inits, 6);
+  CU_ASSERT_EQUAL(fragile_inits, 2); /* the same handle, a new engine */
+  one_round(c, t, src, "v2");
+
+  /* Only the second server needs it (its round was aborted by someone
+   * else): the first's new round is aborted, both are re-initialised, and
+   * the round goes on. */
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  const char *second[] = {s.targets[1]};
+  wt_sync_client *other = NULL;
+  WT_ASSERT_OK(wt_sync_client_new(second, 1, NULL, &other));
+  WT_ASSERT_OK(wt_sync_client_abort(other, "someone else"));
+  wait_state(other, 0, "needs_init");
+  wait_state(c, 0, "updating");
+  wt_status_free(wt_sync_client_abort(c, "our round is gone there"));
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  CU_ASSERT_EQUAL(fake_engine_get_stats().inits, 9);
+  CU_ASSERT_NOT_EQUAL(wt_sync_client_round_id(c, 0), 0);
+  CU_ASSERT_NOT_EQUAL(wt_sync_client_round_id(c, 1), 0);
+  one_round(c, t, src, "v3");
+  wt_sync_client_destroy(other);
+
+  /* A client told not to re-init says what to do. */
+  wt_client_options mo = {.timeout_ms = 10000, .manual_reinit = true};
+  wt_sync_client *manual = NULL;
+  WT_ASSERT_OK(wt_sync_client_new(s.targets, 2, &mo, &manual));
+  wt_trainer *mt = NULL;
+  WT_ASSERT_OK(wt_sync_client_init_transfer(
+      manual, fragile_info_make(&fi, "3"), src, &mt));
+  WT_ASSERT_OK(wt_sync_client_start(manual));
+  WT_ASSERT_OK(wt_sync_client_abort(manual, "drop it"));
+  wait_state(manual, 0, "needs_init");
+  WT_ASSERT_ERR(wt_sync_client_start(manual), WT_FAILED_PRECONDITION,
+                "needs a new InitWeightTransferEngine");
+  wt_trainer_destroy(mt);
+  mt = NULL;
+  WT_ASSERT_OK(wt_sync_client_init_transfer(
+      manual, fragile_info_make(&fi, "3"), src, &mt));
+  WT_ASSERT_OK(wt_sync_client_start(manual));
+  one_round(manual, mt, src, "v4");
+  wt_trainer_destroy(mt);
+  wt_sync_client_destroy(manual);
+
+  /* A trainer destroyed before its client, and a client before its
+   * trainer: neither leaves the other pointing at freed memory. */
+  wt_trainer_destroy(t);
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  WT_ASSERT_OK(wt_sync_client_abort(c, "no trainer"));
+  wt_sync_client_destroy(c);
+  wt_source_destroy(src);
+  wtt_servers_stop(&s);
+  wt_registry_destroy(reg);
+}
+
+void wt_test_suite_client(void);
 void wt_test_suite_client(void) {
   CU_pSuite s = CU_add_suite("client", NULL, NULL);
   CU_add_test(s, "memory source order", test_memory_source_order);
@@ -954,4 +1205,11 @@ void wt_test_suite_client(void) {
   CU_add_test(s, "server error aborts round", test_server_error_aborts_round);
   CU_add_test(s, "second server fails", test_second_server_fails);
   CU_add_test(s, "update weights path", test_update_weights_path);
+  CU_add_test(s, "backends build their init info from options",
+              test_init_info_from_options);
+  CU_add_test(s, "a GPU tensor to a host backend is refused",
+              test_device_tensor_refused);
+  CU_add_test(s, "a tensor is sent once its CUDA event is done",
+              test_tensor_ready_event);
+  CU_add_test(s, "re-init when a server needs it", test_reinit_when_needed);
 }

@@ -151,7 +151,8 @@ static void test_parser_agrees_with_protobuf_c(void) {
                   m->payload_case == WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_CHUNK &&
                   m->chunk->bucket == b && m->chunk->offset == o &&
                   m->chunk->data.len == len - start &&
-                  memcmp(m->chunk->data.data, msg + start, len - start) == 0;
+                  (len == start ||
+                   memcmp(m->chunk->data.data, msg + start, len - start) == 0);
       agreed += same;
       if (m) wt__v1__push_weights_chunk__free_unpacked(m, NULL);
     }

@@ -42,6 +42,8 @@ typedef struct fixture {
   int shutdown_hooks; /* on_shutdown calls */
   int64_t watch_remaining_ms; /* wt_rpc_call_remaining_ms seen by a watch */
   wt_rpc_call *push_call;     /* the running PushWeights call, or NULL */
+  wt_rpc_stream *streams[8];  /* open WT_RPC_WATCH streams */
+  int nstreams, streams_closed;
 } fixture;
 
 static fixture F;
@@ -205,6 +207,30 @@ static wt_status *h_update(wt_rpc_call *call, const ProtobufCMessage *req,
   return wt_rpc_call_respond(call, &resp.base);
 }
 
+/* WT_RPC_WATCH: kept open; the test sends on it. A request with
+ * all_workers set is refused by the opener. */
+#define M_CHECK "/wt.v1.WeightTransfer/ChecksumWeights"
+static wt_status *s_open(wt_rpc_stream *st, const ProtobufCMessage *req,
+                         void *user) {
+  const Wt__V1__ChecksumWeightsRequest *r =
+      (const Wt__V1__ChecksumWeightsRequest *)req;
+  if (r->all_workers)
+    return wt_status_new(WT_PERMISSION_DENIED, "not this one");
+  pthread_mutex_lock(&F.mu);
+  F.streams[F.nstreams++] = st;
+  pthread_mutex_unlock(&F.mu);
+  return NULL;
+}
+
+static void s_closed(wt_rpc_stream *st, void *user) {
+  pthread_mutex_lock(&F.mu);
+  for (int i = 0; i < F.nstreams; i++)
+    if (F.streams[i] == st) F.streams[i] = F.streams[--F.nstreams];
+  F.streams_closed++;
+  pthread_mutex_unlock(&F.mu);
+  wt_rpc_stream_release(st);
+}
+
 static const wt_rpc_method methods[] = {
     {M_VERSION, WT_RPC_UNARY, &wt__v1__get_weight_version_request__descriptor,
      &wt__v1__weight_version__descriptor, h_version, 0, NULL, NULL},
@@ -217,6 +243,8 @@ static const wt_rpc_method methods[] = {
      &wt__v1__weight_version__descriptor, h_watch, 0, NULL, NULL},
     {M_UPDATE, WT_RPC_UNARY, &wt__v1__update_weights_request__descriptor,
      &wt__v1__update_weights_response__descriptor, h_update, 0, NULL, NULL},
+    {M_CHECK, WT_RPC_WATCH, &wt__v1__checksum_weights_request__descriptor,
+     &wt__v1__weight_version__descriptor, NULL, 0, s_open, s_closed},
 };
 #define N_METHODS (sizeof(methods) / sizeof(methods[0]))
 
@@ -473,6 +501,107 @@ static void test_server_stream(void) {
   CU_ASSERT_EQUAL(F.watch_remaining_ms, -1);
   assert_serving();
   stop();
+}
+
+
+static bool two_streams(void) {
+  return F.nstreams == 2;
+}
+static bool streams_gone(void) {
+  return F.nstreams == 0;
+}
+
+static void send_seq(wt_rpc_stream *st, uint64_t seq) {
+  Wt__V1__WeightVersion v = WT__V1__WEIGHT_VERSION__INIT;
+  v.sequence = seq;
+  WT_ASSERT_OK(wt_rpc_stream_send(st, &v.base));
+}
+
+static uint64_t read_seq(wt_rpc_server_stream *s, bool *done) {
+  ProtobufCMessage *m = NULL;
+  *done = true;
+  WT_ASSERT_OK(wt_rpc_server_stream_read(s, &wt__v1__weight_version__descriptor,
+                                         &m, done));
+  uint64_t seq = m ? ((Wt__V1__WeightVersion *)m)->sequence : 0;
+  wt_pb_free(m);
+  return seq;
+}
+
+/* WT_RPC_WATCH streams: opened without a thread, fed from any thread in
+ * order, ended with a status after what was queued; a client that does not
+ * read loses the oldest waiting messages, not the newest; a client that
+ * leaves closes its stream; a refused opening ends the call. */
+static void test_watch_streams(void) {
+  start();
+  F.nstreams = F.streams_closed = 0;
+  Wt__V1__ChecksumWeightsRequest req = WT__V1__CHECKSUM_WEIGHTS_REQUEST__INIT;
+  wt_rpc_server_stream *a = NULL, *b = NULL;
+  WT_ASSERT_OK(wt_rpc_server_stream_open(F.ch, M_CHECK, &req.base, 10000, &a));
+  WT_ASSERT_OK(wt_rpc_server_stream_open(F.ch, M_CHECK, &req.base, 10000, &b));
+  CU_ASSERT_FATAL(wait_for(two_streams, 5000));
+  wt_rpc_stream *sa = F.streams[0], *sb = F.streams[1];
+  wt_rpc_class_load l;
+  wt_rpc_server_class_load(F.server, 0, &l);
+  CU_ASSERT_EQUAL(l.running, 2); /* counted, on no thread */
+  CU_ASSERT_EQUAL(l.threads, 0);
+  for (uint64_t q = 1; q <= 3; q++) send_seq(sa, q);
+  /* A message of the wrong type is the caller's bug, said at once. */
+  Wt__V1__GetWeightVersionRequest wrong =
+      WT__V1__GET_WEIGHT_VERSION_REQUEST__INIT;
+  WT_ASSERT_ERR(wt_rpc_stream_send(sa, &wrong.base), WT_INTERNAL,
+                "wrong type");
+  wt_status *bye = wt_status_new(WT_ABORTED, "that is all");
+  wt_rpc_stream_end(sa, bye);
+  wt_rpc_stream_end(sa, NULL); /* only the first end counts */
+  wt_status_free(bye);
+  /* (sa may be closed and released by s_closed from here on.) */
+  bool done = false;
+  for (uint64_t q = 1; q <= 3; q++) CU_ASSERT_EQUAL(read_seq(a, &done), q);
+  ProtobufCMessage *m = NULL;
+  WT_ASSERT_ERR(wt_rpc_server_stream_read(
+                    a, &wt__v1__weight_version__descriptor, &m, &done),
+                WT_ABORTED, "that is all");
+  CU_ASSERT_TRUE(done);
+  wt_rpc_server_stream_destroy(a);
+
+  /* b does not read: of 200 messages, it gets the newest ones in order. */
+  for (uint64_t q = 1; q <= 200; q++) send_seq(sb, q);
+  wt_rpc_stream_end(sb, NULL);
+  uint64_t last = 0, got = 0;
+  for (;;) {
+    uint64_t q = read_seq(b, &done);
+    if (done) break;
+    CU_ASSERT(q > last);
+    last = q;
+    got++;
+  }
+  CU_ASSERT_EQUAL(last, 200);
+  CU_ASSERT(got >= WT_RPC_STREAM_QUEUE);
+  wt_rpc_server_stream_destroy(b);
+  CU_ASSERT_TRUE(wait_for(streams_gone, 5000));
+
+  /* A client that leaves closes its stream on the server. */
+  WT_ASSERT_OK(wt_rpc_server_stream_open(F.ch, M_CHECK, &req.base, 10000, &a));
+  int64_t end = now_ms() + 5000;
+  while (F.nstreams < 1 && now_ms() < end) usleep(2000);
+  wt_rpc_server_stream_destroy(a);
+  CU_ASSERT_TRUE(wait_for(streams_gone, 5000));
+  CU_ASSERT_EQUAL(F.streams_closed, 3);
+  /* A refused opening ends the call with the opener's status. */
+  req.all_workers = true;
+  WT_ASSERT_OK(wt_rpc_server_stream_open(F.ch, M_CHECK, &req.base, 10000, &a));
+  WT_ASSERT_ERR(wt_rpc_server_stream_read(
+                    a, &wt__v1__weight_version__descriptor, &m, &done),
+                WT_PERMISSION_DENIED, "not this one");
+  wt_rpc_server_stream_destroy(a);
+  /* Shutdown with one open: it closes. */
+  req.all_workers = false;
+  WT_ASSERT_OK(wt_rpc_server_stream_open(F.ch, M_CHECK, &req.base, 10000, &a));
+  end = now_ms() + 5000;
+  while (F.nstreams < 1 && now_ms() < end) usleep(2000);
+  stop();
+  CU_ASSERT_EQUAL(F.nstreams, 0);
+  wt_rpc_server_stream_destroy(a);
 }
 
 static void test_unknown_method(void) {
@@ -833,21 +962,23 @@ static void test_handler_cap(void) {
   ProtobufCMessage *resp = NULL;
   WT_ASSERT_ERR(wt_rpc_unary(F.ch, M_VERSION, &req.base,
                              &wt__v1__weight_version__descriptor, 2000, &resp),
-                WT_RESOURCE_EXHAUSTED, "server busy");
+                WT_RESOURCE_EXHAUSTED,
+                "server busy: 1 default calls running and 0 waiting (the "
+                "limit)");
   release_blocked();
   WT_ASSERT_OK(wt_rpc_pending_wait(p, NULL));
-  /* The slot is free again once the handler thread has been joined. */
-  int64_t end = now_ms() + 3000;
-  wt_status *st;
-  while ((st = wt_rpc_unary(F.ch, M_VERSION, &req.base,
-                            &wt__v1__weight_version__descriptor, 2000,
-                            &resp)) != NULL &&
-         now_ms() < end) {
-    wt_status_free(st);
-    usleep(20 * 1000);
+  /* The slot is free the moment a reply is sent: call after call on the
+   * one thread, none refused. */
+  for (int i = 0; i < 100; i++) {
+    WT_ASSERT_OK(wt_rpc_unary(F.ch, M_VERSION, &req.base,
+                              &wt__v1__weight_version__descriptor, 2000,
+                              &resp));
+    wt_pb_free(resp);
   }
-  WT_ASSERT_OK(st);
-  wt_pb_free(resp);
+  wt_rpc_class_load l;
+  wt_rpc_server_class_load(F.server, 0, &l);
+  CU_ASSERT_EQUAL(l.threads, 1);
+  CU_ASSERT_EQUAL(l.queued, 0);
   stop();
 }
 
@@ -917,6 +1048,7 @@ void wt_test_suite_rpc(void) {
               test_long_error_message);
   CU_add_test(s, "client stream of 200 x 64 KiB", test_client_stream);
   CU_add_test(s, "server stream", test_server_stream);
+  CU_add_test(s, "watch streams without a thread", test_watch_streams);
   CU_add_test(s, "unknown method", test_unknown_method);
   CU_add_test(s, "garbage request bytes", test_garbage_request);
   CU_add_test(s, "deadline exceeded", test_deadline_exceeded);

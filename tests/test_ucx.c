@@ -19,45 +19,13 @@
 #include "wt/synthetic.h"
 #include "wt/trainer.h"
 #include "wt/ucx_common.h"
+#include "support/fixture.h"
 #include "support/wt_proc.h"
 #include "wt_test.h"
 
 #ifdef WT_WITH_UCX
 
 /* ---- helpers ------------------------------------------------------------ */
-
-typedef struct servers {
-  wt_server *srv[2];
-  char target[2][32];
-  const char *targets[2];
-  size_t n;
-} servers;
-
-static void servers_start_staging(servers *s, size_t n, const char *model,
-                                  const uint32_t *workers, wt_staging staging) {
-  memset(s, 0, sizeof(*s));
-  for (size_t k = 0; k < n; k++) {
-    wt_server_options o = {.listen = "127.0.0.1:0",
-                           .model = model,
-                           .workers = workers[k],
-                           .staging = staging,
-                           .drain_ms = 200};
-    WT_ASSERT_OK(wt_server_start(&o, &s->srv[k]));
-    snprintf(s->target[k], sizeof(s->target[k]), "127.0.0.1:%d",
-             wt_server_port(s->srv[k]));
-    s->targets[k] = s->target[k];
-    s->n = k + 1;
-  }
-}
-
-static void servers_start(servers *s, size_t n, const char *model,
-                          const uint32_t *workers) {
-  servers_start_staging(s, n, model, workers, WT_STAGING_SHADOW);
-}
-
-static void servers_stop(servers *s) {
-  for (size_t k = 0; k < s->n; k++) wt_server_stop(s->srv[k]);
-}
 
 typedef struct ucx_info {
   Wt__V1__WeightTransferInitInfo info;
@@ -108,32 +76,14 @@ static const Wt__V1__WeightTransferInitInfo *ucx_info_make(
 static void assert_servers_hold(wt_sync_client *c, const char *layout,
                                 uint64_t seed, const char *version) {
   wt_source *ref = NULL;
-  char(*local)[WT_DIGEST_HEX_MAX] = NULL;
-  size_t n = 0;
   WT_ASSERT_OK(wt_source_synthetic(layout, seed, &ref));
-  const wt_tensor_meta *m = wt_source_metas(ref, &n);
-  WT_ASSERT_OK(wt_source_checksums(ref, WT_HASH_SHA256, &local));
+  wtt_assert_servers_hold(c, ref, WT_HASH_SHA256);
   for (size_t k = 0; k < wt_sync_client_server_count(c); k++) {
-    wt_param_checksum *sums = NULL;
-    size_t ns = 0;
     wt_weight_version v = {0};
-    WT_ASSERT_OK(wt_sync_client_checksums(c, k, NULL, 0, WT_HASH_SHA256, true,
-                                          &sums, &ns));
-    CU_ASSERT_EQUAL(ns, n * wt_sync_client_server_world_size(c, k));
-    size_t matched = 0;
-    for (size_t j = 0; j < ns; j++)
-      for (size_t i = 0; i < n; i++)
-        if (strcmp(sums[j].name, m[i].name) == 0) {
-          CU_ASSERT_STRING_EQUAL(sums[j].digest, local[i]);
-          matched++;
-        }
-    CU_ASSERT_EQUAL(matched, ns);
-    wt_param_checksums_free(sums, ns);
     WT_ASSERT_OK(wt_sync_client_get_version(c, k, &v));
     CU_ASSERT_STRING_EQUAL(v.version, version);
     wt_weight_version_clear(&v);
   }
-  free(local);
   wt_source_destroy(ref);
 }
 
@@ -161,10 +111,10 @@ static void round_ok(wt_sync_client *c, wt_trainer *t, wt_source *src,
  * registers more. */
 static void rounds_over_staging(const char *transports, const char *connect,
                                 wt_staging staging) {
-  servers s;
+  wtt_servers s;
   const uint32_t workers[] = {2, 3};
   const uint64_t regions = staging == WT_STAGING_SHADOW ? 2 : 1;
-  servers_start_staging(&s, 2, "synthetic:small", workers, staging);
+  wtt_servers_start(&s, 2, (const char *const[]){"synthetic:small", "synthetic:small"}, workers, staging, NULL);
   wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
   wt_sync_client *c = NULL;
   wt_trainer *t = NULL;
@@ -187,7 +137,7 @@ static void rounds_over_staging(const char *transports, const char *connect,
   wt_source_destroy(src);
   wt_trainer_destroy(t);
   wt_sync_client_destroy(c);
-  servers_stop(&s);
+  wtt_servers_stop(&s);
 }
 
 static void rounds_over(const char *transports, const char *connect) {
@@ -216,9 +166,9 @@ static void test_round_shared_memory(void) {
  * WT_UCX_FANOUT=sequential (the environment default of the option) it
  * serves one worker after the other. Bytes as the synthetic layout's. */
 static void test_memory_source_sequential(void) {
-  servers s;
+  wtt_servers s;
   const uint32_t workers[] = {1, 2};
-  servers_start(&s, 2, "synthetic:small", workers);
+  wtt_servers_start(&s, 2, (const char *const[]){"synthetic:small", "synthetic:small"}, workers, WT_STAGING_SHADOW, NULL);
   wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
   wt_sync_client *c = NULL;
   wt_trainer *t = NULL;
@@ -275,7 +225,7 @@ static void test_memory_source_sequential(void) {
   wt_trainer_destroy(t);
   wt_source_destroy(src);
   wt_sync_client_destroy(c);
-  servers_stop(&s);
+  wtt_servers_stop(&s);
   free(tn);
   free(odd);
   free(slab);
@@ -346,9 +296,9 @@ static const wt_source_vtable stall_vt = {.kind = "stalling",
                                           .read = stall_read};
 
 static void test_trainer_stalls_mid_round(void) {
-  servers s;
+  wtt_servers s;
   const uint32_t workers[] = {2};
-  servers_start(&s, 1, "synthetic:small", workers);
+  wtt_servers_start(&s, 1, (const char *const[]){"synthetic:small", "synthetic:small"}, workers, WT_STAGING_SHADOW, NULL);
   wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
   wt_sync_client *c = NULL;
   wt_trainer *t = NULL;
@@ -396,7 +346,7 @@ static void test_trainer_stalls_mid_round(void) {
   wt_source_destroy(good);
   wt_trainer_destroy(t);
   wt_sync_client_destroy(c);
-  servers_stop(&s);
+  wtt_servers_stop(&s);
 }
 
 /* ---- receives report their length ----------------------------------------- */

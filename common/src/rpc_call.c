@@ -28,6 +28,7 @@ static void call_unref(wt_rpc_call *c) {
   if (c->peer) gpr_free(c->peer);
   wt_pb_free(c->request);
   if (c->response) grpc_byte_buffer_destroy(c->response);
+  grpc_slice_unref(c->status_details);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->cb_mu);
@@ -50,6 +51,9 @@ wt_rpc_call *rpc_call_new(wt_rpc_server *s, const wt_rpc_method *m,
   c->op_tag.owner = c;
   c->close_tag.kind = TAG_CALL_CLOSE;
   c->close_tag.owner = c;
+  c->status_tag.kind = TAG_CALL_STATUS;
+  c->status_tag.owner = c;
+  c->status_details = grpc_empty_slice();
   atomic_init(&c->refs, 1); /* the pool's */
   atomic_init(&c->cancelled, false);
   pthread_mutex_init(&c->mu, NULL);
@@ -128,6 +132,9 @@ static wt_status *call_failed(wt_rpc_call *c, const char *what) {
                        c->method->path, what, c->peer ? c->peer : "?");
 }
 
+/* Starts the batch that sends the status (and the response of a unary or
+ * client-stream call) and returns without waiting; the batch holds a
+ * reference until it completes. */
 static void call_send_status(wt_rpc_call *c, const wt_status *st) {
   grpc_op ops[3];
   size_t n = 0;
@@ -139,29 +146,45 @@ static void call_send_status(wt_rpc_call *c, const wt_status *st) {
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n++].data.send_message.send_message = c->response;
   }
-  grpc_slice details = rpc_status_details(st ? wt_status_message(st) : "");
+  grpc_slice_unref(c->status_details);
+  c->status_details = rpc_status_details(st ? wt_status_message(st) : "");
+  c->status_code = wt_status_code(st);
   ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
   ops[n].data.send_status_from_server.status =
       wt_code_to_grpc(wt_status_code(st));
-  ops[n++].data.send_status_from_server.status_details = st ? &details : NULL;
-  int ok = call_run_batch(c, ops, n, -1, NULL);
-  if (ok == 0)
-    WT_LOGD(RPC_MOD, "%s: status %s not delivered (the call was over)",
-            c->method->path, wt_code_name(wt_status_code(st)));
-  grpc_slice_unref(details);
+  ops[n++].data.send_status_from_server.status_details =
+      st ? &c->status_details : NULL;
+  atomic_fetch_add(&c->refs, 1);
+  pthread_mutex_lock(&c->mu);
+  grpc_call_error err =
+      grpc_call_start_batch(c->call, ops, n, &c->status_tag, NULL);
+  pthread_mutex_unlock(&c->mu);
+  if (err != GRPC_CALL_OK) {
+    WT_LOGW(RPC_MOD, "%s: cannot send the status: %s", c->method->path,
+            grpc_call_error_to_string(err));
+    atomic_fetch_sub(&c->refs, 1); /* the pool's own ref keeps it alive */
+  }
 }
 
-void rpc_call_run(wt_rpc_call *c) {
-  wt_status *st = NULL;
-  if (wt_rpc_call_cancelled(c)) {
+void rpc_call_on_status(wt_rpc_call *c, int ok) {
+  if (!ok)
+    WT_LOGD(RPC_MOD, "%s: status %s not delivered (the call was over)",
+            c->method->path, wt_code_name(c->status_code));
+  call_unref(c);
+}
+
+wt_status *rpc_call_handle(wt_rpc_call *c) {
+  if (wt_rpc_call_cancelled(c))
     /* It waited for a thread longer than its client did. */
-    st = call_failed(c, "waiting for a handler thread");
-  } else {
-    st = c->method->handler(c, c->request, c->server->user);
-    if (st != NULL)
-      WT_LOGD(RPC_MOD, "%s: %s: %s", c->method->path,
-              wt_code_name(wt_status_code(st)), wt_status_message(st));
-  }
+    return call_failed(c, "waiting for a handler thread");
+  wt_status *st = c->method->handler(c, c->request, c->server->user);
+  if (st != NULL)
+    WT_LOGD(RPC_MOD, "%s: %s: %s", c->method->path,
+            wt_code_name(wt_status_code(st)), wt_status_message(st));
+  return st;
+}
+
+void rpc_call_finish(wt_rpc_call *c, wt_status *st) {
   call_send_status(c, st);
   wt_status_free(st);
   wt_pb_free(c->request);

@@ -45,6 +45,7 @@ typedef enum rpc_tag_kind {
   TAG_REJECT,        /* a call answered by the polling thread itself finished */
   TAG_CALL_OP,       /* a handler's batch completed */
   TAG_CALL_CLOSE,    /* a call's RECV_CLOSE_ON_SERVER completed */
+  TAG_CALL_STATUS,   /* a call's status (and response) went out */
   TAG_STREAM_SEND,   /* a stream's message (or status) went out */
   TAG_STREAM_CLOSE,  /* a stream's RECV_CLOSE_ON_SERVER completed */
   TAG_SHUTDOWN,      /* grpc_server_shutdown_and_notify completed */
@@ -113,8 +114,12 @@ struct wt_rpc_call {
   grpc_byte_buffer *response;
   rpc_tag op_tag;
   rpc_tag close_tag;
-  /* One for the pool (dropped when the handler's status is sent), one for
-   * the RECV_CLOSE_ON_SERVER batch (dropped when it completes). */
+  rpc_tag status_tag;
+  grpc_slice status_details; /* kept until the status batch completes */
+  wt_code status_code;
+  /* One for the pool (dropped once the status is on its way), one for the
+   * RECV_CLOSE_ON_SERVER batch and one for the status batch (each dropped
+   * when it completes). */
   atomic_int refs;
   atomic_bool cancelled;
 
@@ -152,12 +157,16 @@ RPC_HIDDEN wt_rpc_call *rpc_call_new(wt_rpc_server *s, const wt_rpc_method *m,
                                      rpc_pool *pool, grpc_call *call,
                                      gpr_timespec deadline,
                                      ProtobufCMessage *request);
-/* Runs the call's handler and sends its status, on a pool thread; drops
- * the pool's reference. */
-RPC_HIDDEN void rpc_call_run(wt_rpc_call *c);
+/* Runs the call's handler on a pool thread and returns its status (the
+ * caller's); then rpc_call_finish sends it without waiting and drops the
+ * pool's reference. The pool frees the call's place in between, so the
+ * place is free before the reply goes out. */
+RPC_HIDDEN wt_status *rpc_call_handle(wt_rpc_call *c);
+RPC_HIDDEN void rpc_call_finish(wt_rpc_call *c, wt_status *st);
 /* Completions, on the polling thread. */
 RPC_HIDDEN void rpc_call_on_op(wt_rpc_call *c, int ok);
 RPC_HIDDEN void rpc_call_on_close(wt_rpc_call *c);
+RPC_HIDDEN void rpc_call_on_status(wt_rpc_call *c, int ok);
 
 /* --- rpc_stream.c --------------------------------------------------------- */
 

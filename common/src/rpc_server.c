@@ -209,11 +209,15 @@ static void *pool_main(void *arg) {
     p->queued--;
     p->running++;
     pthread_mutex_unlock(&s->mu);
-    rpc_call_run(c);
+    wt_status *st = rpc_call_handle(c);
+    /* The place is free before the reply goes out, so a client that calls
+     * again the moment it has its answer finds it free. */
     pthread_mutex_lock(&s->mu);
-    /* Free the moment the status went out. */
     p->running--;
     pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    rpc_call_finish(c, st);
+    pthread_mutex_lock(&s->mu);
   }
   pthread_mutex_unlock(&s->mu);
   return NULL;
@@ -425,6 +429,9 @@ static void dispatch(wt_rpc_server *s, rpc_tag *t, int ok) {
       break;
     case TAG_CALL_CLOSE:
       rpc_call_on_close(t->owner);
+      break;
+    case TAG_CALL_STATUS:
+      rpc_call_on_status(t->owner, ok);
       break;
     case TAG_STREAM_SEND:
       rpc_stream_on_send(t->owner, ok);

@@ -140,7 +140,8 @@ static void chunk(const uint8_t *data, size_t size) {
   if (m->payload_case != WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_CHUNK ||
       m->chunk->bucket != bucket || m->chunk->offset != offset ||
       m->chunk->data.len != size - start ||
-      memcmp(m->chunk->data.data, data + start, size - start) != 0)
+      (size > start &&
+       memcmp(m->chunk->data.data, data + start, size - start) != 0))
     fail(d, "the chunk parser and protobuf-c read different chunks");
   wt__v1__push_weights_chunk__free_unpacked(m, NULL);
   /* The server's view over a message in two slices finds the same bytes. */

@@ -67,7 +67,8 @@ size_t wtt_layout_index(const wtt_server *s, const char *name) {
 }
 
 void wtt_servers_start(wtt_servers *s, size_t n, const char *const *models,
-                       const uint32_t *workers, wt_staging staging) {
+                       const uint32_t *workers, wt_staging staging,
+                       wt_registry *engines) {
   memset(s, 0, sizeof(*s));
   CU_ASSERT_FATAL(n <= 4);
   for (size_t k = 0; k < n; k++) {
@@ -75,7 +76,8 @@ void wtt_servers_start(wtt_servers *s, size_t n, const char *const *models,
                            .model = models[k],
                            .workers = workers[k],
                            .staging = staging,
-                           .drain_ms = 200};
+                           .drain_ms = 200,
+                           .engine_registry = engines};
     WT_ASSERT_OK(wt_server_start(&o, &s->srv[k]));
     snprintf(s->target[k], sizeof(s->target[k]), "127.0.0.1:%d",
              wt_server_port(s->srv[k]));
@@ -87,6 +89,42 @@ void wtt_servers_start(wtt_servers *s, size_t n, const char *const *models,
 void wtt_servers_stop(wtt_servers *s) {
   for (size_t k = 0; k < s->n; k++) wt_server_stop(s->srv[k]);
   memset(s, 0, sizeof(*s));
+}
+
+wt_sync_client *wtt_client_of(const wtt_servers *s) {
+  wt_sync_client *c = NULL;
+  wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
+  WT_ASSERT_OK(wt_sync_client_new(s->targets, s->n, &o, &c));
+  return c;
+}
+
+void wtt_assert_servers_hold(wt_sync_client *c, wt_source *src,
+                             wt_hash_alg alg) {
+  char(*local)[WT_DIGEST_HEX_MAX] = NULL;
+  size_t n = 0;
+  const wt_tensor_meta *m = wt_source_metas(src, &n);
+  WT_ASSERT_OK(wt_source_checksums(src, alg, &local));
+  for (size_t k = 0; k < wt_sync_client_server_count(c); k++) {
+    wt_param_checksum *sums = NULL;
+    size_t ns = 0;
+    WT_ASSERT_OK(
+        wt_sync_client_checksums(c, k, NULL, 0, alg, true, &sums, &ns));
+    CU_ASSERT_EQUAL(ns, n * wt_sync_client_server_world_size(c, k));
+    size_t matched = 0;
+    for (size_t j = 0; j < ns; j++)
+      for (size_t i = 0; i < n; i++)
+        if (strcmp(sums[j].name, m[i].name) == 0) {
+          if (strcmp(sums[j].digest, local[i]) != 0)
+            fprintf(stderr, "\n  %s worker %u '%s': %s, want %s\n",
+                    wt_sync_client_target(c, k), sums[j].worker, m[i].name,
+                    sums[j].digest, local[i]);
+          CU_ASSERT_STRING_EQUAL(sums[j].digest, local[i]);
+          matched++;
+        }
+    CU_ASSERT_EQUAL(matched, ns);
+    wt_param_checksums_free(sums, ns);
+  }
+  free(local);
 }
 
 /* --- calls ---------------------------------------------------------------- */

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "wt/checksum.h"
+#include "wt/client.h"
 #include "wt/packing.h"
 #include "wt/rpc.h"
 #include "wt/server.h"
@@ -59,11 +60,18 @@ typedef struct wtt_servers {
   size_t n;
 } wtt_servers;
 
-/* Starts n servers, server k on models[k] with workers[k] workers and
- * `staging`. */
+/* Starts n servers, server k on models[k] with workers[k] workers,
+ * `staging`, and `engines` (NULL: the built-in backends; borrowed). */
 void wtt_servers_start(wtt_servers *s, size_t n, const char *const *models,
-                       const uint32_t *workers, wt_staging staging);
+                       const uint32_t *workers, wt_staging staging,
+                       wt_registry *engines);
 void wtt_servers_stop(wtt_servers *s);
+/* A client of every server of s, with short deadlines. */
+wt_sync_client *wtt_client_of(const wtt_servers *s);
+/* Every worker of every server of `c` holds exactly the bytes of `src`
+ * (checksums with `alg`). */
+void wtt_assert_servers_hold(wt_sync_client *c, wt_source *src,
+                             wt_hash_alg alg);
 
 /* --- calls ---------------------------------------------------------------- */
 

@@ -55,94 +55,19 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "wt/engine.h"
+#include "ucx_engine_internal.h"
 #include "wt/log.h"
-#include "wt/ucx_common.h"
-
-/* Where wt-server --ucx-transports leaves the server's default. */
-#define WT_UCX_TRANSPORTS_ENV "WT_UCX_TRANSPORTS"
-#define UCX_DEFAULT_BUFFER_BYTES (64ull << 20)
-#define UCX_DEFAULT_NUM_BUFFERS 2u
-#define UCX_MAX_NUM_BUFFERS 64u
-/* How long an abort waits for a posted receive to give up its buffers. */
-#define UCX_GRACE_MS 1000
-/* How long every trainer connection must stay broken before a receive gives
- * up on the trainer (see recv_done). */
-#define UCX_PEER_GONE_MS 1000
-/* How long an abort spends discarding a failed round's leftover buckets. */
-#define UCX_DRAIN_MS 500
-
-/* A connection from the trainer (normally one per init). */
-typedef struct peer {
-  bool used; /* slot holds a connection (closed broken ones are reused) */
-  ucp_ep_h ep;
-  bool failed;
-  ucs_status_t why;
-  uint64_t gen; /* accepted as the engine's gen-th connection */
-} peer;
-
-/* One posted bucket receive. */
-typedef struct slot {
-  void *req;
-  wt_ucx_recv_note *note; /* malloc'd with the request, freed with it */
-  size_t bucket;
-  ucp_dt_iov_t *iov; /* into the round's iov array, at the bucket's first */
-  size_t iovcnt;
-} slot;
-
-/* Gives a slot's request back to UCX (which calls no callback after this)
- * and frees its note. */
-static void slot_release(slot *s) {
-  if (s->req != NULL) ucp_request_free(s->req);
-  free(s->note);
-  s->req = NULL;
-  s->note = NULL;
-}
-
-struct wt_engine {
-  wt_worker_ctx ctx;
-  uint64_t buffer_bytes;
-  uint32_t num_buffers;
-  /* The route wait's deadline (init_info.ucx.connect_timeout_ms); 0: the
-   * default, WT_UCX_CONNECT_TIMEOUT_MS or the bucket deadline if larger. */
-  int64_t connect_timeout_ms;
-  char *transports;
-  bool transports_from_server; /* not the init info's: the server default */
-  wt_ucx *ucx;
-  ucp_listener_h listener;
-  peer *peers;
-  size_t npeers, cap;
-  char where[64];        /* "worker N" for messages */
-  int64_t gone_since_ms; /* every trainer connection broken since; 0: no */
-  void **orphans; /* drain buffers UCX may still write; freed at destroy */
-  size_t norphans;
-  /* Bucket receives of a failed round that UCX had matched and that neither
-   * finished nor failed (see settle_receives): UCX may still write through
-   * them into the staging buffers, so no round starts while one is left. */
-  slot *strays; /* req and note of each; the rest unused */
-  size_t nstrays;
-  uint64_t stray_round;
-  uint64_t conns;      /* connections accepted so far */
-  uint64_t stray_mark; /* conns when the strays were left */
-  size_t stray_bucket;   /* the first of them, for messages */
-  ucp_dt_iov_t *stray_iov; /* their iov arrays, which UCX reads until then */
-  /* Chain fan-out (wt/ucx_common.h): the round's route and the connection
-   * to the next worker, which gets every bucket once it has landed. */
-  unsigned char *route_in, *route_out;
-  wt_ucx_hop *hops;
-  peer fwd; /* kept across rounds while the route stays the same */
-  uint32_t fwd_flags;
-  char next[320]; /* "the next worker in the chain (HOST:PORT)" */
-  /* The store's regions, registered once at init_transfer. */
-  wt_param_region regions[WT_PARAM_STORE_MAX_REGIONS];
-  ucp_mem_h memh[WT_PARAM_STORE_MAX_REGIONS];
-  size_t nregions;
-};
 
 /* The registration covering [buf, buf + len), or NULL. */
-static ucp_mem_h memh_of(const wt_engine *e, const void *buf, size_t len) {
+ucp_mem_h wt_ucxe_memh_of(const wt_engine *e, const void *buf, size_t len) {
   const char *p = buf;
   for (size_t i = 0; i < e->nregions; i++) {
     const char *base = e->regions[i].base;
@@ -151,47 +76,6 @@ static ucp_mem_h memh_of(const wt_engine *e, const void *buf, size_t len) {
       return e->memh[i];
   }
   return NULL;
-}
-
-static void peer_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
-  peer *p = arg;
-  (void)ep;
-  p->failed = true;
-  p->why = status;
-  WT_LOGD("ucx", "trainer connection closed: %s", ucs_status_string(status));
-}
-
-/* Accepts the trainer's connection; runs inside ucp_worker_progress. The
- * peer array never moves (error callbacks hold a pointer into it), so it is
- * allocated at its final capacity and slots of closed connections are
- * reused (reap_peers). */
-static void on_conn(ucp_conn_request_h req, void *arg) {
-  wt_engine *e = arg;
-  peer *p = NULL;
-  for (size_t i = 0; i < e->npeers && p == NULL; i++)
-    if (!e->peers[i].used) p = &e->peers[i];
-  if (p == NULL && e->npeers < e->cap) p = &e->peers[e->npeers++];
-  if (p == NULL) {
-    WT_LOGW("ucx", "%s: refusing a connection (%zu open)", e->where, e->cap);
-    ucp_listener_reject(e->listener, req);
-    return;
-  }
-  memset(p, 0, sizeof(*p));
-  ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
-                                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
-                        .conn_request = req,
-                        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
-                        .err_handler = {.cb = peer_error, .arg = p}};
-  ucs_status_t us = ucp_ep_create(e->ucx->worker, &ep, &p->ep);
-  if (us != UCS_OK) {
-    WT_LOGW("ucx", "%s: accepting the trainer: %s", e->where,
-            ucs_status_string(us));
-    return;
-  }
-  p->used = true;
-  p->gen = ++e->conns;
-  WT_LOGD("ucx", "%s: trainer connected", e->where);
 }
 
 static wt_status *ucx_create(const Wt__V1__WeightTransferInitInfo *init,
@@ -303,7 +187,7 @@ static wt_status *ucx_init_transfer(wt_engine *e,
       .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
                     UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
       .sockaddr = {.addr = (const struct sockaddr *)&ss, .addrlen = len},
-      .conn_handler = {.cb = on_conn, .arg = e}};
+      .conn_handler = {.cb = wt_ucxe_on_conn, .arg = e}};
   us = ucp_listener_create(e->ucx->worker, &lp, &e->listener);
   if (us != UCS_OK)
     WT_FAIL(WT_UNAVAILABLE, "%s: listening on %s: %s", e->where, host,
@@ -341,49 +225,6 @@ out:
   return st;
 }
 
-/* Discards the unexpected messages left from an aborted round (buckets the
- * trainer sent after this worker stopped receiving), so that they neither
- * pile up nor hold the trainer's old connection. */
-static void drain_unexpected(wt_engine *e) {
-  if (e->ucx == NULL) return;
-  /* Bounded: a bucket whose sender is unreachable never completes. */
-  const int64_t end = wt_ucx_now_ms() + UCX_DRAIN_MS;
-  while (wt_ucx_now_ms() < end) {
-    ucp_tag_recv_info_t info;
-    while (ucp_worker_progress(e->ucx->worker) != 0) {
-    }
-    ucp_tag_message_h msg = ucp_tag_probe_nb(e->ucx->worker, 0, 0, 1, &info);
-    if (msg == NULL) return;
-    void *scratch = malloc(info.length ? info.length : 1);
-    if (scratch == NULL) return;
-    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
-                             .datatype = ucp_dt_make_contig(1)};
-    void *req =
-        ucp_tag_msg_recv_nbx(e->ucx->worker, scratch, info.length, msg, &p);
-    if (req != NULL && !UCS_PTR_IS_ERR(req)) {
-      while (ucp_request_check_status(req) == UCS_INPROGRESS &&
-             wt_ucx_now_ms() < end)
-        ucp_worker_progress(e->ucx->worker);
-      bool busy = ucp_request_check_status(req) == UCS_INPROGRESS;
-      wt_ucx_request_drop(e->ucx, req, 0);
-      if (busy) {
-        /* UCX may still write into it: keep it until the worker is gone. */
-        void **o = realloc(e->orphans, (e->norphans + 1) * sizeof(*o));
-        if (o != NULL) {
-          e->orphans = o;
-          e->orphans[e->norphans++] = scratch;
-          scratch = NULL;
-        } else {
-          scratch = NULL; /* leaked rather than reused */
-        }
-      }
-    }
-    free(scratch);
-    WT_LOGD("ucx", "%s: dropped a stale bucket (tag %#" PRIx64 ", %zu bytes)",
-            e->where, (uint64_t)info.sender_tag, (size_t)info.length);
-  }
-}
-
 static wt_status *ucx_start_update(wt_engine *e, uint64_t round_id) {
   (void)round_id;
   if (e->ucx) wt_ucx_reset_cancel(e->ucx);
@@ -397,7 +238,7 @@ static wt_status *ucx_finish_update(wt_engine *e) {
 
 static void ucx_abort_update(wt_engine *e) {
   if (e->ucx) wt_ucx_reset_cancel(e->ucx);
-  drain_unexpected(e);
+  wt_ucxe_drain_unexpected(e);
 }
 
 static void ucx_cancel(wt_engine *e) {
@@ -407,9 +248,9 @@ static void ucx_cancel(wt_engine *e) {
 static void ucx_destroy(wt_engine *e) {
   if (e == NULL) return;
   if (e->ucx) {
-    drain_unexpected(e);
+    wt_ucxe_drain_unexpected(e);
     for (size_t i = 0; i < e->nstrays; i++) {
-      slot_release(&e->strays[i]);
+      wt_ucxe_slot_release(&e->strays[i]);
     }
     e->nstrays = 0;
     wt_ucx_ep_close(e->ucx, e->fwd.ep, false, 200);
@@ -430,54 +271,6 @@ static void ucx_destroy(wt_engine *e) {
   free(e->peers);
   free(e->transports);
   free(e);
-}
-
-/* Closes the broken trainer connections (outside UCX callbacks) and frees
- * their slots. */
-static void reap_peers(wt_engine *e) {
-  for (size_t i = 0; i < e->npeers; i++) {
-    peer *p = &e->peers[i];
-    if (!p->used || !p->failed) continue;
-    wt_ucx_ep_close(e->ucx, p->ep, false, 200);
-    memset(p, 0, sizeof(*p));
-  }
-}
-
-/* The error of a broken trainer connection, for messages. */
-static ucs_status_t last_error(const wt_engine *e) {
-  for (size_t i = e->npeers; i-- > 0;)
-    if (e->peers[i].used && e->peers[i].failed) return e->peers[i].why;
-  return UCS_ERR_CONNECTION_RESET;
-}
-
-typedef struct wait_arg {
-  wt_engine *e;
-  void *req;
-} wait_arg;
-
-/* A wait also ends once every trainer connection has been broken for
- * UCX_PEER_GONE_MS: not at the first error, because after a failed round the
- * trainer replaces its endpoints and the new connection may come in after
- * the old one's error. A trainer connected by worker address leaves no
- * connection here; the deadline alone bounds that wait. */
-static bool recv_done(void *arg) {
-  wait_arg *w = arg;
-  wt_engine *e = w->e;
-  if (wt_ucx_request_status(w->req) != UCS_INPROGRESS) return true;
-  bool any = false, all_failed = true;
-  for (size_t i = 0; i < e->npeers; i++) {
-    if (!e->peers[i].used) continue;
-    any = true;
-    all_failed = all_failed && e->peers[i].failed;
-  }
-  all_failed = any && all_failed;
-  if (!all_failed) {
-    e->gone_since_ms = 0;
-    return false;
-  }
-  int64_t now = wt_ucx_now_ms();
-  if (e->gone_since_ms == 0) e->gone_since_ms = now;
-  return now - e->gone_since_ms >= UCX_PEER_GONE_MS;
 }
 
 /* Posts the receive of bucket `b` into its tensors' staging buffers. */
@@ -512,13 +305,13 @@ static wt_status *post_bucket(wt_engine *e, const wt_update *u,
     dt = ucp_dt_make_contig(1);
     buf = s->iov[0].buffer;
     count = s->iov[0].length;
-    memh = memh_of(e, buf, count);
+    memh = wt_ucxe_memh_of(e, buf, count);
   }
   s->note = malloc(sizeof(*s->note));
   if (s->note == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
-  s->req = wt_ucx_tag_recv(e->ucx, buf, count, dt, memh, wt_ucx_tag(round_id, b),
-                           s->note);
+  s->req = wt_ucx_tag_recv(e->ucx, buf, count, dt, memh,
+                           wt_ucx_tag(round_id, b), s->note);
   if (UCS_PTR_IS_ERR(s->req)) {
     ucs_status_t us = UCS_PTR_STATUS(s->req);
     s->req = NULL;
@@ -540,7 +333,7 @@ static wt_status *land_bucket(wt_engine *e, const wt_update *u,
   /* Completed (the caller waited for it), so its callback has run. */
   ucs_status_t us = s->note->done ? s->note->status : UCS_ERR_NO_MESSAGE;
   size_t length = s->note->length;
-  slot_release(s);
+  wt_ucxe_slot_release(s);
   if (us == UCS_ERR_MESSAGE_TRUNCATED || (us == UCS_OK && length != bk->nbytes))
     WT_FAIL(WT_DATA_LOSS,
             "%s: bucket %zu: received %zu bytes, the plan says %" PRIu64,
@@ -555,328 +348,6 @@ static wt_status *land_bucket(wt_engine *e, const wt_update *u,
   stats->bytes += bk->nbytes;
 out:
   return st;
-}
-
-/* Receives the round's route (wt/ucx_common.h) into e->hops. */
-static wt_status *recv_route(wt_engine *e, const wt_update *u, int64_t timeout,
-                             uint32_t *flags, size_t *nhops) {
-  wt_status *st = NULL;
-  wt_ucx_recv_note note; /* the request is freed before this returns */
-  void *req = wt_ucx_tag_recv(e->ucx, e->route_in, WT_UCX_ROUTE_MAX,
-                              ucp_dt_make_contig(1), NULL,
-                              wt_ucx_tag(u->round_id, WT_UCX_ROUTE_BUCKET),
-                              &note);
-  if (UCS_PTR_IS_ERR(req)) {
-    ucs_status_t us = UCS_PTR_STATUS(req);
-    req = NULL;
-    WT_FAIL(WT_INTERNAL, "%s: posting the receive of the route: %s", e->where,
-            ucs_status_string(us));
-  }
-  char what[128];
-  snprintf(what, sizeof(what),
-           "the route of round %" PRIu64 " from the trainer", u->round_id);
-  wait_arg wa = {.e = e, .req = req};
-  st = wt_ucx_wait(e->ucx, recv_done, &wa, wt_ucx_now_ms() + timeout, timeout,
-                   what);
-  if (st != NULL) {
-    bool broke = e->gone_since_ms != 0;
-    WT_CHECK(
-        wt_status_prefix(st, "%s%s", e->where,
-                         broke ? " (the trainer's connection broke)" : ""));
-  }
-  if (wt_ucx_request_status(req) == UCS_INPROGRESS)
-    WT_FAIL(WT_UNAVAILABLE,
-            "%s: the trainer is gone (its connection broke: %s) while "
-            "waiting for %s",
-            e->where, ucs_status_string(last_error(e)), what);
-  ucs_status_t us = note.done ? note.status : UCS_ERR_NO_MESSAGE;
-  if (us != UCS_OK)
-    WT_FAIL(WT_UNAVAILABLE, "%s: receiving %s failed: %s", e->where, what,
-            ucs_status_string(us));
-  WT_CHECK(wt_ucx_route_parse(e->route_in, note.length, e->where, flags,
-                              e->hops, nhops));
-out:
-  if (req != NULL) wt_ucx_request_drop(e->ucx, req, UCX_GRACE_MS);
-  return st;
-}
-
-/* Connects to the route's first hop and sends it the rest of the route. */
-static wt_status *fwd_start(wt_engine *e, uint32_t flags, size_t nhops,
-                            void **route_req) {
-  wt_status *st = NULL;
-  const wt_ucx_hop *h = &e->hops[0];
-  struct sockaddr_storage ss;
-  socklen_t len = 0;
-  char next[sizeof(e->next)];
-  snprintf(next, sizeof(next), "the next worker in the chain (%s:%u)", h->host,
-           (unsigned)h->port);
-  /* The connection of the previous round, if it goes to the same worker
-   * the same way and is whole. */
-  bool same = e->fwd.ep != NULL && !e->fwd.failed && e->fwd_flags == flags &&
-              strcmp(next, e->next) == 0;
-  if (same) goto route;
-  wt_ucx_ep_close(e->ucx, e->fwd.ep, !e->fwd.failed, UCX_GRACE_MS);
-  memset(&e->fwd, 0, sizeof(e->fwd));
-  snprintf(e->next, sizeof(e->next), "%s", next);
-  e->fwd_flags = flags;
-  ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
-                        .err_mode = (flags & WT_UCX_ROUTE_PEER_ERRORS)
-                                        ? UCP_ERR_HANDLING_MODE_PEER
-                                        : UCP_ERR_HANDLING_MODE_NONE,
-                        .err_handler = {.cb = peer_error, .arg = &e->fwd}};
-  if ((flags & WT_UCX_ROUTE_BY_ADDRESS) && h->worker_address != NULL) {
-    ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
-    ep.address = (const ucp_address_t *)h->worker_address;
-  } else {
-    WT_CHECK(wt_status_prefix(wt_ucx_sockaddr(h->host, h->port, &ss, &len),
-                              "%s: %s", e->where, e->next));
-    ep.field_mask |= UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
-    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    ep.sockaddr.addr = (const struct sockaddr *)&ss;
-    ep.sockaddr.addrlen = len;
-  }
-  ucs_status_t us = ucp_ep_create(e->ucx->worker, &ep, &e->fwd.ep);
-  if (us != UCS_OK) {
-    e->fwd.ep = NULL;
-    WT_FAIL(WT_UNAVAILABLE, "%s: connecting to %s: %s", e->where, e->next,
-            ucs_status_string(us));
-  }
-  e->fwd.used = true;
-route:;
-  size_t rlen = wt_ucx_route_pack(e->route_out, WT_UCX_ROUTE_MAX, flags,
-                                  e->hops + 1, nhops - 1);
-  if (rlen == 0)
-    WT_FAIL(WT_INTERNAL, "%s: the route does not fit in a message", e->where);
-  ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
-                           .datatype = ucp_dt_make_contig(1)};
-  *route_req = ucp_tag_send_nbx(e->fwd.ep, e->route_out, rlen,
-                                wt_ucx_tag(h->round, WT_UCX_ROUTE_BUCKET), &p);
-  if (UCS_PTR_IS_ERR(*route_req)) {
-    us = UCS_PTR_STATUS(*route_req);
-    *route_req = NULL;
-    WT_FAIL(WT_UNAVAILABLE, "%s: sending the route to %s: %s", e->where,
-            e->next, ucs_status_string(us));
-  }
-out:
-  return st;
-}
-
-/* Forwards landed bucket `s` to the next worker, from the staging buffers. */
-static wt_status *fwd_bucket(wt_engine *e, const slot *s, void **req) {
-  ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
-                           .datatype = ucp_dt_make_iov()};
-  const void *buf = s->iov;
-  size_t count = s->iovcnt;
-  if (s->iovcnt == 1) {
-    p.datatype = ucp_dt_make_contig(1);
-    buf = s->iov[0].buffer;
-    count = s->iov[0].length;
-    p.memh = memh_of(e, buf, count);
-    if (p.memh != NULL) p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-  }
-  *req = ucp_tag_send_nbx(e->fwd.ep, buf, count,
-                          wt_ucx_tag(e->hops[0].round, s->bucket), &p);
-  if (UCS_PTR_IS_ERR(*req)) {
-    ucs_status_t us = UCS_PTR_STATUS(*req);
-    *req = NULL;
-    return wt_status_new(WT_UNAVAILABLE, "%s: forwarding bucket %zu to %s: %s",
-                         e->where, s->bucket, e->next, ucs_status_string(us));
-  }
-  return NULL;
-}
-
-typedef struct fwd_wait {
-  wt_engine *e;
-  void **reqs;
-  size_t n;
-} fwd_wait;
-
-static bool fwd_done(void *arg) {
-  fwd_wait *w = arg;
-  if (w->e->fwd.failed) return true;
-  for (size_t i = 0; i < w->n; i++)
-    if (wt_ucx_request_status(w->reqs[i]) == UCS_INPROGRESS) return false;
-  return true;
-}
-
-/* Waits for the forwarded sends (reqs[0..n)) and frees them. */
-static wt_status *fwd_finish(wt_engine *e, void **reqs, size_t n,
-                             int64_t timeout) {
-  wt_status *st = NULL;
-  fwd_wait w = {.e = e, .reqs = reqs, .n = n};
-  char what[400];
-  snprintf(what, sizeof(what), "%s to take the forwarded buckets", e->next);
-  WT_CHECK(
-      wt_status_prefix(wt_ucx_wait(e->ucx, fwd_done, &w,
-                                   wt_ucx_now_ms() + timeout, timeout, what),
-                       "%s", e->where));
-  for (size_t i = 0; i < n; i++) {
-    ucs_status_t us = wt_ucx_request_status(reqs[i]);
-    if (us == UCS_INPROGRESS && e->fwd.failed) us = e->fwd.why;
-    if (us != UCS_OK)
-      WT_FAIL(WT_UNAVAILABLE, "%s: forwarding to %s failed: %s", e->where,
-              e->next, ucs_status_string(us));
-  }
-out:
-  return st;
-}
-
-typedef struct settle_arg {
-  wt_engine *e;
-  slot *slots; /* e->num_buffers of them */
-} settle_arg;
-
-static bool slots_settled(void *arg) {
-  settle_arg *w = arg;
-  for (size_t i = 0; i < w->e->num_buffers; i++)
-    if (wt_ucx_request_status(w->slots[i].req) == UCS_INPROGRESS) return false;
-  return true;
-}
-
-/* Ends the bucket receives a failed round left posted, so that nothing of
- * that round lands in the staging buffers later (when the next round, or
- * readers, own them). A receive UCX has not matched yet is cancelled. One
- * it has matched (the trainer had begun sending the bucket) cannot be
- * cancelled: UCX keeps writing as the rest of the bucket arrives (over TCP
- * the sender's puts land whatever became of the request), which a stalled
- * trainer or a cut link may deliver seconds later. Such a receive is kept in
- * e->strays, together with the iov arrays UCX reads, and the next round
- * first waits for it to end (check_strays): the bucket completes, or fails
- * once UCX sees the trainer's connection break. (Closing the connection
- * here instead would end it at once, but UCX 1.13's TCP transport can then
- * trip an assertion over a put in flight and abort the process.) Takes
- * *iov_all when it keeps strays. */
-static void settle_receives(wt_engine *e, slot *slots, uint64_t round_id,
-                            ucp_dt_iov_t **iov_all) {
-  settle_arg w = {.e = e, .slots = slots};
-  for (size_t i = 0; i < e->num_buffers; i++)
-    if (wt_ucx_request_status(slots[i].req) == UCS_INPROGRESS)
-      ucp_request_cancel(e->ucx->worker, slots[i].req);
-  const int64_t end = wt_ucx_now_ms() + UCX_GRACE_MS;
-  while (!slots_settled(&w) && wt_ucx_now_ms() < end)
-    ucp_worker_progress(e->ucx->worker);
-  for (size_t i = 0; i < e->num_buffers; i++) {
-    if (slots[i].req == NULL) continue;
-    slot *n = NULL;
-    if (wt_ucx_request_status(slots[i].req) == UCS_INPROGRESS)
-      n = realloc(e->strays, (e->nstrays + 1) * sizeof(*n));
-    if (n != NULL) {
-      e->strays = n;
-      if (e->nstrays == 0) {
-        e->stray_round = round_id;
-        e->stray_bucket = slots[i].bucket;
-        e->stray_mark = e->conns;
-      }
-      e->strays[e->nstrays++] = slots[i];
-    } else {
-      /* Ended; or, out of memory, left to UCX, which owns it until it ends
-       * and calls no callback once it is freed. */
-      slot_release(&slots[i]);
-    }
-    slots[i].req = NULL;
-    slots[i].note = NULL;
-  }
-  if (e->nstrays > 0) {
-    WT_LOGI("ucx",
-            "%s: round %" PRIu64 " failed while the trainer was sending "
-            "bucket %zu; the next round waits until that bucket ends",
-            e->where, round_id, e->stray_bucket);
-    if (e->stray_iov == NULL) {
-      e->stray_iov = *iov_all;
-      *iov_all = NULL;
-    }
-  }
-}
-
-/* The trainer connected again since the strays were left: it replaces its
- * endpoints after a failed round, closing the old ones first. */
-static bool reconnected(const wt_engine *e) {
-  for (size_t i = 0; i < e->npeers; i++)
-    if (e->peers[i].used && !e->peers[i].failed &&
-        e->peers[i].gen > e->stray_mark)
-      return true;
-  return false;
-}
-
-static bool strays_done(void *arg) {
-  const wt_engine *e = arg;
-  if (reconnected(e)) return true;
-  for (size_t i = 0; i < e->nstrays; i++)
-    if (wt_ucx_request_status(e->strays[i].req) == UCS_INPROGRESS) return false;
-  return true;
-}
-
-/* Waits up to `timeout` ms for the strays to end and frees them; fails,
- * naming the bucket, if one is still going (or the wait is cancelled).
- * Once the trainer has connected anew, the connections the strays came
- * through are obsolete (the trainer closed its ends before reconnecting,
- * though over a cut link this side may not hear of it for seconds): they
- * are closed, so that nothing more arrives through them, and the strays
- * are released to UCX. */
-static wt_status *check_strays(wt_engine *e, int64_t timeout) {
-  if (e->nstrays == 0) return NULL;
-  wt_status_free(wt_ucx_wait(e->ucx, strays_done, e,
-                             wt_ucx_now_ms() + timeout, timeout,
-                             "a failed round's bucket to end"));
-  if (reconnected(e)) {
-    size_t closed = 0;
-    for (size_t i = 0; i < e->npeers; i++) {
-      peer *p = &e->peers[i];
-      if (!p->used || p->gen > e->stray_mark) continue;
-      wt_ucx_ep_close(e->ucx, p->ep, false, 200);
-      memset(p, 0, sizeof(*p));
-      closed++;
-    }
-    size_t going = 0;
-    for (size_t i = 0; i < e->nstrays; i++) {
-      going += wt_ucx_request_status(e->strays[i].req) == UCS_INPROGRESS;
-      /* No callback after this; no data either, its connection is gone. */
-      slot_release(&e->strays[i]);
-    }
-    e->nstrays = 0;
-    if (going > 0) {
-      WT_LOGI("ucx",
-              "%s: the trainer reconnected; closed %zu old connection(s) "
-              "that %zu receive(s) of failed round %" PRIu64
-              " were still coming through",
-              e->where, closed, going, e->stray_round);
-      if (e->stray_iov != NULL) {
-        /* UCX may still hold the iov arrays of the released receives:
-         * kept until destroy (leaked if even that cannot be recorded). */
-        void **o = realloc(e->orphans, (e->norphans + 1) * sizeof(*o));
-        if (o != NULL) {
-          e->orphans = o;
-          e->orphans[e->norphans++] = e->stray_iov;
-        }
-        e->stray_iov = NULL;
-      }
-    }
-    free(e->stray_iov);
-    e->stray_iov = NULL;
-    return NULL;
-  }
-  size_t kept = 0;
-  for (size_t i = 0; i < e->nstrays; i++) {
-    if (wt_ucx_request_status(e->strays[i].req) == UCS_INPROGRESS) {
-      e->strays[kept++] = e->strays[i];
-    } else {
-      slot_release(&e->strays[i]);
-    }
-  }
-  e->nstrays = kept;
-  if (kept > 0)
-    return wt_status_new(
-        WT_FAILED_PRECONDITION,
-        "%s: %zu bucket receive(s) of failed round %" PRIu64
-        " (bucket %zu first) may still write into the staging buffers: the "
-        "trainer began sending them and, after %" PRId64
-        " ms, has neither finished nor disconnected; InitWeightTransferEngine "
-        "again to reset the engine",
-        e->where, kept, e->stray_round, e->stray_bucket, timeout);
-  free(e->stray_iov);
-  e->stray_iov = NULL;
-  return NULL;
 }
 
 static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
@@ -906,9 +377,9 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
               "update_info.ucx.packed_buffer_size_bytes is 0; it must be at "
               "least 1");
   }
-  WT_CHECK(check_strays(e, connect_timeout));
+  WT_CHECK(wt_ucxe_check_strays(e, connect_timeout));
   WT_CHECK(wt_pack_plan_build(u->nbytes, u->n, buffer, &plan));
-  reap_peers(e);
+  wt_ucxe_reap_peers(e);
   e->gone_since_ms = 0;
   slots = calloc(e->num_buffers, sizeof(*slots));
   iov_all = calloc(u->n ? u->n : 1, sizeof(*iov_all));
@@ -916,12 +387,12 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
   /* The route is the round's first message: its wait also covers the
    * trainer's (re)connection and its start, hence the connect deadline. */
-  WT_CHECK(recv_route(e, u, connect_timeout, &rflags, &nhops));
+  WT_CHECK(wt_ucxe_recv_route(e, u, connect_timeout, &rflags, &nhops));
   if (nhops > 0) {
     fwd_reqs = calloc(plan->nbuckets + 1, sizeof(*fwd_reqs));
     if (fwd_reqs == NULL)
       WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
-    WT_CHECK(fwd_start(e, rflags, nhops, &fwd_reqs[plan->nbuckets]));
+    WT_CHECK(wt_ucxe_fwd_start(e, rflags, nhops, &fwd_reqs[plan->nbuckets]));
   }
   while (landed < plan->nbuckets) {
     while (posted < plan->nbuckets && posted - landed < e->num_buffers) {
@@ -935,8 +406,8 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
              "bucket %zu of %zu (round %" PRIu64 ") from the trainer", landed,
              plan->nbuckets, u->round_id);
     wait_arg wa = {.e = e, .req = s->req};
-    st = wt_ucx_wait(e->ucx, recv_done, &wa, wt_ucx_now_ms() + timeout, timeout,
-                     what);
+    st = wt_ucx_wait(e->ucx, wt_ucxe_recv_done, &wa, wt_ucx_now_ms() + timeout,
+                     timeout, what);
     if (st != NULL) {
       bool broke = e->gone_since_ms != 0;
       WT_CHECK(
@@ -947,15 +418,16 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
       WT_FAIL(WT_UNAVAILABLE,
               "%s: the trainer is gone (its connection broke: %s) while "
               "waiting for %s",
-              e->where, ucs_status_string(last_error(e)), what);
+              e->where, ucs_status_string(wt_ucxe_last_error(e)), what);
     WT_CHECK(land_bucket(e, u, plan, s, stats));
-    if (fwd_reqs != NULL) WT_CHECK(fwd_bucket(e, s, &fwd_reqs[s->bucket]));
+    if (fwd_reqs != NULL)
+      WT_CHECK(wt_ucxe_fwd_bucket(e, s, &fwd_reqs[s->bucket]));
     landed++;
   }
   if (fwd_reqs != NULL)
-    WT_CHECK(fwd_finish(e, fwd_reqs, plan->nbuckets + 1, timeout));
+    WT_CHECK(wt_ucxe_fwd_finish(e, fwd_reqs, plan->nbuckets + 1, timeout));
 out:
-  if (slots) settle_receives(e, slots, u->round_id, &iov_all);
+  if (slots) wt_ucxe_settle_receives(e, slots, u->round_id, &iov_all);
   if (fwd_reqs != NULL) {
     /* A failed round: forcing the close ends sends still in flight. */
     if (st != NULL) {

@@ -1,0 +1,308 @@
+/* ucx_conn.c: the `ucx` worker engine's connections from the trainer
+ * (accepted inside ucp_worker_progress, reaped once broken) and the receives
+ * a failed round leaves behind: unexpected buckets are drained, matched ones
+ * are kept until they end or their connection is replaced, so that nothing
+ * of a failed round lands after it (see ucx_engine.c). */
+
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ucx_engine_internal.h"
+#include "wt/log.h"
+
+/* Gives a slot's request back to UCX (which calls no callback after this)
+ * and frees its note. */
+void wt_ucxe_slot_release(slot *s) {
+  if (s->req != NULL) ucp_request_free(s->req);
+  free(s->note);
+  s->req = NULL;
+  s->note = NULL;
+}
+
+void wt_ucxe_peer_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
+  peer *p = arg;
+  (void)ep;
+  p->failed = true;
+  p->why = status;
+  WT_LOGD("ucx", "trainer connection closed: %s", ucs_status_string(status));
+}
+
+/* Accepts the trainer's connection; runs inside ucp_worker_progress. The
+ * peer array never moves (error callbacks hold a pointer into it), so it is
+ * allocated at its final capacity and slots of closed connections are
+ * reused (wt_ucxe_reap_peers). */
+void wt_ucxe_on_conn(ucp_conn_request_h req, void *arg) {
+  wt_engine *e = arg;
+  peer *p = NULL;
+  for (size_t i = 0; i < e->npeers && p == NULL; i++)
+    if (!e->peers[i].used) p = &e->peers[i];
+  if (p == NULL && e->npeers < e->cap) p = &e->peers[e->npeers++];
+  if (p == NULL) {
+    WT_LOGW("ucx", "%s: refusing a connection (%zu open)", e->where, e->cap);
+    ucp_listener_reject(e->listener, req);
+    return;
+  }
+  memset(p, 0, sizeof(*p));
+  ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
+                                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                        .conn_request = req,
+                        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+                        .err_handler = {.cb = wt_ucxe_peer_error, .arg = p}};
+  ucs_status_t us = ucp_ep_create(e->ucx->worker, &ep, &p->ep);
+  if (us != UCS_OK) {
+    WT_LOGW("ucx", "%s: accepting the trainer: %s", e->where,
+            ucs_status_string(us));
+    return;
+  }
+  p->used = true;
+  p->gen = ++e->conns;
+  WT_LOGD("ucx", "%s: trainer connected", e->where);
+}
+
+/* Discards the unexpected messages left from an aborted round (buckets the
+ * trainer sent after this worker stopped receiving), so that they neither
+ * pile up nor hold the trainer's old connection. */
+void wt_ucxe_drain_unexpected(wt_engine *e) {
+  if (e->ucx == NULL) return;
+  /* Bounded: a bucket whose sender is unreachable never completes. */
+  const int64_t end = wt_ucx_now_ms() + UCX_DRAIN_MS;
+  while (wt_ucx_now_ms() < end) {
+    ucp_tag_recv_info_t info;
+    while (ucp_worker_progress(e->ucx->worker) != 0) {
+    }
+    ucp_tag_message_h msg = ucp_tag_probe_nb(e->ucx->worker, 0, 0, 1, &info);
+    if (msg == NULL) return;
+    void *scratch = malloc(info.length ? info.length : 1);
+    if (scratch == NULL) return;
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
+                             .datatype = ucp_dt_make_contig(1)};
+    void *req =
+        ucp_tag_msg_recv_nbx(e->ucx->worker, scratch, info.length, msg, &p);
+    if (req != NULL && !UCS_PTR_IS_ERR(req)) {
+      while (ucp_request_check_status(req) == UCS_INPROGRESS &&
+             wt_ucx_now_ms() < end)
+        ucp_worker_progress(e->ucx->worker);
+      bool busy = ucp_request_check_status(req) == UCS_INPROGRESS;
+      wt_ucx_request_drop(e->ucx, req, 0);
+      if (busy) {
+        /* UCX may still write into it: keep it until the worker is gone. */
+        void **o = realloc(e->orphans, (e->norphans + 1) * sizeof(*o));
+        if (o != NULL) {
+          e->orphans = o;
+          e->orphans[e->norphans++] = scratch;
+          scratch = NULL;
+        } else {
+          scratch = NULL; /* leaked rather than reused */
+        }
+      }
+    }
+    free(scratch);
+    WT_LOGD("ucx", "%s: dropped a stale bucket (tag %#" PRIx64 ", %zu bytes)",
+            e->where, (uint64_t)info.sender_tag, (size_t)info.length);
+  }
+}
+
+/* Closes the broken trainer connections (outside UCX callbacks) and frees
+ * their slots. */
+void wt_ucxe_reap_peers(wt_engine *e) {
+  for (size_t i = 0; i < e->npeers; i++) {
+    peer *p = &e->peers[i];
+    if (!p->used || !p->failed) continue;
+    wt_ucx_ep_close(e->ucx, p->ep, false, 200);
+    memset(p, 0, sizeof(*p));
+  }
+}
+
+/* The error of a broken trainer connection, for messages. */
+ucs_status_t wt_ucxe_last_error(const wt_engine *e) {
+  for (size_t i = e->npeers; i-- > 0;)
+    if (e->peers[i].used && e->peers[i].failed) return e->peers[i].why;
+  return UCS_ERR_CONNECTION_RESET;
+}
+
+/* A wait also ends once every trainer connection has been broken for
+ * UCX_PEER_GONE_MS: not at the first error, because after a failed round the
+ * trainer replaces its endpoints and the new connection may come in after
+ * the old one's error. A trainer connected by worker address leaves no
+ * connection here; the deadline alone bounds that wait. */
+bool wt_ucxe_recv_done(void *arg) {
+  wait_arg *w = arg;
+  wt_engine *e = w->e;
+  if (wt_ucx_request_status(w->req) != UCS_INPROGRESS) return true;
+  bool any = false, all_failed = true;
+  for (size_t i = 0; i < e->npeers; i++) {
+    if (!e->peers[i].used) continue;
+    any = true;
+    all_failed = all_failed && e->peers[i].failed;
+  }
+  all_failed = any && all_failed;
+  if (!all_failed) {
+    e->gone_since_ms = 0;
+    return false;
+  }
+  int64_t now = wt_ucx_now_ms();
+  if (e->gone_since_ms == 0) e->gone_since_ms = now;
+  return now - e->gone_since_ms >= UCX_PEER_GONE_MS;
+}
+
+typedef struct settle_arg {
+  wt_engine *e;
+  slot *slots; /* e->num_buffers of them */
+} settle_arg;
+
+static bool slots_settled(void *arg) {
+  settle_arg *w = arg;
+  for (size_t i = 0; i < w->e->num_buffers; i++)
+    if (wt_ucx_request_status(w->slots[i].req) == UCS_INPROGRESS) return false;
+  return true;
+}
+
+/* Ends the bucket receives a failed round left posted, so that nothing of
+ * that round lands in the staging buffers later (when the next round, or
+ * readers, own them). A receive UCX has not matched yet is cancelled. One
+ * it has matched (the trainer had begun sending the bucket) cannot be
+ * cancelled: UCX keeps writing as the rest of the bucket arrives (over TCP
+ * the sender's puts land whatever became of the request), which a stalled
+ * trainer or a cut link may deliver seconds later. Such a receive is kept in
+ * e->strays, together with the iov arrays UCX reads, and the next round
+ * first waits for it to end (wt_ucxe_check_strays): the bucket completes, or
+ * fails once UCX sees the trainer's connection break. (Closing the connection
+ * here instead would end it at once, but UCX 1.13's TCP transport can then
+ * trip an assertion over a put in flight and abort the process.) Takes
+ * *iov_all when it keeps strays. */
+void wt_ucxe_settle_receives(wt_engine *e, slot *slots, uint64_t round_id,
+                             ucp_dt_iov_t **iov_all) {
+  settle_arg w = {.e = e, .slots = slots};
+  for (size_t i = 0; i < e->num_buffers; i++)
+    if (wt_ucx_request_status(slots[i].req) == UCS_INPROGRESS)
+      ucp_request_cancel(e->ucx->worker, slots[i].req);
+  const int64_t end = wt_ucx_now_ms() + UCX_GRACE_MS;
+  while (!slots_settled(&w) && wt_ucx_now_ms() < end)
+    ucp_worker_progress(e->ucx->worker);
+  for (size_t i = 0; i < e->num_buffers; i++) {
+    if (slots[i].req == NULL) continue;
+    slot *n = NULL;
+    if (wt_ucx_request_status(slots[i].req) == UCS_INPROGRESS)
+      n = realloc(e->strays, (e->nstrays + 1) * sizeof(*n));
+    if (n != NULL) {
+      e->strays = n;
+      if (e->nstrays == 0) {
+        e->stray_round = round_id;
+        e->stray_bucket = slots[i].bucket;
+        e->stray_mark = e->conns;
+      }
+      e->strays[e->nstrays++] = slots[i];
+    } else {
+      /* Ended; or, out of memory, left to UCX, which owns it until it ends
+       * and calls no callback once it is freed. */
+      wt_ucxe_slot_release(&slots[i]);
+    }
+    slots[i].req = NULL;
+    slots[i].note = NULL;
+  }
+  if (e->nstrays > 0) {
+    WT_LOGI("ucx",
+            "%s: round %" PRIu64
+            " failed while the trainer was sending "
+            "bucket %zu; the next round waits until that bucket ends",
+            e->where, round_id, e->stray_bucket);
+    if (e->stray_iov == NULL) {
+      e->stray_iov = *iov_all;
+      *iov_all = NULL;
+    }
+  }
+}
+
+/* The trainer connected again since the strays were left: it replaces its
+ * endpoints after a failed round, closing the old ones first. */
+static bool reconnected(const wt_engine *e) {
+  for (size_t i = 0; i < e->npeers; i++)
+    if (e->peers[i].used && !e->peers[i].failed &&
+        e->peers[i].gen > e->stray_mark)
+      return true;
+  return false;
+}
+
+static bool strays_done(void *arg) {
+  const wt_engine *e = arg;
+  if (reconnected(e)) return true;
+  for (size_t i = 0; i < e->nstrays; i++)
+    if (wt_ucx_request_status(e->strays[i].req) == UCS_INPROGRESS) return false;
+  return true;
+}
+
+/* Waits up to `timeout` ms for the strays to end and frees them; fails,
+ * naming the bucket, if one is still going (or the wait is cancelled).
+ * Once the trainer has connected anew, the connections the strays came
+ * through are obsolete (the trainer closed its ends before reconnecting,
+ * though over a cut link this side may not hear of it for seconds): they
+ * are closed, so that nothing more arrives through them, and the strays
+ * are released to UCX. */
+wt_status *wt_ucxe_check_strays(wt_engine *e, int64_t timeout) {
+  if (e->nstrays == 0) return NULL;
+  wt_status_free(wt_ucx_wait(e->ucx, strays_done, e, wt_ucx_now_ms() + timeout,
+                             timeout, "a failed round's bucket to end"));
+  if (reconnected(e)) {
+    size_t closed = 0;
+    for (size_t i = 0; i < e->npeers; i++) {
+      peer *p = &e->peers[i];
+      if (!p->used || p->gen > e->stray_mark) continue;
+      wt_ucx_ep_close(e->ucx, p->ep, false, 200);
+      memset(p, 0, sizeof(*p));
+      closed++;
+    }
+    size_t going = 0;
+    for (size_t i = 0; i < e->nstrays; i++) {
+      going += wt_ucx_request_status(e->strays[i].req) == UCS_INPROGRESS;
+      /* No callback after this; no data either, its connection is gone. */
+      wt_ucxe_slot_release(&e->strays[i]);
+    }
+    e->nstrays = 0;
+    if (going > 0) {
+      WT_LOGI("ucx",
+              "%s: the trainer reconnected; closed %zu old connection(s) "
+              "that %zu receive(s) of failed round %" PRIu64
+              " were still coming through",
+              e->where, closed, going, e->stray_round);
+      if (e->stray_iov != NULL) {
+        /* UCX may still hold the iov arrays of the released receives:
+         * kept until destroy (leaked if even that cannot be recorded). */
+        void **o = realloc(e->orphans, (e->norphans + 1) * sizeof(*o));
+        if (o != NULL) {
+          e->orphans = o;
+          e->orphans[e->norphans++] = e->stray_iov;
+        }
+        e->stray_iov = NULL;
+      }
+    }
+    free(e->stray_iov);
+    e->stray_iov = NULL;
+    return NULL;
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < e->nstrays; i++) {
+    if (wt_ucx_request_status(e->strays[i].req) == UCS_INPROGRESS) {
+      e->strays[kept++] = e->strays[i];
+    } else {
+      wt_ucxe_slot_release(&e->strays[i]);
+    }
+  }
+  e->nstrays = kept;
+  if (kept > 0)
+    return wt_status_new(
+        WT_FAILED_PRECONDITION,
+        "%s: %zu bucket receive(s) of failed round %" PRIu64
+        " (bucket %zu first) may still write into the staging buffers: the "
+        "trainer began sending them and, after %" PRId64
+        " ms, has neither finished nor disconnected; InitWeightTransferEngine "
+        "again to reset the engine",
+        e->where, kept, e->stray_round, e->stray_bucket, timeout);
+  free(e->stray_iov);
+  e->stray_iov = NULL;
+  return NULL;
+}

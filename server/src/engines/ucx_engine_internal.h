@@ -1,0 +1,178 @@
+/* ucx_engine_internal.h: what the files of the `ucx` worker engine share
+ * (built with WT_WITH_UCX; see ucx_engine.c for the engine as a whole):
+ *
+ *   ucx_engine.c  the engine's table: create, init (listener, registered
+ *                 staging memory), the round's bucket receives
+ *   ucx_conn.c    the trainer's connections, and a failed round's stray
+ *                 receives that must end before the next round writes
+ *   ucx_chain.c   chain fan-out: the round's route and forwarding each
+ *                 landed bucket to the next worker
+ */
+#ifndef WT_UCX_ENGINE_INTERNAL_H
+#define WT_UCX_ENGINE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "wt/engine.h"
+#include "wt/packing.h"
+#include "wt/ucx_common.h"
+
+#define WT_UCXE_HIDDEN __attribute__((visibility("hidden")))
+
+/* Where wt-server --ucx-transports leaves the server's default. */
+#define WT_UCX_TRANSPORTS_ENV "WT_UCX_TRANSPORTS"
+#define UCX_DEFAULT_BUFFER_BYTES (64ull << 20)
+#define UCX_DEFAULT_NUM_BUFFERS 2u
+#define UCX_MAX_NUM_BUFFERS 64u
+/* How long an abort waits for a posted receive to give up its buffers. */
+#define UCX_GRACE_MS 1000
+/* How long every trainer connection must stay broken before a receive gives
+ * up on the trainer (see wt_ucxe_recv_done). */
+#define UCX_PEER_GONE_MS 1000
+/* How long an abort spends discarding a failed round's leftover buckets. */
+#define UCX_DRAIN_MS 500
+
+/* A connection from the trainer (normally one per init). */
+typedef struct peer {
+  bool used; /* slot holds a connection (closed broken ones are reused) */
+  ucp_ep_h ep;
+  bool failed;
+  ucs_status_t why;
+  uint64_t gen; /* accepted as the engine's gen-th connection */
+} peer;
+
+/* One posted bucket receive. */
+typedef struct slot {
+  void *req;
+  wt_ucx_recv_note *note; /* malloc'd with the request, freed with it */
+  size_t bucket;
+  ucp_dt_iov_t *iov; /* into the round's iov array, at the bucket's first */
+  size_t iovcnt;
+} slot;
+
+struct wt_engine {
+  wt_worker_ctx ctx;
+  uint64_t buffer_bytes;
+  uint32_t num_buffers;
+  /* The route wait's deadline (init_info.ucx.connect_timeout_ms); 0: the
+   * default, WT_UCX_CONNECT_TIMEOUT_MS or the bucket deadline if larger. */
+  int64_t connect_timeout_ms;
+  char *transports;
+  bool transports_from_server; /* not the init info's: the server default */
+  wt_ucx *ucx;
+  ucp_listener_h listener;
+  peer *peers;
+  size_t npeers, cap;
+  char where[64];        /* "worker N" for messages */
+  int64_t gone_since_ms; /* every trainer connection broken since; 0: no */
+  void **orphans; /* drain buffers UCX may still write; freed at destroy */
+  size_t norphans;
+  /* Bucket receives of a failed round that UCX had matched and that neither
+   * finished nor failed (see settle_receives): UCX may still write through
+   * them into the staging buffers, so no round starts while one is left. */
+  slot *strays; /* req and note of each; the rest unused */
+  size_t nstrays;
+  uint64_t stray_round;
+  uint64_t conns;          /* connections accepted so far */
+  uint64_t stray_mark;     /* conns when the strays were left */
+  size_t stray_bucket;     /* the first of them, for messages */
+  ucp_dt_iov_t *stray_iov; /* their iov arrays, which UCX reads until then */
+  /* Chain fan-out (wt/ucx_common.h): the round's route and the connection
+   * to the next worker, which gets every bucket once it has landed. */
+  unsigned char *route_in, *route_out;
+  wt_ucx_hop *hops;
+  peer fwd; /* kept across rounds while the route stays the same */
+  uint32_t fwd_flags;
+  char next[320]; /* "the next worker in the chain (HOST:PORT)" */
+  /* The store's regions, registered once at init_transfer. */
+  wt_param_region regions[WT_PARAM_STORE_MAX_REGIONS];
+  ucp_mem_h memh[WT_PARAM_STORE_MAX_REGIONS];
+  size_t nregions;
+};
+
+typedef struct wait_arg {
+  wt_engine *e;
+  void *req;
+} wait_arg;
+
+/* Gives a slot's request back to UCX (which calls no callback after this)
+ * and frees its note. */
+WT_UCXE_HIDDEN void wt_ucxe_slot_release(slot *s);
+
+/* The registration covering [buf, buf + len), or NULL. */
+WT_UCXE_HIDDEN ucp_mem_h wt_ucxe_memh_of(const wt_engine *e, const void *buf,
+                                         size_t len);
+
+WT_UCXE_HIDDEN void wt_ucxe_peer_error(void *arg, ucp_ep_h ep,
+                                       ucs_status_t status);
+
+/* Accepts the trainer's connection; runs inside ucp_worker_progress. The
+ * peer array never moves (error callbacks hold a pointer into it), so it is
+ * allocated at its final capacity and slots of closed connections are
+ * reused (wt_ucxe_reap_peers). */
+WT_UCXE_HIDDEN void wt_ucxe_on_conn(ucp_conn_request_h req, void *arg);
+
+/* Discards the unexpected messages left from an aborted round (buckets the
+ * trainer sent after this worker stopped receiving), so that they neither
+ * pile up nor hold the trainer's old connection. */
+WT_UCXE_HIDDEN void wt_ucxe_drain_unexpected(wt_engine *e);
+
+/* Closes the broken trainer connections (outside UCX callbacks) and frees
+ * their slots. */
+WT_UCXE_HIDDEN void wt_ucxe_reap_peers(wt_engine *e);
+
+/* The error of a broken trainer connection, for messages. */
+WT_UCXE_HIDDEN ucs_status_t wt_ucxe_last_error(const wt_engine *e);
+
+/* A wait also ends once every trainer connection has been broken for
+ * UCX_PEER_GONE_MS: not at the first error, because after a failed round the
+ * trainer replaces its endpoints and the new connection may come in after
+ * the old one's error. A trainer connected by worker address leaves no
+ * connection here; the deadline alone bounds that wait. */
+WT_UCXE_HIDDEN bool wt_ucxe_recv_done(void *arg);
+
+/* Ends the bucket receives a failed round left posted, so that nothing of
+ * that round lands in the staging buffers later (when the next round, or
+ * readers, own them). A receive UCX has not matched yet is cancelled. One
+ * it has matched (the trainer had begun sending the bucket) cannot be
+ * cancelled: UCX keeps writing as the rest of the bucket arrives (over TCP
+ * the sender's puts land whatever became of the request), which a stalled
+ * trainer or a cut link may deliver seconds later. Such a receive is kept in
+ * e->strays, together with the iov arrays UCX reads, and the next round
+ * first waits for it to end (wt_ucxe_check_strays): the bucket completes, or
+ * fails once UCX sees the trainer's connection break. (Closing the connection
+ * here instead would end it at once, but UCX 1.13's TCP transport can then
+ * trip an assertion over a put in flight and abort the process.) Takes
+ * *iov_all when it keeps strays. */
+WT_UCXE_HIDDEN void wt_ucxe_settle_receives(wt_engine *e, slot *slots,
+                                            uint64_t round_id,
+                                            ucp_dt_iov_t **iov_all);
+
+/* Waits up to `timeout` ms for the strays to end and frees them; fails,
+ * naming the bucket, if one is still going (or the wait is cancelled).
+ * Once the trainer has connected anew, the connections the strays came
+ * through are obsolete (the trainer closed its ends before reconnecting,
+ * though over a cut link this side may not hear of it for seconds): they
+ * are closed, so that nothing more arrives through them, and the strays
+ * are released to UCX. */
+WT_UCXE_HIDDEN wt_status *wt_ucxe_check_strays(wt_engine *e, int64_t timeout);
+
+/* Receives the round's route (wt/ucx_common.h) into e->hops. */
+WT_UCXE_HIDDEN wt_status *wt_ucxe_recv_route(wt_engine *e, const wt_update *u,
+                                             int64_t timeout, uint32_t *flags,
+                                             size_t *nhops);
+
+/* Connects to the route's first hop and sends it the rest of the route. */
+WT_UCXE_HIDDEN wt_status *wt_ucxe_fwd_start(wt_engine *e, uint32_t flags,
+                                            size_t nhops, void **route_req);
+
+/* Forwards landed bucket `s` to the next worker, from the staging buffers. */
+WT_UCXE_HIDDEN wt_status *wt_ucxe_fwd_bucket(wt_engine *e, const slot *s,
+                                             void **req);
+
+/* Waits for the forwarded sends (reqs[0..n)) and frees them. */
+WT_UCXE_HIDDEN wt_status *wt_ucxe_fwd_finish(wt_engine *e, void **reqs,
+                                             size_t n, int64_t timeout);
+
+#endif /* WT_UCX_ENGINE_INTERNAL_H */

@@ -6,7 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "support/fixture.h"
+#include "wt/engine.h"
+#include "wt/pb.h"
 #include "wt/registry.h"
+#include "wt/source.h"
+#include "wt/trainer.h"
 #include "wt_test.h"
 
 #ifndef WT_TEST_PLUGIN_PATH
@@ -325,6 +330,74 @@ static void test_concurrent_lookup(void) {
   CU_ASSERT_FALSE(plugin_is_loaded());
 }
 
+static void register_memq_trainer(void) {
+  wt_status *st = wt_trainer_register_lazy("memq", WT_TEST_MEMQ_PATH,
+                                           "wt_memq_trainer_ops");
+  CU_ASSERT_PTR_NULL(st);
+  wt_status_free(st);
+}
+
+/* Adding a backend (tests/fixtures/memq): a worker file and a trainer file
+ * in a module, one lazy registration line on each side; the servers load
+ * it on the first init, the client on the first lookup, and rounds work
+ * like any backend's, on two servers of 1 and 2 workers. */
+static void test_added_backend(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, register_memq_trainer);
+  wt_registry *engines = NULL;
+  WT_ASSERT_OK(wt_registry_new("worker engine", WT_ENGINE_ABI_VERSION,
+                               &engines));
+  WT_ASSERT_OK(wt_engine_register_builtins(engines));
+  WT_ASSERT_OK(wt_registry_register_lazy(engines, "memq", WT_TEST_MEMQ_PATH,
+                                         "wt_memq_engine_ops"));
+  wtt_servers s;
+  const char *models[] = {"synthetic:tiny", "synthetic:tiny"};
+  const uint32_t workers[] = {1, 2};
+  wtt_servers_start(&s, 2, models, workers, WT_STAGING_SHADOW, engines);
+  wt_sync_client *c = wtt_client_of(&s);
+  /* Not loaded before anyone asks for it. */
+  Wt__V1__ServerInfo *info = NULL;
+  WT_ASSERT_OK(wt_sync_client_server_info(c, 0, &info));
+  for (size_t i = 0; i < info->n_backend_info; i++)
+    if (strcmp(info->backend_info[i]->name, "memq") == 0)
+      CU_ASSERT_FALSE(info->backend_info[i]->loaded);
+  wt_pb_free(&info->base);
+
+  wt_backend_option opts[] = {{"bucket_size", "1K"}};
+  Wt__V1__WeightTransferInitInfo *init = NULL;
+  WT_ASSERT_OK(wt_trainer_init_info("memq", opts, 1, &init));
+  wt_source *src = NULL;
+  WT_ASSERT_OK(wt_source_synthetic("tiny", 11, &src));
+  wt_trainer *t = NULL;
+  WT_ASSERT_OK(wt_sync_client_init_transfer(c, init, src, &t));
+  for (uint64_t round = 0; round < 2; round++) {
+    WT_ASSERT_OK(wt_source_synthetic_set_seed(src, 11 + round));
+    WT_ASSERT_OK(wt_sync_client_start(c));
+    WT_ASSERT_OK(wt_sync_client_update(c, t, NULL, NULL, NULL));
+    WT_ASSERT_OK(wt_sync_client_finish(c, round ? "memq-2" : "memq-1"));
+    wtt_assert_servers_hold(c, src, WT_HASH_SHA256);
+  }
+  WT_ASSERT_OK(wt_sync_client_server_info(c, 1, &info));
+  bool seen = false;
+  for (size_t i = 0; i < info->n_backend_info; i++) {
+    const Wt__V1__BackendInfo *b = info->backend_info[i];
+    if (strcmp(b->name, "memq") != 0) continue;
+    seen = true;
+    CU_ASSERT_TRUE(b->loaded);
+    CU_ASSERT_FALSE(b->cross_host);
+    CU_ASSERT_TRUE(b->survives_abort);
+  }
+  CU_ASSERT(seen);
+  CU_ASSERT_STRING_EQUAL(info->workers[1]->backend, "memq");
+  wt_pb_free(&info->base);
+  wt_pb_free(&init->base);
+  wt_trainer_destroy(t);
+  wt_source_destroy(src);
+  wt_sync_client_destroy(c);
+  wtt_servers_stop(&s);
+  wt_registry_destroy(engines);
+}
+
 void wt_test_suite_registry(void) {
   CU_pSuite s = CU_add_suite("registry", NULL, NULL);
   CU_add_test(s, "direct registration and lookup", test_direct);
@@ -339,4 +412,6 @@ void wt_test_suite_registry(void) {
   CU_add_test(s, "lazy: missing symbol", test_lazy_missing_symbol);
   CU_add_test(s, "lazy: ABI mismatch and wrong table", test_lazy_abi_mismatch);
   CU_add_test(s, "lazy: concurrent first lookups", test_concurrent_lookup);
+  CU_add_test(s, "an added backend (memq module) on both sides",
+              test_added_backend);
 }

@@ -31,68 +31,14 @@ model=${MODEL:-bench-1g}
 chunk=${CHUNK:-1048576}
 stagings=${STAGINGS:-shadow inplace}
 
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-fi
-cmake --build "$build" -j "$(nproc)" --target wt-server wt-push wt-ctl >/dev/null
+bench=grpc_bench
+. "$root/bench/lib.sh"
+bench_build "$build" "" wt-server wt-push wt-ctl
 server_bin=$build/server/wt-server
 push_bin=$build/client/wt-push
 
 work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do
-    kill -TERM "$p" 2>/dev/null || true
-  done
-  for p in "${pids[@]}"; do
-    wait "$p" 2>/dev/null || true
-  done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-# start_bg NAME CMD...: starts CMD with stdout into $work/NAME.out and waits
-# for its "listening on HOST:PORT" line; sets $bg_pid and $bg_addr.
-start_bg() {
-  local name=$1
-  shift
-  "$@" >"$work/$name.out" 2>"$work/$name.err" &
-  bg_pid=$!
-  pids+=("$bg_pid")
-  bg_addr=""
-  for _ in $(seq 1 1200); do
-    bg_addr=$(sed -n 's/.* listening on //p' "$work/$name.out" | head -n1)
-    [ -n "$bg_addr" ] && return 0
-    if ! kill -0 "$bg_pid" 2>/dev/null; then
-      echo "grpc_bench: $name exited before serving:" >&2
-      cat "$work/$name.err" >&2
-      exit 1
-    fi
-    sleep 0.1
-  done
-  echo "grpc_bench: $name did not serve within 120 s" >&2
-  exit 1
-}
-
-# stop_bg PID: SIGTERM and wait; fails the script on a non-zero exit.
-stop_bg() {
-  local rc=0
-  kill -TERM "$1"
-  wait "$1" || rc=$?
-  if [ "$rc" -ne 0 ]; then
-    echo "grpc_bench: pid $1 exited with status $rc after SIGTERM" >&2
-    exit 1
-  fi
-}
-
-# kib PID FIELD: a /proc/PID/status field in KiB.
-kib() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }
-
-gib() { awk -v k="$1" 'BEGIN { printf "%.2f", k / 1048576 }'; }
-
-best() { sort -g | tail -n1; }
-
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+trap bench_cleanup EXIT
 
 # ---------------------------------------------------------------- C side
 declare -A c_hwm c_rss0
@@ -115,16 +61,9 @@ for staging in $stagings; do
       cat "$out" >&2
       exit 1
     }
-    # The summary: "pushed T tensors, B bytes (..) to 1 server(s) in S s:
-    # G GB/s (round R s); committed version 'V'".
-    summary=$(grep '^pushed ' "$out" | tail -n1)
-    gbps=$(grep -oE '[0-9]+(\.[0-9]+)? GB/s' <<<"$summary" | cut -d' ' -f1)
-    bytes=$(grep -oE '[0-9]+ bytes' <<<"$summary" | cut -d' ' -f1)
-    if [ -z "$gbps" ] || [ -z "$bytes" ]; then
-      echo "grpc_bench: cannot read wt-push's summary:" >&2
-      cat "$out" >&2
-      exit 1
-    fi
+    push_summary "$out"
+    gbps=$push_gbps
+    bytes=$push_bytes
     c_bytes=$bytes
     if [ "$staging" = "${stagings%% *}" ] && [ "$i" -gt "$warmup" ]; then
       echo "$gbps" >>"$work/c.gbps"

@@ -36,7 +36,8 @@
   X(client)          \
   X(e2e)             \
   X(interop_python)  \
-  X(ucx)
+  X(ucx)             \
+  X(gpu)
 
 #define DECLARE(name) void wt_test_suite_##name(void);
 WT_SUITES(DECLARE)
@@ -74,8 +75,12 @@ void wt_test_rmtree(const char *path) {
   if (path) nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-const char *wt_test_source_dir(void) { return WT_TEST_SOURCE_DIR; }
-const char *wt_test_binary_dir(void) { return WT_TEST_BINARY_DIR; }
+const char *wt_test_source_dir(void) {
+  return WT_TEST_SOURCE_DIR;
+}
+const char *wt_test_binary_dir(void) {
+  return WT_TEST_BINARY_DIR;
+}
 
 void wt_test_skip(const char *test, const char *why) {
   fprintf(stdout, "\n  skipped: %s: %s\n", test, why);
@@ -93,8 +98,7 @@ int main(int argc, char **argv) {
       for (size_t s = 0; s < NSUITES; s++) printf("%s\n", suites[s].name);
       return 0;
     } else {
-      fprintf(stderr,
-              "usage: %s [--suite NAME] [--test SUBSTRING] [--list]\n",
+      fprintf(stderr, "usage: %s [--suite NAME] [--test SUBSTRING] [--list]\n",
               argv[0]);
       return 2;
     }

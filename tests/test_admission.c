@@ -40,7 +40,8 @@ static void *reader_main(void *arg) {
   readers *r = arg;
   char *names[1] = {"model.norm.weight"};
   while (!atomic_load(&r->stop)) {
-    Wt__V1__GetWeightVersionRequest v = WT__V1__GET_WEIGHT_VERSION_REQUEST__INIT;
+    Wt__V1__GetWeightVersionRequest v =
+        WT__V1__GET_WEIGHT_VERSION_REQUEST__INIT;
     wt_status *st = wtt_call(r->ch, "GetWeightVersion", &v.base,
                              &wt__v1__weight_version__descriptor, NULL);
     if (st == NULL) {
@@ -110,9 +111,10 @@ static void test_thousand_watchers(void) {
   int rthreads = 0, dthreads = 0;
   wt_server_admission(S.srv, 0, NULL, NULL, &rthreads);
   wt_server_admission(S.srv, 1, NULL, NULL, &dthreads);
-  printf("\n  %d watch streams open; process threads %d before them, %d with "
-         "them; watch threads %d, round threads %d, reader threads %d\n",
-         running, before, after, pool, rthreads, dthreads);
+  printf(
+      "\n  %d watch streams open; process threads %d before them, %d with "
+      "them; watch threads %d, round threads %d, reader threads %d\n",
+      running, before, after, pool, rthreads, dthreads);
   CU_ASSERT_EQUAL(running, NWATCH);
   CU_ASSERT_EQUAL(pool, 0);
   CU_ASSERT(after - before <= 4); /* none per stream */
@@ -124,9 +126,10 @@ static void test_thousand_watchers(void) {
   int64_t push_ms = wtt_now_ms() - t0;
   wtt_sleep_ms(100);
   long errors = readers_stop(&r);
-  printf("  a round of %zu tensors in %lld ms beside 100 readers: %ld calls, "
-         "%ld errors; process threads %d\n",
-         S.n, (long long)push_ms, atomic_load(&r.calls), errors, threads_now());
+  printf(
+      "  a round of %zu tensors in %lld ms beside 100 readers: %ld calls, "
+      "%ld errors; process threads %d\n",
+      S.n, (long long)push_ms, atomic_load(&r.calls), errors, threads_now());
   CU_ASSERT_EQUAL(errors, 0);
   wt_server_admission(S.srv, 1, NULL, NULL, &dthreads);
   CU_ASSERT(dthreads <= WT_SERVER_DEFAULT_READER_CALLS);
@@ -164,10 +167,11 @@ static void test_readers_never_take_round_capacity(void) {
   creq.names = names;
   wtt_bg_call slow[NSLOW];
   for (int i = 0; i < NSLOW; i++) {
-    slow[i] = (wtt_bg_call){.ch = S.ch,
-                            .method = "ChecksumWeights",
-                            .req = &creq.base,
-                            .type = &wt__v1__checksum_weights_response__descriptor};
+    slow[i] =
+        (wtt_bg_call){.ch = S.ch,
+                      .method = "ChecksumWeights",
+                      .req = &creq.base,
+                      .type = &wt__v1__checksum_weights_response__descriptor};
     wtt_bg_start(&slow[i]);
   }
   wtt_sleep_ms(100);
@@ -191,7 +195,6 @@ static void test_readers_never_take_round_capacity(void) {
   for (int i = 0; i < NSLOW; i++) WT_ASSERT_OK(wtt_bg_join(&slow[i]));
   free(names);
   wtt_server_stop(&S);
-
 
   o.max_reader_calls = 1;
   wtt_server_start(&S, "small", &o);
@@ -227,8 +230,8 @@ static void test_readers_never_take_round_capacity(void) {
       if (wt_status_code(st) != WT_RESOURCE_EXHAUSTED)
         fprintf(stderr, "\n  reader %d: %s\n", i, wt_status_message(st));
       CU_ASSERT_EQUAL(wt_status_code(st), WT_RESOURCE_EXHAUSTED);
-      CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st),
-                                    "reader calls running and"));
+      CU_ASSERT_PTR_NOT_NULL(
+          strstr(wt_status_message(st), "reader calls running and"));
       CU_ASSERT_PTR_NOT_NULL(
           strstr(wt_status_message(st), "wt-server --max-reader-calls"));
       refused++;
@@ -299,9 +302,10 @@ static void test_silent_and_stalled_pushes(void) {
     wt_server_admission(S.srv, 0, &running, &queued, NULL);
   } while ((running > 0 || queued > 0) && wtt_now_ms() - t0 < 5000);
   int64_t ms = wtt_now_ms() - t0;
-  printf("\n  %d silent pushes on 4 round threads were ended within %lld "
-         "ms\n",
-         NSILENT, (long long)ms);
+  printf(
+      "\n  %d silent pushes on 4 round threads were ended within %lld "
+      "ms\n",
+      NSILENT, (long long)ms);
   CU_ASSERT(ms < 3000);
   CU_ASSERT_EQUAL(running + queued, 0);
   /* What each of them was told. */

@@ -106,10 +106,8 @@ static const wt_source_tensor T_B = {.name = "b",
                                      .shape = shape_b,
                                      .data = data_b,
                                      .nbytes = 8};
-static const wt_source_tensor T_C = {.name = "c",
-                                     .dtype = WT_DTYPE_UINT8,
-                                     .data = data_c,
-                                     .nbytes = 1};
+static const wt_source_tensor T_C = {
+    .name = "c", .dtype = WT_DTYPE_UINT8, .data = data_c, .nbytes = 1};
 
 /* Validates a scripted source over a/b/c yielding `yields`. */
 static wt_status *validate_scripted(const wt_source_tensor *yields, size_t n) {
@@ -883,7 +881,6 @@ static void test_update_weights_path(void) {
   wtt_servers_stop(&s);
 }
 
-
 /* ---- backends' own init info -------------------------------------------- */
 
 static void test_init_info_from_options(void) {
@@ -915,13 +912,11 @@ static void test_init_info_from_options(void) {
   WT_ASSERT_ERR(wt_trainer_init_info("carrier-pigeon", NULL, 0, &info),
                 WT_NOT_FOUND, "carrier-pigeon");
 #ifdef WT_WITH_UCX
-  wt_backend_option u[] = {{"bucket_size", "8M"},
-                           {"num_buffers", "3"},
-                           {"transports", "tcp"},
-                           {"fanout", "chain"},
-                           {"connect", "address"},
-                           {"peer_errors", "off"},
-                           {"connect_timeout_ms", "2500"}};
+  wt_backend_option u[] = {
+      {"bucket_size", "8M"},         {"num_buffers", "3"},
+      {"transports", "tcp"},         {"fanout", "chain"},
+      {"connect", "address"},        {"peer_errors", "off"},
+      {"connect_timeout_ms", "2500"}};
   WT_ASSERT_OK(wt_trainer_init_info("ucx", u, 7, &info));
   CU_ASSERT_EQUAL_FATAL(info->backend_init_case,
                         WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX);
@@ -939,7 +934,8 @@ static void test_init_info_from_options(void) {
   wt_pb_free(&info->base);
   wt_backend_option chunk[] = {{"chunk_size", "1M"}};
   WT_ASSERT_ERR(wt_trainer_init_info("ucx", chunk, 1, &info),
-                WT_INVALID_ARGUMENT, "backend 'ucx' has no option 'chunk_size'");
+                WT_INVALID_ARGUMENT,
+                "backend 'ucx' has no option 'chunk_size'");
 #endif
 }
 
@@ -1123,8 +1119,8 @@ static void test_reinit_when_needed(void) {
   WT_ASSERT_OK(wt_source_synthetic("tiny", 3, &src));
   wt_trainer *t = NULL;
   fragile_inits = 0;
-  WT_ASSERT_OK(wt_sync_client_init_transfer(c, fragile_info_make(&fi, "3"),
-                                            src, &t));
+  WT_ASSERT_OK(
+      wt_sync_client_init_transfer(c, fragile_info_make(&fi, "3"), src, &t));
   CU_ASSERT_EQUAL(fake_engine_get_stats().inits, 3);
   WT_ASSERT_OK(wt_sync_client_start(c));
   one_round(c, t, src, "v1");
@@ -1162,8 +1158,8 @@ static void test_reinit_when_needed(void) {
   wt_sync_client *manual = NULL;
   WT_ASSERT_OK(wt_sync_client_new(s.targets, 2, &mo, &manual));
   wt_trainer *mt = NULL;
-  WT_ASSERT_OK(wt_sync_client_init_transfer(
-      manual, fragile_info_make(&fi, "3"), src, &mt));
+  WT_ASSERT_OK(wt_sync_client_init_transfer(manual, fragile_info_make(&fi, "3"),
+                                            src, &mt));
   WT_ASSERT_OK(wt_sync_client_start(manual));
   WT_ASSERT_OK(wt_sync_client_abort(manual, "drop it"));
   wait_state(manual, 0, "needs_init");
@@ -1171,8 +1167,8 @@ static void test_reinit_when_needed(void) {
                 "needs a new InitWeightTransferEngine");
   wt_trainer_destroy(mt);
   mt = NULL;
-  WT_ASSERT_OK(wt_sync_client_init_transfer(
-      manual, fragile_info_make(&fi, "3"), src, &mt));
+  WT_ASSERT_OK(wt_sync_client_init_transfer(manual, fragile_info_make(&fi, "3"),
+                                            src, &mt));
   WT_ASSERT_OK(wt_sync_client_start(manual));
   one_round(manual, mt, src, "v4");
   wt_trainer_destroy(mt);

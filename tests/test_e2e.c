@@ -26,6 +26,7 @@
 #include "wt/synthetic.h"
 #include "wt/tensor.h"
 #include "wt/v1/wt.pb-c.h"
+#include "support/fixture.h"
 #include "support/wt_proc.h"
 #include "wt_test.h"
 
@@ -172,107 +173,13 @@ static int run_tool(const char *tag, const char *const argv[], int want,
 /* Raw calls                                                                */
 /* ------------------------------------------------------------------------ */
 
-static wt_status *unary(wt_rpc_channel *ch, const char *method, const void *req,
-                        const ProtobufCMessageDescriptor *resp_type,
-                        void *resp) {
-  return wt_rpc_unary(ch, method, (const ProtobufCMessage *)req, resp_type, 0,
-                      (ProtobufCMessage **)resp);
-}
-
-/* InitWeightTransferEngine with the grpc backend. */
-static wt_status *init_grpc(wt_rpc_channel *ch, uint64_t chunk,
-                            uint64_t bucket) {
-  Wt__V1__UInt64Value cs = WT__V1__UINT64_VALUE__INIT;
-  Wt__V1__UInt64Value bs = WT__V1__UINT64_VALUE__INIT;
-  cs.value = chunk;
-  bs.value = bucket;
-  Wt__V1__GrpcInitInfo gi = WT__V1__GRPC_INIT_INFO__INIT;
-  gi.chunk_size_bytes = &cs;
-  gi.packed_buffer_size_bytes = &bs;
-  Wt__V1__WeightTransferInitInfo ii = WT__V1__WEIGHT_TRANSFER_INIT_INFO__INIT;
-  ii.backend = "grpc";
-  ii.backend_init_case = WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC;
-  ii.grpc = &gi;
-  Wt__V1__InitWeightTransferEngineRequest req =
-      WT__V1__INIT_WEIGHT_TRANSFER_ENGINE_REQUEST__INIT;
-  req.init_info = &ii;
-  Wt__V1__InitWeightTransferEngineResponse *resp = NULL;
-  wt_status *st =
-      unary(ch, METHOD("InitWeightTransferEngine"), &req,
-            &wt__v1__init_weight_transfer_engine_response__descriptor, &resp);
-  if (st == NULL && !resp->ready)
-    st = wt_status_new(WT_INTERNAL, "init answered ready=false: %s",
-                       resp->message);
-  wt_pb_free((ProtobufCMessage *)resp);
-  return st;
-}
-
-static wt_status *start_round(wt_rpc_channel *ch, uint64_t *round_id) {
-  Wt__V1__StartWeightUpdateRequest req =
-      WT__V1__START_WEIGHT_UPDATE_REQUEST__INIT;
-  Wt__V1__StartWeightUpdateResponse *resp = NULL;
-  wt_status *st =
-      unary(ch, METHOD("StartWeightUpdate"), &req,
-            &wt__v1__start_weight_update_response__descriptor, &resp);
-  if (st == NULL) *round_id = resp->round_id;
-  wt_pb_free((ProtobufCMessage *)resp);
-  return st;
-}
-
-static wt_status *finish_round(wt_rpc_channel *ch, uint64_t round_id,
-                               const char *version) {
-  Wt__V1__FinishWeightUpdateRequest req =
-      WT__V1__FINISH_WEIGHT_UPDATE_REQUEST__INIT;
-  req.weight_version = (char *)version;
-  req.round_id = round_id;
-  Wt__V1__FinishWeightUpdateResponse *resp = NULL;
-  wt_status *st =
-      unary(ch, METHOD("FinishWeightUpdate"), &req,
-            &wt__v1__finish_weight_update_response__descriptor, &resp);
-  if (st == NULL && strcmp(resp->weight_version, version) != 0)
-    st = wt_status_new(WT_INTERNAL, "finish answered version '%s', want '%s'",
-                       resp->weight_version, version);
-  wt_pb_free((ProtobufCMessage *)resp);
-  return st;
-}
-
-static wt_status *abort_round(wt_rpc_channel *ch, uint64_t round_id,
-                              bool *aborted) {
-  Wt__V1__AbortWeightUpdateRequest req =
-      WT__V1__ABORT_WEIGHT_UPDATE_REQUEST__INIT;
-  req.reason = "test";
-  req.round_id = round_id;
-  Wt__V1__AbortWeightUpdateResponse *resp = NULL;
-  wt_status *st =
-      unary(ch, METHOD("AbortWeightUpdate"), &req,
-            &wt__v1__abort_weight_update_response__descriptor, &resp);
-  if (st == NULL && aborted) *aborted = resp->aborted;
-  wt_pb_free((ProtobufCMessage *)resp);
-  return st;
-}
-
-/* Asserts the server's GetWeightVersion and ServerInfo.weight_version. */
+/* The server's GetWeightVersion and ServerInfo.weight_version. */
 static void expect_version(wt_rpc_channel *ch, const char *version,
                            uint64_t sequence) {
-  Wt__V1__GetWeightVersionRequest req =
-      WT__V1__GET_WEIGHT_VERSION_REQUEST__INIT;
-  Wt__V1__WeightVersion *v = NULL;
-  WT_ASSERT_OK(unary(ch, METHOD("GetWeightVersion"), &req,
-                     &wt__v1__weight_version__descriptor, &v));
-  if (strcmp(v->version, version) != 0 || v->sequence != sequence)
-    fprintf(stderr, "\n  version '%s' #%llu, want '%s' #%llu\n", v->version,
-            (unsigned long long)v->sequence, version,
-            (unsigned long long)sequence);
-  CU_ASSERT_STRING_EQUAL(v->version, version);
-  CU_ASSERT_EQUAL(v->sequence, sequence);
-  wt_pb_free((ProtobufCMessage *)v);
-
-  Wt__V1__GetServerInfoRequest ireq = WT__V1__GET_SERVER_INFO_REQUEST__INIT;
-  Wt__V1__ServerInfo *info = NULL;
-  WT_ASSERT_OK(unary(ch, METHOD("GetServerInfo"), &ireq,
-                     &wt__v1__server_info__descriptor, &info));
+  wtt_assert_version(ch, version, sequence);
+  Wt__V1__ServerInfo *info = wtt_info(ch);
   CU_ASSERT_STRING_EQUAL(info->weight_version, version);
-  wt_pb_free((ProtobufCMessage *)info);
+  wt_pb_free(&info->base);
 }
 
 /* Asserts that the server's committed bytes are `m`'s: one SHA-256 per
@@ -282,8 +189,9 @@ static void expect_checksums(wt_rpc_channel *ch, const model *m,
   Wt__V1__ChecksumWeightsRequest req = WT__V1__CHECKSUM_WEIGHTS_REQUEST__INIT;
   req.all_workers = workers > 1;
   Wt__V1__ChecksumWeightsResponse *resp = NULL;
-  WT_ASSERT_OK(unary(ch, METHOD("ChecksumWeights"), &req,
-                     &wt__v1__checksum_weights_response__descriptor, &resp));
+  WT_ASSERT_OK(wtt_call(ch, "ChecksumWeights", &req.base,
+                        &wt__v1__checksum_weights_response__descriptor,
+                        (ProtobufCMessage **)&resp));
   CU_ASSERT_EQUAL(resp->algorithm,
                   WT__V1__CHECKSUM_ALGORITHM__CHECKSUM_ALGORITHM_SHA256);
   CU_ASSERT_EQUAL(resp->n_checksums, m->n * workers);
@@ -409,7 +317,7 @@ static wt_status *start_round_eventually(wt_rpc_channel *ch, int64_t timeout_ms,
                                          uint64_t *round_id) {
   int64_t end = wt_proc_now_ms() + timeout_ms;
   for (;;) {
-    wt_status *st = start_round(ch, round_id);
+    wt_status *st = wtt_start(ch, round_id);
     if (st == NULL || wt_status_code(st) != WT_FAILED_PRECONDITION ||
         wt_proc_now_ms() >= end)
       return st;
@@ -488,10 +396,10 @@ static void test_version_visible_after_finish(void) {
 
   expect_version(ch, "", 0);
   expect_checksums(ch, initial, 2);
-  WT_ASSERT_ERR(start_round(ch, &round_id), WT_FAILED_PRECONDITION, "init");
+  WT_ASSERT_ERR(wtt_start(ch, &round_id), WT_FAILED_PRECONDITION, "init");
 
-  WT_ASSERT_OK(init_grpc(ch, 64 * 1024, 1024 * 1024));
-  WT_ASSERT_OK(start_round(ch, &round_id));
+  WT_ASSERT_OK(wtt_init_grpc(ch, 64 * 1024, 2));
+  WT_ASSERT_OK(wtt_start(ch, &round_id));
   CU_ASSERT(round_id >= 1);
   WT_ASSERT_OK(
       push_model(ch, round_id, next, 1024 * 1024, 64 * 1024, UINT64_MAX));
@@ -500,14 +408,10 @@ static void test_version_visible_after_finish(void) {
   expect_version(ch, "", 0);
   expect_checksums(ch, initial, 2);
 
-  Wt__V1__WatchWeightVersionRequest wreq =
-      WT__V1__WATCH_WEIGHT_VERSION_REQUEST__INIT;
-  wt_rpc_server_stream *watch = NULL;
-  WT_ASSERT_OK(wt_rpc_server_stream_open(ch, METHOD("WatchWeightVersion"),
-                                         &wreq.base, CALL_MS, &watch));
+  wt_rpc_server_stream *watch = wtt_watch_open(ch);
   usleep(300000); /* let the server register the watcher */
 
-  WT_ASSERT_OK(finish_round(ch, round_id, "e2e-raw-1"));
+  WT_ASSERT_OK(wtt_finish(ch, "e2e-raw-1", round_id));
   expect_version(ch, "e2e-raw-1", 1);
   expect_checksums(ch, next, 2);
 
@@ -531,12 +435,7 @@ static void test_version_visible_after_finish(void) {
   CU_ASSERT(seen);
   wt_rpc_server_stream_destroy(watch);
 
-  Wt__V1__GetWorldSizeRequest wsreq = WT__V1__GET_WORLD_SIZE_REQUEST__INIT;
-  Wt__V1__GetWorldSizeResponse *ws = NULL;
-  WT_ASSERT_OK(unary(ch, METHOD("GetWorldSize"), &wsreq,
-                     &wt__v1__get_world_size_response__descriptor, &ws));
-  CU_ASSERT_EQUAL(ws->world_size, 2);
-  wt_pb_free((ProtobufCMessage *)ws);
+  wtt_assert_serving(ch, 2);
 
   stop_server(s);
 }
@@ -606,12 +505,12 @@ static void test_stream_cut_keeps_previous(void) {
   uint64_t round_id = 0;
   const uint64_t bucket = 512 * 1024, chunk = 32 * 1024;
 
-  WT_ASSERT_OK(init_grpc(ch, chunk, bucket));
-  WT_ASSERT_OK(start_round(ch, &round_id));
+  WT_ASSERT_OK(wtt_init_grpc(ch, chunk, 1));
+  WT_ASSERT_OK(wtt_start(ch, &round_id));
   WT_ASSERT_OK(push_model(ch, round_id, v1, bucket, chunk, UINT64_MAX));
-  WT_ASSERT_OK(finish_round(ch, round_id, "cut-v1"));
+  WT_ASSERT_OK(wtt_finish(ch, "cut-v1", round_id));
 
-  WT_ASSERT_OK(start_round(ch, &round_id));
+  WT_ASSERT_OK(wtt_start(ch, &round_id));
   WT_ASSERT_OK(push_model(ch, round_id, v2, bucket, chunk, v2->total / 2));
   usleep(100000); /* let the server see the cancellation */
 
@@ -620,7 +519,7 @@ static void test_stream_cut_keeps_previous(void) {
 
   WT_ASSERT_OK(push_model(ch, round_id, v2, bucket, chunk, UINT64_MAX));
   expect_checksums(ch, v1, 1);
-  WT_ASSERT_OK(finish_round(ch, round_id, "cut-v2"));
+  WT_ASSERT_OK(wtt_finish(ch, "cut-v2", round_id));
   expect_version(ch, "cut-v2", 2);
   expect_checksums(ch, v2, 1);
   stop_server(s);
@@ -663,10 +562,10 @@ static void test_push_killed_midstream(void) {
   uint64_t round_id = 0;
   const uint64_t bucket = 64 * 1024 * 1024, chunk = 1024 * 1024;
 
-  WT_ASSERT_OK(init_grpc(ch, chunk, bucket));
-  WT_ASSERT_OK(start_round(ch, &round_id));
+  WT_ASSERT_OK(wtt_init_grpc(ch, chunk, 1));
+  WT_ASSERT_OK(wtt_start(ch, &round_id));
   WT_ASSERT_OK(push_model(ch, round_id, v1, bucket, chunk, UINT64_MAX));
-  WT_ASSERT_OK(finish_round(ch, round_id, "kill-v1"));
+  WT_ASSERT_OK(wtt_finish(ch, "kill-v1", round_id));
 
   pid_t pid = start_slow_push(s, "push-killed", "22", "kill-v2");
   kill(pid, SIGKILL);
@@ -681,7 +580,7 @@ static void test_push_killed_midstream(void) {
   WT_ASSERT_OK(start_round_eventually(ch, 10000, &round_id));
   CU_ASSERT(wt_proc_now_ms() - t0 < 8000);
   bool aborted = false;
-  WT_ASSERT_OK(abort_round(ch, round_id, &aborted));
+  WT_ASSERT_OK(wtt_abort(ch, round_id, &aborted));
   CU_ASSERT(aborted);
   expect_version(ch, "kill-v1", 1);
 
@@ -772,8 +671,8 @@ static void test_garbage_to_every_method(void) {
   wt_rpc_channel *ch = channel(0, s);
   uint64_t round_id = 0;
   /* A round is open, so that PushWeights gets as far as reading. */
-  WT_ASSERT_OK(init_grpc(ch, 1024, 4096));
-  WT_ASSERT_OK(start_round(ch, &round_id));
+  WT_ASSERT_OK(wtt_init_grpc(ch, 1024, 1));
+  WT_ASSERT_OK(wtt_start(ch, &round_id));
 
   for (size_t i = 0; i < NELEM(methods); i++) {
     WT_ASSERT_ERR(send_garbage(ch, methods[i].method), WT_INVALID_ARGUMENT,
@@ -786,7 +685,7 @@ static void test_garbage_to_every_method(void) {
   expect_checksums(ch, expect_model(0, "tiny", 0), 1);
   model *m = expect_model(1, "tiny", 41);
   WT_ASSERT_OK(push_model(ch, round_id, m, 4096, 1024, UINT64_MAX));
-  WT_ASSERT_OK(finish_round(ch, round_id, "after-garbage"));
+  WT_ASSERT_OK(wtt_finish(ch, "after-garbage", round_id));
   expect_version(ch, "after-garbage", 1);
   expect_checksums(ch, m, 1);
   stop_server(s);
@@ -835,6 +734,137 @@ static void test_tools_refuse_out_of_range_numbers(void) {
   free(out);
 }
 
+/* Backend options from the command line: wt-push hands --bucket-size,
+ * --chunk-size and --option KEY=VALUE to the backend, which builds its init
+ * info from them; one it does not take is a usage error (exit 2) naming
+ * the backend and the option, before anything is sent. */
+static void test_push_backend_options(void) {
+  const char *const sargs[] = {"--model", "synthetic:small", NULL};
+  wt_proc_server *s = start_server(0, "options-server", sargs);
+  const char *const push[] = {WT_PUSH_BIN,
+                              "--server",
+                              s->addr,
+                              "--synthetic",
+                              "small",
+                              "--seed",
+                              "4",
+                              "--version",
+                              "opt-v1",
+                              "--option",
+                              "bucket_size=256K",
+                              "--chunk-size",
+                              "16K",
+                              "--verify",
+                              NULL};
+  char *out = NULL;
+  CU_ASSERT_EQUAL(run_tool("push-options", push, 0, &out), 0);
+  ASSERT_CONTAINS(out, "opt-v1");
+  free(out);
+  wt_rpc_channel *ch = channel(0, s);
+  expect_version(ch, "opt-v1", 1);
+  expect_checksums(ch, expect_model(0, "small", 4), 1);
+  static const struct {
+    const char *tag, *backend, *opt, *needle;
+  } bad[] = {
+#ifdef WT_WITH_UCX
+      {"push-ucx-chunk", "ucx", "chunk_size=1M",
+       "backend 'ucx' has no option 'chunk_size'"},
+#endif
+      {"push-grpc-unknown", "grpc", "fanout=2",
+       "backend 'grpc' has no option 'fanout'"},
+      {"push-grpc-size", "grpc", "bucket_size=lots", "bucket_size"},
+      {"push-no-equals", "grpc", "bucket_size", "is not KEY=VALUE"},
+  };
+  for (size_t i = 0; i < NELEM(bad); i++) {
+    const char *const argv[] = {
+        WT_PUSH_BIN, "--server",     s->addr,    "--synthetic", "small",
+        "--backend", bad[i].backend, "--option", bad[i].opt,    NULL};
+    CU_ASSERT_EQUAL(run_tool(bad[i].tag, argv, 2, &out), 2);
+    ASSERT_CONTAINS(out, bad[i].needle);
+    free(out);
+  }
+  /* Nothing of those reached the server. */
+  expect_version(ch, "opt-v1", 1);
+  stop_server(s);
+}
+
+/* wt-server's own options: shared memory serves a round like host memory;
+ * a device this machine lacks ends the start (exit 1) naming it; limits out
+ * of range are usage errors (exit 2) naming the option. */
+static void test_server_options(void) {
+  const char *const sargs[] = {"--model",
+                               "synthetic:small",
+                               "--memory",
+                               "shared",
+                               "--max-round-calls",
+                               "2",
+                               "--max-reader-calls",
+                               "2",
+                               "--max-watchers",
+                               "4",
+                               "--header-timeout",
+                               "2",
+                               NULL};
+  wt_proc_server *s = start_server(0, "memory-server", sargs);
+  const char *const push[] = {WT_PUSH_BIN, "--server", s->addr, "--synthetic",
+                              "small",     "--seed",   "6",     "--version",
+                              "shared-v1", "--verify", NULL};
+  char *out = NULL;
+  CU_ASSERT_EQUAL(run_tool("push-shared", push, 0, &out), 0);
+  free(out);
+  const char *const info[] = {WT_CTL_BIN, "--server", s->addr, "info", NULL};
+  CU_ASSERT_EQUAL(run_tool("ctl-info-shared", info, 0, &out), 0);
+  ASSERT_CONTAINS(out, "shared");
+  ASSERT_CONTAINS(out, "shared-v1");
+  free(out);
+  stop_server(s);
+
+  /* No GPU answers here (on a machine with one, the gpu suite covers it). */
+  const char *const gpu[] = {
+      WT_SERVER_BIN,    "--listen", "127.0.0.1:0", "--model",
+      "synthetic:tiny", "--device", "cuda:0",      NULL};
+  char log[PATH_MAX];
+  snprintf(log, sizeof(log), "%s/server-gpu.log", g.tmp);
+  pid_t pid = wt_proc_spawn(gpu, log, NULL);
+  CU_ASSERT_FATAL(pid > 0);
+  int status = 0;
+  bool exited = wt_proc_wait(pid, TOOL_MS, &status);
+  if (!exited) {
+    kill(pid, SIGTERM);
+    wt_proc_wait(pid, STOP_MS, &status);
+    wt_test_skip("wt-server --device cuda:0 fails without a GPU",
+                 "a CUDA device answers here");
+  } else {
+    CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    char *text = wt_proc_read_file(log);
+    ASSERT_CONTAINS(text, "device 'cuda:0'");
+    ASSERT_CONTAINS(text, "CUDA");
+    free(text);
+  }
+
+  static const struct {
+    const char *tag, *opt, *value, *needle;
+  } bad[] = {
+      {"server-round-calls", "--max-round-calls", "0", "--max-round-calls '0'"},
+      {"server-reader-calls", "--max-reader-calls", "5000",
+       "--max-reader-calls '5000' is not a number from 1 to 4096"},
+      {"server-watchers", "--max-watchers", "-1", "--max-watchers '-1'"},
+      {"server-header-timeout", "--header-timeout", "0",
+       "--header-timeout '0'"},
+      {"server-memory", "--memory", "device",
+       "device memory comes with --device"},
+      {"server-memory-name", "--memory", "gpu", "--memory 'gpu' is not host"},
+      {"server-device-name", "--device", "gpu0", "device 'gpu0'"},
+  };
+  for (size_t i = 0; i < NELEM(bad); i++) {
+    const char *const argv[] = {WT_SERVER_BIN, "--listen",   "127.0.0.1:0",
+                                bad[i].opt,    bad[i].value, NULL};
+    CU_ASSERT_EQUAL(run_tool(bad[i].tag, argv, 2, &out), 2);
+    ASSERT_CONTAINS(out, bad[i].needle);
+    free(out);
+  }
+}
+
 void wt_test_suite_e2e(void) {
   CU_pSuite s = CU_add_suite_with_setup_and_teardown(
       "e2e", suite_init, suite_clean, test_setup, test_teardown);
@@ -850,4 +880,7 @@ void wt_test_suite_e2e(void) {
   CU_add_test(s, "garbage to every method", test_garbage_to_every_method);
   CU_add_test(s, "tools refuse out-of-range numbers",
               test_tools_refuse_out_of_range_numbers);
+  CU_add_test(s, "wt-push backend options", test_push_backend_options);
+  CU_add_test(s, "wt-server memory, device and limit options",
+              test_server_options);
 }

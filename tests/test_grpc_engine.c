@@ -32,19 +32,24 @@ static void test_prefix_round_trip(void) {
     uint32_t bucket;
     uint64_t offset;
     size_t n;
-  } cases[] = {{0, 0, 1},          {0, 0, 1000},     {1, 0, 5},
-               {0, 1, 5},          {127, 128, 300},  {128, 16383, 16384},
-               {UINT32_MAX, UINT64_MAX, 7}, {9, 1ull << 40, 65536},
+  } cases[] = {{0, 0, 1},
+               {0, 0, 1000},
+               {1, 0, 5},
+               {0, 1, 5},
+               {127, 128, 300},
+               {128, 16383, 16384},
+               {UINT32_MAX, UINT64_MAX, 7},
+               {9, 1ull << 40, 65536},
                {0, 0, 0}};
   uint8_t *data = malloc(70000);
   for (size_t i = 0; i < 70000; i++) data[i] = (uint8_t)(i * 31 + 7);
   for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
     size_t len = 0;
-    uint8_t *msg = encode(cases[c].bucket, cases[c].offset, data, cases[c].n,
-                          &len);
+    uint8_t *msg =
+        encode(cases[c].bucket, cases[c].offset, data, cases[c].n, &len);
     /* protobuf-c reads what the trainer writes ... */
-    Wt__V1__PushWeightsChunk *m = wt__v1__push_weights_chunk__unpack(NULL, len,
-                                                                     msg);
+    Wt__V1__PushWeightsChunk *m =
+        wt__v1__push_weights_chunk__unpack(NULL, len, msg);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     CU_ASSERT_EQUAL(m->payload_case, WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_CHUNK);
     CU_ASSERT_EQUAL(m->chunk->bucket, cases[c].bucket);
@@ -101,8 +106,8 @@ static void test_parser_refuses_other_encodings(void) {
   CU_ASSERT_FALSE(wt_chunk_parse_prefix(header, 0, 0, &b, &o, &start));
   /* Data before the offset, an unknown field, a varint that never ends. */
   uint8_t odd[] = {0x12, 0x05, 0x1a, 0x01, 0xaa, 0x10, 0x01};
-  CU_ASSERT_FALSE(wt_chunk_parse_prefix(odd, sizeof(odd), sizeof(odd), &b, &o,
-                                        &start));
+  CU_ASSERT_FALSE(
+      wt_chunk_parse_prefix(odd, sizeof(odd), sizeof(odd), &b, &o, &start));
   uint8_t unknown[] = {0x12, 0x05, 0x20, 0x07, 0x1a, 0x01, 0xaa};
   CU_ASSERT_FALSE(wt_chunk_parse_prefix(unknown, sizeof(unknown),
                                         sizeof(unknown), &b, &o, &start));
@@ -147,20 +152,22 @@ static void test_parser_agrees_with_protobuf_c(void) {
       accepted++;
       Wt__V1__PushWeightsChunk *m =
           wt__v1__push_weights_chunk__unpack(NULL, len, msg);
-      bool same = m != NULL &&
-                  m->payload_case == WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_CHUNK &&
-                  m->chunk->bucket == b && m->chunk->offset == o &&
-                  m->chunk->data.len == len - start &&
-                  (len == start ||
-                   memcmp(m->chunk->data.data, msg + start, len - start) == 0);
+      bool same =
+          m != NULL &&
+          m->payload_case == WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_CHUNK &&
+          m->chunk->bucket == b && m->chunk->offset == o &&
+          m->chunk->data.len == len - start &&
+          (len == start ||
+           memcmp(m->chunk->data.data, msg + start, len - start) == 0);
       agreed += same;
       if (m) wt__v1__push_weights_chunk__free_unpacked(m, NULL);
     }
     free(msg);
   }
-  printf("\n  %u of 20000 mutated chunks parsed, %u as protobuf-c reads "
-         "them\n",
-         accepted, agreed);
+  printf(
+      "\n  %u of 20000 mutated chunks parsed, %u as protobuf-c reads "
+      "them\n",
+      accepted, agreed);
   CU_ASSERT(accepted > 1000);
   CU_ASSERT_EQUAL(accepted, agreed);
 }
@@ -192,9 +199,9 @@ static void test_view_over_slices(void) {
   CU_ASSERT_EQUAL(v.iovcnt, 3);
   grpc_byte_buffer_destroy(bb);
   /* Framing split across slices: not viewed (protobuf-c's path takes it). */
-  grpc_slice t[2] = {grpc_slice_from_copied_buffer((const char *)msg, 3),
-                     grpc_slice_from_copied_buffer((const char *)msg + 3,
-                                                   len - 3)};
+  grpc_slice t[2] = {
+      grpc_slice_from_copied_buffer((const char *)msg, 3),
+      grpc_slice_from_copied_buffer((const char *)msg + 3, len - 3)};
   bb = grpc_raw_byte_buffer_create(t, 2);
   CU_ASSERT_FALSE(wt_chunk_view_of(bb, &v));
   grpc_byte_buffer_destroy(bb);

@@ -43,8 +43,8 @@ static void test_names_and_parsing(void) {
   CU_ASSERT_EQUAL(d.type, WT_DEVICE_CUDA);
   CU_ASSERT_EQUAL(d.index, 12);
   CU_ASSERT_STRING_EQUAL(wt_device_format(d, name), "cuda:12");
-  const char *bad[] = {"cuda:", "cuda:-1", "cuda:01", "gpu0", "cuda:1024",
-                       "cuda:1x", "CPU", ""};
+  const char *bad[] = {"cuda:",     "cuda:-1", "cuda:01", "gpu0",
+                       "cuda:1024", "cuda:1x", "CPU",     ""};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
     WT_ASSERT_ERR(wt_device_parse(bad[i], &d), WT_INVALID_ARGUMENT,
                   "is neither 'cpu' nor 'cuda:N'");
@@ -63,8 +63,7 @@ static void test_names_and_parsing(void) {
                 WT_INVALID_ARGUMENT, "device 'tpu:1'");
 }
 
-static wt_status *fill_pattern(void *arg, uint64_t pos, void *buf,
-                               size_t len) {
+static wt_status *fill_pattern(void *arg, uint64_t pos, void *buf, size_t len) {
   unsigned char *b = buf;
   uint64_t base = *(uint64_t *)arg;
   for (size_t i = 0; i < len; i++) b[i] = (unsigned char)((base + pos + i) * 7);
@@ -167,9 +166,9 @@ static void test_cuda_kinds_unavailable(void) {
   }
   fprintf(stdout, "\n  pinned memory here: %s\n", wt_status_message(st));
   CU_ASSERT_EQUAL(wt_status_code(st), WT_FAILED_PRECONDITION);
-  CU_ASSERT_PTR_NOT_NULL(
-      strstr(wt_status_message(st), "memory kind 'pinned' on cpu is "
-                                    "unavailable"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st),
+                                "memory kind 'pinned' on cpu is "
+                                "unavailable"));
   CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), "CUDA"));
   wt_status_free(st);
   WT_ASSERT_ERR(wt_mem_kind_available(WT_MEM_DEVICE, gpu),
@@ -195,10 +194,10 @@ static void test_device_through_bounce(void) {
   fake_cuda_install(2);
   const wt_device g1 = {WT_DEVICE_CUDA, 1};
   WT_ASSERT_OK(wt_mem_kind_available(WT_MEM_DEVICE, g1));
-  WT_ASSERT_ERR(wt_mem_kind_available(WT_MEM_DEVICE,
-                                      (wt_device){WT_DEVICE_CUDA, 5}),
-                WT_FAILED_PRECONDITION,
-                "device 'cuda:5' does not exist: 2 CUDA device(s) visible");
+  WT_ASSERT_ERR(
+      wt_mem_kind_available(WT_MEM_DEVICE, (wt_device){WT_DEVICE_CUDA, 5}),
+      WT_FAILED_PRECONDITION,
+      "device 'cuda:5' does not exist: 2 CUDA device(s) visible");
   wt_mem_region r;
   size_t len = 20u << 20;
   WT_ASSERT_OK(wt_mem_alloc(WT_MEM_DEVICE, g1, len, "dev", &r));
@@ -237,9 +236,8 @@ static void test_device_through_bounce(void) {
   CU_ASSERT_EQUAL(fake_cuda_get_stats().device_bytes[1], 0);
 
   /* Pinned memory is host memory: no copies through CUDA. */
-  WT_ASSERT_OK(
-      wt_mem_alloc(WT_MEM_PINNED, (wt_device)WT_DEVICE_CPU_INIT, 1 << 16,
-                   "pinned", &r));
+  WT_ASSERT_OK(wt_mem_alloc(WT_MEM_PINNED, (wt_device)WT_DEVICE_CPU_INIT,
+                            1 << 16, "pinned", &r));
   uint64_t copies = fake_cuda_get_stats().copies_in;
   roundtrip(&r, 0, 1 << 16);
   CU_ASSERT_EQUAL(fake_cuda_get_stats().copies_in, copies);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "support/fake_cuda.h"
+#include "support/fixture.h"
 #include "wt/checksum.h"
 #include "wt/cuda.h"
 #include "wt/param_store.h"
@@ -85,7 +86,8 @@ static void test_new_rejects_duplicates(void) {
   WT_ASSERT_OK(wt_tensor_meta_init(&m[0], "w", WT_DTYPE_FLOAT32, shape, 1));
   WT_ASSERT_OK(wt_tensor_meta_init(&m[1], "w", WT_DTYPE_FLOAT32, shape, 1));
   wt_param_store *s = NULL;
-  WT_ASSERT_ERR(wt_param_store_new(m, 2, &(wt_store_config){.staging = WT_STAGING_SHADOW}, &s),
+  WT_ASSERT_ERR(wt_param_store_new(
+                    m, 2, &(wt_store_config){.staging = WT_STAGING_SHADOW}, &s),
                 WT_INVALID_ARGUMENT, "parameter 'w' appears twice");
   CU_ASSERT_PTR_NULL(s);
   wt_tensor_meta_clear(&m[0]);
@@ -100,20 +102,24 @@ static void test_new_rejects_size_overflow(void) {
   WT_ASSERT_OK(wt_tensor_meta_init(&m[0], "a", WT_DTYPE_UINT8, half, 2));
   WT_ASSERT_OK(wt_tensor_meta_init(&m[1], "b", WT_DTYPE_UINT8, half, 2));
   wt_param_store *s = NULL;
-  WT_ASSERT_ERR(wt_param_store_new(m, 2, &(wt_store_config){.staging = WT_STAGING_INPLACE}, &s),
-                WT_INVALID_ARGUMENT,
-                "parameter 'b' (9223372036854775808 bytes): the model's size "
-                "overflows 64 bits");
+  WT_ASSERT_ERR(
+      wt_param_store_new(m, 2,
+                         &(wt_store_config){.staging = WT_STAGING_INPLACE}, &s),
+      WT_INVALID_ARGUMENT,
+      "parameter 'b' (9223372036854775808 bytes): the model's size "
+      "overflows 64 bits");
   CU_ASSERT_PTR_NULL(s);
   wt_tensor_meta_clear(&m[0]);
   wt_tensor_meta_clear(&m[1]);
 
   int64_t almost[2] = {INT64_MAX, 2}; /* 2^64 - 2 bytes: its padding wraps */
   WT_ASSERT_OK(wt_tensor_meta_init(&m[0], "c", WT_DTYPE_UINT8, almost, 2));
-  WT_ASSERT_ERR(wt_param_store_new(m, 1, &(wt_store_config){.staging = WT_STAGING_INPLACE}, &s),
-                WT_INVALID_ARGUMENT,
-                "parameter 'c' (18446744073709551614 bytes): the model's size "
-                "overflows 64 bits");
+  WT_ASSERT_ERR(
+      wt_param_store_new(m, 1,
+                         &(wt_store_config){.staging = WT_STAGING_INPLACE}, &s),
+      WT_INVALID_ARGUMENT,
+      "parameter 'c' (18446744073709551614 bytes): the model's size "
+      "overflows 64 bits");
   CU_ASSERT_PTR_NULL(s);
   wt_tensor_meta_clear(&m[0]);
 }
@@ -305,19 +311,12 @@ static void test_from_checkpoint(void) {
   char *dir = wt_test_tmpdir();
   CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
   char path[512];
-  snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-  float w[6] = {1, 2, 3, 4, 5, 6};
-  uint16_t b[3] = {0x3f80, 0x4000, 0x4040};
-  int64_t s23[2] = {2, 3}, s3[1] = {3};
-  wt_st_write_tensor t[2] = {
-      {"a.weight", WT_DTYPE_FLOAT32, 2, s23, w},
-      {"b.bias", WT_DTYPE_BFLOAT16, 1, s3, b},
-  };
-  WT_ASSERT_OK(wt_safetensors_write(path, t, 2, NULL));
+  wtt_write_checkpoint(dir, "model.safetensors", path, sizeof(path));
   wt_checkpoint *ck = NULL;
   WT_ASSERT_OK(wt_checkpoint_open(path, &ck));
   wt_param_store *s = NULL;
-  WT_ASSERT_OK(wt_param_store_from_checkpoint(ck, &(wt_store_config){.staging = WT_STAGING_INPLACE}, &s));
+  WT_ASSERT_OK(wt_param_store_from_checkpoint(
+      ck, &(wt_store_config){.staging = WT_STAGING_INPLACE}, &s));
   wt_checkpoint_close(ck); /* the store holds its own copy */
   CU_ASSERT_EQUAL(wt_param_store_count(s), 2);
   CU_ASSERT_EQUAL(wt_param_store_total_bytes(s), 24 + 6);
@@ -328,14 +327,13 @@ static void test_from_checkpoint(void) {
   uint16_t gb[3];
   WT_ASSERT_OK(wt_param_store_read(s, ia, 0, gw, sizeof(gw)));
   WT_ASSERT_OK(wt_param_store_read(s, ib, 0, gb, sizeof(gb)));
-  CU_ASSERT_EQUAL(memcmp(gw, w, sizeof(w)), 0);
-  CU_ASSERT_EQUAL(memcmp(gb, b, sizeof(b)), 0);
+  CU_ASSERT_EQUAL(memcmp(gw, WTT_CKPT_A, sizeof(gw)), 0);
+  CU_ASSERT_EQUAL(memcmp(gb, WTT_CKPT_B, sizeof(gb)), 0);
   CU_ASSERT_EQUAL(wt_param_store_meta(s, ib)->dtype, WT_DTYPE_BFLOAT16);
   wt_param_store_destroy(s);
   wt_test_rmtree(dir);
   free(dir);
 }
-
 
 /* Every scenario above once more, in `k` memory. */
 static void scenarios_in(wt_mem_kind k, wt_device d) {
@@ -483,8 +481,8 @@ static void test_shared_store_read_by_another_process(void) {
       wt_param_store_read_unlock(s);
       CU_ASSERT_FATAL(region < nr);
       bool writable = true;
-      CU_ASSERT_FATAL(second_process_digest(r[region].fd, off, m->nbytes,
-                                            ghex, &writable));
+      CU_ASSERT_FATAL(
+          second_process_digest(r[region].fd, off, m->nbytes, ghex, &writable));
       CU_ASSERT_STRING_EQUAL(ghex, whex);
       CU_ASSERT_FALSE(writable);
     }

@@ -345,8 +345,8 @@ static void test_added_backend(void) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, register_memq_trainer);
   wt_registry *engines = NULL;
-  WT_ASSERT_OK(wt_registry_new("worker engine", WT_ENGINE_ABI_VERSION,
-                               &engines));
+  WT_ASSERT_OK(
+      wt_registry_new("worker engine", WT_ENGINE_ABI_VERSION, &engines));
   WT_ASSERT_OK(wt_engine_register_builtins(engines));
   WT_ASSERT_OK(wt_registry_register_lazy(engines, "memq", WT_TEST_MEMQ_PATH,
                                          "wt_memq_engine_ops"));

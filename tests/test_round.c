@@ -110,21 +110,23 @@ static void test_out_of_order(void) {
                 "(state: uninitialized)");
   WT_ASSERT_ERR(wtt_abort(S.ch, 0, NULL), WT_FAILED_PRECONDITION,
                 "(state: uninitialized)");
-  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, 0, 0, 1000, 1, NULL), WT_FAILED_PRECONDITION,
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, 0, 0, 1000, 1, NULL),
+                WT_FAILED_PRECONDITION,
                 "PushWeights: no weight-transfer engine is initialized "
                 "(state: uninitialized)");
   Wt__V1__UpdateWeightsRequest ur = WT__V1__UPDATE_WEIGHTS_REQUEST__INIT;
   ur.update_info = &u.info;
   WT_ASSERT_ERR(wtt_call(S.ch, "UpdateWeights", &ur.base,
-                     &wt__v1__update_weights_response__descriptor, NULL),
+                         &wt__v1__update_weights_response__descriptor, NULL),
                 WT_FAILED_PRECONDITION, "(state: uninitialized)");
 
   WT_ASSERT_OK(wtt_init_grpc(S.ch, 0, S.workers));
   /* Update and finish before start. */
-  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, 0, 0, 1000, 1, NULL), WT_FAILED_PRECONDITION,
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, 0, 0, 1000, 1, NULL),
+                WT_FAILED_PRECONDITION,
                 "PushWeights: no round is in progress (state: ready)");
   WT_ASSERT_ERR(wtt_call(S.ch, "UpdateWeights", &ur.base,
-                     &wt__v1__update_weights_response__descriptor, NULL),
+                         &wt__v1__update_weights_response__descriptor, NULL),
                 WT_FAILED_PRECONDITION,
                 "UpdateWeights: no round is in progress (state: ready)");
   WT_ASSERT_ERR(wtt_finish(S.ch, "v1", 0), WT_FAILED_PRECONDITION,
@@ -141,11 +143,12 @@ static void test_out_of_order(void) {
   /* A stale round id. */
   WT_ASSERT_ERR(wtt_finish(S.ch, "v1", 7), WT_FAILED_PRECONDITION,
                 "round_id 7 is not the current round 1 (state: updating)");
-  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, 3, 0, 1000, 1, NULL), WT_FAILED_PRECONDITION,
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, 3, 0, 1000, 1, NULL),
+                WT_FAILED_PRECONDITION,
                 "round_id 3 is not the current round 1");
   /* The grpc backend's data moves through PushWeights only. */
   WT_ASSERT_ERR(wtt_call(S.ch, "UpdateWeights", &ur.base,
-                     &wt__v1__update_weights_response__descriptor, NULL),
+                         &wt__v1__update_weights_response__descriptor, NULL),
                 WT_FAILED_PRECONDITION,
                 "backend 'grpc' receives weights through PushWeights");
   WT_ASSERT_OK(wtt_abort(S.ch, 1, &aborted));
@@ -211,50 +214,53 @@ static void test_init_errors(void) {
 }
 
 static void test_validation(void) {
-  wtt_server_start_simple(&S, "tiny", 1, WT_STAGING_SHADOW, 0);
-  WT_ASSERT_OK(wtt_init_grpc(S.ch, 1000, S.workers));
-  uint64_t id = 0;
-  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  uint64_t id = wtt_serve_round(&S, "tiny", 1, WT_STAGING_SHADOW, 1000);
   wtt_upd u;
 
   wtt_upd_init(&u, S.metas, NULL, S.n);
   u.names[2] = "model.layers.7.mlp.up_proj.weight";
-  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL),
+                WT_INVALID_ARGUMENT,
                 "parameter 'model.layers.7.mlp.up_proj.weight' "
                 "(update_info.names[2]) is not in the model");
 
   wtt_upd_init(&u, S.metas, NULL, S.n);
   u.dtypes[5] = "bfloat16";
-  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL),
+                WT_INVALID_ARGUMENT,
                 "parameter 'model.norm.weight': dtype bfloat16 does not match "
                 "the model's float32");
   wtt_upd_init(&u, S.metas, NULL, S.n);
   u.dtypes[5] = "float13";
-  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
-                "parameter 'model.norm.weight'");
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL),
+                WT_INVALID_ARGUMENT, "parameter 'model.norm.weight'");
 
   wtt_upd_init(&u, S.metas, NULL, S.n);
   int64_t four[1] = {4};
   u.shapes[5].dims = four;
-  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL),
+                WT_INVALID_ARGUMENT,
                 "parameter 'model.norm.weight': shape [4] does not match the "
                 "model's [16]");
   wtt_upd_init(&u, S.metas, NULL, S.n);
   int64_t transposed[2] = {40, 16};
   u.shapes[3].dims = transposed;
-  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL),
+                WT_INVALID_ARGUMENT,
                 "parameter 'model.layers.0.mlp.down_proj.weight': shape [40, "
                 "16] does not match the model's [16, 40]");
 
   wtt_upd_init(&u, S.metas, NULL, S.n);
   u.info.n_dtype_names = 6;
-  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL),
+                WT_INVALID_ARGUMENT,
                 "update_info has 7 names, 6 dtype_names and 7 shapes; the "
                 "three lists must have equal lengths");
 
   size_t dup[3] = {0, 5, 0};
   wtt_upd_init(&u, S.metas, dup, 3);
-  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL),
+                WT_INVALID_ARGUMENT,
                 "parameter 'model.embed_tokens.weight' appears twice in "
                 "update_info.names (at 0 and 2)");
 
@@ -262,21 +268,22 @@ static void test_validation(void) {
   uint64_t sizes[7] = {2048, 64, 512, 1280, 64, 64, 2000};
   u.info.n_packed_tensor_sizes = 7;
   u.info.packed_tensor_sizes = sizes;
-  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL),
+                WT_INVALID_ARGUMENT,
                 "parameter 'lm_head.weight': "
                 "update_info.packed_tensor_sizes[6] is 2000 bytes; the "
                 "model's tensor has 2048");
 
   wtt_upd_init(&u, S.metas, NULL, S.n);
   u.info.packed = false;
-  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_INVALID_ARGUMENT,
-                "update_info.packed is false");
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL),
+                WT_INVALID_ARGUMENT, "update_info.packed is false");
 
   /* A header without update info. */
   wtt_pusher p;
   memset(&u, 0, sizeof(u));
-  WT_ASSERT_OK(
-      wt_rpc_client_stream_open(S.ch, WTT_SVC "PushWeights", WTT_DEADLINE_MS, &p.s));
+  WT_ASSERT_OK(wt_rpc_client_stream_open(S.ch, WTT_SVC "PushWeights",
+                                         WTT_DEADLINE_MS, &p.s));
   Wt__V1__PushWeightsHeader h = WT__V1__PUSH_WEIGHTS_HEADER__INIT;
   Wt__V1__PushWeightsChunk msg = WT__V1__PUSH_WEIGHTS_CHUNK__INIT;
   msg.payload_case = WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_HEADER;
@@ -317,8 +324,8 @@ static void test_validation(void) {
   WT_ASSERT_ERR(wtt_push_close(&q, NULL), WT_INVALID_ARGUMENT,
                 "bucket 0 offset 2000: 1000 bytes run past the bucket's end "
                 "(2112 bytes)");
-  WT_ASSERT_OK(
-      wt_rpc_client_stream_open(S.ch, WTT_SVC "PushWeights", WTT_DEADLINE_MS, &q.s));
+  WT_ASSERT_OK(wt_rpc_client_stream_open(S.ch, WTT_SVC "PushWeights",
+                                         WTT_DEADLINE_MS, &q.s));
   q.plan = NULL;
   wt_status_free(wtt_push_raw_chunk(&q, 0, 0, junk, 10));
   WT_ASSERT_ERR(wtt_push_close(&q, NULL), WT_INVALID_ARGUMENT,
@@ -344,10 +351,7 @@ static void test_validation(void) {
 }
 
 static void test_push_round(void) {
-  wtt_server_start_simple(&S, "tiny", 1, WT_STAGING_SHADOW, 0);
-  WT_ASSERT_OK(wtt_init_grpc(S.ch, 1000, S.workers));
-  uint64_t id = 0;
-  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  uint64_t id = wtt_serve_round(&S, "tiny", 1, WT_STAGING_SHADOW, 1000);
   wtt_upd u;
   wtt_upd_init(&u, S.metas, NULL, S.n);
   u.dtypes[1] = "F32"; /* the safetensors spelling is accepted too */
@@ -437,10 +441,7 @@ static void test_many_workers(void) {
 /* A trainer killed midway: the round stays open, nothing partial commits,
  * the previous version's bytes stay, and the server keeps serving. */
 static void test_stream_cut(void) {
-  wtt_server_start_simple(&S, "small", 2, WT_STAGING_SHADOW, 0);
-  WT_ASSERT_OK(wtt_init_grpc(S.ch, 64 << 10, S.workers));
-  uint64_t id = 0;
-  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  uint64_t id = wtt_serve_round(&S, "small", 2, WT_STAGING_SHADOW, 64 << 10);
   wtt_upd u;
   wtt_upd_init(&u, S.metas, NULL, S.n);
   WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 1 << 20, 64 << 10, 1, NULL));
@@ -480,10 +481,7 @@ static void test_stream_cut(void) {
 /* Inplace staging: a failed round leaves the store incomplete, and
  * GetServerInfo says so until a round rewrote it. */
 static void test_inplace_incomplete(void) {
-  wtt_server_start_simple(&S, "tiny", 2, WT_STAGING_INPLACE, 0);
-  WT_ASSERT_OK(wtt_init_grpc(S.ch, 1000, S.workers));
-  uint64_t id = 0;
-  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  uint64_t id = wtt_serve_round(&S, "tiny", 2, WT_STAGING_INPLACE, 1000);
   wtt_upd u;
   wtt_upd_init(&u, S.metas, NULL, S.n);
   wtt_pusher p;
@@ -564,14 +562,15 @@ static void test_update_weights(void) {
   WT_ASSERT_OK(wtt_start(S.ch, &id));
   wtt_upd u;
   wtt_upd_init(&u, S.metas, NULL, S.n);
-  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL), WT_FAILED_PRECONDITION,
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL),
+                WT_FAILED_PRECONDITION,
                 "backend 'fake' does not take PushWeights");
   /* Validation comes before any receive. */
   u.names[0] = "model.nope";
   Wt__V1__UpdateWeightsRequest req = WT__V1__UPDATE_WEIGHTS_REQUEST__INIT;
   req.update_info = &u.info;
   WT_ASSERT_ERR(wtt_call(S.ch, "UpdateWeights", &req.base,
-                     &wt__v1__update_weights_response__descriptor, NULL),
+                         &wt__v1__update_weights_response__descriptor, NULL),
                 WT_INVALID_ARGUMENT, "parameter 'model.nope'");
   CU_ASSERT_EQUAL(fake_engine_get_stats().receives, 0);
   wtt_upd_init(&u, S.metas, NULL, S.n);
@@ -617,14 +616,14 @@ static void test_update_weights(void) {
   WT_ASSERT_OK(fake_engine_init(S.ch, "fake", "7", 200, NULL));
   WT_ASSERT_OK(wtt_start(S.ch, &id));
   WT_ASSERT_ERR(wtt_call(S.ch, "UpdateWeights", &req.base,
-                     &wt__v1__update_weights_response__descriptor, NULL),
+                         &wt__v1__update_weights_response__descriptor, NULL),
                 WT_DEADLINE_EXCEEDED,
                 "worker 0: fake engine (worker 0): no data within 200 ms");
   WT_ASSERT_ERR(wtt_finish(S.ch, "u-partial", id), WT_FAILED_PRECONDITION,
                 "was only partly received");
   fake_engine_release(true);
   WT_ASSERT_OK(wtt_call(S.ch, "UpdateWeights", &req.base,
-                    &wt__v1__update_weights_response__descriptor, NULL));
+                        &wt__v1__update_weights_response__descriptor, NULL));
   WT_ASSERT_OK(wtt_finish(S.ch, "u3", id));
   wtt_assert_model_seed(&S, 7);
   stop_fake_server();
@@ -675,14 +674,12 @@ static void test_stalled_push_ends_with_its_round(void) {
   wtt_server_stop(&S);
 }
 
-
 /* How long a call takes, in ms; its status is asserted OK. */
 static int64_t timed_ok(wt_status *(*fn)(void), const char *what) {
   int64_t t0 = wtt_now_ms();
   wt_status *st = fn();
   int64_t ms = wtt_now_ms() - t0;
-  if (st != NULL)
-    fprintf(stderr, "\n  %s: %s\n", what, wt_status_message(st));
+  if (st != NULL) fprintf(stderr, "\n  %s: %s\n", what, wt_status_message(st));
   CU_ASSERT_PTR_NULL(st);
   wt_status_free(st);
   return ms;
@@ -708,8 +705,9 @@ static wt_status *abort_call(void) {
   /* During an init there is no round: FAILED_PRECONDITION saying so is an
    * answer too. */
   if (st != NULL && wt_status_code(st) == WT_FAILED_PRECONDITION &&
-      strstr(wt_status_message(st), "InitWeightTransferEngine is still "
-                                    "running") != NULL) {
+      strstr(wt_status_message(st),
+             "InitWeightTransferEngine is still "
+             "running") != NULL) {
     wt_status_free(st);
     st = NULL;
   }
@@ -723,9 +721,10 @@ static void control_plane_answers(const char *during) {
   int64_t a = timed_ok(info_call, "GetServerInfo");
   int64_t b = timed_ok(version_call, "GetWeightVersion");
   int64_t c = timed_ok(abort_call, "AbortWeightUpdate");
-  printf("\n  during a blocked %s: GetServerInfo %lld ms, GetWeightVersion "
-         "%lld ms, AbortWeightUpdate %lld ms",
-         during, (long long)a, (long long)b, (long long)c);
+  printf(
+      "\n  during a blocked %s: GetServerInfo %lld ms, GetWeightVersion "
+      "%lld ms, AbortWeightUpdate %lld ms",
+      during, (long long)a, (long long)b, (long long)c);
   printf("\n");
   CU_ASSERT(a < 100);
   CU_ASSERT(b < 100);
@@ -756,10 +755,11 @@ static void test_blocking_engine_ops(void) {
   Wt__V1__InitWeightTransferEngineRequest ireq =
       WT__V1__INIT_WEIGHT_TRANSFER_ENGINE_REQUEST__INIT;
   ireq.init_info = &info;
-  wtt_bg_call init = {.ch = S.ch,
-                      .method = "InitWeightTransferEngine",
-                      .req = &ireq.base,
-                      .type = &wt__v1__init_weight_transfer_engine_response__descriptor};
+  wtt_bg_call init = {
+      .ch = S.ch,
+      .method = "InitWeightTransferEngine",
+      .req = &ireq.base,
+      .type = &wt__v1__init_weight_transfer_engine_response__descriptor};
   int64_t t0 = wtt_now_ms();
   wtt_bg_start(&init);
   wtt_sleep_ms(300);
@@ -772,15 +772,9 @@ static void test_blocking_engine_ops(void) {
    * finish reports it when its engine returns, nothing is committed. */
   uint64_t id = 0;
   WT_ASSERT_OK(wtt_start(S.ch, &id));
-  Wt__V1__FinishWeightUpdateRequest freq =
-      WT__V1__FINISH_WEIGHT_UPDATE_REQUEST__INIT;
-  freq.weight_version = "blocked";
-  freq.round_id = id;
-  wtt_bg_call fin = {.ch = S.ch,
-                     .method = "FinishWeightUpdate",
-                     .req = &freq.base,
-                     .type = &wt__v1__finish_weight_update_response__descriptor};
-  wtt_bg_start(&fin);
+  Wt__V1__FinishWeightUpdateRequest freq;
+  wtt_bg_call fin;
+  wtt_bg_finish(&fin, &freq, S.ch, "blocked", id);
   wtt_sleep_ms(300);
   control_plane_answers("finish");
   WT_ASSERT_ERR(wtt_bg_join(&fin), WT_ABORTED,

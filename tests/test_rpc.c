@@ -235,7 +235,8 @@ static const wt_rpc_method methods[] = {
     {M_VERSION, WT_RPC_UNARY, &wt__v1__get_weight_version_request__descriptor,
      &wt__v1__weight_version__descriptor, h_version, 0, NULL, NULL},
     {M_FINISH, WT_RPC_UNARY, &wt__v1__finish_weight_update_request__descriptor,
-     &wt__v1__finish_weight_update_response__descriptor, h_finish, 0, NULL, NULL},
+     &wt__v1__finish_weight_update_response__descriptor, h_finish, 0, NULL,
+     NULL},
     {M_PUSH, WT_RPC_CLIENT_STREAM, &wt__v1__push_weights_chunk__descriptor,
      &wt__v1__push_weights_response__descriptor, h_push, 0, NULL, NULL},
     {M_WATCH, WT_RPC_SERVER_STREAM,
@@ -503,7 +504,6 @@ static void test_server_stream(void) {
   stop();
 }
 
-
 static bool two_streams(void) {
   return F.nstreams == 2;
 }
@@ -530,7 +530,8 @@ static uint64_t read_seq(wt_rpc_server_stream *s, bool *done) {
 /* WT_RPC_WATCH streams: opened without a thread, fed from any thread in
  * order, ended with a status after what was queued; a client that does not
  * read loses the oldest waiting messages, not the newest; a client that
- * leaves closes its stream; a refused opening ends the call. */
+ * leaves closes its stream; a refused opening ends the call, and its
+ * opener is not told of a close (it holds no reference). */
 static void test_watch_streams(void) {
   start();
   F.nstreams = F.streams_closed = 0;
@@ -548,8 +549,7 @@ static void test_watch_streams(void) {
   /* A message of the wrong type is the caller's bug, said at once. */
   Wt__V1__GetWeightVersionRequest wrong =
       WT__V1__GET_WEIGHT_VERSION_REQUEST__INIT;
-  WT_ASSERT_ERR(wt_rpc_stream_send(sa, &wrong.base), WT_INTERNAL,
-                "wrong type");
+  WT_ASSERT_ERR(wt_rpc_stream_send(sa, &wrong.base), WT_INTERNAL, "wrong type");
   wt_status *bye = wt_status_new(WT_ABORTED, "that is all");
   wt_rpc_stream_end(sa, bye);
   wt_rpc_stream_end(sa, NULL); /* only the first end counts */
@@ -594,6 +594,9 @@ static void test_watch_streams(void) {
                     a, &wt__v1__weight_version__descriptor, &m, &done),
                 WT_PERMISSION_DENIED, "not this one");
   wt_rpc_server_stream_destroy(a);
+  /* ... and its opener, which kept nothing, hears of no close. */
+  usleep(200 * 1000);
+  CU_ASSERT_EQUAL(F.streams_closed, 3);
   /* Shutdown with one open: it closes. */
   req.all_workers = false;
   WT_ASSERT_OK(wt_rpc_server_stream_open(F.ch, M_CHECK, &req.base, 10000, &a));

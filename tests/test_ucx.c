@@ -89,8 +89,8 @@ static void assert_servers_hold(wt_sync_client *c, const char *layout,
 
 /* Runs an update that must fail within `within_ms`; returns its error (NULL
  * when it did not fail: the assertion is already recorded). */
-static wt_status *update_fails(wt_sync_client *c, wt_trainer *t,
-                               wt_source *src, int64_t within_ms) {
+static wt_status *update_fails(wt_sync_client *c, wt_trainer *t, wt_source *src,
+                               int64_t within_ms) {
   int64_t t0 = wt_proc_now_ms();
   wt_status *st = wt_sync_client_update(c, t, src, NULL, NULL);
   CU_ASSERT(wt_proc_now_ms() - t0 < within_ms);
@@ -114,7 +114,9 @@ static void rounds_over_staging(const char *transports, const char *connect,
   wtt_servers s;
   const uint32_t workers[] = {2, 3};
   const uint64_t regions = staging == WT_STAGING_SHADOW ? 2 : 1;
-  wtt_servers_start(&s, 2, (const char *const[]){"synthetic:small", "synthetic:small"}, workers, staging, NULL);
+  wtt_servers_start(&s, 2,
+                    (const char *const[]){"synthetic:small", "synthetic:small"},
+                    workers, staging, NULL);
   wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
   wt_sync_client *c = NULL;
   wt_trainer *t = NULL;
@@ -168,7 +170,9 @@ static void test_round_shared_memory(void) {
 static void test_memory_source_sequential(void) {
   wtt_servers s;
   const uint32_t workers[] = {1, 2};
-  wtt_servers_start(&s, 2, (const char *const[]){"synthetic:small", "synthetic:small"}, workers, WT_STAGING_SHADOW, NULL);
+  wtt_servers_start(&s, 2,
+                    (const char *const[]){"synthetic:small", "synthetic:small"},
+                    workers, WT_STAGING_SHADOW, NULL);
   wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
   wt_sync_client *c = NULL;
   wt_trainer *t = NULL;
@@ -298,7 +302,9 @@ static const wt_source_vtable stall_vt = {.kind = "stalling",
 static void test_trainer_stalls_mid_round(void) {
   wtt_servers s;
   const uint32_t workers[] = {2};
-  wtt_servers_start(&s, 1, (const char *const[]){"synthetic:small", "synthetic:small"}, workers, WT_STAGING_SHADOW, NULL);
+  wtt_servers_start(&s, 1,
+                    (const char *const[]){"synthetic:small", "synthetic:small"},
+                    workers, WT_STAGING_SHADOW, NULL);
   wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
   wt_sync_client *c = NULL;
   wt_trainer *t = NULL;
@@ -349,7 +355,8 @@ static void test_trainer_stalls_mid_round(void) {
   wtt_servers_stop(&s);
 }
 
-/* ---- receives report their length ----------------------------------------- */
+/* ---- receives report their length -----------------------------------------
+ */
 
 /* Sends `len` bytes of `msg` with `tag` on `ep`; returns the request. */
 static void *send_tagged(ucp_ep_h ep, const void *msg, size_t len,
@@ -363,11 +370,11 @@ static void *send_tagged(ucp_ep_h ep, const void *msg, size_t len,
 
 /* Receives `tag` on b into buf (progressing both workers); returns the
  * completion's note. */
-static wt_ucx_recv_note recv_tagged(wt_ucx *a, wt_ucx *b, void *buf,
-                                    size_t cap, ucp_tag_t tag) {
+static wt_ucx_recv_note recv_tagged(wt_ucx *a, wt_ucx *b, void *buf, size_t cap,
+                                    ucp_tag_t tag) {
   wt_ucx_recv_note note;
-  void *req = wt_ucx_tag_recv(b, buf, cap, ucp_dt_make_contig(1), NULL, tag,
-                              &note);
+  void *req =
+      wt_ucx_tag_recv(b, buf, cap, ucp_dt_make_contig(1), NULL, tag, &note);
   CU_ASSERT(req != NULL && !UCS_PTR_IS_ERR(req));
   if (req == NULL || UCS_PTR_IS_ERR(req)) return note;
   const int64_t end = wt_ucx_now_ms() + 5000;

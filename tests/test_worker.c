@@ -224,6 +224,5 @@ void wt_test_suite_worker(void) {
   CU_add_test(s, "an engine that refuses the store's memory kind",
               test_engine_refuses_memory_kind);
   CU_add_test(s, "host workers in shared memory", test_shared_memory_workers);
-  CU_add_test(s, "missing devices and kinds fail at start",
-              test_start_errors);
+  CU_add_test(s, "missing devices and kinds fail at start", test_start_errors);
 }

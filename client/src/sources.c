@@ -234,8 +234,7 @@ wt_status *wt_source_tensor_ready(const wt_source_tensor *t) {
   if (st == NULL)
     st = t->cuda_event ? api->event_synchronize(t->cuda_event)
                        : api->stream_synchronize(t->cuda_stream);
-  return wt_status_prefix(st, "tensor '%s': waiting for its bytes",
-                          t->name);
+  return wt_status_prefix(st, "tensor '%s': waiting for its bytes", t->name);
 }
 
 wt_status *wt_source_tensor_data(wt_source *src, const wt_source_tensor *t,
@@ -279,8 +278,8 @@ wt_status *wt_source_validate_for(wt_source *src, uint32_t kinds,
       WT_FAIL(WT_INVALID_ARGUMENT,
               "tensor '%s' is in %s memory (%s); backend '%s' sends from %s "
               "memory only",
-              t.name, wt_mem_kind_name(t.kind),
-              wt_device_format(t.device, dev), backend ? backend : "?",
+              t.name, wt_mem_kind_name(t.kind), wt_device_format(t.device, dev),
+              backend ? backend : "?",
               wt_mem_kinds_format(kinds, list, sizeof(list)));
     }
   }

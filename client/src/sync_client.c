@@ -724,8 +724,7 @@ wt_status *wt_sync_client_start(wt_sync_client *c) {
   wt_status *st = start_once(c, &again, why, sizeof(why));
   if (st == NULL || !again) return st;
   if (c->manual_reinit || c->init == NULL) {
-    WT_LOGW("client",
-            "%s needs a new init; %s", why,
+    WT_LOGW("client", "%s needs a new init; %s", why,
             c->manual_reinit ? "this client re-inits only when told to "
                                "(manual_reinit)"
                              : "this client made no init to repeat");

@@ -137,7 +137,8 @@ wt_status *wt_trainer_reinit(wt_trainer *t, const wt_trainer_init_args *args) {
 }
 
 wt_status *wt_trainer_init_info(const char *name, const wt_backend_option *opts,
-                                size_t n, Wt__V1__WeightTransferInitInfo **out) {
+                                size_t n,
+                                Wt__V1__WeightTransferInitInfo **out) {
   wt_status *st = NULL;
   const wt_trainer_ops *ops = NULL;
   Wt__V1__WeightTransferInitInfo *info = NULL;
@@ -191,8 +192,7 @@ wt_status *wt_option_unknown(const char *backend, const wt_backend_option *o,
   }
   return wt_status_new(WT_INVALID_ARGUMENT,
                        "backend '%s' has no option '%.64s' (its options: %s)",
-                       backend, o->key ? o->key : "",
-                       used ? list : "none");
+                       backend, o->key ? o->key : "", used ? list : "none");
 }
 
 const wt_trainer_ops *wt_trainer_get_ops(const wt_trainer *t) {

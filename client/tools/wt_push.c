@@ -58,7 +58,7 @@ typedef struct options {
   wt_backend_option opts[MAX_OPTIONS];
   size_t nopts;
   char opt_text[MAX_OPTIONS][256];
-  double timeout_s;      /* 0: library default */
+  double timeout_s; /* 0: library default */
   bool verify;
   wt_hash_alg verify_alg;
   bool quiet;
@@ -199,16 +199,15 @@ static int parse_args(int argc, char **argv, options *o) {
                   c == O_CHUNK ? "--chunk-size" : "--bucket-size", optarg);
           return EXIT_USAGE;
         }
-        int rc = add_option(o, c == O_CHUNK ? "chunk_size" : "bucket_size",
-                            optarg);
+        int rc =
+            add_option(o, c == O_CHUNK ? "chunk_size" : "bucket_size", optarg);
         if (rc != 0) return rc;
         break;
       }
       case O_OPTION: {
         const char *eq = strchr(optarg, '=');
         if (eq == NULL || eq == optarg) {
-          fprintf(stderr, "wt-push: --option: '%s' is not KEY=VALUE\n",
-                  optarg);
+          fprintf(stderr, "wt-push: --option: '%s' is not KEY=VALUE\n", optarg);
           return EXIT_USAGE;
         }
         char key[128];
@@ -524,9 +523,9 @@ int main(int argc, char **argv) {
   printf("pushed %zu tensors, %" PRIu64
          " bytes (%s) to %zu server(s) in "
          "%.3f s: %.3g GB/s (round %.3f s); committed version '%s'\n",
-         wt_source_count(src), bytes, wt_tool_human_bytes(bytes, a, sizeof(a)), o.nservers,
-         t_push, t_push > 0 ? (double)bytes / t_push / 1e9 : 0.0, t_round,
-         commit);
+         wt_source_count(src), bytes, wt_tool_human_bytes(bytes, a, sizeof(a)),
+         o.nservers, t_push, t_push > 0 ? (double)bytes / t_push / 1e9 : 0.0,
+         t_round, commit);
   fflush(stdout);
   exit_code = 0;
   if (o.verify) {

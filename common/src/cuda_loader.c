@@ -22,6 +22,7 @@ static const wt_cuda_api *loaded;
 static wt_status *load_error;
 static _Atomic(const wt_cuda_api *) override;
 
+#ifdef WT_WITH_CUDA
 /* The module sits beside libwt_common (build tree and install alike). */
 static char *module_path(void) {
   const char *env = getenv(MODULE_ENV);
@@ -37,6 +38,7 @@ static char *module_path(void) {
   }
   return strdup(MODULE_FILE);
 }
+#endif
 
 static void load(void) {
 #ifndef WT_WITH_CUDA
@@ -63,8 +65,7 @@ static void load(void) {
   const wt_cuda_api *api = fn ? fn() : NULL;
   if (api == NULL || api->version != WT_CUDA_API_VERSION) {
     load_error = wt_status_new(
-        WT_FAILED_PRECONDITION,
-        "CUDA is unavailable: %s: %s", path,
+        WT_FAILED_PRECONDITION, "CUDA is unavailable: %s: %s", path,
         api == NULL ? "no " MODULE_SYMBOL " table"
                     : "its table is of another version (a stale module)");
     dlclose(h);

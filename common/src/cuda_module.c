@@ -9,10 +9,10 @@
 #include "wt/cuda.h"
 
 static wt_status *cuda_error(cudaError_t err, const char *call) {
-  return wt_status_new(err == cudaErrorMemoryAllocation ? WT_RESOURCE_EXHAUSTED
-                                                        : WT_FAILED_PRECONDITION,
-                       "%s: %s (%s)", call, cudaGetErrorString(err),
-                       cudaGetErrorName(err));
+  return wt_status_new(
+      err == cudaErrorMemoryAllocation ? WT_RESOURCE_EXHAUSTED
+                                       : WT_FAILED_PRECONDITION,
+      "%s: %s (%s)", call, cudaGetErrorString(err), cudaGetErrorName(err));
 }
 
 /* The calling thread must be bound to `device` (wt/cuda.h). */

@@ -99,8 +99,8 @@ wt_status *wt_device_list_parse(const char *s, wt_device **out, size_t *n) {
     WT_CHECK(wt_device_parse(tok, &d));
     for (size_t i = 0; i < count; i++)
       if (d.type == WT_DEVICE_CUDA && wt_device_equal(list[i], d))
-        WT_FAIL(WT_INVALID_ARGUMENT,
-                "device list '%.128s' names cuda:%d twice", s, d.index);
+        WT_FAIL(WT_INVALID_ARGUMENT, "device list '%.128s' names cuda:%d twice",
+                s, d.index);
     if (count == cap) {
       size_t ncap = cap ? cap * 2 : 8;
       wt_device *grown = realloc(list, ncap * sizeof(*grown));
@@ -204,9 +204,8 @@ static wt_status *shared_alloc(wt_device device, size_t len, const char *what,
   int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return wt_status_from_errno(errno, "%s: memfd_create", what);
   if (ftruncate(fd, (off_t)len) != 0) {
-    wt_status *st =
-        wt_status_from_errno(errno, "%s: sizing a memfd to %zu bytes", what,
-                             len);
+    wt_status *st = wt_status_from_errno(
+        errno, "%s: sizing a memfd to %zu bytes", what, len);
     close(fd);
     return st;
   }
@@ -298,8 +297,8 @@ static wt_status *device_copy_in(const wt_mem_region *r, size_t off,
   return st;
 }
 
-static wt_status *device_copy_out(const wt_mem_region *r, size_t off,
-                                  void *dst, size_t len) {
+static wt_status *device_copy_out(const wt_mem_region *r, size_t off, void *dst,
+                                  size_t len) {
   return wt_mem_copy_to_host(WT_MEM_DEVICE, r->device, dst,
                              (const unsigned char *)r->base + off, len);
 }

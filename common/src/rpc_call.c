@@ -105,8 +105,8 @@ static int call_run_batch(wt_rpc_call *c, const grpc_op *ops, size_t n,
       atomic_store(&c->cancelled, true);
       grpc_slice details = rpc_status_details(timeout_status);
       char *text = grpc_slice_to_c_string(details);
-      grpc_call_cancel_with_status(c->call, GRPC_STATUS_DEADLINE_EXCEEDED,
-                                   text, NULL);
+      grpc_call_cancel_with_status(c->call, GRPC_STATUS_DEADLINE_EXCEEDED, text,
+                                   NULL);
       gpr_free(text);
       grpc_slice_unref(details);
     }
@@ -272,7 +272,8 @@ wt_status *wt_rpc_call_read_raw_within(wt_rpc_call *c, int64_t timeout_ms,
   if (wt_rpc_call_cancelled(c)) return call_failed(c, "read");
   char why[512] = "";
   if (timeout_ms >= 0)
-    snprintf(why, sizeof(why), "%s: no message within %lld ms while waiting "
+    snprintf(why, sizeof(why),
+             "%s: no message within %lld ms while waiting "
              "for %s",
              c->method->path, (long long)timeout_ms, what ? what : "data");
   grpc_byte_buffer *buf = NULL;

@@ -25,8 +25,8 @@
 /* Fills args[0] and args[1] with the receive and send message limits (0: the
  * layer's default; -1: unlimited, as gRPC reads it). Returns the number of
  * args written, 2. */
-static inline size_t wt_rpc_message_limit_args(grpc_arg *args,
-                                               int max_receive, int max_send) {
+static inline size_t wt_rpc_message_limit_args(grpc_arg *args, int max_receive,
+                                               int max_send) {
   memset(args, 0, 2 * sizeof(*args));
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -40,15 +40,15 @@ static inline size_t wt_rpc_message_limit_args(grpc_arg *args,
 }
 
 typedef enum rpc_tag_kind {
-  TAG_REQUEST,       /* a registered-method slot: a call arrived (or shutdown) */
-  TAG_GENERIC,       /* the catch-all slot: an unknown method */
-  TAG_REJECT,        /* a call answered by the polling thread itself finished */
-  TAG_CALL_OP,       /* a handler's batch completed */
-  TAG_CALL_CLOSE,    /* a call's RECV_CLOSE_ON_SERVER completed */
-  TAG_CALL_STATUS,   /* a call's status (and response) went out */
-  TAG_STREAM_SEND,   /* a stream's message (or status) went out */
-  TAG_STREAM_CLOSE,  /* a stream's RECV_CLOSE_ON_SERVER completed */
-  TAG_SHUTDOWN,      /* grpc_server_shutdown_and_notify completed */
+  TAG_REQUEST,      /* a registered-method slot: a call arrived (or shutdown) */
+  TAG_GENERIC,      /* the catch-all slot: an unknown method */
+  TAG_REJECT,       /* a call answered by the polling thread itself finished */
+  TAG_CALL_OP,      /* a handler's batch completed */
+  TAG_CALL_CLOSE,   /* a call's RECV_CLOSE_ON_SERVER completed */
+  TAG_CALL_STATUS,  /* a call's status (and response) went out */
+  TAG_STREAM_SEND,  /* a stream's message (or status) went out */
+  TAG_STREAM_CLOSE, /* a stream's RECV_CLOSE_ON_SERVER completed */
+  TAG_SHUTDOWN,     /* grpc_server_shutdown_and_notify completed */
 } rpc_tag_kind;
 
 typedef struct rpc_tag {
@@ -69,9 +69,9 @@ typedef struct rpc_pool {
   wt_rpc_class cfg;
   size_t index;
   wt_rpc_server *server;
-  int running;  /* calls in a handler (or streams open) */
-  int queued;   /* calls waiting for a thread */
-  int idle;     /* threads waiting for a call */
+  int running; /* calls in a handler (or streams open) */
+  int queued;  /* calls waiting for a thread */
+  int idle;    /* threads waiting for a call */
   wt_rpc_call *head, *tail;
   pthread_cond_t work_cv;
   pthread_t *threads;

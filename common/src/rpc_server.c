@@ -297,8 +297,7 @@ static void slot_post(request_slot *slot) {
   }
 }
 
-static wt_status *slot_new(wt_rpc_server *s, rpc_tag_kind kind,
-                           size_t method) {
+static wt_status *slot_new(wt_rpc_server *s, rpc_tag_kind kind, size_t method) {
   request_slot *slot = calloc(1, sizeof(*slot));
   if (slot == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
@@ -481,9 +480,9 @@ static wt_status *validate_methods(const wt_rpc_method *methods, size_t n,
       return wt_status_new(WT_INVALID_ARGUMENT, "method %s: unknown kind %d",
                            m->path, (int)m->kind);
     if (m->kind == WT_RPC_WATCH ? m->open == NULL : m->handler == NULL)
-      return wt_status_new(WT_INVALID_ARGUMENT, "method %s: no %s", m->path,
-                           m->kind == WT_RPC_WATCH ? "open function"
-                                                   : "handler");
+      return wt_status_new(
+          WT_INVALID_ARGUMENT, "method %s: no %s", m->path,
+          m->kind == WT_RPC_WATCH ? "open function" : "handler");
     if (m->admission >= nclasses)
       return wt_status_new(WT_INVALID_ARGUMENT,
                            "method %s: admission class %u of %zu", m->path,
@@ -510,11 +509,11 @@ static void pools_free(wt_rpc_server *s) {
 }
 
 static wt_status *pools_new(wt_rpc_server *s, const wt_rpc_server_options *o) {
-  wt_rpc_class fallback = {
-      "default",
-      o->max_handler_threads > 0 ? o->max_handler_threads
-                                 : DEFAULT_MAX_HANDLER_THREADS,
-      0, NULL};
+  wt_rpc_class fallback = {"default",
+                           o->max_handler_threads > 0
+                               ? o->max_handler_threads
+                               : DEFAULT_MAX_HANDLER_THREADS,
+                           0, NULL};
   const wt_rpc_class *classes = o->classes ? o->classes : &fallback;
   size_t n = o->classes ? o->nclasses : 1;
   if (n == 0)

@@ -41,7 +41,8 @@ struct wt_rpc_stream {
   bool metadata_sent;
   bool end_requested;
   bool status_sent;
-  bool closed; /* RECV_CLOSE_ON_SERVER completed: the call is over */
+  bool closed;  /* RECV_CLOSE_ON_SERVER completed: the call is over */
+  bool refused; /* the opener said no: it holds no reference, hears no close */
   int close_cancelled;
   grpc_status_code end_code;
   grpc_slice end_details;
@@ -133,7 +134,8 @@ void rpc_stream_accept(wt_rpc_server *srv, const wt_rpc_method *m,
   memset(&op, 0, sizeof(op));
   op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
   op.data.recv_close_on_server.cancelled = &s->close_cancelled;
-  grpc_call_error err = grpc_call_start_batch(call, &op, 1, &s->close_tag, NULL);
+  grpc_call_error err =
+      grpc_call_start_batch(call, &op, 1, &s->close_tag, NULL);
   if (err != GRPC_CALL_OK) {
     /* Without it the call's end would go unnoticed: give up on it. */
     WT_LOGW(RPC_MOD, "%s: cannot watch a stream: %s", m->path,
@@ -153,7 +155,10 @@ void rpc_stream_accept(wt_rpc_server *srv, const wt_rpc_method *m,
   wt_status *st = m->open(s, request, srv->user);
   wt_pb_free(request);
   if (st != NULL) {
-    /* Refused: the owner keeps no reference. */
+    /* Refused: the owner keeps no reference and is not told of the close. */
+    pthread_mutex_lock(&s->mu);
+    s->refused = true;
+    pthread_mutex_unlock(&s->mu);
     wt_rpc_stream_end(s, st);
     wt_status_free(st);
     wt_rpc_stream_release(s);
@@ -177,12 +182,13 @@ void rpc_stream_on_close(wt_rpc_stream *s) {
     grpc_byte_buffer_destroy(s->queue[(s->qhead + i) % WT_RPC_STREAM_QUEUE]);
   s->qlen = 0;
   uint64_t dropped = s->dropped;
+  bool refused = s->refused;
   pthread_mutex_unlock(&s->mu);
   if (dropped > 0)
     WT_LOGD(RPC_MOD, "%s (peer %s): %llu message(s) dropped for a slow reader",
             s->method->path, s->peer ? s->peer : "?",
             (unsigned long long)dropped);
-  if (s->method->closed) s->method->closed(s, s->server->user);
+  if (s->method->closed && !refused) s->method->closed(s, s->server->user);
   wt_rpc_server *srv = s->server;
   pthread_mutex_lock(&srv->mu);
   s->pool->running--;

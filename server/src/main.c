@@ -40,45 +40,45 @@ static void usage(FILE *f) {
           WT_SERVER_DEFAULT_LISTEN, WT_SERVER_DEFAULT_MODEL);
   for (const char *const *n = wt_synthetic_layout_names(); *n; n++)
     fprintf(f, " %s", *n);
-  fprintf(f,
-          "\n"
-          "  --device LIST          cpu (default), or GPUs: cuda:0,cuda:1 (one\n"
-          "                         worker per device, holding device memory)\n"
-          "  --workers N            cpu workers, each holding the whole\n"
-          "                         model (default 1)\n"
-          "  --memory KIND          the cpu workers' memory: host (default),\n"
-          "                         shared (a memfd another process can map)\n"
-          "                         or pinned (page-locked; needs CUDA)\n"
-          "  --staging MODE         shadow (a round writes spare buffers,\n"
-          "                         finish swaps them in; default) or inplace\n"
-          "                         (half the memory; the store is marked\n"
-          "                         incomplete while a round writes)\n"
-          "  --round-timeout SEC    abort a round idle longer than this\n"
-          "                         between calls or chunks (default %u)\n"
-          "  --header-timeout SEC   end a PushWeights stream that sends no\n"
-          "                         header this long (default %u)\n"
-          "  --max-round-calls N    round calls (init, start, update, push,\n"
-          "                         finish, abort) served at once; never\n"
-          "                         taken by readers (default %d)\n"
-          "  --max-reader-calls N   reader calls (info, parameters, version,\n"
-          "                         checksums) served at once; %d times as\n"
-          "                         many wait (default %d)\n"
-          "  --max-watchers N       open WatchWeightVersion streams; they\n"
-          "                         hold no thread (default %d)\n"
-          "  --ucx-transports LIST  UCX transports of the ucx backend's\n"
-          "                         workers (UCX_TLS syntax, e.g. tcp or\n"
-          "                         sm,self) when the init info's\n"
-          "                         ucx.transports is empty; precedence:\n"
-          "                         init info > this option (or\n"
-          "                         $WT_UCX_TRANSPORTS) > $UCX_TLS > UCX's\n"
-          "                         own choice\n"
-          "  --log-level LEVEL      debug, info, warn, error or off\n"
-          "                         (default: $WT_LOG, else info)\n"
-          "  -h, --help             this text\n",
-          WT_SERVER_DEFAULT_ROUND_TIMEOUT_MS / 1000,
-          WT_SERVER_DEFAULT_HEADER_TIMEOUT_MS / 1000,
-          WT_SERVER_DEFAULT_ROUND_CALLS, 64, WT_SERVER_DEFAULT_READER_CALLS,
-          WT_SERVER_DEFAULT_WATCHERS);
+  fprintf(
+      f,
+      "\n"
+      "  --device LIST          cpu (default), or GPUs: cuda:0,cuda:1 (one\n"
+      "                         worker per device, holding device memory)\n"
+      "  --workers N            cpu workers, each holding the whole\n"
+      "                         model (default 1)\n"
+      "  --memory KIND          the cpu workers' memory: host (default),\n"
+      "                         shared (a memfd another process can map)\n"
+      "                         or pinned (page-locked; needs CUDA)\n"
+      "  --staging MODE         shadow (a round writes spare buffers,\n"
+      "                         finish swaps them in; default) or inplace\n"
+      "                         (half the memory; the store is marked\n"
+      "                         incomplete while a round writes)\n"
+      "  --round-timeout SEC    abort a round idle longer than this\n"
+      "                         between calls or chunks (default %u)\n"
+      "  --header-timeout SEC   end a PushWeights stream that sends no\n"
+      "                         header this long (default %u)\n"
+      "  --max-round-calls N    round calls (init, start, update, push,\n"
+      "                         finish, abort) served at once; never\n"
+      "                         taken by readers (default %d)\n"
+      "  --max-reader-calls N   reader calls (info, parameters, version,\n"
+      "                         checksums) served at once; %d times as\n"
+      "                         many wait (default %d)\n"
+      "  --max-watchers N       open WatchWeightVersion streams; they\n"
+      "                         hold no thread (default %d)\n"
+      "  --ucx-transports LIST  UCX transports of the ucx backend's\n"
+      "                         workers (UCX_TLS syntax, e.g. tcp or\n"
+      "                         sm,self) when the init info's\n"
+      "                         ucx.transports is empty; precedence:\n"
+      "                         init info > this option (or\n"
+      "                         $WT_UCX_TRANSPORTS) > $UCX_TLS > UCX's\n"
+      "                         own choice\n"
+      "  --log-level LEVEL      debug, info, warn, error or off\n"
+      "                         (default: $WT_LOG, else info)\n"
+      "  -h, --help             this text\n",
+      WT_SERVER_DEFAULT_ROUND_TIMEOUT_MS / 1000,
+      WT_SERVER_DEFAULT_HEADER_TIMEOUT_MS / 1000, WT_SERVER_DEFAULT_ROUND_CALLS,
+      64, WT_SERVER_DEFAULT_READER_CALLS, WT_SERVER_DEFAULT_WATCHERS);
 }
 
 static int bad_option(const char *fmt, ...)

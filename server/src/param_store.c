@@ -272,8 +272,8 @@ wt_status *wt_param_store_from_synthetic(const char *layout, uint64_t seed,
     const wt_tensor_meta *m = &s->metas[i];
     synth_fill f = {m, seed};
     WT_CHECK(wt_status_prefix(
-        wt_mem_fill(&s->buf[0], s->offset[i], (size_t)m->nbytes,
-                    fill_synthetic, &f, load_bounce(s)),
+        wt_mem_fill(&s->buf[0], s->offset[i], (size_t)m->nbytes, fill_synthetic,
+                    &f, load_bounce(s)),
         "param store: loading parameter '%s'", m->name));
   }
   *out = s;
@@ -300,10 +300,10 @@ wt_status *wt_param_store_from_checkpoint(const wt_checkpoint *ck,
   WT_CHECK(wt_param_store_new(metas, n, cfg, &s));
   for (size_t i = 0; i < n; i++) {
     const wt_st_tensor *t = wt_checkpoint_at(ck, i);
-    WT_CHECK(wt_status_prefix(
-        wt_mem_write(&s->buf[0], s->offset[i], t->data, (size_t)t->meta.nbytes,
-                     load_bounce(s)),
-        "param store: loading parameter '%s'", t->meta.name));
+    WT_CHECK(
+        wt_status_prefix(wt_mem_write(&s->buf[0], s->offset[i], t->data,
+                                      (size_t)t->meta.nbytes, load_bounce(s)),
+                         "param store: loading parameter '%s'", t->meta.name));
   }
   *out = s;
   s = NULL;
@@ -392,9 +392,10 @@ void *wt_param_store_stage(wt_param_store *s, size_t i) {
   return buffer_of(s, 1 - s->live[i], i);
 }
 
-wt_status *wt_param_store_stage_write(wt_param_store *s, size_t i,
-                                      uint64_t offset, const void *src,
-                                      size_t len) {
+/* OUT_OF_RANGE unless tensor i exists and [offset, offset + len) lies in
+ * it. */
+static wt_status *check_range(const wt_param_store *s, size_t i,
+                              uint64_t offset, size_t len) {
   if (i >= s->n)
     return wt_status_new(WT_OUT_OF_RANGE,
                          "param store: tensor index %zu of %zu", i, s->n);
@@ -404,15 +405,23 @@ wt_status *wt_param_store_stage_write(wt_param_store *s, size_t i,
                          "parameter '%s': bytes [%" PRIu64 ", %" PRIu64
                          ") are outside its %" PRIu64 " bytes",
                          m->name, offset, offset + len, m->nbytes);
+  return NULL;
+}
+
+wt_status *wt_param_store_stage_write(wt_param_store *s, size_t i,
+                                      uint64_t offset, const void *src,
+                                      size_t len) {
+  wt_status *range = check_range(s, i, offset, len);
+  if (range != NULL) return range;
+  const wt_tensor_meta *m = &s->metas[i];
   int b = s->staging == WT_STAGING_INPLACE ? 0 : 1 - s->live[i];
   if (wt_mem_kind_host_addressable(s->memory)) {
     memcpy(buffer_of(s, b, i) + offset, src, len);
     return NULL;
   }
-  return wt_status_prefix(
-      wt_mem_ops_of(s->memory)->copy_in(&s->buf[b], s->offset[i] + offset, src,
-                                        len),
-      "parameter '%s'", m->name);
+  return wt_status_prefix(wt_mem_ops_of(s->memory)->copy_in(
+                              &s->buf[b], s->offset[i] + offset, src, len),
+                          "parameter '%s'", m->name);
 }
 
 void wt_param_store_staged(wt_param_store *s, size_t i) {
@@ -538,20 +547,14 @@ static void bounce_put(wt_param_store *s, wt_mem_bounce *b) {
 
 wt_status *wt_param_store_read(wt_param_store *s, size_t i, uint64_t offset,
                                void *buf, size_t len) {
-  if (i >= s->n)
-    return wt_status_new(WT_OUT_OF_RANGE,
-                         "param store: tensor index %zu of %zu", i, s->n);
+  wt_status *range = check_range(s, i, offset, len);
+  if (range != NULL) return range;
   const wt_tensor_meta *m = &s->metas[i];
-  if (offset > m->nbytes || len > m->nbytes - offset)
-    return wt_status_new(WT_OUT_OF_RANGE,
-                         "parameter '%s': bytes [%" PRIu64 ", %" PRIu64
-                         ") are outside its %" PRIu64 " bytes",
-                         m->name, offset, offset + len, m->nbytes);
   if (len == 0) return NULL;
   wt_param_store_read_lock(s);
   wt_mem_bounce *b = bounce_take(s);
-  wt_status *st = wt_mem_read(&s->buf[live_set(s, i)], s->offset[i] + offset,
-                              buf, len, b);
+  wt_status *st =
+      wt_mem_read(&s->buf[live_set(s, i)], s->offset[i] + offset, buf, len, b);
   bounce_put(s, b);
   wt_param_store_read_unlock(s);
   return wt_status_prefix(st, "parameter '%s'", m->name);

@@ -109,19 +109,10 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
                         .round_id = p->round_id,
                         .push_id = p->push_id,
                         .update = &r.u};
-  for (uint32_t i = 0; i < srv->nworkers; i++) {
-    ops[i] = proto;
-    wt_status_free(wt_worker_submit(srv->workers[i], &ops[i]));
-  }
+  st = wt_srv_submit_all(srv, ops, &proto);
   pthread_mutex_unlock(&srv->mu);
   locked = false;
-  for (uint32_t i = 0; i < srv->nworkers; i++) {
-    wt_status *e = wt_worker_wait(srv->workers[i], &ops[i]);
-    if (st == NULL)
-      st = e;
-    else
-      wt_status_free(e);
-  }
+  if (st == NULL) st = wt_srv_wait_all(srv, ops);
   pthread_mutex_lock(&srv->mu);
   locked = true;
   if (srv->push_id != p->push_id) {
@@ -132,18 +123,17 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
   if (st != NULL) {
     /* The workers where it began end it (the others ignore the end). */
     wt_worker_op end = {.kind = WT_WORKER_OP_PUSH_END, .push_id = p->push_id};
-    for (uint32_t i = 0; i < srv->nworkers; i++) {
-      ops[i] = end;
-      wt_status_free(wt_worker_submit(srv->workers[i], &ops[i]));
-    }
+    wt_status *submitted = wt_srv_submit_all(srv, ops, &end);
     srv->push_id = 0;
     srv->push_call = NULL;
     srv->busy = NULL;
     pthread_cond_broadcast(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
     locked = false;
-    for (uint32_t i = 0; i < srv->nworkers; i++)
-      wt_status_free(wt_worker_wait(srv->workers[i], &ops[i]));
+    if (submitted == NULL)
+      wt_status_free(wt_srv_wait_all(srv, ops));
+    else
+      wt_status_free(submitted);
     goto out;
   }
   WT_LOGD("server",
@@ -168,8 +158,8 @@ wt_status *wt_srv_push_chunk(wt_srv_push *p, uint32_t bucket, uint64_t offset,
   push_chunk *c = NULL;
   if (iovcnt > WT_CHUNK_MAX_PIECES) {
     st = wt_status_new(WT_INVALID_ARGUMENT,
-                       "PushWeights: a chunk in %zu pieces; at most %d",
-                       iovcnt, WT_CHUNK_MAX_PIECES);
+                       "PushWeights: a chunk in %zu pieces; at most %d", iovcnt,
+                       WT_CHUNK_MAX_PIECES);
     goto fail;
   }
   pthread_mutex_lock(&p->mu);
@@ -244,18 +234,13 @@ wt_status *wt_srv_push_end(wt_srv_push *p, bool stream_ended,
   wt_worker_op end = {.kind = WT_WORKER_OP_PUSH_END,
                       .push_id = p->push_id,
                       .stream_ended = stream_ended};
-  for (uint32_t i = 0; i < srv->nworkers; i++) {
-    ops[i] = end;
-    wt_status_free(wt_worker_submit(srv->workers[i], &ops[i]));
-  }
+  wt_status *e = wt_srv_submit_all(srv, ops, &end);
   pthread_mutex_unlock(&srv->mu);
-  for (uint32_t i = 0; i < srv->nworkers; i++) {
-    wt_status *e = wt_worker_wait(srv->workers[i], &ops[i]);
-    if (st == NULL)
-      st = e;
-    else
-      wt_status_free(e);
-  }
+  if (e == NULL) e = wt_srv_wait_all(srv, ops);
+  if (st == NULL)
+    st = e;
+  else
+    wt_status_free(e);
   if (stats != NULL) *stats = ops[0].stats;
   pthread_mutex_lock(&srv->mu);
   if (srv->push_id == p->push_id) {

@@ -55,8 +55,7 @@ const char *wt_srv_state_locked(const wt_server *srv) {
 
 /* --- running an op on every worker ---------------------------------------- */
 
-/* Submits a copy of `proto` to every worker (under mu, in order). */
-static wt_status *submit_all(wt_server *srv, wt_worker_op *ops,
+wt_status *wt_srv_submit_all(wt_server *srv, wt_worker_op *ops,
                              const wt_worker_op *proto) {
   for (uint32_t i = 0; i < srv->nworkers; i++) {
     ops[i] = *proto;
@@ -73,8 +72,7 @@ static wt_status *submit_all(wt_server *srv, wt_worker_op *ops,
   return NULL;
 }
 
-/* Waits for every op submit_all submitted; the lowest rank's error. */
-static wt_status *wait_all(wt_server *srv, wt_worker_op *ops) {
+wt_status *wt_srv_wait_all(wt_server *srv, wt_worker_op *ops) {
   wt_status *st = NULL;
   for (uint32_t i = 0; i < srv->nworkers; i++) {
     wt_status *e = wt_worker_wait(srv->workers[i], &ops[i]);
@@ -88,9 +86,37 @@ static wt_status *wait_all(wt_server *srv, wt_worker_op *ops) {
 
 wt_status *wt_srv_run_all(wt_server *srv, wt_worker_op *ops,
                           const wt_worker_op *proto) {
-  wt_status *st = submit_all(srv, ops, proto);
+  wt_status *st = wt_srv_submit_all(srv, ops, proto);
   if (st != NULL) return st;
-  return wait_all(srv, ops);
+  return wt_srv_wait_all(srv, ops);
+}
+
+/* Under mu: submits `proto` to every worker, releases mu while they run,
+ * and holds it again once every op is done. */
+static wt_status *run_all_unlocked(wt_server *srv, wt_worker_op *ops,
+                                   const wt_worker_op *proto) {
+  wt_status *st = wt_srv_submit_all(srv, ops, proto);
+  pthread_mutex_unlock(&srv->mu);
+  if (st == NULL) st = wt_srv_wait_all(srv, ops);
+  pthread_mutex_lock(&srv->mu);
+  return st;
+}
+
+/* Under mu: one op of round proto->round_id on every worker (see
+ * run_all_unlocked), counted as an engine call. A round that ended
+ * meanwhile (aborted, timed out) is `call`'s error, whatever the op said;
+ * then srv->round_id differs from the op's. */
+static wt_status *run_round_op(wt_server *srv, wt_worker_op *ops,
+                               const wt_worker_op *proto, const char *call) {
+  srv->engine_calls++;
+  wt_status *st = run_all_unlocked(srv, ops, proto);
+  srv->engine_calls--;
+  wt_srv_touch(srv);
+  if (srv->round_id != proto->round_id) {
+    wt_status_free(st);
+    st = wt_srv_aborted_error(srv, call, proto->round_id);
+  }
+  return st;
 }
 
 static wt_worker_op *ops_new(const wt_server *srv) {
@@ -265,10 +291,9 @@ wt_status *wt_srv_init_engine(wt_server *srv,
     wt_status *e = wt_engine_names(srv->engines, &names);
     if (e != NULL) names = NULL;
     wt_status_free(e);
-    wt_status *named = wt_status_new(wt_status_code(st),
-                                     "%s; registered backends: %s",
-                                     wt_status_message(st),
-                                     names ? names : "(none)");
+    wt_status *named =
+        wt_status_new(wt_status_code(st), "%s; registered backends: %s",
+                      wt_status_message(st), names ? names : "(none)");
     wt_status_free(st);
     st = named;
     goto out;
@@ -306,13 +331,7 @@ wt_status *wt_srv_init_engine(wt_server *srv,
   named.backend = (char *)backend;
   wt_worker_op proto = {
       .kind = WT_WORKER_OP_INIT, .init = &named, .endpoint = endpoints};
-  st = submit_all(srv, ops, &proto);
-  pthread_mutex_unlock(&srv->mu);
-  locked = false;
-  if (st == NULL) st = wait_all(srv, ops);
-
-  pthread_mutex_lock(&srv->mu);
-  locked = true;
+  st = run_all_unlocked(srv, ops, &proto);
   srv->initializing = false;
   srv->engine_calls--;
   if (st == NULL && srv->stopping)
@@ -362,22 +381,13 @@ wt_status *wt_srv_start(wt_server *srv, uint64_t *round_id) {
   uint64_t id = ++srv->last_round_id;
   srv->round_id = id;
   srv->busy = "StartWeightUpdate";
-  srv->engine_calls++;
   wt_srv_touch(srv);
   wt_worker_op proto = {.kind = WT_WORKER_OP_START, .round_id = id};
-  st = submit_all(srv, ops, &proto);
-  pthread_mutex_unlock(&srv->mu);
-  if (st == NULL) st = wait_all(srv, ops);
-  pthread_mutex_lock(&srv->mu);
-  srv->engine_calls--;
-  wt_srv_touch(srv);
-  if (srv->round_id != id) {
-    wt_status_free(st);
-    st = wt_srv_aborted_error(srv, "StartWeightUpdate", id);
-  } else if (st != NULL) {
+  st = run_round_op(srv, ops, &proto, "StartWeightUpdate");
+  if (st != NULL && srv->round_id == id) {
     st = wt_status_prefix(st, "StartWeightUpdate");
     wt_srv_abort_round_locked(srv, wt_status_message(st));
-  } else {
+  } else if (st == NULL) {
     srv->busy = NULL;
     *round_id = id;
     WT_LOGD("server", "round %" PRIu64 " started", id);
@@ -411,19 +421,10 @@ wt_status *wt_srv_update(wt_server *srv, uint64_t round_id,
   uint64_t round = srv->round_id;
   r.u.round_id = round;
   srv->busy = "UpdateWeights";
-  srv->engine_calls++;
   wt_worker_op proto = {
       .kind = WT_WORKER_OP_RECEIVE, .round_id = round, .update = &r.u};
-  st = submit_all(srv, ops, &proto);
-  pthread_mutex_unlock(&srv->mu);
-  if (st == NULL) st = wait_all(srv, ops);
-  pthread_mutex_lock(&srv->mu);
-  srv->engine_calls--;
-  wt_srv_touch(srv);
-  if (srv->round_id != round) {
-    wt_status_free(st);
-    st = wt_srv_aborted_error(srv, "UpdateWeights", round);
-  } else {
+  st = run_round_op(srv, ops, &proto, "UpdateWeights");
+  if (srv->round_id == round) {
     srv->busy = NULL;
   }
   pthread_cond_broadcast(&srv->cv);
@@ -466,10 +467,7 @@ wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
   srv->busy = "FinishWeightUpdate";
   srv->engine_calls++;
   wt_worker_op prepare = {.kind = WT_WORKER_OP_PREPARE, .round_id = round};
-  st = submit_all(srv, ops, &prepare);
-  pthread_mutex_unlock(&srv->mu);
-  if (st == NULL) st = wait_all(srv, ops);
-  pthread_mutex_lock(&srv->mu);
+  st = run_all_unlocked(srv, ops, &prepare);
   if (srv->round_id != round) {
     srv->engine_calls--;
     wt_status_free(st);
@@ -506,17 +504,17 @@ wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
   }
   srv->committing = true;
   wt_worker_op commit = {.kind = WT_WORKER_OP_COMMIT, .round_id = round};
-  st = submit_all(srv, ops, &commit);
+  st = wt_srv_submit_all(srv, ops, &commit);
   pthread_mutex_unlock(&srv->mu);
-  if (st == NULL) st = wait_all(srv, ops);
+  if (st == NULL) st = wt_srv_wait_all(srv, ops);
   for (uint32_t i = 0; i < srv->nworkers; i++)
     wt_param_store_write_unlock(wt_worker_store(srv->workers[i]));
   pthread_mutex_lock(&srv->mu);
   srv->committing = false;
   srv->engine_calls--;
   if (st != NULL) {
-    WT_LOGE("server", "round %" PRIu64 ": commit failed on a worker: %s",
-            round, wt_status_message(st));
+    WT_LOGE("server", "round %" PRIu64 ": commit failed on a worker: %s", round,
+            wt_status_message(st));
     goto out;
   }
   wt_srv_touch(srv);

@@ -187,8 +187,7 @@ static wt_status *worker_devices(const wt_server_options *o, wt_device **out,
       strcmp(o->devices, "cpu") == 0) {
     uint32_t w = o->workers ? o->workers : 1;
     if (w > MAX_WORKERS)
-      WT_FAIL(WT_INVALID_ARGUMENT, "workers is %u; at most %u", w,
-              MAX_WORKERS);
+      WT_FAIL(WT_INVALID_ARGUMENT, "workers is %u; at most %u", w, MAX_WORKERS);
     list = calloc(w, sizeof(*list));
     if (list == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
     count = w;
@@ -262,7 +261,8 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
   /* A kind this machine lacks fails here, naming it and why, before any
    * thread starts. */
   for (uint32_t i = 0; i < ndevices; i++) {
-    wt_mem_kind k = devices[i].type == WT_DEVICE_CUDA ? WT_MEM_DEVICE : o.memory;
+    wt_mem_kind k =
+        devices[i].type == WT_DEVICE_CUDA ? WT_MEM_DEVICE : o.memory;
     WT_CHECK(wt_mem_kind_available(k, devices[i]));
   }
 
@@ -315,16 +315,14 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
   }
   srv->watchdog_started = true;
 
-  srv->classes[WT_CLASS_ROUND] =
-      (wt_rpc_class){"round", o.max_round_calls,
-                     o.max_round_calls * ROUND_QUEUE_FACTOR,
-                     "wt-server --max-round-calls"};
-  srv->classes[WT_CLASS_READER] =
-      (wt_rpc_class){"reader", o.max_reader_calls,
-                     o.max_reader_calls * READER_QUEUE_FACTOR,
-                     "wt-server --max-reader-calls"};
-  srv->classes[WT_CLASS_WATCH] = (wt_rpc_class){
-      "watch", o.max_watchers, 0, "wt-server --max-watchers"};
+  srv->classes[WT_CLASS_ROUND] = (wt_rpc_class){
+      "round", o.max_round_calls, o.max_round_calls * ROUND_QUEUE_FACTOR,
+      "wt-server --max-round-calls"};
+  srv->classes[WT_CLASS_READER] = (wt_rpc_class){
+      "reader", o.max_reader_calls, o.max_reader_calls * READER_QUEUE_FACTOR,
+      "wt-server --max-reader-calls"};
+  srv->classes[WT_CLASS_WATCH] =
+      (wt_rpc_class){"watch", o.max_watchers, 0, "wt-server --max-watchers"};
   size_t nmethods = 0;
   const wt_rpc_method *methods = wt_srv_methods(&nmethods);
   wt_rpc_server_options ro = {

@@ -178,9 +178,16 @@ WT_HIDDEN wt_status *wt_srv_need_idle_locked(const wt_server *srv,
 WT_HIDDEN wt_status *wt_srv_aborted_error(const wt_server *srv,
                                           const char *call, uint64_t round);
 
-/* Submits a copy of `proto` to every worker and waits for all (outside
- * mu); returns the lowest rank's error (the others freed). `ops` (nworkers
- * entries) keeps each worker's results. */
+/* Under mu: submits a copy of `proto` to every worker, in rank order.
+ * `ops` (nworkers entries) keeps each worker's results. On an error (only
+ * while the workers are being destroyed) the ops already submitted have
+ * been waited for and every op is marked done. */
+WT_HIDDEN wt_status *wt_srv_submit_all(wt_server *srv, wt_worker_op *ops,
+                                       const wt_worker_op *proto);
+/* Outside mu: waits for every op of wt_srv_submit_all; returns the lowest
+ * rank's error (the others freed). */
+WT_HIDDEN wt_status *wt_srv_wait_all(wt_server *srv, wt_worker_op *ops);
+/* Both, for a caller that holds no lock. */
 WT_HIDDEN wt_status *wt_srv_run_all(wt_server *srv, wt_worker_op *ops,
                                     const wt_worker_op *proto);
 
@@ -204,8 +211,8 @@ WT_HIDDEN wt_status *wt_srv_push_begin(
  * release(owner) once every worker copied it (also on error). Returns the
  * first error a worker reported for this push so far. */
 WT_HIDDEN wt_status *wt_srv_push_chunk(wt_srv_push *p, uint32_t bucket,
-                                       uint64_t offset,
-                                       const struct iovec *iov, size_t iovcnt,
+                                       uint64_t offset, const struct iovec *iov,
+                                       size_t iovcnt,
                                        void (*release)(void *owner),
                                        void *owner);
 

@@ -29,9 +29,9 @@
 #define LIST_MAX_PAGE 10000u
 
 static const char *const capabilities[] = {
-    "push_weights",     "update_weights",         "watch_weight_version",
-    "checksum_sha256",  "checksum_xxh3_64",       "list_parameters_paging",
-    "round_timeout",    "memory_kinds",           "worker_needs_init",
+    "push_weights",      "update_weights",   "watch_weight_version",
+    "checksum_sha256",   "checksum_xxh3_64", "list_parameters_paging",
+    "round_timeout",     "memory_kinds",     "worker_needs_init",
     "admission_classes",
 };
 #define NCAPS (sizeof(capabilities) / sizeof(capabilities[0]))
@@ -338,8 +338,8 @@ static void release_msg(void *msg) {
 static int64_t read_timeout(wt_server *srv, bool pushing) {
   if (!pushing) return srv->header_timeout_ms;
   pthread_mutex_lock(&srv->mu);
-  int64_t t = srv->data_timeout_ms ? srv->data_timeout_ms
-                                   : srv->engine_timeout_ms;
+  int64_t t =
+      srv->data_timeout_ms ? srv->data_timeout_ms : srv->engine_timeout_ms;
   pthread_mutex_unlock(&srv->mu);
   return t;
 }
@@ -654,8 +654,8 @@ static const wt_rpc_method methods[] = {
      &wt__v1__server_info__descriptor, get_server_info, READER, NULL, NULL},
     {METHOD("GetWorldSize"), WT_RPC_UNARY,
      &wt__v1__get_world_size_request__descriptor,
-     &wt__v1__get_world_size_response__descriptor, get_world_size, READER,
-     NULL, NULL},
+     &wt__v1__get_world_size_response__descriptor, get_world_size, READER, NULL,
+     NULL},
     {METHOD("ListParameters"), WT_RPC_UNARY,
      &wt__v1__list_parameters_request__descriptor,
      &wt__v1__list_parameters_response__descriptor, list_parameters, READER,

@@ -117,10 +117,9 @@ static wt_status *need_state(const wt_worker *w, wt_worker_state want,
                          "%s: %s: the worker needs a new "
                          "InitWeightTransferEngine: %s (state: needs_init)",
                          w->where, what, w->pub.reason);
-  return wt_status_new(WT_FAILED_PRECONDITION,
-                       "%s: %s needs state '%s' (state: %s)", w->where, what,
-                       wt_worker_state_name(want),
-                       wt_worker_state_name(w->state));
+  return wt_status_new(
+      WT_FAILED_PRECONDITION, "%s: %s needs state '%s' (state: %s)", w->where,
+      what, wt_worker_state_name(want), wt_worker_state_name(w->state));
 }
 
 static wt_status *need_round(const wt_worker *w, uint64_t round_id,
@@ -128,7 +127,8 @@ static wt_status *need_round(const wt_worker *w, uint64_t round_id,
   wt_status *st = need_state(w, WT_WORKER_UPDATING, what);
   if (st != NULL) return st;
   if (round_id != w->round_id)
-    return wt_status_new(WT_ABORTED, "%s: %s of round %" PRIu64
+    return wt_status_new(WT_ABORTED,
+                         "%s: %s of round %" PRIu64
                          ": the worker is in round %" PRIu64,
                          w->where, what, round_id, w->round_id);
   return NULL;
@@ -366,8 +366,7 @@ static void *worker_main(void *arg) {
     return NULL;
   }
   for (;;) {
-    while (w->head == NULL && !w->quit)
-      pthread_cond_wait(&w->work_cv, &w->mu);
+    while (w->head == NULL && !w->quit) pthread_cond_wait(&w->work_cv, &w->mu);
     if (w->head == NULL) break;
     wt_worker_op *op = w->head;
     w->head = op->next;

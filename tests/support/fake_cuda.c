@@ -104,8 +104,7 @@ static wt_status *f_host_alloc(size_t len, void **ptr) {
   /* Its size in front, for the counters. */
   size_t *p = calloc(1, len + sizeof(size_t) * 2);
   if (p == NULL)
-    return wt_status_new(WT_RESOURCE_EXHAUSTED, "fake cudaHostAlloc(%zu)",
-                         len);
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "fake cudaHostAlloc(%zu)", len);
   p[0] = len;
   pthread_mutex_lock(&mu);
   stats.host_bytes += len;
@@ -138,7 +137,8 @@ static unsigned char *mirror_of(int device, const void *ptr, size_t len) {
 
 static wt_status *f_copy(int device, void *dst, const void *src, size_t len,
                          int to_device) {
-  wt_status *st = bound(device, to_device ? "cudaMemcpy H2D" : "cudaMemcpy D2H");
+  wt_status *st =
+      bound(device, to_device ? "cudaMemcpy H2D" : "cudaMemcpy D2H");
   if (st != NULL) return st;
   unsigned char *m = mirror_of(device, to_device ? dst : src, len);
   if (m == NULL)
@@ -177,13 +177,14 @@ static wt_status *f_device_uuid(int device, char out[WT_CUDA_UUID_MAX]) {
 }
 
 /* A fake "stream" or "event" is a pointer to an int the test sets to 1
- * when the work is done; synchronising waits for it (bounded). */
+ * when the work is done; synchronising waits for it (bounded). NULL is the
+ * default stream, as in CUDA: nothing queued on it here. */
 static wt_status *f_sync(void *handle, const char *what) {
-  volatile int *flag = handle;
+  static const int idle = 1;
+  volatile const int *flag = handle ? handle : &idle;
   for (int i = 0; i < 5000 && *flag == 0; i++) usleep(1000);
   if (*flag == 0)
-    return wt_status_new(WT_DEADLINE_EXCEEDED, "fake %s never completed",
-                         what);
+    return wt_status_new(WT_DEADLINE_EXCEEDED, "fake %s never completed", what);
   pthread_mutex_lock(&mu);
   stats.syncs++;
   pthread_mutex_unlock(&mu);

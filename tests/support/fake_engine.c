@@ -109,8 +109,8 @@ static wt_status *fe_receive(wt_engine *e, const wt_update *u,
     buf = grown;
     wt_synthetic_fill(m, e->seed, 0, buf, m->nbytes);
     /* Through the store: device memory is not the CPU's to write. */
-    wt_status *st =
-        wt_param_store_stage_write(e->ctx.store, u->index[k], 0, buf, m->nbytes);
+    wt_status *st = wt_param_store_stage_write(e->ctx.store, u->index[k], 0,
+                                               buf, m->nbytes);
     if (st != NULL) {
       free(buf);
       return st;
@@ -145,17 +145,17 @@ static void fe_destroy(wt_engine *e) {
   free(e);
 }
 
-#define FAKE_OPS(table, name_, kinds, caps_)                                 \
-  const wt_engine_ops table = {.header = {WT_ENGINE_ABI_VERSION, name_},     \
-                               .memory_kinds = (kinds),                      \
-                               .caps = (caps_),                              \
-                               .create = fe_create,                          \
-                               .init_transfer = fe_init_transfer,            \
-                               .start_update = fe_start,                     \
-                               .receive = fe_receive,                        \
-                               .finish_update = fe_finish,                   \
-                               .abort_update = fe_abort,                     \
-                               .cancel = fe_cancel,                          \
+#define FAKE_OPS(table, name_, kinds, caps_)                             \
+  const wt_engine_ops table = {.header = {WT_ENGINE_ABI_VERSION, name_}, \
+                               .memory_kinds = (kinds),                  \
+                               .caps = (caps_),                          \
+                               .create = fe_create,                      \
+                               .init_transfer = fe_init_transfer,        \
+                               .start_update = fe_start,                 \
+                               .receive = fe_receive,                    \
+                               .finish_update = fe_finish,               \
+                               .abort_update = fe_abort,                 \
+                               .cancel = fe_cancel,                      \
                                .destroy = fe_destroy}
 
 FAKE_OPS(fake_engine_ops, "fake", WT_MEM_ALL_KINDS,

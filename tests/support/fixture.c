@@ -11,6 +11,7 @@
 
 #include "wt/dtype.h"
 #include "wt/pb.h"
+#include "wt/safetensors.h"
 #include "wt/synthetic.h"
 
 int64_t wtt_now_ms(void) {
@@ -255,8 +256,7 @@ void wtt_assert_serving(wt_rpc_channel *ch, uint32_t workers) {
   ProtobufCMessage *resp = NULL;
   WT_ASSERT_OK(wtt_call(ch, "GetWorldSize", &req.base,
                         &wt__v1__get_world_size_response__descriptor, &resp));
-  CU_ASSERT_EQUAL(((Wt__V1__GetWorldSizeResponse *)resp)->world_size,
-                  workers);
+  CU_ASSERT_EQUAL(((Wt__V1__GetWorldSizeResponse *)resp)->world_size, workers);
   wt_pb_free(resp);
 }
 
@@ -477,12 +477,12 @@ void wtt_push_cut(wtt_pusher *p) {
   wt_status_free(wtt_push_close(p, NULL));
 }
 
-wt_status *wtt_push_all(wt_rpc_channel *ch, const wtt_upd *u,
-                        uint64_t round_id, uint64_t packed_buffer,
-                        size_t chunk, uint64_t seed,
+wt_status *wtt_push_all(wt_rpc_channel *ch, const wtt_upd *u, uint64_t round_id,
+                        uint64_t packed_buffer, size_t chunk, uint64_t seed,
                         Wt__V1__PushWeightsResponse **resp) {
   wtt_pusher p;
-  wt_status *st = wtt_push_open(&p, ch, u, round_id, packed_buffer, chunk, seed);
+  wt_status *st =
+      wtt_push_open(&p, ch, u, round_id, packed_buffer, chunk, seed);
   if (st == NULL) st = wtt_push_send(&p, UINT64_MAX);
   /* A write error means the server answered early: its status says why. */
   wt_status *fin = wtt_push_close(&p, resp);
@@ -517,4 +517,40 @@ void wtt_commit_round(const wtt_server *s, const char *version, uint64_t seed) {
   wtt_upd_init(&u, s->metas, NULL, s->n);
   WT_ASSERT_OK(wtt_push_all(s->ch, &u, id, 0, 1 << 20, seed, NULL));
   WT_ASSERT_OK(wtt_finish(s->ch, version, id));
+}
+
+uint64_t wtt_serve_round(wtt_server *s, const char *layout, uint32_t workers,
+                         wt_staging staging, uint64_t chunk_bytes) {
+  wtt_server_start_simple(s, layout, workers, staging, 0);
+  WT_ASSERT_OK(wtt_init_grpc(s->ch, chunk_bytes, s->workers));
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(s->ch, &id));
+  return id;
+}
+
+void wtt_bg_finish(wtt_bg_call *b, Wt__V1__FinishWeightUpdateRequest *req,
+                   wt_rpc_channel *ch, const char *version, uint64_t round_id) {
+  wt__v1__finish_weight_update_request__init(req);
+  req->weight_version = (char *)version;
+  req->round_id = round_id;
+  *b =
+      (wtt_bg_call){.ch = ch,
+                    .method = "FinishWeightUpdate",
+                    .req = &req->base,
+                    .type = &wt__v1__finish_weight_update_response__descriptor};
+  wtt_bg_start(b);
+}
+
+const float WTT_CKPT_A[6] = {1, 2, 3, 4, 5, 6};
+const uint16_t WTT_CKPT_B[3] = {0x3f80, 0x4000, 0x4040};
+
+void wtt_write_checkpoint(const char *dir, const char *name, char *path,
+                          size_t cap) {
+  snprintf(path, cap, "%s/%s", dir, name);
+  int64_t s23[2] = {2, 3}, s3[1] = {3};
+  wt_st_write_tensor t[2] = {
+      {"a.weight", WT_DTYPE_FLOAT32, 2, s23, WTT_CKPT_A},
+      {"b.bias", WT_DTYPE_BFLOAT16, 1, s3, WTT_CKPT_B},
+  };
+  WT_ASSERT_OK(wt_safetensors_write(path, t, 2, NULL));
 }

@@ -47,6 +47,10 @@ void wtt_server_start(wtt_server *s, const char *layout,
 void wtt_server_start_simple(wtt_server *s, const char *layout,
                              uint32_t workers, wt_staging staging,
                              uint32_t round_timeout_ms);
+/* wtt_server_start_simple (default round timeout), a grpc init with chunks
+ * of chunk_bytes (0: default), and a round opened; returns its id. */
+uint64_t wtt_serve_round(wtt_server *s, const char *layout, uint32_t workers,
+                         wt_staging staging, uint64_t chunk_bytes);
 /* Stops the server (if not stopped already: srv NULL) and frees all. */
 void wtt_server_stop(wtt_server *s);
 /* Index of tensor `name` in the layout, or (size_t)-1. */
@@ -115,12 +119,25 @@ void wtt_bg_start(wtt_bg_call *b);
 /* Joins it; returns its status (the caller's). */
 wt_status *wtt_bg_join(wtt_bg_call *b);
 
+/* A FinishWeightUpdate of `round_id` as `version` in the background: *b
+ * and *req (which it points to) are the caller's and must stay put. */
+void wtt_bg_finish(wtt_bg_call *b, Wt__V1__FinishWeightUpdateRequest *req,
+                   wt_rpc_channel *ch, const char *version, uint64_t round_id);
+
 /* A WatchWeightVersion stream, and the next version it must send. */
 wt_rpc_server_stream *wtt_watch_open(wt_rpc_channel *ch);
 void wtt_watch_expect(wt_rpc_server_stream *s, const char *version,
                       uint64_t seq);
 
 /* --- expected contents ---------------------------------------------------- */
+
+/* The small checkpoint two suites load: "a.weight" (float32 [2, 3],
+ * WTT_CKPT_A) and "b.bias" (bfloat16 [3], WTT_CKPT_B), 30 bytes in all,
+ * written to dir/name; its path goes to path (cap bytes). */
+extern const float WTT_CKPT_A[6];
+extern const uint16_t WTT_CKPT_B[3];
+void wtt_write_checkpoint(const char *dir, const char *name, char *path,
+                          size_t cap);
 
 void wtt_expected_digest(const wt_tensor_meta *m, uint64_t seed,
                          wt_hash_alg alg, char hex[WT_DIGEST_HEX_MAX]);
@@ -178,9 +195,8 @@ wt_status *wtt_push_close(wtt_pusher *p, Wt__V1__PushWeightsResponse **resp);
 /* Cancels the stream midway (a trainer killed); frees the pusher. */
 void wtt_push_cut(wtt_pusher *p);
 /* A whole PushWeights of `u` for `seed`. */
-wt_status *wtt_push_all(wt_rpc_channel *ch, const wtt_upd *u,
-                        uint64_t round_id, uint64_t packed_buffer,
-                        size_t chunk, uint64_t seed,
+wt_status *wtt_push_all(wt_rpc_channel *ch, const wtt_upd *u, uint64_t round_id,
+                        uint64_t packed_buffer, size_t chunk, uint64_t seed,
                         Wt__V1__PushWeightsResponse **resp);
 /* Waits until the server ended the push that a cut stream left behind:
  * then a new header in the same round is accepted. */

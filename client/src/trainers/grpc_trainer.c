@@ -452,7 +452,8 @@ static wt_status *grpc_init_info(const wt_backend_option *opts, size_t n,
   Wt__V1__GrpcInitInfo *g = malloc(sizeof(*g));
   if (g == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
   wt__v1__grpc_init_info__init(g);
-  info->backend_init_case = WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC;
+  info->backend_init_case =
+      WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC;
   info->grpc = g;
   for (size_t i = 0; i < n; i++) {
     bool chunk = strcmp(opts[i].key, "chunk_size") == 0;

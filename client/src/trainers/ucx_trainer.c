@@ -25,11 +25,12 @@
  * flight the oldest is waited for, with the client's data deadline (or the init
  * info's timeout_ms); a worker's first bucket of a round with the connect
  * deadline (init_info.ucx.connect_timeout_ms; unset: 10 s, or timeout_ms if
- * larger), since it includes the connection's set-up and the worker's start. A worker whose endpoint breaks (UCX's peer-failure
- * handling) or whose send does not complete in time ends send_weights with an
- * error naming the server and the worker. Options not given in the init info
- * default to the environment's WT_UCX_CONNECT, WT_UCX_PEER_ERRORS,
- * WT_UCX_FANOUT (for tools such as wt-push that set none).
+ * larger), since it includes the connection's set-up and the worker's start. A
+ * worker whose endpoint breaks (UCX's peer-failure handling) or whose send does
+ * not complete in time ends send_weights with an error naming the server and
+ * the worker. Options not given in the init info default to the environment's
+ * WT_UCX_CONNECT, WT_UCX_PEER_ERRORS, WT_UCX_FANOUT (for tools such as wt-push
+ * that set none).
  *
  * Peer-failure handling (UCP_ERR_HANDLING_MODE_PEER, on by default) reports
  * a dead worker at once (and, through the listener connection, a dead
@@ -93,10 +94,10 @@ typedef struct ucx_trainer {
   uint32_t num_buffers;
   int64_t timeout_ms;
   int64_t connect_timeout_ms; /* a peer's first bucket of a round */
-  bool by_sockaddr; /* options["ucx_connect"] != "address" */
-  bool peer_errors; /* options["ucx_peer_errors"] != "off" */
-  int fanout;       /* options["ucx_fanout"]: FANOUT_* */
-  peer **peers;     /* stable addresses: UCX error callbacks point at them */
+  bool by_sockaddr;           /* options["ucx_connect"] != "address" */
+  bool peer_errors;           /* options["ucx_peer_errors"] != "off" */
+  int fanout;                 /* options["ucx_fanout"]: FANOUT_* */
+  peer **peers; /* stable addresses: UCX error callbacks point at them */
   size_t npeers;
   sbuf *bufs;
   bool lanes_logged;
@@ -725,10 +726,9 @@ static wt_status *add_map_option(Wt__V1__WeightTransferInitInfo *info,
  * trainer_init like any other). */
 static wt_status *ucx_init_info(const wt_backend_option *opts, size_t n,
                                 Wt__V1__WeightTransferInitInfo *info) {
-  static const char *const known[] = {"bucket_size", "num_buffers",
-                                      "transports",  "connect_timeout_ms",
-                                      "connect",     "peer_errors",
-                                      "fanout",      NULL};
+  static const char *const known[] = {
+      "bucket_size", "num_buffers", "transports", "connect_timeout_ms",
+      "connect",     "peer_errors", "fanout",     NULL};
   wt_status *st = NULL;
   Wt__V1__UcxInitInfo *x = malloc(sizeof(*x));
   if (x == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "init info: out of memory");

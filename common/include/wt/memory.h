@@ -49,8 +49,9 @@ typedef enum wt_mem_kind {
 #define WT_MEM_KIND_COUNT 4
 /* Sets of kinds, as engines and trainers state what they accept. */
 #define WT_MEM_BIT(kind) (1u << (unsigned)(kind))
-#define WT_MEM_HOST_KINDS \
-  (WT_MEM_BIT(WT_MEM_HOST) | WT_MEM_BIT(WT_MEM_SHARED) | WT_MEM_BIT(WT_MEM_PINNED))
+#define WT_MEM_HOST_KINDS                                \
+  (WT_MEM_BIT(WT_MEM_HOST) | WT_MEM_BIT(WT_MEM_SHARED) | \
+   WT_MEM_BIT(WT_MEM_PINNED))
 #define WT_MEM_ALL_KINDS (WT_MEM_HOST_KINDS | WT_MEM_BIT(WT_MEM_DEVICE))
 
 /* "host", "shared", "pinned", "device". Static; "unknown" outside the enum. */
@@ -74,7 +75,8 @@ typedef struct wt_device {
   int index;
 } wt_device;
 
-#define WT_DEVICE_CPU_INIT {WT_DEVICE_CPU, 0}
+#define WT_DEVICE_CPU_INIT \
+  { WT_DEVICE_CPU, 0 }
 /* Longest wt_device_format output plus NUL. */
 #define WT_DEVICE_NAME_MAX 24
 

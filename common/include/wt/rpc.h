@@ -57,7 +57,7 @@ typedef enum wt_rpc_kind {
   WT_RPC_UNARY = 0,
   WT_RPC_CLIENT_STREAM = 1,
   WT_RPC_SERVER_STREAM = 2, /* a handler thread writes with wt_rpc_call_write */
-  WT_RPC_WATCH = 3,         /* a server stream without a thread: wt_rpc_stream */
+  WT_RPC_WATCH = 3, /* a server stream without a thread: wt_rpc_stream */
 } wt_rpc_kind;
 
 typedef struct wt_rpc_server wt_rpc_server;
@@ -111,8 +111,8 @@ typedef struct wt_rpc_method {
   /* Type of the response (of each message, for a server stream); checked by
    * wt_rpc_call_respond/_write/wt_rpc_stream_send. */
   const ProtobufCMessageDescriptor *response;
-  wt_rpc_handler handler; /* every kind but WT_RPC_WATCH */
-  uint32_t admission;     /* index into the server's classes */
+  wt_rpc_handler handler;         /* every kind but WT_RPC_WATCH */
+  uint32_t admission;             /* index into the server's classes */
   wt_rpc_stream_open_fn open;     /* WT_RPC_WATCH */
   wt_rpc_stream_closed_fn closed; /* WT_RPC_WATCH */
 } wt_rpc_method;

@@ -26,7 +26,8 @@
  *  - receive runs while the trainer sends: the trainer's UpdateWeights is
  *    pending (the client's asynchronous unary call) and its data moves
  *    outside the control channel. The server calls receive on every worker at
- *    once and answers UpdateWeights when all returned. Every wait inside has the context's deadline;
+ *    once and answers UpdateWeights when all returned. Every wait inside has
+ * the context's deadline;
  *  - cancel is the one call made from another thread, at any time, while
  *    receive or init_transfer may be blocked: it must make them return
  *    promptly (CANCELLED or ABORTED) and may only signal (set a flag, wake a
@@ -97,12 +98,12 @@ typedef struct wt_engine wt_engine;
 
 /* What a worker lends its engine; borrowed, valid until destroy. */
 typedef struct wt_worker_ctx {
-  uint32_t rank;         /* worker within this server, 0..num_workers-1 */
-  uint32_t num_workers;  /* workers on this server */
-  wt_device device;      /* the worker's device; its thread is bound to it */
+  uint32_t rank;           /* worker within this server, 0..num_workers-1 */
+  uint32_t num_workers;    /* workers on this server */
+  wt_device device;        /* the worker's device; its thread is bound to it */
   const char *device_name; /* "cpu", "cuda:0", ... */
-  wt_param_store *store; /* where received bytes go (staging buffers); its
-                            memory kind is wt_param_store_memory(store) */
+  wt_param_store *store;   /* where received bytes go (staging buffers); its
+                              memory kind is wt_param_store_memory(store) */
   /* Deadline of each wait (a bucket, a connection) in ms: the init info's
    * timeout_ms, or the server's default when that is 0. */
   uint32_t timeout_ms;
@@ -174,10 +175,10 @@ typedef struct wt_engine_ops {
 
   /* Receives the tensors of `u` into the store's staging buffers
    * (wt_param_store_stage, or wt_param_store_stage_write for a copy, then
-   * wt_param_store_staged once a tensor's bytes all landed). Returns when every byte landed, or with an error when a
-   * wait's deadline passed (DEADLINE_EXCEEDED naming what it waited for) or
-   * cancel was called. NULL in a backend whose data arrives through the
-   * stream ops. */
+   * wt_param_store_staged once a tensor's bytes all landed). Returns when every
+   * byte landed, or with an error when a wait's deadline passed
+   * (DEADLINE_EXCEEDED naming what it waited for) or cancel was called. NULL in
+   * a backend whose data arrives through the stream ops. */
   wt_status *(*receive)(wt_engine *e, const wt_update *u,
                         wt_receive_stats *stats);
 

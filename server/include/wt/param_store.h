@@ -76,8 +76,7 @@ typedef struct wt_store_config {
  * releases it with wt_param_store_destroy(), on a thread that may use the
  * store's device. */
 wt_status *wt_param_store_new(const wt_tensor_meta *metas, size_t n,
-                              const wt_store_config *cfg,
-                              wt_param_store **out);
+                              const wt_store_config *cfg, wt_param_store **out);
 
 /* A store holding synthetic layout `layout` filled for `seed`
  * (wt/synthetic.h). */

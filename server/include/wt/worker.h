@@ -55,8 +55,8 @@ const char *wt_worker_state_name(wt_worker_state state);
 typedef struct wt_worker_options {
   uint32_t rank; /* within the server */
   uint32_t num_workers;
-  wt_device device;            /* cpu (zero) or cuda:N */
-  const char *host;            /* where listening engines bind; NULL: loopback */
+  wt_device device; /* cpu (zero) or cuda:N */
+  const char *host; /* where listening engines bind; NULL: loopback */
   uint32_t default_timeout_ms; /* engine waits when the init info says 0 */
   uint64_t max_message_bytes;  /* the control channel's receive limit */
   wt_registry *engines;        /* where backends are found; NULL: global */
@@ -148,15 +148,15 @@ struct wt_worker_op {
   uint64_t round_id;
   uint64_t push_id;
   const Wt__V1__WeightTransferInitInfo *init; /* INIT */
-  wt_engine_endpoint *endpoint;                /* INIT: filled (zeroed) */
-  const wt_update *update;                     /* RECEIVE, PUSH_BEGIN */
-  uint32_t bucket;                             /* PUSH_CHUNK */
+  wt_engine_endpoint *endpoint;               /* INIT: filled (zeroed) */
+  const wt_update *update;                    /* RECEIVE, PUSH_BEGIN */
+  uint32_t bucket;                            /* PUSH_CHUNK */
   uint64_t offset;
   const struct iovec *iov;
   size_t iovcnt;
-  bool stream_ended;       /* PUSH_END */
-  const char *reason;      /* ABORT: why (copied into needs_init's reason) */
-  wt_receive_stats stats;  /* RECEIVE, PUSH_END: filled */
+  bool stream_ended;      /* PUSH_END */
+  const char *reason;     /* ABORT: why (copied into needs_init's reason) */
+  wt_receive_stats stats; /* RECEIVE, PUSH_END: filled */
   /* PREPARE: set when it failed only because a tensor was partly received
    * (the round can still be completed by sending it again). */
   bool round_intact;

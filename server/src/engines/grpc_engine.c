@@ -36,8 +36,8 @@ struct wt_engine {
   size_t n;
   size_t *index; /* store index of tensor k (copied from the update) */
   wt_pack_plan *plan;
-  size_t bucket;      /* next bucket expected */
-  uint64_t offset;    /* next offset expected within it */
+  size_t bucket;   /* next bucket expected */
+  uint64_t offset; /* next offset expected within it */
   size_t next;     /* first tensor not yet complete */
   bool begun;      /* tensor `next` is staged (its buffer handed out) */
   uint64_t bytes;  /* bytes landed in this push */

@@ -31,20 +31,7 @@ wt_status *wt_ucxe_recv_route(wt_engine *e, const wt_update *u, int64_t timeout,
   char what[128];
   snprintf(what, sizeof(what),
            "the route of round %" PRIu64 " from the trainer", u->round_id);
-  wait_arg wa = {.e = e, .req = req};
-  st = wt_ucx_wait(e->ucx, wt_ucxe_recv_done, &wa, wt_ucx_now_ms() + timeout,
-                   timeout, what);
-  if (st != NULL) {
-    bool broke = e->gone_since_ms != 0;
-    WT_CHECK(
-        wt_status_prefix(st, "%s%s", e->where,
-                         broke ? " (the trainer's connection broke)" : ""));
-  }
-  if (wt_ucx_request_status(req) == UCS_INPROGRESS)
-    WT_FAIL(WT_UNAVAILABLE,
-            "%s: the trainer is gone (its connection broke: %s) while "
-            "waiting for %s",
-            e->where, ucs_status_string(wt_ucxe_last_error(e)), what);
+  WT_CHECK(wt_ucxe_wait_recv(e, req, timeout, what));
   ucs_status_t us = note.done ? note.status : UCS_ERR_NO_MESSAGE;
   if (us != UCS_OK)
     WT_FAIL(WT_UNAVAILABLE, "%s: receiving %s failed: %s", e->where, what,

@@ -150,6 +150,25 @@ bool wt_ucxe_recv_done(void *arg) {
   return now - e->gone_since_ms >= UCX_PEER_GONE_MS;
 }
 
+wt_status *wt_ucxe_wait_recv(wt_engine *e, void *req, int64_t timeout_ms,
+                             const char *what) {
+  wait_arg wa = {.e = e, .req = req};
+  wt_status *st = wt_ucx_wait(e->ucx, wt_ucxe_recv_done, &wa,
+                              wt_ucx_now_ms() + timeout_ms, timeout_ms, what);
+  if (st != NULL) {
+    bool broke = e->gone_since_ms != 0;
+    return wt_status_prefix(st, "%s%s", e->where,
+                            broke ? " (the trainer's connection broke)" : "");
+  }
+  if (wt_ucx_request_status(req) == UCS_INPROGRESS)
+    return wt_status_new(WT_UNAVAILABLE,
+                         "%s: the trainer is gone (its connection broke: %s) "
+                         "while waiting for %s",
+                         e->where, ucs_status_string(wt_ucxe_last_error(e)),
+                         what);
+  return NULL;
+}
+
 typedef struct settle_arg {
   wt_engine *e;
   slot *slots; /* e->num_buffers of them */

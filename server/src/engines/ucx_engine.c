@@ -405,20 +405,7 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
     snprintf(what, sizeof(what),
              "bucket %zu of %zu (round %" PRIu64 ") from the trainer", landed,
              plan->nbuckets, u->round_id);
-    wait_arg wa = {.e = e, .req = s->req};
-    st = wt_ucx_wait(e->ucx, wt_ucxe_recv_done, &wa, wt_ucx_now_ms() + timeout,
-                     timeout, what);
-    if (st != NULL) {
-      bool broke = e->gone_since_ms != 0;
-      WT_CHECK(
-          wt_status_prefix(st, "%s%s", e->where,
-                           broke ? " (the trainer's connection broke)" : ""));
-    }
-    if (wt_ucx_request_status(s->req) == UCS_INPROGRESS)
-      WT_FAIL(WT_UNAVAILABLE,
-              "%s: the trainer is gone (its connection broke: %s) while "
-              "waiting for %s",
-              e->where, ucs_status_string(wt_ucxe_last_error(e)), what);
+    WT_CHECK(wt_ucxe_wait_recv(e, s->req, timeout, what));
     WT_CHECK(land_bucket(e, u, plan, s, stats));
     if (fwd_reqs != NULL)
       WT_CHECK(wt_ucxe_fwd_bucket(e, s, &fwd_reqs[s->bucket]));

@@ -132,6 +132,13 @@ WT_UCXE_HIDDEN ucs_status_t wt_ucxe_last_error(const wt_engine *e);
  * connection here; the deadline alone bounds that wait. */
 WT_UCXE_HIDDEN bool wt_ucxe_recv_done(void *arg);
 
+/* Waits up to timeout_ms for the receive `req` of `what` (wt_ucxe_recv_done
+ * ends it early once the trainer is gone); errors name the worker, `what`,
+ * and whether the trainer's connection broke. */
+WT_UCXE_HIDDEN wt_status *wt_ucxe_wait_recv(wt_engine *e, void *req,
+                                            int64_t timeout_ms,
+                                            const char *what);
+
 /* Ends the bucket receives a failed round left posted, so that nothing of
  * that round lands in the staging buffers later (when the next round, or
  * readers, own them). A receive UCX has not matched yet is cancelled. One

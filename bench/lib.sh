@@ -1,0 +1,86 @@
+# lib.sh: what the bench scripts share (sourced, not run, from the
+# repository root). The caller sets $bench (its name, for messages) and,
+# before starting anything, $work (a scratch folder), and traps
+# bench_cleanup on EXIT.
+
+pids=()
+
+# bench_build DIR "CMAKE_ARGS" TARGET...: configures DIR (RelWithDebInfo)
+# if it is not yet, and builds the targets.
+bench_build() {
+  local dir=$1 args=$2
+  shift 2
+  if [ ! -f "$dir/CMakeCache.txt" ]; then
+    # shellcheck disable=SC2086
+    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo $args >/dev/null
+  fi
+  cmake --build "$dir" -j "$(nproc)" --target "$@" >/dev/null
+}
+
+bench_cleanup() {
+  for p in "${pids[@]}"; do
+    kill -TERM "$p" 2>/dev/null || true
+  done
+  for p in "${pids[@]}"; do
+    wait "$p" 2>/dev/null || true
+  done
+  rm -rf "$work"
+}
+
+# start_bg NAME CMD...: starts CMD with stdout into $work/NAME.out and waits
+# for its "listening on HOST:PORT" line; sets $bg_pid and $bg_addr.
+start_bg() {
+  local name=$1
+  shift
+  "$@" >"$work/$name.out" 2>"$work/$name.err" &
+  bg_pid=$!
+  pids+=("$bg_pid")
+  bg_addr=""
+  for _ in $(seq 1 1200); do
+    bg_addr=$(sed -n 's/.* listening on //p' "$work/$name.out" | head -n1)
+    [ -n "$bg_addr" ] && return 0
+    if ! kill -0 "$bg_pid" 2>/dev/null; then
+      echo "$bench: $name exited before serving:" >&2
+      cat "$work/$name.err" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
+  echo "$bench: $name did not serve within 120 s" >&2
+  exit 1
+}
+
+# stop_bg PID: SIGTERM and wait; fails the script on a non-zero exit.
+stop_bg() {
+  local rc=0
+  kill -TERM "$1"
+  wait "$1" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "$bench: pid $1 exited with status $rc after SIGTERM" >&2
+    exit 1
+  fi
+}
+
+# kib PID FIELD: a /proc/PID/status field in KiB.
+kib() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }
+
+gib() { awk -v k="$1" 'BEGIN { printf "%.2f", k / 1048576 }'; }
+
+best() { sort -g | tail -n1; }
+
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# push_summary FILE: reads wt-push's summary line in FILE ("pushed T
+# tensors, B bytes (..) to 1 server(s) in S s: G GB/s (round R s);
+# committed version 'V'") into $push_gbps and $push_bytes; exits on none.
+push_summary() {
+  local summary
+  summary=$(grep '^pushed ' "$1" | tail -n1)
+  push_gbps=$(grep -oE '[0-9]+(\.[0-9]+)? GB/s' <<<"$summary" | cut -d' ' -f1)
+  push_bytes=$(grep -oE '[0-9]+ bytes' <<<"$summary" | cut -d' ' -f1)
+  if [ -z "$push_gbps" ] || [ -z "$push_bytes" ]; then
+    echo "$bench: cannot read wt-push's summary:" >&2
+    cat "$1" >&2
+    exit 1
+  fi
+}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# pack.sh: builds wt with CUDA here and gathers what the device checks need
+# into .devpack/ (git-ignored), for a GPU machine that has CUDA but not wt's
+# build dependencies (gRPC, protobuf-c, CUnit, ...): its binaries, wt's
+# libraries with libwt_cuda.so beside libwt_common, and every shared
+# library they load except the C runtime and the NVIDIA driver. Then:
+#
+#   device run, carry [".devpack"]:  bash tests/gpu/run-device-checks.sh
+#
+# Environment: BUILD_DIR (default build-gpu), PACK (default .devpack).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${BUILD_DIR:-build-gpu}
+pack=${PACK:-.devpack}
+
+cmake -S . -B "$build" -DWT_WERROR=ON -DWT_WITH_CUDA=ON \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j "$(nproc)" --target wt_tests wt-server wt-push \
+  wt-ctl wt_cuda >/dev/null
+
+rm -rf "$pack"
+mkdir -p "$pack/bin" "$pack/lib"
+bins=("$build/tests/wt_tests" "$build/server/wt-server"
+      "$build/client/wt-push" "$build/client/wt-ctl")
+for b in "${bins[@]}"; do strip --strip-unneeded -o "$pack/bin/$(basename "$b")" "$b"; done
+strip --strip-unneeded -o "$pack/lib/libwt_cuda.so" "$build/common/libwt_cuda.so"
+
+# Everything they load, but what every Linux has (or must be the target's
+# own: glibc, libstdc++, libgcc_s, the driver's libcuda).
+skip='^(libc|libm|libdl|librt|libpthread|libresolv|ld-linux-x86-64|libstdc\+\+|libgcc_s|libcuda)\.so'
+for f in "${bins[@]}" "$build/common/libwt_cuda.so"; do
+  ldd "$f" | awk '/=> \//{print $3}'
+done | sort -u | while read -r lib; do
+  name=$(basename "$lib")
+  if [[ "$name" =~ $skip ]]; then continue; fi
+  strip --strip-unneeded -o "$pack/lib/$name" "$lib" 2>/dev/null || cp -L "$lib" "$pack/lib/$name"
+done
+{
+  echo "built on $(hostname) ($(. /etc/os-release && echo "$PRETTY_NAME"), glibc $(ldd --version | head -n1 | awk '{print $NF}'))"
+  echo "at $(date -u +%FT%TZ) from $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+changes')"
+} >"$pack/BUILT"
+echo "pack.sh: $(du -sh "$pack" | cut -f1) in $pack ($(ls "$pack/lib" | wc -l) libraries):"
+cat "$pack/BUILT"

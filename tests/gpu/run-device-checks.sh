@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# run-device-checks.sh: everything wt checks on a real GPU, in one go, in
+# well under 5 minutes: builds (or takes .devpack/, see pack.sh), runs the
+# "gpu" suite on the CUDA device, runs bench/gpu_bench.sh, prints a table.
+# Where no device answers, the suite prints "skipped: no CUDA device (...)"
+# and the bench is not run; the table says so.
+#
+# Build: with wt's build dependencies present (pkg-config finds grpc,
+# libprotobuf-c and cunit), a fresh -Werror build with CUDA in build-gpu/;
+# otherwise the prebuilt .devpack/ (made here by tests/gpu/pack.sh and
+# carried to the device machine), whose origin the table shows;
+# USE_DEVPACK=1 takes the pack even where a build could be made.
+#
+# Output: the table on stdout; logs in $OUT (when set) or build-gpu/checks/.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+logs=${OUT:-$root/build-gpu/checks}
+mkdir -p "$logs"
+t_start=$(date +%s)
+
+step() { printf '%-34s %s\n' "$1" "$2" >>"$logs/table.txt"; }
+: >"$logs/table.txt"
+
+if [ "${USE_DEVPACK:-0}" != 1 ] && command -v cmake >/dev/null &&
+   pkg-config --exists grpc libprotobuf-c cunit 2>/dev/null; then
+  origin="built here ($(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+  if ! { cmake -S . -B build-gpu -DWT_WERROR=ON -DWT_WITH_CUDA=ON \
+           -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
+         cmake --build build-gpu -j "$(nproc)"; } >"$logs/build.log" 2>&1; then
+    tail -n 30 "$logs/build.log"
+    step "build" "FAILED (see build.log)"
+    exit 1
+  fi
+  tests=build-gpu/tests/wt_tests
+  bindir=$root/build-gpu
+  server=$bindir/server/wt-server
+  push=$bindir/client/wt-push
+elif [ -x .devpack/bin/wt_tests ]; then
+  origin="prebuilt: $(head -n1 .devpack/BUILT); $(sed -n 2p .devpack/BUILT)"
+  export LD_LIBRARY_PATH=$root/.devpack/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # libwt_cuda.so sits beside libwt_common.so in .devpack/lib.
+  tests=.devpack/bin/wt_tests
+  server=$root/.devpack/bin/wt-server
+  push=$root/.devpack/bin/wt-push
+else
+  echo "run-device-checks: no build dependencies here and no .devpack/;" \
+       "run tests/gpu/pack.sh on the build machine and carry .devpack" >&2
+  exit 1
+fi
+step "wt" "$origin"
+
+gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -n1)
+step "GPU (nvidia-smi)" "${gpu:-none answered}"
+
+# The gpu suite.
+timeout 180 "$tests" --suite gpu >"$logs/gpu-suite.log" 2>&1
+rc=$?
+cat "$logs/gpu-suite.log"
+counts=$(awk '/^ +tests +[0-9]/{print "run " $3 ", passed " $4 ", failed " $5}' "$logs/gpu-suite.log")
+skipped=$(grep -c "skipped:" "$logs/gpu-suite.log")
+step "gpu suite" "${counts:-no summary} (rc $rc; $skipped skipped)"
+if grep -q "skipped: .*no CUDA device" "$logs/gpu-suite.log"; then
+  step "gpu bench" "not run: $(grep -m1 -o 'no CUDA device.*' "$logs/gpu-suite.log")"
+  bench_rc=0
+else
+  SERVER_BIN=$server PUSH_BIN=$push timeout 240 bash bench/gpu_bench.sh \
+    >"$logs/gpu-bench.log" 2>&1
+  bench_rc=$?
+  cat "$logs/gpu-bench.log"
+  ratio=$(sed -n 's/^ratio device\/host *//p' "$logs/gpu-bench.log")
+  step "gpu bench (device/host, median)" "${ratio:-no ratio} (rc $bench_rc)"
+fi
+step "wall time" "$(( $(date +%s) - t_start )) s"
+echo
+cat "$logs/table.txt"
+[ "$rc" -eq 0 ] && [ "$bench_rc" -eq 0 ]

@@ -615,10 +615,11 @@ static void test_update_weights(void) {
    * partial tensors cannot commit. */
   WT_ASSERT_OK(fake_engine_init(S.ch, "fake", "7", 200, NULL));
   WT_ASSERT_OK(wtt_start(S.ch, &id));
-  WT_ASSERT_ERR(wtt_call(S.ch, "UpdateWeights", &req.base,
-                         &wt__v1__update_weights_response__descriptor, NULL),
-                WT_DEADLINE_EXCEEDED,
-                "worker 0: fake engine (worker 0): no data within 200 ms");
+  WT_ASSERT_ERR(
+      wtt_call(S.ch, "UpdateWeights", &req.base,
+               &wt__v1__update_weights_response__descriptor, NULL),
+      WT_DEADLINE_EXCEEDED,
+      "worker 0 (cpu): fake engine (worker 0): no data within 200 ms");
   WT_ASSERT_ERR(wtt_finish(S.ch, "u-partial", id), WT_FAILED_PRECONDITION,
                 "was only partly received");
   fake_engine_release(true);

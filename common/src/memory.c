@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "wt/cuda.h"
+#include "wt/parse.h"
 
 #define MAX_CUDA_INDEX 1023
 
@@ -66,11 +67,9 @@ wt_status *wt_device_parse(const char *s, wt_device *out) {
     *out = (wt_device)WT_DEVICE_CPU_INIT;
     return NULL;
   }
+  uint64_t v = 0;
   if (s != NULL && strncmp(s, "cuda:", 5) == 0 && s[5] >= '0' && s[5] <= '9') {
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(s + 5, &end, 10);
-    if (errno == 0 && *end == '\0' && v >= 0 && v <= MAX_CUDA_INDEX &&
+    if (wt_parse_u64(s + 5, &v) && v <= MAX_CUDA_INDEX &&
         !(s[5] == '0' && s[6] != '\0')) {
       *out = (wt_device){WT_DEVICE_CUDA, (int)v};
       return NULL;

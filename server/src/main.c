@@ -7,6 +7,7 @@
  */
 
 #include <errno.h>
+#include <inttypes.h>
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 
 #include "wt/log.h"
+#include "wt/parse.h"
 #include "wt/rpc.h"
 #include "wt/signals.h"
 #include "wt/server.h"
@@ -135,10 +137,8 @@ int main(int argc, char **argv) {
         opts.model = optarg;
         break;
       case 'w': {
-        char *end = NULL;
-        errno = 0;
-        long v = strtol(optarg, &end, 10);
-        if (errno || end == optarg || *end != '\0' || v < 1 || v > 1024)
+        uint64_t v = 0;
+        if (!wt_parse_u64(optarg, &v) || v < 1 || v > 1024)
           return bad_option("%s '%s' is not a number from 1 to 1024",
                             "--workers", optarg);
         opts.workers = (uint32_t)v;
@@ -178,12 +178,9 @@ int main(int argc, char **argv) {
         const char *name = c == 'R'   ? "--max-round-calls"
                            : c == 'E' ? "--max-reader-calls"
                                       : "--max-watchers";
-        long max = c == 'W' ? 1000000 : 4096;
-        char *end = NULL;
-        errno = 0;
-        long v = strtol(optarg, &end, 10);
-        if (errno || end == optarg || *end != '\0' || v < 1 || v > max)
-          return bad_option("%s '%s' is not a number from 1 to %ld", name,
+        uint64_t max = c == 'W' ? 1000000 : 4096, v = 0;
+        if (!wt_parse_u64(optarg, &v) || v < 1 || v > max)
+          return bad_option("%s '%s' is not a number from 1 to %" PRIu64, name,
                             optarg, max);
         *(c == 'R'   ? &opts.max_round_calls
           : c == 'E' ? &opts.max_reader_calls

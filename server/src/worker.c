@@ -217,7 +217,7 @@ static wt_status *op_receive(wt_worker *w, wt_worker_op *op) {
             "backend '%s' receives weights through PushWeights",
             w->ops->header.name);
   st = w->ops->receive(w->engine, op->update, &op->stats);
-  if (st != NULL) st = wt_status_prefix(st, "worker %u", w->rank);
+  if (st != NULL) st = wt_status_prefix(st, "%s", w->where);
 out:
   return st;
 }

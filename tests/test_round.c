@@ -3,6 +3,7 @@
  * validation before any byte, PushWeights rounds, many workers, cut
  * streams, inplace staging, round timeouts, and a backend that receives
  * through UpdateWeights (the fake engines of support/fake_engine.h). */
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,52 +122,81 @@ static void test_out_of_order(void) {
                 WT_FAILED_PRECONDITION, "(state: uninitialized)");
 
   WT_ASSERT_OK(wtt_init_grpc(S.ch, 0, S.workers));
-  /* Update and finish before start. */
+  /* Round id 0 names no round: every round call must carry the id that
+   * StartWeightUpdate returned. */
   WT_ASSERT_ERR(wtt_push_all(S.ch, &u, 0, 0, 1000, 1, NULL),
+                WT_INVALID_ARGUMENT,
+                "PushWeights: round_id is 0; pass the round_id that "
+                "StartWeightUpdate returned");
+  WT_ASSERT_ERR(wtt_call(S.ch, "UpdateWeights", &ur.base,
+                         &wt__v1__update_weights_response__descriptor, NULL),
+                WT_INVALID_ARGUMENT, "UpdateWeights: round_id is 0");
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v1", 0), WT_INVALID_ARGUMENT,
+                "FinishWeightUpdate: round_id is 0");
+  WT_ASSERT_ERR(wtt_abort(S.ch, 0, NULL), WT_INVALID_ARGUMENT,
+                "AbortWeightUpdate: round_id is 0");
+  /* Update and finish before start. */
+  ur.round_id = 5;
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, 5, 0, 1000, 1, NULL),
                 WT_FAILED_PRECONDITION,
                 "PushWeights: no round is in progress (state: ready)");
   WT_ASSERT_ERR(wtt_call(S.ch, "UpdateWeights", &ur.base,
                          &wt__v1__update_weights_response__descriptor, NULL),
                 WT_FAILED_PRECONDITION,
                 "UpdateWeights: no round is in progress (state: ready)");
-  WT_ASSERT_ERR(wtt_finish(S.ch, "v1", 0), WT_FAILED_PRECONDITION,
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v1", 5), WT_FAILED_PRECONDITION,
                 "FinishWeightUpdate: no round is in progress (state: ready)");
   bool aborted = true;
-  WT_ASSERT_OK(wtt_abort(S.ch, 0, &aborted));
-  CU_ASSERT_FALSE(aborted);
+  WT_ASSERT_ERR(wtt_abort(S.ch, 5, &aborted), WT_FAILED_PRECONDITION,
+                "AbortWeightUpdate: no round is in progress");
 
-  uint64_t id = 0;
+  /* Round ids are random: neither 0, nor the previous one, nor guessable
+   * from it. */
+  uint64_t id = 0, first = 0;
   WT_ASSERT_OK(wtt_start(S.ch, &id));
-  CU_ASSERT_EQUAL(id, 1);
-  WT_ASSERT_ERR(wtt_start(S.ch, NULL), WT_FAILED_PRECONDITION,
-                "StartWeightUpdate: round 1 is in progress (state: updating)");
-  /* A stale round id. */
-  WT_ASSERT_ERR(wtt_finish(S.ch, "v1", 7), WT_FAILED_PRECONDITION,
-                "round_id 7 is not the current round 1 (state: updating)");
-  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, 3, 0, 1000, 1, NULL),
-                WT_FAILED_PRECONDITION,
-                "round_id 3 is not the current round 1");
+  CU_ASSERT(id != 0);
+  first = id;
+  char msgbuf[160];
+  const char *msg = msgbuf; /* a pointer, for WT_ASSERT_ERR */
+  snprintf(msgbuf, sizeof(msgbuf),
+           "StartWeightUpdate: round %" PRIu64
+           " is in progress (state: updating)",
+           id);
+  WT_ASSERT_ERR(wtt_start(S.ch, NULL), WT_FAILED_PRECONDITION, msg);
+  /* A stale or guessed round id. */
+  snprintf(msgbuf, sizeof(msgbuf),
+           "round_id %" PRIu64 " is not the current round %" PRIu64
+           " (state: updating)",
+           id + 1, id);
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v1", id + 1), WT_FAILED_PRECONDITION, msg);
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id - 1, 0, 1000, 1, NULL),
+                WT_FAILED_PRECONDITION, "is not the current round");
+  WT_ASSERT_ERR(wtt_abort(S.ch, 1, &aborted), WT_FAILED_PRECONDITION,
+                "is not the current round");
   /* The grpc backend's data moves through PushWeights only. */
+  ur.round_id = id;
   WT_ASSERT_ERR(wtt_call(S.ch, "UpdateWeights", &ur.base,
                          &wt__v1__update_weights_response__descriptor, NULL),
                 WT_FAILED_PRECONDITION,
                 "backend 'grpc' receives weights through PushWeights");
-  WT_ASSERT_OK(wtt_abort(S.ch, 1, &aborted));
+  WT_ASSERT_OK(wtt_abort(S.ch, id, &aborted));
   CU_ASSERT_TRUE(aborted);
-  WT_ASSERT_ERR(wtt_finish(S.ch, "v1", 1), WT_FAILED_PRECONDITION,
-                "round 1 was aborted (AbortWeightUpdate: test)");
-  WT_ASSERT_OK(wtt_abort(S.ch, 0, &aborted));
-  CU_ASSERT_FALSE(aborted);
+  snprintf(msgbuf, sizeof(msgbuf),
+           "round %" PRIu64 " was aborted (AbortWeightUpdate: test)", id);
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v1", id), WT_FAILED_PRECONDITION, msg);
   WT_ASSERT_OK(wtt_start(S.ch, &id));
-  CU_ASSERT_EQUAL(id, 2);
+  CU_ASSERT(id != 0 && id != first && id != first + 1);
+  uint64_t second = id;
 
   /* A new init replaces the engine and drops the open round. */
   WT_ASSERT_OK(wtt_init_grpc(S.ch, 4096, S.workers));
-  WT_ASSERT_ERR(wtt_finish(S.ch, "v1", 2), WT_FAILED_PRECONDITION,
-                "round 2 was aborted (replaced by a new "
-                "InitWeightTransferEngine)");
+  snprintf(msgbuf, sizeof(msgbuf),
+           "round %" PRIu64
+           " was aborted (replaced by a new InitWeightTransferEngine)",
+           second);
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v1", second), WT_FAILED_PRECONDITION, msg);
   WT_ASSERT_OK(wtt_start(S.ch, &id));
-  CU_ASSERT_EQUAL(id, 3);
+  CU_ASSERT(id != 0 && id != second);
   wtt_assert_version(S.ch, "", 0);
   wtt_assert_model_seed(&S, 0);
   wtt_server_stop(&S);
@@ -285,6 +315,7 @@ static void test_validation(void) {
   WT_ASSERT_OK(wt_rpc_client_stream_open(S.ch, WTT_SVC "PushWeights",
                                          WTT_DEADLINE_MS, &p.s));
   Wt__V1__PushWeightsHeader h = WT__V1__PUSH_WEIGHTS_HEADER__INIT;
+  h.round_id = id;
   Wt__V1__PushWeightsChunk msg = WT__V1__PUSH_WEIGHTS_CHUNK__INIT;
   msg.payload_case = WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_HEADER;
   msg.header = &h;
@@ -378,13 +409,13 @@ static void test_push_round(void) {
   /* Several pushes in one round (one per layer group); a bucket size of 0
    * means the engine's default. */
   WT_ASSERT_OK(wtt_start(S.ch, &id));
-  CU_ASSERT_EQUAL(id, 2);
+  CU_ASSERT(id != 0);
   size_t first[3] = {0, 1, 2}, rest[4] = {3, 4, 5, 6};
   wtt_upd_init(&u, S.metas, first, 3);
-  WT_ASSERT_OK(wtt_push_all(S.ch, &u, 0, 0, 700, 2, NULL));
+  WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 0, 700, 2, NULL));
   wtt_upd_init(&u, S.metas, rest, 4);
   WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 100, 333, 2, NULL));
-  WT_ASSERT_OK(wtt_finish(S.ch, "step-2", 0));
+  WT_ASSERT_OK(wtt_finish(S.ch, "step-2", id));
   wtt_assert_version(S.ch, "step-2", 2);
   wtt_assert_model_seed(&S, 2);
 
@@ -515,9 +546,9 @@ static void test_round_timeout(void) {
   WT_ASSERT_OK(wtt_start(S.ch, &id));
   wtt_sleep_ms(800);
   WT_ASSERT_ERR(wtt_finish(S.ch, "v1", id), WT_FAILED_PRECONDITION,
-                "round 1 was aborted (idle for");
+                "was aborted (idle for");
   WT_ASSERT_OK(wtt_start(S.ch, &id));
-  CU_ASSERT_EQUAL(id, 2);
+  CU_ASSERT(id != 0);
   /* A push that stalls between chunks is idle too. */
   wtt_upd u;
   wtt_upd_init(&u, S.metas, NULL, S.n);
@@ -526,10 +557,9 @@ static void test_round_timeout(void) {
   WT_ASSERT_OK(wtt_push_send(&p, 1000));
   wtt_sleep_ms(800);
   wt_status_free(wtt_push_send(&p, 1000));
-  WT_ASSERT_ERR(wtt_push_close(&p, NULL), WT_ABORTED,
-                "round 2 was aborted: idle for");
+  WT_ASSERT_ERR(wtt_push_close(&p, NULL), WT_ABORTED, "was aborted: idle for");
   WT_ASSERT_OK(wtt_start(S.ch, &id));
-  CU_ASSERT_EQUAL(id, 3);
+  CU_ASSERT(id != 0);
   /* A round that keeps moving is not idle. */
   WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 2048, 1000, 1));
   for (int i = 0; i < 7; i++) {
@@ -569,6 +599,7 @@ static void test_update_weights(void) {
   u.names[0] = "model.nope";
   Wt__V1__UpdateWeightsRequest req = WT__V1__UPDATE_WEIGHTS_REQUEST__INIT;
   req.update_info = &u.info;
+  req.round_id = id;
   WT_ASSERT_ERR(wtt_call(S.ch, "UpdateWeights", &req.base,
                          &wt__v1__update_weights_response__descriptor, NULL),
                 WT_INVALID_ARGUMENT, "parameter 'model.nope'");
@@ -585,7 +616,7 @@ static void test_update_weights(void) {
   CU_ASSERT_STRING_EQUAL(info->workers[1]->state, "updating");
   wt_pb_free(&info->base);
   WT_ASSERT_ERR(wtt_finish(S.ch, "early", id), WT_FAILED_PRECONDITION,
-                "UpdateWeights is still running in round 1");
+                "UpdateWeights is still running in round ");
   fake_engine_release(true);
   ProtobufCMessage *resp = NULL;
   WT_ASSERT_OK(wt_rpc_pending_wait(p, &resp));
@@ -606,7 +637,7 @@ static void test_update_weights(void) {
   WT_ASSERT_OK(wtt_abort(S.ch, id, &aborted));
   CU_ASSERT(aborted);
   WT_ASSERT_ERR(wt_rpc_pending_wait(p, NULL), WT_ABORTED,
-                "UpdateWeights: round 2 was aborted: AbortWeightUpdate: test");
+                "was aborted: AbortWeightUpdate: test");
   CU_ASSERT(fake_engine_wait_blocked(0, 1000));
   wtt_assert_version(S.ch, "u1", 1);
   wtt_assert_model_seed(&S, 5);
@@ -615,6 +646,7 @@ static void test_update_weights(void) {
    * partial tensors cannot commit. */
   WT_ASSERT_OK(fake_engine_init(S.ch, "fake", "7", 200, NULL));
   WT_ASSERT_OK(wtt_start(S.ch, &id));
+  req.round_id = id;
   WT_ASSERT_ERR(
       wtt_call(S.ch, "UpdateWeights", &req.base,
                &wt__v1__update_weights_response__descriptor, NULL),
@@ -665,8 +697,7 @@ static void test_stalled_push_ends_with_its_round(void) {
   WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 2048, 1000, 1));
   WT_ASSERT_OK(wtt_push_send(&p, 1000));
   wtt_sleep_ms(1000);
-  WT_ASSERT_ERR(wtt_push_send(&p, 1000), WT_ABORTED,
-                "PushWeights: round 1 was aborted: idle for");
+  WT_ASSERT_ERR(wtt_push_send(&p, 1000), WT_ABORTED, "was aborted: idle for");
   wt_status_free(wtt_push_close(&p, NULL));
   WT_ASSERT_OK(wtt_start(S.ch, &id));
   WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 2048, 1000, 3, NULL));
@@ -700,15 +731,20 @@ static wt_status *version_call(void) {
 }
 
 static bool abort_answered;
+static uint64_t abort_round; /* the round abort_call names (0: none) */
 static wt_status *abort_call(void) {
   bool aborted = false;
-  wt_status *st = wtt_abort(S.ch, 0, &aborted);
+  wt_status *st = wtt_abort(S.ch, abort_round, &aborted);
   /* During an init there is no round: FAILED_PRECONDITION saying so is an
-   * answer too. */
-  if (st != NULL && wt_status_code(st) == WT_FAILED_PRECONDITION &&
-      strstr(wt_status_message(st),
-             "InitWeightTransferEngine is still "
-             "running") != NULL) {
+   * answer too, as is the refusal of round id 0 (what is measured is that
+   * the call answers at all). */
+  if (st != NULL &&
+      ((wt_status_code(st) == WT_FAILED_PRECONDITION &&
+        strstr(wt_status_message(st),
+               "InitWeightTransferEngine is still "
+               "running") != NULL) ||
+       (wt_status_code(st) == WT_INVALID_ARGUMENT &&
+        strstr(wt_status_message(st), "round_id is 0") != NULL))) {
     wt_status_free(st);
     st = NULL;
   }
@@ -777,9 +813,11 @@ static void test_blocking_engine_ops(void) {
   wtt_bg_call fin;
   wtt_bg_finish(&fin, &freq, S.ch, "blocked", id);
   wtt_sleep_ms(300);
+  abort_round = id;
   control_plane_answers("finish");
+  abort_round = 0;
   WT_ASSERT_ERR(wtt_bg_join(&fin), WT_ABORTED,
-                "FinishWeightUpdate: round 1 was aborted: AbortWeightUpdate");
+                "was aborted: AbortWeightUpdate");
   wtt_assert_version(S.ch, "", 0);
 
   /* The abort's own 3 s on the workers: answered meanwhile too; the next
@@ -829,6 +867,7 @@ static void test_needs_init(void) {
   wtt_upd_init(&u, S.metas, NULL, S.n);
   Wt__V1__UpdateWeightsRequest req = WT__V1__UPDATE_WEIGHTS_REQUEST__INIT;
   req.update_info = &u.info;
+  req.round_id = id;
   WT_ASSERT_OK(wtt_call(S.ch, "UpdateWeights", &req.base,
                         &wt__v1__update_weights_response__descriptor, NULL));
   WT_ASSERT_OK(wtt_finish(S.ch, "v1", id)); /* a finish keeps the engine */
@@ -847,8 +886,9 @@ static void test_needs_init(void) {
     CU_ASSERT_STRING_EQUAL(info->workers[w]->backend, "");
     CU_ASSERT_PTR_NOT_NULL(strstr(info->workers[w]->reason,
                                   "backend 'fake-fragile' cannot continue "
-                                  "after an abort (round 2 was aborted: "
-                                  "AbortWeightUpdate: test)"));
+                                  "after an abort (round "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(info->workers[w]->reason,
+                                  "was aborted: AbortWeightUpdate: test)"));
   }
   wt_pb_free(&info->base);
   CU_ASSERT_EQUAL(fake_engine_get_stats().destroyed, 2);

@@ -233,19 +233,19 @@ static void s_closed(wt_rpc_stream *st, void *user) {
 
 static const wt_rpc_method methods[] = {
     {M_VERSION, WT_RPC_UNARY, &wt__v1__get_weight_version_request__descriptor,
-     &wt__v1__weight_version__descriptor, h_version, 0, NULL, NULL},
+     &wt__v1__weight_version__descriptor, h_version, 0, NULL, NULL, 0},
     {M_FINISH, WT_RPC_UNARY, &wt__v1__finish_weight_update_request__descriptor,
      &wt__v1__finish_weight_update_response__descriptor, h_finish, 0, NULL,
-     NULL},
+     NULL, 0},
     {M_PUSH, WT_RPC_CLIENT_STREAM, &wt__v1__push_weights_chunk__descriptor,
-     &wt__v1__push_weights_response__descriptor, h_push, 0, NULL, NULL},
+     &wt__v1__push_weights_response__descriptor, h_push, 0, NULL, NULL, 0},
     {M_WATCH, WT_RPC_SERVER_STREAM,
      &wt__v1__watch_weight_version_request__descriptor,
-     &wt__v1__weight_version__descriptor, h_watch, 0, NULL, NULL},
+     &wt__v1__weight_version__descriptor, h_watch, 0, NULL, NULL, 0},
     {M_UPDATE, WT_RPC_UNARY, &wt__v1__update_weights_request__descriptor,
-     &wt__v1__update_weights_response__descriptor, h_update, 0, NULL, NULL},
+     &wt__v1__update_weights_response__descriptor, h_update, 0, NULL, NULL, 0},
     {M_CHECK, WT_RPC_WATCH, &wt__v1__checksum_weights_request__descriptor,
-     &wt__v1__weight_version__descriptor, NULL, 0, s_open, s_closed},
+     &wt__v1__weight_version__descriptor, NULL, 0, s_open, s_closed, 0},
 };
 #define N_METHODS (sizeof(methods) / sizeof(methods[0]))
 
@@ -759,7 +759,8 @@ static void test_async_unary_cancel(void) {
 static void test_message_too_large(void) {
   wt_rpc_server_options opts;
   memset(&opts, 0, sizeof(opts));
-  wt_rpc_channel_options copts = {0, 1 << 20, 8 << 20};
+  wt_rpc_channel_options copts = {.max_receive_message_bytes = 1 << 20,
+                                  .max_send_message_bytes = 8 << 20};
   start_with(&opts, &copts);
   ProtobufCMessage *resp = NULL;
 

@@ -770,22 +770,12 @@ static const char *ip_bin(void) {
 static bool ns_server_start(wt_proc_server *s, const char *dir) {
   memset(s, 0, sizeof(*s));
   snprintf(s->log, sizeof(s->log), "%s/ns-server.log", dir);
-  const char *const argv[] = {ip_bin(),
-                              "netns",
-                              "exec",
-                              NS,
-                              WT_SERVER_BIN,
-                              "--listen",
-                              "10.231.7.1:0",
-                              "--model",
-                              "synthetic:small",
-                              "--workers",
-                              "2",
-                              "--round-timeout",
-                              "2",
-                              "--log-level",
-                              "debug", /* shown if the test fails */
-                              NULL};
+  const char *const argv[] = {
+      ip_bin(), "netns", "exec", NS, WT_SERVER_BIN, "--listen", "10.231.7.1:0",
+      "--model", "synthetic:small", "--workers", "2", "--round-timeout", "2",
+      /* a veth only this test's namespaces reach */
+      "--insecure", "--log-level", "debug", /* shown if the test fails */
+      NULL};
   s->pid = wt_proc_spawn(argv, s->log, &s->out_fd);
   if (s->pid <= 0) return false;
   char buf[512];

@@ -47,6 +47,7 @@ wt_status *wt_sync_client_new(const char *const *targets, size_t n,
                               wt_sync_client **out) {
   wt_status *st = NULL;
   wt_sync_client *c = NULL;
+  char *token = NULL;
   *out = NULL;
   if (n == 0 || targets == NULL)
     WT_FAIL(WT_INVALID_ARGUMENT, "targets: at least one server is needed");
@@ -67,7 +68,13 @@ wt_status *wt_sync_client_new(const char *const *targets, size_t n,
                            ? opts->data_timeout_ms
                            : WT_CLIENT_DEFAULT_DATA_TIMEOUT_MS;
   c->manual_reinit = opts && opts->manual_reinit;
-  wt_rpc_channel_options copts = {.default_deadline_ms = c->timeout_ms};
+  const char *token_file = opts && opts->token_file ? opts->token_file : NULL;
+  if (token_file == NULL && getenv("WT_TOKEN_FILE") && *getenv("WT_TOKEN_FILE"))
+    token_file = getenv("WT_TOKEN_FILE");
+  if (token_file != NULL) WT_CHECK(wt_token_read(token_file, &token));
+  wt_rpc_channel_options copts = {.default_deadline_ms = c->timeout_ms,
+                                  .tls = opts ? opts->tls : NULL,
+                                  .token = token};
   for (size_t i = 0; i < n; i++) {
     server *s = &c->servers[i];
     c->n = i + 1;
@@ -78,6 +85,10 @@ wt_status *wt_sync_client_new(const char *const *targets, size_t n,
   *out = c;
   c = NULL;
 out:
+  if (token != NULL) {
+    memset(token, 0, strlen(token));
+    free(token);
+  }
   wt_sync_client_destroy(c);
   return st;
 }
@@ -628,7 +639,7 @@ static bool needs_init(wt_sync_client *c, wt_status **errs, char *why,
 /* Aborts the rounds this client started, on the servers in `mask` (NULL:
  * every server with a round), best effort. */
 static wt_status *abort_rounds(wt_sync_client *c, const char *reason,
-                               const bool *mask, bool any_round) {
+                               const bool *mask) {
   wt_status *st = NULL;
   fan f = {0};
   Wt__V1__AbortWeightUpdateRequest *reqs = NULL;
@@ -637,7 +648,7 @@ static wt_status *abort_rounds(wt_sync_client *c, const char *reason,
   if (reqs == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t k = 0; k < c->n; k++) {
     server *s = &c->servers[k];
-    if (mask ? !mask[k] : (!any_round && s->round_id == 0)) continue;
+    if ((mask && !mask[k]) || s->round_id == 0) continue;
     wt__v1__abort_weight_update_request__init(&reqs[k]);
     reqs[k].reason = (char *)(reason ? reason : "");
     reqs[k].round_id = s->round_id;
@@ -655,12 +666,10 @@ out:
 }
 
 wt_status *wt_sync_client_abort(wt_sync_client *c, const char *reason) {
-  bool ours = false;
-  for (size_t k = 0; k < c->n; k++) ours = ours || c->servers[k].round_id != 0;
-  /* With a round of ours, only its servers are asked (with its ids), so that
-   * a server where start failed does not lose another trainer's round;
-   * without one, the current round of every server is dropped. */
-  return abort_rounds(c, reason, NULL, !ours);
+  /* Only the servers with a round of ours are asked, with its ids: a round
+   * is aborted only by the trainer that started it (another's id is not
+   * known here, and a server refuses round id 0). */
+  return abort_rounds(c, reason, NULL);
 }
 
 /* One StartWeightUpdate on every server. When some fail, the rounds that
@@ -690,7 +699,7 @@ static wt_status *start_once(wt_sync_client *c, bool *reinit, char *why,
       any |= started[k] = f.errs[k] == NULL;
     if (any) {
       wt_status *ast =
-          abort_rounds(c, "start failed on another server", started, false);
+          abort_rounds(c, "start failed on another server", started);
       if (ast) WT_LOGW("client", "%s", wt_status_message(ast));
       wt_status_free(ast);
     }
@@ -754,6 +763,12 @@ wt_status *wt_sync_client_finish(wt_sync_client *c,
   Wt__V1__FinishWeightUpdateRequest *reqs = NULL;
   if (weight_version == NULL || *weight_version == '\0')
     WT_FAIL(WT_INVALID_ARGUMENT, "weight_version: must not be empty");
+  for (size_t k = 0; k < c->n; k++)
+    if (c->servers[k].round_id == 0)
+      WT_FAIL(WT_FAILED_PRECONDITION,
+              "FinishWeightUpdate on %s: this client has no round in "
+              "progress there (call wt_sync_client_start first)",
+              c->servers[k].target);
   WT_CHECK(fan_alloc(c->n, &f));
   reqs = calloc(c->n, sizeof(*reqs));
   if (reqs == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
@@ -1014,7 +1029,7 @@ wt_status *wt_sync_client_update(wt_sync_client *c, wt_trainer *trainer,
 out:
   if (st != NULL && trainer != NULL && src != NULL) {
     /* A half-sent round must not be finished by mistake. */
-    wt_status *ast = abort_rounds(c, wt_status_message(st), NULL, false);
+    wt_status *ast = abort_rounds(c, wt_status_message(st), NULL);
     if (ast != NULL) {
       WT_LOGW("client", "aborting the failed round: %s",
               wt_status_message(ast));

@@ -3,6 +3,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 const char *wt_tool_human_bytes(uint64_t bytes, char *buf, size_t len) {
   static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -17,4 +18,27 @@ const char *wt_tool_human_bytes(uint64_t bytes, char *buf, size_t len) {
   else
     snprintf(buf, len, "%.1f %s", v, units[u]);
   return buf;
+}
+
+bool wt_tool_security_option(wt_tool_security *s, const char *name,
+                             const char *value) {
+  if (strcmp(name, "tls-ca") == 0)
+    s->tls.ca_file = value;
+  else if (strcmp(name, "tls-cert") == 0)
+    s->tls.cert_file = value;
+  else if (strcmp(name, "tls-key") == 0)
+    s->tls.key_file = value;
+  else if (strcmp(name, "tls-server-name") == 0)
+    s->tls.server_name = value;
+  else if (strcmp(name, "token-file") == 0)
+    s->token_file = value;
+  else
+    return false;
+  if (strncmp(name, "tls-", 4) == 0) s->tls_on = true;
+  return true;
+}
+
+void wt_tool_security_apply(const wt_tool_security *s, wt_client_options *o) {
+  o->tls = s->tls_on ? &s->tls : NULL;
+  o->token_file = s->token_file;
 }

@@ -30,7 +30,8 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: wt-ctl [--server HOST:PORT] [--timeout SECONDS] COMMAND\n"
+          "usage: wt-ctl [--server HOST:PORT] [--timeout SECONDS] [TLS and "
+          "token options] COMMAND\n"
           "\n"
           "commands:\n"
           "  info                       server, model, workers and version\n"
@@ -44,7 +45,7 @@ static void usage(FILE *f) {
           "\n"
           "  --server HOST:PORT         default 127.0.0.1:50051\n"
           "  --timeout SECONDS          deadline of each call (default 30; "
-          "watch: none)\n");
+          "watch: none)\n" WT_TOOL_SECURITY_USAGE);
 }
 
 static int fail(wt_status *st) {
@@ -264,8 +265,21 @@ static const command commands[] = {
 int main(int argc, char **argv) {
   const char *server = "127.0.0.1:50051";
   double timeout_s = 0;
+  wt_tool_security sec = {0};
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; i++) {
+    const char *eq = strchr(argv[i], '=');
+    char name[32] = "";
+    if (strncmp(argv[i], "--", 2) == 0) {
+      size_t len = eq ? (size_t)(eq - argv[i] - 2) : strlen(argv[i] + 2);
+      if (len < sizeof(name)) memcpy(name, argv[i] + 2, len), name[len] = 0;
+    }
+    if (eq != NULL && wt_tool_security_option(&sec, name, eq + 1)) continue;
+    if (eq == NULL && i + 1 < argc &&
+        wt_tool_security_option(&sec, name, argv[i + 1])) {
+      i++;
+      continue;
+    }
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       usage(stdout);
       return 0;
@@ -316,6 +330,7 @@ int main(int argc, char **argv) {
   }
 
   wt_client_options opts = {0};
+  wt_tool_security_apply(&sec, &opts);
   if (timeout_s > 0)
     opts.timeout_ms = opts.data_timeout_ms = (int64_t)(timeout_s * 1000);
   wt_sync_client *c = NULL;

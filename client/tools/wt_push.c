@@ -62,6 +62,7 @@ typedef struct options {
   bool verify;
   wt_hash_alg verify_alg;
   bool quiet;
+  wt_tool_security sec;
 } options;
 
 static void usage(FILE *f) {
@@ -93,7 +94,7 @@ static void usage(FILE *f) {
           "  --timeout SECONDS    deadline of the data calls (default 1800)\n"
           "  --verify[=ALGO]      compare checksums afterwards (sha256, "
           "the default, or xxh3)\n"
-          "  --quiet              no progress output\n"
+          "  --quiet              no progress output\n" WT_TOOL_SECURITY_USAGE
           "  --help               this text\n"
           "\n"
           "Exit status: 0 ok, 1 transfer or verification failure, 2 usage.\n");
@@ -131,7 +132,8 @@ static int parse_args(int argc, char **argv, options *o) {
     O_TIMEOUT,
     O_VERIFY,
     O_QUIET,
-    O_HELP
+    O_HELP,
+    O_SECURITY
   };
   static const struct option longs[] = {
       {"server", required_argument, NULL, O_SERVER},
@@ -147,15 +149,24 @@ static int parse_args(int argc, char **argv, options *o) {
       {"verify", optional_argument, NULL, O_VERIFY},
       {"quiet", no_argument, NULL, O_QUIET},
       {"help", no_argument, NULL, O_HELP},
+      {"tls-ca", required_argument, NULL, O_SECURITY},
+      {"tls-cert", required_argument, NULL, O_SECURITY},
+      {"tls-key", required_argument, NULL, O_SECURITY},
+      {"tls-server-name", required_argument, NULL, O_SECURITY},
+      {"token-file", required_argument, NULL, O_SECURITY},
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof(*o));
   o->backend = "grpc";
   o->verify_alg = WT_HASH_SHA256;
   opterr = 0;
   for (;;) {
-    int c = getopt_long(argc, argv, "h", longs, NULL);
+    int li = -1;
+    int c = getopt_long(argc, argv, "h", longs, &li);
     if (c == -1) break;
     switch (c) {
+      case O_SECURITY:
+        wt_tool_security_option(&o->sec, longs[li].name, optarg);
+        break;
       case O_SERVER:
         if (o->nservers == MAX_SERVERS) {
           fprintf(stderr, "wt-push: at most %d servers\n", MAX_SERVERS);
@@ -436,6 +447,7 @@ int main(int argc, char **argv) {
   int exit_code = EXIT_FAIL;
 
   wt_client_options copts = {0};
+  wt_tool_security_apply(&o.sec, &copts);
   if (o.timeout_s > 0) {
     copts.data_timeout_ms = (int64_t)(o.timeout_s * 1000);
     if (copts.data_timeout_ms < WT_CLIENT_DEFAULT_TIMEOUT_MS)

@@ -3,7 +3,11 @@
 #include "wt/pb.h"
 
 #include <grpc/byte_buffer_reader.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "wt/secure.h"
 
 wt_status *wt_pb_pack(const ProtobufCMessage *msg, grpc_byte_buffer **out) {
   wt_status *st = NULL;
@@ -73,6 +77,65 @@ static void counting_free(void *data, void *p) {
     free(p);
 }
 
+/* Appends ".name" or "name[i]" to the field path being built in buf. */
+static size_t path_push(char *buf, size_t cap, size_t len, const char *name,
+                        long idx) {
+  int n = idx < 0 ? snprintf(buf + len, cap - len, "%s%s", len ? "." : "", name)
+                  : snprintf(buf + len, cap - len, "%s%s[%ld]", len ? "." : "",
+                             name, idx);
+  if (n < 0) return len;
+  return len + (size_t)n < cap ? len + (size_t)n : cap - 1;
+}
+
+static bool check_strings(const ProtobufCMessage *m, char *path, size_t cap,
+                          size_t len) {
+  const ProtobufCMessageDescriptor *d = m->descriptor;
+  for (unsigned i = 0; i < d->n_fields; i++) {
+    const ProtobufCFieldDescriptor *f = &d->fields[i];
+    if (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_MESSAGE)
+      continue;
+    const char *base = (const char *)m;
+    if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+      uint32_t which = *(const uint32_t *)(base + f->quantifier_offset);
+      if (which != f->id) continue;
+    }
+    size_t count = 1;
+    void *const *items;
+    if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+      count = *(const size_t *)(base + f->quantifier_offset);
+      items = *(void *const *const *)(base + f->offset);
+    } else {
+      items = (void *const *)(base + f->offset);
+    }
+    for (size_t k = 0; k < count; k++) {
+      const void *v = items[k];
+      if (v == NULL) continue;
+      long idx = f->label == PROTOBUF_C_LABEL_REPEATED ? (long)k : -1;
+      if (f->type == PROTOBUF_C_TYPE_STRING) {
+        const char *str = v;
+        if (!wt_utf8_valid(str, strlen(str), NULL)) {
+          path_push(path, cap, len, f->name, idx);
+          return false;
+        }
+      } else {
+        size_t l2 = path_push(path, cap, len, f->name, idx);
+        if (!check_strings(v, path, cap, l2)) return false;
+        path[len] = '\0';
+      }
+    }
+  }
+  return true;
+}
+
+wt_status *wt_pb_check_utf8(const ProtobufCMessage *msg) {
+  char path[256] = "";
+  if (msg == NULL || check_strings(msg, path, sizeof(path), 0)) return NULL;
+  return wt_status_new(WT_INVALID_ARGUMENT,
+                       "%s: field %s is not valid UTF-8 (proto3 strings must "
+                       "be)",
+                       msg->descriptor->name, path);
+}
+
 wt_status *wt_pb_unpack_with(grpc_byte_buffer *bb,
                              const ProtobufCMessageDescriptor *desc,
                              ProtobufCAllocator *allocator,
@@ -98,6 +161,10 @@ wt_status *wt_pb_unpack_with(grpc_byte_buffer *bb,
               desc->name, len);
     WT_FAIL(WT_INVALID_ARGUMENT, "%s: malformed message (%zu bytes)",
             desc->name, len);
+  }
+  if ((st = wt_pb_check_utf8(*out)) != NULL) {
+    protobuf_c_message_free_unpacked(*out, allocator);
+    *out = NULL;
   }
 out:
   grpc_slice_unref(slice);

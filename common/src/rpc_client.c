@@ -33,6 +33,8 @@ struct wt_rpc_channel {
   char *target;
   grpc_channel *channel;
   int64_t default_deadline_ms;
+  grpc_metadata auth; /* "authorization: Bearer ..." */
+  size_t nmd;         /* 1 with a token, else 0 */
 };
 
 /* What every kind of client call shares. */
@@ -88,15 +90,47 @@ wt_status *wt_rpc_channel_new(const char *target,
   ch->default_deadline_ms = opts->default_deadline_ms > 0
                                 ? opts->default_deadline_ms
                                 : WT_RPC_DEFAULT_DEADLINE_MS;
+  if (opts->token != NULL) {
+    size_t tl = strlen(opts->token);
+    char *v = malloc(tl + 8);
+    if (v == NULL) {
+      free(ch->target);
+      free(ch);
+      return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    memcpy(v, "Bearer ", 7);
+    memcpy(v + 7, opts->token, tl + 1);
+    ch->auth.key = grpc_slice_from_static_string("authorization");
+    ch->auth.value = grpc_slice_from_copied_string(v);
+    memset(v, 0, tl + 7);
+    free(v);
+    ch->nmd = 1;
+  }
   grpc_init();
-  grpc_arg args[2];
+  grpc_channel_credentials *creds = NULL;
+  wt_status *st = rpc_channel_credentials(opts->tls, &creds);
+  if (st != NULL) {
+    if (ch->nmd) grpc_slice_unref(ch->auth.value);
+    free(ch->target);
+    free(ch);
+    grpc_shutdown();
+    return st;
+  }
+  grpc_arg args[3];
   size_t nargs = wt_rpc_message_limit_args(
       args, opts->max_receive_message_bytes, opts->max_send_message_bytes);
+  if (opts->tls != NULL && opts->tls->server_name != NULL) {
+    memset(&args[nargs], 0, sizeof(args[nargs]));
+    args[nargs].type = GRPC_ARG_STRING;
+    args[nargs].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+    args[nargs].value.string = (char *)opts->tls->server_name;
+    nargs++;
+  }
   grpc_channel_args channel_args = {nargs, args};
-  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
   ch->channel = grpc_channel_create(target, creds, &channel_args);
   grpc_channel_credentials_release(creds);
   if (ch->channel == NULL) {
+    if (ch->nmd) grpc_slice_unref(ch->auth.value);
     free(ch->target);
     free(ch);
     grpc_shutdown();
@@ -110,6 +144,7 @@ wt_status *wt_rpc_channel_new(const char *target,
 void wt_rpc_channel_destroy(wt_rpc_channel *ch) {
   if (ch == NULL) return;
   grpc_channel_destroy(ch->channel);
+  if (ch->nmd) grpc_slice_unref(ch->auth.value);
   free(ch->target);
   free(ch);
   grpc_shutdown();
@@ -153,6 +188,15 @@ static wt_status *cc_open(client_call *cc, wt_rpc_channel *ch,
     return wt_status_new(WT_INTERNAL, "%s %s: cannot create the call",
                          ch->target, method);
   return NULL;
+}
+
+/* Fills `op` as the call's SEND_INITIAL_METADATA, with the channel's
+ * token. */
+static void cc_initial_metadata(const client_call *cc, grpc_op *op) {
+  op->op = GRPC_OP_SEND_INITIAL_METADATA;
+  op->data.send_initial_metadata.count = cc->ch->nmd;
+  op->data.send_initial_metadata.metadata =
+      cc->ch->nmd ? (grpc_metadata *)&cc->ch->auth : NULL;
 }
 
 /* Waits for `tag` on the call's own queue. The call's deadline (or a cancel)
@@ -313,7 +357,7 @@ wt_status *wt_rpc_unary_start(wt_rpc_channel *ch, const char *method,
   }
   grpc_op ops[6];
   memset(ops, 0, sizeof(ops));
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  cc_initial_metadata(&p->cc, &ops[0]);
   ops[1].op = GRPC_OP_SEND_MESSAGE;
   ops[1].data.send_message.send_message = bb;
   ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -390,7 +434,7 @@ wt_status *wt_rpc_client_stream_open(wt_rpc_channel *ch, const char *method,
   WT_CHECK(cc_open(&s->cc, ch, method, deadline_ms));
   grpc_op op;
   memset(&op, 0, sizeof(op));
-  op.op = GRPC_OP_SEND_INITIAL_METADATA;
+  cc_initial_metadata(&s->cc, &op);
   WT_CHECK(cc_open_streaming(&s->cc, &op, 1));
   *out = s;
   s = NULL;
@@ -502,7 +546,7 @@ wt_status *wt_rpc_server_stream_open(wt_rpc_channel *ch, const char *method,
   }
   grpc_op ops[3];
   memset(ops, 0, sizeof(ops));
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  cc_initial_metadata(&s->cc, &ops[0]);
   ops[1].op = GRPC_OP_SEND_MESSAGE;
   ops[1].data.send_message.send_message = bb;
   ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;

@@ -11,6 +11,7 @@
 #define WT_RPC_INTERNAL_H
 
 #include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -101,6 +102,15 @@ struct wt_rpc_server {
   rpc_state state;
   bool shutdown_notified;
   bool pools_quit;
+
+  /* Authentication: borrowed tokens, TLS file paths (copied), counters. */
+  const wt_token *tokens;
+  size_t ntokens;
+  char *tls_cert, *tls_key, *tls_ca;
+  int max_concurrent_streams, max_metadata_bytes, handshake_timeout_ms;
+  atomic_uint_fast64_t unauthenticated, denied;
+  int64_t auth_log_ms; /* polling thread only: the last refusal logged */
+  uint64_t auth_unlogged;
 };
 
 struct wt_rpc_call {
@@ -147,6 +157,21 @@ RPC_HIDDEN const char *rpc_kind_name(wt_rpc_kind kind);
 RPC_HIDDEN grpc_slice rpc_status_details(const char *msg);
 /* Whether the server began shutting down. */
 RPC_HIDDEN bool rpc_server_stopping(wt_rpc_server *s);
+
+/* --- rpc_tls.c ------------------------------------------------------------ */
+
+/* Server credentials for `tls` (NULL or no cert: insecure); the caller
+ * releases *out. Errors name the option and file. */
+RPC_HIDDEN wt_status *rpc_server_credentials(const wt_rpc_tls *tls,
+                                             grpc_server_credentials **out);
+/* Channel credentials for `tls` (NULL: insecure). */
+RPC_HIDDEN wt_status *rpc_channel_credentials(const wt_rpc_tls *tls,
+                                              grpc_channel_credentials **out);
+/* The scope the call's "authorization: Bearer" token grants among
+ * tokens[0..n) (0: none); *presented says whether it carried one. */
+RPC_HIDDEN uint32_t rpc_token_scope(const wt_token *tokens, size_t n,
+                                    const grpc_metadata_array *md,
+                                    bool *presented);
 
 /* --- rpc_call.c ----------------------------------------------------------- */
 

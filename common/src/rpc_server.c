@@ -34,6 +34,12 @@
 #define DEFAULT_MAX_HANDLER_THREADS 64
 /* How often the polling thread wakes without events. */
 #define POLL_INTERVAL_MS 200
+#define DEFAULT_MAX_CONCURRENT_STREAMS 2048
+#define DEFAULT_MAX_METADATA_BYTES (16 * 1024)
+#define DEFAULT_HANDSHAKE_TIMEOUT_MS 5000
+/* Refused calls are logged at most this often (a flood of bad tokens must
+ * not become a flood of log lines). */
+#define AUTH_LOG_INTERVAL_MS 1000
 
 /* A registered-method or catch-all request waiting for a call. */
 typedef struct request_slot {
@@ -339,6 +345,46 @@ static void on_generic(request_slot *slot, int ok) {
   gpr_free(method);
 }
 
+/* WT_OK, or why the call may not run: UNAUTHENTICATED (no or a wrong
+ * token), PERMISSION_DENIED (a token whose scope lacks the method's). */
+static wt_code authorize(wt_rpc_server *s, const wt_rpc_method *m,
+                         const grpc_metadata_array *md) {
+  if (s->ntokens == 0) return WT_OK;
+  bool presented;
+  uint32_t scope = rpc_token_scope(s->tokens, s->ntokens, md, &presented);
+  uint32_t need = m->scope ? m->scope : WT_SCOPE_TRAINER;
+  if (scope == 0) return WT_UNAUTHENTICATED;
+  return (scope & need) == need ? WT_OK : WT_PERMISSION_DENIED;
+}
+
+static void refuse(wt_rpc_server *s, grpc_call *call, const wt_rpc_method *m,
+                   wt_code code) {
+  bool denied = code == WT_PERMISSION_DENIED;
+  atomic_fetch_add(denied ? &s->denied : &s->unauthenticated, 1);
+  int64_t now = rpc_now_ms();
+  if (now - s->auth_log_ms >= AUTH_LOG_INTERVAL_MS) {
+    char *peer = grpc_call_get_peer(call);
+    WT_LOGW(RPC_MOD, "%s from %s: %s%s", m->path, peer ? peer : "?",
+            denied ? "refused: a reader token" : "refused: no or a wrong token",
+            s->auth_unlogged ? " (and more refusals not logged)" : "");
+    gpr_free(peer);
+    s->auth_log_ms = now;
+    s->auth_unlogged = 0;
+  } else {
+    s->auth_unlogged++;
+  }
+  if (denied)
+    reject(call, WT_PERMISSION_DENIED,
+           "%s: the token's scope is 'reader'; this call needs a 'trainer' "
+           "token",
+           m->path);
+  else
+    reject(call, WT_UNAUTHENTICATED,
+           "%s: missing or wrong bearer token (send \"authorization: Bearer "
+           "TOKEN\"; wt-push/wt-ctl --token-file)",
+           m->path);
+}
+
 static void on_request(request_slot *slot, int ok) {
   if (!ok) {
     slot_free(slot);
@@ -351,8 +397,14 @@ static void on_request(request_slot *slot, int ok) {
   grpc_byte_buffer *payload = slot->payload;
   gpr_timespec deadline = slot->deadline;
   slot->payload = NULL;
+  wt_code refused = authorize(s, m, &slot->metadata);
   grpc_metadata_array_destroy(&slot->metadata);
   slot_recycle(slot);
+  if (refused != WT_OK) {
+    if (payload) grpc_byte_buffer_destroy(payload);
+    refuse(s, call, m, refused);
+    return;
+  }
 
   ProtobufCMessage *request = NULL;
   if (m->kind != WT_RPC_CLIENT_STREAM) {
@@ -572,6 +624,22 @@ wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
                                ? opts->requests_per_method
                                : DEFAULT_REQUESTS_PER_METHOD;
   s->on_shutdown = opts->on_shutdown;
+  s->tokens = opts->tokens;
+  s->ntokens = opts->tokens ? opts->ntokens : 0;
+  if (opts->tls != NULL) {
+    s->tls_cert = opts->tls->cert_file ? strdup(opts->tls->cert_file) : NULL;
+    s->tls_key = opts->tls->key_file ? strdup(opts->tls->key_file) : NULL;
+    s->tls_ca = opts->tls->ca_file ? strdup(opts->tls->ca_file) : NULL;
+  }
+  s->max_concurrent_streams = opts->max_concurrent_streams > 0
+                                  ? opts->max_concurrent_streams
+                                  : DEFAULT_MAX_CONCURRENT_STREAMS;
+  s->max_metadata_bytes = opts->max_metadata_bytes > 0
+                              ? opts->max_metadata_bytes
+                              : DEFAULT_MAX_METADATA_BYTES;
+  s->handshake_timeout_ms = opts->handshake_timeout_ms > 0
+                                ? opts->handshake_timeout_ms
+                                : DEFAULT_HANDSHAKE_TIMEOUT_MS;
   s->shutdown_tag.kind = TAG_SHUTDOWN;
   s->shutdown_tag.owner = s;
   s->state = STATE_NEW;
@@ -579,9 +647,27 @@ wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
   rpc_init_monotonic_cond(&s->cv);
 
   grpc_init();
-  grpc_arg args[3];
+  grpc_arg args[6];
   size_t nargs = wt_rpc_message_limit_args(
       args, opts->max_receive_message_bytes, opts->max_send_message_bytes);
+  /* Limits on what one connection may hold (see the README's threat model:
+   * gRPC 1.51's HTTP/2 and HPACK code predates several denial-of-service
+   * fixes, and these bound what a stranger's connection can make it do). */
+  const struct {
+    const char *key;
+    int value;
+  } limits[] = {
+      {GRPC_ARG_MAX_CONCURRENT_STREAMS, s->max_concurrent_streams},
+      {GRPC_ARG_MAX_METADATA_SIZE, s->max_metadata_bytes},
+      {GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, s->handshake_timeout_ms},
+  };
+  for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+    memset(&args[nargs], 0, sizeof(args[nargs]));
+    args[nargs].type = GRPC_ARG_INTEGER;
+    args[nargs].key = (char *)limits[i].key;
+    args[nargs].value.integer = limits[i].value;
+    nargs++;
+  }
   /* gRPC binds with SO_REUSEPORT by default: a second server on a busy port
    * would start and silently share its calls. */
   memset(&args[nargs], 0, sizeof(args[nargs]));
@@ -647,7 +733,10 @@ wt_status *wt_rpc_server_start(wt_rpc_server *s) {
   if (state != STATE_NEW)
     WT_FAIL(WT_FAILED_PRECONDITION, "server on %s: already started", s->listen);
 
-  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+  wt_rpc_tls tls = {
+      .cert_file = s->tls_cert, .key_file = s->tls_key, .ca_file = s->tls_ca};
+  grpc_server_credentials *creds = NULL;
+  WT_CHECK(rpc_server_credentials(&tls, &creds));
   s->port = grpc_server_add_http2_port(s->server, s->listen, creds);
   grpc_server_credentials_release(creds);
   if (s->port == 0)
@@ -782,6 +871,14 @@ void wt_rpc_server_destroy(wt_rpc_server *s) {
   pools_free(s);
   free(s->registered);
   free(s->listen);
+  free(s->tls_cert);
+  free(s->tls_key);
+  free(s->tls_ca);
   free(s);
   grpc_shutdown();
+}
+
+void wt_rpc_server_auth_counts(wt_rpc_server *s, wt_rpc_auth_counts *out) {
+  out->unauthenticated = atomic_load(&s->unauthenticated);
+  out->denied = atomic_load(&s->denied);
 }

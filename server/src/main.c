@@ -75,6 +75,16 @@ static void usage(FILE *f) {
       "                         init info > this option (or\n"
       "                         $WT_UCX_TRANSPORTS) > $UCX_TLS > UCX's\n"
       "                         own choice\n"
+      "  --tls-cert PATH        serve TLS with this certificate chain\n"
+      "                         (PEM; with --tls-key)\n"
+      "  --tls-key PATH         its private key\n"
+      "  --tls-ca PATH          require client certificates signed by\n"
+      "                         this CA (mutual TLS)\n"
+      "  --token-file PATH      bearer tokens, lines \"trainer TOKEN\" or\n"
+      "                         \"reader TOKEN\" (mode 600); every call\n"
+      "                         must then carry one of its scope\n"
+      "  --insecure             allow a non-loopback --listen without\n"
+      "                         TLS (refused otherwise)\n"
       "  --log-level LEVEL      debug, info, warn, error or off\n"
       "                         (default: $WT_LOG, else info)\n"
       "  -h, --help             this text\n",
@@ -112,6 +122,11 @@ int main(int argc, char **argv) {
       {"max-round-calls", required_argument, NULL, 'R'},
       {"max-reader-calls", required_argument, NULL, 'E'},
       {"max-watchers", required_argument, NULL, 'W'},
+      {"tls-cert", required_argument, NULL, 'C'},
+      {"tls-key", required_argument, NULL, 'K'},
+      {"tls-ca", required_argument, NULL, 'A'},
+      {"token-file", required_argument, NULL, 'T'},
+      {"insecure", no_argument, NULL, 'I'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -130,6 +145,21 @@ int main(int argc, char **argv) {
         if (strrchr(optarg, ':') == NULL)
           return bad_option("%s '%s' is not HOST:PORT", "--listen", optarg);
         opts.listen = optarg;
+        break;
+      case 'C':
+        opts.tls_cert = optarg;
+        break;
+      case 'K':
+        opts.tls_key = optarg;
+        break;
+      case 'A':
+        opts.tls_ca = optarg;
+        break;
+      case 'T':
+        opts.token_file = optarg;
+        break;
+      case 'I':
+        opts.insecure = true;
         break;
       case 'm':
         if (*optarg == '\0')

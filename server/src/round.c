@@ -18,6 +18,7 @@
 #include "server_internal.h"
 #include "wt/init_info.h"
 #include "wt/log.h"
+#include "wt/secure.h"
 
 int64_t wt_srv_now_ms(void) {
   struct timespec ts;
@@ -180,8 +181,15 @@ wt_status *wt_srv_need_round_locked(const wt_server *srv, const char *call,
                                     uint64_t round_id) {
   wt_status *st = need_init_locked(srv, call);
   if (st != NULL) return st;
+  if (round_id == 0)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "%s: round_id is 0; pass the round_id that "
+                         "StartWeightUpdate returned (0 does not name the "
+                         "current round: only the trainer that started a "
+                         "round may drive it)",
+                         call);
   if (srv->round_id == 0) {
-    if (round_id != 0 && round_id == srv->aborted_round)
+    if (round_id == srv->aborted_round)
       return wt_status_new(WT_FAILED_PRECONDITION,
                            "%s: round %" PRIu64
                            " was aborted (%s); no round is in progress "
@@ -192,7 +200,7 @@ wt_status *wt_srv_need_round_locked(const wt_server *srv, const char *call,
                          "StartWeightUpdate first",
                          call);
   }
-  if (round_id != 0 && round_id != srv->round_id)
+  if (round_id != srv->round_id)
     return wt_status_new(WT_FAILED_PRECONDITION,
                          "%s: round_id %" PRIu64
                          " is not the current round %" PRIu64
@@ -257,7 +265,6 @@ wt_status *wt_srv_abort(wt_server *srv, uint64_t round_id, const char *reason,
   *aborted = false;
   pthread_mutex_lock(&srv->mu);
   WT_CHECK(need_init_locked(srv, "AbortWeightUpdate"));
-  if (srv->round_id == 0 && round_id == 0) goto out;
   WT_CHECK(wt_srv_need_round_locked(srv, "AbortWeightUpdate", round_id));
   if (srv->committing)
     WT_FAIL(WT_FAILED_PRECONDITION,
@@ -378,7 +385,10 @@ wt_status *wt_srv_start(wt_server *srv, uint64_t *round_id) {
             "StartWeightUpdate: worker %ld (%s) needs a new "
             "InitWeightTransferEngine: %s (state: needs_init)",
             w, wt_worker_device_name(srv->workers[w]), ws.reason);
-  uint64_t id = ++srv->last_round_id;
+  /* Unguessable: a round is driven only by whoever StartWeightUpdate
+   * answered (under TLS, nobody else ever sees the id). */
+  uint64_t id = wt_random_u64(srv->last_round_id);
+  srv->last_round_id = id;
   srv->round_id = id;
   srv->busy = "StartWeightUpdate";
   wt_srv_touch(srv);

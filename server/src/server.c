@@ -2,6 +2,7 @@
  * workers, model loading, the round watchdog, start and stop (see
  * wt/server.h). */
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -37,6 +38,35 @@ static wt_status *listen_host(const char *listen, char **out) {
   if (*out == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED,
                          "listen address: out of memory");
+  return NULL;
+}
+
+/* Whether `host` (as listen_host gives it) is a loopback address: only
+ * processes on this machine can reach a port bound to it. */
+static bool loopback_host(const char *host) {
+  if (strcmp(host, "localhost") == 0 || strcmp(host, "::1") == 0) return true;
+  struct in_addr a4;
+  if (inet_pton(AF_INET, host, &a4) == 1)
+    return (ntohl(a4.s_addr) >> 24) == 127;
+  return false;
+}
+
+/* Refuses what would hand the weights to anyone who reaches the port. */
+static wt_status *check_exposure(const wt_server_options *o, const char *host) {
+  bool tls = o->tls_cert != NULL;
+  if (!tls && !loopback_host(host) && !o->insecure)
+    return wt_status_new(
+        WT_INVALID_ARGUMENT,
+        "--listen %s: not a loopback address, and TLS is off: anyone who "
+        "reaches the port could read the traffic and, without tokens, drive "
+        "the weights; give --tls-cert and --tls-key (and --token-file or "
+        "--tls-ca), or --insecure to listen in plaintext anyway",
+        o->listen);
+  if (!loopback_host(host) && o->token_file == NULL && o->tls_ca == NULL)
+    WT_LOGW("server",
+            "--listen %s without --token-file or --tls-ca: every client that "
+            "reaches the port may drive the weights",
+            o->listen);
   return NULL;
 }
 
@@ -166,6 +196,7 @@ static void server_free(wt_server *srv) {
   free(srv->workers);
   for (size_t i = 0; i < WT_VERSION_HISTORY; i++) free(srv->history[i].version);
   free(srv->abort_reason);
+  wt_tokens_free(srv->tokens, srv->ntokens);
   free(srv->listen);
   free(srv->host);
   free(srv->model_name);
@@ -288,6 +319,14 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
   if (!srv->listen || !srv->model_name || !srv->workers)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
   WT_CHECK(listen_host(o.listen, &srv->host));
+  WT_CHECK(check_exposure(&o, srv->host));
+  if (o.token_file != NULL) {
+    st = wt_tokens_load(o.token_file, &srv->tokens, &srv->ntokens);
+    if (st != NULL) {
+      st = wt_status_prefix(st, "--token-file");
+      goto out;
+    }
+  }
   srv->engines = o.engine_registry;
   if (srv->engines == NULL) WT_CHECK(wt_engine_registry(&srv->engines));
 
@@ -332,11 +371,18 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
       .classes = srv->classes,
       .nclasses = 3,
       .on_shutdown = on_shutdown,
+      .tls = &(wt_rpc_tls){.cert_file = o.tls_cert,
+                           .key_file = o.tls_key,
+                           .ca_file = o.tls_ca},
+      .tokens = srv->tokens,
+      .ntokens = srv->ntokens,
   };
   WT_CHECK(wt_rpc_server_new(&ro, methods, nmethods, srv, &srv->rpc));
   WT_CHECK(wt_rpc_server_start(srv->rpc));
-  WT_LOGI("server", "serving wt.v1.WeightTransfer on %s (port %d)", o.listen,
-          wt_rpc_server_port(srv->rpc));
+  WT_LOGI("server", "serving wt.v1.WeightTransfer on %s (port %d; %s%s)",
+          o.listen, wt_rpc_server_port(srv->rpc),
+          o.tls_cert ? (o.tls_ca ? "mutual TLS" : "TLS") : "plaintext",
+          srv->ntokens ? ", bearer tokens" : ", no tokens");
   *out = srv;
   srv = NULL;
 out:

@@ -61,6 +61,8 @@ struct wt_server {
   wt_worker **workers;
   wt_rpc_server *rpc;
   wt_rpc_class classes[3];
+  wt_token *tokens; /* the --token-file's, for the RPC server */
+  size_t ntokens;
   pthread_t watchdog;
   bool watchdog_started;
 

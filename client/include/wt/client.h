@@ -66,6 +66,14 @@ typedef struct wt_client_options {
   /* Never re-init by itself when a server needs it: start returns the
    * server's FAILED_PRECONDITION, and the caller calls init_transfer. */
   bool manual_reinit;
+  /* TLS to every server (NULL: plaintext): the CA that signed the servers'
+   * certificates, and the client's own certificate and key for servers that
+   * require one (mutual TLS). Paths; read by wt_sync_client_new. */
+  const wt_rpc_tls *tls;
+  /* A file holding the bearer token sent on every call (see wt/secure.h,
+   * wt_token_read). NULL: $WT_TOKEN_FILE when set, else no token. Never a
+   * token on a command line, where every user of the host can read it. */
+  const char *token_file;
 } wt_client_options;
 
 /* Progress of a transfer, reported by trainer engines. */
@@ -207,11 +215,11 @@ wt_status *wt_sync_client_update(wt_sync_client *c, wt_trainer *trainer,
  * the server that failed. */
 wt_status *wt_sync_client_finish(wt_sync_client *c, const char *weight_version);
 
-/* Drops the round, best effort: every server is asked even when some fail,
- * and the first failure is returned. With a round of this client in
- * progress, the servers where it runs are asked to drop exactly that round
- * (its round ids); with none, every server drops its current round (round
- * id 0), whoever started it. `reason` may be NULL. */
+/* Drops this client's round, best effort: every server where it runs is
+ * asked to drop exactly that round (its round ids) even when some fail, and
+ * the first failure is returned. Without a round of this client it does
+ * nothing: a server refuses round id 0, so nobody drops another trainer's
+ * round. `reason` may be NULL. */
 wt_status *wt_sync_client_abort(wt_sync_client *c, const char *reason);
 
 /* --- for trainer engines ------------------------------------------------- */

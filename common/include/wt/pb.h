@@ -34,7 +34,8 @@ wt_status *wt_pb_pack(const ProtobufCMessage *msg, grpc_byte_buffer **out);
 
 /* Parses `bb` as a message of type `desc`. A NULL or empty buffer yields the
  * default message. Bytes that do not parse give INVALID_ARGUMENT naming the
- * type ("wt.v1.ServerInfo: malformed message (12 bytes)"), never a crash.
+ * type ("wt.v1.ServerInfo: malformed message (12 bytes)"), never a crash;
+ * a string field that is not UTF-8 is INVALID_ARGUMENT naming the field.
  * `bb` stays the caller's; the caller owns *out and releases it with
  * wt_pb_free(). */
 wt_status *wt_pb_unpack(grpc_byte_buffer *bb,
@@ -49,6 +50,14 @@ wt_status *wt_pb_unpack_with(grpc_byte_buffer *bb,
                              const ProtobufCMessageDescriptor *desc,
                              ProtobufCAllocator *allocator,
                              ProtobufCMessage **out);
+
+/* INVALID_ARGUMENT naming the first string field of `msg` (nested
+ * messages, repeated fields and map entries included) that is not valid
+ * UTF-8, e.g. "wt.v1.FinishWeightUpdateRequest: field weight_version is not
+ * valid UTF-8"; NULL when all are. wt_pb_unpack checks every message it
+ * parses with it, so no string a stranger sent reaches a handler, a log or
+ * a reply unchecked. */
+wt_status *wt_pb_check_utf8(const ProtobufCMessage *msg);
 
 /* Releases a message from wt_pb_unpack (or any protobuf-c unpack with the
  * default allocator). NULL is ignored. */

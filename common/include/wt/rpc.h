@@ -36,6 +36,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "wt/secure.h"
 #include "wt/status.h"
 
 #ifdef __cplusplus
@@ -115,7 +116,28 @@ typedef struct wt_rpc_method {
   uint32_t admission;             /* index into the server's classes */
   wt_rpc_stream_open_fn open;     /* WT_RPC_WATCH */
   wt_rpc_stream_closed_fn closed; /* WT_RPC_WATCH */
+  /* What a bearer token must allow for this method (WT_SCOPE_*) when the
+   * server checks tokens; 0 means WT_SCOPE_TRAINER, the narrowest. */
+  uint32_t scope;
 } wt_rpc_method;
+
+/* TLS material, as file paths (read when the server starts or the channel
+ * is made; the strings need not outlive that call).
+ *   server: cert_file and key_file (PEM; the chain and its key) turn TLS on;
+ *           ca_file then requires every client to present a certificate
+ *           that this CA signed (mutual TLS) and refuses the others during
+ *           the handshake.
+ *   client: ca_file is the CA that signed the server's certificate (NULL:
+ *           the system's roots); cert_file and key_file are the client's
+ *           own, for a server that requires them; server_name overrides the
+ *           name the server's certificate must carry (NULL: the target's
+ *           host). */
+typedef struct wt_rpc_tls {
+  const char *cert_file;
+  const char *key_file;
+  const char *ca_file;
+  const char *server_name;
+} wt_rpc_tls;
 
 /* Zero (or a NULL options pointer) means the default for every field. */
 typedef struct wt_rpc_server_options {
@@ -139,7 +161,35 @@ typedef struct wt_rpc_server_options {
    * and then cancelled: the service aborts a running round here so that its
    * blocked handlers return. Receives the server's user pointer. */
   void (*on_shutdown)(void *user);
+  /* TLS (NULL or no cert_file: plaintext HTTP/2). */
+  const wt_rpc_tls *tls;
+  /* Bearer tokens (borrowed; must outlive the server). With ntokens > 0
+   * every call must carry "authorization: Bearer TOKEN" with a token whose
+   * scope covers the method's; a call without one, or with a token that
+   * matches none, is answered UNAUTHENTICATED, one with a token whose scope
+   * does not cover the method PERMISSION_DENIED. Both are decided on the
+   * polling thread before the call takes a place in its class, and logged
+   * with the peer (at most one line a second). */
+  const wt_token *tokens;
+  size_t ntokens;
+  /* HTTP/2 limits for clients that misbehave (0: the default):
+   * streams one connection may have open (default 2048; gRPC clients
+   * share one connection between channels to the same target, and queue
+   * streams beyond the limit), the request
+   * metadata a call may carry (default 16 KiB), and the TLS/HTTP/2
+   * handshake a new connection must finish within (default 5000 ms). */
+  int max_concurrent_streams;
+  int max_metadata_bytes;
+  int handshake_timeout_ms;
 } wt_rpc_server_options;
+
+/* Calls the server refused before admission: with no or a wrong token
+ * (unauthenticated), or a token of too narrow a scope (denied). */
+typedef struct wt_rpc_auth_counts {
+  uint64_t unauthenticated;
+  uint64_t denied;
+} wt_rpc_auth_counts;
+void wt_rpc_server_auth_counts(wt_rpc_server *server, wt_rpc_auth_counts *out);
 
 /* Creates a server for `methods[0..n)` (not started). `opts` may be NULL; the
  * method table must outlive the server; `user` is passed to handlers. The
@@ -150,8 +200,10 @@ wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
                              const wt_rpc_method *methods, size_t n, void *user,
                              wt_rpc_server **out);
 
-/* Binds the listen address (insecure HTTP/2) and starts the polling thread.
- * A busy or invalid address is UNAVAILABLE naming it. */
+/* Binds the listen address (HTTP/2 over TLS when the options gave a
+ * certificate, plaintext otherwise) and starts the polling thread. A busy or
+ * invalid address is UNAVAILABLE naming it; an unreadable or malformed
+ * certificate, key or CA file INVALID_ARGUMENT naming the file. */
 wt_status *wt_rpc_server_start(wt_rpc_server *server);
 
 /* The bound port (the real one when the options asked for port 0); 0 before
@@ -290,13 +342,19 @@ typedef struct wt_rpc_channel_options {
   /* As in wt_rpc_server_options. */
   int max_receive_message_bytes;
   int max_send_message_bytes;
+  /* TLS to the server (NULL: plaintext). */
+  const wt_rpc_tls *tls;
+  /* A bearer token (copied) sent as "authorization: Bearer TOKEN" on every
+   * call; NULL: none. */
+  const char *token;
 } wt_rpc_channel_options;
 
-/* Creates an insecure channel to `target` ("host:port", or any gRPC target
- * URI). Connecting is lazy: a server that is not there shows up as
- * UNAVAILABLE (or DEADLINE_EXCEEDED) on the first call. The caller owns *out
- * and releases it with wt_rpc_channel_destroy() after every call on it ended.
- */
+/* Creates a channel to `target` ("host:port", or any gRPC target URI), over
+ * TLS when opts->tls is given. Connecting is lazy: a server that is not
+ * there (or a TLS handshake that fails) shows up as UNAVAILABLE (or
+ * DEADLINE_EXCEEDED) on the first call. An unreadable TLS file is
+ * INVALID_ARGUMENT naming it. The caller owns *out and releases it with
+ * wt_rpc_channel_destroy() after every call on it ended. */
 wt_status *wt_rpc_channel_new(const char *target,
                               const wt_rpc_channel_options *opts,
                               wt_rpc_channel **out);

@@ -77,6 +77,17 @@ typedef struct wt_server_options {
    * embedder adds its own backends with wt_engine_register_builtins() and
    * wt_registry_register() on a registry of its own. */
   wt_registry *engine_registry;
+  /* Trust (see the README's threat model). tls_cert and tls_key (PEM files)
+   * turn TLS on; tls_ca then requires every client to present a
+   * certificate signed by it (mutual TLS). token_file (wt_tokens_load: lines
+   * "trainer TOKEN" / "reader TOKEN", mode 600) makes every call carry a
+   * bearer token of the method's scope. A listen address beyond loopback
+   * without TLS is refused unless `insecure` is set. */
+  const char *tls_cert;
+  const char *tls_key;
+  const char *tls_ca;
+  const char *token_file;
+  bool insecure;
 } wt_server_options;
 
 typedef struct wt_server wt_server;

@@ -1,0 +1,131 @@
+/* rpc_tls.c: TLS credentials from files and bearer-token metadata, for both
+ * halves of the RPC layer (see wt/rpc.h). */
+
+#include <errno.h>
+#include <grpc/grpc_security.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "rpc_internal.h"
+
+#define MAX_PEM_BYTES (1 << 20)
+
+/* The PEM file `path` (for `what`: "--tls-cert") as a NUL-terminated string
+ * the caller frees. */
+static wt_status *read_pem(const char *what, const char *path, char **out) {
+  wt_status *st = NULL;
+  *out = NULL;
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return wt_status_new(WT_INVALID_ARGUMENT, "%s '%s': %s", what, path,
+                         strerror(errno));
+  struct stat sb;
+  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) ||
+      sb.st_size > MAX_PEM_BYTES)
+    WT_FAIL(WT_INVALID_ARGUMENT, "%s '%s': not a regular file of at most 1 MiB",
+            what, path);
+  char *buf = malloc((size_t)sb.st_size + 1);
+  if (buf == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", what);
+  size_t got = fread(buf, 1, (size_t)sb.st_size, f);
+  buf[got] = '\0';
+  if (strstr(buf, "-----BEGIN ") == NULL) {
+    free(buf);
+    WT_FAIL(WT_INVALID_ARGUMENT, "%s '%s': no PEM block in it", what, path);
+  }
+  *out = buf;
+out:
+  fclose(f);
+  return st;
+}
+
+static void free_secret(char *s) {
+  if (s == NULL) return;
+  memset(s, 0, strlen(s));
+  free(s);
+}
+
+wt_status *rpc_server_credentials(const wt_rpc_tls *tls,
+                                  grpc_server_credentials **out) {
+  wt_status *st = NULL;
+  char *cert = NULL, *key = NULL, *ca = NULL;
+  *out = NULL;
+  if (tls == NULL || tls->cert_file == NULL) {
+    if (tls != NULL && (tls->key_file != NULL || tls->ca_file != NULL))
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "--tls-key and --tls-ca need --tls-cert (the "
+                           "server's certificate)");
+    *out = grpc_insecure_server_credentials_create();
+    return NULL;
+  }
+  if (tls->key_file == NULL)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "--tls-cert '%s' needs --tls-key (its private key)",
+                         tls->cert_file);
+  WT_CHECK(read_pem("--tls-cert", tls->cert_file, &cert));
+  WT_CHECK(read_pem("--tls-key", tls->key_file, &key));
+  if (tls->ca_file) WT_CHECK(read_pem("--tls-ca", tls->ca_file, &ca));
+  grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
+  *out = grpc_ssl_server_credentials_create_ex(
+      ca, &pair, 1,
+      ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+         : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+      NULL);
+  if (*out == NULL)
+    WT_FAIL(WT_INVALID_ARGUMENT, "--tls-cert '%s' / --tls-key '%s': rejected",
+            tls->cert_file, tls->key_file);
+out:
+  free(cert);
+  free_secret(key);
+  free(ca);
+  return st;
+}
+
+wt_status *rpc_channel_credentials(const wt_rpc_tls *tls,
+                                   grpc_channel_credentials **out) {
+  wt_status *st = NULL;
+  char *cert = NULL, *key = NULL, *ca = NULL;
+  *out = NULL;
+  if (tls == NULL) {
+    *out = grpc_insecure_credentials_create();
+    return NULL;
+  }
+  if ((tls->cert_file == NULL) != (tls->key_file == NULL))
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "--tls-cert and --tls-key go together (the client's "
+                         "certificate and its key)");
+  if (tls->ca_file) WT_CHECK(read_pem("--tls-ca", tls->ca_file, &ca));
+  if (tls->cert_file) {
+    WT_CHECK(read_pem("--tls-cert", tls->cert_file, &cert));
+    WT_CHECK(read_pem("--tls-key", tls->key_file, &key));
+  }
+  grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
+  *out = grpc_ssl_credentials_create(ca, cert ? &pair : NULL, NULL, NULL);
+  if (*out == NULL) WT_FAIL(WT_INVALID_ARGUMENT, "TLS credentials: rejected");
+out:
+  free(cert);
+  free_secret(key);
+  free(ca);
+  return st;
+}
+
+uint32_t rpc_token_scope(const wt_token *tokens, size_t n,
+                         const grpc_metadata_array *md, bool *presented) {
+  *presented = false;
+  static const char prefix[] = "Bearer ";
+  const size_t plen = sizeof(prefix) - 1;
+  for (size_t i = 0; i < md->count; i++) {
+    const grpc_slice *k = &md->metadata[i].key;
+    if (GRPC_SLICE_LENGTH(*k) != 13 ||
+        memcmp(GRPC_SLICE_START_PTR(*k), "authorization", 13) != 0)
+      continue;
+    *presented = true;
+    const grpc_slice *v = &md->metadata[i].value;
+    size_t len = GRPC_SLICE_LENGTH(*v);
+    const char *p = (const char *)GRPC_SLICE_START_PTR(*v);
+    if (len <= plen || strncasecmp(p, prefix, plen) != 0) return 0;
+    return wt_tokens_match(tokens, n, p + plen, len - plen);
+  }
+  return 0;
+}

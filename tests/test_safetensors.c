@@ -1066,6 +1066,32 @@ static void test_checkpoint_errors(void) {
            "%s: truncated: header length 16 runs past the end", corrupt);
   WT_ASSERT_ERR(wt_checkpoint_open(index, &c), WT_INVALID_ARGUMENT, want);
 
+  /* A shard that is a symlink out of the index's folder (to a valid
+   * safetensors file elsewhere) is refused naming it; one to a file inside
+   * the folder is followed. */
+  char *outside = wt_test_tmpdir();
+  write_shard(outside, "evil.safetensors",
+              (const char *const[]){"x", NULL});
+  char *evil = join(outside, "evil.safetensors");
+  char *link = join(dir, "corrupt.safetensors");
+  unlink(link);
+  CU_ASSERT_EQUAL_FATAL(symlink(evil, link), 0);
+  snprintf(want_buf, sizeof(want_buf),
+           "shard 'corrupt.safetensors' resolves to '");
+  WT_ASSERT_ERR(wt_checkpoint_open(index, &c), WT_INVALID_ARGUMENT, want);
+  WT_ASSERT_ERR(wt_checkpoint_open(index, &c), WT_INVALID_ARGUMENT,
+                "outside the index's folder");
+  unlink(link);
+  write_shard(dir, "inside.safetensors", (const char *const[]){"x", NULL});
+  CU_ASSERT_EQUAL_FATAL(symlink("inside.safetensors", link), 0);
+  WT_ASSERT_OK(wt_checkpoint_open(index, &c));
+  wt_checkpoint_close(c);
+  c = NULL;
+  free(link);
+  free(evil);
+  wt_test_rmtree(outside);
+  free(outside);
+
   unlink(index);
   snprintf(want_buf, sizeof(want_buf), "%s: cannot open checkpoint index",
            index);

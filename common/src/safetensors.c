@@ -787,6 +787,7 @@ out:
 
 static wt_status *open_shards(wt_checkpoint *c) {
   wt_status *st = NULL;
+  char *root = NULL;
   char *dir = strdup(c->path);
   if (dir == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
   char *slash = strrchr(dir, '/');
@@ -799,18 +800,41 @@ static wt_status *open_shards(wt_checkpoint *c) {
     if (c->shards == NULL)
       WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", c->path);
   }
+  /* The folder as the kernel resolves it: a shard whose real path (every
+   * symlink followed) lies outside it is refused, so an index cannot make
+   * the server read, and serve as weights, a file elsewhere. */
+  root = realpath(dir[0] ? dir : ".", NULL);
+  if (root == NULL)
+    WT_FAIL(WT_INVALID_ARGUMENT, "%s: cannot resolve the index's folder: %s",
+            c->path, strerror(errno));
+  size_t rootlen = strlen(root);
   for (size_t i = 0; i < c->nshards; i++) {
     char *shard_path = NULL;
     if (asprintf(&shard_path, "%s%s", dir, c->shard_names[i]) < 0)
       WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", c->path);
-    wt_status *sst = wt_safetensors_open(shard_path, &c->shards[i]);
+    char *real = realpath(shard_path, NULL);
     free(shard_path);
+    if (real == NULL)
+      WT_FAIL(WT_NOT_FOUND, "%s: shard '%s': %s", c->path, c->shard_names[i],
+              strerror(errno));
+    if (strncmp(real, root, rootlen) != 0 ||
+        (real[rootlen] != '/' && rootlen > 1)) {
+      st = wt_status_new(WT_INVALID_ARGUMENT,
+                         "%s: shard '%s' resolves to '%s', outside the "
+                         "index's folder '%s' (a symlink out of it?)",
+                         c->path, c->shard_names[i], real, root);
+      free(real);
+      goto out;
+    }
+    wt_status *sst = wt_safetensors_open(real, &c->shards[i]);
+    free(real);
     if (sst != NULL) {
       st = wt_status_prefix(sst, "%s: shard '%s'", c->path, c->shard_names[i]);
       goto out;
     }
   }
 out:
+  free(root);
   free(dir);
   return st;
 }

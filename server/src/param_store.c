@@ -56,6 +56,7 @@ struct wt_param_store {
   size_t ndirty;
   /* What wt_param_store_complete() answers to readers on other threads. */
   atomic_bool complete;
+  atomic_uint_fast64_t commits; /* commits so far (readers compare it) */
 
   pthread_rwlock_t lock;
   bool has_lock;
@@ -490,6 +491,7 @@ void wt_param_store_commit_locked(wt_param_store *s) {
       }
     }
   }
+  atomic_fetch_add(&s->commits, 1);
   /* Staged tensors are settled; partly written ones of an inplace round are
    * torn and stay dirty through round_reset. */
   for (size_t k = 0; k < s->ntouched; k++) {
@@ -504,6 +506,10 @@ void wt_param_store_abort(wt_param_store *s) {
 }
 
 /* --- readers -------------------------------------------------------------- */
+
+uint64_t wt_param_store_commits(const wt_param_store *s) {
+  return atomic_load(&((wt_param_store *)s)->commits);
+}
 
 bool wt_param_store_complete(const wt_param_store *s) {
   return atomic_load(&s->complete);

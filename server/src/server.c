@@ -334,6 +334,10 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
                      : o.max_receive_message_bytes == 0
                          ? WT_RPC_DEFAULT_MAX_RECEIVE_BYTES
                          : (uint64_t)o.max_receive_message_bytes;
+  srv->max_send_bytes = o.max_send_message_bytes < 0 ? UINT64_MAX
+                         : o.max_send_message_bytes == 0
+                             ? WT_RPC_DEFAULT_MAX_SEND_BYTES
+                             : (uint64_t)o.max_send_message_bytes;
   for (uint32_t i = 0; i < ndevices; i++) {
     wt_worker_options wo = {.rank = i,
                             .num_workers = ndevices,

@@ -61,6 +61,7 @@ struct wt_server {
   wt_worker **workers;
   wt_rpc_server *rpc;
   wt_rpc_class classes[3];
+  uint64_t max_send_bytes; /* the largest reply gRPC will send */
   wt_token *tokens; /* the --token-file's, for the RPC server */
   size_t ntokens;
   pthread_t watchdog;

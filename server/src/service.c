@@ -570,6 +570,9 @@ static bool stopping(wt_server *srv) {
   return stop;
 }
 
+/* The fewest names ChecksumWeights accepts however small the model. */
+#define WT_CHECKSUM_MIN_NAME_CAP 1024
+
 static wt_status *checksum_weights(wt_rpc_call *call,
                                    const ProtobufCMessage *request,
                                    void *user) {
@@ -579,6 +582,8 @@ static wt_status *checksum_weights(wt_rpc_call *call,
   wt_status *st = NULL;
   wt_param_store *s0 = store0(srv);
   size_t *idx = NULL;
+  unsigned char *seen = NULL;
+  uint64_t *commits = NULL;
   char(*hex)[WT_DIGEST_HEX_MAX] = NULL;
   Wt__V1__ParameterChecksum *pc = NULL;
   Wt__V1__ParameterChecksum **pp = NULL;
@@ -589,27 +594,61 @@ static wt_status *checksum_weights(wt_rpc_call *call,
             "CHECKSUM_ALGORITHM_XXH3_64 (1)",
             (int)req->algorithm);
   wt_hash_alg alg = (wt_hash_alg)req->algorithm;
-  size_t n = req->n_names ? req->n_names : wt_param_store_count(s0);
+  size_t count = wt_param_store_count(s0);
+  /* Limits first, before a name is looked up or a byte hashed: a request
+   * can have no use for more names than twice the model's tensors. */
+  size_t max_names = 2 * count > WT_CHECKSUM_MIN_NAME_CAP
+                         ? 2 * count
+                         : WT_CHECKSUM_MIN_NAME_CAP;
+  if (req->n_names > max_names)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED,
+            "ChecksumWeights: %zu names; at most %zu (twice the model's %zu "
+            "tensors, at least %d)",
+            req->n_names, max_names, count, WT_CHECKSUM_MIN_NAME_CAP);
   uint32_t nw = req->all_workers ? srv->nworkers : 1;
-  idx = calloc(n ? n : 1, sizeof(*idx));
-  if (idx == NULL)
+  idx = calloc(count ? count : 1, sizeof(*idx));
+  seen = calloc(count ? count : 1, 1);
+  if (idx == NULL || seen == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "ChecksumWeights: out of memory");
-  for (size_t k = 0; k < n; k++) {
-    if (req->n_names)
-      WT_CHECK(wt_param_store_find(s0, req->names[k], &idx[k]));
-    else
-      idx[k] = k;
+  /* Each tensor once, in the order first asked for. */
+  size_t n = 0;
+  for (size_t k = 0; k < (req->n_names ? req->n_names : count); k++) {
+    size_t i = k;
+    if (req->n_names) WT_CHECK(wt_param_store_find(s0, req->names[k], &i));
+    if (seen[i]) continue;
+    seen[i] = 1;
+    idx[n++] = i;
   }
   size_t total = n * nw;
+  /* What the reply will weigh (a name, a digest and a worker per entry, with
+   * protobuf's framing): refused now rather than built and then not sent. */
+  uint64_t reply = 16;
+  for (size_t k = 0; k < n; k++)
+    reply += (strlen(wt_param_store_meta(s0, idx[k])->name) +
+              WT_DIGEST_HEX_MAX + 24) *
+             (uint64_t)nw;
+  if (reply > srv->max_send_bytes)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED,
+            "ChecksumWeights: the reply for %zu digests would be about %" PRIu64
+            " bytes, above the largest reply the server sends (%" PRIu64
+            " bytes); ask for fewer names%s",
+            total, reply, srv->max_send_bytes,
+            req->all_workers ? " or without all_workers" : "");
   hex = calloc(total ? total : 1, sizeof(*hex));
   pc = calloc(total ? total : 1, sizeof(*pc));
   pp = calloc(total ? total : 1, sizeof(*pp));
-  if (hex == NULL || pc == NULL || pp == NULL)
+  commits = calloc(nw, sizeof(*commits));
+  if (hex == NULL || pc == NULL || pp == NULL || commits == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "ChecksumWeights: out of memory");
+  /* Every digest of the reply describes one version: the commit count of
+   * each worker's store is noted before the first digest and checked after
+   * each. The read lock is held for one tensor at a time, so a commit never
+   * waits longer than one digest; a commit in between makes the call fail
+   * with ABORTED rather than mix two versions. */
+  for (uint32_t w = 0; w < nw; w++)
+    commits[w] = wt_param_store_commits(wt_worker_store(srv->workers[w]));
   for (uint32_t w = 0; w < nw; w++) {
     wt_param_store *s = wt_worker_store(srv->workers[w]);
-    /* One read lock per worker: its digests describe one version. */
-    wt_param_store_read_lock(s);
     for (size_t k = 0; k < n && st == NULL; k++) {
       /* A pass over a large model takes a while: a client that left, or a
        * server stopping, ends it between digests. */
@@ -620,9 +659,16 @@ static wt_status *checksum_weights(wt_rpc_call *call,
                            (size_t)w * n + k, total);
         break;
       }
-      st = wt_param_store_digest(s, idx[k], alg, hex[w * n + k]);
+      wt_param_store_read_lock(s);
+      bool same = wt_param_store_commits(s) == commits[w];
+      if (same) st = wt_param_store_digest(s, idx[k], alg, hex[w * n + k]);
+      wt_param_store_read_unlock(s);
+      if (!same)
+        st = wt_status_new(WT_ABORTED,
+                           "ChecksumWeights: version changed; retry (a commit "
+                           "landed after %zu of %zu digests)",
+                           (size_t)w * n + k, total);
     }
-    wt_param_store_read_unlock(s);
     if (st != NULL) goto out;
     for (size_t k = 0; k < n; k++) {
       Wt__V1__ParameterChecksum *c = &pc[w * n + k];
@@ -641,6 +687,8 @@ static wt_status *checksum_weights(wt_rpc_call *call,
   st = wt_rpc_call_respond(call, &resp.base);
 out:
   free(idx);
+  free(seen);
+  free(commits);
   free(hex);
   free(pc);
   free(pp);

@@ -150,7 +150,7 @@ void wtt_assert_model_seed(const wtt_server *s, uint64_t seed);
 
 /* --- update info ---------------------------------------------------------- */
 
-#define WTT_MAX_TENSORS 64
+#define WTT_MAX_TENSORS 128
 
 /* An update info naming tensors idx[0..n) of `metas` (NULL idx: the first
  * n), which a test may then spoil field by field. */

@@ -187,6 +187,11 @@ void wt_param_store_abort(wt_param_store *s);
  * shadow staging. */
 bool wt_param_store_complete(const wt_param_store *s);
 
+/* How many commits the store has seen: a reader that takes the read lock
+ * more than once (one tensor at a time, so that a commit never waits long)
+ * compares it to know its reads describe one version. Any thread. */
+uint64_t wt_param_store_commits(const wt_param_store *s);
+
 /* A read lock on the committed bytes: between the two calls,
  * wt_param_store_live() pointers stay valid and their bytes do not change
  * (shadow staging). */

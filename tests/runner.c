@@ -37,6 +37,7 @@
   X(e2e)             \
   X(interop_python)  \
   X(ucx)             \
+  X(trust)           \
   X(gpu)
 
 #define DECLARE(name) void wt_test_suite_##name(void);

@@ -1070,8 +1070,7 @@ static void test_checkpoint_errors(void) {
    * safetensors file elsewhere) is refused naming it; one to a file inside
    * the folder is followed. */
   char *outside = wt_test_tmpdir();
-  write_shard(outside, "evil.safetensors",
-              (const char *const[]){"x", NULL});
+  write_shard(outside, "evil.safetensors", (const char *const[]){"x", NULL});
   char *evil = join(outside, "evil.safetensors");
   char *link = join(dir, "corrupt.safetensors");
   unlink(link);

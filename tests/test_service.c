@@ -461,9 +461,10 @@ static void test_commit_does_not_wait_for_checksums(void) {
   WT_ASSERT_OK(wt_rpc_unary(S.ch, WTT_SVC "GetServerInfo", &ireq.base,
                             &wt__v1__server_info__descriptor, 1000, NULL));
   WT_ASSERT_ERR(wtt_bg_join(&sum), WT_ABORTED, "version changed; retry");
-  printf("  a finish during it committed in %lld ms; the checksum ended "
-         "%lld ms after the finish\n",
-         (long long)fin_ms, (long long)(sum.end_ms - fin.end_ms));
+  printf(
+      "  a finish during it committed in %lld ms; the checksum ended "
+      "%lld ms after the finish\n",
+      (long long)fin_ms, (long long)(sum.end_ms - fin.end_ms));
   /* Well before the pass would have ended: not behind it. */
   CU_ASSERT(fin_ms < full_ms / 2);
   wtt_assert_version(S.ch, "during-checksum", 1);
@@ -537,10 +538,11 @@ static void test_stop_during_long_checksum(void) {
   wt_status *st = wtt_bg_join(&sum);
   CU_ASSERT_PTR_NOT_NULL(st);
   wt_status_free(st);
-  printf("\n  a checksum of %lld ms: stop took %lld ms, the call ended after "
-         "%lld ms\n",
-         (long long)full_ms, (long long)stop_ms,
-         (long long)(sum.end_ms - started));
+  printf(
+      "\n  a checksum of %lld ms: stop took %lld ms, the call ended after "
+      "%lld ms\n",
+      (long long)full_ms, (long long)stop_ms,
+      (long long)(sum.end_ms - started));
   CU_ASSERT(stop_ms < 1500);
   CU_ASSERT(sum.end_ms - started < full_ms * 3 / 4);
   wtt_server_stop(&S);

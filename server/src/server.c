@@ -335,9 +335,9 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
                          ? WT_RPC_DEFAULT_MAX_RECEIVE_BYTES
                          : (uint64_t)o.max_receive_message_bytes;
   srv->max_send_bytes = o.max_send_message_bytes < 0 ? UINT64_MAX
-                         : o.max_send_message_bytes == 0
-                             ? WT_RPC_DEFAULT_MAX_SEND_BYTES
-                             : (uint64_t)o.max_send_message_bytes;
+                        : o.max_send_message_bytes == 0
+                            ? WT_RPC_DEFAULT_MAX_SEND_BYTES
+                            : (uint64_t)o.max_send_message_bytes;
   for (uint32_t i = 0; i < ndevices; i++) {
     wt_worker_options wo = {.rank = i,
                             .num_workers = ndevices,
@@ -407,6 +407,11 @@ wt_param_store *wt_server_store(wt_server *srv, uint32_t rank) {
   if (srv == NULL || rank >= srv->nworkers || srv->workers[rank] == NULL)
     return NULL;
   return wt_worker_store(srv->workers[rank]);
+}
+
+void wt_server_auth_counts(wt_server *srv, wt_rpc_auth_counts *out) {
+  memset(out, 0, sizeof(*out));
+  if (srv != NULL && srv->rpc != NULL) wt_rpc_server_auth_counts(srv->rpc, out);
 }
 
 void wt_server_admission(wt_server *srv, int cls, int *running, int *queued,

@@ -112,6 +112,10 @@ wt_param_store *wt_server_store(wt_server *srv, uint32_t rank);
 
 /* Calls of admission class `cls` (0 round, 1 reader, 2 watch) running and
  * waiting now, and that class's threads; for tests and monitoring. */
+/* Calls refused for want of a valid token, or for a reader's token on a
+ * trainer's call, since the server started. */
+void wt_server_auth_counts(wt_server *srv, wt_rpc_auth_counts *out);
+
 void wt_server_admission(wt_server *srv, int cls, int *running, int *queued,
                          int *threads);
 

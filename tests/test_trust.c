@@ -1,0 +1,580 @@
+/* test_trust.c: what a stranger can try against the control plane: no or a
+ * wrong bearer token, a reader's token on a round call, plaintext to a TLS
+ * server, no client certificate / one from another CA / an expired one to a
+ * mutual-TLS server, token files anyone can read, strings that are not
+ * UTF-8, guessed round ids, and a non-loopback listen without TLS. The PKI
+ * is made with openssl at test time (tests/support/make-certs.sh). */
+
+#include <CUnit/CUnit.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "support/fixture.h"
+#include "support/wt_proc.h"
+#include "wt/client.h"
+#include "wt/pb.h"
+#include "wt/secure.h"
+#include "wt/server.h"
+#include "wt/synthetic.h"
+#include "wt_test.h"
+
+#define TRAINER_TOKEN "trainer-0123456789abcdef0123456789"
+#define READER_TOKEN "reader-fedcba9876543210fedcba98765"
+
+static char *g_dir;          /* this suite's temporary folder */
+static char g_pki[PATH_MAX]; /* the certificates */
+static char g_tokens[PATH_MAX];
+
+static const char *pki(const char *name) {
+  static char path[8][2 * PATH_MAX];
+  static int next;
+  char *p = path[next++ % 8];
+  snprintf(p, sizeof(path[0]), "%s/%s", g_pki, name);
+  return p;
+}
+
+static bool write_text(const char *path, const char *text, mode_t mode) {
+  FILE *f = fopen(path, "w");
+  if (f == NULL) return false;
+  fputs(text, f);
+  fclose(f);
+  return chmod(path, mode) == 0;
+}
+
+static void write_file(const char *path, const char *text, mode_t mode) {
+  CU_ASSERT_FATAL(write_text(path, text, mode));
+}
+
+static int suite_init(void) {
+  g_dir = wt_test_tmpdir();
+  snprintf(g_pki, sizeof(g_pki), "%s/pki", g_dir);
+  char cmd[2 * PATH_MAX];
+  snprintf(cmd, sizeof(cmd), "sh '%s/support/make-certs.sh' '%s'",
+           wt_test_source_dir(), g_pki);
+  if (system(cmd) != 0) {
+    fprintf(stderr, "make-certs.sh failed (is openssl installed?)\n");
+    return 1;
+  }
+  snprintf(g_tokens, sizeof(g_tokens), "%s/tokens", g_dir);
+  return write_text(g_tokens,
+                    "# scope token\ntrainer " TRAINER_TOKEN
+                    "\nreader " READER_TOKEN "\n",
+                    0600)
+             ? 0
+             : 1;
+}
+
+static int suite_clean(void) {
+  wt_test_rmtree(g_dir);
+  free(g_dir);
+  return 0;
+}
+
+/* A server on loopback with `o`'s trust options. */
+static wt_server *start(wt_server_options o, char *target, size_t cap) {
+  o.listen = "127.0.0.1:0";
+  o.model = "synthetic:tiny";
+  o.drain_ms = 300;
+  wt_server *srv = NULL;
+  WT_ASSERT_OK(wt_server_start(&o, &srv));
+  CU_ASSERT_FATAL(srv != NULL);
+  snprintf(target, cap, "127.0.0.1:%d", wt_server_port(srv));
+  return srv;
+}
+
+static wt_rpc_channel *channel(const char *target, const wt_rpc_tls *tls,
+                               const char *token) {
+  wt_rpc_channel_options o = {
+      .default_deadline_ms = 5000, .tls = tls, .token = token};
+  wt_rpc_channel *ch = NULL;
+  WT_ASSERT_OK(wt_rpc_channel_new(target, &o, &ch));
+  return ch;
+}
+
+static wt_status *info_call(wt_rpc_channel *ch) {
+  Wt__V1__GetServerInfoRequest req = WT__V1__GET_SERVER_INFO_REQUEST__INIT;
+  return wtt_call(ch, "GetServerInfo", &req.base,
+                  &wt__v1__server_info__descriptor, NULL);
+}
+
+/* Opens a WatchWeightVersion stream and reads its first message: the
+ * stream's error when the server refused it. */
+static wt_status *wtt_watch_open_status(wt_rpc_channel *ch) {
+  Wt__V1__WatchWeightVersionRequest req =
+      WT__V1__WATCH_WEIGHT_VERSION_REQUEST__INIT;
+  wt_rpc_server_stream *s = NULL;
+  wt_status *st = wt_rpc_server_stream_open(ch, WTT_SVC "WatchWeightVersion",
+                                            &req.base, 5000, &s);
+  if (st == NULL) {
+    ProtobufCMessage *m = NULL;
+    bool done = false;
+    st = wt_rpc_server_stream_read(s, &wt__v1__weight_version__descriptor, &m,
+                                   &done);
+    wt_pb_free(m);
+  }
+  wt_rpc_server_stream_destroy(s);
+  return st;
+}
+
+/* ---- bearer tokens ------------------------------------------------------ */
+
+static void test_tokens(void) {
+  char target[64];
+  wt_server_options o = {.token_file = g_tokens};
+  wt_server *srv = start(o, target, sizeof(target));
+  wt_rpc_channel *none = channel(target, NULL, NULL);
+  wt_rpc_channel *wrong =
+      channel(target, NULL, "trainer-0123456789abcdef0123456780");
+  wt_rpc_channel *reader = channel(target, NULL, READER_TOKEN);
+  wt_rpc_channel *trainer = channel(target, NULL, TRAINER_TOKEN);
+
+  /* No token, a wrong one (one character off), a prefix of the right one:
+   * UNAUTHENTICATED on every method, readers' included. */
+  WT_ASSERT_ERR(info_call(none), WT_UNAUTHENTICATED,
+                "GetServerInfo: missing or wrong bearer token");
+  WT_ASSERT_ERR(info_call(wrong), WT_UNAUTHENTICATED,
+                "missing or wrong bearer token");
+  wt_rpc_channel *prefix = channel(target, NULL, "trainer-0123456789abcdef");
+  WT_ASSERT_ERR(info_call(prefix), WT_UNAUTHENTICATED, "bearer token");
+  wt_rpc_channel_destroy(prefix);
+  WT_ASSERT_ERR(wtt_start(none, NULL), WT_UNAUTHENTICATED, "bearer token");
+  WT_ASSERT_ERR(wtt_init_grpc(wrong, 0, 1), WT_UNAUTHENTICATED, "bearer token");
+  WT_ASSERT_ERR(wtt_watch_open_status(none), WT_UNAUTHENTICATED,
+                "bearer token");
+
+  /* A reader reads, and may not drive a round. */
+  WT_ASSERT_OK(info_call(reader));
+  char *v = wtt_version(reader, NULL);
+  CU_ASSERT_STRING_EQUAL(v, "");
+  free(v);
+  WT_ASSERT_ERR(wtt_start(reader, NULL), WT_PERMISSION_DENIED,
+                "StartWeightUpdate: the token's scope is 'reader'; this call "
+                "needs a 'trainer' token");
+  WT_ASSERT_ERR(wtt_init_grpc(reader, 0, 1), WT_PERMISSION_DENIED, "reader");
+  WT_ASSERT_ERR(wtt_abort(reader, 1, NULL), WT_PERMISSION_DENIED, "reader");
+
+  /* The trainer does everything; the version it commits is what a reader
+   * sees. */
+  WT_ASSERT_OK(wtt_init_grpc(trainer, 0, 1));
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(trainer, &id));
+  WT_ASSERT_ERR(wtt_finish(reader, "stolen", id), WT_PERMISSION_DENIED,
+                "FinishWeightUpdate");
+  WT_ASSERT_OK(wtt_finish(trainer, "by-trainer", id));
+  wtt_assert_version(reader, "by-trainer", 1);
+
+  wt_rpc_auth_counts ac;
+  wt_server_auth_counts(srv, &ac);
+  printf("\n  refused: %" PRIu64 " unauthenticated, %" PRIu64 " denied\n",
+         ac.unauthenticated, ac.denied);
+  CU_ASSERT(ac.unauthenticated >= 6);
+  CU_ASSERT(ac.denied >= 4);
+
+  /* The sync client reads its token from a file, or $WT_TOKEN_FILE. */
+  const char *targets[] = {target};
+  wt_sync_client *c = NULL;
+  wt_client_options co = {.token_file = g_tokens};
+  WT_ASSERT_OK(wt_sync_client_new(targets, 1, &co, &c));
+  Wt__V1__ServerInfo *info = NULL;
+  WT_ASSERT_OK(wt_sync_client_server_info(c, 0, &info));
+  wt_pb_free(&info->base);
+  wt_sync_client_destroy(c);
+  setenv("WT_TOKEN_FILE", g_tokens, 1);
+  WT_ASSERT_OK(wt_sync_client_new(targets, 1, NULL, &c));
+  WT_ASSERT_OK(wt_sync_client_server_info(c, 0, &info));
+  wt_pb_free(&info->base);
+  wt_sync_client_destroy(c);
+  unsetenv("WT_TOKEN_FILE");
+  WT_ASSERT_OK(wt_sync_client_new(targets, 1, NULL, &c));
+  WT_ASSERT_ERR(wt_sync_client_server_info(c, 0, &info), WT_UNAUTHENTICATED,
+                "bearer token");
+  wt_sync_client_destroy(c);
+
+  wt_rpc_channel_destroy(none);
+  wt_rpc_channel_destroy(wrong);
+  wt_rpc_channel_destroy(reader);
+  wt_rpc_channel_destroy(trainer);
+  wt_server_stop(srv);
+}
+
+/* Token files: the server refuses one that others can read, a short token,
+ * a line of another form and a token listed twice, naming file and line. */
+static void test_token_files(void) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof(path), "%s/bad-tokens", g_dir);
+  wt_token *t = NULL;
+  size_t n = 0;
+  write_file(path, "trainer " TRAINER_TOKEN "\n", 0644);
+  WT_ASSERT_ERR(wt_tokens_load(path, &t, &n), WT_INVALID_ARGUMENT,
+                "mode 644 lets others read the tokens; chmod 600 it");
+  write_file(path, "trainer short\n", 0600);
+  WT_ASSERT_ERR(wt_tokens_load(path, &t, &n), WT_INVALID_ARGUMENT,
+                "line 1: a token of 5 characters (it needs 16 to 512");
+  write_file(path, "\n# c\nadmin " TRAINER_TOKEN "\n", 0600);
+  WT_ASSERT_ERR(wt_tokens_load(path, &t, &n), WT_INVALID_ARGUMENT,
+                "line 3: expected \"trainer TOKEN\" or \"reader TOKEN\"");
+  write_file(path, "trainer " TRAINER_TOKEN "\nreader " TRAINER_TOKEN "\n",
+             0600);
+  WT_ASSERT_ERR(wt_tokens_load(path, &t, &n), WT_INVALID_ARGUMENT,
+                "line 2: the token is listed twice");
+  write_file(path, "# nothing\n", 0600);
+  WT_ASSERT_ERR(wt_tokens_load(path, &t, &n), WT_INVALID_ARGUMENT,
+                "no token in it");
+  WT_ASSERT_OK(wt_tokens_load(g_tokens, &t, &n));
+  CU_ASSERT_EQUAL(n, 2);
+  CU_ASSERT_EQUAL(wt_tokens_match(t, n, TRAINER_TOKEN, strlen(TRAINER_TOKEN)),
+                  WT_SCOPE_ALL);
+  CU_ASSERT_EQUAL(wt_tokens_match(t, n, READER_TOKEN, strlen(READER_TOKEN)),
+                  WT_SCOPE_READER);
+  CU_ASSERT_EQUAL(wt_tokens_match(t, n, TRAINER_TOKEN, 10), 0);
+  wt_tokens_free(t, n);
+  /* A server with a bad file does not start. */
+  wt_server_options o = {
+      .listen = "127.0.0.1:0", .model = "synthetic:tiny", .token_file = path};
+  wt_server *srv = NULL;
+  WT_ASSERT_ERR(wt_server_start(&o, &srv), WT_INVALID_ARGUMENT, "--token-file");
+  /* A client's file: the token alone, or in the server's form. */
+  char *tok = NULL;
+  write_file(path, "  " READER_TOKEN "  \n", 0644);
+  WT_ASSERT_OK(wt_token_read(path, &tok));
+  CU_ASSERT_STRING_EQUAL(tok, READER_TOKEN);
+  free(tok);
+  WT_ASSERT_OK(wt_token_read(g_tokens, &tok));
+  CU_ASSERT_STRING_EQUAL(tok, TRAINER_TOKEN);
+  free(tok);
+  write_file(path, "two words here\n", 0600);
+  WT_ASSERT_ERR(wt_token_read(path, &tok), WT_INVALID_ARGUMENT,
+                "expected the token alone");
+}
+
+/* ---- TLS and mutual TLS -------------------------------------------------- */
+
+static void test_tls(void) {
+  char target[64];
+  wt_server_options o = {.tls_cert = pki("server.pem"),
+                         .tls_key = pki("server.key")};
+  wt_server *srv = start(o, target, sizeof(target));
+  /* A round trip over TLS, verified against the test CA. */
+  wt_rpc_tls ok = {.ca_file = pki("ca.pem")};
+  wt_rpc_channel *ch = channel(target, &ok, NULL);
+  WT_ASSERT_OK(info_call(ch));
+  WT_ASSERT_OK(wtt_init_grpc(ch, 0, 1));
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(ch, &id));
+  wtt_upd u;
+  wt_tensor_meta *metas = NULL;
+  size_t n = 0;
+  WT_ASSERT_OK(wt_synthetic_layout("tiny", &metas, &n));
+  wtt_upd_init(&u, metas, NULL, n);
+  WT_ASSERT_OK(wtt_push_all(ch, &u, id, 0, 1000, 1, NULL));
+  WT_ASSERT_OK(wtt_finish(ch, "over-tls", id));
+  wtt_assert_version(ch, "over-tls", 1);
+  wt_rpc_channel_destroy(ch);
+  /* Plaintext to it, or TLS that trusts another CA: no call gets through. */
+  ch = channel(target, NULL, NULL);
+  WT_ASSERT_ERR(info_call(ch), WT_UNAVAILABLE, "");
+  wt_rpc_channel_destroy(ch);
+  wt_rpc_tls other = {.ca_file = pki("other-ca.pem")};
+  ch = channel(target, &other, NULL);
+  WT_ASSERT_ERR(info_call(ch), WT_UNAVAILABLE, "");
+  wt_rpc_channel_destroy(ch);
+  /* A name the certificate does not carry. */
+  wt_rpc_tls badname = {.ca_file = pki("ca.pem"), .server_name = "evil.test"};
+  ch = channel(target, &badname, NULL);
+  WT_ASSERT_ERR(info_call(ch), WT_UNAVAILABLE, "");
+  wt_rpc_channel_destroy(ch);
+  wt_tensor_meta_array_free(metas, n);
+  wt_server_stop(srv);
+
+  /* Files that are missing or not PEM fail the start, naming them. */
+  wt_server_options bad = {.listen = "127.0.0.1:0",
+                           .model = "synthetic:tiny",
+                           .tls_cert = pki("nope.pem"),
+                           .tls_key = pki("server.key")};
+  WT_ASSERT_ERR(wt_server_start(&bad, &srv), WT_INVALID_ARGUMENT,
+                "--tls-cert '");
+  bad.tls_cert = g_tokens;
+  WT_ASSERT_ERR(wt_server_start(&bad, &srv), WT_INVALID_ARGUMENT,
+                "no PEM block in it");
+  bad.tls_cert = pki("server.pem");
+  bad.tls_key = NULL;
+  WT_ASSERT_ERR(wt_server_start(&bad, &srv), WT_INVALID_ARGUMENT,
+                "needs --tls-key");
+}
+
+static void test_mutual_tls(void) {
+  char target[64];
+  wt_server_options o = {.tls_cert = pki("server.pem"),
+                         .tls_key = pki("server.key"),
+                         .tls_ca = pki("ca.pem"),
+                         .token_file = g_tokens};
+  wt_server *srv = start(o, target, sizeof(target));
+  const struct {
+    const char *what, *cert, *key;
+    bool ok;
+  } cases[] = {
+      {"no client certificate", NULL, NULL, false},
+      {"a certificate from another CA", "other.pem", "other.key", false},
+      {"an expired certificate", "expired.pem", "expired.key", false},
+      {"the trainer's certificate", "client.pem", "client.key", true},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    wt_rpc_tls t = {.ca_file = pki("ca.pem")};
+    if (cases[i].cert) {
+      t.cert_file = pki(cases[i].cert);
+      t.key_file = pki(cases[i].key);
+    }
+    wt_rpc_channel *ch = channel(target, &t, TRAINER_TOKEN);
+    wt_status *st = info_call(ch);
+    printf("\n  %s: %s", cases[i].what,
+           st ? wt_code_name(wt_status_code(st)) : "OK");
+    if (cases[i].ok) {
+      WT_ASSERT_OK(st);
+      /* The certificate alone is not enough where tokens are on. */
+      wt_rpc_channel *nt = channel(target, &t, NULL);
+      WT_ASSERT_ERR(info_call(nt), WT_UNAUTHENTICATED, "bearer token");
+      wt_rpc_channel_destroy(nt);
+    } else {
+      CU_ASSERT_PTR_NOT_NULL(st);
+      CU_ASSERT(st == NULL || wt_status_code(st) == WT_UNAVAILABLE);
+      wt_status_free(st);
+    }
+    wt_rpc_channel_destroy(ch);
+  }
+  printf("\n");
+  wt_server_stop(srv);
+}
+
+/* ---- strings ---------------------------------------------------------- */
+
+static void test_strings_are_utf8(void) {
+  static const struct {
+    const char *s;
+    bool ok;
+  } cases[] = {
+      {"", true},
+      {"step-1", true},
+      {"\xc3\xa9t\xc3\xa9", true}, /* été */
+      {"\xf0\x9f\x98\x80", true},  /* U+1F600 */
+      {"\xff", false},             /* never in UTF-8 */
+      {"\xc0\xaf", false},         /* overlong '/' */
+      {"\xed\xa0\x80", false},     /* a surrogate */
+      {"\xf4\x90\x80\x80", false}, /* above U+10FFFF */
+      {"abc\xe2\x82", false},      /* cut short */
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    CU_ASSERT_EQUAL(wt_utf8_valid(cases[i].s, strlen(cases[i].s), NULL),
+                    cases[i].ok);
+
+  /* Against a server: a version, a parameter name, a dtype name and an
+   * option that are not UTF-8 are INVALID_ARGUMENT naming the field; the
+   * version stays what it was, and conforming clients still read it. */
+  wtt_server S;
+  uint64_t id = wtt_serve_round(&S, "tiny", 1, WT_STAGING_SHADOW, 0);
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v\xff\xfe", id), WT_INVALID_ARGUMENT,
+                "wt.v1.FinishWeightUpdateRequest: field weight_version is "
+                "not valid UTF-8");
+  wtt_upd u;
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  u.names[1] = "model.\xc0\xaf";
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL),
+                WT_INVALID_ARGUMENT,
+                "field header.update_info.names[1] is not valid UTF-8");
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  u.dtypes[2] = "bfloat\xed\xa0\x80";
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL),
+                WT_INVALID_ARGUMENT,
+                "field header.update_info.dtype_names[2] is not valid UTF-8");
+  Wt__V1__AbortWeightUpdateRequest ar =
+      WT__V1__ABORT_WEIGHT_UPDATE_REQUEST__INIT;
+  ar.round_id = id;
+  ar.reason = "\xff";
+  WT_ASSERT_ERR(
+      wtt_call(S.ch, "AbortWeightUpdate", &ar.base,
+               &wt__v1__abort_weight_update_response__descriptor, NULL),
+      WT_INVALID_ARGUMENT, "field reason is not valid UTF-8");
+  Wt__V1__WeightTransferInitInfo info = WT__V1__WEIGHT_TRANSFER_INIT_INFO__INIT;
+  Wt__V1__GrpcInitInfo g = WT__V1__GRPC_INIT_INFO__INIT;
+  info.backend = "grpc";
+  info.backend_init_case = WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC;
+  info.grpc = &g;
+  Wt__V1__WeightTransferInitInfo__OptionsEntry e =
+      WT__V1__WEIGHT_TRANSFER_INIT_INFO__OPTIONS_ENTRY__INIT;
+  Wt__V1__WeightTransferInitInfo__OptionsEntry *ep = &e;
+  e.key = "fanout";
+  e.value = "chain\xff";
+  info.n_options = 1;
+  info.options = &ep;
+  WT_ASSERT_ERR(wtt_init(S.ch, &info, NULL), WT_INVALID_ARGUMENT,
+                "field init_info.options[0].value is not valid UTF-8");
+  /* Nothing of it landed: the round goes on and commits a proper name. */
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL));
+  WT_ASSERT_OK(wtt_finish(S.ch, "v-ok", id));
+  wtt_assert_version(S.ch, "v-ok", 1);
+  wtt_server_stop(&S);
+}
+
+/* ---- processes: exposure, and the tools over TLS with tokens ----------- */
+
+static void test_listen_beyond_loopback(void) {
+  char log[PATH_MAX];
+  snprintf(log, sizeof(log), "%s/exposed.log", g_dir);
+  const char *const argv[] = {WT_SERVER_BIN, "--listen",       "0.0.0.0:0",
+                              "--model",     "synthetic:tiny", NULL};
+  char *out = NULL;
+  int code = wt_proc_run(argv, log, 30000, &out);
+  CU_ASSERT_EQUAL(code, 1);
+  CU_ASSERT_PTR_NOT_NULL(out && strstr(out,
+                                       "--listen 0.0.0.0:0: not a "
+                                       "loopback address, and TLS is "
+                                       "off"));
+  CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "--insecure"));
+  if (out && !strstr(out, "not a loopback address")) fprintf(stderr, "%s", out);
+  free(out);
+  /* With TLS it serves on every interface (the test talks to loopback). */
+  wt_proc_server s;
+  const char *const tls[] = {
+      "--tls-cert",   pki("server.pem"), "--tls-key", pki("server.key"),
+      "--token-file", g_tokens,          NULL};
+  CU_ASSERT_FATAL(wt_proc_server_start(&s, g_dir, "tls-server", tls));
+  /* wt-push and wt-ctl over TLS with the trainer's token file; wt-ctl with
+   * no token is refused. */
+  const char *const push[] = {
+      WT_PUSH_BIN,    "--server", s.addr,     "--tls-ca", pki("ca.pem"),
+      "--token-file", g_tokens,   "--verify", "--quiet",  NULL};
+  snprintf(log, sizeof(log), "%s/push.log", g_dir);
+  code = wt_proc_run(push, log, 60000, &out);
+  if (code != 0) fprintf(stderr, "%s", out ? out : "");
+  CU_ASSERT_EQUAL(code, 0);
+  free(out);
+  const char *const ctl[] = {WT_CTL_BIN,    "--server", s.addr, "--tls-ca",
+                             pki("ca.pem"), "version",  NULL};
+  snprintf(log, sizeof(log), "%s/ctl.log", g_dir);
+  code = wt_proc_run(ctl, log, 30000, &out);
+  CU_ASSERT_EQUAL(code, 1);
+  CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "UNAUTHENTICATED"));
+  free(out);
+  setenv("WT_TOKEN_FILE", g_tokens, 1);
+  code = wt_proc_run(ctl, log, 30000, &out);
+  unsetenv("WT_TOKEN_FILE");
+  CU_ASSERT_EQUAL(code, 0);
+  CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "step-1"));
+  if (out && !strstr(out, "step-1")) fprintf(stderr, "%s", out);
+  free(out);
+  CU_ASSERT_EQUAL(wt_proc_server_stop(&s, 10000, NULL), 0);
+}
+
+/* ---- HTTP/2: what gRPC 1.51's transport must survive -------------------- */
+
+static bool have_h2(void) {
+  return system("python3 -c 'import h2' >/dev/null 2>&1") == 0;
+}
+
+static long rss_kib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long kib = -1;
+  while (f && fgets(line, sizeof(line), f))
+    if (strncmp(line, "VmRSS:", 6) == 0) kib = atol(line + 6);
+  if (f) fclose(f);
+  return kib;
+}
+
+/* Runs tests/h2_attack.py MODE against `target` for `seconds` while a
+ * well-behaved client calls GetServerInfo every 100 ms (5 s deadline):
+ * every call must be answered. */
+static void survive(const char *mode, const char *port, const char *target,
+                    const wt_rpc_tls *tls, int seconds) {
+  char script[PATH_MAX], log[PATH_MAX], secs[16];
+  snprintf(script, sizeof(script), "%s/h2_attack.py", wt_test_source_dir());
+  snprintf(log, sizeof(log), "%s/h2-%s.log", g_dir, mode);
+  snprintf(secs, sizeof(secs), "%d", seconds);
+  const char *const argv[] = {"/usr/bin/env", "python3", script, mode,
+                              "127.0.0.1",    port,      secs,   NULL};
+  long rss0 = rss_kib();
+  pid_t pid = wt_proc_spawn(argv, log, NULL);
+  CU_ASSERT_FATAL(pid > 0);
+  wt_rpc_channel *ch = channel(target, tls, TRAINER_TOKEN);
+  int calls = 0, failed = 0;
+  int64_t worst = 0;
+  int64_t end = wtt_now_ms() + seconds * 1000;
+  while (wtt_now_ms() < end) {
+    int64_t t0 = wtt_now_ms();
+    Wt__V1__GetServerInfoRequest req = WT__V1__GET_SERVER_INFO_REQUEST__INIT;
+    wt_status *st = wt_rpc_unary(ch, WTT_SVC "GetServerInfo", &req.base,
+                                 &wt__v1__server_info__descriptor, 5000, NULL);
+    int64_t took = wtt_now_ms() - t0;
+    if (took > worst) worst = took;
+    calls++;
+    if (st != NULL) {
+      failed++;
+      fprintf(stderr, "\n  during %s: %s\n", mode, wt_status_message(st));
+      wt_status_free(st);
+    }
+    wtt_sleep_ms(100);
+  }
+  int status = 0;
+  CU_ASSERT(wt_proc_wait(pid, 30000, &status));
+  char *out = NULL;
+  FILE *f = fopen(log, "r");
+  char line[256] = "";
+  if (f) {
+    if (!fgets(line, sizeof(line), f)) line[0] = 0;
+    fclose(f);
+  }
+  line[strcspn(line, "\n")] = 0;
+  free(out);
+  printf(
+      "\n  %-12s %s; %d calls beside it, %d failed, worst %lld ms; "
+      "process RSS %ld -> %ld MiB",
+      mode, line, calls, failed, (long long)worst, rss0 / 1024,
+      rss_kib() / 1024);
+  CU_ASSERT_EQUAL(failed, 0);
+  WT_ASSERT_OK(info_call(ch));
+  wt_rpc_channel_destroy(ch);
+}
+
+static void test_http2_attacks(void) {
+  if (!have_h2()) {
+    wt_test_skip("HTTP/2 attacks", "python3 has no h2 (pip install h2)");
+    return;
+  }
+  char target[64], port[16];
+  wt_server_options o = {.token_file = g_tokens};
+  wt_server *srv = start(o, target, sizeof(target));
+  snprintf(port, sizeof(port), "%d", wt_server_port(srv));
+  survive("rapid-reset", port, target, NULL, 4);
+  survive("big-headers", port, target, NULL, 2);
+  survive("hpack-bomb", port, target, NULL, 2);
+  survive("many-streams", port, target, NULL, 2);
+  wt_server_stop(srv);
+  /* With mutual TLS a stranger's bytes never reach HTTP/2 at all. */
+  wt_server_options m = {.tls_cert = pki("server.pem"),
+                         .tls_key = pki("server.key"),
+                         .tls_ca = pki("ca.pem"),
+                         .token_file = g_tokens};
+  srv = start(m, target, sizeof(target));
+  snprintf(port, sizeof(port), "%d", wt_server_port(srv));
+  wt_rpc_tls t = {.ca_file = pki("ca.pem"),
+                  .cert_file = pki("client.pem"),
+                  .key_file = pki("client.key")};
+  survive("rapid-reset", port, target, &t, 2);
+  printf("\n");
+  wt_server_stop(srv);
+}
+
+void wt_test_suite_trust(void) {
+  CU_pSuite s = CU_add_suite("trust", suite_init, suite_clean);
+  CU_add_test(s, "bearer tokens and scopes", test_tokens);
+  CU_add_test(s, "token files", test_token_files);
+  CU_add_test(s, "TLS", test_tls);
+  CU_add_test(s, "mutual TLS", test_mutual_tls);
+  CU_add_test(s, "strings are UTF-8", test_strings_are_utf8);
+  CU_add_test(s, "listen beyond loopback", test_listen_beyond_loopback);
+  CU_add_test(s, "HTTP/2 attacks", test_http2_attacks);
+}

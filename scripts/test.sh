@@ -4,6 +4,10 @@
 #
 #   scripts/test.sh              normal build in build/
 #   scripts/test.sh --sanitize   AddressSanitizer + UBSan build in build-asan/
+#   scripts/test.sh --ucx-current  against a current UCX (1.22, PyPI's
+#                                libucx-cu13; scripts/ucx-current.sh) in
+#                                build-ucx122/: the suites that run UCX
+#                                (ucx, trust) beside Debian's 1.13.1
 #
 # Environment: BUILD_DIR overrides the build folder; JOBS the parallelism;
 # SKIP_DEPS=1 skips the package check.
@@ -14,7 +18,8 @@ mode=normal
 for arg in "$@"; do
   case "$arg" in
     --sanitize) mode=sanitize ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --ucx-current) mode=ucx-current ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -27,6 +32,15 @@ if [ "$mode" = sanitize ]; then
   extra=(-DWT_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug)
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+elif [ "$mode" = ucx-current ]; then
+  build=${BUILD_DIR:-build-ucx122}
+  PKG_CONFIG_PATH=$(bash scripts/ucx-current.sh "$build-ucx")
+  export PKG_CONFIG_PATH
+  # The wheel's UCX looks for its transport modules where it was built.
+  UCX_MODULE_DIR=$(cd "$PKG_CONFIG_PATH/../ucx" && pwd)
+  export UCX_MODULE_DIR
+  extra=(-DWT_WITH_UCX=ON)
+  only=(-R '^(ucx|trust)$')
 else
   build=${BUILD_DIR:-build}
   extra=()
@@ -34,9 +48,12 @@ fi
 
 cmake -S . -B "$build" -DWT_WERROR=ON "${extra[@]}" >/dev/null
 cmake --build "$build" -j "$jobs"
+if [ "$mode" = ucx-current ]; then
+  echo "== against UCX $(pkg-config --modversion ucx) ($PKG_CONFIG_PATH) =="
+fi
 
 status=0
-(cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 600) || status=$?
+(cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 600 ${only[@]+"${only[@]}"}) || status=$?
 
 # ctest keeps each suite's output; show CUnit's own counts, suite by suite,
 # and the total as the closing line.

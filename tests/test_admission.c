@@ -155,16 +155,15 @@ static void test_thousand_watchers(void) {
  * queue get RESOURCE_EXHAUSTED naming the option), while the trainer's
  * round calls go through at once. */
 static void test_readers_never_take_round_capacity(void) {
-  wt_server_options o = {.max_reader_calls = 2, .max_round_calls = 2};
-  wtt_server_start(&S, "small", &o);
-  WT_ASSERT_OK(wtt_init_grpc(S.ch, 0, 1));
-  /* 256 MiB of hashing each (tens of ms). */
-  enum { REPEAT = 500, NSLOW = 40 };
-  char **names = malloc(REPEAT * sizeof(*names));
-  for (size_t i = 0; i < REPEAT; i++) names[i] = "model.embed_tokens.weight";
+  wt_server_options o = {
+      .max_reader_calls = 2, .max_round_calls = 2, .workers = 2};
+  wtt_server_start(&S, "llama-256m", &o);
+  WT_ASSERT_OK(wtt_init_grpc(S.ch, 0, 2));
+  /* Every tensor on both workers: about 500 MiB of hashing each (a few
+   * hundred ms). */
+  enum { NSLOW = 40 };
   Wt__V1__ChecksumWeightsRequest creq = WT__V1__CHECKSUM_WEIGHTS_REQUEST__INIT;
-  creq.n_names = REPEAT;
-  creq.names = names;
+  creq.all_workers = true;
   wtt_bg_call slow[NSLOW];
   for (int i = 0; i < NSLOW; i++) {
     slow[i] =
@@ -193,16 +192,12 @@ static void test_readers_never_take_round_capacity(void) {
          (long long)round_ms);
   CU_ASSERT(round_ms < 2000);
   for (int i = 0; i < NSLOW; i++) WT_ASSERT_OK(wtt_bg_join(&slow[i]));
-  free(names);
   wtt_server_stop(&S);
 
   o.max_reader_calls = 1;
-  wtt_server_start(&S, "small", &o);
+  wtt_server_start(&S, "llama-256m", &o);
   /* One slow reader holds the one thread; of a burst of quick ones, 64
    * wait and are answered after it, the rest are refused. */
-  creq.n_names = REPEAT;
-  creq.names = names = malloc(REPEAT * sizeof(*names));
-  for (size_t i = 0; i < REPEAT; i++) names[i] = "model.embed_tokens.weight";
   wtt_bg_call hold = {.ch = S.ch,
                       .method = "ChecksumWeights",
                       .req = &creq.base,
@@ -243,7 +238,6 @@ static void test_readers_never_take_round_capacity(void) {
          NBURST);
   CU_ASSERT(refused > 0);
   CU_ASSERT(refused <= NBURST - 64); /* the held one runs, 64 wait */
-  free(names);
   wtt_server_stop(&S);
 }
 

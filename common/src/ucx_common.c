@@ -3,7 +3,10 @@
 
 #include "wt/ucx_common.h"
 
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,9 +14,94 @@
 #include <time.h>
 
 #include "wt/log.h"
+#include "wt/secure.h"
 
 /* The TCP send segment wt asks for unless UCX_TCP_TX_SEG_SIZE is set. */
 #define WT_UCX_TCP_TX_SEG "64k"
+
+ucp_tag_t wt_ucx_tag(const uint8_t secret[WT_UCX_SECRET_BYTES],
+                     uint64_t round_id, uint64_t bucket) {
+  uint8_t msg[16], mac[32];
+  for (int i = 0; i < 8; i++) {
+    msg[i] = (uint8_t)(round_id >> (8 * i));
+    msg[8 + i] = (uint8_t)(bucket >> (8 * i));
+  }
+  wt_hmac_sha256(secret, WT_UCX_SECRET_BYTES, msg, sizeof(msg), mac);
+  ucp_tag_t t = 0;
+  memcpy(&t, mac, sizeof(t));
+  return t;
+}
+
+wt_status *wt_ucx_init_secret(const Wt__V1__WeightTransferInitInfo *init,
+                              uint8_t out[WT_UCX_SECRET_BYTES]) {
+  const Wt__V1__UcxInitInfo *x =
+      init->backend_init_case ==
+              WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX
+          ? init->ucx
+          : NULL;
+  if (x != NULL && x->auth_secret.len == WT_UCX_SECRET_BYTES) {
+    memcpy(out, x->auth_secret.data, WT_UCX_SECRET_BYTES);
+    return NULL;
+  }
+  for (size_t i = 0; x == NULL && i < init->n_options; i++) {
+    const char *k = init->options[i]->key, *v = init->options[i]->value;
+    if (k == NULL || strcmp(k, "ucx_auth_secret") != 0 || v == NULL) continue;
+    bool ok = strlen(v) == 2 * WT_UCX_SECRET_BYTES;
+    for (size_t j = 0; ok && j < WT_UCX_SECRET_BYTES; j++) {
+      unsigned b = 0;
+      ok = sscanf(v + 2 * j, "%2x", &b) == 1 && v[2 * j] != '+' &&
+           v[2 * j] != '-' && v[2 * j] != ' ';
+      out[j] = (uint8_t)b;
+    }
+    if (ok) return NULL;
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "init_info.options[\"ucx_auth_secret\"]: not %d hex "
+                         "digits",
+                         2 * WT_UCX_SECRET_BYTES);
+  }
+  return wt_status_new(
+      WT_INVALID_ARGUMENT,
+      "init_info.ucx.auth_secret: %zu bytes; it must be %d random bytes "
+      "drawn for this init (wt_trainer_init_info fills it)",
+      x ? x->auth_secret.len : 0, WT_UCX_SECRET_BYTES);
+}
+
+void wt_ucx_hello(const uint8_t secret[WT_UCX_SECRET_BYTES],
+                  uint8_t out[WT_UCX_HELLO_BYTES]) {
+  static const char label[] = "wt-ucx-hello";
+  memcpy(out, "WTUCXHI1", 8);
+  wt_hmac_sha256(secret, WT_UCX_SECRET_BYTES, label, sizeof(label) - 1,
+                 out + 8);
+}
+
+static void discard_done(void *req, ucs_status_t status,
+                         const ucp_tag_recv_info_t *info, void *user) {
+  (void)req;
+  (void)status;
+  (void)info;
+  (void)user;
+}
+
+size_t wt_ucx_discard_unexpected(wt_ucx *u) {
+  size_t n = 0;
+  for (;;) {
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg = ucp_tag_probe_nb(u->worker, 0, 0, 1, &info);
+    if (msg == NULL) break;
+    static char none[1];
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_CALLBACK,
+        .datatype = ucp_dt_make_contig(1),
+        .cb = {.recv = discard_done}};
+    void *req = ucp_tag_msg_recv_nbx(u->worker, none, 0, msg, &p);
+    /* Truncated into nothing: UCX completes it at once for an eager message
+     * and tells a rendezvous sender the receive is over. */
+    if (req != NULL && !UCS_PTR_IS_ERR(req)) ucp_request_free(req);
+    n++;
+  }
+  u->discarded += n;
+  return n;
+}
 
 int64_t wt_ucx_now_ms(void) {
   struct timespec ts;
@@ -27,7 +115,35 @@ int64_t wt_ucx_connect_timeout_ms(int64_t configured, int64_t timeout_ms) {
                                                 : WT_UCX_CONNECT_TIMEOUT_MS;
 }
 
-wt_status *wt_ucx_new(const char *transports, const char *who, wt_ucx **out) {
+bool wt_ucx_interface_of(const char *host, char *buf, size_t cap) {
+  struct addrinfo hints = {.ai_flags = AI_NUMERICHOST}, *res = NULL;
+  if (host == NULL || getaddrinfo(host, NULL, &hints, &res) != 0) return false;
+  bool found = false;
+  struct ifaddrs *ifs = NULL;
+  if (getifaddrs(&ifs) == 0) {
+    for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next) {
+      if (i->ifa_addr == NULL || i->ifa_addr->sa_family != res->ai_family)
+        continue;
+      if (res->ai_family == AF_INET)
+        found = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr ==
+                    ((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr &&
+                ((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr != 0;
+      else if (res->ai_family == AF_INET6)
+        found = memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
+                       &((struct sockaddr_in6 *)res->ai_addr)->sin6_addr,
+                       16) == 0 &&
+                !IN6_IS_ADDR_UNSPECIFIED(
+                    &((struct sockaddr_in6 *)res->ai_addr)->sin6_addr);
+      if (found) snprintf(buf, cap, "%s", i->ifa_name);
+    }
+    freeifaddrs(ifs);
+  }
+  freeaddrinfo(res);
+  return found;
+}
+
+wt_status *wt_ucx_new(const char *transports, const char *net_devices,
+                      const char *who, wt_ucx **out) {
   wt_status *st = NULL;
   ucp_config_t *config = NULL;
   ucs_status_t us;
@@ -43,6 +159,13 @@ wt_status *wt_ucx_new(const char *transports, const char *who, wt_ucx **out) {
     if (us != UCS_OK)
       WT_FAIL(WT_INVALID_ARGUMENT, "%s: transports '%s': %s", who, transports,
               ucs_status_string(us));
+  }
+  if (net_devices != NULL && *net_devices != '\0' &&
+      getenv("UCX_NET_DEVICES") == NULL) {
+    us = ucp_config_modify(config, "NET_DEVICES", net_devices);
+    if (us != UCS_OK)
+      WT_FAIL(WT_INVALID_ARGUMENT, "%s: network devices '%s': %s", who,
+              net_devices, ucs_status_string(us));
   }
   /* UCX TCP's 8 KiB default send segment halves large sends when
    * peer-failure handling is on (profile: a user-space memmove per
@@ -63,7 +186,7 @@ wt_status *wt_ucx_new(const char *transports, const char *who, wt_ucx **out) {
   }
   ucp_params_t params = {
       .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
-      .features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
+      .features = UCP_FEATURE_TAG | UCP_FEATURE_STREAM | UCP_FEATURE_WAKEUP,
       .name = "wt"};
   us = ucp_init(&params, config, &u->context);
   if (us != UCS_OK)
@@ -109,7 +232,18 @@ wt_status *wt_ucx_wait(wt_ucx *u, bool (*cond)(void *), void *arg,
                        int64_t deadline_ms, int64_t timeout_ms,
                        const char *what) {
   for (;;) {
-    while (ucp_worker_progress(u->worker) != 0) {
+    /* Bounded: under a flood progress never runs dry, and what it takes in
+     * must be discarded (below) before it piles up. */
+    for (int i = 0; i < 64 && ucp_worker_progress(u->worker) != 0; i++) {
+    }
+    if (u->discard && wt_ucx_discard_unexpected(u) > 0 &&
+        wt_ucx_now_ms() >= u->discard_log_ms) {
+      WT_LOGW("ucx",
+              "discarded %llu message(s) that no receive of this round "
+              "matches (a failed round's late buckets, or a peer without "
+              "the init's secret)",
+              (unsigned long long)u->discarded);
+      u->discard_log_ms = wt_ucx_now_ms() + 5000;
     }
     if (cond != NULL && cond(arg)) return NULL;
     if (atomic_load(&u->cancelled))
@@ -174,12 +308,13 @@ static void on_recv(void *req, ucs_status_t status,
 void *wt_ucx_tag_recv(wt_ucx *u, void *buf, size_t count, ucp_datatype_t dt,
                       ucp_mem_h memh, ucp_tag_t tag, wt_ucx_recv_note *note) {
   *note = (wt_ucx_recv_note){0};
-  ucp_request_param_t p = {
-      .op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_CALLBACK |
-                      UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
-      .datatype = dt,
-      .cb.recv = on_recv,
-      .user_data = note};
+  ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE |
+                                           UCP_OP_ATTR_FIELD_CALLBACK |
+                                           UCP_OP_ATTR_FIELD_USER_DATA |
+                                           UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+                           .datatype = dt,
+                           .cb.recv = on_recv,
+                           .user_data = note};
   if (memh != NULL) {
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     p.memh = memh;

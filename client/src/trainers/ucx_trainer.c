@@ -1,11 +1,13 @@
 /* ucx_trainer.c: the `ucx` trainer engine (built with WT_WITH_UCX).
  *
- * Rendezvous: the workers listen (wt/ucx_common.h says why); the client hands
- * every server's init response to init_response, which creates one endpoint
- * per worker: by default through the worker's listener (ucp_ep_create with
- * the reported host:port), or with its packed worker address when
- * init_info.options["ucx_connect"] is "address". The connection completes
- * while both sides progress, i.e. during the first round.
+ * Rendezvous: the client hands every server's init response to
+ * init_response, which creates one endpoint per worker: by default with the
+ * worker's packed worker address (UCP_EP_PARAM_FIELD_REMOTE_ADDRESS), which
+ * came over the control channel; with init_info.options["ucx_connect"] =
+ * "sockaddr", through the worker's listener (the reported host:port), which
+ * the worker then opens, and the first bytes are this init's hello. The
+ * connection completes while both sides progress, i.e. during the first
+ * round.
  *
  * Data path: the shared bucket plan over the source's metadata (buffer size:
  * init_info.ucx.packed_buffer_size_bytes, default 64 MiB, passed to every
@@ -48,6 +50,7 @@
 
 #include "wt/log.h"
 #include "wt/packing.h"
+#include "wt/secure.h"
 #include "wt/trainer.h"
 #include "wt/ucx_common.h"
 
@@ -94,13 +97,15 @@ typedef struct ucx_trainer {
   uint32_t num_buffers;
   int64_t timeout_ms;
   int64_t connect_timeout_ms; /* a peer's first bucket of a round */
-  bool by_sockaddr;           /* options["ucx_connect"] != "address" */
+  bool by_sockaddr;           /* options["ucx_connect"] == "sockaddr" */
   bool peer_errors;           /* options["ucx_peer_errors"] != "off" */
   int fanout;                 /* options["ucx_fanout"]: FANOUT_* */
   peer **peers; /* stable addresses: UCX error callbacks point at them */
   size_t npeers;
   sbuf *bufs;
   bool lanes_logged;
+  uint8_t secret[WT_UCX_SECRET_BYTES]; /* init_info.ucx.auth_secret */
+  uint8_t hello[WT_UCX_HELLO_BYTES];
   unsigned char *route; /* the route message being sent */
   void **route_reqs;    /* its sends, one per peer */
   Wt__V1__UcxUpdateInfo uinfo;
@@ -139,6 +144,17 @@ static wt_status *peer_connect(ucx_trainer *t, peer *p) {
     p->ep = NULL;
     WT_FAIL(WT_UNAVAILABLE, "%s: connecting: %s", p->name,
             ucs_status_string(us));
+  }
+  if (p->worker_address == NULL) {
+    /* The worker's listener closes a connection that does not send this
+     * init's hello first. */
+    ucp_request_param_t hp = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
+                              .datatype = ucp_dt_make_contig(1)};
+    void *hr = ucp_stream_send_nbx(p->ep, t->hello, sizeof(t->hello), &hp);
+    if (UCS_PTR_IS_ERR(hr))
+      WT_FAIL(WT_UNAVAILABLE, "%s: sending the hello: %s", p->name,
+              ucs_status_string(UCS_PTR_STATUS(hr)));
+    if (hr != NULL) ucp_request_free(hr); /* completes on its own */
   }
 out:
   return st;
@@ -219,7 +235,7 @@ static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
     t->num_buffers = v;
   }
   t->peer_errors = true;
-  t->by_sockaddr = true;
+  t->by_sockaddr = false;
   /* The options, then the environment (WT_UCX_CONNECT, WT_UCX_PEER_ERRORS,
    * WT_UCX_FANOUT) as defaults for tools that set no options (wt-push). */
   static const char *const env_keys[][2] = {
@@ -239,12 +255,12 @@ static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
     }
     if (val == NULL) val = "";
     if (key != NULL && strcmp(key, "ucx_connect") == 0) {
-      if (strcmp(val, "address") == 0)
-        t->by_sockaddr = false;
-      else if (strcmp(val, "sockaddr") != 0)
+      if (strcmp(val, "address") == 0 || strcmp(val, "sockaddr") == 0)
+        t->by_sockaddr = strcmp(val, "sockaddr") == 0;
+      else
         WT_FAIL(WT_INVALID_ARGUMENT,
                 "init_info.options[\"ucx_connect\"] is '%s'; it must be "
-                "'sockaddr' (default) or 'address'",
+                "'address' (default) or 'sockaddr'",
                 val);
     } else if (key != NULL && strcmp(key, "ucx_peer_errors") == 0) {
       if (strcmp(val, "off") == 0)
@@ -276,7 +292,9 @@ static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
             "\"ucx_connect\" is 'sockaddr': connections through the "
             "workers' listeners always handle peer failures; set "
             "\"ucx_connect\" to 'address' too");
-  WT_CHECK(wt_ucx_new(x ? x->transports : NULL, "ucx trainer", &t->ucx));
+  WT_CHECK(wt_ucx_init_secret(init, t->secret));
+  wt_ucx_hello(t->secret, t->hello);
+  WT_CHECK(wt_ucx_new(x ? x->transports : NULL, NULL, "ucx trainer", &t->ucx));
   t->bufs = calloc(t->num_buffers, sizeof(*t->bufs));
   t->route = malloc(WT_UCX_ROUTE_MAX);
   if (t->bufs == NULL || t->route == NULL)
@@ -308,14 +326,22 @@ static wt_status *ucx_init_response(
     snprintf(p->name, sizeof(p->name), "%s worker %u (%s:%u)",
              wt_sync_client_target(t->client, k), we->rank,
              we->address ? we->address : "", we->port);
-    if (we->address == NULL || *we->address == '\0' || we->port == 0)
+    if (t->by_sockaddr &&
+        (we->address == NULL || *we->address == '\0' || we->port == 0))
       WT_FAIL(WT_FAILED_PRECONDITION,
-              "%s: the init response gives no UCX address and port", p->name);
-    snprintf(p->host, sizeof(p->host), "%s", we->address);
+              "%s: the worker has no UCX listener (it opens one only when "
+              "the init info's options say \"ucx_connect\": \"sockaddr\"; "
+              "WT_UCX_CONNECT alone does not reach the server)",
+              p->name);
+    if (!t->by_sockaddr && we->worker_address.len == 0)
+      WT_FAIL(WT_FAILED_PRECONDITION,
+              "%s: the init response gives no UCX worker address", p->name);
+    snprintf(p->host, sizeof(p->host), "%s", we->address ? we->address : "");
     p->port = we->port;
-    WT_CHECK(wt_status_prefix(
-        wt_ucx_sockaddr(we->address, we->port, &p->addr, &p->addrlen), "%s",
-        p->name));
+    if (t->by_sockaddr)
+      WT_CHECK(wt_status_prefix(
+          wt_ucx_sockaddr(we->address, we->port, &p->addr, &p->addrlen), "%s",
+          p->name));
     if (!t->by_sockaddr && we->worker_address.len > 0) {
       p->worker_address = malloc(we->worker_address.len);
       if (p->worker_address == NULL)
@@ -509,9 +535,9 @@ static wt_status *send_routes(ucx_trainer *t) {
     peer *p = t->peers[j];
     ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
                               .datatype = ucp_dt_make_contig(1)};
-    void *req =
-        ucp_tag_send_nbx(p->ep, t->route, len,
-                         wt_ucx_tag(round_of(t, p), WT_UCX_ROUTE_BUCKET), &rp);
+    void *req = ucp_tag_send_nbx(
+        p->ep, t->route, len,
+        wt_ucx_tag(t->secret, round_of(t, p), WT_UCX_ROUTE_BUCKET), &rp);
     if (UCS_PTR_IS_ERR(req))
       WT_FAIL(WT_UNAVAILABLE, "%s: sending the round's route: %s", p->name,
               ucs_status_string(UCS_PTR_STATUS(req)));
@@ -633,7 +659,7 @@ static wt_status *ucx_send_weights(void *self, wt_source *source,
         ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
                                   .datatype = ucp_dt_make_contig(1)};
         void *req = ucp_tag_send_nbx(p->ep, bytes, bk->nbytes,
-                                     wt_ucx_tag(round, bkt), &rp);
+                                     wt_ucx_tag(t->secret, round, bkt), &rp);
         if (UCS_PTR_IS_ERR(req))
           WT_FAIL(WT_UNAVAILABLE, "%s: sending bucket %zu: %s", p->name, bkt,
                   ucs_status_string(UCS_PTR_STATUS(req)));
@@ -735,6 +761,12 @@ static wt_status *ucx_init_info(const wt_backend_option *opts, size_t n,
   wt__v1__ucx_init_info__init(x);
   info->backend_init_case = WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX;
   info->ucx = x;
+  /* This init's secret: keys every tag and the hello (wt/ucx_common.h). */
+  x->auth_secret.data = malloc(WT_UCX_SECRET_BYTES);
+  if (x->auth_secret.data == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
+  x->auth_secret.len = WT_UCX_SECRET_BYTES;
+  WT_CHECK(wt_random_bytes(x->auth_secret.data, WT_UCX_SECRET_BYTES));
   for (size_t i = 0; i < n; i++) {
     const wt_backend_option *o = &opts[i];
     if (strcmp(o->key, "bucket_size") == 0) {

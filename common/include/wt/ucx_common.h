@@ -33,6 +33,7 @@
 #include <ucp/api/ucp.h>
 
 #include "wt/status.h"
+#include "wt/v1/wt.pb-c.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,12 +46,24 @@ typedef struct wt_ucx {
   ucp_worker_h worker;
   int efd;
   atomic_bool cancelled;
+  /* While set, every wt_ucx_wait discards the unexpected queue
+   * (wt_ucx_discard_unexpected); `discarded` counts what it dropped. */
+  bool discard;
+  uint64_t discarded;
+  int64_t discard_log_ms;
 } wt_ucx;
 
 /* Creates context and worker; `transports` (may be NULL or empty: UCX's own
- * choice, UCX_TLS still applies) overrides UCX_TLS. `who` names the owner in
- * messages. The caller owns *out (wt_ucx_destroy). */
-wt_status *wt_ucx_new(const char *transports, const char *who, wt_ucx **out);
+ * choice, UCX_TLS still applies) overrides UCX_TLS, and `net_devices` (NULL:
+ * UCX's own choice) is UCX_NET_DEVICES unless that is set: the network
+ * interfaces UCX may use and listen on. `who` names the owner in messages.
+ * The caller owns *out (wt_ucx_destroy). */
+wt_status *wt_ucx_new(const char *transports, const char *net_devices,
+                      const char *who, wt_ucx **out);
+
+/* The network interface that holds address `host` ("127.0.0.1" -> "lo"),
+ * into buf; false for a wildcard or an address no interface holds. */
+bool wt_ucx_interface_of(const char *host, char *buf, size_t cap);
 
 /* Destroys worker and context. NULL is ignored. */
 void wt_ucx_destroy(wt_ucx *u);
@@ -130,10 +143,34 @@ uint64_t wt_ucx_mem_map_count(void);
 wt_status *wt_ucx_sockaddr(const char *host, uint32_t port,
                            struct sockaddr_storage *ss, socklen_t *len);
 
-/* The tag of bucket `bucket` of round `round_id`. */
-static inline ucp_tag_t wt_ucx_tag(uint64_t round_id, uint64_t bucket) {
-  return (round_id << 32) | (bucket & 0xffffffffu);
-}
+/* Bytes of an init's secret (init_info.ucx.auth_secret). */
+#define WT_UCX_SECRET_BYTES 32
+
+/* The tag of bucket `bucket` of round `round_id` under an init's secret:
+ * the first 8 bytes of HMAC-SHA-256(secret, round || bucket), so that a
+ * process without the secret can neither match a message of a round nor
+ * send one a worker would take. */
+ucp_tag_t wt_ucx_tag(const uint8_t secret[WT_UCX_SECRET_BYTES],
+                     uint64_t round_id, uint64_t bucket);
+
+/* The init's secret: init_info.ucx.auth_secret (32 bytes), or, for a
+ * backend built on the ucx engines that has no ucx message of its own (its
+ * name is not "ucx"), init_info.options["ucx_auth_secret"] as 64 hex
+ * digits. INVALID_ARGUMENT naming both when neither is there or right. */
+wt_status *wt_ucx_init_secret(const Wt__V1__WeightTransferInitInfo *init,
+                              uint8_t out[WT_UCX_SECRET_BYTES]);
+
+/* The hello a connection to a worker's listener must send first, on UCX's
+ * stream API: 8 bytes of magic and HMAC-SHA-256(secret, "wt-ucx-hello"). */
+#define WT_UCX_HELLO_BYTES 40
+void wt_ucx_hello(const uint8_t secret[WT_UCX_SECRET_BYTES],
+                  uint8_t out[WT_UCX_HELLO_BYTES]);
+
+/* Discards every message in the worker's unexpected queue (received into
+ * nothing, so UCX drops it and a rendezvous is never fetched); returns how
+ * many. For a worker whose every legitimate receive is posted: whatever is
+ * left over is a stranger's. */
+size_t wt_ucx_discard_unexpected(wt_ucx *u);
 
 /* The route of a round: before its buckets, every worker the trainer (or a
  * worker forwarding to it) sends to receives one route message, tag

@@ -21,7 +21,7 @@ wt_status *wt_ucxe_recv_route(wt_engine *e, const wt_update *u, int64_t timeout,
   wt_ucx_recv_note note; /* the request is freed before this returns */
   void *req = wt_ucx_tag_recv(
       e->ucx, e->route_in, WT_UCX_ROUTE_MAX, ucp_dt_make_contig(1), NULL,
-      wt_ucx_tag(u->round_id, WT_UCX_ROUTE_BUCKET), &note);
+      wt_ucx_tag(e->secret, u->round_id, WT_UCX_ROUTE_BUCKET), &note);
   if (UCS_PTR_IS_ERR(req)) {
     ucs_status_t us = UCS_PTR_STATUS(req);
     req = NULL;
@@ -87,6 +87,17 @@ wt_status *wt_ucxe_fwd_start(wt_engine *e, uint32_t flags, size_t nhops,
             ucs_status_string(us));
   }
   e->fwd.used = true;
+  e->fwd.authed = true;
+  if (!(flags & WT_UCX_ROUTE_BY_ADDRESS) || h->worker_address == NULL) {
+    /* Through the next worker's listener: prove this init first. */
+    ucp_request_param_t hp = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
+                              .datatype = ucp_dt_make_contig(1)};
+    void *hr = ucp_stream_send_nbx(e->fwd.ep, e->hello, sizeof(e->hello), &hp);
+    if (UCS_PTR_IS_ERR(hr))
+      WT_FAIL(WT_UNAVAILABLE, "%s: sending the hello to %s: %s", e->where,
+              e->next, ucs_status_string(UCS_PTR_STATUS(hr)));
+    if (hr != NULL) ucp_request_free(hr); /* completes on its own */
+  }
 route:;
   size_t rlen = wt_ucx_route_pack(e->route_out, WT_UCX_ROUTE_MAX, flags,
                                   e->hops + 1, nhops - 1);
@@ -94,8 +105,9 @@ route:;
     WT_FAIL(WT_INTERNAL, "%s: the route does not fit in a message", e->where);
   ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
                            .datatype = ucp_dt_make_contig(1)};
-  *route_req = ucp_tag_send_nbx(e->fwd.ep, e->route_out, rlen,
-                                wt_ucx_tag(h->round, WT_UCX_ROUTE_BUCKET), &p);
+  *route_req = ucp_tag_send_nbx(
+      e->fwd.ep, e->route_out, rlen,
+      wt_ucx_tag(e->secret, h->round, WT_UCX_ROUTE_BUCKET), &p);
   if (UCS_PTR_IS_ERR(*route_req)) {
     us = UCS_PTR_STATUS(*route_req);
     *route_req = NULL;
@@ -119,8 +131,9 @@ wt_status *wt_ucxe_fwd_bucket(wt_engine *e, const slot *s, void **req) {
     p.memh = wt_ucxe_memh_of(e, buf, count);
     if (p.memh != NULL) p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
   }
-  *req = ucp_tag_send_nbx(e->fwd.ep, buf, count,
-                          wt_ucx_tag(e->hops[0].round, s->bucket), &p);
+  *req =
+      ucp_tag_send_nbx(e->fwd.ep, buf, count,
+                       wt_ucx_tag(e->secret, e->hops[0].round, s->bucket), &p);
   if (UCS_PTR_IS_ERR(*req)) {
     ucs_status_t us = UCS_PTR_STATUS(*req);
     *req = NULL;

@@ -13,6 +13,7 @@
 
 #include "ucx_engine_internal.h"
 #include "wt/log.h"
+#include "wt/secure.h"
 
 /* Gives a slot's request back to UCX (which calls no callback after this)
  * and frees its note. */
@@ -35,14 +36,28 @@ void wt_ucxe_peer_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
  * peer array never moves (error callbacks hold a pointer into it), so it is
  * allocated at its final capacity and slots of closed connections are
  * reused (wt_ucxe_reap_peers). */
+static void hello_done(void *req, ucs_status_t status, size_t length,
+                       void *user) {
+  peer *p = user;
+  (void)req;
+  if (status == UCS_OK) p->hello_len = length;
+}
+
 void wt_ucxe_on_conn(ucp_conn_request_h req, void *arg) {
   wt_engine *e = arg;
   peer *p = NULL;
+  size_t pending = 0;
+  for (size_t i = 0; i < e->npeers; i++)
+    pending += e->peers[i].used && !e->peers[i].authed && !e->peers[i].closing;
   for (size_t i = 0; i < e->npeers && p == NULL; i++)
     if (!e->peers[i].used) p = &e->peers[i];
   if (p == NULL && e->npeers < e->cap) p = &e->peers[e->npeers++];
-  if (p == NULL) {
-    WT_LOGW("ucx", "%s: refusing a connection (%zu open)", e->where, e->cap);
+  if (p == NULL || pending >= UCX_MAX_PENDING) {
+    e->refused++;
+    WT_LOGW("ucx",
+            "%s: refusing a connection (%zu owing their hello, %zu slots; "
+            "%" PRIu64 " refused so far)",
+            e->where, pending, e->cap, e->refused);
     ucp_listener_reject(e->listener, req);
     return;
   }
@@ -55,13 +70,84 @@ void wt_ucxe_on_conn(ucp_conn_request_h req, void *arg) {
                         .err_handler = {.cb = wt_ucxe_peer_error, .arg = p}};
   ucs_status_t us = ucp_ep_create(e->ucx->worker, &ep, &p->ep);
   if (us != UCS_OK) {
-    WT_LOGW("ucx", "%s: accepting the trainer: %s", e->where,
+    WT_LOGW("ucx", "%s: accepting a connection to the listener: %s", e->where,
             ucs_status_string(us));
     return;
   }
   p->used = true;
-  p->gen = ++e->conns;
-  WT_LOGD("ucx", "%s: trainer connected", e->where);
+  p->hello_deadline_ms = wt_ucx_now_ms() + UCX_HELLO_MS;
+  /* The first bytes on the connection must be the init's hello. */
+  ucp_request_param_t rp = {
+      .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS |
+                      UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_USER_DATA,
+      .flags = UCP_STREAM_RECV_FLAG_WAITALL,
+      .datatype = ucp_dt_make_contig(1),
+      .cb = {.recv_stream = hello_done},
+      .user_data = p};
+  void *hr = ucp_stream_recv_nbx(p->ep, p->hello, sizeof(p->hello),
+                                 &p->hello_len, &rp);
+  if (UCS_PTR_IS_ERR(hr)) {
+    p->failed = true; /* closed by the next check */
+    p->why = UCS_PTR_STATUS(hr);
+  } else if (hr == NULL) {
+    p->hello_len = sizeof(p->hello); /* complete at once */
+  }
+  p->hello_req = hr;
+  WT_LOGD("ucx", "%s: a connection came in; waiting for its hello", e->where);
+}
+
+/* Closes a connection that did not prove itself, without waiting. */
+static void drop_stranger(wt_engine *e, peer *p, const char *why) {
+  e->rejected++;
+  WT_LOGW("ucx",
+          "%s: closed a connection to the listener: %s (%" PRIu64
+          " closed so far)",
+          e->where, why, e->rejected);
+  if (p->hello_req != NULL && !UCS_PTR_IS_ERR(p->hello_req)) {
+    ucp_request_cancel(e->ucx->worker, p->hello_req);
+    ucp_request_free(p->hello_req);
+  }
+  p->hello_req = NULL;
+  ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                            .flags = UCP_EP_CLOSE_FLAG_FORCE};
+  void *r = ucp_ep_close_nbx(p->ep, &cp);
+  /* The slot is reused only once UCX is done with the endpoint (its error
+   * callback points at the slot). */
+  p->closing = true;
+  p->close_req = r != NULL && !UCS_PTR_IS_ERR(r) ? r : NULL;
+}
+
+void wt_ucxe_check_hellos(wt_engine *e) {
+  int64_t now = wt_ucx_now_ms();
+  for (size_t i = 0; i < e->npeers; i++) {
+    peer *p = &e->peers[i];
+    if (!p->used || p->authed) continue;
+    if (p->closing) {
+      if (p->close_req == NULL ||
+          ucp_request_check_status(p->close_req) != UCS_INPROGRESS) {
+        if (p->close_req != NULL) ucp_request_free(p->close_req);
+        memset(p, 0, sizeof(*p));
+      }
+      continue;
+    }
+    ucs_status_t us =
+        p->hello_req == NULL ? UCS_OK : ucp_request_check_status(p->hello_req);
+    if (p->failed) {
+      drop_stranger(e, p, "it broke before its hello");
+    } else if (us == UCS_INPROGRESS) {
+      if (now >= p->hello_deadline_ms)
+        drop_stranger(e, p, "no hello within 2000 ms");
+    } else if (us != UCS_OK || p->hello_len != sizeof(p->hello) ||
+               !wt_ct_equal(p->hello, e->hello, sizeof(p->hello))) {
+      drop_stranger(e, p, "a wrong hello (not this init's secret)");
+    } else {
+      if (p->hello_req != NULL) ucp_request_free(p->hello_req);
+      p->hello_req = NULL;
+      p->authed = true;
+      p->gen = ++e->conns;
+      WT_LOGD("ucx", "%s: trainer connected", e->where);
+    }
+  }
 }
 
 /* Discards the unexpected messages left from an aborted round (buckets the
@@ -110,9 +196,10 @@ void wt_ucxe_drain_unexpected(wt_engine *e) {
 /* Closes the broken trainer connections (outside UCX callbacks) and frees
  * their slots. */
 void wt_ucxe_reap_peers(wt_engine *e) {
+  wt_ucxe_check_hellos(e);
   for (size_t i = 0; i < e->npeers; i++) {
     peer *p = &e->peers[i];
-    if (!p->used || !p->failed) continue;
+    if (!p->used || !p->failed || !p->authed) continue;
     wt_ucx_ep_close(e->ucx, p->ep, false, 200);
     memset(p, 0, sizeof(*p));
   }
@@ -121,7 +208,8 @@ void wt_ucxe_reap_peers(wt_engine *e) {
 /* The error of a broken trainer connection, for messages. */
 ucs_status_t wt_ucxe_last_error(const wt_engine *e) {
   for (size_t i = e->npeers; i-- > 0;)
-    if (e->peers[i].used && e->peers[i].failed) return e->peers[i].why;
+    if (e->peers[i].used && e->peers[i].authed && e->peers[i].failed)
+      return e->peers[i].why;
   return UCS_ERR_CONNECTION_RESET;
 }
 
@@ -133,10 +221,11 @@ ucs_status_t wt_ucxe_last_error(const wt_engine *e) {
 bool wt_ucxe_recv_done(void *arg) {
   wait_arg *w = arg;
   wt_engine *e = w->e;
+  wt_ucxe_check_hellos(e);
   if (wt_ucx_request_status(w->req) != UCS_INPROGRESS) return true;
   bool any = false, all_failed = true;
   for (size_t i = 0; i < e->npeers; i++) {
-    if (!e->peers[i].used) continue;
+    if (!e->peers[i].used || !e->peers[i].authed) continue;
     any = true;
     all_failed = all_failed && e->peers[i].failed;
   }
@@ -171,12 +260,12 @@ wt_status *wt_ucxe_wait_recv(wt_engine *e, void *req, int64_t timeout_ms,
 
 typedef struct settle_arg {
   wt_engine *e;
-  slot *slots; /* e->num_buffers of them */
+  slot *slots; /* e->nslots of them */
 } settle_arg;
 
 static bool slots_settled(void *arg) {
   settle_arg *w = arg;
-  for (size_t i = 0; i < w->e->num_buffers; i++)
+  for (size_t i = 0; i < w->e->nslots; i++)
     if (wt_ucx_request_status(w->slots[i].req) == UCS_INPROGRESS) return false;
   return true;
 }
@@ -197,13 +286,13 @@ static bool slots_settled(void *arg) {
 void wt_ucxe_settle_receives(wt_engine *e, slot *slots, uint64_t round_id,
                              ucp_dt_iov_t **iov_all) {
   settle_arg w = {.e = e, .slots = slots};
-  for (size_t i = 0; i < e->num_buffers; i++)
+  for (size_t i = 0; i < e->nslots; i++)
     if (wt_ucx_request_status(slots[i].req) == UCS_INPROGRESS)
       ucp_request_cancel(e->ucx->worker, slots[i].req);
   const int64_t end = wt_ucx_now_ms() + UCX_GRACE_MS;
   while (!slots_settled(&w) && wt_ucx_now_ms() < end)
     ucp_worker_progress(e->ucx->worker);
-  for (size_t i = 0; i < e->num_buffers; i++) {
+  for (size_t i = 0; i < e->nslots; i++) {
     if (slots[i].req == NULL) continue;
     slot *n = NULL;
     if (wt_ucx_request_status(slots[i].req) == UCS_INPROGRESS)
@@ -241,7 +330,7 @@ void wt_ucxe_settle_receives(wt_engine *e, slot *slots, uint64_t round_id,
  * endpoints after a failed round, closing the old ones first. */
 static bool reconnected(const wt_engine *e) {
   for (size_t i = 0; i < e->npeers; i++)
-    if (e->peers[i].used && !e->peers[i].failed &&
+    if (e->peers[i].used && e->peers[i].authed && !e->peers[i].failed &&
         e->peers[i].gen > e->stray_mark)
       return true;
   return false;
@@ -270,7 +359,7 @@ wt_status *wt_ucxe_check_strays(wt_engine *e, int64_t timeout) {
     size_t closed = 0;
     for (size_t i = 0; i < e->npeers; i++) {
       peer *p = &e->peers[i];
-      if (!p->used || p->gen > e->stray_mark) continue;
+      if (!p->used || !p->authed || p->gen > e->stray_mark) continue;
       wt_ucx_ep_close(e->ucx, p->ep, false, 200);
       memset(p, 0, sizeof(*p));
       closed++;

@@ -20,9 +20,16 @@
  * once with ucp_mem_map and every contiguous receive (and chain forward)
  * passes its handle (UCP_OP_ATTR_FIELD_MEMH), so no round registers
  * memory; destroy unmaps them. An IOV receive leaves registration to UCX
- * (its registration cache). Up to packed_num_buffers (default 2) buckets
- * are posted at once, so receiving bucket b+1 overlaps the trainer packing
- * bucket b+2.
+ * (its registration cache). Every bucket's receive is posted before the
+ * round's first wait (the trainer's packed_num_buffers bounds how many are
+ * in flight), so receiving bucket b+1 overlaps the trainer packing bucket
+ * b+2, and whatever else arrives is discarded at once.
+ *
+ * Trust: every tag is keyed with the init's secret (wt_ucx_tag), so only
+ * the trainer of this init can send a bucket or a route this worker takes;
+ * a connection to the listener must send the init's hello within
+ * UCX_HELLO_MS or is closed, and at most UCX_MAX_PENDING may owe one, so
+ * strangers never fill the connection slots.
  *
  * Route and chain: every round starts with the route message
  * (wt/ucx_common.h). When it names a next worker (chain fan-out), this
@@ -93,6 +100,28 @@ static wt_status *ucx_create(const Wt__V1__WeightTransferInitInfo *init,
               WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX
           ? init->ucx
           : NULL;
+  WT_CHECK(wt_ucx_init_secret(init, e->secret));
+  for (size_t i = 0; i < init->n_options; i++) {
+    const char *k = init->options[i]->key, *v = init->options[i]->value;
+    if (k == NULL || v == NULL || strcmp(k, "ucx_connect") != 0) continue;
+    e->listen = strcmp(v, "sockaddr") == 0;
+    if (!e->listen && strcmp(v, "address") != 0)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "init_info.options[\"ucx_connect\"] is '%s'; it must be "
+              "'address' (default) or 'sockaddr'",
+              v);
+  }
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  if (e->listen && major == 1 && minor < 14)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "init_info.options[\"ucx_connect\"] is 'sockaddr', which this "
+            "server refuses with UCX %u.%u.%u: that UCX's sockaddr listener "
+            "aborts the whole process when anyone sends it 17 bytes "
+            "(tcp_sockcm_ep.c:825); connect by worker address (the default), "
+            "or run a UCX of 1.14 or later",
+            major, minor, release);
+  wt_ucx_hello(e->secret, e->hello);
   if (x != NULL) {
     if (x->packed_buffer_size_bytes != NULL) {
       if (x->packed_buffer_size_bytes->value == 0)
@@ -165,7 +194,12 @@ static wt_status *ucx_init_transfer(wt_engine *e,
   ucs_status_t us;
   (void)init;
   const char *host = e->ctx.host && *e->ctx.host ? e->ctx.host : "127.0.0.1";
-  st = wt_ucx_new(e->transports, e->where, &e->ucx);
+  /* UCX listens (its sockaddr listener and its TCP transport) only on the
+   * interface of the server's --listen address, unless that is a wildcard
+   * or UCX_NET_DEVICES says otherwise. */
+  char ifname[64] = "";
+  bool one_if = wt_ucx_interface_of(host, ifname, sizeof(ifname));
+  st = wt_ucx_new(e->transports, one_if ? ifname : NULL, e->where, &e->ucx);
   if (st != NULL && e->transports_from_server)
     st = wt_status_prefix(st,
                           "transports '%s' from the server's "
@@ -182,6 +216,7 @@ static wt_status *ucx_init_transfer(wt_engine *e,
   }
   WT_LOGD("ucx", "%s: registered %zu staging region(s) with ucp_mem_map",
           e->where, e->nregions);
+  if (!e->listen) goto address;
   WT_CHECK(wt_ucx_sockaddr(host, 0, &ss, &len));
   ucp_listener_params_t lp = {
       .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
@@ -202,6 +237,9 @@ static wt_status *ucx_init_transfer(wt_engine *e,
                       : ntohs(((struct sockaddr_in *)&la.sockaddr)->sin_port);
   snprintf(endpoint->address, sizeof(endpoint->address), "%s", host);
   endpoint->port = port;
+address:
+  if (!e->listen)
+    snprintf(endpoint->address, sizeof(endpoint->address), "%s", host);
   /* Also the packed worker address: a trainer connecting with it gets every
    * transport UCX can reach us by, shared memory included (UCX 1.13's
    * sockaddr wireup does not select shared memory). */
@@ -219,8 +257,12 @@ static wt_status *ucx_init_transfer(wt_engine *e,
   memcpy(endpoint->worker_address, addr, alen);
   endpoint->worker_address_len = alen;
   ucp_worker_release_address(e->ucx->worker, addr);
-  WT_LOGD("ucx", "%s: listening on %s:%u (transports %s)", e->where, host,
-          (unsigned)port, e->transports ? e->transports : "default");
+  WT_LOGD("ucx", "%s: %s %s:%u (transports %s)", e->where,
+          e->listen ? "listening on"
+                    : "reachable by worker address; no "
+                      "listener, interface of",
+          host, (unsigned)endpoint->port,
+          e->transports ? e->transports : "default");
 out:
   return st;
 }
@@ -247,6 +289,26 @@ static void ucx_cancel(wt_engine *e) {
 
 static void ucx_destroy(wt_engine *e) {
   if (e == NULL) return;
+  size_t going = 0;
+  for (size_t i = 0; e->ucx && i < e->nstrays; i++)
+    going += wt_ucx_request_status(e->strays[i].req) == UCS_INPROGRESS;
+  if (going > 0) {
+    /* A failed round's bucket is still matched (its link was cut): tearing
+     * the UCX worker down under it aborts UCX 1.13 (an assertion over the
+     * put in flight). The old worker is left as it is, never progressed
+     * again, so nothing more is written through it; its memory is the
+     * price, once per such init. */
+    WT_LOGW("ucx",
+            "%s: %zu receive(s) of failed round %" PRIu64
+            " still in flight; leaving the old UCX worker behind unprogressed "
+            "rather than destroying it under them",
+            e->where, going, e->stray_round);
+    free(e->route_in);
+    free(e->route_out);
+    free(e->hops);
+    free(e->transports);
+    return; /* the rest is UCX's until exit */
+  }
   if (e->ucx) {
     wt_ucxe_drain_unexpected(e);
     for (size_t i = 0; i < e->nstrays; i++) {
@@ -254,8 +316,22 @@ static void ucx_destroy(wt_engine *e) {
     }
     e->nstrays = 0;
     wt_ucx_ep_close(e->ucx, e->fwd.ep, false, 200);
-    for (size_t i = 0; i < e->npeers; i++)
-      if (e->peers[i].used) wt_ucx_ep_close(e->ucx, e->peers[i].ep, false, 200);
+    for (size_t i = 0; i < e->npeers; i++) {
+      peer *p = &e->peers[i];
+      if (!p->used) continue;
+      if (p->hello_req != NULL) {
+        ucp_request_cancel(e->ucx->worker, p->hello_req);
+        ucp_request_free(p->hello_req);
+      }
+      if (!p->closing) wt_ucx_ep_close(e->ucx, p->ep, false, 200);
+      if (p->close_req != NULL) {
+        int64_t end = wt_ucx_now_ms() + 200;
+        while (ucp_request_check_status(p->close_req) == UCS_INPROGRESS &&
+               wt_ucx_now_ms() < end)
+          ucp_worker_progress(e->ucx->worker);
+        ucp_request_free(p->close_req);
+      }
+    }
     if (e->listener) ucp_listener_destroy(e->listener);
     for (size_t i = 0; i < e->nregions; i++)
       wt_ucx_mem_unmap(e->ucx, e->memh[i]);
@@ -311,7 +387,7 @@ static wt_status *post_bucket(wt_engine *e, const wt_update *u,
   if (s->note == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
   s->req = wt_ucx_tag_recv(e->ucx, buf, count, dt, memh,
-                           wt_ucx_tag(round_id, b), s->note);
+                           wt_ucx_tag(e->secret, round_id, b), s->note);
   if (UCS_PTR_IS_ERR(s->req)) {
     ucs_status_t us = UCS_PTR_STATUS(s->req);
     s->req = NULL;
@@ -377,16 +453,28 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
               "update_info.ucx.packed_buffer_size_bytes is 0; it must be at "
               "least 1");
   }
-  WT_CHECK(wt_ucxe_check_strays(e, connect_timeout));
+  /* A stray bucket still moving moves within the data deadline; one that
+   * does not is stuck (a cut link), and the caller hears so in time. */
+  WT_CHECK(wt_ucxe_check_strays(e, timeout));
   WT_CHECK(wt_pack_plan_build(u->nbytes, u->n, buffer, &plan));
   wt_ucxe_reap_peers(e);
   e->gone_since_ms = 0;
-  slots = calloc(e->num_buffers, sizeof(*slots));
+  /* Every bucket's receive is posted before the first wait, straight into
+   * its staging buffers: then every message of the round matches a posted
+   * receive as it arrives, and whatever lands in the unexpected queue
+   * meanwhile is no trainer's (its tag is keyed with the init's secret),
+   * so each wait discards it at once and a flood cannot pile up. */
+  slots = calloc(plan->nbuckets ? plan->nbuckets : 1, sizeof(*slots));
+  e->nslots = plan->nbuckets;
   iov_all = calloc(u->n ? u->n : 1, sizeof(*iov_all));
   if (slots == NULL || iov_all == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
   /* The route is the round's first message: its wait also covers the
    * trainer's (re)connection and its start, hence the connect deadline. */
+  for (; posted < plan->nbuckets; posted++)
+    WT_CHECK(
+        post_bucket(e, u, plan, u->round_id, posted, iov_all, &slots[posted]));
+  e->ucx->discard = true;
   WT_CHECK(wt_ucxe_recv_route(e, u, connect_timeout, &rflags, &nhops));
   if (nhops > 0) {
     fwd_reqs = calloc(plan->nbuckets + 1, sizeof(*fwd_reqs));
@@ -395,12 +483,7 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
     WT_CHECK(wt_ucxe_fwd_start(e, rflags, nhops, &fwd_reqs[plan->nbuckets]));
   }
   while (landed < plan->nbuckets) {
-    while (posted < plan->nbuckets && posted - landed < e->num_buffers) {
-      WT_CHECK(post_bucket(e, u, plan, u->round_id, posted, iov_all,
-                           &slots[posted % e->num_buffers]));
-      posted++;
-    }
-    slot *s = &slots[landed % e->num_buffers];
+    slot *s = &slots[landed];
     char what[160];
     snprintf(what, sizeof(what),
              "bucket %zu of %zu (round %" PRIu64 ") from the trainer", landed,
@@ -414,7 +497,9 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
   if (fwd_reqs != NULL)
     WT_CHECK(wt_ucxe_fwd_finish(e, fwd_reqs, plan->nbuckets + 1, timeout));
 out:
+  if (e->ucx) e->ucx->discard = false;
   if (slots) wt_ucxe_settle_receives(e, slots, u->round_id, &iov_all);
+  e->nslots = 0;
   if (fwd_reqs != NULL) {
     /* A failed round: forcing the close ends sends still in flight. */
     if (st != NULL) {

@@ -33,13 +33,28 @@
 /* How long an abort spends discarding a failed round's leftover buckets. */
 #define UCX_DRAIN_MS 500
 
-/* A connection from the trainer (normally one per init). */
+/* How long a new connection to the listener has to send its hello
+ * (wt_ucx_hello) before it is closed, and how many may be waiting to at
+ * once; past that, new connections are refused until one proves itself or
+ * its time is up. Strangers thus never take a trainer's place. */
+#define UCX_HELLO_MS 2000
+#define UCX_MAX_PENDING 16
+
+/* A connection from the trainer (normally one per init), or one still
+ * owing its hello. */
 typedef struct peer {
   bool used; /* slot holds a connection (closed broken ones are reused) */
   ucp_ep_h ep;
   bool failed;
   ucs_status_t why;
-  uint64_t gen; /* accepted as the engine's gen-th connection */
+  uint64_t gen;    /* proved itself as the engine's gen-th connection */
+  bool authed;     /* sent the init's hello */
+  void *close_req; /* a stranger being closed: the slot waits for it */
+  bool closing;
+  void *hello_req; /* the stream receive of the hello, while pending */
+  size_t hello_len;
+  int64_t hello_deadline_ms;
+  uint8_t hello[WT_UCX_HELLO_BYTES];
 } peer;
 
 /* One posted bucket receive. */
@@ -55,11 +70,17 @@ struct wt_engine {
   wt_worker_ctx ctx;
   uint64_t buffer_bytes;
   uint32_t num_buffers;
+  size_t nslots; /* the running receive's bucket receives: one per bucket */
   /* The route wait's deadline (init_info.ucx.connect_timeout_ms); 0: the
    * default, WT_UCX_CONNECT_TIMEOUT_MS or the bucket deadline if larger. */
   int64_t connect_timeout_ms;
   char *transports;
+  bool listen; /* options["ucx_connect"] = "sockaddr": open a listener */
   bool transports_from_server; /* not the init info's: the server default */
+  uint8_t secret[WT_UCX_SECRET_BYTES]; /* init_info.ucx.auth_secret */
+  uint8_t hello[WT_UCX_HELLO_BYTES];   /* what a connection must send */
+  uint64_t refused;  /* connections refused: too many owing a hello */
+  uint64_t rejected; /* connections closed: no or a wrong hello */
   wt_ucx *ucx;
   ucp_listener_h listener;
   peer *peers;
@@ -119,8 +140,13 @@ WT_UCXE_HIDDEN void wt_ucxe_on_conn(ucp_conn_request_h req, void *arg);
 WT_UCXE_HIDDEN void wt_ucxe_drain_unexpected(wt_engine *e);
 
 /* Closes the broken trainer connections (outside UCX callbacks) and frees
- * their slots. */
+ * their slots; settles the hellos (wt_ucxe_check_hellos). */
 WT_UCXE_HIDDEN void wt_ucxe_reap_peers(wt_engine *e);
+
+/* Marks the connections whose hello arrived and matches as the trainer's;
+ * closes (without waiting) those whose hello is wrong, failed or late.
+ * Outside UCX callbacks; every wait of the engine runs it. */
+WT_UCXE_HIDDEN void wt_ucxe_check_hellos(wt_engine *e);
 
 /* The error of a broken trainer connection, for messages. */
 WT_UCXE_HIDDEN ucs_status_t wt_ucxe_last_error(const wt_engine *e);

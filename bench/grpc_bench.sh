@@ -19,7 +19,9 @@
 #
 # Environment: BUILD_DIR (default build), RUNS (default 5), WARMUP (default
 # 1), MODEL (default bench-1g), CHUNK (default 1048576), STAGINGS (default
-# "shadow inplace"; the first one is timed, each one's RSS is shown).
+# "shadow inplace"; the first one is timed, each one's RSS is shown), AUTH
+# ("" none, "token": bearer tokens on every call, "tls": TLS and tokens; the
+# Python reference runs plaintext either way).
 # Not a test: CI does not run it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +41,7 @@ push_bin=$build/client/wt-push
 
 work=$(mktemp -d)
 trap bench_cleanup EXIT
+bench_auth "${AUTH:-}" "$work/auth"
 
 # ---------------------------------------------------------------- C side
 declare -A c_hwm c_rss0
@@ -46,7 +49,8 @@ c_best=""
 c_bytes=""
 for staging in $stagings; do
   start_bg "wt-server-$staging" "$server_bin" --listen 127.0.0.1:0 \
-    --model "synthetic:$model" --staging "$staging" --log-level warn
+    --model "synthetic:$model" --staging "$staging" --log-level warn \
+    ${auth_server[@]+"${auth_server[@]}"}
   server_pid=$bg_pid
   c_rss0[$staging]=$(kib "$server_pid" VmRSS)
   # The first staging mode is timed; the others only need one push for
@@ -56,7 +60,8 @@ for staging in $stagings; do
   for i in $(seq 1 "$pushes"); do
     out=$work/push-$staging-$i.out
     "$push_bin" --server "$bg_addr" --synthetic "$model" --backend grpc \
-      --chunk-size "$chunk" --version "bench-$staging-$i" >"$out" 2>&1 || {
+      --chunk-size "$chunk" --version "bench-$staging-$i" \
+      ${auth_client[@]+"${auth_client[@]}"} >"$out" 2>&1 || {
       echo "grpc_bench: wt-push failed:" >&2
       cat "$out" >&2
       exit 1
@@ -95,7 +100,7 @@ model_kib=$((c_bytes / 1024))
 echo
 echo "grpc backend, $(gib "$model_kib") GiB ($c_bytes bytes, synthetic:$model)" \
   "in ${chunk}-byte chunks over loopback; $runs runs after $warmup warm-up;" \
-  "$(nproc) CPUs"
+  "$(nproc) CPUs; wt with auth '${AUTH:-none}'"
 printf '%-44s %10s %10s\n' "path" "best GB/s" "median"
 printf '%-44s %10.2f %10.2f\n' "C     wt-push -> wt-server (${stagings%% *})" \
   "$c_best" "$c_median"

@@ -84,3 +84,27 @@ push_summary() {
     exit 1
   fi
 }
+
+# bench_auth MODE DIR: the trust options of the benchmarked processes, into
+# the arrays auth_server and auth_client. MODE: "" (none), "token" (bearer
+# tokens on every call), "tls" (TLS and tokens). Certificates come from
+# tests/support/make-certs.sh in DIR.
+bench_auth() {
+  local mode=$1 dir=$2
+  auth_server=()
+  auth_client=()
+  [ -z "$mode" ] && return 0
+  mkdir -p "$dir"
+  printf 'trainer %s\n' "$(openssl rand -hex 32)" >"$dir/tokens"
+  chmod 600 "$dir/tokens"
+  auth_server=(--token-file "$dir/tokens")
+  auth_client=(--token-file "$dir/tokens")
+  if [ "$mode" = tls ]; then
+    sh tests/support/make-certs.sh "$dir/pki" >/dev/null
+    auth_server+=(--tls-cert "$dir/pki/server.pem" --tls-key "$dir/pki/server.key")
+    auth_client+=(--tls-ca "$dir/pki/ca.pem")
+  elif [ "$mode" != token ]; then
+    echo "$bench: AUTH='$mode' is not '', 'token' or 'tls'" >&2
+    exit 2
+  fi
+}

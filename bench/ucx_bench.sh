@@ -33,7 +33,9 @@
 # table shows the best and the median run. GB/s = 1e9 bytes/s. Peak RSS of
 # wt-server (VmHWM) is shown against the model size. Not a test; CI does not
 # run it. Environment: BUILD_DIR (default build), CKPT, BUCKET, MODES,
-# WORKERS, FANOUTS, RUNS, WARMUP, GRPC.
+# WORKERS, FANOUTS, RUNS, WARMUP, GRPC, AUTH ("" none, "token": bearer
+# tokens on the control plane, "tls": TLS and tokens; the data plane's
+# keyed tags are always on).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -90,8 +92,11 @@ EOF
 )
 iters=$(( (total + bucket - 1) / bucket ))
 
+bench=ucx_bench
+. bench/lib.sh
 work=$(mktemp -d)
 pids=()
+bench_auth "${AUTH:-}" "$work/auth"
 cleanup() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
@@ -108,7 +113,8 @@ wt() {
   local name=$1 w=$2 backend=$3
   shift 3
   env "$@" "$build/server/wt-server" --listen 127.0.0.1:0 --model "$ckpt" \
-    --workers "$w" >"$work/$name.srv" 2>"$work/$name.srv.err" &
+    --workers "$w" ${auth_server[@]+"${auth_server[@]}"} \
+    >"$work/$name.srv" 2>"$work/$name.srv.err" &
   local pid=$! addr="" i out gbps
   pids+=("$pid")
   for _ in $(seq 1 1200); do
@@ -120,7 +126,8 @@ wt() {
   : >"$work/$name.gbps"
   for i in $(seq 1 $((warmup + runs))); do
     out=$(env "$@" "$build/client/wt-push" --server "$addr" --checkpoint "$ckpt" \
-      --backend "$backend" --bucket-size "$bucket" --version "b$i" --quiet 2>&1)
+      --backend "$backend" --bucket-size "$bucket" --version "b$i" --quiet \
+      ${auth_client[@]+"${auth_client[@]}"} 2>&1)
     gbps=$(grep -oE '[0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)? GB/s' <<<"$out" | head -n1 | cut -d' ' -f1)
     [ -n "$gbps" ] || { echo "ucx_bench: wt-push said: $out" >&2; exit 1; }
     [ "$i" -gt "$warmup" ] && echo "$gbps" >>"$work/$name.gbps"

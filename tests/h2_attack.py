@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""h2_attack.py MODE HOST PORT SECONDS: a misbehaving HTTP/2 client for the
+"""h2_attack.py MODE HOST PORT SECONDS [RATE]: a misbehaving HTTP/2 client for the
 trust suite, speaking raw HTTP/2 (the `h2` package) to wt-server's gRPC port.
 
   rapid-reset   opens a stream and resets it at once, as fast as the socket
@@ -11,7 +11,8 @@ trust suite, speaking raw HTTP/2 (the `h2` package) to wt-server's gRPC port.
   many-streams  opens streams and never finishes them, far past the
                 server's concurrent-stream limit
 
-Reconnects whenever the server closes the connection (which is what it
+RATE caps the streams opened per second (0 or absent: as fast as the socket
+takes them). Reconnects whenever the server closes the connection (which is what it
 should do). Prints one line: the mode, connections, streams and frames
 sent, and how many times the server closed the connection.
 """
@@ -67,6 +68,8 @@ def drain(s, c):
 
 def main():
     mode, host, port, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    rate = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
+    t0 = time.monotonic()
     authority = "%s:%d" % (host, port)
     end = time.monotonic() + seconds
     conns = streams = closed = 0
@@ -116,6 +119,10 @@ def main():
                 closed += 1
             if mode == "many-streams" and alive:
                 time.sleep(0.01)
+            if rate > 0:
+                ahead = streams / rate - (time.monotonic() - t0)
+                if ahead > 0:
+                    time.sleep(ahead)
         s.close()
     print("%s: %d connections, %d streams, server closed %d" %
           (mode, conns, streams, closed))

@@ -164,6 +164,15 @@ static void test_readers_never_take_round_capacity(void) {
   enum { NSLOW = 40 };
   Wt__V1__ChecksumWeightsRequest creq = WT__V1__CHECKSUM_WEIGHTS_REQUEST__INIT;
   creq.all_workers = true;
+  /* The same round alone first: the reference for the one beside them. */
+  wtt_upd u;
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  int64_t a0 = wtt_now_ms();
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 0, 1 << 20, 2, NULL));
+  WT_ASSERT_OK(wtt_abort(S.ch, id, NULL));
+  int64_t alone_ms = wtt_now_ms() - a0;
   wtt_bg_call slow[NSLOW];
   for (int i = 0; i < NSLOW; i++) {
     slow[i] =
@@ -181,16 +190,17 @@ static void test_readers_never_take_round_capacity(void) {
   CU_ASSERT(queued > 0);
   /* The trainer's round meanwhile, call by call. */
   int64_t t0 = wtt_now_ms();
-  uint64_t id = 0;
   WT_ASSERT_OK(wtt_start(S.ch, &id));
-  wtt_upd u;
-  wtt_upd_init(&u, S.metas, NULL, S.n);
   WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 0, 1 << 20, 2, NULL));
   WT_ASSERT_OK(wtt_abort(S.ch, id, NULL));
   int64_t round_ms = wtt_now_ms() - t0;
-  printf("  start, push, abort beside %d slow readers: %lld ms\n", NSLOW,
-         (long long)round_ms);
-  CU_ASSERT(round_ms < 2000);
+  printf(
+      "  start, push, abort beside %d slow readers: %lld ms (alone: %lld "
+      "ms)\n",
+      NSLOW, (long long)round_ms, (long long)alone_ms);
+  /* Not queued behind them: readers share the CPU (hashing on this
+   * machine's cores), never the round's threads. */
+  CU_ASSERT(round_ms < 3 * alone_ms + 1000);
   for (int i = 0; i < NSLOW; i++) WT_ASSERT_OK(wtt_bg_join(&slow[i]));
   wtt_server_stop(&S);
 

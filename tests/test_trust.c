@@ -486,16 +486,6 @@ static bool have_h2(void) {
   return system("python3 -c 'import h2' >/dev/null 2>&1") == 0;
 }
 
-static long rss_kib(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  long kib = -1;
-  while (f && fgets(line, sizeof(line), f))
-    if (strncmp(line, "VmRSS:", 6) == 0) kib = atol(line + 6);
-  if (f) fclose(f);
-  return kib;
-}
-
 /* Runs tests/h2_attack.py MODE against `target` for `seconds` while a
  * well-behaved client calls GetServerInfo every 100 ms (5 s deadline):
  * every call must be answered. */
@@ -508,7 +498,7 @@ static void survive(const char *mode, const char *port, const char *target,
   const char *const argv[] = {"/usr/bin/env", "python3",   script,
                               mode,           "127.0.0.1", port,
                               secs,           H2_RATE,     NULL};
-  long rss0 = rss_kib();
+  long rss0 = wtt_rss_kib();
   pid_t pid = wt_proc_spawn(argv, log, NULL);
   CU_ASSERT_FATAL(pid > 0);
   wt_rpc_channel *ch = channel(target, tls, TRAINER_TOKEN);
@@ -545,7 +535,7 @@ static void survive(const char *mode, const char *port, const char *target,
          " streams/s); %d calls beside it, "
          "%d failed, worst %lld ms; process RSS %ld -> %ld MiB",
          mode, line, calls, failed, (long long)worst, rss0 / 1024,
-         rss_kib() / 1024);
+         wtt_rss_kib() / 1024);
   CU_ASSERT_EQUAL(failed, 0);
   WT_ASSERT_OK(info_call(ch));
   wt_rpc_channel_destroy(ch);

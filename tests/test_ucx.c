@@ -495,6 +495,25 @@ static wt_status *late_send(void *self, wt_source *source,
   return wt_ucx_trainer_ops.send_weights(self, source, progress, user);
 }
 
+/* A server on "small" with `workers` workers whose engines come from
+ * `reg`, and a client to it (data deadline 20 s). */
+static wt_server *registry_server(wt_registry *reg, uint32_t workers,
+                                  wt_sync_client **c) {
+  wt_server *srv = NULL;
+  wt_server_options so = {.listen = "127.0.0.1:0",
+                          .model = "synthetic:small",
+                          .workers = workers,
+                          .drain_ms = 200,
+                          .engine_registry = reg};
+  WT_ASSERT_OK(wt_server_start(&so, &srv));
+  char target[32];
+  snprintf(target, sizeof(target), "127.0.0.1:%d", wt_server_port(srv));
+  const char *targets[] = {target};
+  wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
+  WT_ASSERT_OK(wt_sync_client_new(targets, 1, &o, c));
+  return srv;
+}
+
 /* Data waits of 700 ms; one side starts 1.5 s late. The round's first
  * message waits for the connect deadline (default 10 s) instead, so the
  * round works either way; a connect deadline shorter than the delay fails
@@ -517,22 +536,11 @@ static void test_late_start(void) {
     WT_ASSERT_OK(wt_trainer_register("ucx-late", &late_trainer_ops));
     trainer_registered = true;
   }
-  wt_server *srv = NULL;
-  wt_server_options so = {.listen = "127.0.0.1:0",
-                          .model = "synthetic:small",
-                          .workers = 2,
-                          .drain_ms = 200,
-                          .engine_registry = reg};
-  WT_ASSERT_OK(wt_server_start(&so, &srv));
-  char target[32];
-  snprintf(target, sizeof(target), "127.0.0.1:%d", wt_server_port(srv));
-  const char *targets[] = {target};
-  wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
   wt_sync_client *c = NULL;
+  wt_server *srv = registry_server(reg, 2, &c);
   wt_trainer *t = NULL;
   wt_source *src = NULL;
   ucx_info ui;
-  WT_ASSERT_OK(wt_sync_client_new(targets, 1, &o, &c));
   WT_ASSERT_OK(wt_source_synthetic("small", 5, &src));
 
   /* The workers start late: the trainer's wait for each worker's first
@@ -642,16 +650,6 @@ static wt_status *spy_init(wt_engine *e,
   return st;
 }
 
-static long self_rss_mib(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  long kib = -1;
-  while (f && fgets(line, sizeof(line), f))
-    if (strncmp(line, "VmRSS:", 6) == 0) kib = atol(line + 6);
-  if (f) fclose(f);
-  return kib / 1024;
-}
-
 /* Runs the attacker with argv (after the binary) in the background. */
 static pid_t attack_start(const char *dir, const char *tag,
                           const char *const *args, char *log, size_t cap) {
@@ -692,22 +690,11 @@ static void test_strangers_by_address(void) {
   spy_engine_ops = wt_ucx_engine_ops;
   spy_engine_ops.init_transfer = spy_init;
   WT_ASSERT_OK(wt_registry_register(reg, "ucx", &spy_engine_ops));
-  wt_server *srv = NULL;
-  wt_server_options so = {.listen = "127.0.0.1:0",
-                          .model = "synthetic:small",
-                          .workers = 1,
-                          .drain_ms = 200,
-                          .engine_registry = reg};
-  WT_ASSERT_OK(wt_server_start(&so, &srv));
-  char target[32];
-  snprintf(target, sizeof(target), "127.0.0.1:%d", wt_server_port(srv));
-  const char *targets[] = {target};
-  wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
   wt_sync_client *c = NULL;
+  wt_server *srv = registry_server(reg, 1, &c);
   wt_trainer *t = NULL;
   wt_source *src = NULL;
   ucx_info ui;
-  WT_ASSERT_OK(wt_sync_client_new(targets, 1, &o, &c));
   spy_addr[0] = '\0';
   WT_ASSERT_OK(wt_sync_client_init_transfer(
       c, ucx_info_make(&ui, "tcp", NULL, 256 << 10, 5000), NULL, &t));
@@ -723,7 +710,7 @@ static void test_strangers_by_address(void) {
   for (size_t a = 0; a < sizeof(attacks) / sizeof(attacks[0]); a++) {
     const char *args[] = {attacks[a].mode, "4", spy_addr, attacks[a].n, NULL};
     char log[PATH_MAX];
-    long rss0 = self_rss_mib();
+    long rss0 = wtt_rss_kib() / 1024;
     pid_t pid = attack_start(dir, attacks[a].mode, args, log, sizeof(log));
     wtt_sleep_ms(500);
     int rounds = 0, failed = 0;
@@ -748,7 +735,7 @@ static void test_strangers_by_address(void) {
       }
       rounds++;
     }
-    long rss1 = self_rss_mib();
+    long rss1 = wtt_rss_kib() / 1024;
     const char *report = attack_end(pid, log, attacks[a].mode);
     printf("\n  %-6s (%s): %d rounds beside it, %d failed; RSS %ld -> %ld MiB",
            attacks[a].mode, report, rounds, failed, rss0, rss1);

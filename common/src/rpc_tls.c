@@ -15,35 +15,15 @@
 /* The PEM file `path` (for `what`: "--tls-cert") as a NUL-terminated string
  * the caller frees. */
 static wt_status *read_pem(const char *what, const char *path, char **out) {
-  wt_status *st = NULL;
-  *out = NULL;
-  FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return wt_status_new(WT_INVALID_ARGUMENT, "%s '%s': %s", what, path,
-                         strerror(errno));
-  struct stat sb;
-  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) ||
-      sb.st_size > MAX_PEM_BYTES)
-    WT_FAIL(WT_INVALID_ARGUMENT, "%s '%s': not a regular file of at most 1 MiB",
-            what, path);
-  char *buf = malloc((size_t)sb.st_size + 1);
-  if (buf == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", what);
-  size_t got = fread(buf, 1, (size_t)sb.st_size, f);
-  buf[got] = '\0';
-  if (strstr(buf, "-----BEGIN ") == NULL) {
-    free(buf);
-    WT_FAIL(WT_INVALID_ARGUMENT, "%s '%s': no PEM block in it", what, path);
+  wt_status *st = wt_read_small_file(what, path, MAX_PEM_BYTES, false, out);
+  if (st != NULL) return st;
+  if (strstr(*out, "-----BEGIN ") == NULL) {
+    wt_secret_free(*out);
+    *out = NULL;
+    return wt_status_new(WT_INVALID_ARGUMENT, "%s '%s': no PEM block in it",
+                         what, path);
   }
-  *out = buf;
-out:
-  fclose(f);
-  return st;
-}
-
-static void free_secret(char *s) {
-  if (s == NULL) return;
-  memset(s, 0, strlen(s));
-  free(s);
+  return NULL;
 }
 
 wt_status *rpc_server_credentials(const wt_rpc_tls *tls,
@@ -77,7 +57,7 @@ wt_status *rpc_server_credentials(const wt_rpc_tls *tls,
             tls->cert_file, tls->key_file);
 out:
   free(cert);
-  free_secret(key);
+  wt_secret_free(key);
   free(ca);
   return st;
 }
@@ -105,7 +85,7 @@ wt_status *rpc_channel_credentials(const wt_rpc_tls *tls,
   if (*out == NULL) WT_FAIL(WT_INVALID_ARGUMENT, "TLS credentials: rejected");
 out:
   free(cert);
-  free_secret(key);
+  wt_secret_free(key);
   free(ca);
   return st;
 }

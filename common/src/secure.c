@@ -91,10 +91,8 @@ static bool token_chars_ok(const char *t, size_t n) {
   return true;
 }
 
-/* Reads the whole file (at most 1 MiB) into a NUL-terminated buffer; refuses
- * one that others may read when `private_only`. */
-static wt_status *slurp(const char *what, const char *path, bool private_only,
-                        char **out) {
+wt_status *wt_read_small_file(const char *what, const char *path,
+                              size_t max_bytes, bool private_only, char **out) {
   wt_status *st = NULL;
   *out = NULL;
   FILE *f = fopen(path, "r");
@@ -108,9 +106,9 @@ static wt_status *slurp(const char *what, const char *path, bool private_only,
     WT_FAIL(WT_INVALID_ARGUMENT,
             "%s '%s': mode %03o lets others read the tokens; chmod 600 it",
             what, path, (unsigned)(sb.st_mode & 0777));
-  if (sb.st_size > (1 << 20))
-    WT_FAIL(WT_INVALID_ARGUMENT, "%s '%s': %lld bytes, more than 1 MiB", what,
-            path, (long long)sb.st_size);
+  if ((uint64_t)sb.st_size > max_bytes)
+    WT_FAIL(WT_INVALID_ARGUMENT, "%s '%s': %lld bytes, more than %zu", what,
+            path, (long long)sb.st_size, max_bytes);
   char *buf = malloc((size_t)sb.st_size + 1);
   if (buf == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", what);
   size_t got = fread(buf, 1, (size_t)sb.st_size, f);
@@ -119,6 +117,12 @@ static wt_status *slurp(const char *what, const char *path, bool private_only,
 out:
   fclose(f);
   return st;
+}
+
+void wt_secret_free(char *s) {
+  if (s == NULL) return;
+  memset(s, 0, strlen(s));
+  free(s);
 }
 
 /* Splits the next line off *cur; returns NULL at the end. */
@@ -147,6 +151,18 @@ static int split_words(char *line, char *w[3]) {
     n++;
   }
   return n;
+}
+
+/* The words of the next line that is not blank or a comment (its number in
+ * *lineno), or -1 at the end. */
+static int next_entry(char **cur, int *lineno, char *w[3]) {
+  char *line;
+  while ((line = next_line(cur)) != NULL) {
+    ++*lineno;
+    int nw = split_words(line, w);
+    if (nw > 0) return nw;
+  }
+  return -1;
 }
 
 static wt_status *check_token(const char *what, const char *path, int lineno,
@@ -190,14 +206,10 @@ wt_status *wt_tokens_load(const char *path, wt_token **out, size_t *n) {
   size_t count = 0;
   *out = NULL;
   *n = 0;
-  WT_CHECK(slurp(what, path, true, &buf));
-  char *cur = buf, *line;
-  int lineno = 0;
-  while ((line = next_line(&cur)) != NULL) {
-    lineno++;
-    char *w[3];
-    int nw = split_words(line, w);
-    if (nw == 0) continue;
+  WT_CHECK(wt_read_small_file(what, path, 1 << 20, true, &buf));
+  char *cur = buf, *w[3];
+  int lineno = 0, nw;
+  while ((nw = next_entry(&cur, &lineno, w)) >= 0) {
     uint32_t scope = nw == 2 ? scope_of(w[0]) : 0;
     if (scope == 0)
       WT_FAIL(WT_INVALID_ARGUMENT,
@@ -227,10 +239,7 @@ wt_status *wt_tokens_load(const char *path, wt_token **out, size_t *n) {
   count = 0;
 out:
   wt_tokens_free(toks, count);
-  if (buf) {
-    memset(buf, 0, strlen(buf));
-    free(buf);
-  }
+  wt_secret_free(buf);
   return st;
 }
 
@@ -252,14 +261,10 @@ wt_status *wt_token_read(const char *path, char **out) {
   wt_status *st = NULL;
   char *buf = NULL;
   *out = NULL;
-  WT_CHECK(slurp(what, path, false, &buf));
-  char *cur = buf, *line;
-  int lineno = 0;
-  while ((line = next_line(&cur)) != NULL) {
-    lineno++;
-    char *w[3];
-    int nw = split_words(line, w);
-    if (nw == 0) continue;
+  WT_CHECK(wt_read_small_file(what, path, 1 << 20, false, &buf));
+  char *cur = buf, *w[3];
+  int lineno = 0, nw;
+  while ((nw = next_entry(&cur, &lineno, w)) >= 0) {
     const char *tok = nw == 1 ? w[0] : nw == 2 && scope_of(w[0]) ? w[1] : NULL;
     if (tok == NULL)
       WT_FAIL(WT_INVALID_ARGUMENT,
@@ -273,9 +278,6 @@ wt_status *wt_token_read(const char *path, char **out) {
   }
   WT_FAIL(WT_INVALID_ARGUMENT, "%s '%s': no token in it", what, path);
 out:
-  if (buf) {
-    memset(buf, 0, strlen(buf));
-    free(buf);
-  }
+  wt_secret_free(buf);
   return st;
 }

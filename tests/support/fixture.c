@@ -24,6 +24,16 @@ void wtt_sleep_ms(int ms) {
   usleep((useconds_t)ms * 1000);
 }
 
+long wtt_rss_kib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long kib = -1;
+  while (f && fgets(line, sizeof(line), f))
+    if (strncmp(line, "VmRSS:", 6) == 0) kib = atol(line + 6);
+  if (f) fclose(f);
+  return kib;
+}
+
 /* --- servers -------------------------------------------------------------- */
 
 void wtt_server_start(wtt_server *s, const char *layout,

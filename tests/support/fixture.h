@@ -24,6 +24,8 @@
 #define WTT_DEADLINE_MS 10000
 
 int64_t wtt_now_ms(void);
+/* This process's resident set (VmRSS) in KiB; -1 when unknown. */
+long wtt_rss_kib(void);
 void wtt_sleep_ms(int ms);
 
 /* --- in-process servers --------------------------------------------------- */

@@ -38,6 +38,16 @@ bool wt_utf8_valid(const char *s, size_t n, size_t *bad);
 void wt_hmac_sha256(const void *key, size_t klen, const void *msg, size_t n,
                     uint8_t out[32]);
 
+/* The whole of a small regular file (at most max_bytes) as a NUL-terminated
+ * string the caller frees (wt_secret_free when it holds a secret). `what`
+ * names it in errors ("token file", "--tls-key"); with private_only a file
+ * that others than its owner may read is refused. */
+wt_status *wt_read_small_file(const char *what, const char *path,
+                              size_t max_bytes, bool private_only, char **out);
+
+/* Overwrites and frees a string that held a secret. NULL is ignored. */
+void wt_secret_free(char *s);
+
 /* ---- bearer tokens --------------------------------------------------------
  */
 

@@ -234,9 +234,14 @@ wt_status *wt_ucx_wait(wt_ucx *u, bool (*cond)(void *), void *arg,
   for (;;) {
     /* Bounded: under a flood progress never runs dry, and what it takes in
      * must be discarded (below) before it piles up. */
-    for (int i = 0; i < 64 && ucp_worker_progress(u->worker) != 0; i++) {
-    }
-    if (u->discard && wt_ucx_discard_unexpected(u) > 0 &&
+    int busy = 0;
+    while (busy < 64 && ucp_worker_progress(u->worker) != 0) busy++;
+    /* Probing costs a little on every pass: done when progress ran dry
+     * only once a millisecond, at once when it did not (a flood). */
+    bool probe =
+        u->discard && (busy == 64 || wt_ucx_now_ms() >= u->discard_next_ms);
+    if (probe) u->discard_next_ms = wt_ucx_now_ms() + 1;
+    if (probe && wt_ucx_discard_unexpected(u) > 0 &&
         wt_ucx_now_ms() >= u->discard_log_ms) {
       WT_LOGW("ucx",
               "discarded %llu message(s) that no receive of this round "

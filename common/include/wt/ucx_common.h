@@ -51,6 +51,7 @@ typedef struct wt_ucx {
   bool discard;
   uint64_t discarded;
   int64_t discard_log_ms;
+  int64_t discard_next_ms;
 } wt_ucx;
 
 /* Creates context and worker; `transports` (may be NULL or empty: UCX's own

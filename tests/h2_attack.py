@@ -10,6 +10,8 @@ trust suite, speaking raw HTTP/2 (the `h2` package) to wt-server's gRPC port.
                 headers through the dynamic table (CVE-2023-33953's kind)
   many-streams  opens streams and never finishes them, far past the
                 server's concurrent-stream limit
+  many-conns    opens 1000 TCP connections that never send a byte and
+                holds them; reports how many the server closed
 
 RATE caps the streams opened per second (0 or absent: as fast as the socket
 takes them). Reconnects whenever the server closes the connection (which is what it
@@ -75,6 +77,28 @@ def main():
     conns = streams = closed = 0
     big = [("x-pad-%d" % i, "v" * 1000) for i in range(1000)]  # ~1 MiB
     bomb = [("x-bomb", "b" * 4000)] * 4000  # ~16 MB once expanded
+    if mode == "many-conns":
+        socks = []
+        for _ in range(1000):
+            try:
+                socks.append(socket.create_connection((host, port), timeout=2))
+            except OSError:
+                break
+        opened = len(socks)
+        time.sleep(max(0.0, end - time.monotonic()))
+        gone = 0
+        for k in socks:
+            k.setblocking(False)
+            try:
+                gone += k.recv(1) == b""
+            except BlockingIOError:
+                pass
+            except OSError:
+                gone += 1
+            k.close()
+        print("%s: %d connections opened, %d closed by the server" %
+              (mode, opened, gone))
+        return
     while time.monotonic() < end:
         try:
             s, c = connect(host, port)

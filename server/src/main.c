@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "wt/log.h"
 #include "wt/parse.h"
@@ -91,6 +92,20 @@ static void usage(FILE *f) {
       WT_SERVER_DEFAULT_ROUND_TIMEOUT_MS / 1000,
       WT_SERVER_DEFAULT_HEADER_TIMEOUT_MS / 1000, WT_SERVER_DEFAULT_ROUND_CALLS,
       64, WT_SERVER_DEFAULT_READER_CALLS, WT_SERVER_DEFAULT_WATCHERS);
+}
+
+/* Raises the open-file limit to its hard maximum: every connection is a
+ * descriptor, and gRPC 1.51's accept loop handles running out of them
+ * badly (CVE-2023-4785), so a flood of connections should meet the
+ * kernel's limit as late as possible. */
+static void raise_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max) return;
+  rlim_t was = rl.rlim_cur;
+  rl.rlim_cur = rl.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+    WT_LOGD("server", "open-file limit raised from %llu to %llu",
+            (unsigned long long)was, (unsigned long long)rl.rlim_cur);
 }
 
 static int bad_option(const char *fmt, ...)
@@ -274,6 +289,7 @@ int main(int argc, char **argv) {
   if (optind < argc)
     return bad_option("unexpected argument '%s'", argv[optind]);
 
+  raise_fd_limit();
   wt_server *srv = NULL;
   st = wt_server_start(&opts, &srv);
   if (st != NULL) {

@@ -4,7 +4,8 @@
  * WeightTransfer service (taken from the service descriptor, so a new call
  * is covered without touching this file), both directly with protobuf-c and
  * through wt_pb_unpack from a gRPC byte buffer, as the RPC layer does. It
- * checks that the two agree, and that a parsed message re-serialises to
+ * checks that the two agree (wt_pb_unpack also refuses strings that are not
+ * UTF-8), and that a parsed message re-serialises to
  * bytes that parse back to the same bytes. It also feeds every input to the
  * grpc backend's own chunk parser (wt/chunk.h): whatever it accepts,
  * protobuf-c must read as the same bucket, offset and data, whole or split
@@ -12,6 +13,7 @@
 
 #include <grpc/byte_buffer.h>
 #include <grpc/slice.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,9 +94,15 @@ static void one(const ProtobufCMessageDescriptor *d, const uint8_t *data,
   ProtobufCMessage *via_pb = NULL;
   wt_status *st = wt_pb_unpack(bb, d, &via_pb);
   grpc_byte_buffer_destroy(bb);
-  if ((st == NULL) != (m != NULL))
+  /* wt_pb_unpack takes what protobuf-c takes, less strings that are not
+   * UTF-8 (which proto3 forbids). */
+  wt_status *u8 = m != NULL ? wt_pb_check_utf8(m) : NULL;
+  bool want = m != NULL && u8 == NULL;
+  wt_status_free(u8);
+  if ((st == NULL) != want)
     fail(d, st ? wt_status_message(st)
-               : "wt_pb_unpack accepted what protobuf-c rejects");
+               : "wt_pb_unpack accepted what protobuf-c rejects or what is "
+                 "not UTF-8");
   if (st != NULL && wt_status_code(st) != WT_INVALID_ARGUMENT)
     fail(d, wt_status_message(st));
   wt_status_free(st);

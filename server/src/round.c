@@ -411,7 +411,7 @@ out:
 
 /* --- update (receive) ----------------------------------------------------- */
 
-wt_status *wt_srv_update(wt_server *srv, uint64_t round_id,
+wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
                          const Wt__V1__WeightTransferUpdateInfo *info,
                          wt_receive_stats *stats) {
   wt_status *st = NULL;
@@ -436,6 +436,14 @@ wt_status *wt_srv_update(wt_server *srv, uint64_t round_id,
   st = run_round_op(srv, ops, &proto, "UpdateWeights");
   if (srv->round_id == round) {
     srv->busy = NULL;
+    /* The trainer's call ended under the receive (it was cancelled, or its
+     * process died): nobody will send the rest, so the round ends now
+     * rather than when a deadline passes. */
+    if (st != NULL && call != NULL && wt_rpc_call_cancelled(call))
+      wt_srv_abort_round_locked(
+          srv,
+          "UpdateWeights: the trainer's call ended (cancelled, or the "
+          "trainer is gone) while the workers received");
   }
   pthread_cond_broadcast(&srv->cv);
   if (st == NULL) *stats = ops[0].stats;

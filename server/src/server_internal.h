@@ -62,7 +62,7 @@ struct wt_server {
   wt_rpc_server *rpc;
   wt_rpc_class classes[3];
   uint64_t max_send_bytes; /* the largest reply gRPC will send */
-  wt_token *tokens; /* the --token-file's, for the RPC server */
+  wt_token *tokens;        /* the --token-file's, for the RPC server */
   size_t ntokens;
   pthread_t watchdog;
   bool watchdog_started;
@@ -151,8 +151,10 @@ WT_HIDDEN wt_status *wt_srv_init_engine(
 WT_HIDDEN wt_status *wt_srv_start(wt_server *srv, uint64_t *round_id);
 
 /* UpdateWeights: validates, then runs receive on every worker in
- * parallel. */
-WT_HIDDEN wt_status *wt_srv_update(wt_server *srv, uint64_t round_id,
+ * parallel. When `call` (may be NULL) was cancelled by the time a receive
+ * failed, the round is aborted: its trainer is gone. */
+WT_HIDDEN wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call,
+                                   uint64_t round_id,
                                    const Wt__V1__WeightTransferUpdateInfo *info,
                                    wt_receive_stats *stats);
 

@@ -279,13 +279,26 @@ out:
   return st;
 }
 
+/* On the polling thread when an UpdateWeights call is cancelled: only
+ * signals (every worker's blocked engine call returns). */
+static void cancel_receives(void *arg) {
+  wt_server *srv = arg;
+  for (uint32_t i = 0; i < srv->nworkers; i++)
+    if (srv->workers[i] != NULL) wt_worker_cancel(srv->workers[i]);
+}
+
 static wt_status *update_weights(wt_rpc_call *call,
                                  const ProtobufCMessage *request, void *user) {
   const Wt__V1__UpdateWeightsRequest *req =
       (const Wt__V1__UpdateWeightsRequest *)request;
   wt_status *st = NULL;
   wt_receive_stats stats = {0};
-  WT_CHECK(wt_srv_update(user, req->round_id, req->update_info, &stats));
+  /* A trainer gone mid-receive (its call cancelled) stops the workers'
+   * receives at once; wt_srv_update then ends the round. */
+  wt_rpc_call_set_cancel_callback(call, cancel_receives, user);
+  st = wt_srv_update(user, call, req->round_id, req->update_info, &stats);
+  wt_rpc_call_set_cancel_callback(call, NULL, NULL);
+  if (st != NULL) goto out;
   Wt__V1__UpdateWeightsResponse resp = WT__V1__UPDATE_WEIGHTS_RESPONSE__INIT;
   resp.tensors_received = stats.tensors;
   resp.bytes_received = stats.bytes;

@@ -551,8 +551,12 @@ static void test_watch_streams(void) {
       WT__V1__GET_WEIGHT_VERSION_REQUEST__INIT;
   WT_ASSERT_ERR(wt_rpc_stream_send(sa, &wrong.base), WT_INTERNAL, "wrong type");
   wt_status *bye = wt_status_new(WT_ABORTED, "that is all");
+  /* F.mu keeps s_closed (which releases the stream) waiting until both
+   * ends were made: the first may close the stream at once. */
+  pthread_mutex_lock(&F.mu);
   wt_rpc_stream_end(sa, bye);
   wt_rpc_stream_end(sa, NULL); /* only the first end counts */
+  pthread_mutex_unlock(&F.mu);
   wt_status_free(bye);
   /* (sa may be closed and released by s_closed from here on.) */
   bool done = false;

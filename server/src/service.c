@@ -583,6 +583,13 @@ static bool stopping(wt_server *srv) {
   return stop;
 }
 
+static wt_status *version_changed(size_t done, size_t total) {
+  return wt_status_new(WT_ABORTED,
+                       "ChecksumWeights: version changed; retry (a commit "
+                       "landed after %zu of %zu digests)",
+                       done, total);
+}
+
 /* The fewest names ChecksumWeights accepts however small the model. */
 #define WT_CHECKSUM_MIN_NAME_CAP 1024
 
@@ -653,13 +660,14 @@ static wt_status *checksum_weights(wt_rpc_call *call,
   commits = calloc(nw, sizeof(*commits));
   if (hex == NULL || pc == NULL || pp == NULL || commits == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "ChecksumWeights: out of memory");
-  /* Every digest of the reply describes one version: the commit count of
-   * each worker's store is noted before the first digest and checked after
-   * each. The read lock is held for one tensor at a time, so a commit never
-   * waits longer than one digest; a commit in between makes the call fail
-   * with ABORTED rather than mix two versions. */
-  for (uint32_t w = 0; w < nw; w++)
-    commits[w] = wt_param_store_commits(wt_worker_store(srv->workers[w]));
+  /* Every digest of the reply describes one version: each worker's store's
+   * commit count is noted under the read lock of its first digest, checked
+   * under the lock of every later one, and checked once more for every
+   * worker at the end (a commit between two workers' passes). The read
+   * lock is held for one tensor at a time, so a commit never waits longer
+   * than one digest; a commit landing after the first digest makes the
+   * call fail with ABORTED rather than mix two versions (one before it is
+   * simply not seen). */
   for (uint32_t w = 0; w < nw; w++) {
     wt_param_store *s = wt_worker_store(srv->workers[w]);
     for (size_t k = 0; k < n && st == NULL; k++) {
@@ -673,14 +681,11 @@ static wt_status *checksum_weights(wt_rpc_call *call,
         break;
       }
       wt_param_store_read_lock(s);
+      if (k == 0) commits[w] = wt_param_store_commits(s);
       bool same = wt_param_store_commits(s) == commits[w];
       if (same) st = wt_param_store_digest(s, idx[k], alg, hex[w * n + k]);
       wt_param_store_read_unlock(s);
-      if (!same)
-        st = wt_status_new(WT_ABORTED,
-                           "ChecksumWeights: version changed; retry (a commit "
-                           "landed after %zu of %zu digests)",
-                           (size_t)w * n + k, total);
+      if (!same) st = version_changed((size_t)w * n + k, total);
     }
     if (st != NULL) goto out;
     for (size_t k = 0; k < n; k++) {
@@ -692,6 +697,9 @@ static wt_status *checksum_weights(wt_rpc_call *call,
       pp[w * n + k] = c;
     }
   }
+  for (uint32_t w = 0; w < nw && n > 0; w++)
+    if (wt_param_store_commits(wt_worker_store(srv->workers[w])) != commits[w])
+      WT_CHECK(version_changed(total, total));
   Wt__V1__ChecksumWeightsResponse resp =
       WT__V1__CHECKSUM_WEIGHTS_RESPONSE__INIT;
   resp.algorithm = req->algorithm;

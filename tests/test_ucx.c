@@ -423,8 +423,8 @@ static void test_recv_reports_length(void) {
   ucp_ep_h ep = NULL;
   unsigned char msg[100], buf[256];
   for (size_t i = 0; i < sizeof(msg); i++) msg[i] = (unsigned char)(i * 7 + 1);
-  WT_ASSERT_OK(wt_ucx_new("tcp", NULL, "test sender", &a));
-  WT_ASSERT_OK(wt_ucx_new("tcp", NULL, "test receiver", &b));
+  WT_ASSERT_OK(wt_ucx_new("tcp", NULL, false, "test sender", &a));
+  WT_ASSERT_OK(wt_ucx_new("tcp", NULL, false, "test receiver", &b));
   CU_ASSERT_FATAL(ucp_worker_get_address(b->worker, &addr, &alen) == UCS_OK);
   ucp_ep_params_t ep_params = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
                                .address = addr};

@@ -143,7 +143,7 @@ bool wt_ucx_interface_of(const char *host, char *buf, size_t cap) {
 }
 
 wt_status *wt_ucx_new(const char *transports, const char *net_devices,
-                      const char *who, wt_ucx **out) {
+                      bool stream, const char *who, wt_ucx **out) {
   wt_status *st = NULL;
   ucp_config_t *config = NULL;
   ucs_status_t us;
@@ -186,7 +186,8 @@ wt_status *wt_ucx_new(const char *transports, const char *net_devices,
   }
   ucp_params_t params = {
       .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
-      .features = UCP_FEATURE_TAG | UCP_FEATURE_STREAM | UCP_FEATURE_WAKEUP,
+      .features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP |
+                  (stream ? UCP_FEATURE_STREAM : 0),
       .name = "wt"};
   us = ucp_init(&params, config, &u->context);
   if (us != UCS_OK)

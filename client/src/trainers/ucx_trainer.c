@@ -294,7 +294,8 @@ static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
             "\"ucx_connect\" to 'address' too");
   WT_CHECK(wt_ucx_init_secret(init, t->secret));
   wt_ucx_hello(t->secret, t->hello);
-  WT_CHECK(wt_ucx_new(x ? x->transports : NULL, NULL, "ucx trainer", &t->ucx));
+  WT_CHECK(wt_ucx_new(x ? x->transports : NULL, NULL, t->by_sockaddr,
+                      "ucx trainer", &t->ucx));
   t->bufs = calloc(t->num_buffers, sizeof(*t->bufs));
   t->route = malloc(WT_UCX_ROUTE_MAX);
   if (t->bufs == NULL || t->route == NULL)

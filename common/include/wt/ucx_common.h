@@ -57,10 +57,13 @@ typedef struct wt_ucx {
 /* Creates context and worker; `transports` (may be NULL or empty: UCX's own
  * choice, UCX_TLS still applies) overrides UCX_TLS, and `net_devices` (NULL:
  * UCX's own choice) is UCX_NET_DEVICES unless that is set: the network
- * interfaces UCX may use and listen on. `who` names the owner in messages.
- * The caller owns *out (wt_ucx_destroy). */
+ * interfaces UCX may use and listen on. `stream` adds UCX's stream API (the
+ * hello of listener connections; it costs about a tenth of the
+ * shared-memory bandwidth, so only connections through a listener ask for
+ * it). `who` names the owner in messages. The caller owns *out
+ * (wt_ucx_destroy). */
 wt_status *wt_ucx_new(const char *transports, const char *net_devices,
-                      const char *who, wt_ucx **out);
+                      bool stream, const char *who, wt_ucx **out);
 
 /* The network interface that holds address `host` ("127.0.0.1" -> "lo"),
  * into buf; false for a wildcard or an address no interface holds. */

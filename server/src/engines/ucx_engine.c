@@ -199,7 +199,8 @@ static wt_status *ucx_init_transfer(wt_engine *e,
    * or UCX_NET_DEVICES says otherwise. */
   char ifname[64] = "";
   bool one_if = wt_ucx_interface_of(host, ifname, sizeof(ifname));
-  st = wt_ucx_new(e->transports, one_if ? ifname : NULL, e->where, &e->ucx);
+  st = wt_ucx_new(e->transports, one_if ? ifname : NULL, e->listen, e->where,
+                  &e->ucx);
   if (st != NULL && e->transports_from_server)
     st = wt_status_prefix(st,
                           "transports '%s' from the server's "

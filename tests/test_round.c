@@ -597,12 +597,8 @@ static void test_update_weights(void) {
                 "backend 'fake' does not take PushWeights");
   /* Validation comes before any receive. */
   u.names[0] = "model.nope";
-  Wt__V1__UpdateWeightsRequest req = WT__V1__UPDATE_WEIGHTS_REQUEST__INIT;
-  req.update_info = &u.info;
-  req.round_id = id;
-  WT_ASSERT_ERR(wtt_call(S.ch, "UpdateWeights", &req.base,
-                         &wt__v1__update_weights_response__descriptor, NULL),
-                WT_INVALID_ARGUMENT, "parameter 'model.nope'");
+  WT_ASSERT_ERR(wtt_update(S.ch, &u.info, id), WT_INVALID_ARGUMENT,
+                "parameter 'model.nope'");
   CU_ASSERT_EQUAL(fake_engine_get_stats().receives, 0);
   wtt_upd_init(&u, S.metas, NULL, S.n);
 
@@ -646,17 +642,13 @@ static void test_update_weights(void) {
    * partial tensors cannot commit. */
   WT_ASSERT_OK(fake_engine_init(S.ch, "fake", "7", 200, NULL));
   WT_ASSERT_OK(wtt_start(S.ch, &id));
-  req.round_id = id;
   WT_ASSERT_ERR(
-      wtt_call(S.ch, "UpdateWeights", &req.base,
-               &wt__v1__update_weights_response__descriptor, NULL),
-      WT_DEADLINE_EXCEEDED,
+      wtt_update(S.ch, &u.info, id), WT_DEADLINE_EXCEEDED,
       "worker 0 (cpu): fake engine (worker 0): no data within 200 ms");
   WT_ASSERT_ERR(wtt_finish(S.ch, "u-partial", id), WT_FAILED_PRECONDITION,
                 "was only partly received");
   fake_engine_release(true);
-  WT_ASSERT_OK(wtt_call(S.ch, "UpdateWeights", &req.base,
-                        &wt__v1__update_weights_response__descriptor, NULL));
+  WT_ASSERT_OK(wtt_update(S.ch, &u.info, id));
   WT_ASSERT_OK(wtt_finish(S.ch, "u3", id));
   wtt_assert_model_seed(&S, 7);
   stop_fake_server();
@@ -865,11 +857,7 @@ static void test_needs_init(void) {
   WT_ASSERT_OK(wtt_start(S.ch, &id));
   wtt_upd u;
   wtt_upd_init(&u, S.metas, NULL, S.n);
-  Wt__V1__UpdateWeightsRequest req = WT__V1__UPDATE_WEIGHTS_REQUEST__INIT;
-  req.update_info = &u.info;
-  req.round_id = id;
-  WT_ASSERT_OK(wtt_call(S.ch, "UpdateWeights", &req.base,
-                        &wt__v1__update_weights_response__descriptor, NULL));
+  WT_ASSERT_OK(wtt_update(S.ch, &u.info, id));
   WT_ASSERT_OK(wtt_finish(S.ch, "v1", id)); /* a finish keeps the engine */
   WT_ASSERT_OK(wtt_start(S.ch, &id));
   bool aborted = false;
@@ -904,9 +892,7 @@ static void test_needs_init(void) {
   WT_ASSERT_OK(fake_engine_init(S.ch, "fake-fragile", "3", 5000, NULL));
   CU_ASSERT_STRING_EQUAL(worker0_state(), "ready");
   WT_ASSERT_OK(wtt_start(S.ch, &id));
-  req.round_id = id;
-  WT_ASSERT_OK(wtt_call(S.ch, "UpdateWeights", &req.base,
-                        &wt__v1__update_weights_response__descriptor, NULL));
+  WT_ASSERT_OK(wtt_update(S.ch, &u.info, id));
   WT_ASSERT_OK(wtt_finish(S.ch, "v2", id));
   wtt_assert_model_seed(&S, 3);
   /* An engine that survives aborts stays ready. */

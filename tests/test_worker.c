@@ -107,11 +107,7 @@ static void test_engine_calls_on_the_device_thread(void) {
     WT_ASSERT_OK(wtt_start(S.ch, &id));
     wtt_upd u;
     wtt_upd_init(&u, S.metas, NULL, S.n);
-    Wt__V1__UpdateWeightsRequest req = WT__V1__UPDATE_WEIGHTS_REQUEST__INIT;
-    req.update_info = &u.info;
-    req.round_id = id;
-    WT_ASSERT_OK(wtt_call(S.ch, "UpdateWeights", &req.base,
-                          &wt__v1__update_weights_response__descriptor, NULL));
+    WT_ASSERT_OK(wtt_update(S.ch, &u.info, id));
     if (round == 0)
       WT_ASSERT_OK(wtt_finish(S.ch, "r0", id));
     else

@@ -1,12 +1,9 @@
 /* rpc_tls.c: TLS credentials from files and bearer-token metadata, for both
  * halves of the RPC layer (see wt/rpc.h). */
 
-#include <errno.h>
 #include <grpc/grpc_security.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "rpc_internal.h"
 

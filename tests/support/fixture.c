@@ -199,6 +199,16 @@ wt_status *wtt_start(wt_rpc_channel *ch, uint64_t *id) {
   return st;
 }
 
+wt_status *wtt_update(wt_rpc_channel *ch,
+                      const Wt__V1__WeightTransferUpdateInfo *info,
+                      uint64_t round_id) {
+  Wt__V1__UpdateWeightsRequest req = WT__V1__UPDATE_WEIGHTS_REQUEST__INIT;
+  req.update_info = (Wt__V1__WeightTransferUpdateInfo *)info;
+  req.round_id = round_id;
+  return wtt_call(ch, "UpdateWeights", &req.base,
+                  &wt__v1__update_weights_response__descriptor, NULL);
+}
+
 wt_status *wtt_finish(wt_rpc_channel *ch, const char *version,
                       uint64_t round_id) {
   Wt__V1__FinishWeightUpdateRequest req =

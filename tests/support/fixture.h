@@ -96,6 +96,10 @@ wt_status *wtt_init_grpc(wt_rpc_channel *ch, uint64_t chunk_bytes,
 wt_status *wtt_start(wt_rpc_channel *ch, uint64_t *round_id);
 wt_status *wtt_finish(wt_rpc_channel *ch, const char *version,
                       uint64_t round_id);
+/* An UpdateWeights of `info` (borrowed) in round `round_id`. */
+wt_status *wtt_update(wt_rpc_channel *ch,
+                      const Wt__V1__WeightTransferUpdateInfo *info,
+                      uint64_t round_id);
 wt_status *wtt_abort(wt_rpc_channel *ch, uint64_t round_id, bool *aborted);
 /* The visible version (malloc'd; "" before the first commit). */
 char *wtt_version(wt_rpc_channel *ch, uint64_t *sequence);

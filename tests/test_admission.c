@@ -344,13 +344,17 @@ static void test_silent_and_stalled_pushes(void) {
   t0 = wtt_now_ms();
   WT_ASSERT_ERR(wtt_push_close(&p, NULL), WT_DATA_LOSS,
                 "stream ended after 1000 of 6080 bytes");
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
   WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 2048, 1000, 1));
   WT_ASSERT_OK(wtt_push_send(&p, 1000));
   wtt_sleep_ms(900);
   WT_ASSERT_ERR(wtt_push_send(&p, 1000), WT_DEADLINE_EXCEEDED,
                 "no message within 400 ms while waiting for the next chunk");
   wt_status_free(wtt_push_close(&p, NULL));
-  /* The round is still the trainer's to finish properly. */
+  /* The stall failed its round, which says so. */
+  WT_ASSERT_ERR(wtt_finish(S.ch, "stalled", id), WT_FAILED_PRECONDITION,
+                "no message within 400 ms while waiting for the next chunk");
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
   WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 2048, 1000, 3, NULL));
   WT_ASSERT_OK(wtt_finish(S.ch, "after-stall", id));
   wtt_assert_model_seed(&S, 3);

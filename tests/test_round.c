@@ -179,6 +179,17 @@ static void test_out_of_order(void) {
                          &wt__v1__update_weights_response__descriptor, NULL),
                 WT_FAILED_PRECONDITION,
                 "backend 'grpc' receives weights through PushWeights");
+  /* That call named the round and failed: the round failed with it, and
+   * says why; aborting it again is no error. */
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v1", id), WT_FAILED_PRECONDITION,
+                "was aborted (UpdateWeights from ipv4:127.0.0.1:");
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v1", id), WT_FAILED_PRECONDITION,
+                "failed: UpdateWeights: backend 'grpc' receives weights "
+                "through PushWeights); no round is in progress");
+  aborted = true;
+  WT_ASSERT_OK(wtt_abort(S.ch, id, &aborted));
+  CU_ASSERT_FALSE(aborted);
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
   WT_ASSERT_OK(wtt_abort(S.ch, id, &aborted));
   CU_ASSERT_TRUE(aborted);
   snprintf(msgbuf, sizeof(msgbuf),
@@ -243,6 +254,23 @@ static void test_init_errors(void) {
   wtt_server_stop(&S);
 }
 
+/* A push that named round *id and failed: the round failed with it, every
+ * later call of it names `cause`, nothing of it is visible, and a new
+ * round (in *id) starts at once. */
+static void assert_push_failed_round(uint64_t *id, const char *cause) {
+  char msgbuf[512];
+  const char *msg = msgbuf;
+  snprintf(msgbuf, sizeof(msgbuf),
+           "round %" PRIu64 " was aborted (PushWeights from ipv4:127.0.0.1:",
+           *id);
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v-bad", *id), WT_FAILED_PRECONDITION, msg);
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v-bad", *id), WT_FAILED_PRECONDITION, cause);
+  wtt_assert_version(S.ch, "", 0);
+  wtt_assert_model_seed(&S, 0);
+  WT_ASSERT_OK(wtt_start(S.ch, id));
+}
+
+/* Every bad push is refused with what is wrong, and fails its round. */
 static void test_validation(void) {
   uint64_t id = wtt_serve_round(&S, "tiny", 1, WT_STAGING_SHADOW, 1000);
   wtt_upd u;
@@ -253,6 +281,8 @@ static void test_validation(void) {
                 WT_INVALID_ARGUMENT,
                 "parameter 'model.layers.7.mlp.up_proj.weight' "
                 "(update_info.names[2]) is not in the model");
+  assert_push_failed_round(&id, "failed: parameter "
+                                "'model.layers.7.mlp.up_proj.weight'");
 
   wtt_upd_init(&u, S.metas, NULL, S.n);
   u.dtypes[5] = "bfloat16";
@@ -260,10 +290,12 @@ static void test_validation(void) {
                 WT_INVALID_ARGUMENT,
                 "parameter 'model.norm.weight': dtype bfloat16 does not match "
                 "the model's float32");
+  assert_push_failed_round(&id, "dtype bfloat16 does not match");
   wtt_upd_init(&u, S.metas, NULL, S.n);
   u.dtypes[5] = "float13";
   WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL),
                 WT_INVALID_ARGUMENT, "parameter 'model.norm.weight'");
+  assert_push_failed_round(&id, "float13");
 
   wtt_upd_init(&u, S.metas, NULL, S.n);
   int64_t four[1] = {4};
@@ -272,6 +304,7 @@ static void test_validation(void) {
                 WT_INVALID_ARGUMENT,
                 "parameter 'model.norm.weight': shape [4] does not match the "
                 "model's [16]");
+  assert_push_failed_round(&id, "shape [4] does not match");
   wtt_upd_init(&u, S.metas, NULL, S.n);
   int64_t transposed[2] = {40, 16};
   u.shapes[3].dims = transposed;
@@ -279,6 +312,7 @@ static void test_validation(void) {
                 WT_INVALID_ARGUMENT,
                 "parameter 'model.layers.0.mlp.down_proj.weight': shape [40, "
                 "16] does not match the model's [16, 40]");
+  assert_push_failed_round(&id, "shape [40, 16]");
 
   wtt_upd_init(&u, S.metas, NULL, S.n);
   u.info.n_dtype_names = 6;
@@ -286,6 +320,7 @@ static void test_validation(void) {
                 WT_INVALID_ARGUMENT,
                 "update_info has 7 names, 6 dtype_names and 7 shapes; the "
                 "three lists must have equal lengths");
+  assert_push_failed_round(&id, "6 dtype_names");
 
   size_t dup[3] = {0, 5, 0};
   wtt_upd_init(&u, S.metas, dup, 3);
@@ -293,6 +328,7 @@ static void test_validation(void) {
                 WT_INVALID_ARGUMENT,
                 "parameter 'model.embed_tokens.weight' appears twice in "
                 "update_info.names (at 0 and 2)");
+  assert_push_failed_round(&id, "appears twice");
 
   wtt_upd_init(&u, S.metas, NULL, S.n);
   uint64_t sizes[7] = {2048, 64, 512, 1280, 64, 64, 2000};
@@ -303,11 +339,13 @@ static void test_validation(void) {
                 "parameter 'lm_head.weight': "
                 "update_info.packed_tensor_sizes[6] is 2000 bytes; the "
                 "model's tensor has 2048");
+  assert_push_failed_round(&id, "packed_tensor_sizes[6]");
 
   wtt_upd_init(&u, S.metas, NULL, S.n);
   u.info.packed = false;
   WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL),
                 WT_INVALID_ARGUMENT, "update_info.packed is false");
+  assert_push_failed_round(&id, "update_info.packed is false");
 
   /* A header without update info. */
   wtt_pusher p;
@@ -324,6 +362,7 @@ static void test_validation(void) {
   p.bucket = NULL;
   WT_ASSERT_ERR(wtt_push_close(&p, NULL), WT_INVALID_ARGUMENT,
                 "update_info is missing");
+  assert_push_failed_round(&id, "update_info is missing");
 
   /* A valid header and no data: the bytes are missing. */
   wtt_upd_init(&u, S.metas, NULL, S.n);
@@ -331,23 +370,29 @@ static void test_validation(void) {
   WT_ASSERT_OK(wtt_push_open(&q, S.ch, &u, id, 2048, 1000, 1));
   WT_ASSERT_ERR(wtt_push_close(&q, NULL), WT_DATA_LOSS,
                 "stream ended after 0 of 6080 bytes");
+  assert_push_failed_round(
+      &id, "failed after 0 bytes of 5.9 KiB: stream ended after 0 of 6080");
 
-  /* Chunks out of order, out of bounds, too big, before the header. */
+  /* Chunks out of order, out of bounds, too big. */
   unsigned char junk[3000] = {0};
   WT_ASSERT_OK(wtt_push_open(&q, S.ch, &u, id, 2048, 1000, 1));
   wt_status_free(wtt_push_raw_chunk(&q, 0, 10, junk, 100));
   WT_ASSERT_ERR(wtt_push_close(&q, NULL), WT_INVALID_ARGUMENT,
                 "bucket 0 offset 10: out of order; expected bucket 0 offset "
                 "0");
+  assert_push_failed_round(&id, "out of order");
   WT_ASSERT_OK(wtt_push_open(&q, S.ch, &u, id, 2048, 1000, 1));
   wt_status_free(wtt_push_raw_chunk(&q, 9, 0, junk, 100));
   WT_ASSERT_ERR(wtt_push_close(&q, NULL), WT_INVALID_ARGUMENT,
                 "bucket 9 offset 0: the plan has 2 buckets (0..1)");
+  assert_push_failed_round(&id, "the plan has 2 buckets");
   WT_ASSERT_OK(wtt_push_open(&q, S.ch, &u, id, 2048, 1000, 1));
   wt_status_free(wtt_push_raw_chunk(&q, 0, 0, junk, 1001));
   WT_ASSERT_ERR(wtt_push_close(&q, NULL), WT_INVALID_ARGUMENT,
                 "bucket 0 offset 0: chunk of 1001 bytes exceeds the chunk "
                 "size of 1000 bytes");
+  assert_push_failed_round(&id, "exceeds the chunk size");
+  /* Junk that landed (two chunks) before the bad one is not committed. */
   WT_ASSERT_OK(wtt_push_open(&q, S.ch, &u, id, 2048, 1000, 1));
   wt_status_free(wtt_push_raw_chunk(&q, 0, 0, junk, 1000));
   wt_status_free(wtt_push_raw_chunk(&q, 0, 1000, junk, 1000));
@@ -355,6 +400,10 @@ static void test_validation(void) {
   WT_ASSERT_ERR(wtt_push_close(&q, NULL), WT_INVALID_ARGUMENT,
                 "bucket 0 offset 2000: 1000 bytes run past the bucket's end "
                 "(2112 bytes)");
+  assert_push_failed_round(&id, "failed after 2.9 KiB of 5.9 KiB: bucket 0 offset 2000");
+
+  /* A stream that names no round (a chunk before any header) cannot fail
+   * one: the round stays open. */
   WT_ASSERT_OK(wt_rpc_client_stream_open(S.ch, WTT_SVC "PushWeights",
                                          WTT_DEADLINE_MS, &q.s));
   q.plan = NULL;
@@ -363,14 +412,9 @@ static void test_validation(void) {
                 "PushWeights message 1 is a chunk (bucket 0 offset 0); the "
                 "first message must be a header");
 
-  /* Finish needs a version; the round stays open for a good one. */
+  /* Finish needs a version; a bad one is no failure of the round. */
   WT_ASSERT_ERR(wtt_finish(S.ch, "", id), WT_INVALID_ARGUMENT,
                 "weight_version is empty");
-  /* Partly written tensors (the junk above) cannot commit ... */
-  WT_ASSERT_ERR(wtt_finish(S.ch, "v-bad", id), WT_FAILED_PRECONDITION,
-                "parameter 'model.embed_tokens.weight' was only partly "
-                "received");
-  /* ... and none of the junk became visible. */
   wtt_assert_version(S.ch, "", 0);
   wtt_assert_model_seed(&S, 0);
   bool aborted = false;
@@ -469,10 +513,19 @@ static void test_many_workers(void) {
   wtt_server_stop(&S);
 }
 
-/* A trainer killed midway: the round stays open, nothing partial commits,
- * the previous version's bytes stay, and the server keeps serving. */
+/* A trainer killed midway: its round fails on every worker at once (not
+ * when the round timeout passes), nothing partial commits, the previous
+ * version's bytes stay, every later call of the round names the cause, and
+ * the next round works. */
 static void test_stream_cut(void) {
-  uint64_t id = wtt_serve_round(&S, "small", 2, WT_STAGING_SHADOW, 64 << 10);
+  char msgbuf[512];
+  const char *msg = msgbuf;
+  /* A round timeout far beyond the test's bound: only the failure itself
+   * can end the round in time. */
+  wtt_server_start_simple(&S, "small", 2, WT_STAGING_SHADOW, 60000);
+  WT_ASSERT_OK(wtt_init_grpc(S.ch, 64 << 10, S.workers));
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
   wtt_upd u;
   wtt_upd_init(&u, S.metas, NULL, S.n);
   WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 1 << 20, 64 << 10, 1, NULL));
@@ -483,29 +536,74 @@ static void test_stream_cut(void) {
   WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 1 << 20, 64 << 10, 2));
   WT_ASSERT_OK(wtt_push_send(&p, 1200 << 10));
   wtt_push_cut(&p);
-  CU_ASSERT(wtt_wait_push_ended(S.ch, &u, 5000));
+  int64_t ms = wtt_wait_left_updating(S.ch, 1000);
+  CU_ASSERT(ms >= 0 && ms < 1000);
   wtt_assert_serving(S.ch, S.workers);
   wtt_assert_version(S.ch, "v1", 1);
   wtt_assert_model_seed(&S, 1);
-  /* The same round takes a full push again and commits it. */
+  snprintf(msgbuf, sizeof(msgbuf),
+           "FinishWeightUpdate: round %" PRIu64
+           " was aborted (PushWeights from ipv4:127.0.0.1:",
+           id);
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v2", id), WT_FAILED_PRECONDITION, msg);
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 1 << 20, 64 << 10, 2, NULL),
+                WT_FAILED_PRECONDITION,
+                "of 3.3 MiB: /wt.v1.WeightTransfer/PushWeights: read: the "
+                "client (ipv4:127.0.0.1:");
+  wtt_assert_version(S.ch, "v1", 1);
+  /* The trainer aborting what failed under it is no error. */
+  bool aborted = true;
+  WT_ASSERT_OK(wtt_abort(S.ch, id, &aborted));
+  CU_ASSERT_FALSE(aborted);
+  /* The next round takes a full push and commits it. */
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
   WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 1 << 20, 64 << 10, 2, NULL));
   WT_ASSERT_OK(wtt_finish(S.ch, "v2", id));
-  wtt_assert_model_seed(&S, 2);
-
-  /* Cut again; this time the trainer gives up: abort. */
-  WT_ASSERT_OK(wtt_start(S.ch, &id));
-  WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 1 << 20, 64 << 10, 3));
-  WT_ASSERT_OK(wtt_push_send(&p, 2000 << 10));
-  wtt_push_cut(&p);
-  CU_ASSERT(wtt_wait_push_ended(S.ch, &u, 5000));
-  bool aborted = false;
-  WT_ASSERT_OK(wtt_abort(S.ch, id, &aborted));
-  CU_ASSERT(aborted);
-  wtt_assert_version(S.ch, "v2", 2);
   wtt_assert_model_seed(&S, 2);
   Wt__V1__ServerInfo *info = wtt_info(S.ch);
   CU_ASSERT(info->store_complete);
   wt_pb_free(&info->base);
+  wtt_server_stop(&S);
+}
+
+/* A push that ends early (the client half-closes before every byte) or
+ * breaks after whole buckets landed: the round fails, and the tensors that
+ * did land are not committed beside the old ones. */
+static void test_failed_push_fails_round(void) {
+  uint64_t id = wtt_serve_round(&S, "small", 2, WT_STAGING_SHADOW, 64 << 10);
+  wtt_upd u;
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 1 << 20, 64 << 10, 1, NULL));
+  WT_ASSERT_OK(wtt_finish(S.ch, "v1", id));
+  /* Bucket 0 (1 MiB) lands whole, then the stream half-closes. */
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  wtt_pusher p;
+  WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 1 << 20, 64 << 10, 2));
+  WT_ASSERT_OK(wtt_push_send(&p, 1300 << 10));
+  WT_ASSERT_ERR(wtt_push_close(&p, NULL), WT_DATA_LOSS, "stream ended after");
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v2", id), WT_FAILED_PRECONDITION,
+                "failed after 1.3 MiB of 3.3 MiB: stream ended after");
+  wtt_assert_version(S.ch, "v1", 1);
+  wtt_assert_model_seed(&S, 1);
+  /* A second push into a round whose first push failed is refused too. */
+  WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 1 << 20, 64 << 10, 2, NULL),
+                WT_FAILED_PRECONDITION, "was aborted (PushWeights from");
+  /* A chunk out of order after bucket 0 landed whole. */
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 1 << 20, 64 << 10, 3));
+  WT_ASSERT_OK(wtt_push_send(&p, 1 << 20));
+  unsigned char junk[100] = {0};
+  wt_status_free(wtt_push_raw_chunk(&p, 1, 4096, junk, sizeof(junk)));
+  WT_ASSERT_ERR(wtt_push_close(&p, NULL), WT_INVALID_ARGUMENT,
+                "out of order");
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v3", id), WT_FAILED_PRECONDITION,
+                "failed after 1.0 MiB of 3.3 MiB: ");
+  wtt_assert_version(S.ch, "v1", 1);
+  wtt_assert_model_seed(&S, 1);
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 1 << 20, 64 << 10, 4, NULL));
+  WT_ASSERT_OK(wtt_finish(S.ch, "v4", id));
+  wtt_assert_model_seed(&S, 4);
   wtt_server_stop(&S);
 }
 
@@ -521,7 +619,7 @@ static void test_inplace_incomplete(void) {
   /* In place, the bytes show as they land: cut once they did. */
   CU_ASSERT(wait_bytes_landed(0, 1000, 1, 5000));
   wtt_push_cut(&p);
-  CU_ASSERT(wtt_wait_push_ended(S.ch, &u, 5000));
+  CU_ASSERT(wtt_wait_left_updating(S.ch, 1000) >= 0);
   WT_ASSERT_OK(wtt_abort(S.ch, id, NULL));
   Wt__V1__ServerInfo *info = wtt_info(S.ch);
   CU_ASSERT_STRING_EQUAL(info->staging, "inplace");
@@ -595,12 +693,19 @@ static void test_update_weights(void) {
   WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL),
                 WT_FAILED_PRECONDITION,
                 "backend 'fake' does not take PushWeights");
-  /* Validation comes before any receive. */
+  /* That failed the round. */
+  WT_ASSERT_ERR(wtt_update(S.ch, &u.info, id), WT_FAILED_PRECONDITION,
+                "was aborted (PushWeights from");
+  /* Validation comes before any receive, and fails the round. */
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
   u.names[0] = "model.nope";
   WT_ASSERT_ERR(wtt_update(S.ch, &u.info, id), WT_INVALID_ARGUMENT,
                 "parameter 'model.nope'");
   CU_ASSERT_EQUAL(fake_engine_get_stats().receives, 0);
+  WT_ASSERT_ERR(wtt_finish(S.ch, "u0", id), WT_FAILED_PRECONDITION,
+                "failed: parameter 'model.nope'");
   wtt_upd_init(&u, S.metas, NULL, S.n);
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
 
   /* Every worker receives at once while the call is pending; the server
    * keeps answering. */
@@ -638,16 +743,21 @@ static void test_update_weights(void) {
   wtt_assert_version(S.ch, "u1", 1);
   wtt_assert_model_seed(&S, 5);
 
-  /* The engine's deadline ends a receive; the round stays open but its
-   * partial tensors cannot commit. */
+  /* The engine's deadline ends a receive, and the round with it: its
+   * partial tensors are dropped on every worker. */
   WT_ASSERT_OK(fake_engine_init(S.ch, "fake", "7", 200, NULL));
   WT_ASSERT_OK(wtt_start(S.ch, &id));
   WT_ASSERT_ERR(
       wtt_update(S.ch, &u.info, id), WT_DEADLINE_EXCEEDED,
       "worker 0 (cpu): fake engine (worker 0): no data within 200 ms");
+  CU_ASSERT(wtt_wait_left_updating(S.ch, 1000) >= 0);
   WT_ASSERT_ERR(wtt_finish(S.ch, "u-partial", id), WT_FAILED_PRECONDITION,
-                "was only partly received");
+                "failed: worker 0 (cpu): fake engine (worker 0): no data "
+                "within 200 ms");
+  wtt_assert_version(S.ch, "u1", 1);
+  wtt_assert_model_seed(&S, 5);
   fake_engine_release(true);
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
   WT_ASSERT_OK(wtt_update(S.ch, &u.info, id));
   WT_ASSERT_OK(wtt_finish(S.ch, "u3", id));
   wtt_assert_model_seed(&S, 7);
@@ -913,6 +1023,7 @@ void wt_test_suite_round(void) {
   CU_add_test(s, "a PushWeights round", test_push_round);
   CU_add_test(s, "three workers", test_many_workers);
   CU_add_test(s, "a stream cut midway", test_stream_cut);
+  CU_add_test(s, "a failed push fails its round", test_failed_push_fails_round);
   CU_add_test(s, "inplace staging marks the store incomplete",
               test_inplace_incomplete);
   CU_add_test(s, "round timeout", test_round_timeout);

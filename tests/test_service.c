@@ -366,10 +366,15 @@ static void test_long_strings_in_errors(void) {
   WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL),
                 WT_INVALID_ARGUMENT,
                 "(update_info.names[1]) is not in the model");
+  /* Each failed its round (whose cause, the name cut short, is named). */
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v", id), WT_FAILED_PRECONDITION,
+                "was aborted (PushWeights from");
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
   wtt_upd_init(&u, S.metas, NULL, S.n);
   u.dtypes[1] = name;
   WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id, 0, 1000, 1, NULL),
                 WT_INVALID_ARGUMENT, "parameter '");
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
 
   Wt__V1__ChecksumWeightsRequest req = WT__V1__CHECKSUM_WEIGHTS_REQUEST__INIT;
   char *names[1] = {name};

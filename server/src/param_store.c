@@ -455,7 +455,7 @@ wt_status *wt_param_store_check_commit(const wt_param_store *s) {
     if (s->state[i] == T_PARTIAL)
       return wt_status_new(WT_FAILED_PRECONDITION,
                            "parameter '%s' was only partly received in this "
-                           "round; send it again or abort the round",
+                           "round, which cannot commit",
                            s->metas[i].name);
   }
   return NULL;

@@ -8,6 +8,11 @@
  * released once every worker has copied it. At most PUSH_WINDOW chunks are
  * in flight per push, which bounds the memory a fast client can make the
  * server hold. A worker's error is kept and returned by the next call.
+ *
+ * A push that fails in any way (a broken or cancelled stream, a bad
+ * message, a worker's error, bytes missing at the end) fails its round on
+ * every worker at once: what it delivered is never committed, and every
+ * later call of the round names the cause.
  */
 
 #include <inttypes.h>
@@ -26,6 +31,10 @@ struct wt_srv_push {
   wt_server *srv;
   uint64_t push_id;
   uint64_t round_id;
+  bool resolved;        /* the header was valid */
+  uint64_t total_bytes; /* what the header announced */
+  uint64_t bytes;       /* handed to the workers so far */
+  char peer[128];
   pthread_mutex_t mu;
   pthread_cond_t cv; /* a chunk was copied by every worker */
   int in_flight;
@@ -64,6 +73,40 @@ static void chunk_done(wt_worker_op *op, wt_status *st, void *user) {
   }
 }
 
+/* "512 MiB", "3.5 KiB", "17 bytes". */
+static void format_bytes(uint64_t n, char *buf, size_t size) {
+  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (n < 1024) {
+    snprintf(buf, size, "%" PRIu64 " bytes", n);
+    return;
+  }
+  double v = (double)n / 1024;
+  int u = 0;
+  while (v >= 1024 && u < 3) {
+    v /= 1024;
+    u++;
+  }
+  snprintf(buf, size, v == (double)(uint64_t)v ? "%.0f %s" : "%.1f %s", v,
+           units[u]);
+}
+
+/* Under mu: fails the round of push `p` (if it is still open) for `why`. */
+static void fail_round_locked(wt_server *srv, const wt_srv_push *p,
+                              const char *why) {
+  if (srv->round_id != p->round_id) return;
+  char sent[32], total[32], reason[1024];
+  format_bytes(p->bytes, sent, sizeof(sent));
+  format_bytes(p->total_bytes, total, sizeof(total));
+  if (p->resolved)
+    snprintf(reason, sizeof(reason),
+             "PushWeights from %s failed after %s of %s: %s", p->peer, sent,
+             total, why);
+  else
+    snprintf(reason, sizeof(reason), "PushWeights from %s failed: %s",
+             p->peer, why);
+  wt_srv_abort_round_locked(srv, reason);
+}
+
 static void push_free(wt_srv_push *p) {
   wt_status_free(p->error);
   pthread_cond_destroy(&p->cv);
@@ -86,10 +129,13 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
   p->srv = srv;
+  snprintf(p->peer, sizeof(p->peer), "%s", call ? wt_rpc_call_peer(call) : "?");
   pthread_mutex_lock(&srv->mu);
   locked = true;
   WT_CHECK(wt_srv_need_round_locked(srv, "PushWeights", round_id));
   WT_CHECK(wt_srv_need_idle_locked(srv, "PushWeights"));
+  /* From here on the push is the round's: its failure fails the round. */
+  p->round_id = srv->round_id;
   const wt_engine_ops *eops = wt_worker_engine_ops(srv->workers[0]);
   if (eops == NULL || eops->push_chunk == NULL)
     WT_FAIL(WT_FAILED_PRECONDITION,
@@ -99,7 +145,8 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
   WT_CHECK(wt_srv_resolve_update(srv, info, &r));
   r.u.round_id = srv->round_id;
   r.u.packed_buffer_bytes = packed_buffer_bytes;
-  p->round_id = srv->round_id;
+  p->total_bytes = r.u.total_bytes;
+  p->resolved = true;
   p->push_id = ++srv->next_push_id;
   srv->push_id = p->push_id;
   srv->push_call = call;
@@ -127,6 +174,7 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
     srv->push_id = 0;
     srv->push_call = NULL;
     srv->busy = NULL;
+    fail_round_locked(srv, p, wt_status_message(st));
     pthread_cond_broadcast(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
     locked = false;
@@ -143,6 +191,9 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
   *out = p;
   p = NULL;
 out:
+  /* A header that does not fit the model fails the round it names. */
+  if (st != NULL && locked && p != NULL && p->round_id != 0)
+    fail_round_locked(srv, p, wt_status_message(st));
   if (locked) pthread_mutex_unlock(&srv->mu);
   wt_srv_resolved_clear(&r);
   if (p != NULL) push_free(p);
@@ -185,6 +236,7 @@ wt_status *wt_srv_push_chunk(wt_srv_push *p, uint32_t bucket, uint64_t offset,
   pthread_mutex_lock(&p->mu);
   p->in_flight++;
   p->chunks++;
+  for (size_t i = 0; i < iovcnt; i++) p->bytes += iov[i].iov_len;
   pthread_mutex_unlock(&p->mu);
   wt_srv_touch(srv);
   for (uint32_t i = 0; i < srv->nworkers; i++) {
@@ -207,7 +259,7 @@ fail:
   return st;
 }
 
-wt_status *wt_srv_push_end(wt_srv_push *p, bool stream_ended,
+wt_status *wt_srv_push_end(wt_srv_push *p, const wt_status *cause,
                            wt_receive_stats *stats) {
   wt_server *srv = p->srv;
   wt_status *st = NULL;
@@ -218,7 +270,7 @@ wt_status *wt_srv_push_end(wt_srv_push *p, bool stream_ended,
   pthread_mutex_lock(&srv->mu);
   if (srv->push_id != p->push_id) {
     /* Aborted under the push: the workers dropped it with the round. */
-    if (stream_ended)
+    if (cause == NULL)
       st = wt_srv_aborted_error(srv, "PushWeights", p->round_id);
     pthread_mutex_unlock(&srv->mu);
     goto out;
@@ -228,19 +280,16 @@ wt_status *wt_srv_push_end(wt_srv_push *p, bool stream_ended,
     srv->push_id = 0;
     srv->push_call = NULL;
     srv->busy = NULL;
+    fail_round_locked(srv, p, wt_status_message(st));
     pthread_mutex_unlock(&srv->mu);
     goto out;
   }
   wt_worker_op end = {.kind = WT_WORKER_OP_PUSH_END,
                       .push_id = p->push_id,
-                      .stream_ended = stream_ended};
-  wt_status *e = wt_srv_submit_all(srv, ops, &end);
+                      .stream_ended = cause == NULL};
+  st = wt_srv_submit_all(srv, ops, &end);
   pthread_mutex_unlock(&srv->mu);
-  if (e == NULL) e = wt_srv_wait_all(srv, ops);
-  if (st == NULL)
-    st = e;
-  else
-    wt_status_free(e);
+  if (st == NULL) st = wt_srv_wait_all(srv, ops);
   if (stats != NULL) *stats = ops[0].stats;
   pthread_mutex_lock(&srv->mu);
   if (srv->push_id == p->push_id) {
@@ -248,11 +297,14 @@ wt_status *wt_srv_push_end(wt_srv_push *p, bool stream_ended,
     srv->push_call = NULL;
     srv->busy = NULL;
   }
+  /* The first cause explains the rest: a worker's error, then what ended
+   * the stream, then what the end found missing. */
+  const wt_status *why = p->error ? p->error : cause ? cause : st;
+  if (why != NULL) fail_round_locked(srv, p, wt_status_message(why));
   wt_srv_touch(srv);
   pthread_cond_broadcast(&srv->cv);
   pthread_mutex_unlock(&srv->mu);
 out:
-  /* A worker's error came first; it explains the end's. */
   if (p->error != NULL) {
     wt_status_free(st);
     st = p->error;

@@ -265,6 +265,11 @@ wt_status *wt_srv_abort(wt_server *srv, uint64_t round_id, const char *reason,
   *aborted = false;
   pthread_mutex_lock(&srv->mu);
   WT_CHECK(need_init_locked(srv, "AbortWeightUpdate"));
+  /* The round already failed (a trainer aborts what failed under it): it
+   * is over, which is what the caller asks for. */
+  if (round_id != 0 && round_id != srv->round_id &&
+      round_id == srv->aborted_round)
+    goto out;
   WT_CHECK(wt_srv_need_round_locked(srv, "AbortWeightUpdate", round_id));
   if (srv->committing)
     WT_FAIL(WT_FAILED_PRECONDITION,
@@ -415,6 +420,7 @@ wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
                          const Wt__V1__WeightTransferUpdateInfo *info,
                          wt_receive_stats *stats) {
   wt_status *st = NULL;
+  uint64_t round = 0;
   wt_srv_resolved r = {0};
   wt_worker_op *ops = ops_new(srv);
   if (ops == NULL)
@@ -422,32 +428,38 @@ wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
   pthread_mutex_lock(&srv->mu);
   WT_CHECK(wt_srv_need_round_locked(srv, "UpdateWeights", round_id));
   WT_CHECK(wt_srv_need_idle_locked(srv, "UpdateWeights"));
+  /* From here on the call is the round's: its failure fails the round. */
+  round = srv->round_id;
   const wt_engine_ops *eops = wt_worker_engine_ops(srv->workers[0]);
   if (eops == NULL || eops->receive == NULL)
     WT_FAIL(WT_FAILED_PRECONDITION,
             "UpdateWeights: backend '%s' receives weights through PushWeights",
             srv->backend);
   WT_CHECK(wt_srv_resolve_update(srv, info, &r));
-  uint64_t round = srv->round_id;
   r.u.round_id = round;
   srv->busy = "UpdateWeights";
   wt_worker_op proto = {
       .kind = WT_WORKER_OP_RECEIVE, .round_id = round, .update = &r.u};
   st = run_round_op(srv, ops, &proto, "UpdateWeights");
-  if (srv->round_id == round) {
-    srv->busy = NULL;
-    /* The trainer's call ended under the receive (it was cancelled, or its
-     * process died): nobody will send the rest, so the round ends now
-     * rather than when a deadline passes. */
-    if (st != NULL && call != NULL && wt_rpc_call_cancelled(call))
-      wt_srv_abort_round_locked(
-          srv,
-          "UpdateWeights: the trainer's call ended (cancelled, or the "
-          "trainer is gone) while the workers received");
-  }
-  pthread_cond_broadcast(&srv->cv);
+  if (srv->round_id == round) srv->busy = NULL;
   if (st == NULL) *stats = ops[0].stats;
 out:
+  if (st != NULL && round != 0 && srv->round_id == round) {
+    char why[1024];
+    /* The trainer's call ended under the receive (it was cancelled, or
+     * its process died): nobody will send the rest. */
+    if (call != NULL && wt_rpc_call_cancelled(call))
+      snprintf(why, sizeof(why),
+               "UpdateWeights from %s: the trainer's call ended (cancelled, "
+               "or the trainer is gone) while the workers received: %s",
+               wt_rpc_call_peer(call), wt_status_message(st));
+    else
+      snprintf(why, sizeof(why), "UpdateWeights%s%s failed: %s",
+               call ? " from " : "", call ? wt_rpc_call_peer(call) : "",
+               wt_status_message(st));
+    wt_srv_abort_round_locked(srv, why);
+  }
+  pthread_cond_broadcast(&srv->cv);
   pthread_mutex_unlock(&srv->mu);
   wt_srv_resolved_clear(&r);
   free(ops);
@@ -496,12 +508,8 @@ wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
     srv->engine_calls--;
     srv->busy = NULL;
     st = wt_status_prefix(st, "FinishWeightUpdate");
-    /* A partly received tensor leaves the round open (send it again); a
-     * backend that could not finish ends it. */
-    bool intact = true;
-    for (uint32_t i = 0; i < srv->nworkers; i++)
-      intact = intact && (!ops[i].failed || ops[i].round_intact);
-    if (!intact) wt_srv_abort_round_locked(srv, wt_status_message(st));
+    /* Nothing of a round that cannot commit is kept. */
+    wt_srv_abort_round_locked(srv, wt_status_message(st));
     goto out;
   }
   /* Every worker is ready to commit. A reader (ChecksumWeights) may hold a

@@ -151,8 +151,9 @@ WT_HIDDEN wt_status *wt_srv_init_engine(
 WT_HIDDEN wt_status *wt_srv_start(wt_server *srv, uint64_t *round_id);
 
 /* UpdateWeights: validates, then runs receive on every worker in
- * parallel. When `call` (may be NULL) was cancelled by the time a receive
- * failed, the round is aborted: its trainer is gone. */
+ * parallel. Any failure once the round is named (validation, a worker's
+ * receive, a deadline, `call` cancelled by a trainer that is gone) fails
+ * the round on every worker at once. `call` may be NULL. */
 WT_HIDDEN wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call,
                                    uint64_t round_id,
                                    const Wt__V1__WeightTransferUpdateInfo *info,
@@ -204,7 +205,8 @@ typedef struct wt_srv_push wt_srv_push;
 
 /* Validates the header and begins the push on every worker. `call` is the
  * PushWeights call, which an abort of the round cancels until end. The
- * caller owns *out and ends it with wt_srv_push_end. */
+ * caller owns *out and ends it with wt_srv_push_end. A header that names
+ * the open round but fails (validation, an engine) fails that round. */
 WT_HIDDEN wt_status *wt_srv_push_begin(
     wt_server *srv, wt_rpc_call *call, uint64_t round_id,
     const Wt__V1__WeightTransferUpdateInfo *info, uint64_t packed_buffer_bytes,
@@ -221,9 +223,11 @@ WT_HIDDEN wt_status *wt_srv_push_chunk(wt_srv_push *p, uint32_t bucket,
                                        void (*release)(void *owner),
                                        void *owner);
 
-/* Waits for the chunks in flight and ends the push on every worker
- * (`stream_ended`: the client half-closed; false: it broke). Frees p. */
-WT_HIDDEN wt_status *wt_srv_push_end(wt_srv_push *p, bool stream_ended,
+/* Waits for the chunks in flight and ends the push on every worker.
+ * `cause` (borrowed; NULL when the client half-closed) is what ended the
+ * stream otherwise. A push that fails (a cause, a worker's error, bytes
+ * missing) fails its round: every worker aborts it at once. Frees p. */
+WT_HIDDEN wt_status *wt_srv_push_end(wt_srv_push *p, const wt_status *cause,
                                      wt_receive_stats *stats);
 
 /* --- service.c -------------------------------------------------------------

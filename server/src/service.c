@@ -436,7 +436,7 @@ static wt_status *push_weights(wt_rpc_call *call,
   wt_receive_stats stats = {0};
   wt_srv_push *p = push;
   push = NULL;
-  WT_CHECK(wt_srv_push_end(p, true, &stats));
+  WT_CHECK(wt_srv_push_end(p, NULL, &stats));
   Wt__V1__PushWeightsResponse resp = WT__V1__PUSH_WEIGHTS_RESPONSE__INIT;
   resp.tensors_received = stats.tensors;
   resp.bytes_received = stats.bytes;
@@ -444,10 +444,10 @@ static wt_status *push_weights(wt_rpc_call *call,
 out:
   if (msg != NULL) wt__v1__push_weights_chunk__free_unpacked(msg, NULL);
   if (bb != NULL) grpc_byte_buffer_destroy(bb);
-  /* A stream that broke, or a bad message: the push is over; its partial
-   * tensors are not committed (the round stays open). */
+  /* A stream that broke, or a bad message: the push is over and its round
+   * failed with it (nothing it sent is committed). */
   if (push != NULL) {
-    wt_status *end = wt_srv_push_end(push, false, NULL);
+    wt_status *end = wt_srv_push_end(push, st, NULL);
     if (st == NULL) {
       st = end;
     } else {

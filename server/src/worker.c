@@ -263,11 +263,7 @@ static wt_status *op_push_end(wt_worker *w, wt_worker_op *op) {
 static wt_status *op_prepare(wt_worker *w, wt_worker_op *op) {
   wt_status *st = NULL;
   WT_CHECK(need_round(w, op->round_id, "finish"));
-  st = wt_param_store_check_commit(w->store);
-  if (st != NULL) {
-    op->round_intact = true;
-    goto out;
-  }
+  WT_CHECK(wt_param_store_check_commit(w->store));
   st = w->ops->finish_update(w->engine);
   if (st != NULL)
     st = wt_status_prefix(st, "%s: backend '%s' finish", w->where,
@@ -442,7 +438,6 @@ out:
 wt_status *wt_worker_submit(wt_worker *w, wt_worker_op *op) {
   op->st = NULL;
   op->failed = false;
-  op->round_intact = false;
   op->done = false;
   op->next = NULL;
   pthread_mutex_lock(&w->mu);

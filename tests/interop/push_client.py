@@ -290,14 +290,25 @@ def run_checks(grpc, pb, stub, args):
             round_id=round2), timeout=TIMEOUT_S),
         grpc.StatusCode.INVALID_ARGUMENT, "weight_version",
         "finish without a version")
+    # The bad push failed its round, and every later call of it says why.
+    expect_error(
+        grpc, lambda: stub.FinishWeightUpdate(pb.FinishWeightUpdateRequest(
+            round_id=round2, weight_version="bad"), timeout=TIMEOUT_S),
+        grpc.StatusCode.FAILED_PRECONDITION, "model.norm.weight",
+        "finish after a failed push")
     r = stub.AbortWeightUpdate(pb.AbortWeightUpdateRequest(
         reason="interop test", round_id=round2), timeout=TIMEOUT_S)
+    check(not r.aborted, "AbortWeightUpdate of a failed round: aborted=true")
+    round3 = stub.StartWeightUpdate(pb.StartWeightUpdateRequest(),
+                                    timeout=TIMEOUT_S).round_id
+    r = stub.AbortWeightUpdate(pb.AbortWeightUpdateRequest(
+        reason="interop test", round_id=round3), timeout=TIMEOUT_S)
     check(r.aborted, "AbortWeightUpdate: aborted=false")
     v = stub.GetWeightVersion(pb.GetWeightVersionRequest(), timeout=TIMEOUT_S)
     check(v.version == args.version, f"version '{v.version}' after abort")
     expect_digests(pb, stub, new, "after abort")
-    print("interop: errors: NOT_FOUND, INVALID_ARGUMENT (shape, version); "
-          "abort kept the version")
+    print("interop: errors: NOT_FOUND, INVALID_ARGUMENT (shape, version), "
+          "FAILED_PRECONDITION (failed round); abort kept the version")
 
     if args.expected_json:
         with open(args.expected_json, "w") as f:

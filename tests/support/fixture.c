@@ -513,20 +513,18 @@ wt_status *wtt_push_all(wt_rpc_channel *ch, const wtt_upd *u, uint64_t round_id,
   return st ? st : fin;
 }
 
-bool wtt_wait_push_ended(wt_rpc_channel *ch, const wtt_upd *u, int64_t ms) {
-  int64_t end = wtt_now_ms() + ms;
+int64_t wtt_wait_left_updating(wt_rpc_channel *ch, int64_t ms) {
+  int64_t start = wtt_now_ms();
   for (;;) {
-    wtt_pusher p;
-    wt_status *st = wtt_push_open(&p, ch, u, 0, 0, 1 << 20, 1);
-    wt_status *fin = wtt_push_close(&p, NULL);
-    bool busy = false;
-    const char *msg = wt_status_message(fin);
-    if (fin != NULL && strstr(msg, "is still running") != NULL) busy = true;
-    wt_status_free(st);
-    wt_status_free(fin);
-    if (!busy) return true;
-    if (wtt_now_ms() > end) return false;
-    wtt_sleep_ms(10);
+    Wt__V1__ServerInfo *info = wtt_info(ch);
+    bool updating = info == NULL || strcmp(info->state, "updating") == 0;
+    for (size_t i = 0; info != NULL && i < info->n_workers; i++)
+      updating = updating || strcmp(info->workers[i]->state, "updating") == 0;
+    if (info != NULL) wt_pb_free(&info->base);
+    int64_t now = wtt_now_ms();
+    if (!updating) return now - start;
+    if (now - start > ms) return -1;
+    wtt_sleep_ms(2);
   }
 }
 

@@ -204,9 +204,10 @@ void wtt_push_cut(wtt_pusher *p);
 wt_status *wtt_push_all(wt_rpc_channel *ch, const wtt_upd *u, uint64_t round_id,
                         uint64_t packed_buffer, size_t chunk, uint64_t seed,
                         Wt__V1__PushWeightsResponse **resp);
-/* Waits until the server ended the push that a cut stream left behind:
- * then a new header in the same round is accepted. */
-bool wtt_wait_push_ended(wt_rpc_channel *ch, const wtt_upd *u, int64_t ms);
+/* Waits (at most `ms`) until neither the server nor any of its workers is
+ * "updating" (a failed round was aborted everywhere). Returns the ms it
+ * took, or -1. */
+int64_t wtt_wait_left_updating(wt_rpc_channel *ch, int64_t ms);
 /* One whole round: start, push every tensor for `seed`, finish. */
 void wtt_commit_round(const wtt_server *s, const char *version, uint64_t seed);
 

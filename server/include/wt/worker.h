@@ -122,9 +122,9 @@ typedef enum wt_worker_op_kind {
   WT_WORKER_OP_PUSH_BEGIN,
   WT_WORKER_OP_PUSH_CHUNK,
   WT_WORKER_OP_PUSH_END,
-  /* Round `round_id` may commit: no partly received tensor (else
-   * round_intact is set), and the engine's finish_update. Changes nothing
-   * on error. */
+  /* Round `round_id` may commit: no partly received tensor, and the
+   * engine's finish_update. Changes nothing on error (the server then
+   * aborts the round). */
   WT_WORKER_OP_PREPARE,
   /* Commit round `round_id`: updating -> ready. The submitter holds the
    * store's write lock (wt_param_store_write_lock, which waits for readers)
@@ -157,9 +157,6 @@ struct wt_worker_op {
   bool stream_ended;      /* PUSH_END */
   const char *reason;     /* ABORT: why (copied into needs_init's reason) */
   wt_receive_stats stats; /* RECEIVE, PUSH_END: filled */
-  /* PREPARE: set when it failed only because a tensor was partly received
-   * (the round can still be completed by sending it again). */
-  bool round_intact;
   wt_status *(*fn)(wt_worker *w, void *arg); /* CALL */
   void *arg;
   /* Detached ops: called on the worker's thread once the op ran, with its

@@ -8,6 +8,12 @@
 #                                libucx-cu13; scripts/ucx-current.sh) in
 #                                build-ucx122/: the suites that run UCX
 #                                (ucx, trust) beside Debian's 1.13.1
+#   scripts/test.sh --alloc-faults   allocation-failure injection
+#                                (-DWT_ALLOC_FAULTS=ON) under ASan + UBSan
+#                                in build-alloc/: the suite alloc
+#   scripts/test.sh --fault      the fault-injection suite
+#                                (tests/fault/run.sh, TRIALS=3 unless set)
+#                                on the normal build
 #
 # Environment: BUILD_DIR overrides the build folder; JOBS the parallelism;
 # SKIP_DEPS=1 skips the package check.
@@ -19,7 +25,9 @@ for arg in "$@"; do
   case "$arg" in
     --sanitize) mode=sanitize ;;
     --ucx-current) mode=ucx-current ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --alloc-faults) mode=alloc-faults ;;
+    --fault) mode=fault ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -41,13 +49,22 @@ elif [ "$mode" = ucx-current ]; then
   export UCX_MODULE_DIR
   extra=(-DWT_WITH_UCX=ON)
   only=(-R '^(ucx|trust)$')
+elif [ "$mode" = alloc-faults ]; then
+  build=${BUILD_DIR:-build-alloc}
+  extra=(-DWT_ALLOC_FAULTS=ON -DWT_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug)
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+  only=(-R '^alloc$')
 else
   build=${BUILD_DIR:-build}
   extra=()
 fi
 
-cmake -S . -B "$build" -DWT_WERROR=ON "${extra[@]}" >/dev/null
+cmake -S . -B "$build" -DWT_WERROR=ON ${extra[@]+"${extra[@]}"} >/dev/null
 cmake --build "$build" -j "$jobs"
+if [ "$mode" = fault ]; then
+  BUILD=$build TRIALS=${TRIALS:-3} exec bash tests/fault/run.sh
+fi
 if [ "$mode" = ucx-current ]; then
   echo "== against UCX $(pkg-config --modversion ucx) ($PKG_CONFIG_PATH) =="
 fi

@@ -38,6 +38,7 @@
   X(interop_python)  \
   X(ucx)             \
   X(trust)           \
+  X(alloc)           \
   X(gpu)
 
 #define DECLARE(name) void wt_test_suite_##name(void);

@@ -165,8 +165,16 @@ static wt_status *fan_out(wt_sync_client *c, const char *method,
                           wt_status **errs) {
   wt_rpc_pending **pending = calloc(c->n, sizeof(*pending));
   wt_status *first = NULL;
-  if (pending == NULL)
-    return wt_status_new(WT_RESOURCE_EXHAUSTED, "%s: out of memory", method);
+  if (pending == NULL) {
+    /* Every server's call failed: its caller reads errs[k], not only the
+     * first error. */
+    first = wt_status_new(WT_RESOURCE_EXHAUSTED, "%s: out of memory", method);
+    for (size_t k = 0; k < c->n; k++) {
+      errs[k] = reqs[k] ? wt_status_copy(first) : NULL;
+      if (resps) resps[k] = NULL;
+    }
+    return first;
+  }
   for (size_t k = 0; k < c->n; k++) {
     errs[k] = NULL;
     if (resps) resps[k] = NULL;
@@ -798,12 +806,24 @@ typedef struct update_watch {
   wt_trainer *t;
   wt_rpc_pending **pending;
   wt_status **errs;
+  const char **targets;
   size_t n;
   pthread_mutex_t mu;
   pthread_cond_t cv;
   bool cancel_calls;  /* set by the sender when send_weights failed */
   long cancelled_for; /* server whose error cancelled the trainer, or -1 */
+  /* Once the trainer sent its last byte, every server must answer by then
+   * (0: not yet sent): a server past its own data deadline has failed its
+   * round, and an answer that does not come is a link gone dead. */
+  int64_t answer_by_ms;
+  int64_t answer_within_ms;
 } update_watch;
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static void *watch_updates(void *arg) {
   update_watch *w = arg;
@@ -813,7 +833,25 @@ static void *watch_updates(void *arg) {
   while (remaining > 0) {
     pthread_mutex_lock(&w->mu);
     bool cancel = w->cancel_calls;
+    int64_t answer_by = w->answer_by_ms;
     pthread_mutex_unlock(&w->mu);
+    if (answer_by != 0 && !cancel && mono_ms() > answer_by) {
+      for (size_t k = 0; k < w->n; k++) {
+        if (w->pending[k] == NULL) continue;
+        wt_rpc_pending_cancel(w->pending[k]);
+        wt_status_free(wt_rpc_pending_wait(w->pending[k], NULL));
+        w->pending[k] = NULL;
+        remaining--;
+        w->errs[k] = wt_status_new(
+            WT_DEADLINE_EXCEEDED,
+            "%s UpdateWeights: no answer within %" PRId64
+            " ms (the data deadline) after the trainer sent its last byte; "
+            "the server or the link to it is gone",
+            w->targets[k], w->answer_within_ms);
+        if (w->cancelled_for < 0) w->cancelled_for = (long)k;
+      }
+      break;
+    }
     if (cancel && !calls_cancelled) {
       for (size_t k = 0; k < w->n; k++)
         if (w->pending[k]) wt_rpc_pending_cancel(w->pending[k]);
@@ -910,9 +948,11 @@ static wt_status *update_with_calls(wt_sync_client *c, wt_trainer *t,
 
   w.pending = calloc(c->n, sizeof(*w.pending));
   w.errs = calloc(c->n, sizeof(*w.errs));
+  w.targets = calloc(c->n, sizeof(*w.targets));
   copies = calloc(c->n, sizeof(*copies));
-  if (!w.pending || !w.errs || !copies)
+  if (!w.pending || !w.errs || !w.targets || !copies)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory for an update");
+  for (size_t k = 0; k < c->n; k++) w.targets[k] = c->servers[k].target;
   WT_CHECK(wt_update_lists_build(src, &lists));
   for (size_t k = 0; k < c->n; k++) {
     update_copy *uc = &copies[k];
@@ -952,6 +992,14 @@ static wt_status *update_with_calls(wt_sync_client *c, wt_trainer *t,
   thread_started = true;
   if (st != NULL) goto out;
   send_st = ops->send_weights(wt_trainer_self(t), src, progress, user);
+  if (send_st == NULL) {
+    pthread_mutex_lock(&w.mu);
+    w.answer_within_ms = c->init && c->init->timeout_ms ? c->init->timeout_ms
+                                                        : c->data_timeout_ms;
+    /* Plus a second for the answer itself to travel. */
+    w.answer_by_ms = mono_ms() + w.answer_within_ms + 1000;
+    pthread_mutex_unlock(&w.mu);
+  }
 out:
   if (thread_started) {
     if (send_st != NULL || st != NULL) {
@@ -990,6 +1038,7 @@ out:
     pthread_cond_destroy(&w.cv);
   }
   free(w.errs);
+  free(w.targets);
   free(w.pending);
   free(copies);
   wt_update_lists_free(&lists);

@@ -58,10 +58,12 @@ typedef struct options {
   wt_backend_option opts[MAX_OPTIONS];
   size_t nopts;
   char opt_text[MAX_OPTIONS][256];
-  double timeout_s; /* 0: library default */
+  double timeout_s;      /* 0: library default */
+  double data_timeout_s; /* init_info.timeout_ms; 0: the servers' default */
   bool verify;
   wt_hash_alg verify_alg;
   bool quiet;
+  uint64_t rounds; /* rounds on one init (default 1) */
   wt_tool_security sec;
 } options;
 
@@ -92,9 +94,19 @@ static void usage(FILE *f) {
           "                       for ucx; the backend lists the ones it "
           "takes\n"
           "  --timeout SECONDS    deadline of the data calls (default 1800)\n"
+          "  --data-timeout SEC   how long any side waits for the next data "
+          "(a bucket,\n"
+          "                       a chunk) before the round fails: the init "
+          "info's\n"
+          "                       timeout_ms (default: the servers' own, 60 "
+          "s)\n"
           "  --verify[=ALGO]      compare checksums afterwards (sha256, "
           "the default, or xxh3)\n"
-          "  --quiet              no progress output\n" WT_TOOL_SECURITY_USAGE
+          "  --quiet              no progress output\n"
+          "  --rounds N           N rounds on one init, as a trainer that "
+          "stays up does\n"
+          "                       (default 1); prints the first round and "
+          "the steady state\n" WT_TOOL_SECURITY_USAGE
           "  --help               this text\n"
           "\n"
           "Exit status: 0 ok, 1 transfer or verification failure, 2 usage.\n");
@@ -132,6 +144,8 @@ static int parse_args(int argc, char **argv, options *o) {
     O_TIMEOUT,
     O_VERIFY,
     O_QUIET,
+    O_ROUNDS,
+    O_DATA_TIMEOUT,
     O_HELP,
     O_SECURITY
   };
@@ -148,6 +162,8 @@ static int parse_args(int argc, char **argv, options *o) {
       {"timeout", required_argument, NULL, O_TIMEOUT},
       {"verify", optional_argument, NULL, O_VERIFY},
       {"quiet", no_argument, NULL, O_QUIET},
+      {"rounds", required_argument, NULL, O_ROUNDS},
+      {"data-timeout", required_argument, NULL, O_DATA_TIMEOUT},
       {"help", no_argument, NULL, O_HELP},
       {"tls-ca", required_argument, NULL, O_SECURITY},
       {"tls-cert", required_argument, NULL, O_SECURITY},
@@ -158,6 +174,7 @@ static int parse_args(int argc, char **argv, options *o) {
   memset(o, 0, sizeof(*o));
   o->backend = "grpc";
   o->verify_alg = WT_HASH_SHA256;
+  o->rounds = 1;
   opterr = 0;
   for (;;) {
     int li = -1;
@@ -184,6 +201,15 @@ static int parse_args(int argc, char **argv, options *o) {
         break;
       case O_SYNTH:
         o->synthetic = optarg;
+        break;
+      case O_ROUNDS:
+        if (!wt_parse_u64(optarg, &o->rounds) || o->rounds == 0 ||
+            o->rounds > 1000000) {
+          fprintf(stderr,
+                  "wt-push: --rounds: '%s' is not a count from 1 to 1000000\n",
+                  optarg);
+          return EXIT_USAGE;
+        }
         break;
       case O_SEED:
         if (!wt_parse_u64(optarg, &o->seed)) {
@@ -227,17 +253,20 @@ static int parse_args(int argc, char **argv, options *o) {
         if (rc != 0) return rc;
         break;
       }
-      case O_TIMEOUT: {
+      case O_TIMEOUT:
+      case O_DATA_TIMEOUT: {
         char *end = NULL;
-        o->timeout_s = strtod(optarg, &end);
-        /* The bounds keep the milliseconds an int64_t and at least 1 (0
-         * would mean the default). */
-        if (end == optarg || *end || !isfinite(o->timeout_s) ||
-            o->timeout_s < 0.001 || o->timeout_s > MAX_TIMEOUT_S) {
+        double *to = c == O_TIMEOUT ? &o->timeout_s : &o->data_timeout_s;
+        /* The bounds keep the milliseconds an int64_t (a uint32_t for the
+         * init info) and at least 1 (0 would mean the default). */
+        double max = c == O_TIMEOUT ? MAX_TIMEOUT_S : 4000000;
+        *to = strtod(optarg, &end);
+        if (end == optarg || *end || !isfinite(*to) || *to < 0.001 ||
+            *to > max) {
           fprintf(stderr,
-                  "wt-push: --timeout: '%s' is not a number of seconds from "
-                  "0.001 to %d\n",
-                  optarg, MAX_TIMEOUT_S);
+                  "wt-push: %s: '%s' is not a number of seconds from "
+                  "0.001 to %.0f\n",
+                  c == O_TIMEOUT ? "--timeout" : "--data-timeout", optarg, max);
           return EXIT_USAGE;
         }
         break;
@@ -423,6 +452,11 @@ static long verify(wt_sync_client *c, wt_source *src, wt_hash_alg alg,
 
 /* ---- main --------------------------------------------------------------- */
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
 static int fail(wt_status *st) {
   /* The message names the server, the call and the code already. */
   fprintf(stderr, "wt-push: %s\n", wt_status_message(st));
@@ -501,6 +535,8 @@ int main(int argc, char **argv) {
     }
     goto out;
   }
+  if (o.data_timeout_s > 0)
+    init->timeout_ms = (uint32_t)(o.data_timeout_s * 1000);
   st = wt_sync_client_init_transfer(c, init, src, &trainer);
   if (st) goto out;
 
@@ -517,27 +553,60 @@ int main(int argc, char **argv) {
                        wt_sync_client_server_world_size(c, o.nservers - 1)),
             o.backend);
 
-  progress_state ps = {.tty = isatty(STDERR_FILENO) == 1, .quiet = o.quiet};
-  double t0 = now_s();
-  st = wt_sync_client_start(c);
-  if (st) goto out;
-  ps.start = now_s();
-  st = wt_sync_client_update(c, trainer, src, on_progress, &ps);
-  if (ps.drawn) fputc('\n', stderr);
-  if (st) goto out;
-  double t_push = now_s() - ps.start;
-  const char *commit = o.version ? o.version : version;
-  st = wt_sync_client_finish(c, commit);
-  if (st) goto out;
-  double t_round = now_s() - t0;
-
   uint64_t bytes = wt_source_total_bytes(src);
-  printf("pushed %zu tensors, %" PRIu64
-         " bytes (%s) to %zu server(s) in "
-         "%.3f s: %.3g GB/s (round %.3f s); committed version '%s'\n",
-         wt_source_count(src), bytes, wt_tool_human_bytes(bytes, a, sizeof(a)),
-         o.nservers, t_push, t_push > 0 ? (double)bytes / t_push / 1e9 : 0.0,
-         t_round, commit);
+  double *secs = calloc(o.rounds, sizeof(*secs));
+  if (secs == NULL) {
+    st = wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory for --rounds");
+    goto out;
+  }
+  for (uint64_t r = 0; r < o.rounds; r++) {
+    progress_state ps = {.tty = isatty(STDERR_FILENO) == 1,
+                         .quiet = o.quiet || o.rounds > 1};
+    double t0 = now_s();
+    st = wt_sync_client_start(c);
+    if (st) break;
+    ps.start = now_s();
+    st = wt_sync_client_update(c, trainer, src, on_progress, &ps);
+    if (ps.drawn) fputc('\n', stderr);
+    if (st) break;
+    double t_push = now_s() - ps.start;
+    /* Several rounds: each commits its own version. */
+    char name[256];
+    const char *commit = o.version ? o.version : version;
+    if (o.rounds > 1) {
+      if (o.version)
+        snprintf(name, sizeof(name), "%.200s-%" PRIu64, o.version, r + 1);
+      else
+        snprintf(name, sizeof(name), "step-%" PRIu64, next_seq + r);
+      commit = name;
+    }
+    st = wt_sync_client_finish(c, commit);
+    if (st) break;
+    double t_round = now_s() - t0;
+    secs[r] = t_round;
+    if (o.rounds == 1 || !o.quiet)
+      printf("%spushed %zu tensors, %" PRIu64
+             " bytes (%s) to %zu server(s) in "
+             "%.3f s: %.3g GB/s (round %.3f s); committed version '%s'\n",
+             o.rounds > 1 ? "round " : "", wt_source_count(src), bytes,
+             wt_tool_human_bytes(bytes, a, sizeof(a)), o.nservers, t_push,
+             t_push > 0 ? (double)bytes / t_push / 1e9 : 0.0, t_round, commit);
+    fflush(stdout);
+  }
+  if (st == NULL && o.rounds > 1) {
+    /* The RL loop is the steady state: rounds after the first. */
+    size_t n = (size_t)o.rounds - 1;
+    qsort(secs + 1, n, sizeof(*secs), cmp_double);
+    double med = n % 2 ? secs[1 + n / 2] : (secs[n / 2] + secs[1 + n / 2]) / 2;
+    printf("rounds: %" PRIu64
+           " on one init; first %.3f s (%.3g GB/s); "
+           "steady state median %.3f s (%.3g GB/s), best %.3f s, worst "
+           "%.3f s\n",
+           o.rounds, secs[0], (double)bytes / secs[0] / 1e9, med,
+           (double)bytes / med / 1e9, secs[1], secs[n]);
+  }
+  free(secs);
+  if (st) goto out;
   fflush(stdout);
   exit_code = 0;
   if (o.verify) {

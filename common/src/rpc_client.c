@@ -116,9 +116,31 @@ wt_status *wt_rpc_channel_new(const char *target,
     grpc_shutdown();
     return st;
   }
-  grpc_arg args[3];
+  grpc_arg args[7];
   size_t nargs = wt_rpc_message_limit_args(
       args, opts->max_receive_message_bytes, opts->max_send_message_bytes);
+  if (opts->keepalive_time_ms >= 0) {
+    const struct {
+      const char *key;
+      int value;
+    } ka[] = {
+        {GRPC_ARG_KEEPALIVE_TIME_MS, opts->keepalive_time_ms
+                                         ? opts->keepalive_time_ms
+                                         : WT_RPC_KEEPALIVE_TIME_MS},
+        {GRPC_ARG_KEEPALIVE_TIMEOUT_MS, opts->keepalive_timeout_ms > 0
+                                            ? opts->keepalive_timeout_ms
+                                            : WT_RPC_KEEPALIVE_TIMEOUT_MS},
+        /* A push blocked by flow control sends no data: keep pinging. */
+        {GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0},
+    };
+    for (size_t i = 0; i < sizeof(ka) / sizeof(ka[0]); i++) {
+      memset(&args[nargs], 0, sizeof(args[nargs]));
+      args[nargs].type = GRPC_ARG_INTEGER;
+      args[nargs].key = (char *)ka[i].key;
+      args[nargs].value.integer = ka[i].value;
+      nargs++;
+    }
+  }
   if (opts->tls != NULL && opts->tls->server_name != NULL) {
     memset(&args[nargs], 0, sizeof(args[nargs]));
     args[nargs].type = GRPC_ARG_STRING;
@@ -327,9 +349,14 @@ static wt_status *cc_unpack_response(const client_call *cc,
   if (response == NULL) return NULL;
   wt_status *st = wt_pb_unpack(bb, type, response);
   if (st != NULL) {
+    /* A response that does not parse is the server's fault (INTERNAL); one
+     * this side has no memory for is RESOURCE_EXHAUSTED. */
+    wt_code code = wt_status_code(st) == WT_RESOURCE_EXHAUSTED
+                       ? WT_RESOURCE_EXHAUSTED
+                       : WT_INTERNAL;
     wt_status *wrapped =
-        wt_status_new(WT_INTERNAL, "%s %s: response %s", cc->ch->target,
-                      cc->method, wt_status_message(st));
+        wt_status_new(code, "%s %s: response %s", cc->ch->target, cc->method,
+                      wt_status_message(st));
     wt_status_free(st);
     st = wrapped;
   }

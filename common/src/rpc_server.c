@@ -647,7 +647,7 @@ wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
   rpc_init_monotonic_cond(&s->cv);
 
   grpc_init();
-  grpc_arg args[6];
+  grpc_arg args[8];
   size_t nargs = wt_rpc_message_limit_args(
       args, opts->max_receive_message_bytes, opts->max_send_message_bytes);
   /* Limits on what one connection may hold (see the README's threat model:
@@ -660,6 +660,12 @@ wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
       {GRPC_ARG_MAX_CONCURRENT_STREAMS, s->max_concurrent_streams},
       {GRPC_ARG_MAX_METADATA_SIZE, s->max_metadata_bytes},
       {GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, s->handshake_timeout_ms},
+      /* Clients' keepalive pings (wt_rpc_channel_options), also while a
+       * client-streaming push sends this side nothing; faster pingers are
+       * sent GOAWAY. */
+      {GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+       WT_RPC_MIN_PING_INTERVAL_MS},
+      {GRPC_ARG_HTTP2_MAX_PING_STRIKES, 2},
   };
   for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
     memset(&args[nargs], 0, sizeof(args[nargs]));

@@ -420,8 +420,11 @@ wt_status *wtt_push_open(wtt_pusher *p, wt_rpc_channel *ch, const wtt_upd *u,
   size_t n = u->info.n_names;
   uint64_t sizes[WTT_MAX_TENSORS];
   for (size_t k = 0; k < n; k++) sizes[k] = u->metas[u->idx[k]].nbytes;
-  WT_ASSERT_OK(wt_pack_plan_build(
-      sizes, n, packed_buffer ? packed_buffer : 64u << 20, &p->plan));
+  /* Library calls may fail (the alloc suite makes them): returned, and
+   * wtt_push_close still cleans up. */
+  wt_status *st = wt_pack_plan_build(
+      sizes, n, packed_buffer ? packed_buffer : 64u << 20, &p->plan);
+  if (st != NULL) return st;
   p->bucket = calloc(p->plan->nbuckets + 1, sizeof(*p->bucket));
   for (size_t b = 0; b < p->plan->nbuckets; b++)
     p->bucket[b] = malloc(p->plan->buckets[b].nbytes + 1);
@@ -432,8 +435,9 @@ wt_status *wtt_push_open(wtt_pusher *p, wt_rpc_channel *ch, const wtt_upd *u,
         p->bucket[p->plan->tensor_bucket[k]] + p->plan->tensor_offset[k],
         m->nbytes);
   }
-  WT_ASSERT_OK(wt_rpc_client_stream_open(ch, WTT_SVC "PushWeights",
-                                         WTT_DEADLINE_MS, &p->s));
+  st = wt_rpc_client_stream_open(ch, WTT_SVC "PushWeights", WTT_DEADLINE_MS,
+                                 &p->s);
+  if (st != NULL) return st;
   Wt__V1__PushWeightsHeader h = WT__V1__PUSH_WEIGHTS_HEADER__INIT;
   h.update_info = (Wt__V1__WeightTransferUpdateInfo *)&u->info;
   h.round_id = round_id;
@@ -478,8 +482,10 @@ wt_status *wtt_push_send(wtt_pusher *p, uint64_t bytes) {
 
 wt_status *wtt_push_close(wtt_pusher *p, Wt__V1__PushWeightsResponse **resp) {
   ProtobufCMessage *r = NULL;
-  wt_status *st = wt_rpc_client_stream_finish(
-      p->s, &wt__v1__push_weights_response__descriptor, &r);
+  wt_status *st = NULL;
+  if (p->s != NULL) /* NULL: wtt_push_open failed before the stream */
+    st = wt_rpc_client_stream_finish(
+        p->s, &wt__v1__push_weights_response__descriptor, &r);
   if (resp != NULL)
     *resp = (Wt__V1__PushWeightsResponse *)r;
   else

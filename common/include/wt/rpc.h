@@ -347,7 +347,21 @@ typedef struct wt_rpc_channel_options {
   /* A bearer token (copied) sent as "authorization: Bearer TOKEN" on every
    * call; NULL: none. */
   const char *token;
+  /* HTTP/2 keepalive while calls are open: a ping every keepalive_time_ms,
+   * and a connection whose ping is not answered within
+   * keepalive_timeout_ms is closed, failing its calls with UNAVAILABLE (a
+   * cut link or a vanished host is noticed in seconds rather than at the
+   * call's deadline). 0: WT_RPC_KEEPALIVE_TIME_MS and
+   * WT_RPC_KEEPALIVE_TIMEOUT_MS; keepalive_time_ms < 0: no keepalive. */
+  int keepalive_time_ms;
+  int keepalive_timeout_ms;
 } wt_rpc_channel_options;
+
+#define WT_RPC_KEEPALIVE_TIME_MS 2000
+#define WT_RPC_KEEPALIVE_TIMEOUT_MS 5000
+/* A server takes a client's pings this often (a client that pings faster,
+ * twice, gets GOAWAY); below WT_RPC_KEEPALIVE_TIME_MS. */
+#define WT_RPC_MIN_PING_INTERVAL_MS 1000
 
 /* Creates a channel to `target` ("host:port", or any gRPC target URI), over
  * TLS when opts->tls is given. Connecting is lazy: a server that is not

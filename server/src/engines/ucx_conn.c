@@ -289,7 +289,7 @@ void wt_ucxe_settle_receives(wt_engine *e, slot *slots, uint64_t round_id,
   for (size_t i = 0; i < e->nslots; i++)
     if (wt_ucx_request_status(slots[i].req) == UCS_INPROGRESS)
       ucp_request_cancel(e->ucx->worker, slots[i].req);
-  const int64_t end = wt_ucx_now_ms() + UCX_GRACE_MS;
+  const int64_t end = wt_ucx_now_ms() + UCX_SETTLE_MS;
   while (!slots_settled(&w) && wt_ucx_now_ms() < end)
     ucp_worker_progress(e->ucx->worker);
   for (size_t i = 0; i < e->nslots; i++) {

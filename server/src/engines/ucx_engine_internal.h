@@ -27,6 +27,11 @@
 #define UCX_MAX_NUM_BUFFERS 64u
 /* How long an abort waits for a posted receive to give up its buffers. */
 #define UCX_GRACE_MS 1000
+/* How long a failed receive waits for its cancelled bucket receives to end
+ * before it returns (and its round fails everywhere): short, since one UCX
+ * has matched already is kept as a stray, which the next round waits for
+ * (wt_ucxe_check_strays). */
+#define UCX_SETTLE_MS 100
 /* How long every trainer connection must stay broken before a receive gives
  * up on the trainer (see wt_ucxe_recv_done). */
 #define UCX_PEER_GONE_MS 1000

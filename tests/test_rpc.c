@@ -990,6 +990,51 @@ static void test_handler_cap(void) {
   stop();
 }
 
+/* A client that calls again the moment it has its answer is served by the
+ * thread that answered, which counts as about to be idle while it sends
+ * the status: clients calling back to back never start more threads than
+ * there are clients (bench/growth.sh shows the case this guards, a new
+ * wt-push per round, where a server's handler threads grew from 7 to 9). */
+static void *calls_in_a_row(void *arg) {
+  int *failed = arg;
+  Wt__V1__GetWeightVersionRequest req =
+      WT__V1__GET_WEIGHT_VERSION_REQUEST__INIT;
+  for (int i = 0; i < 300; i++) {
+    ProtobufCMessage *resp = NULL;
+    wt_status *st = wt_rpc_unary(F.ch, M_VERSION, &req.base,
+                                 &wt__v1__weight_version__descriptor, 2000,
+                                 &resp);
+    if (st != NULL) (*failed)++;
+    wt_status_free(st);
+    wt_pb_free(resp);
+  }
+  return NULL;
+}
+
+static void test_back_to_back_calls_one_thread(void) {
+  wt_rpc_server_options opts;
+  memset(&opts, 0, sizeof(opts));
+  opts.max_handler_threads = 16;
+  start_with(&opts, NULL);
+  /* Two clients, each calling back to back: two threads at most. */
+  enum { CLIENTS = 2 };
+  pthread_t t[CLIENTS];
+  int failed[CLIENTS] = {0};
+  for (int k = 0; k < CLIENTS; k++)
+    CU_ASSERT_EQUAL_FATAL(
+        pthread_create(&t[k], NULL, calls_in_a_row, &failed[k]), 0);
+  for (int k = 0; k < CLIENTS; k++) {
+    pthread_join(t[k], NULL);
+    CU_ASSERT_EQUAL(failed[k], 0);
+  }
+  wt_rpc_class_load l;
+  wt_rpc_server_class_load(F.server, 0, &l);
+  printf("\n  %d clients x 300 calls in a row: %d handler thread(s)",
+         CLIENTS, l.threads);
+  CU_ASSERT(l.threads <= CLIENTS);
+  stop();
+}
+
 static void test_server_config_errors(void) {
   wt_rpc_server *s = NULL;
   const wt_rpc_method twice[] = {methods[0], methods[0]};
@@ -1073,6 +1118,8 @@ void wt_test_suite_rpc(void) {
   CU_add_test(s, "idle shutdown", test_idle_shutdown_is_quick);
   CU_add_test(s, "no server", test_no_server);
   CU_add_test(s, "handler cap", test_handler_cap);
+  CU_add_test(s, "back-to-back calls start one thread",
+              test_back_to_back_calls_one_thread);
   CU_add_test(s, "configuration errors", test_server_config_errors);
   CU_add_test(s, "signal wait", test_signal_wait);
 }

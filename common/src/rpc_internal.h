@@ -73,6 +73,9 @@ typedef struct rpc_pool {
   int running; /* calls in a handler (or streams open) */
   int queued;  /* calls waiting for a thread */
   int idle;    /* threads waiting for a call */
+  /* Threads sending the status of a call they handled: about to take the
+   * next call, so no new thread is started for it. */
+  int finishing;
   wt_rpc_call *head, *tail;
   pthread_cond_t work_cv;
   pthread_t *threads;

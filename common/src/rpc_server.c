@@ -220,10 +220,12 @@ static void *pool_main(void *arg) {
      * again the moment it has its answer finds it free. */
     pthread_mutex_lock(&s->mu);
     p->running--;
+    p->finishing++;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     rpc_call_finish(c, st);
     pthread_mutex_lock(&s->mu);
+    p->finishing--;
   }
   pthread_mutex_unlock(&s->mu);
   return NULL;
@@ -234,8 +236,10 @@ static bool pool_admit_locked(rpc_pool *p) {
   return p->running + p->queued < p->cfg.max_running + p->cfg.max_queued;
 }
 
-/* Queues an admitted call for a thread, starting one when none is idle and
- * the class has fewer than its limit. Under mu. */
+/* Queues an admitted call for a thread, starting one when no thread is
+ * idle or about to be (a client that calls again the moment it has its
+ * answer would otherwise start a thread per call until the limit) and the
+ * class has fewer than its limit. Under mu. */
 static void pool_enqueue_locked(rpc_pool *p, wt_rpc_call *c) {
   c->next = NULL;
   if (p->tail)
@@ -244,7 +248,8 @@ static void pool_enqueue_locked(rpc_pool *p, wt_rpc_call *c) {
     p->head = c;
   p->tail = c;
   p->queued++;
-  if (p->idle < p->queued && p->nthreads < p->cfg.max_running) {
+  if (p->idle + p->finishing < p->queued &&
+      p->nthreads < p->cfg.max_running) {
     pthread_t tid;
     int rc = pthread_create(&tid, NULL, pool_main, p);
     if (rc == 0)

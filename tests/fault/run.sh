@@ -6,7 +6,9 @@
 #
 #   server ms   from the fault to the server's log line "round R aborted"
 #               (for the stop and the cut: from when the data deadline,
-#               DATA_TIMEOUT s after the fault, passed)
+#               DATA_TIMEOUT s after the fault, passed; the server counts
+#               it from the last data it received, a little before the
+#               fault, so a few ms below 0 is on time)
 #   trainer ms  from the fault (the stop: from SIGCONT) to wt-push's exit
 #               with an error
 #   ready ms    from the fault (the stop and the cut: from the deadline) to
@@ -43,9 +45,10 @@ backends=${BACKENDS:-grpc ucx}
 faults=${FAULTS:-trainer-kill server-kill trainer-stop link-cut}
 deadline_s=${DATA_TIMEOUT:-2}
 wait_s=${WAIT_S:-30}
-server_bin=$root/$build/server/wt-server
-push_bin=$root/$build/client/wt-push
-ctl_bin=$root/$build/client/wt-ctl
+case "$build" in /*) ;; *) build=$root/$build ;; esac
+server_bin=$build/server/wt-server
+push_bin=$build/client/wt-push
+ctl_bin=$build/client/wt-ctl
 for b in "$server_bin" "$push_bin" "$ctl_bin"; do
   [ -x "$b" ] || { echo "fault: $b is not built (cmake --build $build)" >&2; exit 2; }
 done
@@ -110,7 +113,7 @@ wait_ready() {
     if ! grep -q updating <<<"$out"; then echo $(($(now_ms) - start)); return 0; fi
     sleep 0.005
   done
-  echo -1
+  echo HANG
 }
 
 # ns_wait_ready ADDR: wait_ready from inside the server's namespace.
@@ -123,7 +126,7 @@ ns_wait_ready() {
     if ! grep -q updating <<<"$out"; then echo $(($(now_ms) - start)); return 0; fi
     sleep 0.005
   done
-  echo -1
+  echo HANG
 }
 
 # wait_log FILE REGEX FROM_LINE: the first line matching REGEX after line
@@ -160,7 +163,7 @@ until_midway() {
   return 1
 }
 
-# wait_exit PID: waits (bounded) for PID to end; prints ms waited, -1 on a
+# wait_exit PID: waits (bounded) for PID to end; prints ms waited, HANG on a
 # hang (then kills it).
 wait_exit() {
   local start end
@@ -170,7 +173,7 @@ wait_exit() {
     if [ "$(now_ms)" -gt "$end" ]; then
       kill -9 "$1" 2>/dev/null || true
       wait "$1" 2>/dev/null || true
-      echo -1
+      echo HANG
       return 0
     fi
     sleep 0.002
@@ -207,7 +210,7 @@ server_part() {
   line=$(abort_line "$1" "$2")
   if [ -z "$line" ]; then
     hang "no 'round aborted' in $1 within ${wait_s}s"
-    t_srv=-1
+    t_srv=HANG
     return
   fi
   t_srv=$(($(log_ms "$line") - $3 - ${4:-0}))
@@ -217,12 +220,12 @@ server_part() {
 crashes=0
 trainer_part() { # OUT MS
   t_trn=$2
-  [ "$2" = -1 ] && hang "wt-push did not exit within ${wait_s}s after the fault"
+  [ "$2" = HANG ] && hang "wt-push did not exit within ${wait_s}s after the fault"
   trn_said=$(grep -E '^wt-push: ' "$1" | tail -n1 | cut -c1-400)
   local rc
   rc=$(cat "$work/push.rc" 2>/dev/null || echo 0)
   # An error is exit status 1; a signal (a crash) is a defect.
-  if [ "$2" != -1 ] && [ "$rc" -gt 128 ]; then
+  if [ "$2" != HANG ] && [ "$rc" -gt 128 ]; then
     echo "fault: wt-push CRASHED (status $rc) after the fault; its output:" >&2
     tail -n 20 "$1" | sed 's/^/    /' >&2
     crashes=$((crashes + 1))
@@ -286,18 +289,18 @@ run_fault() { # FAULT BACKEND
           trn_said="(killed)"
           server_part "$A_log" "$from" "$t0"
           t_ready=$(wait_ready "$A_addr")
-          [ "$t_ready" -ge 0 ] && t_ready=$(($(now_ms) - t0 - 0)) || hang "workers stayed updating"
+          if [ "$t_ready" != HANG ]; then t_ready=$(($(now_ms) - t0)); else hang "workers stayed updating"; fi
         else
           kill -STOP "$push_pid"
           t_ready=$(wait_ready "$A_addr")
-          [ "$t_ready" -ge 0 ] && t_ready=$(($(now_ms) - t0 - deadline_s * 1000)) || hang "workers stayed updating"
+          if [ "$t_ready" != HANG ]; then t_ready=$(($(now_ms) - t0 - deadline_s * 1000)); else hang "workers stayed updating"; fi
           sleep 1 # stopped well past the deadline
           server_part "$A_log" "$from" "$t0" "$((deadline_s * 1000))"
           local t1
           t1=$(now_ms)
           kill -CONT "$push_pid"
           trainer_part "$out" "$(wait_exit "$push_pid")"
-          [ "$t_trn" != -1 ] && t_trn=$(($(now_ms) - t1))
+          [ "$t_trn" != HANG ] && t_trn=$(($(now_ms) - t1))
         fi
         check_after "$A_addr" "$work/before" "$backend"
         record "$fault $backend $i ok $t_srv $t_trn $t_ready $intact $next" "|$srv_said|$trn_said"
@@ -317,11 +320,11 @@ run_fault() { # FAULT BACKEND
         t0=$(now_ms)
         kill -9 "$B_pid"
         trainer_part "$out" "$(wait_exit "$push_pid")"
-        [ "$t_trn" != -1 ] && t_trn=$(($(now_ms) - t0))
+        [ "$t_trn" != HANG ] && t_trn=$(($(now_ms) - t0))
         wait "$B_pid" 2>/dev/null || true
         server_part "$A_log" "$from" "$t0"
         t_ready=$(wait_ready "$A_addr")
-        [ "$t_ready" -ge 0 ] && t_ready=$(($(now_ms) - t0)) || hang "workers stayed updating"
+        if [ "$t_ready" != HANG ]; then t_ready=$(($(now_ms) - t0)); else hang "workers stayed updating"; fi
         start_server B "$fault-$backend-c$i"
         check_after "$A_addr" "$work/before" "$backend" "$B_addr"
         kill -TERM "$B_pid"; wait "$B_pid" 2>/dev/null || true
@@ -352,9 +355,9 @@ run_fault() { # FAULT BACKEND
         ip link set wtflt0 down
         # The server's side, seen from inside its namespace meanwhile.
         t_ready=$(ns_wait_ready "$A_addr")
-        [ "$t_ready" -ge 0 ] && t_ready=$(($(now_ms) - t0 - deadline_s * 1000)) || hang "workers stayed updating"
+        if [ "$t_ready" != HANG ]; then t_ready=$(($(now_ms) - t0 - deadline_s * 1000)); else hang "workers stayed updating"; fi
         trainer_part "$out" "$(wait_exit "$push_pid")"
-        [ "$t_trn" != -1 ] && t_trn=$(($(now_ms) - t0))
+        [ "$t_trn" != HANG ] && t_trn=$(($(now_ms) - t0))
         server_part "$A_log" "$from" "$t0" "$((deadline_s * 1000))"
         ip link set wtflt0 up
         check_after "$A_addr" "$work/before" "$backend"
@@ -380,7 +383,7 @@ done
 # The table: medians and worsts in ms.
 status=0
 stat() { # prints "median/max" of the numbers on stdin, or "-"
-  sort -g | awk '$1 != "-" && $1 != "n/a" { v[++n] = $1 } END {
+  sort -g | awk '$1 != "-" && $1 != "n/a" && $1 != "HANG" { v[++n] = $1 } END {
     if (n == 0) { print "-"; exit }
     m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
     printf "%d/%d\n", m, v[n] }'
@@ -403,7 +406,7 @@ for fault in $faults; do
     rdy=$(awk '/ ok / {print $7}' "$rowfile" | stat)
     ok_intact=$(awk '/ ok / && $8 == "yes"' "$rowfile" | wc -l)
     ok_next=$(awk '/ ok / && $9 == "yes"' "$rowfile" | wc -l)
-    row_hangs=$(awk '/ ok / && ($5 == -1 || $6 == -1 || $7 == -1)' "$rowfile" | wc -l)
+    row_hangs=$(awk '/ ok / && ($5 == "HANG" || $6 == "HANG" || $7 == "HANG")' "$rowfile" | wc -l)
     extra=""
     [ "$missed" -gt 0 ] && extra=" ($missed missed: the round ended before the fault)"
     printf '| %s | %s | %s%s | %s | %s | %s | %s/%s | %s/%s | %s |\n' "$fault" "$backend" \

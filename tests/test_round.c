@@ -513,6 +513,18 @@ static void test_many_workers(void) {
   wtt_server_stop(&S);
 }
 
+/* A server ("small", two workers, 64 KiB chunks, the default round timeout
+ * of 60 s) that committed "v1" (seed 1) and has the next round open; *u is
+ * the whole model's update. Returns that round's id. */
+static uint64_t serve_after_v1(wtt_upd *u) {
+  uint64_t id = wtt_serve_round(&S, "small", 2, WT_STAGING_SHADOW, 64 << 10);
+  wtt_upd_init(u, S.metas, NULL, S.n);
+  WT_ASSERT_OK(wtt_push_all(S.ch, u, id, 1 << 20, 64 << 10, 1, NULL));
+  WT_ASSERT_OK(wtt_finish(S.ch, "v1", id));
+  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  return id;
+}
+
 /* A trainer killed midway: its round fails on every worker at once (not
  * when the round timeout passes), nothing partial commits, the previous
  * version's bytes stay, every later call of the round names the cause, and
@@ -520,18 +532,10 @@ static void test_many_workers(void) {
 static void test_stream_cut(void) {
   char msgbuf[512];
   const char *msg = msgbuf;
-  /* A round timeout far beyond the test's bound: only the failure itself
-   * can end the round in time. */
-  wtt_server_start_simple(&S, "small", 2, WT_STAGING_SHADOW, 60000);
-  WT_ASSERT_OK(wtt_init_grpc(S.ch, 64 << 10, S.workers));
-  uint64_t id = 0;
-  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  /* The round timeout (60 s) is far beyond the test's bound: only the
+   * failure itself can end the round in time. */
   wtt_upd u;
-  wtt_upd_init(&u, S.metas, NULL, S.n);
-  WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 1 << 20, 64 << 10, 1, NULL));
-  WT_ASSERT_OK(wtt_finish(S.ch, "v1", id));
-
-  WT_ASSERT_OK(wtt_start(S.ch, &id));
+  uint64_t id = serve_after_v1(&u);
   wtt_pusher p;
   WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 1 << 20, 64 << 10, 2));
   WT_ASSERT_OK(wtt_push_send(&p, 1200 << 10));
@@ -570,13 +574,9 @@ static void test_stream_cut(void) {
  * breaks after whole buckets landed: the round fails, and the tensors that
  * did land are not committed beside the old ones. */
 static void test_failed_push_fails_round(void) {
-  uint64_t id = wtt_serve_round(&S, "small", 2, WT_STAGING_SHADOW, 64 << 10);
   wtt_upd u;
-  wtt_upd_init(&u, S.metas, NULL, S.n);
-  WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 1 << 20, 64 << 10, 1, NULL));
-  WT_ASSERT_OK(wtt_finish(S.ch, "v1", id));
+  uint64_t id = serve_after_v1(&u);
   /* Bucket 0 (1 MiB) lands whole, then the stream half-closes. */
-  WT_ASSERT_OK(wtt_start(S.ch, &id));
   wtt_pusher p;
   WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 1 << 20, 64 << 10, 2));
   WT_ASSERT_OK(wtt_push_send(&p, 1300 << 10));

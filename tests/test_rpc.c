@@ -1001,9 +1001,9 @@ static void *calls_in_a_row(void *arg) {
       WT__V1__GET_WEIGHT_VERSION_REQUEST__INIT;
   for (int i = 0; i < 300; i++) {
     ProtobufCMessage *resp = NULL;
-    wt_status *st = wt_rpc_unary(F.ch, M_VERSION, &req.base,
-                                 &wt__v1__weight_version__descriptor, 2000,
-                                 &resp);
+    wt_status *st =
+        wt_rpc_unary(F.ch, M_VERSION, &req.base,
+                     &wt__v1__weight_version__descriptor, 2000, &resp);
     if (st != NULL) (*failed)++;
     wt_status_free(st);
     wt_pb_free(resp);
@@ -1029,8 +1029,8 @@ static void test_back_to_back_calls_one_thread(void) {
   }
   wt_rpc_class_load l;
   wt_rpc_server_class_load(F.server, 0, &l);
-  printf("\n  %d clients x 300 calls in a row: %d handler thread(s)",
-         CLIENTS, l.threads);
+  printf("\n  %d clients x 300 calls in a row: %d handler thread(s)", CLIENTS,
+         l.threads);
   CU_ASSERT(l.threads <= CLIENTS);
   stop();
 }

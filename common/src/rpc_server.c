@@ -248,8 +248,7 @@ static void pool_enqueue_locked(rpc_pool *p, wt_rpc_call *c) {
     p->head = c;
   p->tail = c;
   p->queued++;
-  if (p->idle + p->finishing < p->queued &&
-      p->nthreads < p->cfg.max_running) {
+  if (p->idle + p->finishing < p->queued && p->nthreads < p->cfg.max_running) {
     pthread_t tid;
     int rc = pthread_create(&tid, NULL, pool_main, p);
     if (rc == 0)

@@ -23,6 +23,7 @@
   X(safetensors)     \
   X(registry)        \
   X(pb)              \
+  X(ipc)             \
   X(proto_python)    \
   X(rpc)             \
   X(memory)          \

@@ -117,9 +117,12 @@ def proto_seeds():
               .SerializeToString())
         ipc = pb.UpdateWeightsRequest(update_info=pb.WeightTransferUpdateInfo(
             names=["w"], dtype_names=["float16"], shapes=[pb.Shape(dims=[2])],
-            ipc=pb.IpcUpdateInfo(handles=[pb.IpcHandle(
-                handle=b"\x01" * 64, offset_bytes=256, device=0,
-                gpu_uuid="GPU-0")])))
+            ipc=pb.IpcUpdateInfo(
+                exports=[pb.IpcExport(
+                    id=3, handle=b"\x01" * 64, size_bytes=4096,
+                    gpu_uuid="GPU-5c2f8a41-0d4e-4f0b-9a57-1b2c3d4e5f60")],
+                tensors=[pb.IpcTensor(places=[pb.IpcPlace(
+                    export_id=3, offset_bytes=256)])])))
         write("proto", "update_ipc", ipc.SerializeToString())
         write("proto", "list_parameters", pb.ListParametersRequest(
             name_prefix="model.layers.0.", page_size=10, page_token="abc")

@@ -289,7 +289,13 @@ static wt_status *push_model(wt_rpc_channel *ch, uint64_t round_id,
     }
     bucket_start += bk->nbytes;
   }
-  if (cut_after < m->total) goto out; /* destroy cancels the call */
+  if (cut_after < m->total) {
+    /* destroy cancels the call; first let the server take the stream (a
+     * call cancelled before the server accepted it never reaches its
+     * handler, and then no round can fail for it). */
+    usleep(100000);
+    goto out;
+  }
   WT_CHECK(
       wt_rpc_client_stream_finish(s, &wt__v1__push_weights_response__descriptor,
                                   (ProtobufCMessage **)&resp));

@@ -16,11 +16,11 @@
 
 static wtt_server S;
 
-/* Built-in worker engines: grpc, and ucx when built with UCX. */
+/* Built-in worker engines: grpc and ipc, and ucx when built with UCX. */
 #ifdef WT_WITH_UCX
-#define BUILTIN_BACKENDS 2
+#define BUILTIN_BACKENDS 3
 #else
-#define BUILTIN_BACKENDS 1
+#define BUILTIN_BACKENDS 2
 #endif
 
 static wt_status *init_info_call(Wt__V1__WeightTransferInitInfo *info) {

@@ -22,10 +22,12 @@ static void registry_create(void) {
   wt_registry *reg = NULL;
   WT_CHECK(wt_registry_new("trainer engine", WT_TRAINER_ABI_VERSION, &reg));
   WT_CHECK(wt_registry_register(reg, "grpc", &wt_grpc_trainer_ops));
+  /* CUDA only through wt/cuda.h, loaded when an ipc init asks for it. */
+  WT_CHECK(wt_registry_register(reg, "ipc", &wt_ipc_trainer_ops));
 #ifdef WT_WITH_UCX
   WT_CHECK(wt_registry_register(reg, "ucx", &wt_ucx_trainer_ops));
 #endif
-  /* ucx, nccl and ipc join here, nccl and ipc lazily from their modules. */
+  /* nccl joins here, lazily from its module. */
   registry = reg;
   reg = NULL;
 out:

@@ -3,6 +3,7 @@
  * is one CUDA call and its error in words. */
 
 #include <cuda_runtime_api.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -122,6 +123,89 @@ static wt_status *m_event_synchronize(void *event) {
   return NULL;
 }
 
+/* cuMemGetAddressRange through cudart's driver entry point, so that the
+ * module links the runtime only. */
+typedef int (*mem_range_fn)(unsigned long long *base, size_t *size,
+                            unsigned long long ptr);
+
+static wt_status *m_ipc_export(const void *ptr, void **base, size_t *size,
+                               unsigned char handle[WT_CUDA_IPC_HANDLE_BYTES]) {
+  static mem_range_fn range = NULL;
+  if (range == NULL) {
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q;
+    cudaError_t err = cudaGetDriverEntryPointByVersion(
+        "cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &q);
+    if (err != cudaSuccess || fn == NULL || q != cudaDriverEntryPointSuccess)
+      return wt_status_new(WT_FAILED_PRECONDITION,
+                           "cuMemGetAddressRange: not available from this "
+                           "driver (%s)",
+                           cudaGetErrorString(err));
+    range = (mem_range_fn)fn;
+  }
+  unsigned long long b = 0;
+  size_t n = 0;
+  if (range(&b, &n, (unsigned long long)(uintptr_t)ptr) != 0)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "cuMemGetAddressRange(%p): not device memory of "
+                         "this process",
+                         ptr);
+  cudaIpcMemHandle_t h;
+  cudaError_t err = cudaIpcGetMemHandle(&h, (void *)(uintptr_t)b);
+  if (err != cudaSuccess) return cuda_error(err, "cudaIpcGetMemHandle");
+  memcpy(handle, &h, WT_CUDA_IPC_HANDLE_BYTES);
+  *base = (void *)(uintptr_t)b;
+  *size = n;
+  return NULL;
+}
+
+static wt_status *m_ipc_open(
+    int device, const unsigned char handle[WT_CUDA_IPC_HANDLE_BYTES],
+    void **base) {
+  wt_status *st = check_bound(device, "cudaIpcOpenMemHandle");
+  if (st != NULL) return st;
+  cudaIpcMemHandle_t h;
+  memcpy(&h, handle, WT_CUDA_IPC_HANDLE_BYTES);
+  cudaError_t err =
+      cudaIpcOpenMemHandle(base, h, cudaIpcMemLazyEnablePeerAccess);
+  if (err != cudaSuccess) return cuda_error(err, "cudaIpcOpenMemHandle");
+  return NULL;
+}
+
+static void m_ipc_close(int device, void *base) {
+  (void)device;
+  if (base != NULL) cudaIpcCloseMemHandle(base);
+}
+
+static wt_status *m_stream_create(int device, void **stream) {
+  wt_status *st = check_bound(device, "cudaStreamCreateWithFlags");
+  if (st != NULL) return st;
+  cudaStream_t s = NULL;
+  cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (err != cudaSuccess) return cuda_error(err, "cudaStreamCreateWithFlags");
+  *stream = s;
+  return NULL;
+}
+
+static void m_stream_destroy(void *stream) {
+  if (stream != NULL) cudaStreamDestroy((cudaStream_t)stream);
+}
+
+static wt_status *m_copy_async(void *dst, const void *src, size_t len,
+                               void *stream) {
+  cudaError_t err =
+      cudaMemcpyAsync(dst, src, len, cudaMemcpyDefault, (cudaStream_t)stream);
+  if (err != cudaSuccess) return cuda_error(err, "cudaMemcpyAsync");
+  return NULL;
+}
+
+static wt_status *m_stream_query(void *stream, int *done) {
+  cudaError_t err = cudaStreamQuery((cudaStream_t)stream);
+  *done = err == cudaSuccess;
+  if (err == cudaSuccess || err == cudaErrorNotReady) return NULL;
+  return cuda_error(err, "cudaStreamQuery");
+}
+
 static char name[64];
 
 static const wt_cuda_api api = {
@@ -139,6 +223,13 @@ static const wt_cuda_api api = {
     .device_uuid = m_device_uuid,
     .stream_synchronize = m_stream_synchronize,
     .event_synchronize = m_event_synchronize,
+    .ipc_export = m_ipc_export,
+    .ipc_open = m_ipc_open,
+    .ipc_close = m_ipc_close,
+    .stream_create = m_stream_create,
+    .stream_destroy = m_stream_destroy,
+    .copy_async = m_copy_async,
+    .stream_query = m_stream_query,
 };
 
 /* Exported for cuda_loader.c (declared here for -Wmissing-declarations). */

@@ -1,10 +1,10 @@
 /* engine_registry.c: the worker-engine registry and the one place where the
  * built-in backends are registered (see wt/engine.h).
  *
- * Only `grpc` exists so far. ucx, nccl and ipc join here as they are
- * written: ucx directly when built with UCX, the GPU backends lazily
- * (wt_registry_register_lazy) so that a host without CUDA or NCCL pays
- * nothing until asked for them.
+ * `grpc` and `ipc` always (ipc calls CUDA only through wt/cuda.h, whose
+ * module is loaded on first use, so a host without CUDA pays nothing until
+ * an ipc init, which then fails saying why); `ucx` when built with UCX;
+ * nccl will join lazily (wt_registry_register_lazy).
  */
 
 #include <pthread.h>
@@ -21,6 +21,7 @@ static wt_status *registry_error;
 wt_status *wt_engine_register_builtins(wt_registry *reg) {
   wt_status *st = NULL;
   WT_CHECK(wt_registry_register(reg, "grpc", &wt_grpc_engine_ops));
+  WT_CHECK(wt_registry_register(reg, "ipc", &wt_ipc_engine_ops));
 #ifdef WT_WITH_UCX
   WT_CHECK(wt_registry_register(reg, "ucx", &wt_ucx_engine_ops));
 #endif

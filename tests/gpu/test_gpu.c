@@ -24,6 +24,7 @@
 #include "wt/memory.h"
 #include "wt/pb.h"
 #include "wt/source.h"
+#include "wt/synthetic.h"
 #include "wt/trainer.h"
 
 /* The real table, or NULL after printing why the test does not run. */
@@ -198,6 +199,146 @@ static void test_engine_refuses_device(void) {
   wtt_server_stop(&S);
 }
 
+static bool emulated(void);
+
+/* The trainer's tensors in one device allocation on cuda:0, filled with
+ * synthetic `seed` (what wtt_assert_model_seed checks). */
+typedef struct device_model {
+  wt_mem_region r;
+  wt_source_tensor t[16];
+  size_t n;
+} device_model;
+
+static void device_model_fill(device_model *d, const wtt_server *s,
+                              uint64_t seed) {
+  wt_device dev = {.type = WT_DEVICE_CUDA, .index = 0};
+  uint64_t total = 0;
+  CU_ASSERT_FATAL(s->n <= 16);
+  for (size_t k = 0; k < s->n; k++)
+    total += (s->metas[k].nbytes + 255) & ~255ull;
+  if (d->r.len == 0)
+    WT_ASSERT_OK(wt_mem_alloc(WT_MEM_DEVICE, dev, total, "ipc trainer", &d->r));
+  uint64_t off = 0;
+  for (size_t k = 0; k < s->n; k++) {
+    const wt_tensor_meta *m = &s->metas[k];
+    unsigned char *host = malloc(m->nbytes ? m->nbytes : 1);
+    wt_synthetic_fill(m, seed, 0, host, m->nbytes);
+    WT_ASSERT_OK(wt_mem_write(&d->r, off, host, m->nbytes, NULL));
+    free(host);
+    d->t[k] = (wt_source_tensor){.name = m->name,
+                                 .dtype = m->dtype,
+                                 .ndim = m->ndim,
+                                 .shape = m->shape,
+                                 .data = (char *)d->r.base + off,
+                                 .nbytes = m->nbytes,
+                                 .kind = WT_MEM_DEVICE,
+                                 .device = dev};
+    off += (m->nbytes + 255) & ~255ull;
+  }
+  d->n = s->n;
+}
+
+/* An ipc round, trainer and worker in this process: only on the emulated
+ * GPU, since CUDA opens only another process's export (the two-process
+ * round is for tests/gpu/run-device-checks.sh). Each export is made once
+ * and opened once across rounds; a trainer whose memory is gone fails the
+ * round, the worker closes its exports, and the next round works. */
+static void test_ipc_round(void) {
+  if (!emulated()) {
+    wt_test_skip("ipc round in one process",
+                 "CUDA IPC opens only another process's memory; runs on the "
+                 "emulated GPU (gpu_emulated)");
+    return;
+  }
+  wt_server_options o = {.devices = "cuda:0"};
+  wtt_server_start(&S, "tiny", &o);
+  const char *targets[1] = {S.target};
+  wt_client_options co = {.timeout_ms = 10000, .data_timeout_ms = 10000};
+  wt_sync_client *c = NULL;
+  WT_ASSERT_OK(wt_sync_client_new(targets, 1, &co, &c));
+  Wt__V1__WeightTransferInitInfo *info = NULL;
+  WT_ASSERT_OK(wt_trainer_init_info("ipc", NULL, 0, &info));
+  info->timeout_ms = 300; /* the data deadline */
+  wt_trainer *t = NULL;
+  WT_ASSERT_OK(wt_sync_client_init_transfer(c, info, NULL, &t));
+  wt_pb_free(&info->base);
+  fake_cuda_stats before = fake_cuda_get_stats();
+  device_model d = {0};
+  for (uint64_t seed = 7; seed <= 9; seed++) {
+    device_model_fill(&d, &S, seed);
+    wt_source *src = NULL;
+    WT_ASSERT_OK(wt_source_memory(d.t, d.n, &src));
+    WT_ASSERT_OK(wt_sync_client_start(c));
+    WT_ASSERT_OK(wt_sync_client_update(c, t, src, NULL, NULL));
+    WT_ASSERT_OK(wt_sync_client_finish(c, seed == 9 ? "ipc-3" : "ipc"));
+    wtt_assert_model_seed(&S, seed);
+    wt_source_destroy(src);
+  }
+  fake_cuda_stats after = fake_cuda_get_stats();
+  /* One allocation: its handle asked of CUDA once a round, under one id;
+   * the worker opened it once for all three rounds. */
+  CU_ASSERT_EQUAL(after.ipc_exports - before.ipc_exports, 3);
+  CU_ASSERT_EQUAL(after.ipc_opens - before.ipc_opens, 1);
+  CU_ASSERT_EQUAL(after.ipc_open_now, 1);
+  CU_ASSERT_EQUAL(after.copies_d2d - before.copies_d2d, 3 * S.n);
+  wtt_assert_version(S.ch, "ipc-3", 3);
+
+  /* Copies that do not finish (the trainer's process hung up its GPU):
+   * the data deadline fails the round, the committed bytes stay, the
+   * worker closes the trainer's exports. */
+  wt_source *src = NULL;
+  WT_ASSERT_OK(wt_source_memory(d.t, d.n, &src));
+  fake_cuda_hold_copies(1);
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  int64_t t0 = wtt_now_ms();
+  WT_ASSERT_ERR(wt_sync_client_update(c, t, src, NULL, NULL),
+                WT_DEADLINE_EXCEEDED, "did not finish within 300 ms");
+  CU_ASSERT(wtt_now_ms() - t0 < 3000);
+  CU_ASSERT_EQUAL(fake_cuda_get_stats().ipc_open_now, 0);
+  wtt_assert_model_seed(&S, 9);
+  wtt_assert_version(S.ch, "ipc-3", 3);
+  /* Once they ended, the next round reopens the export and commits. */
+  fake_cuda_hold_copies(0);
+  device_model_fill(&d, &S, 10);
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  WT_ASSERT_OK(wt_sync_client_update(c, t, src, NULL, NULL));
+  WT_ASSERT_OK(wt_sync_client_finish(c, "ipc-4"));
+  wtt_assert_model_seed(&S, 10);
+  CU_ASSERT_EQUAL(fake_cuda_get_stats().ipc_opens - before.ipc_opens, 2);
+
+  /* The trainer's memory is gone: refused on the trainer's side, naming
+   * the tensor; nothing of it committed. */
+  wt_mem_free(&d.r);
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  WT_ASSERT_ERR(wt_sync_client_update(c, t, src, NULL, NULL),
+                WT_INVALID_ARGUMENT,
+                "tensor 'model.embed_tokens.weight' (cuda:0)");
+  wt_source_destroy(src);
+  wtt_assert_model_seed(&S, 10);
+  /* A new allocation: a new export, and the round commits. */
+  memset(&d, 0, sizeof(d));
+  device_model_fill(&d, &S, 11);
+  WT_ASSERT_OK(wt_source_memory(d.t, d.n, &src));
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  WT_ASSERT_OK(wt_sync_client_update(c, t, src, NULL, NULL));
+  WT_ASSERT_OK(wt_sync_client_finish(c, "ipc-after"));
+  wtt_assert_model_seed(&S, 11);
+  wt_source_destroy(src);
+
+  /* A host tensor is refused before anything moves, naming it. */
+  wt_source *host = NULL;
+  WT_ASSERT_OK(wt_source_synthetic("tiny", 3, &host));
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  WT_ASSERT_ERR(wt_sync_client_update(c, t, host, NULL, NULL),
+                WT_INVALID_ARGUMENT, "ipc");
+  wt_source_destroy(host);
+  wt_mem_free(&d.r);
+  wt_trainer_destroy(t);
+  wt_sync_client_destroy(c);
+  wtt_server_stop(&S);
+  CU_ASSERT_EQUAL(fake_cuda_get_stats().ipc_open_now, 0);
+}
+
 static bool emulated(void) {
   const char *e = getenv("WT_TEST_GPU_EMULATE");
   return e != NULL && strcmp(e, "1") == 0;
@@ -226,4 +367,5 @@ void wt_test_suite_gpu(void) {
   CU_add_test(s, "a 256 MiB round into cuda:0", test_large_round_on_gpu);
   CU_add_test(s, "an engine refused on device memory",
               test_engine_refuses_device);
+  CU_add_test(s, "ipc rounds, trainer memory gone (emulated)", test_ipc_round);
 }

@@ -14,11 +14,14 @@ typedef struct fake_alloc {
   unsigned char *dev;    /* PROT_NONE: what wt sees */
   unsigned char *mirror; /* PROT_READ | PROT_WRITE: what copies use */
   size_t len;
+  uint64_t gen; /* its IPC handle's: the same for every export of it */
   struct fake_alloc *next;
 } fake_alloc;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static fake_alloc *allocs;
+static uint64_t next_gen = 1;
+static int hold_copies;
 static int ndevices;
 static fake_cuda_stats stats;
 static _Thread_local int current = -1;
@@ -76,6 +79,7 @@ static wt_status *f_device_alloc(int device, size_t len, void **ptr) {
   a->device = device;
   a->len = len;
   pthread_mutex_lock(&mu);
+  a->gen = next_gen++;
   a->next = allocs;
   allocs = a;
   stats.device_bytes[device] += len;
@@ -199,6 +203,138 @@ static wt_status *f_event_synchronize(void *event) {
   return f_sync(event, "event");
 }
 
+/* --- IPC and asynchronous copies ------------------------------------------
+ * A fake export's handle names the allocation (its address, size and a
+ * generation, behind a magic), so that opening it in this process finds
+ * the same memory; an allocation freed since (its trainer "died") no
+ * longer opens, and copies out of a mapping of it fail. Copies land at
+ * once; a stream reports them done unless fake_cuda_hold_copies holds
+ * every stream "busy". */
+
+typedef struct fake_handle {
+  char magic[8]; /* "wtfkipc" */
+  uint64_t dev;
+  uint64_t len;
+  uint64_t gen;
+  unsigned char pad[WT_CUDA_IPC_HANDLE_BYTES - 32];
+} fake_handle;
+
+/* The allocation holding [p, p + len) on any device, under mu; or NULL. */
+static fake_alloc *alloc_of_locked(const void *p, size_t len) {
+  const unsigned char *q = p;
+  for (fake_alloc *a = allocs; a; a = a->next)
+    if (q >= a->dev && len <= a->len && (size_t)(q - a->dev) <= a->len - len)
+      return a;
+  return NULL;
+}
+
+static wt_status *f_ipc_export(const void *ptr, void **base, size_t *size,
+                               unsigned char handle[WT_CUDA_IPC_HANDLE_BYTES]) {
+  pthread_mutex_lock(&mu);
+  fake_alloc *a = alloc_of_locked(ptr, 1);
+  fake_handle h;
+  memset(&h, 0, sizeof(h));
+  if (a != NULL) {
+    memcpy(h.magic, "wtfkipc", 8);
+    h.dev = (uint64_t)(uintptr_t)a->dev;
+    h.len = a->len;
+    h.gen = a->gen;
+    *base = a->dev;
+    *size = a->len;
+    stats.ipc_exports++;
+  }
+  pthread_mutex_unlock(&mu);
+  if (a == NULL)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "fake cuMemGetAddressRange(%p): not device memory",
+                         ptr);
+  memcpy(handle, &h, sizeof(h));
+  return NULL;
+}
+
+static wt_status *f_ipc_open(
+    int device, const unsigned char handle[WT_CUDA_IPC_HANDLE_BYTES],
+    void **base) {
+  wt_status *st = bound(device, "cudaIpcOpenMemHandle");
+  if (st != NULL) return st;
+  fake_handle h;
+  memcpy(&h, handle, sizeof(h));
+  pthread_mutex_lock(&mu);
+  fake_alloc *a = memcmp(h.magic, "wtfkipc", 8) == 0
+                      ? alloc_of_locked((void *)(uintptr_t)h.dev, h.len)
+                      : NULL;
+  if (a != NULL && (uint64_t)(uintptr_t)a->dev == h.dev && a->len == h.len &&
+      a->gen == h.gen) {
+    stats.ipc_opens++;
+    stats.ipc_open_now++;
+  } else {
+    a = NULL;
+  }
+  pthread_mutex_unlock(&mu);
+  if (a == NULL)
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "fake cudaIpcOpenMemHandle: invalid resource handle "
+                         "(the exporting allocation is gone)");
+  *base = a->dev;
+  return NULL;
+}
+
+static void f_ipc_close(int device, void *base) {
+  (void)device;
+  (void)base;
+  pthread_mutex_lock(&mu);
+  stats.ipc_open_now--;
+  pthread_mutex_unlock(&mu);
+}
+
+static wt_status *f_stream_create(int device, void **stream) {
+  wt_status *st = bound(device, "cudaStreamCreateWithFlags");
+  if (st != NULL) return st;
+  int *flag = calloc(1, sizeof(*flag));
+  if (flag == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "fake cudaStreamCreate");
+  *flag = 1;
+  *stream = flag;
+  return NULL;
+}
+
+static void f_stream_destroy(void *stream) {
+  free(stream);
+}
+
+static wt_status *f_copy_async(void *dst, const void *src, size_t len,
+                               void *stream) {
+  pthread_mutex_lock(&mu);
+  fake_alloc *d = alloc_of_locked(dst, len), *s = alloc_of_locked(src, len);
+  if (d != NULL && s != NULL) {
+    memcpy(d->mirror + ((unsigned char *)dst - d->dev),
+           s->mirror + ((const unsigned char *)src - s->dev), len);
+    stats.copies_d2d++;
+  }
+  pthread_mutex_unlock(&mu);
+  if (d == NULL || s == NULL)
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "fake cudaMemcpyAsync: %zu bytes from %p to %p: %s is "
+                         "not device memory (an illegal address)",
+                         len, src, dst,
+                         d == NULL ? "the destination" : "the source");
+  return NULL;
+}
+
+static wt_status *f_stream_query(void *stream, int *done) {
+  (void)stream;
+  pthread_mutex_lock(&mu);
+  *done = !hold_copies;
+  pthread_mutex_unlock(&mu);
+  return NULL;
+}
+
+void fake_cuda_hold_copies(int hold) {
+  pthread_mutex_lock(&mu);
+  hold_copies = hold;
+  pthread_mutex_unlock(&mu);
+}
+
 static const wt_cuda_api fake_api = {
     .version = WT_CUDA_API_VERSION,
     .name = "fake",
@@ -214,6 +350,13 @@ static const wt_cuda_api fake_api = {
     .device_uuid = f_device_uuid,
     .stream_synchronize = f_stream_synchronize,
     .event_synchronize = f_event_synchronize,
+    .ipc_export = f_ipc_export,
+    .ipc_open = f_ipc_open,
+    .ipc_close = f_ipc_close,
+    .stream_create = f_stream_create,
+    .stream_destroy = f_stream_destroy,
+    .copy_async = f_copy_async,
+    .stream_query = f_stream_query,
 };
 
 void fake_cuda_install(int devices) {

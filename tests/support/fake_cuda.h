@@ -22,6 +22,10 @@ typedef struct fake_cuda_stats {
   uint64_t largest_copy;
   uint64_t binding_errors; /* calls from a thread bound elsewhere */
   uint64_t syncs;          /* stream and event synchronisations */
+  uint64_t ipc_exports;    /* handles made (ipc_export) */
+  uint64_t ipc_opens;      /* handles opened */
+  int64_t ipc_open_now;    /* opened and not closed */
+  uint64_t copies_d2d;     /* copy_async calls */
 } fake_cuda_stats;
 
 /* Streams and events: pass a pointer to an int as the cudaStream_t or
@@ -35,5 +39,8 @@ void fake_cuda_uninstall(void);
 fake_cuda_stats fake_cuda_get_stats(void);
 /* The device the calling thread is bound to, -1 when none. */
 int fake_cuda_current(void);
+/* While set, every stream created with stream_create reports its copies
+ * "not done" (a copy that hangs: the caller's deadline must end it). */
+void fake_cuda_hold_copies(int hold);
 
 #endif

@@ -210,6 +210,10 @@ void wt_update_lists_apply(const wt_update_lists *l,
 
 /* The `grpc` backend's table (client/src/trainers/grpc_trainer.c). */
 extern const wt_trainer_ops wt_grpc_trainer_ops;
+/* The `ipc` backend's table (client/src/trainers/ipc_trainer.c): CUDA IPC,
+ * unpacked; the trainer's device tensors must not change until the update
+ * returns. */
+extern const wt_trainer_ops wt_ipc_trainer_ops;
 #ifdef WT_WITH_UCX
 /* The `ucx` backend's table (client/src/trainers/ucx_trainer.c). */
 extern const wt_trainer_ops wt_ucx_trainer_ops;

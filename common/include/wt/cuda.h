@@ -32,7 +32,9 @@
 extern "C" {
 #endif
 
-#define WT_CUDA_API_VERSION 1u
+#define WT_CUDA_API_VERSION 2u
+/* sizeof(cudaIpcMemHandle_t). */
+#define WT_CUDA_IPC_HANDLE_BYTES 64
 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" plus NUL. */
 #define WT_CUDA_UUID_MAX 48
 
@@ -63,6 +65,31 @@ typedef struct wt_cuda_api {
    * cudaEvent_t, is done (a trainer's tensors are then ready). */
   wt_status *(*stream_synchronize)(void *stream);
   wt_status *(*event_synchronize)(void *event);
+
+  /* --- version 2: CUDA IPC and asynchronous copies (the ipc backend) --- */
+
+  /* The allocation that holds device pointer `ptr` (cuMemGetAddressRange):
+   * its base and size, and its IPC handle (cudaIpcGetMemHandle on the
+   * base). INVALID_ARGUMENT when ptr is not device memory. */
+  wt_status *(*ipc_export)(const void *ptr, void **base, size_t *size,
+                           unsigned char handle[WT_CUDA_IPC_HANDLE_BYTES]);
+  /* Maps another process's export into this one on `device` (the calling
+   * thread's), peer access enabled lazily (cudaIpcOpenMemHandle). */
+  wt_status *(*ipc_open)(int device,
+                         const unsigned char handle[WT_CUDA_IPC_HANDLE_BYTES],
+                         void **base);
+  void (*ipc_close)(int device, void *base);
+  /* A non-blocking stream on `device` (the calling thread's). */
+  wt_status *(*stream_create)(int device, void **stream);
+  void (*stream_destroy)(void *stream);
+  /* Queues a copy of len bytes between any two device (or host) pointers
+   * on `stream` (cudaMemcpyAsync, cudaMemcpyDefault). */
+  wt_status *(*copy_async)(void *dst, const void *src, size_t len,
+                           void *stream);
+  /* Whether the work queued on `stream` is done (cudaStreamQuery): *done
+   * false while it runs; an error the stream hit is returned. Never
+   * blocks, so a caller can poll it against a deadline. */
+  wt_status *(*stream_query)(void *stream, int *done);
 } wt_cuda_api;
 
 /* The process's table: the override if one is set, else the module,

@@ -59,6 +59,14 @@ static void test_info_and_parameters(void) {
   CU_ASSERT_STRING_EQUAL(info->server_version, WT_SERVER_VERSION);
   CU_ASSERT_EQUAL_FATAL(info->n_backends, BUILTIN_BACKENDS);
   CU_ASSERT_STRING_EQUAL(info->backends[0], "grpc");
+  /* Each backend says whether an init can work here, and why not: grpc
+   * can; ipc cannot on host workers (no CUDA here, or host memory). */
+  CU_ASSERT_EQUAL_FATAL(info->n_backend_info, BUILTIN_BACKENDS);
+  CU_ASSERT_TRUE(info->backend_info[0]->available);
+  CU_ASSERT_STRING_EQUAL(info->backend_info[0]->unavailable_reason, "");
+  CU_ASSERT_STRING_EQUAL(info->backend_info[1]->name, "ipc");
+  CU_ASSERT_FALSE(info->backend_info[1]->available);
+  CU_ASSERT(strlen(info->backend_info[1]->unavailable_reason) > 0);
   CU_ASSERT_EQUAL_FATAL(info->n_workers, 2);
   CU_ASSERT_EQUAL(info->workers[1]->rank, 1);
   CU_ASSERT_STRING_EQUAL(info->workers[1]->device, "cpu");

@@ -108,8 +108,14 @@ static int cmd_info(wt_sync_client *c, int argc, char **argv) {
     printf("  %-8s memory", bi->name);
     for (size_t k = 0; k < bi->n_memory_kinds; k++)
       printf("%s%s", k ? "," : " ", bi->memory_kinds[k]);
-    printf("%s%s\n", bi->cross_host ? ", across hosts" : ", one host",
+    printf("%s%s", bi->cross_host ? ", across hosts" : ", one host",
            bi->survives_abort ? "" : ", needs a new init after an abort");
+    if (!bi->available)
+      printf("; unavailable here: %s",
+             bi->unavailable_reason && *bi->unavailable_reason
+                 ? bi->unavailable_reason
+                 : "(no reason given)");
+    printf("\n");
   }
   if (info->n_capabilities) {
     printf("capabilities:");

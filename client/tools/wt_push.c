@@ -26,7 +26,9 @@
 #include <unistd.h>
 
 #include "wt/client.h"
+#include "wt/cuda.h"
 #include "wt/log.h"
+#include "wt/memory.h"
 #include "wt/parse.h"
 #include "wt/pb.h"
 #include "wt/source.h"
@@ -64,6 +66,7 @@ typedef struct options {
   wt_hash_alg verify_alg;
   bool quiet;
   uint64_t rounds; /* rounds on one init (default 1) */
+  const char *device; /* --device: the source in this GPU's memory */
   wt_tool_security sec;
 } options;
 
@@ -103,6 +106,11 @@ static void usage(FILE *f) {
           "  --verify[=ALGO]      compare checksums afterwards (sha256, "
           "the default, or xxh3)\n"
           "  --quiet              no progress output\n"
+          "  --device DEV         cpu (default) or cuda:N: the update is loaded "
+          "into that\n"
+          "                       GPU's memory once, before any round, and "
+          "pushed from\n"
+          "                       there (--backend ipc)\n"
           "  --rounds N           N rounds on one init, as a trainer that "
           "stays up does\n"
           "                       (default 1); prints the first round and "
@@ -146,6 +154,7 @@ static int parse_args(int argc, char **argv, options *o) {
     O_QUIET,
     O_ROUNDS,
     O_DATA_TIMEOUT,
+    O_DEVICE,
     O_HELP,
     O_SECURITY
   };
@@ -164,6 +173,7 @@ static int parse_args(int argc, char **argv, options *o) {
       {"quiet", no_argument, NULL, O_QUIET},
       {"rounds", required_argument, NULL, O_ROUNDS},
       {"data-timeout", required_argument, NULL, O_DATA_TIMEOUT},
+      {"device", required_argument, NULL, O_DEVICE},
       {"help", no_argument, NULL, O_HELP},
       {"tls-ca", required_argument, NULL, O_SECURITY},
       {"tls-cert", required_argument, NULL, O_SECURITY},
@@ -202,6 +212,17 @@ static int parse_args(int argc, char **argv, options *o) {
       case O_SYNTH:
         o->synthetic = optarg;
         break;
+      case O_DEVICE: {
+        wt_device d;
+        wt_status *st = wt_device_parse(optarg, &d);
+        if (st != NULL) {
+          fprintf(stderr, "wt-push: --device: %s\n", wt_status_message(st));
+          wt_status_free(st);
+          return EXIT_USAGE;
+        }
+        o->device = optarg;
+        break;
+      }
       case O_ROUNDS:
         if (!wt_parse_u64(optarg, &o->rounds) || o->rounds == 0 ||
             o->rounds > 1000000) {
@@ -452,6 +473,46 @@ static long verify(wt_sync_client *c, wt_source *src, wt_hash_alg alg,
 
 /* ---- main --------------------------------------------------------------- */
 
+/* The tensors of `host` copied once into one allocation on GPU `dev`
+ * (each at a 256-byte boundary), as a trainer holds them: *out yields
+ * them from there. *r and *ts are the caller's to free (after *out). */
+static wt_status *load_on_device(wt_source *host, wt_device dev,
+                                 wt_mem_region *r, wt_source_tensor **ts,
+                                 wt_source **out) {
+  wt_status *st = NULL;
+  size_t n = 0;
+  const wt_tensor_meta *m = wt_source_metas(host, &n);
+  uint64_t total = 0;
+  for (size_t k = 0; k < n; k++) total += (m[k].nbytes + 255) & ~255ull;
+  *ts = calloc(n ? n : 1, sizeof(**ts));
+  if (*ts == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+  WT_CHECK(wt_cuda_bind(dev.index));
+  WT_CHECK(wt_mem_alloc(WT_MEM_DEVICE, dev, total ? total : 256,
+                        "wt-push --device", r));
+  WT_CHECK(wt_source_rewind(host));
+  uint64_t off = 0;
+  for (size_t k = 0; k < n; k++) {
+    wt_source_tensor t;
+    bool done = false;
+    const void *data = NULL;
+    WT_CHECK(wt_source_next(host, &t, &done));
+    WT_CHECK(wt_source_tensor_data(host, &t, &data));
+    WT_CHECK(wt_mem_write(r, off, data, (size_t)t.nbytes, NULL));
+    (*ts)[k] = (wt_source_tensor){.name = m[k].name,
+                                  .dtype = m[k].dtype,
+                                  .ndim = m[k].ndim,
+                                  .shape = m[k].shape,
+                                  .data = (char *)r->base + off,
+                                  .nbytes = m[k].nbytes,
+                                  .kind = WT_MEM_DEVICE,
+                                  .device = dev};
+    off += (m[k].nbytes + 255) & ~255ull;
+  }
+  WT_CHECK(wt_source_memory(*ts, n, out));
+out:
+  return st;
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -472,6 +533,10 @@ int main(int argc, char **argv) {
   wt_status *st = NULL;
   wt_sync_client *c = NULL;
   wt_source *src = NULL;
+  /* --device: the same tensors in GPU memory, and what holds them. */
+  wt_source *dev_src = NULL;
+  wt_source_tensor *dev_tensors = NULL;
+  wt_mem_region dev_region = {0};
   wt_trainer *trainer = NULL;
   Wt__V1__ServerInfo *info = NULL;
   Wt__V1__WeightTransferInitInfo *init = NULL;
@@ -517,6 +582,15 @@ int main(int argc, char **argv) {
         wt_source_synthetic(o.synthetic, o.have_seed ? o.seed : next_seq, &src);
   }
   if (st) goto out;
+  if (o.device != NULL && strcmp(o.device, "cpu") != 0) {
+    wt_device dev;
+    wt_status_free(wt_device_parse(o.device, &dev)); /* checked already */
+    st = load_on_device(src, dev, &dev_region, &dev_tensors, &dev_src);
+    if (st) {
+      st = wt_status_prefix(st, "--device %s", o.device);
+      goto out;
+    }
+  }
   if (o.version == NULL) {
     if (asprintf(&version, "step-%" PRIu64, next_seq) < 0) {
       st = wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
@@ -537,7 +611,9 @@ int main(int argc, char **argv) {
   }
   if (o.data_timeout_s > 0)
     init->timeout_ms = (uint32_t)(o.data_timeout_s * 1000);
-  st = wt_sync_client_init_transfer(c, init, src, &trainer);
+  /* Rounds push from the GPU copy when there is one. */
+  wt_source *push_src = dev_src ? dev_src : src;
+  st = wt_sync_client_init_transfer(c, init, push_src, &trainer);
   if (st) goto out;
 
   char a[32];
@@ -566,7 +642,7 @@ int main(int argc, char **argv) {
     st = wt_sync_client_start(c);
     if (st) break;
     ps.start = now_s();
-    st = wt_sync_client_update(c, trainer, src, on_progress, &ps);
+    st = wt_sync_client_update(c, trainer, push_src, on_progress, &ps);
     if (ps.drawn) fputc('\n', stderr);
     if (st) break;
     double t_push = now_s() - ps.start;
@@ -624,6 +700,9 @@ out:
       break;
     }
   wt_trainer_destroy(trainer);
+  wt_source_destroy(dev_src);
+  free(dev_tensors);
+  if (dev_region.len != 0) wt_mem_free(&dev_region);
   wt_source_destroy(src);
   wt_pb_free(info ? &info->base : NULL);
   wt_pb_free(init ? &init->base : NULL);

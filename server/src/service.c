@@ -46,7 +46,7 @@ static wt_param_store *store0(wt_server *srv) {
  * loaded stays unloaded (asking for its table would dlopen it). */
 static void backend_info(wt_server *srv, const wt_registry_entry *e,
                          Wt__V1__BackendInfo *bi, const char **kinds,
-                         size_t *nkinds) {
+                         size_t *nkinds, char *reason, size_t reason_size) {
   wt__v1__backend_info__init(bi);
   bi->name = (char *)e->name;
   bi->loaded = e->loaded;
@@ -67,6 +67,22 @@ static void backend_info(wt_server *srv, const wt_registry_entry *e,
   bi->n_memory_kinds = *nkinds;
   bi->cross_host = (ops->caps & WT_ENGINE_CROSS_HOST) != 0;
   bi->survives_abort = (ops->caps & WT_ENGINE_SURVIVES_ABORT) != 0;
+  /* Available: the host has what it needs, and the stores suit it. */
+  wt_mem_kind store = wt_param_store_memory(store0(srv));
+  st = ops->probe ? ops->probe() : NULL;
+  if (st == NULL && !(takes & WT_MEM_BIT(store)))
+    st = wt_status_new(WT_FAILED_PRECONDITION,
+                       "it cannot receive into '%s' memory (this server's "
+                       "param stores)",
+                       wt_mem_kind_name(store));
+  bi->available = st == NULL;
+  if (st != NULL) {
+    snprintf(reason, reason_size, "%s", wt_status_message(st));
+    bi->unavailable_reason = reason;
+    wt_status_free(st);
+  } else {
+    bi->unavailable_reason = (char *)"";
+  }
 }
 
 static wt_status *get_server_info(wt_rpc_call *call,
@@ -79,6 +95,7 @@ static wt_status *get_server_info(wt_rpc_call *call,
   Wt__V1__BackendInfo *bi = NULL;
   Wt__V1__BackendInfo **bp = NULL;
   const char *(*kinds)[WT_MEM_KIND_COUNT] = NULL;
+  char(*reasons)[256] = NULL;
   uint32_t n = srv->nworkers;
   Wt__V1__WorkerInfo *wi = calloc(n, sizeof(*wi));
   Wt__V1__WorkerInfo **wp = calloc(n, sizeof(*wp));
@@ -91,12 +108,15 @@ static wt_status *get_server_info(wt_rpc_call *call,
   bi = calloc(cnt, sizeof(*bi));
   bp = calloc(cnt, sizeof(*bp));
   kinds = calloc(cnt, sizeof(*kinds));
-  if (backends == NULL || bi == NULL || bp == NULL || kinds == NULL)
+  reasons = calloc(cnt, sizeof(*reasons));
+  if (backends == NULL || bi == NULL || bp == NULL || kinds == NULL ||
+      reasons == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "GetServerInfo: out of memory");
   for (size_t i = 0; i < nentries; i++) {
     size_t nk = 0;
     backends[i] = (char *)entries[i].name;
-    backend_info(srv, &entries[i], &bi[i], kinds[i], &nk);
+    backend_info(srv, &entries[i], &bi[i], kinds[i], &nk, reasons[i],
+                 sizeof(reasons[i]));
     bp[i] = &bi[i];
   }
 
@@ -148,6 +168,7 @@ out:
   free(bi);
   free(bp);
   free(kinds);
+  free(reasons);
   free(entries);
   free(wi);
   free(wp);

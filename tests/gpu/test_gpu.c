@@ -252,6 +252,12 @@ static void test_ipc_round(void) {
   }
   wt_server_options o = {.devices = "cuda:0"};
   wtt_server_start(&S, "tiny", &o);
+  /* On a device worker with CUDA (here emulated), ipc is available. */
+  Wt__V1__ServerInfo *si = wtt_info(S.ch);
+  for (size_t i = 0; i < si->n_backend_info; i++)
+    if (strcmp(si->backend_info[i]->name, "ipc") == 0)
+      CU_ASSERT_TRUE(si->backend_info[i]->available);
+  wt_pb_free(&si->base);
   const char *targets[1] = {S.target};
   wt_client_options co = {.timeout_ms = 10000, .data_timeout_ms = 10000};
   wt_sync_client *c = NULL;

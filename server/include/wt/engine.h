@@ -82,7 +82,7 @@ extern "C" {
 
 /* Bumped whenever wt_engine_ops, wt_worker_ctx, wt_update or
  * wt_engine_endpoint change layout or meaning. */
-#define WT_ENGINE_ABI_VERSION 2u
+#define WT_ENGINE_ABI_VERSION 3u
 
 /* wt_engine_ops.caps */
 enum {
@@ -217,6 +217,12 @@ typedef struct wt_engine_ops {
    * "stream ended after X of Y bytes" when bytes are missing. */
   wt_status *(*push_end)(wt_engine *e, bool stream_ended,
                          wt_receive_stats *stats);
+
+  /* Optional (ABI 3): whether this host has what the backend needs (CUDA,
+   * a device, a library), without creating anything; NULL when it does,
+   * else FAILED_PRECONDITION saying what is missing. GetServerInfo reports
+   * it per backend. NULL entry: always available. */
+  wt_status *(*probe)(void);
 } wt_engine_ops;
 
 /* The process's worker-engine registry, created (with every built-in

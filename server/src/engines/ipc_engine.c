@@ -224,6 +224,21 @@ static void ipc_cancel(wt_engine *e) {
   atomic_store(&e->cancelled, true);
 }
 
+/* CUDA with the IPC calls and at least one device. */
+static wt_status *ipc_probe(void) {
+  const wt_cuda_api *api = NULL;
+  wt_status *st = wt_cuda_api_get(&api);
+  if (st != NULL) return st;
+  if (api->version < 2 || api->ipc_open == NULL)
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "the CUDA module (%s) has no IPC calls", api->name);
+  int count = 0;
+  st = api->device_count(&count);
+  if (st == NULL && count == 0)
+    st = wt_status_new(WT_FAILED_PRECONDITION, "no CUDA device is visible");
+  return st;
+}
+
 const wt_engine_ops wt_ipc_engine_ops = {
     .header = {.abi_version = WT_ENGINE_ABI_VERSION, .name = "ipc"},
     .memory_kinds = WT_MEM_BIT(WT_MEM_DEVICE),
@@ -236,4 +251,5 @@ const wt_engine_ops wt_ipc_engine_ops = {
     .abort_update = ipc_abort_update,
     .cancel = ipc_cancel,
     .destroy = ipc_destroy,
+    .probe = ipc_probe,
 };

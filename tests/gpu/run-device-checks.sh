@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # run-device-checks.sh: everything wt checks on a real GPU, in one go, in
 # well under 5 minutes: builds (or takes .devpack/, see pack.sh), runs the
-# "gpu" suite on the CUDA device, runs bench/gpu_bench.sh, prints a table.
+# "gpu" suite on the CUDA device, an ipc round between two processes (a
+# wt-push trainer and a wt-server worker on cuda:0, SHA-256 verified, then
+# a trainer SIGKILLed mid-run and the next trainer's round), runs
+# bench/gpu_bench.sh, prints a table.
 # Where no device answers, the suite prints "skipped: no CUDA device (...)"
 # and the bench is not run; the table says so.
 #
@@ -36,6 +39,7 @@ if [ "${USE_DEVPACK:-0}" != 1 ] && command -v cmake >/dev/null &&
   bindir=$root/build-gpu
   server=$bindir/server/wt-server
   push=$bindir/client/wt-push
+  ctl=$bindir/client/wt-ctl
 elif [ -x .devpack/bin/wt_tests ]; then
   origin="prebuilt: $(head -n1 .devpack/BUILT); $(sed -n 2p .devpack/BUILT)"
   export LD_LIBRARY_PATH=$root/.devpack/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -43,6 +47,7 @@ elif [ -x .devpack/bin/wt_tests ]; then
   tests=.devpack/bin/wt_tests
   server=$root/.devpack/bin/wt-server
   push=$root/.devpack/bin/wt-push
+  ctl=$root/.devpack/bin/wt-ctl
 else
   echo "run-device-checks: no build dependencies here and no .devpack/;" \
        "run tests/gpu/pack.sh on the build machine and carry .devpack" >&2
@@ -52,6 +57,61 @@ step "wt" "$origin"
 
 gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -n1)
 step "GPU (nvidia-smi)" "${gpu:-none answered}"
+
+# ipc between two processes on cuda:0: a wt-push trainer whose tensors are
+# in GPU memory, a wt-server worker that copies them out (5 rounds, every
+# digest checked); then a trainer SIGKILLed while it runs rounds: the
+# worker must be out of "updating" within 2 s, and a new trainer's round
+# must verify.
+ipc_rc=0
+ipc_checks() {
+  "$server" --listen 127.0.0.1:0 --device cuda:0 --model synthetic:llama-256m \
+    >"$logs/ipc-server.out" 2>"$logs/ipc-server.log" &
+  local spid=$! addr="" i
+  for ((i = 0; i < 600; i++)); do
+    addr=$(sed -n 's/.* listening on //p' "$logs/ipc-server.out" | head -n1)
+    [ -n "$addr" ] && break
+    kill -0 "$spid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ -z "$addr" ]; then
+    step "ipc (two processes)" "FAILED: wt-server did not serve (ipc-server.log)"
+    ipc_rc=1
+    return
+  fi
+  if timeout 120 "$push" --server "$addr" --backend ipc --device cuda:0 \
+       --rounds 5 --verify --data-timeout 10 >"$logs/ipc-push.log" 2>&1; then
+    step "ipc round, 5 on one init" "$(grep -m1 '^rounds:' "$logs/ipc-push.log" | cut -c1-90)"
+    step "ipc verify (SHA-256)" "$(grep -m1 '^verify:' "$logs/ipc-push.log" | cut -c1-90)"
+  else
+    step "ipc round" "FAILED (ipc-push.log: $(tail -n1 "$logs/ipc-push.log" | cut -c1-80))"
+    ipc_rc=1
+  fi
+  timeout 120 "$push" --server "$addr" --backend ipc --device cuda:0 \
+    --rounds 100000 --quiet --data-timeout 10 >"$logs/ipc-killed.log" 2>&1 &
+  local ppid=$!
+  sleep 3
+  kill -9 "$ppid" 2>/dev/null
+  wait "$ppid" 2>/dev/null
+  local t0 ready=""
+  t0=$(date +%s%3N)
+  for ((i = 0; i < 200; i++)); do
+    if ! "$ctl" --server "$addr" info 2>/dev/null | grep -q updating; then
+      ready=$(( $(date +%s%3N) - t0 )); break
+    fi
+    sleep 0.01
+  done
+  if [ -n "$ready" ] && [ "$ready" -le 2000 ] &&
+     timeout 120 "$push" --server "$addr" --backend ipc --device cuda:0 \
+       --verify --quiet --data-timeout 10 >"$logs/ipc-after.log" 2>&1; then
+    step "ipc trainer SIGKILLed" "worker ready in ${ready} ms; next trainer verified"
+  else
+    step "ipc trainer SIGKILLed" "FAILED (ready: ${ready:-never} ms; ipc-after.log)"
+    ipc_rc=1
+  fi
+  kill -TERM "$spid" 2>/dev/null
+  wait "$spid" 2>/dev/null
+}
 
 # The gpu suite.
 timeout 180 "$tests" --suite gpu >"$logs/gpu-suite.log" 2>&1
@@ -70,8 +130,9 @@ else
   cat "$logs/gpu-bench.log"
   ratio=$(sed -n 's/^ratio device\/host *//p' "$logs/gpu-bench.log")
   step "gpu bench (device/host, median)" "${ratio:-no ratio} (rc $bench_rc)"
+  ipc_checks
 fi
 step "wall time" "$(( $(date +%s) - t_start )) s"
 echo
 cat "$logs/table.txt"
-[ "$rc" -eq 0 ] && [ "$bench_rc" -eq 0 ]
+[ "$rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] && [ "$ipc_rc" -eq 0 ]

@@ -45,13 +45,14 @@ static const wt_tensor_meta *find(const wt_tensor_meta *m, size_t n,
 
 static void test_names(void) {
   const char *const *names = wt_synthetic_layout_names();
-  const char *want[] = {"tiny", "small", "llama-256m", "bench-1g"};
+  const char *want[] = {"tiny",     "small",    "llama-256m",
+                        "bench-1g", "bench-8g", "small-10k"};
   size_t k = 0;
   for (; names[k] != NULL; k++) {
-    CU_ASSERT_FATAL(k < 4);
+    CU_ASSERT_FATAL(k < 6);
     CU_ASSERT_STRING_EQUAL(names[k], want[k]);
   }
-  CU_ASSERT_EQUAL(k, 4);
+  CU_ASSERT_EQUAL(k, 6);
   CU_ASSERT_STRING_EQUAL(WT_SYNTHETIC_DEFAULT, "llama-256m");
 }
 
@@ -133,12 +134,30 @@ static void test_bench_1g(void) {
   wt_tensor_meta_array_free(m, n);
 }
 
+/* The ipc benchmark's 8 GiB of a few hundred bf16 tensors, and 10,000
+ * tensors of 64 bytes for the per-tensor cost. */
+static void test_bench_8g_and_small_10k(void) {
+  wt_tensor_meta *m = NULL;
+  size_t n = 0;
+  WT_ASSERT_OK(wt_synthetic_layout("bench-8g", &m, &n));
+  layout_stats s = stats_of(m, n);
+  CU_ASSERT(s.bytes > 7900 * MIB && s.bytes < 8400 * MIB);
+  CU_ASSERT(n >= 500 && n <= 800);
+  CU_ASSERT(s.nbf16 > 0 && s.nf32 > 0);
+  wt_tensor_meta_array_free(m, n);
+  WT_ASSERT_OK(wt_synthetic_layout("small-10k", &m, &n));
+  CU_ASSERT_EQUAL(n, 10000);
+  for (size_t i = 0; i < n; i++) CU_ASSERT_EQUAL(m[i].nbytes, 64);
+  CU_ASSERT_STRING_EQUAL(m[9999].name, "t.09999");
+  wt_tensor_meta_array_free(m, n);
+}
+
 static void test_unknown(void) {
   wt_tensor_meta *m = (wt_tensor_meta *)1;
   size_t n = 9;
   WT_ASSERT_ERR(wt_synthetic_layout("llama-7b", &m, &n), WT_NOT_FOUND,
                 "synthetic layout 'llama-7b' does not exist; available: tiny, "
-                "small, llama-256m, bench-1g");
+                "small, llama-256m, bench-1g, bench-8g, small-10k");
   CU_ASSERT_PTR_NULL(m);
   CU_ASSERT_EQUAL(n, 0);
 }
@@ -280,6 +299,7 @@ void wt_test_suite_synthetic(void) {
   CU_add_test(s, "tiny layout", test_tiny);
   CU_add_test(s, "small and llama-256m layouts", test_small_and_llama);
   CU_add_test(s, "bench-1g layout", test_bench_1g);
+  CU_add_test(s, "bench-8g and small-10k layouts", test_bench_8g_and_small_10k);
   CU_add_test(s, "unknown layout lists the names", test_unknown);
   CU_add_test(s, "fill is deterministic per name and seed", test_deterministic);
   CU_add_test(s, "fill matches pinned digests", test_golden);

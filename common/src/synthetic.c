@@ -150,6 +150,30 @@ static wt_status *build_bench_1g(meta_list *l) {
   return build_llama(l, &s);
 }
 
+/* "bench-8g": 750 tensors, about 8.0 GiB (83 layers, hidden 2048), as
+ * bench-1g: bfloat16 weights, float32 norms and lm_head. */
+static wt_status *build_bench_8g(meta_list *l) {
+  const llama_spec s = {.vocab = 8192,
+                        .hidden = 2048,
+                        .intermediate = 5632,
+                        .kv_dim = 2048,
+                        .layers = 83,
+                        .weight = WT_DTYPE_BFLOAT16,
+                        .norm = WT_DTYPE_FLOAT32,
+                        .lm_head = WT_DTYPE_FLOAT32};
+  return build_llama(l, &s);
+}
+
+/* "small-10k": 10,000 float32 tensors of 16 elements (64 bytes each): the
+ * per-tensor cost of a round. */
+static wt_status *build_small_10k(meta_list *l) {
+  wt_status *st = NULL;
+  for (int i = 0; i < 10000; i++)
+    WT_CHECK(add(l, WT_DTYPE_FLOAT32, 1, 16, 0, "t.%05d", i));
+out:
+  return st;
+}
+
 static const struct {
   const char *name;
   wt_status *(*build)(meta_list *l);
@@ -158,11 +182,13 @@ static const struct {
     {"small", build_small},
     {"llama-256m", build_llama_256m},
     {"bench-1g", build_bench_1g},
+    {"bench-8g", build_bench_8g},
+    {"small-10k", build_small_10k},
 };
 #define NLAYOUTS (sizeof(layouts) / sizeof(layouts[0]))
 
 static const char *const layout_names[NLAYOUTS + 1] = {
-    "tiny", "small", "llama-256m", "bench-1g", NULL};
+    "tiny", "small", "llama-256m", "bench-1g", "bench-8g", "small-10k", NULL};
 
 const char *const *wt_synthetic_layout_names(void) {
   return layout_names;
@@ -187,7 +213,7 @@ wt_status *wt_synthetic_layout(const char *name, wt_tensor_meta **metas,
   }
   WT_FAIL(WT_NOT_FOUND,
           "synthetic layout '%s' does not exist; available: tiny, small, "
-          "llama-256m, bench-1g",
+          "llama-256m, bench-1g, bench-8g, small-10k",
           name ? name : "(null)");
 out:
   wt_tensor_meta_array_free(l.v, l.n);

@@ -16,12 +16,13 @@ pack=${PACK:-.devpack}
 cmake -S . -B "$build" -DWT_WERROR=ON -DWT_WITH_CUDA=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j "$(nproc)" --target wt_tests wt-server wt-push \
-  wt-ctl wt_cuda >/dev/null
+  wt-ctl wt_cuda wt-bench-ipc-ref >/dev/null
 
 rm -rf "$pack"
 mkdir -p "$pack/bin" "$pack/lib"
 bins=("$build/tests/wt_tests" "$build/server/wt-server"
-      "$build/client/wt-push" "$build/client/wt-ctl")
+      "$build/client/wt-push" "$build/client/wt-ctl"
+      "$build/bench/wt-bench-ipc-ref")
 for b in "${bins[@]}"; do strip --strip-unneeded -o "$pack/bin/$(basename "$b")" "$b"; done
 strip --strip-unneeded -o "$pack/lib/libwt_cuda.so" "$build/common/libwt_cuda.so"
 

@@ -48,6 +48,7 @@ elif [ -x .devpack/bin/wt_tests ]; then
   server=$root/.devpack/bin/wt-server
   push=$root/.devpack/bin/wt-push
   ctl=$root/.devpack/bin/wt-ctl
+  REF_BIN=$root/.devpack/bin/wt-bench-ipc-ref
 else
   echo "run-device-checks: no build dependencies here and no .devpack/;" \
        "run tests/gpu/pack.sh on the build machine and carry .devpack" >&2
@@ -131,6 +132,17 @@ else
   ratio=$(sed -n 's/^ratio device\/host *//p' "$logs/gpu-bench.log")
   step "gpu bench (device/host, median)" "${ratio:-no ratio} (rc $bench_rc)"
   ipc_checks
+  if [ -n "${REF_BIN:-}" ] || [ -x "${bindir:-/nonexistent}/bench/wt-bench-ipc-ref" ]; then
+    REF_BIN=${REF_BIN:-$bindir/bench/wt-bench-ipc-ref} SERVER_BIN=$server \
+      PUSH_BIN=$push RUNS=3 timeout 200 bash bench/ipc_bench.sh \
+      >"$logs/ipc-bench.log" 2>&1
+    ipc_bench_rc=$?
+    cat "$logs/ipc-bench.log"
+    step "ipc bench (wt/cudaMemcpy, 8 GiB)" "$(sed -n 's/^ratio wt\/reference *//p' "$logs/ipc-bench.log") (rc $ipc_bench_rc)"
+    step "ipc per tensor (10k x 64 B)" "$(sed -n 's/^per tensor[^0-9]*//p' "$logs/ipc-bench.log" | cut -c1-60)"
+  else
+    step "ipc bench" "not run: no wt-bench-ipc-ref in this build or pack"
+  fi
 fi
 step "wall time" "$(( $(date +%s) - t_start )) s"
 echo

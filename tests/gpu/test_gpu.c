@@ -290,8 +290,9 @@ static void test_ipc_round(void) {
   wtt_assert_version(S.ch, "ipc-3", 3);
 
   /* Copies that do not finish (the trainer's process hung up its GPU):
-   * the data deadline fails the round, the committed bytes stay, the
-   * worker closes the trainer's exports. */
+   * the data deadline fails the round, the committed bytes stay; the
+   * worker closes the trainer's exports once the copies ended, never under
+   * one. */
   wt_source *src = NULL;
   WT_ASSERT_OK(wt_source_memory(d.t, d.n, &src));
   fake_cuda_hold_copies(1);
@@ -300,10 +301,11 @@ static void test_ipc_round(void) {
   WT_ASSERT_ERR(wt_sync_client_update(c, t, src, NULL, NULL),
                 WT_DEADLINE_EXCEEDED, "did not finish within 300 ms");
   CU_ASSERT(wtt_now_ms() - t0 < 3000);
-  CU_ASSERT_EQUAL(fake_cuda_get_stats().ipc_open_now, 0);
+  CU_ASSERT_EQUAL(fake_cuda_get_stats().ipc_open_now, 1); /* still copying */
   wtt_assert_model_seed(&S, 9);
   wtt_assert_version(S.ch, "ipc-3", 3);
-  /* Once they ended, the next round reopens the export and commits. */
+  /* Once they ended, the next round closes the old mapping, reopens the
+   * export and commits. */
   fake_cuda_hold_copies(0);
   device_model_fill(&d, &S, 10);
   WT_ASSERT_OK(wt_sync_client_start(c));
@@ -311,6 +313,7 @@ static void test_ipc_round(void) {
   WT_ASSERT_OK(wt_sync_client_finish(c, "ipc-4"));
   wtt_assert_model_seed(&S, 10);
   CU_ASSERT_EQUAL(fake_cuda_get_stats().ipc_opens - before.ipc_opens, 2);
+  CU_ASSERT_EQUAL(fake_cuda_get_stats().ipc_open_now, 1);
 
   /* The trainer's memory is gone: refused on the trainer's side, naming
    * the tensor; nothing of it committed. */

@@ -40,9 +40,14 @@ struct wt_engine {
   void *stream;
   wt_ipc_cache *cache;
   atomic_bool cancelled;
-  /* Copies of a failed receive may still be running on the stream. */
+  /* Copies of a failed receive may still be running on the stream: the
+   * next round waits for them, and the trainer's exports are closed only
+   * once they ended (never under a copy that reads them). */
   bool copies_in_flight;
 };
+
+/* How long a failed receive lets its copies drain before it returns. */
+#define IPC_SETTLE_MS 100
 
 static int64_t now_ms(void) {
   struct timespec ts;
@@ -146,6 +151,18 @@ static wt_status *wait_copies(wt_engine *e, int64_t deadline, size_t n,
   }
 }
 
+/* The copies of a failed receive ended: the trainer that failed is
+ * forgotten (its exports closed; a live trainer's are reopened next time). */
+static void forget_trainer(wt_engine *e) {
+  size_t open = wt_ipc_cache_size(e->cache);
+  wt_ipc_cache_close_all(e->cache);
+  e->copies_in_flight = false;
+  WT_LOGW("ipc",
+          "%s: closed the trainer's %zu export(s) after a failed "
+          "receive",
+          e->where, open);
+}
+
 static wt_status *ipc_start_update(wt_engine *e, uint64_t round_id) {
   (void)round_id;
   atomic_store(&e->cancelled, false);
@@ -156,7 +173,7 @@ static wt_status *ipc_start_update(wt_engine *e, uint64_t round_id) {
     return wt_status_prefix(st,
                             "a failed round's copies are still running; "
                             "InitWeightTransferEngine again");
-  e->copies_in_flight = false;
+  forget_trainer(e);
   return NULL;
 }
 
@@ -199,13 +216,18 @@ static wt_status *ipc_receive(wt_engine *e, const wt_update *u,
   stats->bytes = u->total_bytes;
 out:
   if (st != NULL && queued) {
-    /* The trainer may be gone (its memory with it): its exports are
-     * closed; a copy still running holds the next round back. */
+    /* The trainer may be gone (its memory with it). Its exports are closed
+     * once the copies ended: now, if they do within a moment, else when
+     * the next round has waited for them. */
     e->copies_in_flight = true;
-    size_t open = wt_ipc_cache_size(e->cache);
-    wt_ipc_cache_close_all(e->cache);
-    WT_LOGW("ipc", "%s: receive failed; closed the trainer's %zu export(s)",
-            e->where, open);
+    atomic_store(&e->cancelled, false);
+    wt_status *drained = wait_copies(e, now_ms() + IPC_SETTLE_MS, 0, 0);
+    if (drained == NULL) forget_trainer(e);
+    wt_status_free(drained);
+  } else if (st != NULL) {
+    /* Nothing queued (a bad update, an export that would not open): the
+     * trainer's exports are closed at once. */
+    forget_trainer(e);
   }
   free(places);
   return st;

@@ -27,7 +27,7 @@ for arg in "$@"; do
     --ucx-current) mode=ucx-current ;;
     --alloc-faults) mode=alloc-faults ;;
     --fault) mode=fault ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done

@@ -4,10 +4,11 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "support/fixture.h"
 #include "wt/ipc.h"
-#include "wt_test.h"
 
 #define GPU_A "GPU-5c2f8a41-0d4e-4f0b-9a57-1b2c3d4e5f60"
 #define GPU_B "GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"
@@ -147,6 +148,84 @@ static void test_select_refuses(void) {
                 " (this worker's); the trainer exported it on: none");
 }
 
+/* A flood: more exports or places than an update can use are refused
+ * before any is looked at, and the most an update may carry (16 places
+ * per tensor, 16 exports per tensor) is checked in well under a second. */
+static void test_select_flood(void) {
+  fixture f;
+  wt_ipc_place out[3];
+  fixture_init(&f);
+  f.ipc.n_exports = 100000; /* the count is checked before the array */
+  WT_ASSERT_ERR(select_on(&f, GPU_A, out), WT_INVALID_ARGUMENT,
+                "update_info.ipc.exports has 100000 entries for 3 tensors; "
+                "at most 16 per tensor");
+  fixture_init(&f);
+  f.t[2].n_places = 17;
+  WT_ASSERT_ERR(select_on(&f, GPU_A, out), WT_INVALID_ARGUMENT,
+                "update_info.ipc.tensors[2] ('w.c') has 17 places; at most 16 "
+                "(one per GPU)");
+
+  enum { N = 2000, G = WT_IPC_MAX_PLACES };
+  static unsigned char handle[WT_IPC_HANDLE_BYTES];
+  static char uuids[G][48];
+  Wt__V1__IpcExport *ex = calloc(N * G, sizeof(*ex));
+  Wt__V1__IpcExport **exs = calloc(N * G, sizeof(*exs));
+  Wt__V1__IpcPlace *pl = calloc(N * G, sizeof(*pl));
+  Wt__V1__IpcPlace **pls = calloc(N * G, sizeof(*pls));
+  Wt__V1__IpcTensor *ts = calloc(N, sizeof(*ts));
+  Wt__V1__IpcTensor **tps = calloc(N, sizeof(*tps));
+  const char **names = calloc(N, sizeof(*names));
+  uint64_t *nbytes = calloc(N, sizeof(*nbytes));
+  wt_ipc_place *places = calloc(N, sizeof(*places));
+  CU_ASSERT_FATAL(ex && exs && pl && pls && ts && tps && names && nbytes &&
+                  places);
+  for (int g = 0; g < G; g++)
+    snprintf(uuids[g], sizeof(uuids[g]), "GPU-%08x-0000-0000-0000-000000000000",
+             (unsigned)g);
+  for (size_t i = 0; i < (size_t)N * G; i++) {
+    wt__v1__ipc_export__init(&ex[i]);
+    /* Ids in reverse, so that order gives nothing away. */
+    ex[i].id = (uint64_t)(N * G - i) * 7919u;
+    ex[i].handle.data = handle;
+    ex[i].handle.len = WT_IPC_HANDLE_BYTES;
+    ex[i].gpu_uuid = uuids[i % G];
+    ex[i].size_bytes = 4096;
+    exs[i] = &ex[i];
+    wt__v1__ipc_place__init(&pl[i]);
+    pl[i].export_id = ex[i].id;
+    pls[i] = &pl[i];
+  }
+  for (size_t k = 0; k < N; k++) {
+    wt__v1__ipc_tensor__init(&ts[k]);
+    ts[k].n_places = G;
+    ts[k].places = &pls[k * G];
+    tps[k] = &ts[k];
+    names[k] = "w";
+    nbytes[k] = 64;
+  }
+  Wt__V1__IpcUpdateInfo ipc = WT__V1__IPC_UPDATE_INFO__INIT;
+  ipc.n_exports = (size_t)N * G;
+  ipc.exports = exs;
+  ipc.n_tensors = N;
+  ipc.tensors = tps;
+  int64_t t0 = wtt_now_ms();
+  WT_ASSERT_OK(wt_ipc_select(&ipc, N, names, nbytes, uuids[G - 1], places));
+  int64_t ms = wtt_now_ms() - t0;
+  printf("\n  %d tensors x %d places, %d exports: checked in %lld ms", N, G,
+         N * G, (long long)ms);
+  CU_ASSERT(ms < 1000);
+  CU_ASSERT_EQUAL(places[N - 1].export_index, (size_t)N * G - 1);
+  free(ex);
+  free(exs);
+  free(pl);
+  free(pls);
+  free(ts);
+  free(tps);
+  free(names);
+  free(nbytes);
+  free(places);
+}
+
 /* --- the cache ------------------------------------------------------------ */
 
 typedef struct opener_log {
@@ -279,6 +358,7 @@ void wt_test_suite_ipc(void) {
   CU_pSuite s = CU_add_suite("ipc", NULL, NULL);
   CU_add_test(s, "a tensor's place on the worker's GPU", test_select_by_uuid);
   CU_add_test(s, "bad exports and places are refused", test_select_refuses);
+  CU_add_test(s, "a flood of exports and places", test_select_flood);
   CU_add_test(s, "opened exports are cached across rounds", test_cache);
   CU_add_test(s, "the packed ring never rewrites a slot in use", test_ring);
 }

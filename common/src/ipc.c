@@ -9,46 +9,82 @@
 
 /* --- selection ------------------------------------------------------------ */
 
-/* The export with `id`, or -1. Exports are few (one per allocation): a
- * linear scan. */
-static long find_export(const Wt__V1__IpcUpdateInfo *ipc, uint64_t id) {
-  for (size_t i = 0; i < ipc->n_exports; i++)
-    if (ipc->exports[i]->id == id) return (long)i;
+/* The exports sorted by id, for lookups in O(log n). */
+typedef struct export_index {
+  uint64_t id;
+  size_t at; /* index in ipc->exports */
+} export_index;
+
+static int cmp_export(const void *a, const void *b) {
+  uint64_t x = ((const export_index *)a)->id, y = ((const export_index *)b)->id;
+  return (x > y) - (x < y);
+}
+
+/* The export with `id`, or -1. */
+static long find_export(const export_index *ix, size_t n, uint64_t id) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (ix[mid].id == id) return (long)ix[mid].at;
+    if (ix[mid].id < id)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
   return -1;
 }
 
-static wt_status *check_exports(const Wt__V1__IpcUpdateInfo *ipc) {
+/* Checks every export and builds *out, sorted by id (the caller frees). */
+static wt_status *check_exports(const Wt__V1__IpcUpdateInfo *ipc,
+                                export_index **out) {
+  *out = NULL;
+  export_index *ix = calloc(ipc->n_exports ? ipc->n_exports : 1, sizeof(*ix));
+  if (ix == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED,
+                         "update_info.ipc: out of memory for %zu exports",
+                         ipc->n_exports);
   for (size_t i = 0; i < ipc->n_exports; i++) {
     const Wt__V1__IpcExport *e = ipc->exports[i];
-    if (e->handle.len != WT_IPC_HANDLE_BYTES)
-      return wt_status_new(WT_INVALID_ARGUMENT,
-                           "update_info.ipc.exports[%zu] (id %" PRIu64
-                           "): handle is %zu bytes; a cudaIpcMemHandle_t "
-                           "is %d",
-                           i, e->id, e->handle.len, WT_IPC_HANDLE_BYTES);
+    wt_status *st = NULL;
     size_t ulen = e->gpu_uuid ? strlen(e->gpu_uuid) : 0;
-    if (ulen == 0 || ulen >= WT_IPC_UUID_MAX)
-      return wt_status_new(WT_INVALID_ARGUMENT,
-                           "update_info.ipc.exports[%zu] (id %" PRIu64
-                           "): gpu_uuid is %s",
-                           i, e->id, ulen == 0 ? "empty" : "too long");
-    for (size_t j = 0; j < i; j++)
-      if (ipc->exports[j]->id == e->id)
-        return wt_status_new(WT_INVALID_ARGUMENT,
-                             "update_info.ipc.exports[%zu]: id %" PRIu64
-                             " is also exports[%zu]'s",
-                             i, e->id, j);
+    if (e->handle.len != WT_IPC_HANDLE_BYTES)
+      st = wt_status_new(WT_INVALID_ARGUMENT,
+                         "update_info.ipc.exports[%zu] (id %" PRIu64
+                         "): handle is %zu bytes; a cudaIpcMemHandle_t is %d",
+                         i, e->id, e->handle.len, WT_IPC_HANDLE_BYTES);
+    else if (ulen == 0 || ulen >= WT_IPC_UUID_MAX)
+      st = wt_status_new(WT_INVALID_ARGUMENT,
+                         "update_info.ipc.exports[%zu] (id %" PRIu64
+                         "): gpu_uuid is %s",
+                         i, e->id, ulen == 0 ? "empty" : "too long");
+    if (st != NULL) {
+      free(ix);
+      return st;
+    }
+    ix[i] = (export_index){.id = e->id, .at = i};
   }
+  qsort(ix, ipc->n_exports, sizeof(*ix), cmp_export);
+  for (size_t i = 1; i < ipc->n_exports; i++)
+    if (ix[i].id == ix[i - 1].id) {
+      size_t a = ix[i - 1].at < ix[i].at ? ix[i - 1].at : ix[i].at;
+      size_t b = ix[i - 1].at < ix[i].at ? ix[i].at : ix[i - 1].at;
+      free(ix);
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "update_info.ipc.exports[%zu]: id %" PRIu64
+                           " is also exports[%zu]'s",
+                           b, ipc->exports[b]->id, a);
+    }
+  *out = ix;
   return NULL;
 }
 
 /* "GPU-a, GPU-b" of the places of tensor t (for an error). */
-static void place_gpus(const Wt__V1__IpcUpdateInfo *ipc,
+static void place_gpus(const Wt__V1__IpcUpdateInfo *ipc, const export_index *ix,
                        const Wt__V1__IpcTensor *t, char *buf, size_t size) {
   size_t used = 0;
   buf[0] = '\0';
   for (size_t p = 0; p < t->n_places && used + 1 < size; p++) {
-    long e = find_export(ipc, t->places[p]->export_id);
+    long e = find_export(ix, ipc->n_exports, t->places[p]->export_id);
     int w = snprintf(buf + used, size - used, "%s%s", p ? ", " : "",
                      e >= 0 ? ipc->exports[e]->gpu_uuid : "?");
     if (w < 0) break;
@@ -69,56 +105,77 @@ wt_status *wt_ipc_select(const Wt__V1__IpcUpdateInfo *ipc, size_t n,
                          "update_info.ipc.tensors has %zu entries for %zu "
                          "names; one per name, in the same order",
                          ipc->n_tensors, n);
-  wt_status *st = check_exports(ipc);
+  /* Bounded before anything is looked at: an update cannot make a worker
+   * check more than it could use. */
+  if (ipc->n_exports > (n ? n : 1) * WT_IPC_MAX_PLACES)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "update_info.ipc.exports has %zu entries for %zu "
+                         "tensors; at most %d per tensor",
+                         ipc->n_exports, n, WT_IPC_MAX_PLACES);
+  for (size_t k = 0; k < n; k++)
+    if (ipc->tensors[k]->n_places > WT_IPC_MAX_PLACES)
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "update_info.ipc.tensors[%zu] ('%s') has %zu "
+                           "places; at most %d (one per GPU)",
+                           k, names[k], ipc->tensors[k]->n_places,
+                           WT_IPC_MAX_PLACES);
+  export_index *ix = NULL;
+  wt_status *st = check_exports(ipc, &ix);
   if (st != NULL) return st;
-  for (size_t k = 0; k < n; k++) {
+  const size_t ne = ipc->n_exports;
+  for (size_t k = 0; k < n && st == NULL; k++) {
     const Wt__V1__IpcTensor *t = ipc->tensors[k];
     bool found = false;
-    for (size_t p = 0; p < t->n_places; p++) {
+    for (size_t p = 0; p < t->n_places && st == NULL; p++) {
       const Wt__V1__IpcPlace *pl = t->places[p];
-      long e = find_export(ipc, pl->export_id);
-      if (e < 0)
-        return wt_status_new(WT_INVALID_ARGUMENT,
-                             "update_info.ipc.tensors[%zu].places[%zu] ('%s'): "
-                             "export %" PRIu64
-                             " is not in update_info.ipc."
-                             "exports",
-                             k, p, names[k], pl->export_id);
+      long e = find_export(ix, ne, pl->export_id);
+      if (e < 0) {
+        st = wt_status_new(WT_INVALID_ARGUMENT,
+                           "update_info.ipc.tensors[%zu].places[%zu] ('%s'): "
+                           "export %" PRIu64
+                           " is not in update_info.ipc."
+                           "exports",
+                           k, p, names[k], pl->export_id);
+        break;
+      }
       const Wt__V1__IpcExport *x = ipc->exports[e];
       if (pl->offset_bytes > x->size_bytes ||
-          nbytes[k] > x->size_bytes - pl->offset_bytes)
-        return wt_status_new(WT_INVALID_ARGUMENT,
-                             "update_info.ipc.tensors[%zu].places[%zu] ('%s'): "
-                             "%" PRIu64 " bytes at offset %" PRIu64
-                             " run past export %" PRIu64 " (%" PRIu64 " bytes)",
-                             k, p, names[k], nbytes[k], pl->offset_bytes, x->id,
-                             x->size_bytes);
-      for (size_t q = 0; q < p; q++) {
-        long f = find_export(ipc, t->places[q]->export_id);
-        if (strcmp(ipc->exports[f]->gpu_uuid, x->gpu_uuid) == 0)
-          return wt_status_new(WT_INVALID_ARGUMENT,
-                               "update_info.ipc.tensors[%zu] ('%s'): places "
-                               "%zu and %zu are both on GPU %s; at most one "
-                               "per GPU",
-                               k, names[k], q, p, x->gpu_uuid);
+          nbytes[k] > x->size_bytes - pl->offset_bytes) {
+        st = wt_status_new(WT_INVALID_ARGUMENT,
+                           "update_info.ipc.tensors[%zu].places[%zu] ('%s'): "
+                           "%" PRIu64 " bytes at offset %" PRIu64
+                           " run past export %" PRIu64 " (%" PRIu64 " bytes)",
+                           k, p, names[k], nbytes[k], pl->offset_bytes, x->id,
+                           x->size_bytes);
+        break;
       }
-      if (strcmp(x->gpu_uuid, uuid) == 0) {
+      for (size_t q = 0; q < p && st == NULL; q++) {
+        long f = find_export(ix, ne, t->places[q]->export_id);
+        if (strcmp(ipc->exports[f]->gpu_uuid, x->gpu_uuid) == 0)
+          st = wt_status_new(WT_INVALID_ARGUMENT,
+                             "update_info.ipc.tensors[%zu] ('%s'): places "
+                             "%zu and %zu are both on GPU %s; at most one "
+                             "per GPU",
+                             k, names[k], q, p, x->gpu_uuid);
+      }
+      if (st == NULL && strcmp(x->gpu_uuid, uuid) == 0) {
         out[k] = (wt_ipc_place){.export_index = (size_t)e,
                                 .offset = pl->offset_bytes};
         found = true;
       }
     }
-    if (!found) {
+    if (st == NULL && !found) {
       char gpus[256];
-      place_gpus(ipc, t, gpus, sizeof(gpus));
-      return wt_status_new(WT_INVALID_ARGUMENT,
-                           "update_info.ipc.tensors[%zu] ('%s'): no place on "
-                           "GPU %s (this worker's); the trainer exported it "
-                           "on: %s",
-                           k, names[k], uuid, gpus);
+      place_gpus(ipc, ix, t, gpus, sizeof(gpus));
+      st = wt_status_new(WT_INVALID_ARGUMENT,
+                         "update_info.ipc.tensors[%zu] ('%s'): no place on "
+                         "GPU %s (this worker's); the trainer exported it "
+                         "on: %s",
+                         k, names[k], uuid, gpus);
     }
   }
-  return NULL;
+  free(ix);
+  return st;
 }
 
 /* --- the cache of opened exports ----------------------------------------- */

@@ -21,6 +21,7 @@
 #include "support/fake_cuda.h"
 #include "support/fixture.h"
 #include "wt/cuda.h"
+#include "wt/ipc.h"
 #include "wt/memory.h"
 #include "wt/pb.h"
 #include "wt/source.h"
@@ -333,6 +334,59 @@ static void test_ipc_round(void) {
   WT_ASSERT_OK(wt_sync_client_finish(c, "ipc-after"));
   wtt_assert_model_seed(&S, 11);
   wt_source_destroy(src);
+
+  /* A stranger's update (a forged handle on this worker's GPU) fails its
+   * round naming the export; the server answers, the bytes are the
+   * trainer's, and the trainer's next round commits. */
+  {
+    uint64_t id = 0;
+    WT_ASSERT_OK(wtt_start(S.ch, &id));
+    wtt_upd u;
+    wtt_upd_init(&u, S.metas, NULL, S.n);
+    unsigned char forged[WT_IPC_HANDLE_BYTES];
+    memset(forged, 0x5a, sizeof(forged));
+    char uuid[WT_CUDA_UUID_MAX];
+    const wt_cuda_api *api = NULL;
+    WT_ASSERT_OK(wt_cuda_api_get(&api));
+    WT_ASSERT_OK(api->device_uuid(0, uuid));
+    Wt__V1__IpcExport ex = WT__V1__IPC_EXPORT__INIT;
+    ex.id = 999;
+    ex.handle.data = forged;
+    ex.handle.len = sizeof(forged);
+    ex.gpu_uuid = uuid;
+    ex.size_bytes = 1 << 20;
+    Wt__V1__IpcExport *exs[1] = {&ex};
+    Wt__V1__IpcPlace pl = WT__V1__IPC_PLACE__INIT;
+    pl.export_id = 999;
+    Wt__V1__IpcPlace *pls[1] = {&pl};
+    Wt__V1__IpcTensor ts[16];
+    Wt__V1__IpcTensor *tps[16];
+    for (size_t k = 0; k < S.n; k++) {
+      wt__v1__ipc_tensor__init(&ts[k]);
+      ts[k].n_places = 1;
+      ts[k].places = pls;
+      tps[k] = &ts[k];
+    }
+    Wt__V1__IpcUpdateInfo ipc = WT__V1__IPC_UPDATE_INFO__INIT;
+    ipc.n_exports = 1;
+    ipc.exports = exs;
+    ipc.n_tensors = S.n;
+    ipc.tensors = tps;
+    u.info.packed = false;
+    u.info.backend_update_case =
+        WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_IPC;
+    u.info.ipc = &ipc;
+    WT_ASSERT_ERR(wtt_update(S.ch, &u.info, id), WT_FAILED_PRECONDITION,
+                  "export 999 (GPU GPU-fa4e0000");
+    wtt_assert_serving(S.ch, 1);
+    wtt_assert_model_seed(&S, 11);
+    WT_ASSERT_OK(wt_source_memory(d.t, d.n, &src));
+    WT_ASSERT_OK(wt_sync_client_start(c));
+    WT_ASSERT_OK(wt_sync_client_update(c, t, src, NULL, NULL));
+    WT_ASSERT_OK(wt_sync_client_finish(c, "after-stranger"));
+    wtt_assert_model_seed(&S, 11);
+    wt_source_destroy(src);
+  }
 
   /* A host tensor is refused before anything moves, naming it. */
   wt_source *host = NULL;

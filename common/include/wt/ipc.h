@@ -30,6 +30,10 @@ extern "C" {
 #define WT_IPC_HANDLE_BYTES 64
 /* The longest GPU UUID taken ("GPU-" and 36 characters, or "MIG-..."). */
 #define WT_IPC_UUID_MAX 96
+/* At most this many places per tensor (one per GPU of a host), and this
+ * many exports per tensor of the update: bounds what an update can make a
+ * worker check. */
+#define WT_IPC_MAX_PLACES 16
 
 /* Where one tensor's bytes are for this worker: export exports[export] of
  * the update info, at `offset`. */
@@ -41,7 +45,8 @@ typedef struct wt_ipc_place {
 /* Validates `ipc` for an update of n tensors (names[k], nbytes[k]; the
  * update's validated lists) and picks, for each tensor, its place on the
  * GPU `uuid` (the worker's own) into out[0..n). INVALID_ARGUMENT naming the
- * field and what is wrong: no ipc info; a tensor count other than n; an
+ * field and what is wrong: no ipc info; a tensor count other than n; more
+ * than WT_IPC_MAX_PLACES exports per tensor, or places of one tensor; an
  * export whose handle is not WT_IPC_HANDLE_BYTES bytes, whose UUID is empty
  * or too long, or whose id repeats; a place naming no export; two places
  * of one tensor on one GPU; a place that runs past its export's size
@@ -50,6 +55,7 @@ typedef struct wt_ipc_place {
 wt_status *wt_ipc_select(const Wt__V1__IpcUpdateInfo *ipc, size_t n,
                          const char *const *names, const uint64_t *nbytes,
                          const char *uuid, wt_ipc_place *out);
+/* The checks cost O((exports + places) log exports), whatever was sent. */
 
 /* How a cache opens and closes an export (cudaIpcOpenMemHandle and
  * cudaIpcCloseMemHandle on the worker's device, in the engine). */

@@ -103,26 +103,16 @@ start_server() {
 # sums ADDR: every worker's SHA-256 of every committed tensor, sorted.
 sums() { "$ctl_bin" --server "$1" --timeout 20 checksum --algo sha256 --all-workers | sort; }
 
-# wait_ready ADDR: ms until no worker of ADDR is "updating" (bounded).
+# wait_ready ADDR [PREFIX...]: ms until no worker of ADDR is "updating"
+# (bounded), asking with wt-ctl run under PREFIX (ip netns exec NS: from
+# inside the server's namespace while the link is down).
 wait_ready() {
-  local start end out
+  local addr=$1 start end out
+  shift
   start=$(now_ms)
   end=$((start + wait_s * 1000))
   while [ "$(now_ms)" -lt "$end" ]; do
-    out=$("$ctl_bin" --server "$1" --timeout 5 info 2>/dev/null) || { sleep 0.01; continue; }
-    if ! grep -q updating <<<"$out"; then echo $(($(now_ms) - start)); return 0; fi
-    sleep 0.005
-  done
-  echo HANG
-}
-
-# ns_wait_ready ADDR: wait_ready from inside the server's namespace.
-ns_wait_ready() {
-  local start end out
-  start=$(now_ms)
-  end=$((start + wait_s * 1000))
-  while [ "$(now_ms)" -lt "$end" ]; do
-    out=$(ip netns exec "$NS" "$ctl_bin" --server "$1" --timeout 5 info 2>/dev/null) || { sleep 0.01; continue; }
+    out=$("$@" "$ctl_bin" --server "$addr" --timeout 5 info 2>/dev/null) || { sleep 0.01; continue; }
     if ! grep -q updating <<<"$out"; then echo $(($(now_ms) - start)); return 0; fi
     sleep 0.005
   done
@@ -354,7 +344,7 @@ run_fault() { # FAULT BACKEND
         t0=$(now_ms)
         ip link set wtflt0 down
         # The server's side, seen from inside its namespace meanwhile.
-        t_ready=$(ns_wait_ready "$A_addr")
+        t_ready=$(wait_ready "$A_addr" ip netns exec "$NS")
         if [ "$t_ready" != HANG ]; then t_ready=$(($(now_ms) - t0 - deadline_s * 1000)); else hang "workers stayed updating"; fi
         trainer_part "$out" "$(wait_exit "$push_pid")"
         [ "$t_trn" != HANG ] && t_trn=$(($(now_ms) - t0))

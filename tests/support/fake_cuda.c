@@ -126,15 +126,22 @@ static void f_host_free(void *ptr) {
   free(p);
 }
 
+/* The allocation holding [p, p + len) on any device, under mu; or NULL. */
+static fake_alloc *alloc_of_locked(const void *p, size_t len) {
+  const unsigned char *q = p;
+  for (fake_alloc *a = allocs; a; a = a->next)
+    if (q >= a->dev && len <= a->len && (size_t)(q - a->dev) <= a->len - len)
+      return a;
+  return NULL;
+}
+
 /* The mirror address of [ptr, ptr + len) on `device`, or NULL. */
 static unsigned char *mirror_of(int device, const void *ptr, size_t len) {
-  const unsigned char *p = ptr;
-  unsigned char *m = NULL;
   pthread_mutex_lock(&mu);
-  for (fake_alloc *a = allocs; a && m == NULL; a = a->next)
-    if (a->device == device && p >= a->dev && len <= a->len &&
-        (size_t)(p - a->dev) <= a->len - len)
-      m = a->mirror + (p - a->dev);
+  fake_alloc *a = alloc_of_locked(ptr, len);
+  unsigned char *m = a != NULL && a->device == device
+                         ? a->mirror + ((const unsigned char *)ptr - a->dev)
+                         : NULL;
   pthread_mutex_unlock(&mu);
   return m;
 }
@@ -218,15 +225,6 @@ typedef struct fake_handle {
   uint64_t gen;
   unsigned char pad[WT_CUDA_IPC_HANDLE_BYTES - 32];
 } fake_handle;
-
-/* The allocation holding [p, p + len) on any device, under mu; or NULL. */
-static fake_alloc *alloc_of_locked(const void *p, size_t len) {
-  const unsigned char *q = p;
-  for (fake_alloc *a = allocs; a; a = a->next)
-    if (q >= a->dev && len <= a->len && (size_t)(q - a->dev) <= a->len - len)
-      return a;
-  return NULL;
-}
 
 static wt_status *f_ipc_export(const void *ptr, void **base, size_t *size,
                                unsigned char handle[WT_CUDA_IPC_HANDLE_BYTES]) {

@@ -265,15 +265,23 @@ static void cc_wait_status(client_call *cc) {
   cc->status_received = true;
 }
 
-/* True when the status has arrived, without blocking. */
-static bool cc_poll_status(client_call *cc) {
+/* True when the status has arrived, waiting up to `ms` (0: not at all). */
+static bool cc_poll_status_within(client_call *cc, int64_t ms) {
   if (!cc->status_outstanding) return cc->status_received;
-  grpc_event ev = grpc_completion_queue_pluck(
-      cc->cq, cc->status_tag, gpr_inf_past(GPR_CLOCK_REALTIME), NULL);
+  gpr_timespec until =
+      ms <= 0 ? gpr_inf_past(GPR_CLOCK_REALTIME)
+              : gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                             gpr_time_from_millis(ms, GPR_TIMESPAN));
+  grpc_event ev =
+      grpc_completion_queue_pluck(cc->cq, cc->status_tag, until, NULL);
   if (ev.type != GRPC_OP_COMPLETE) return false;
   cc->status_outstanding = false;
   cc->status_received = true;
   return true;
+}
+
+static bool cc_poll_status(client_call *cc) {
+  return cc_poll_status_within(cc, 0);
 }
 
 /* The received status as a wt_status (NULL when OK), naming target and
@@ -416,6 +424,11 @@ out:
 
 bool wt_rpc_pending_done(wt_rpc_pending *p) {
   if (!p->done) p->done = cc_poll_status(&p->cc);
+  return p->done;
+}
+
+bool wt_rpc_pending_done_within(wt_rpc_pending *p, int64_t ms) {
+  if (!p->done) p->done = cc_poll_status_within(&p->cc, ms);
   return p->done;
 }
 

@@ -406,6 +406,11 @@ wt_status *wt_rpc_unary_start(wt_rpc_channel *ch, const char *method,
  * Not concurrently with wt_rpc_pending_wait. */
 bool wt_rpc_pending_done(wt_rpc_pending *p);
 
+/* The same, waiting up to `ms` milliseconds for the call to complete (a
+ * watcher that must notice the end at once, and also look at other things
+ * now and then). */
+bool wt_rpc_pending_done_within(wt_rpc_pending *p, int64_t ms);
+
 /* Waits for the call to end and frees `p`. `response` may be NULL to discard
  * the response. */
 wt_status *wt_rpc_pending_wait(wt_rpc_pending *p, ProtobufCMessage **response);

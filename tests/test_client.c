@@ -366,6 +366,32 @@ static void test_synthetic_source(void) {
 
 /* ---- trainer registry --------------------------------------------------- */
 
+static wt_status *parts_init(const wt_trainer_init_args *a, void **self) {
+  (void)a;
+  *self = NULL;
+  return NULL;
+}
+
+static wt_status *parts_count(void *self, wt_source *src, size_t *n) {
+  (void)self;
+  (void)src;
+  *n = 0;
+  return NULL;
+}
+
+static void parts_destroy(void *self) {
+  (void)self;
+}
+
+/* A table with parts but no prepare_part: refused when an engine is made. */
+static const wt_trainer_ops half_parts_ops = {
+    .header = {WT_TRAINER_ABI_VERSION, "test-half-parts"},
+    .flags = WT_TRAINER_NEEDS_UPDATE_WEIGHTS,
+    .trainer_init = parts_init,
+    .parts = parts_count,
+    .destroy = parts_destroy,
+};
+
 static void test_trainer_registry(void) {
   const wt_trainer_ops *ops = NULL;
   WT_ASSERT_OK(wt_trainer_lookup("grpc", &ops));
@@ -397,6 +423,16 @@ static void test_trainer_registry(void) {
   WT_ASSERT_ERR(wt_trainer_create("grpc", &args, &t), WT_INVALID_ARGUMENT,
                 "chunk_size_bytes");
   chunk.value = 4096;
+  /* A round in parts needs every part entry. */
+  static bool registered = false;
+  if (!registered)
+    WT_ASSERT_OK(wt_trainer_register("test-half-parts", &half_parts_ops));
+  registered = true;
+  WT_ASSERT_ERR(wt_trainer_create("test-half-parts", &args, &t),
+                WT_FAILED_PRECONDITION,
+                "'test-half-parts': a table with parts needs prepare_part, "
+                "part_info, part_done");
+  CU_ASSERT_PTR_NULL(t);
   WT_ASSERT_OK(wt_trainer_create("grpc", &args, &t));
   CU_ASSERT_STRING_EQUAL(wt_trainer_backend(t), "grpc");
   CU_ASSERT_FALSE(wt_trainer_needs_update_weights(t));

@@ -300,6 +300,19 @@ static void test_cache(void) {
   WT_ASSERT_OK(wt_ipc_cache_get(c, &moved, &again));
   CU_ASSERT_PTR_NOT_NULL(again);
   CU_ASSERT_EQUAL(wt_ipc_cache_size(c), 3);
+  /* A sweep closes what was not got since the last one, and keeps the
+   * rest; a second sweep with nothing got closes everything it kept. */
+  int swept = log.closes;
+  CU_ASSERT_EQUAL(wt_ipc_cache_sweep(c), 0); /* all three were got */
+  WT_ASSERT_OK(wt_ipc_cache_get(c, &f.ex[2], &again));
+  CU_ASSERT_EQUAL(wt_ipc_cache_sweep(c), 2);
+  CU_ASSERT_EQUAL(log.closes - swept, 2);
+  CU_ASSERT_EQUAL(wt_ipc_cache_size(c), 1);
+  WT_ASSERT_OK(wt_ipc_cache_get(c, &f.ex[2], &again)); /* still open */
+  CU_ASSERT_EQUAL(log.closes - swept, 2);
+  WT_ASSERT_OK(wt_ipc_cache_get(c, &f.ex[0], &again)); /* opened again */
+  WT_ASSERT_OK(wt_ipc_cache_get(c, &f.ex[1], &again));
+  CU_ASSERT_EQUAL(wt_ipc_cache_size(c), 3);
   /* The trainer is gone: everything closed, each exactly once. */
   int before = log.closes;
   wt_ipc_cache_close_all(c);

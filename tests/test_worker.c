@@ -12,6 +12,7 @@
 #include "support/fake_engine.h"
 #include "support/fixture.h"
 #include "wt/pb.h"
+#include "wt/trainer.h"
 
 static wtt_server S;
 
@@ -134,10 +135,16 @@ static void test_engine_refuses_memory_kind(void) {
                 "'device' memory (this worker's param store); it takes host, "
                 "shared, pinned");
 #ifdef WT_WITH_UCX
-  Wt__V1__WeightTransferInitInfo info = WT__V1__WEIGHT_TRANSFER_INIT_INFO__INIT;
-  info.backend = "ucx";
-  WT_ASSERT_ERR(wtt_init(S.ch, &info, NULL), WT_FAILED_PRECONDITION,
-                "backend 'ucx' cannot receive into 'device' memory");
+  /* ucx takes device memory where its UCX moves CUDA memory; this one
+   * (Debian's 1.13, or 1.22 without a CUDA driver) cannot, and says so. */
+  Wt__V1__WeightTransferInitInfo *info = NULL;
+  WT_ASSERT_OK(wt_trainer_init_info("ucx", NULL, 0, &info));
+  WT_ASSERT_ERR(wtt_init(S.ch, info, NULL), WT_FAILED_PRECONDITION,
+                "worker 0 (cuda:0): backend 'ucx' init: ucx worker 0: the "
+                "UCX in use");
+  WT_ASSERT_ERR(wtt_init(S.ch, info, NULL), WT_FAILED_PRECONDITION,
+                "cannot move CUDA device memory here (its memory types: ");
+  wt_pb_free(&info->base);
 #endif
   Wt__V1__ServerInfo *info2 = wtt_info(S.ch);
   CU_ASSERT_STRING_EQUAL(info2->workers[0]->state, "uninitialized");

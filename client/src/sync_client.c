@@ -809,7 +809,6 @@ typedef struct update_watch {
   const char **targets;
   size_t n;
   pthread_mutex_t mu;
-  pthread_cond_t cv;
   bool cancel_calls;  /* set by the sender when send_weights failed */
   long cancelled_for; /* server whose error cancelled the trainer, or -1 */
   /* Once the trainer sent its last byte, every server must answer by then
@@ -870,16 +869,14 @@ static void *watch_updates(void *arg) {
       }
     }
     if (remaining == 0) break;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 5 * 1000 * 1000;
-    if (ts.tv_nsec >= 1000000000) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000;
-    }
-    pthread_mutex_lock(&w->mu);
-    if (!w->cancel_calls) pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-    pthread_mutex_unlock(&w->mu);
+    /* Block on the first call still running, for at most 5 ms: its end is
+     * seen at once (so a round's last answer costs no poll interval), and
+     * a cancel or the answer deadline within 5 ms. */
+    for (size_t k = 0; k < w->n; k++)
+      if (w->pending[k] != NULL) {
+        (void)wt_rpc_pending_done_within(w->pending[k], 5);
+        break;
+      }
   }
   return NULL;
 }
@@ -935,13 +932,20 @@ void wt_update_lists_apply(const wt_update_lists *l,
   info->packed = true;
 }
 
-static wt_status *update_with_calls(wt_sync_client *c, wt_trainer *t,
-                                    wt_source *src, wt_progress_fn progress,
-                                    void *user) {
+/* What runs on the trainer's side while every server's UpdateWeights is
+ * pending. */
+typedef wt_status *(*send_step_fn)(void *arg);
+
+/* Starts UpdateWeights with copies[k].req on every server, runs `send`
+ * while the calls are pending (a server that fails first cancels the
+ * trainer), and waits for every call: a server gets the data deadline
+ * plus a second to answer once `send` returned. ok[k] (may be NULL) says
+ * whether server k answered OK (all do, or the round failed). The round's
+ * error, or NULL. */
+static wt_status *calls_around(wt_sync_client *c, wt_trainer *t,
+                               update_copy *copies, send_step_fn send,
+                               void *arg, bool *ok) {
   wt_status *st = NULL, *send_st = NULL;
-  const wt_trainer_ops *ops = wt_trainer_get_ops(t);
-  wt_update_lists lists = {0};
-  update_copy *copies = NULL;
   update_watch w = {.t = t, .n = c->n, .cancelled_for = -1};
   bool sync_init = false, thread_started = false;
   pthread_t thread;
@@ -949,25 +953,10 @@ static wt_status *update_with_calls(wt_sync_client *c, wt_trainer *t,
   w.pending = calloc(c->n, sizeof(*w.pending));
   w.errs = calloc(c->n, sizeof(*w.errs));
   w.targets = calloc(c->n, sizeof(*w.targets));
-  copies = calloc(c->n, sizeof(*copies));
-  if (!w.pending || !w.errs || !w.targets || !copies)
+  if (!w.pending || !w.errs || !w.targets)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory for an update");
   for (size_t k = 0; k < c->n; k++) w.targets[k] = c->servers[k].target;
-  WT_CHECK(wt_update_lists_build(src, &lists));
-  for (size_t k = 0; k < c->n; k++) {
-    update_copy *uc = &copies[k];
-    wt__v1__weight_transfer_update_info__init(&uc->info);
-    wt_update_lists_apply(&lists, &uc->info);
-    if (ops->update_info)
-      WT_CHECK(wt_status_prefix(
-          ops->update_info(wt_trainer_self(t), src, k, &uc->info), "%s",
-          c->servers[k].target));
-    wt__v1__update_weights_request__init(&uc->req);
-    uc->req.update_info = &uc->info;
-    uc->req.round_id = c->servers[k].round_id;
-  }
-  if (pthread_mutex_init(&w.mu, NULL) != 0 ||
-      pthread_cond_init(&w.cv, NULL) != 0)
+  if (pthread_mutex_init(&w.mu, NULL) != 0)
     WT_FAIL(WT_INTERNAL, "cannot create the update's lock");
   sync_init = true;
   for (size_t k = 0; k < c->n && st == NULL; k++)
@@ -991,7 +980,7 @@ static wt_status *update_with_calls(wt_sync_client *c, wt_trainer *t,
   }
   thread_started = true;
   if (st != NULL) goto out;
-  send_st = ops->send_weights(wt_trainer_self(t), src, progress, user);
+  send_st = send != NULL ? send(arg) : NULL;
   if (send_st == NULL) {
     pthread_mutex_lock(&w.mu);
     w.answer_within_ms = c->init && c->init->timeout_ms ? c->init->timeout_ms
@@ -1005,7 +994,6 @@ out:
     if (send_st != NULL || st != NULL) {
       pthread_mutex_lock(&w.mu);
       w.cancel_calls = true;
-      pthread_cond_signal(&w.cv);
       pthread_mutex_unlock(&w.mu);
     }
     pthread_join(thread, NULL);
@@ -1031,15 +1019,122 @@ out:
         if (w.errs && w.errs[k]) st = wt_status_copy(w.errs[k]);
     }
   }
+  /* Every server answered OK, or the round failed. */
+  if (ok != NULL)
+    for (size_t k = 0; k < c->n; k++) ok[k] = st == NULL;
   wt_status_free(send_st);
   if (w.errs) free_all(w.errs, NULL, c->n);
   if (sync_init) {
     pthread_mutex_destroy(&w.mu);
-    pthread_cond_destroy(&w.cv);
   }
   free(w.errs);
   free(w.targets);
   free(w.pending);
+  return st;
+}
+
+typedef struct send_args {
+  wt_trainer *t;
+  wt_source *src;
+  wt_progress_fn progress;
+  void *user;
+  size_t part; /* parts: the one to prepare */
+} send_args;
+
+static wt_status *send_whole(void *arg) {
+  send_args *a = arg;
+  return wt_trainer_get_ops(a->t)->send_weights(wt_trainer_self(a->t), a->src,
+                                                a->progress, a->user);
+}
+
+static wt_status *prepare_next(void *arg) {
+  send_args *a = arg;
+  return wt_trainer_get_ops(a->t)->prepare_part(wt_trainer_self(a->t), a->src,
+                                                a->part);
+}
+
+static wt_status *update_with_calls(wt_sync_client *c, wt_trainer *t,
+                                    wt_source *src, wt_progress_fn progress,
+                                    void *user) {
+  wt_status *st = NULL;
+  const wt_trainer_ops *ops = wt_trainer_get_ops(t);
+  wt_update_lists lists = {0};
+  update_copy *copies = calloc(c->n, sizeof(*copies));
+  if (copies == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory for an update");
+  WT_CHECK(wt_update_lists_build(src, &lists));
+  for (size_t k = 0; k < c->n; k++) {
+    update_copy *uc = &copies[k];
+    wt__v1__weight_transfer_update_info__init(&uc->info);
+    wt_update_lists_apply(&lists, &uc->info);
+    if (ops->update_info)
+      WT_CHECK(wt_status_prefix(
+          ops->update_info(wt_trainer_self(t), src, k, &uc->info), "%s",
+          c->servers[k].target));
+    wt__v1__update_weights_request__init(&uc->req);
+    uc->req.update_info = &uc->info;
+    uc->req.round_id = c->servers[k].round_id;
+  }
+  send_args a = {.t = t, .src = src, .progress = progress, .user = user};
+  st = calls_around(c, t, copies, send_whole, &a, NULL);
+out:
+  free(copies);
+  wt_update_lists_free(&lists);
+  return st;
+}
+
+/* The round as the trainer's parts (wt_trainer_ops.parts): part p + 1 is
+ * prepared while every server takes part p. */
+static wt_status *update_in_parts(wt_sync_client *c, wt_trainer *t,
+                                  wt_source *src, wt_progress_fn progress,
+                                  void *user) {
+  wt_status *st = NULL;
+  const wt_trainer_ops *ops = wt_trainer_get_ops(t);
+  void *self = wt_trainer_self(t);
+  wt_update_lists lists = {0};
+  size_t nparts = 0;
+  update_copy *copies = calloc(c->n, sizeof(*copies));
+  bool *ok = calloc(c->n, sizeof(*ok));
+  if (copies == NULL || ok == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory for an update");
+  WT_CHECK(wt_update_lists_build(src, &lists));
+  WT_CHECK(ops->parts(self, src, &nparts));
+  if (nparts > 0) WT_CHECK(ops->prepare_part(self, src, 0));
+  size_t nsrc = 0;
+  const wt_tensor_meta *metas = wt_source_metas(src, &nsrc);
+  wt_progress pr = {.tensors_total = nsrc,
+                    .bytes_total = wt_source_total_bytes(src)};
+  for (size_t p = 0; p < nparts; p++) {
+    size_t tensors = 0;
+    for (size_t k = 0; k < c->n; k++) {
+      update_copy *uc = &copies[k];
+      wt__v1__weight_transfer_update_info__init(&uc->info);
+      wt_update_lists_apply(&lists, &uc->info);
+      WT_CHECK(wt_status_prefix(ops->part_info(self, src, p, k, &uc->info),
+                                "%s", c->servers[k].target));
+      wt__v1__update_weights_request__init(&uc->req);
+      uc->req.update_info = &uc->info;
+      uc->req.round_id = c->servers[k].round_id;
+      tensors = uc->info.n_names;
+    }
+    /* The part's first tensor, for the progress of its bytes. */
+    size_t first =
+        tensors > 0 ? (size_t)(copies[0].info.names - lists.names) : 0;
+    send_args a = {.t = t, .src = src, .part = p + 1};
+    st = calls_around(c, t, copies, p + 1 < nparts ? prepare_next : NULL, &a,
+                      ok);
+    for (size_t k = 0; k < c->n; k++)
+      if (ok[k]) ops->part_done(self, p, k);
+    if (st != NULL) goto out;
+    if (progress != NULL) {
+      for (size_t i = first; i < first + tensors && i < nsrc; i++)
+        pr.bytes_done += metas[i].nbytes;
+      pr.tensors_done += tensors;
+      progress(&pr, user);
+    }
+  }
+out:
+  free(ok);
   free(copies);
   wt_update_lists_free(&lists);
   return st;
@@ -1070,7 +1165,10 @@ wt_status *wt_sync_client_update(wt_sync_client *c, wt_trainer *trainer,
   uint32_t kinds = wt_trainer_get_ops(trainer)->memory_kinds;
   WT_CHECK(wt_source_validate_for(src, kinds ? kinds : WT_MEM_HOST_KINDS,
                                   wt_trainer_backend(trainer)));
-  if (wt_trainer_needs_update_weights(trainer))
+  if (wt_trainer_needs_update_weights(trainer) &&
+      wt_trainer_get_ops(trainer)->parts != NULL)
+    WT_CHECK(update_in_parts(c, trainer, src, progress, user));
+  else if (wt_trainer_needs_update_weights(trainer))
     WT_CHECK(update_with_calls(c, trainer, src, progress, user));
   else
     WT_CHECK(wt_trainer_get_ops(trainer)->send_weights(wt_trainer_self(trainer),

@@ -96,11 +96,18 @@ wt_status *wt_trainer_create(const char *name, const wt_trainer_init_args *args,
   wt_trainer *t = NULL;
   *out = NULL;
   WT_CHECK(wt_trainer_lookup(name, &ops));
-  if (ops->trainer_init == NULL || ops->send_weights == NULL ||
-      ops->destroy == NULL)
+  if (ops->trainer_init == NULL || ops->destroy == NULL ||
+      (ops->send_weights == NULL && ops->parts == NULL))
     WT_FAIL(WT_FAILED_PRECONDITION,
-            "trainer engine '%s': table lacks trainer_init, send_weights or "
-            "destroy",
+            "trainer engine '%s': table lacks trainer_init, destroy, or both "
+            "send_weights and parts",
+            name);
+  if (ops->parts != NULL && (ops->prepare_part == NULL ||
+                             ops->part_info == NULL || ops->part_done == NULL ||
+                             !(ops->flags & WT_TRAINER_NEEDS_UPDATE_WEIGHTS)))
+    WT_FAIL(WT_FAILED_PRECONDITION,
+            "trainer engine '%s': a table with parts needs prepare_part, "
+            "part_info, part_done and WT_TRAINER_NEEDS_UPDATE_WEIGHTS",
             name);
   t = calloc(1, sizeof(*t));
   if (t == NULL)
@@ -179,6 +186,32 @@ wt_status *wt_option_u32(const wt_backend_option *o, uint32_t *out) {
                          "option %s: '%.64s' is not a number from 0 to %u",
                          o->key, o->value ? o->value : "", UINT32_MAX);
   *out = (uint32_t)v;
+  return NULL;
+}
+
+wt_status *wt_option_size_field(const wt_backend_option *o,
+                                Wt__V1__UInt64Value **slot) {
+  uint64_t v = 0;
+  wt_status *st = wt_option_size(o, &v);
+  if (st != NULL) return st;
+  if (*slot == NULL && (*slot = malloc(sizeof(**slot))) == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "option %s: out of memory",
+                         o->key);
+  wt__v1__uint64_value__init(*slot);
+  (*slot)->value = v;
+  return NULL;
+}
+
+wt_status *wt_option_u32_field(const wt_backend_option *o,
+                               Wt__V1__UInt32Value **slot) {
+  uint32_t v = 0;
+  wt_status *st = wt_option_u32(o, &v);
+  if (st != NULL) return st;
+  if (*slot == NULL && (*slot = malloc(sizeof(**slot))) == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "option %s: out of memory",
+                         o->key);
+  wt__v1__uint32_value__init(*slot);
+  (*slot)->value = v;
   return NULL;
 }
 

@@ -184,12 +184,14 @@ typedef struct cache_entry {
   uint64_t id;
   unsigned char handle[WT_IPC_HANDLE_BYTES];
   void *base;
+  bool used; /* got since the last sweep */
 } cache_entry;
 
 struct wt_ipc_cache {
   wt_ipc_opener opener;
   cache_entry *entries;
   size_t n, cap;
+  size_t last; /* the entry the last get found */
   uint64_t opens;
 };
 
@@ -219,10 +221,18 @@ wt_status *wt_ipc_cache_get(wt_ipc_cache *c, const Wt__V1__IpcExport *e,
                          "export %" PRIu64 ": handle is %zu bytes, not %d",
                          e->id, e->handle.len, WT_IPC_HANDLE_BYTES);
   cache_entry *slot = NULL;
-  for (size_t i = 0; i < c->n; i++)
-    if (c->entries[i].id == e->id) slot = &c->entries[i];
+  /* An update names its exports tensor after tensor: the last one found
+   * is usually the next one asked for. */
+  if (c->last < c->n && c->entries[c->last].id == e->id)
+    slot = &c->entries[c->last];
+  for (size_t i = 0; slot == NULL && i < c->n; i++)
+    if (c->entries[i].id == e->id) {
+      slot = &c->entries[i];
+      c->last = i;
+    }
   if (slot != NULL && slot->base != NULL &&
       memcmp(slot->handle, e->handle.data, WT_IPC_HANDLE_BYTES) == 0) {
+    slot->used = true;
     *base = slot->base;
     return NULL;
   }
@@ -254,6 +264,7 @@ wt_status *wt_ipc_cache_get(wt_ipc_cache *c, const Wt__V1__IpcExport *e,
   if (slot == &c->entries[c->n]) c->n++;
   memcpy(slot->handle, e->handle.data, WT_IPC_HANDLE_BYTES);
   slot->base = mapped;
+  slot->used = true;
   c->opens++;
   *base = mapped;
   return NULL;
@@ -263,6 +274,22 @@ void wt_ipc_cache_close_all(wt_ipc_cache *c) {
   if (c == NULL) return;
   for (size_t i = 0; i < c->n; i++) entry_close(c, &c->entries[i]);
   c->n = 0;
+}
+
+size_t wt_ipc_cache_sweep(wt_ipc_cache *c) {
+  size_t closed = 0, kept = 0;
+  for (size_t i = 0; c && i < c->n; i++) {
+    cache_entry *e = &c->entries[i];
+    if (!e->used || e->base == NULL) {
+      closed += e->base != NULL;
+      entry_close(c, e);
+      continue;
+    }
+    e->used = false;
+    c->entries[kept++] = *e;
+  }
+  if (c) c->n = kept;
+  return closed;
 }
 
 size_t wt_ipc_cache_size(const wt_ipc_cache *c) {

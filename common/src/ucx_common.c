@@ -204,6 +204,11 @@ wt_status *wt_ucx_new(const char *transports, const char *net_devices,
   if (us != UCS_OK)
     WT_FAIL(WT_UNAVAILABLE, "%s: ucp_worker_get_efd: %s", who,
             ucs_status_string(us));
+  ucp_context_attr_t ca = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+  if (ucp_context_query(u->context, &ca) == UCS_OK)
+    u->memory_types = ca.memory_types;
+  else
+    u->memory_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
   *out = u;
   u = NULL;
 out:
@@ -275,12 +280,35 @@ wt_status *wt_ucx_wait(wt_ucx *u, bool (*cond)(void *), void *arg,
 
 static atomic_uint_fast64_t mem_maps;
 
-wt_status *wt_ucx_mem_map(wt_ucx *u, void *base, size_t len, const char *what,
-                          ucp_mem_h *memh) {
+wt_status *wt_ucx_need_cuda(const wt_ucx *u, const char *who) {
+  if (u->memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) return NULL;
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  char types[160] = "";
+  size_t used = 0;
+  for (int m = 0; m < UCS_MEMORY_TYPE_LAST && used < sizeof(types) - 1; m++)
+    if (u->memory_types & UCS_BIT(m))
+      used += (size_t)snprintf(types + used, sizeof(types) - used, "%s%s",
+                               used ? ", " : "", ucs_memory_type_names[m]);
+  return wt_status_new(
+      WT_FAILED_PRECONDITION,
+      "%s: the UCX in use (%u.%u.%u) cannot move CUDA device memory here "
+      "(its memory types: %s); that needs UCX built with CUDA and its "
+      "cuda_copy transport loaded with a CUDA driver (UCX 1.22 from PyPI's "
+      "libucx-cu13 has it; Debian 12's 1.13 has none)",
+      who, major, minor, release, used ? types : "none");
+}
+
+wt_status *wt_ucx_mem_map(wt_ucx *u, void *base, size_t len, bool cuda,
+                          const char *what, ucp_mem_h *memh) {
   ucp_mem_map_params_t p = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
                                           UCP_MEM_MAP_PARAM_FIELD_LENGTH,
                             .address = base,
                             .length = len};
+  if (cuda) {
+    p.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+    p.memory_type = UCS_MEMORY_TYPE_CUDA;
+  }
   *memh = NULL;
   ucs_status_t us = ucp_mem_map(u->context, &p, memh);
   if (us != UCS_OK) {

@@ -70,6 +70,8 @@ static void backend_info(wt_server *srv, const wt_registry_entry *e,
   /* Available: the host has what it needs, and the stores suit it. */
   wt_mem_kind store = wt_param_store_memory(store0(srv));
   st = ops->probe ? ops->probe() : NULL;
+  if (st == NULL && (takes & WT_MEM_BIT(store)) && ops->probe_memory)
+    st = ops->probe_memory(store);
   if (st == NULL && !(takes & WT_MEM_BIT(store)))
     st = wt_status_new(WT_FAILED_PRECONDITION,
                        "it cannot receive into '%s' memory (this server's "

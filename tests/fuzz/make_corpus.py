@@ -99,6 +99,16 @@ def proto_seeds():
                 trainer_address="10.0.0.1", trainer_port=13337,
                 packed_num_buffers=pb.UInt32Value(value=2), transports="tcp")))
         write("proto", "init_ucx", ucx.SerializeToString())
+        ring = pb.InitWeightTransferEngineRequest(init_info=pb.WeightTransferInitInfo(
+            backend="ipc", timeout_ms=2000, ipc=pb.IpcInitInfo(
+                packed=True,
+                packed_buffer_size_bytes=pb.UInt64Value(value=1 << 20),
+                packed_num_buffers=pb.UInt32Value(value=2),
+                ring=[pb.IpcExport(
+                    id=i, handle=bytes([i]) * 64, size_bytes=1 << 20,
+                    gpu_uuid="GPU-5c2f8a41-0d4e-4f0b-9a57-1b2c3d4e5f60")
+                    for i in (1, 2)])))
+        write("proto", "init_ipc_packed", ring.SerializeToString())
         info = pb.WeightTransferUpdateInfo(
             names=["model.embed_tokens.weight", "lm_head.weight"],
             dtype_names=["bfloat16", "float32"],

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # run-device-checks.sh: everything wt checks on a real GPU, in one go, in
 # well under 5 minutes: builds (or takes .devpack/, see pack.sh), runs the
-# "gpu" suite on the CUDA device, an ipc round between two processes (a
-# wt-push trainer and a wt-server worker on cuda:0, SHA-256 verified, then
-# a trainer SIGKILLed mid-run and the next trainer's round), runs
-# bench/gpu_bench.sh, prints a table.
+# "gpu" suite on the CUDA device, ipc rounds between two processes (a
+# wt-push trainer and a wt-server worker on cuda:0, unpacked and packed,
+# SHA-256 verified, then a trainer SIGKILLed mid-run and the next trainer's
+# round), a ucx round from GPU memory into a device store (UCX 1.22),
+# runs bench/gpu_bench.sh and bench/ipc_bench.sh, prints a table.
 # Where no device answers, the suite prints "skipped: no CUDA device (...)"
 # and the bench is not run; the table says so.
 #
@@ -49,6 +50,8 @@ elif [ -x .devpack/bin/wt_tests ]; then
   push=$root/.devpack/bin/wt-push
   ctl=$root/.devpack/bin/wt-ctl
   REF_BIN=$root/.devpack/bin/wt-bench-ipc-ref
+  # The pack's UCX (1.22) loads its CUDA transports from here.
+  [ -d .devpack/lib/ucx ] && export UCX_MODULE_DIR=$root/.devpack/lib/ucx
 else
   echo "run-device-checks: no build dependencies here and no .devpack/;" \
        "run tests/gpu/pack.sh on the build machine and carry .devpack" >&2
@@ -61,20 +64,29 @@ step "GPU (nvidia-smi)" "${gpu:-none answered}"
 
 # ipc between two processes on cuda:0: a wt-push trainer whose tensors are
 # in GPU memory, a wt-server worker that copies them out (5 rounds, every
-# digest checked); then a trainer SIGKILLed while it runs rounds: the
+# digest checked), unpacked and packed (the trainer's ring); then a trainer SIGKILLed while it runs rounds: the
 # worker must be out of "updating" within 2 s, and a new trainer's round
 # must verify.
-ipc_rc=0
-ipc_checks() {
+# serve NAME: a wt-server on cuda:0 with synthetic:llama-256m, its logs
+# NAME-server.*; sets spid and addr (empty when it did not serve).
+serve() {
   "$server" --listen 127.0.0.1:0 --device cuda:0 --model synthetic:llama-256m \
-    >"$logs/ipc-server.out" 2>"$logs/ipc-server.log" &
-  local spid=$! addr="" i
+    >"$logs/$1-server.out" 2>"$logs/$1-server.log" &
+  spid=$!
+  addr=""
+  local i
   for ((i = 0; i < 600; i++)); do
-    addr=$(sed -n 's/.* listening on //p' "$logs/ipc-server.out" | head -n1)
+    addr=$(sed -n 's/.* listening on //p' "$logs/$1-server.out" | head -n1)
     [ -n "$addr" ] && break
     kill -0 "$spid" 2>/dev/null || break
     sleep 0.1
   done
+}
+
+ipc_rc=0
+ipc_checks() {
+  local i
+  serve ipc
   if [ -z "$addr" ]; then
     step "ipc (two processes)" "FAILED: wt-server did not serve (ipc-server.log)"
     ipc_rc=1
@@ -86,6 +98,17 @@ ipc_checks() {
     step "ipc verify (SHA-256)" "$(grep -m1 '^verify:' "$logs/ipc-push.log" | cut -c1-90)"
   else
     step "ipc round" "FAILED (ipc-push.log: $(tail -n1 "$logs/ipc-push.log" | cut -c1-80))"
+    ipc_rc=1
+  fi
+  # Packed: a ring of two 64 MiB buffers, so that llama-256m is a few
+  # buckets, each its own UpdateWeights.
+  if timeout 120 "$push" --server "$addr" --backend ipc --device cuda:0 \
+       --option packed=1 --bucket-size 64M --rounds 5 --verify \
+       --data-timeout 10 >"$logs/ipc-packed.log" 2>&1; then
+    step "ipc packed round, 5 on one init" "$(grep -m1 '^rounds:' "$logs/ipc-packed.log" | cut -c1-90)"
+    step "ipc packed verify (SHA-256)" "$(grep -m1 '^verify:' "$logs/ipc-packed.log" | cut -c1-90)"
+  else
+    step "ipc packed round" "FAILED (ipc-packed.log: $(tail -n1 "$logs/ipc-packed.log" | cut -c1-80))"
     ipc_rc=1
   fi
   timeout 120 "$push" --server "$addr" --backend ipc --device cuda:0 \
@@ -114,6 +137,31 @@ ipc_checks() {
   wait "$spid" 2>/dev/null
 }
 
+# ucx from the trainer's GPU memory into a device store, two processes:
+# where the UCX in use moves CUDA memory (the pack's 1.22), 3 rounds
+# verified; where it cannot, the server's refusal is the row.
+ucx_rc=0
+ucx_device_checks() {
+  serve ucx
+  if [ -z "$addr" ]; then
+    step "ucx device round" "FAILED: wt-server did not serve (ucx-server.log)"
+    ucx_rc=1
+    return
+  fi
+  if timeout 120 "$push" --server "$addr" --backend ucx --device cuda:0 \
+       --rounds 3 --verify --data-timeout 10 >"$logs/ucx-push.log" 2>&1; then
+    step "ucx cuda:0 -> cuda:0, 3 rounds" "$(grep -m1 '^rounds:' "$logs/ucx-push.log" | cut -c1-90)"
+    step "ucx device verify (SHA-256)" "$(grep -m1 '^verify:' "$logs/ucx-push.log" | cut -c1-90)"
+  elif grep -q "cannot move CUDA device memory" "$logs/ucx-push.log"; then
+    step "ucx device round" "not run: $(grep -o 'the UCX in use ([0-9.]*)' "$logs/ucx-push.log" | head -n1) has no CUDA memory support"
+  else
+    step "ucx device round" "FAILED (ucx-push.log: $(tail -n1 "$logs/ucx-push.log" | cut -c1-80))"
+    ucx_rc=1
+  fi
+  kill -TERM "$spid" 2>/dev/null
+  wait "$spid" 2>/dev/null
+}
+
 # The gpu suite.
 timeout 180 "$tests" --suite gpu >"$logs/gpu-suite.log" 2>&1
 rc=$?
@@ -132,6 +180,7 @@ else
   ratio=$(sed -n 's/^ratio device\/host *//p' "$logs/gpu-bench.log")
   step "gpu bench (device/host, median)" "${ratio:-no ratio} (rc $bench_rc)"
   ipc_checks
+  ucx_device_checks
   if [ -n "${REF_BIN:-}" ] || [ -x "${bindir:-/nonexistent}/bench/wt-bench-ipc-ref" ]; then
     REF_BIN=${REF_BIN:-$bindir/bench/wt-bench-ipc-ref} SERVER_BIN=$server \
       PUSH_BIN=$push RUNS=3 timeout 200 bash bench/ipc_bench.sh \
@@ -139,6 +188,7 @@ else
     ipc_bench_rc=$?
     cat "$logs/ipc-bench.log"
     step "ipc bench (wt/cudaMemcpy, 8 GiB)" "$(sed -n 's/^ratio wt\/reference *//p' "$logs/ipc-bench.log") (rc $ipc_bench_rc)"
+    step "ipc packed bench (wt/cudaMemcpy)" "$(sed -n 's/^ratio packed\/reference *//p' "$logs/ipc-bench.log")"
     step "ipc per tensor (10k x 64 B)" "$(sed -n 's/^per tensor[^0-9]*//p' "$logs/ipc-bench.log" | cut -c1-60)"
   else
     step "ipc bench" "not run: no wt-bench-ipc-ref in this build or pack"
@@ -147,4 +197,4 @@ fi
 step "wall time" "$(( $(date +%s) - t_start )) s"
 echo
 cat "$logs/table.txt"
-[ "$rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] && [ "$ipc_rc" -eq 0 ]
+[ "$rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] && [ "$ipc_rc" -eq 0 ] && [ "$ucx_rc" -eq 0 ]

@@ -17,6 +17,7 @@
  * output then says so. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "support/fake_cuda.h"
 #include "support/fixture.h"
@@ -182,26 +183,7 @@ static void test_large_round_on_gpu(void) {
 
 /* A backend that cannot write device memory is refused at init, naming
  * the kind; the worker stays usable. */
-static void test_engine_refuses_device(void) {
-  if (gpu_or_skip("ucx refused on device memory") == NULL) return;
-  wt_server_options o = {.devices = "cuda:0"};
-  wtt_server_start(&S, "tiny", &o);
-#ifdef WT_WITH_UCX
-  Wt__V1__WeightTransferInitInfo info = WT__V1__WEIGHT_TRANSFER_INIT_INFO__INIT;
-  info.backend = "ucx";
-  WT_ASSERT_ERR(wtt_init(S.ch, &info, NULL), WT_FAILED_PRECONDITION,
-                "backend 'ucx' cannot receive into 'device' memory");
-#else
-  wt_test_skip("ucx refused on device memory", "this build has no UCX");
-#endif
-  WT_ASSERT_OK(wtt_init_grpc(S.ch, 0, 1));
-  wtt_commit_round(&S, "after-refusal", 2);
-  wtt_assert_model_seed(&S, 2);
-  wtt_server_stop(&S);
-}
-
 static bool emulated(void);
-
 /* The trainer's tensors in one device allocation on cuda:0, filled with
  * synthetic `seed` (what wtt_assert_model_seed checks). */
 typedef struct device_model {
@@ -237,6 +219,84 @@ static void device_model_fill(device_model *d, const wtt_server *s,
     off += (m->nbytes + 255) & ~255ull;
   }
   d->n = s->n;
+}
+
+/* ucx into a device store: where the UCX in use moves CUDA memory (UCX
+ * 1.22 with a CUDA driver), a round from the trainer's device memory lands
+ * in the worker's, byte for byte; where it cannot (Debian's 1.13, no
+ * driver, the emulated GPU) the init is refused naming UCX, and the server
+ * still serves another backend. */
+static void test_ucx_device(void) {
+  if (gpu_or_skip("ucx into a device store") == NULL) return;
+  wt_server_options o = {.devices = "cuda:0"};
+  wtt_server_start(&S, "tiny", &o);
+#ifdef WT_WITH_UCX
+  const char *targets[1] = {S.target};
+  wt_client_options co = {.timeout_ms = 10000, .data_timeout_ms = 10000};
+  wt_sync_client *c = NULL;
+  WT_ASSERT_OK(wt_sync_client_new(targets, 1, &co, &c));
+  Wt__V1__WeightTransferInitInfo *info = NULL;
+  WT_ASSERT_OK(wt_trainer_init_info("ucx", NULL, 0, &info));
+  wt_trainer *t = NULL;
+  wt_status *st = wt_sync_client_init_transfer(c, info, NULL, &t);
+  wt_pb_free(&info->base);
+  if (st != NULL) {
+    printf("\n  ucx into cuda:0 refused here: %s\n", wt_status_message(st));
+    WT_ASSERT_ERR(st, WT_FAILED_PRECONDITION,
+                  "cannot move CUDA device memory here");
+    /* GetServerInfo says so before anyone tries. */
+    Wt__V1__ServerInfo *si = wtt_info(S.ch);
+    bool listed = false;
+    for (size_t i = 0; i < si->n_backend_info; i++) {
+      const Wt__V1__BackendInfo *b = si->backend_info[i];
+      if (strcmp(b->name, "ucx") != 0) continue;
+      listed = true;
+      CU_ASSERT_FALSE(b->available);
+      CU_ASSERT_PTR_NOT_NULL(
+          strstr(b->unavailable_reason, "cannot move CUDA device memory"));
+    }
+    CU_ASSERT_TRUE(listed);
+    wt_pb_free(&si->base);
+  } else if (emulated()) {
+    CU_FAIL("a UCX with CUDA memory cannot move the emulated GPU's memory");
+  } else {
+    static device_model dm;
+    device_model *d = &dm;
+    for (uint64_t seed = 31; seed <= 32; seed++) {
+      device_model_fill(d, &S, seed);
+      wt_source *src = NULL;
+      WT_ASSERT_OK(wt_source_memory(d->t, d->n, &src));
+      WT_ASSERT_OK(wt_sync_client_start(c));
+      WT_ASSERT_OK(wt_sync_client_update(c, t, src, NULL, NULL));
+      WT_ASSERT_OK(wt_sync_client_finish(c, "ucx-device"));
+      wtt_assert_model_seed(&S, seed);
+      wt_source_destroy(src);
+    }
+    wt_mem_free(&d->r);
+    printf("\n  ucx from cuda:0 into cuda:0: 2 rounds verified\n");
+  }
+  wt_trainer_destroy(t);
+  wt_sync_client_destroy(c);
+#else
+  wt_test_skip("ucx into a device store", "this build has no UCX");
+#endif
+  WT_ASSERT_OK(wtt_init_grpc(S.ch, 0, 1));
+  wtt_commit_round(&S, "after-ucx", 2);
+  wtt_assert_model_seed(&S, 2);
+  wtt_server_stop(&S);
+}
+
+static bool emulated(void);
+
+/* A round whose copies never finish (fake_cuda_hold_copies, left set):
+ * the 300 ms data deadline fails it within seconds. */
+static void held_round(wt_sync_client *c, wt_trainer *t, wt_source *src) {
+  fake_cuda_hold_copies(1);
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  int64_t t0 = wtt_now_ms();
+  WT_ASSERT_ERR(wt_sync_client_update(c, t, src, NULL, NULL),
+                WT_DEADLINE_EXCEEDED, "did not finish within 300 ms");
+  CU_ASSERT(wtt_now_ms() - t0 < 3000);
 }
 
 /* An ipc round, trainer and worker in this process: only on the emulated
@@ -296,12 +356,7 @@ static void test_ipc_round(void) {
    * one. */
   wt_source *src = NULL;
   WT_ASSERT_OK(wt_source_memory(d.t, d.n, &src));
-  fake_cuda_hold_copies(1);
-  WT_ASSERT_OK(wt_sync_client_start(c));
-  int64_t t0 = wtt_now_ms();
-  WT_ASSERT_ERR(wt_sync_client_update(c, t, src, NULL, NULL),
-                WT_DEADLINE_EXCEEDED, "did not finish within 300 ms");
-  CU_ASSERT(wtt_now_ms() - t0 < 3000);
+  held_round(c, t, src);
   CU_ASSERT_EQUAL(fake_cuda_get_stats().ipc_open_now, 1); /* still copying */
   wtt_assert_model_seed(&S, 9);
   wtt_assert_version(S.ch, "ipc-3", 3);
@@ -402,6 +457,262 @@ static void test_ipc_round(void) {
   CU_ASSERT_EQUAL(fake_cuda_get_stats().ipc_open_now, 0);
 }
 
+/* An ipc init info with the packed ring: buffers of `bucket` bytes. */
+static Wt__V1__WeightTransferInitInfo *packed_info(const char *bucket,
+                                                   const char *nbuf) {
+  wt_backend_option opts[3] = {
+      {"packed", "1"}, {"bucket_size", bucket}, {"num_buffers", nbuf}};
+  Wt__V1__WeightTransferInitInfo *info = NULL;
+  WT_ASSERT_OK(wt_trainer_init_info("ipc", opts, 3, &info));
+  info->timeout_ms = 300; /* the data deadline */
+  return info;
+}
+
+/* Packed ipc rounds to two servers: the ring is made and exported once, on
+ * the trainer's GPU; each bucket of the shared plan is packed into a slot
+ * and copied out by every worker; a tensor that does not fit a slot comes
+ * from its own memory; the bytes that land are the trainer's. */
+static void test_ipc_packed(void) {
+  if (!emulated()) {
+    wt_test_skip("ipc packed rounds in one process",
+                 "CUDA IPC opens only another process's memory; runs on the "
+                 "emulated GPU (gpu_emulated)");
+    return;
+  }
+  static wtt_server S2;
+  wt_server_options o = {.devices = "cuda:0"};
+  wtt_server_start(&S, "tiny", &o);
+  wtt_server_start(&S2, "tiny", &o);
+  const char *targets[2] = {S.target, S2.target};
+  wt_client_options co = {.timeout_ms = 10000, .data_timeout_ms = 10000};
+  wt_sync_client *c = NULL;
+  WT_ASSERT_OK(wt_sync_client_new(targets, 2, &co, &c));
+  fake_cuda_stats s0 = fake_cuda_get_stats();
+
+  /* Bad ring settings are refused before anything is allocated. */
+  wt_trainer *t = NULL;
+  Wt__V1__WeightTransferInitInfo *info = packed_info("1K", "1");
+  WT_ASSERT_ERR(wt_sync_client_init_transfer(c, info, NULL, &t),
+                WT_INVALID_ARGUMENT, "packed_num_buffers is 1; between 2");
+  wt_pb_free(&info->base);
+  info = packed_info("0", "2");
+  WT_ASSERT_ERR(wt_sync_client_init_transfer(c, info, NULL, &t),
+                WT_INVALID_ARGUMENT, "packed_buffer_size_bytes is 0");
+  wt_pb_free(&info->base);
+  CU_ASSERT_EQUAL(fake_cuda_get_stats().device_bytes[0], s0.device_bytes[0]);
+
+  /* "tiny" is 2048, 64, 512, 1280, 64, 64, 2048 bytes: with 1 KiB buffers
+   * the plan is {2048} {64 512 1280} {64 64 2048}; the tensor that closes
+   * each bucket past 1 KiB is copied from its own memory. */
+  WT_ASSERT_OK(wt_cuda_bind(0));
+  info = packed_info("1K", "2");
+  WT_ASSERT_OK(wt_sync_client_init_transfer(c, info, NULL, &t));
+  wt_pb_free(&info->base);
+  fake_cuda_stats s1 = fake_cuda_get_stats();
+  CU_ASSERT_EQUAL(s1.device_bytes[0] - s0.device_bytes[0], 2 * 1024);
+  CU_ASSERT_EQUAL(s1.ipc_exports - s0.ipc_exports, 2);
+  /* Each server's worker opened both slots at init. */
+  CU_ASSERT_EQUAL(s1.ipc_opens - s0.ipc_opens, 4);
+  device_model d = {0};
+  for (uint64_t seed = 21; seed <= 23; seed++) {
+    device_model_fill(&d, &S, seed);
+    wt_source *src = NULL;
+    WT_ASSERT_OK(wt_source_memory(d.t, d.n, &src));
+    WT_ASSERT_OK(wt_sync_client_start(c));
+    WT_ASSERT_OK(wt_sync_client_update(c, t, src, NULL, NULL));
+    WT_ASSERT_OK(wt_sync_client_finish(c, "packed"));
+    wtt_assert_model_seed(&S, seed);
+    wtt_assert_model_seed(&S2, seed);
+    wt_source_destroy(src);
+  }
+  /* What a bucket costs beyond its bytes (an UpdateWeights per bucket and
+   * server over loopback, the pack and copies emulated): printed, for the
+   * note on the packed mode's control overhead. */
+  {
+    wt_source *src = NULL;
+    WT_ASSERT_OK(wt_source_memory(d.t, d.n, &src));
+    enum { R = 20 };
+    double us = 0;
+    for (int r = 0; r < R; r++) {
+      WT_ASSERT_OK(wt_sync_client_start(c));
+      struct timespec a, b;
+      clock_gettime(CLOCK_MONOTONIC, &a);
+      WT_ASSERT_OK(wt_sync_client_update(c, t, src, NULL, NULL));
+      clock_gettime(CLOCK_MONOTONIC, &b);
+      us += (double)(b.tv_sec - a.tv_sec) * 1e6 +
+            (double)(b.tv_nsec - a.tv_nsec) / 1e3;
+      WT_ASSERT_OK(wt_sync_client_finish(c, "packed"));
+    }
+    printf(
+        "\n  packed update, 3 buckets to 2 servers (emulated GPU, "
+        "loopback): %.0f us a round, %.0f us a bucket (the mean of %d "
+        "rounds)\n",
+        us / R, us / R / 3, R);
+    wt_source_destroy(src);
+  }
+  fake_cuda_stats s2 = fake_cuda_get_stats();
+  /* Per round: 4 tensors packed by the trainer, 7 copied out by each of
+   * the two workers; the model's allocation exported once (then confirmed
+   * once a round) and opened once by each worker; the ring stays. */
+  CU_ASSERT_EQUAL(s2.copies_d2d - s1.copies_d2d, 23 * (4 + 2 * 7));
+  CU_ASSERT_EQUAL(s2.ipc_exports - s1.ipc_exports, 23);
+  CU_ASSERT_EQUAL(s2.ipc_opens - s1.ipc_opens, 2);
+  CU_ASSERT_EQUAL(s2.ipc_open_now - s0.ipc_open_now, 6);
+  CU_ASSERT_EQUAL(s2.device_bytes[0] - s1.device_bytes[0], d.r.len);
+  wtt_assert_version(S.ch, "packed", 23);
+
+  /* The trainer moved its tensors to a new allocation: the next round
+   * exports it; the round after closes the old mapping on every worker
+   * (a mapping kept would keep the trainer's freed memory alive). */
+  device_model d2 = {0};
+  device_model_fill(&d2, &S, 24);
+  wt_mem_free(&d.r);
+  for (int r = 0; r < 2; r++) {
+    wt_source *src = NULL;
+    WT_ASSERT_OK(wt_source_memory(d2.t, d2.n, &src));
+    WT_ASSERT_OK(wt_sync_client_start(c));
+    WT_ASSERT_OK(wt_sync_client_update(c, t, src, NULL, NULL));
+    WT_ASSERT_OK(wt_sync_client_finish(c, "moved"));
+    wt_source_destroy(src);
+  }
+  wtt_assert_model_seed(&S, 24);
+  wtt_assert_model_seed(&S2, 24);
+  CU_ASSERT_EQUAL(fake_cuda_get_stats().ipc_open_now - s0.ipc_open_now, 6);
+
+  /* Copies that do not finish: the trainer's packing, or a worker's copy,
+   * meets the 300 ms deadline; the round fails, the bytes stay, and the
+   * next round commits. */
+  wt_source *src = NULL;
+  WT_ASSERT_OK(wt_source_memory(d2.t, d2.n, &src));
+  held_round(c, t, src);
+  fake_cuda_hold_copies(0);
+  wtt_assert_model_seed(&S, 24);
+  wtt_assert_version(S2.ch, "moved", 25);
+  device_model_fill(&d2, &S, 25);
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  WT_ASSERT_OK(wt_sync_client_update(c, t, src, NULL, NULL));
+  WT_ASSERT_OK(wt_sync_client_finish(c, "after-hold"));
+  wtt_assert_model_seed(&S, 25);
+  wtt_assert_model_seed(&S2, 25);
+  wt_source_destroy(src);
+
+  /* A ring on a GPU the workers do not have: the init fails on every
+   * server naming their GPU and the ring's. */
+  wt_trainer_destroy(t);
+  t = NULL;
+  WT_ASSERT_OK(wt_cuda_bind(1));
+  info = packed_info("1K", "2");
+  WT_ASSERT_ERR(wt_sync_client_init_transfer(c, info, NULL, &t),
+                WT_INVALID_ARGUMENT, "has no buffer on this worker's GPU");
+  wt_pb_free(&info->base);
+  WT_ASSERT_OK(wt_cuda_bind(0));
+  wtt_assert_serving(S.ch, 1);
+  wtt_assert_model_seed(&S, 25);
+
+  /* Every ring and model buffer of the trainer's is freed. */
+  wt_trainer_destroy(t);
+  wt_mem_free(&d2.r);
+  fake_cuda_stats s9 = fake_cuda_get_stats();
+  CU_ASSERT_EQUAL(s9.device_bytes[0], s0.device_bytes[0]);
+  CU_ASSERT_EQUAL(s9.device_bytes[1], s0.device_bytes[1]);
+  wt_sync_client_destroy(c);
+  wtt_server_stop(&S2);
+  wtt_server_stop(&S);
+  CU_ASSERT_EQUAL(fake_cuda_get_stats().ipc_open_now, 0);
+}
+
+/* A packed init from a stranger: every malformed ring is refused by name
+ * before a handle is opened, a flood before it is looked at, a forged
+ * handle when it is opened; the server still answers and serves. */
+static void test_ipc_ring_strangers(void) {
+  if (!emulated()) {
+    wt_test_skip("ipc ring strangers", "runs on the emulated GPU");
+    return;
+  }
+  wt_server_options o = {.devices = "cuda:0"};
+  wtt_server_start(&S, "tiny", &o);
+  char uuid[WT_CUDA_UUID_MAX];
+  const wt_cuda_api *api = NULL;
+  WT_ASSERT_OK(wt_cuda_api_get(&api));
+  WT_ASSERT_OK(api->device_uuid(0, uuid));
+  unsigned char forged[WT_IPC_HANDLE_BYTES];
+  memset(forged, 0x33, sizeof(forged));
+  enum { N = 3 };
+  Wt__V1__IpcExport ex[N], *exs[N];
+  for (int i = 0; i < N; i++) {
+    wt__v1__ipc_export__init(&ex[i]);
+    ex[i].id = 10 + (uint64_t)i;
+    ex[i].handle.data = forged;
+    ex[i].handle.len = sizeof(forged);
+    ex[i].gpu_uuid = uuid;
+    ex[i].size_bytes = 1 << 20;
+    exs[i] = &ex[i];
+  }
+  Wt__V1__UInt64Value size = WT__V1__UINT64_VALUE__INIT;
+  size.value = 1 << 20;
+  Wt__V1__IpcInitInfo x = WT__V1__IPC_INIT_INFO__INIT;
+  x.packed = true;
+  x.packed_buffer_size_bytes = &size;
+  x.ring = exs;
+  x.n_ring = 2;
+  Wt__V1__WeightTransferInitInfo info = WT__V1__WEIGHT_TRANSFER_INIT_INFO__INIT;
+  info.backend = "ipc";
+  info.backend_init_case = WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_IPC;
+  info.ipc = &x;
+  /* Forged handles on this GPU: the open fails, naming the slot. */
+  WT_ASSERT_ERR(wtt_init(S.ch, &info, NULL), WT_FAILED_PRECONDITION,
+                "init_info.ipc.ring: export 10 (GPU GPU-fa4e0000");
+  CU_ASSERT_EQUAL(fake_cuda_get_stats().ipc_open_now, 0);
+  ex[1].handle.len = 3;
+  WT_ASSERT_ERR(wtt_init(S.ch, &info, NULL), WT_INVALID_ARGUMENT,
+                "init_info.ipc.ring[1] (id 11): handle is 3 bytes");
+  ex[1].handle.len = sizeof(forged);
+  ex[1].id = 10;
+  WT_ASSERT_ERR(wtt_init(S.ch, &info, NULL), WT_INVALID_ARGUMENT,
+                "init_info.ipc.ring[1]: id 10 is also ring[0]'s");
+  ex[1].id = 11;
+  ex[0].size_bytes = 4096;
+  WT_ASSERT_ERR(wtt_init(S.ch, &info, NULL), WT_INVALID_ARGUMENT,
+                "init_info.ipc.ring[0] (id 10) is 4096 bytes; "
+                "packed_buffer_size_bytes is 1048576");
+  ex[0].size_bytes = 1 << 20;
+  x.n_ring = 3; /* three slots on this GPU for two buffers */
+  WT_ASSERT_ERR(wtt_init(S.ch, &info, NULL), WT_INVALID_ARGUMENT,
+                "more than packed_num_buffers (2) buffers on GPU");
+  x.n_ring = 1;
+  WT_ASSERT_ERR(wtt_init(S.ch, &info, NULL), WT_INVALID_ARGUMENT,
+                "init_info.ipc.ring has 1 buffers on GPU");
+  ex[0].gpu_uuid = "GPU-elsewhere";
+  WT_ASSERT_ERR(wtt_init(S.ch, &info, NULL), WT_INVALID_ARGUMENT,
+                "has no buffer on this worker's GPU GPU-fa4e0000-0000-0000-"
+                "0000-000000000000 (the trainer's ring is on GPU-elsewhere)");
+  ex[0].gpu_uuid = uuid;
+  /* A flood is refused by its count, before any entry is looked at. */
+  static Wt__V1__IpcExport *flood[1000];
+  for (int i = 0; i < 1000; i++) flood[i] = &ex[2];
+  x.ring = flood;
+  x.n_ring = 1000;
+  WT_ASSERT_ERR(wtt_init(S.ch, &info, NULL), WT_INVALID_ARGUMENT,
+                "init_info.ipc.ring has 1000 buffers for 2 slots");
+  x.ring = exs;
+  x.n_ring = 2;
+  Wt__V1__UInt32Value nbuf = WT__V1__UINT32_VALUE__INIT;
+  nbuf.value = 1000;
+  x.packed_num_buffers = &nbuf;
+  WT_ASSERT_ERR(wtt_init(S.ch, &info, NULL), WT_INVALID_ARGUMENT,
+                "packed_num_buffers is 1000; between 2 and 16");
+  x.packed_num_buffers = NULL;
+  x.packed = false;
+  WT_ASSERT_ERR(wtt_init(S.ch, &info, NULL), WT_INVALID_ARGUMENT,
+                "init_info.ipc.ring is set but packed is not");
+  CU_ASSERT_EQUAL(fake_cuda_get_stats().ipc_open_now, 0);
+  wtt_assert_serving(S.ch, 1);
+  WT_ASSERT_OK(wtt_init_grpc(S.ch, 0, 1));
+  wtt_commit_round(&S, "after-strangers", 2);
+  wtt_assert_model_seed(&S, 2);
+  wtt_server_stop(&S);
+}
+
 static bool emulated(void) {
   const char *e = getenv("WT_TEST_GPU_EMULATE");
   return e != NULL && strcmp(e, "1") == 0;
@@ -412,7 +723,7 @@ static int suite_init(void) {
     printf(
         "\n  gpu suite on the emulated GPU (WT_TEST_GPU_EMULATE=1), not "
         "on CUDA\n");
-    fake_cuda_install(1);
+    fake_cuda_install(2);
   }
   return 0;
 }
@@ -428,7 +739,10 @@ void wt_test_suite_gpu(void) {
   CU_add_test(s, "device and pinned memory round trips", test_device_memory);
   CU_add_test(s, "a server on cuda:0 (shadow, inplace)", test_server_on_gpu);
   CU_add_test(s, "a 256 MiB round into cuda:0", test_large_round_on_gpu);
-  CU_add_test(s, "an engine refused on device memory",
-              test_engine_refuses_device);
+  CU_add_test(s, "ucx into a device store, or refused naming UCX",
+              test_ucx_device);
   CU_add_test(s, "ipc rounds, trainer memory gone (emulated)", test_ipc_round);
+  CU_add_test(s, "ipc packed ring rounds (emulated)", test_ipc_packed);
+  CU_add_test(s, "ipc packed init from a stranger (emulated)",
+              test_ipc_ring_strangers);
 }

@@ -60,7 +60,7 @@ extern "C" {
 #endif
 
 /* Version of wt_trainer_ops; a table that says otherwise is refused. */
-#define WT_TRAINER_ABI_VERSION 2u
+#define WT_TRAINER_ABI_VERSION 3u
 
 /* One setting of a backend as a tool or a config names it. Borrowed. */
 typedef struct wt_backend_option {
@@ -122,7 +122,7 @@ typedef struct wt_trainer_ops {
 
   /* Sends one round of `source` (already validated and rewound) to every
    * server of the client, reporting through `progress` (may be NULL). An
-   * error names the server at fault. */
+   * error names the server at fault. May be NULL when `parts` is set. */
   wt_status *(*send_weights)(void *self, wt_source *source,
                              wt_progress_fn progress, void *user);
 
@@ -139,6 +139,35 @@ typedef struct wt_trainer_ops {
   wt_status *(*init_response)(
       void *self, size_t k,
       const Wt__V1__InitWeightTransferEngineResponse *response);
+
+  /* --- version 3: a round as several UpdateWeights calls per server --- */
+
+  /* Optional, for WT_TRAINER_NEEDS_UPDATE_WEIGHTS (ipc packed: one call
+   * per bucket of its ring). When set, the client does not call
+   * update_info nor send_weights; for each round it calls
+   *
+   *   parts(source)           -> *nparts (the round's plan, built here)
+   *   prepare_part(0)
+   *   for p in 0 .. nparts-1:
+   *     part_info(p, k)       for every server k, then UpdateWeights(p)
+   *                           started on every server
+   *     prepare_part(p + 1)   while those calls are pending (if any left)
+   *     every call of part p waited for; part_done(p, k) for each server
+   *     whose call succeeded
+   *
+   * so part p + 1 is prepared while the workers take part p, and a part's
+   * memory (a ring slot) is reused only after part_done said every server
+   * had finished with it. The first error anywhere ends the round (it is
+   * aborted on every server); `cancel` makes a running prepare_part return
+   * CANCELLED. part_info gets `info` with names, dtype_names and shapes of
+   * the whole source already set (packed true) and narrows them to the
+   * part's tensors; what it points to belongs to `self` and stays valid
+   * until part_done(p) for every server, or the next round. */
+  wt_status *(*parts)(void *self, wt_source *source, size_t *nparts);
+  wt_status *(*prepare_part)(void *self, wt_source *source, size_t part);
+  wt_status *(*part_info)(void *self, wt_source *source, size_t part, size_t k,
+                          Wt__V1__WeightTransferUpdateInfo *info);
+  void (*part_done)(void *self, size_t part, size_t k);
 } wt_trainer_ops;
 
 /* Sets *out to the process's trainer-engine registry, created on first use
@@ -173,6 +202,12 @@ wt_status *wt_option_size(const wt_backend_option *o, uint64_t *out);
 wt_status *wt_option_u32(const wt_backend_option *o, uint32_t *out);
 wt_status *wt_option_unknown(const char *backend, const wt_backend_option *o,
                              const char *const *known);
+/* The same into an init info's wrapper field: *slot is malloc'd when NULL
+ * (freed with the info by wt_pb_free) and set to the option's value. */
+wt_status *wt_option_size_field(const wt_backend_option *o,
+                                Wt__V1__UInt64Value **slot);
+wt_status *wt_option_u32_field(const wt_backend_option *o,
+                               Wt__V1__UInt32Value **slot);
 
 /* Creates a trainer engine of backend `name` (trainer_init). Usually called
  * by wt_sync_client_init_transfer. The caller owns *out. */

@@ -1,28 +1,49 @@
-/* ipc_trainer.c: the `ipc` trainer engine, unpacked mode (CUDA IPC; the
- * trainer and the workers on one host). Nothing is sent: each worker
- * copies the tensors straight out of the trainer's device memory during
- * UpdateWeights. The trainer exports each distinct allocation that holds a
- * tensor once (cudaIpcGetMemHandle on the allocation's base) and reuses
- * the export, under the same id, in every later round; the update info
- * names, per tensor, its export, its offset in it and the GPU's UUID
- * (wt/ipc.h).
+/* ipc_trainer.c: the `ipc` trainer engine (CUDA IPC; the trainer and the
+ * workers on one host). Nothing is sent over a socket: each worker copies
+ * out of the trainer's device memory during UpdateWeights.
  *
- * The trainer's tensors must not change, nor their memory be freed, until
- * the update returns: the workers read them while UpdateWeights runs.
- * Every CUDA call goes through wt/cuda.h. The packed mode (a ring of
- * trainer buffers) is not implemented yet.
+ * Unpacked (the default): a round is one UpdateWeights per server whose
+ * update info names, per tensor, the export of the allocation that holds
+ * it, the offset in it and the GPU's UUID (wt/ipc.h). The trainer exports
+ * each distinct allocation once (cudaIpcGetMemHandle on the allocation's
+ * base) and reuses the export, under the same id, in every later round.
+ * One copy per byte, the worker's.
+ *
+ * Packed (init_info.ipc.packed): a ring of packed_num_buffers device
+ * buffers of packed_buffer_size_bytes each on the trainer's GPU, allocated
+ * and exported once at init (init_info.ipc.ring). A round follows the
+ * shared bucket plan (wt/packing.h) with one UpdateWeights per bucket and
+ * server: bucket b is packed into slot b % n on the trainer's own stream
+ * while the workers copy bucket b - 1 out of its slot, and a slot is
+ * rewritten only once every server's UpdateWeights of the bucket before
+ * returned (wt_ipc_ring). A tensor that would not fit in a slot (the one
+ * that closes a bucket past the buffer size) is taken from its own memory,
+ * as in the unpacked mode. Two copies per byte, memory bounded by the ring.
+ *
+ * Either way the trainer's tensors must not change, nor their memory be
+ * freed, until the update returns: the workers read them (unpacked), or
+ * the trainer packs them, while UpdateWeights runs. Every CUDA call goes
+ * through wt/cuda.h, and every wait has the data deadline.
  */
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "wt/client.h"
 #include "wt/cuda.h"
 #include "wt/ipc.h"
 #include "wt/log.h"
+#include "wt/packing.h"
+#include "wt/parse.h"
 #include "wt/trainer.h"
+
+/* The ring's defaults, as vLLM's (1 GiB, 2 buffers), and its bounds. */
+#define IPC_DEFAULT_BUFFER_BYTES (1ull << 30)
+#define IPC_DEFAULT_NUM_BUFFERS 2u
 
 /* One exported allocation, kept for the trainer's life. */
 typedef struct export_entry {
@@ -31,46 +52,210 @@ typedef struct export_entry {
   char uuid[WT_CUDA_UUID_MAX];
   const char *base;
   uint64_t checked; /* the round in which CUDA last confirmed it */
+  uint64_t listed;  /* the part buffer fill that lists it last */
   bool stale;       /* its allocation went away: never matched again */
 } export_entry;
 
-typedef struct ipc_trainer {
-  const wt_cuda_api *api;
-  export_entry *exports;
-  size_t nexports, cap;
-  uint64_t next_id;
-  uint64_t round; /* rounds built */
-  /* This round's update info, shared by every server (built once). */
+/* One ring slot: a device buffer of the trainer's, exported at init. */
+typedef struct ring_slot {
+  void *ptr;
+  export_entry ex;
+} ring_slot;
+
+/* One part of a round: tensors [first, first + count) of the source; the
+ * first `packed` of them go into a ring slot (packed mode), the rest are
+ * taken from their own memory. */
+typedef struct part_plan {
+  size_t first, count, packed;
+} part_plan;
+
+/* A part's update info, valid until every server finished the part. */
+typedef struct part_buf {
+  size_t part; /* SIZE_MAX: none */
   Wt__V1__IpcUpdateInfo info;
   Wt__V1__IpcExport **ex_ptrs;
+  size_t ex_cap;
   Wt__V1__IpcTensor *tensors;
   Wt__V1__IpcTensor **tensor_ptrs;
   Wt__V1__IpcPlace *places;
   Wt__V1__IpcPlace **place_ptrs;
-  wt_source *built_for;
+  uint64_t *sizes;
+  size_t cap;
+} part_buf;
+
+typedef struct ipc_trainer {
+  const wt_cuda_api *api;
+  wt_sync_client *client;
+  int64_t timeout_ms;     /* every wait of a round */
+  export_entry **exports; /* each its own allocation: pointers stay valid */
+  size_t nexports, cap;
+  uint64_t next_id;
+  uint64_t round; /* rounds planned */
+  atomic_bool cancelled;
+
+  /* Packed mode. */
+  bool packed;
+  uint64_t slot_bytes;
+  uint32_t nslots;
+  int device;   /* the ring's GPU */
+  void *stream; /* the trainer's packing stream */
+  ring_slot *slots;
+  Wt__V1__IpcExport **ring_ptrs;
+  Wt__V1__IpcInitInfo init_copy; /* what server_init_info sends */
+  wt_ipc_ring ring;
+
+  /* This round's plan: parts, and one buffer per slot (unpacked: one). */
+  wt_pack_plan *plan;
+  part_plan *parts;
+  size_t nparts;
+  part_buf *bufs;
+  size_t nbufs;
+  wt_source *src;
+  size_t next_tensor; /* the source's iteration, as prepare_part left it */
+  uint64_t fills;     /* part buffers filled, ever (export_entry.listed) */
 } ipc_trainer;
 
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void buf_free(part_buf *b) {
+  free(b->ex_ptrs);
+  free(b->tensors);
+  free(b->tensor_ptrs);
+  free(b->places);
+  free(b->place_ptrs);
+  free(b->sizes);
+  memset(b, 0, sizeof(*b));
+  b->part = SIZE_MAX;
+}
+
+/* Room for n tensors and m exports in b. */
+static wt_status *buf_reserve(part_buf *b, size_t n, size_t m) {
+  if (n > b->cap) {
+    part_buf g = *b;
+    g.tensors = realloc(b->tensors, n * sizeof(*g.tensors));
+    if (g.tensors) b->tensors = g.tensors;
+    g.tensor_ptrs = realloc(b->tensor_ptrs, n * sizeof(*g.tensor_ptrs));
+    if (g.tensor_ptrs) b->tensor_ptrs = g.tensor_ptrs;
+    g.places = realloc(b->places, n * sizeof(*g.places));
+    if (g.places) b->places = g.places;
+    g.place_ptrs = realloc(b->place_ptrs, n * sizeof(*g.place_ptrs));
+    if (g.place_ptrs) b->place_ptrs = g.place_ptrs;
+    g.sizes = realloc(b->sizes, n * sizeof(*g.sizes));
+    if (g.sizes) b->sizes = g.sizes;
+    if (!g.tensors || !g.tensor_ptrs || !g.places || !g.place_ptrs || !g.sizes)
+      return wt_status_new(WT_RESOURCE_EXHAUSTED,
+                           "ipc trainer: out of memory for %zu tensors", n);
+    b->cap = n;
+  }
+  if (m > b->ex_cap) {
+    Wt__V1__IpcExport **e = realloc(b->ex_ptrs, m * sizeof(*e));
+    if (e == NULL)
+      return wt_status_new(WT_RESOURCE_EXHAUSTED, "ipc trainer: out of memory");
+    b->ex_ptrs = e;
+    b->ex_cap = m;
+  }
+  return NULL;
+}
+
 static void round_free(ipc_trainer *t) {
-  free(t->ex_ptrs);
-  free(t->tensors);
-  free(t->tensor_ptrs);
-  free(t->places);
-  free(t->place_ptrs);
-  t->ex_ptrs = NULL;
-  t->tensors = NULL;
-  t->tensor_ptrs = NULL;
-  t->places = NULL;
-  t->place_ptrs = NULL;
-  t->built_for = NULL;
-  wt__v1__ipc_update_info__init(&t->info);
+  for (size_t i = 0; i < t->nbufs; i++) buf_free(&t->bufs[i]);
+  free(t->bufs);
+  free(t->parts);
+  wt_pack_plan_free(t->plan);
+  t->bufs = NULL;
+  t->nbufs = 0;
+  t->parts = NULL;
+  t->nparts = 0;
+  t->plan = NULL;
+  t->src = NULL;
 }
 
 static void ipc_trainer_destroy(void *self) {
   ipc_trainer *t = self;
   if (t == NULL) return;
   round_free(t);
+  wt_ipc_ring_clear(&t->ring);
+  if (t->slots != NULL) {
+    wt_status *b = wt_cuda_bind(t->device);
+    wt_status_free(b);
+    for (uint32_t s = 0; s < t->nslots; s++)
+      if (t->slots[s].ptr != NULL)
+        t->api->device_free(t->device, t->slots[s].ptr);
+  }
+  if (t->stream != NULL) t->api->stream_destroy(t->stream);
+  free(t->slots);
+  free(t->ring_ptrs);
+  for (size_t i = 0; i < t->nexports; i++) free(t->exports[i]);
   free(t->exports);
   free(t);
+}
+
+/* The ring on `device`: nslots buffers allocated, exported, listed in the
+ * init info every server gets. */
+static wt_status *ring_create(ipc_trainer *t) {
+  wt_status *st = NULL;
+  WT_CHECK(wt_status_prefix(wt_cuda_bind(t->device), "ipc trainer: cuda:%d",
+                            t->device));
+  t->slots = calloc(t->nslots, sizeof(*t->slots));
+  t->ring_ptrs = calloc(t->nslots, sizeof(*t->ring_ptrs));
+  if (t->slots == NULL || t->ring_ptrs == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "ipc trainer: out of memory");
+  char uuid[WT_CUDA_UUID_MAX];
+  WT_CHECK(wt_status_prefix(t->api->device_uuid(t->device, uuid),
+                            "ipc trainer: cuda:%d", t->device));
+  for (uint32_t s = 0; s < t->nslots; s++) {
+    ring_slot *r = &t->slots[s];
+    WT_CHECK(wt_status_prefix(
+        t->api->device_alloc(t->device, t->slot_bytes, &r->ptr),
+        "init_info.ipc: ring slot %u of %u (%" PRIu64 " bytes on cuda:%d)",
+        s + 1, t->nslots, t->slot_bytes, t->device));
+    void *base = NULL;
+    size_t size = 0;
+    WT_CHECK(
+        wt_status_prefix(t->api->ipc_export(r->ptr, &base, &size, r->ex.handle),
+                         "init_info.ipc: exporting ring slot %u", s + 1));
+    if (base != r->ptr || size < t->slot_bytes)
+      WT_FAIL(WT_INTERNAL,
+              "init_info.ipc: ring slot %u: CUDA says its allocation is %zu "
+              "bytes at another address",
+              s + 1, size);
+    memcpy(r->ex.uuid, uuid, sizeof(uuid));
+    r->ex.base = r->ptr;
+    wt__v1__ipc_export__init(&r->ex.pb);
+    r->ex.pb.id = t->next_id++;
+    r->ex.pb.handle.data = r->ex.handle;
+    r->ex.pb.handle.len = WT_IPC_HANDLE_BYTES;
+    r->ex.pb.gpu_uuid = r->ex.uuid;
+    r->ex.pb.size_bytes = t->slot_bytes;
+    t->ring_ptrs[s] = &r->ex.pb;
+  }
+  WT_CHECK(wt_status_prefix(t->api->stream_create(t->device, &t->stream),
+                            "ipc trainer: cuda:%d", t->device));
+out:
+  return st;
+}
+
+/* The GPU the ring goes on: the source's first device tensor, else the
+ * calling thread's device (as torch.cuda.current_device()). */
+static wt_status *ring_device(ipc_trainer *t, wt_source *src, int *device) {
+  if (src != NULL) {
+    wt_status *st = wt_source_rewind(src);
+    wt_source_tensor x;
+    bool done = false;
+    if (st == NULL) st = wt_source_next(src, &x, &done);
+    if (st == NULL && !done && x.kind == WT_MEM_DEVICE) {
+      *device = x.device.index;
+      return wt_source_rewind(src);
+    }
+    wt_status_free(st);
+    st = wt_source_rewind(src);
+    if (st != NULL) return st;
+  }
+  return wt_status_prefix(t->api->get_device(device), "ipc trainer");
 }
 
 static wt_status *ipc_trainer_init(const wt_trainer_init_args *args,
@@ -78,21 +263,51 @@ static wt_status *ipc_trainer_init(const wt_trainer_init_args *args,
   wt_status *st = NULL;
   *self = NULL;
   const Wt__V1__WeightTransferInitInfo *init = args->init_info;
-  if (init->backend_init_case ==
-          WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_IPC &&
-      init->ipc != NULL && init->ipc->packed)
-    return wt_status_new(WT_UNIMPLEMENTED,
-                         "init_info.ipc.packed: the packed ring is not "
-                         "implemented yet; use the unpacked mode");
+  const Wt__V1__IpcInitInfo *x =
+      init->backend_init_case ==
+              WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_IPC
+          ? init->ipc
+          : NULL;
   ipc_trainer *t = calloc(1, sizeof(*t));
   if (t == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "ipc trainer: out of memory");
-  wt__v1__ipc_update_info__init(&t->info);
+  atomic_init(&t->cancelled, false);
+  t->client = args->client;
+  t->timeout_ms = init->timeout_ms
+                      ? init->timeout_ms
+                      : (t->client ? wt_sync_client_data_timeout_ms(t->client)
+                                   : 30 * 60 * 1000);
   WT_CHECK(wt_status_prefix(wt_cuda_api_get(&t->api), "ipc trainer"));
   if (t->api->version < 2 || t->api->ipc_export == NULL)
     WT_FAIL(WT_FAILED_PRECONDITION,
             "ipc trainer: the CUDA module (%s) has no IPC calls", t->api->name);
   t->next_id = 1;
+  if (x != NULL && x->packed) {
+    t->packed = true;
+    t->slot_bytes = x->packed_buffer_size_bytes
+                        ? x->packed_buffer_size_bytes->value
+                        : IPC_DEFAULT_BUFFER_BYTES;
+    t->nslots = x->packed_num_buffers ? x->packed_num_buffers->value
+                                      : IPC_DEFAULT_NUM_BUFFERS;
+    if (t->slot_bytes == 0)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "init_info.ipc.packed_buffer_size_bytes is 0; give the size "
+              "of each ring buffer (unset: 1 GiB)");
+    if (t->nslots < 2 || t->nslots > WT_IPC_MAX_SLOTS)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "init_info.ipc.packed_num_buffers is %u; between 2 and %u (one "
+              "being packed while the workers copy another)",
+              t->nslots, WT_IPC_MAX_SLOTS);
+    if (x->n_ring != 0)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "init_info.ipc.ring: the trainer engine makes the ring; leave "
+              "it empty");
+    WT_CHECK(ring_device(t, args->source, &t->device));
+    WT_CHECK(ring_create(t));
+    t->init_copy = *x;
+    t->init_copy.n_ring = t->nslots;
+    t->init_copy.ring = t->ring_ptrs;
+  }
   *self = t;
   t = NULL;
 out:
@@ -100,20 +315,29 @@ out:
   return st;
 }
 
+static wt_status *ipc_server_init_info(void *self, size_t k,
+                                       Wt__V1__WeightTransferInitInfo *info) {
+  ipc_trainer *t = self;
+  (void)k;
+  /* The ring, the same for every server. */
+  if (t->packed) info->ipc = &t->init_copy;
+  return NULL;
+}
+
 /* The export holding [ptr, ptr + nbytes) of tensor x. A known one is
  * confirmed with CUDA once per round (an allocation freed and another made
  * at the same address has a new handle: it gets a new export, and the old
  * id is never named again); an unknown one is exported. */
 static wt_status *export_of(ipc_trainer *t, const wt_source_tensor *x,
-                            size_t *index) {
+                            export_entry **out) {
   const char *p = x->data;
   for (size_t i = 0; i < t->nexports; i++) {
-    export_entry *e = &t->exports[i];
+    export_entry *e = t->exports[i];
     if (e->stale || p < e->base || x->nbytes > e->pb.size_bytes ||
         (uint64_t)(p - e->base) > e->pb.size_bytes - x->nbytes)
       continue;
     if (e->checked == t->round) {
-      *index = i;
+      *out = e;
       return NULL;
     }
     unsigned char h[WT_IPC_HANDLE_BYTES];
@@ -123,7 +347,7 @@ static wt_status *export_of(ipc_trainer *t, const wt_source_tensor *x,
     if (st == NULL && base == e->base && size == e->pb.size_bytes &&
         memcmp(h, e->handle, sizeof(h)) == 0) {
       e->checked = t->round;
-      *index = i;
+      *out = e;
       return NULL;
     }
     wt_status_free(st);
@@ -131,142 +355,303 @@ static wt_status *export_of(ipc_trainer *t, const wt_source_tensor *x,
   }
   if (t->nexports == t->cap) {
     size_t cap = t->cap ? t->cap * 2 : 16;
-    export_entry *grown = realloc(t->exports, cap * sizeof(*grown));
+    export_entry **grown = realloc(t->exports, cap * sizeof(*grown));
     if (grown == NULL)
       return wt_status_new(WT_RESOURCE_EXHAUSTED, "ipc trainer: out of memory");
     t->exports = grown;
     t->cap = cap;
   }
-  export_entry *e = &t->exports[t->nexports];
-  memset(e, 0, sizeof(*e));
+  export_entry *e = calloc(1, sizeof(*e));
+  if (e == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "ipc trainer: out of memory");
   void *base = NULL;
   size_t size = 0;
   wt_status *st = t->api->ipc_export(x->data, &base, &size, e->handle);
   if (st == NULL) st = t->api->device_uuid(x->device.index, e->uuid);
-  if (st != NULL)
+  if (st != NULL) {
+    free(e);
     return wt_status_prefix(st, "tensor '%s' (cuda:%d)", x->name,
                             x->device.index);
+  }
   e->base = base;
   e->checked = t->round;
   wt__v1__ipc_export__init(&e->pb);
   e->pb.id = t->next_id++;
   e->pb.size_bytes = size;
-  *index = t->nexports++;
+  t->exports[t->nexports++] = e;
+  *out = e;
   return NULL;
 }
 
-/* Builds the round's update info from `src` (every tensor in device
- * memory, ready once its stream or event is). */
-static wt_status *build_round(ipc_trainer *t, wt_source *src) {
+/* Plans the round: one part (unpacked), or one per bucket of the plan. */
+static wt_status *ipc_parts(void *self, wt_source *src, size_t *nparts) {
+  ipc_trainer *t = self;
   wt_status *st = NULL;
   round_free(t);
   t->round++;
+  atomic_store(&t->cancelled, false);
+  /* Exports the last round did not name are forgotten, as the workers
+   * forget them (wt_ipc_cache_sweep): a trainer that allocates its tensors
+   * anew every step does not grow a list, nor keep old memory mapped. */
+  size_t kept = 0;
+  for (size_t i = 0; i < t->nexports; i++) {
+    export_entry *e = t->exports[i];
+    if (e->stale || e->checked + 1 < t->round)
+      free(e);
+    else
+      t->exports[kept++] = e;
+  }
+  t->nexports = kept;
   size_t n = 0;
-  (void)wt_source_metas(src, &n);
-  size_t alloc = n ? n : 1;
-  t->tensors = calloc(alloc, sizeof(*t->tensors));
-  t->tensor_ptrs = calloc(alloc, sizeof(*t->tensor_ptrs));
-  t->places = calloc(alloc, sizeof(*t->places));
-  t->place_ptrs = calloc(alloc, sizeof(*t->place_ptrs));
-  bool *used = NULL;
-  if (!t->tensors || !t->tensor_ptrs || !t->places || !t->place_ptrs)
-    WT_FAIL(WT_RESOURCE_EXHAUSTED, "ipc trainer: out of memory for %zu tensors",
-            n);
+  const wt_tensor_meta *metas = wt_source_metas(src, &n);
+  if (t->packed) {
+    WT_CHECK(wt_pack_plan_from_metas(metas, n, t->slot_bytes, &t->plan));
+    t->nparts = t->plan->nbuckets ? t->plan->nbuckets : 1;
+  } else {
+    t->nparts = 1;
+  }
+  t->nbufs = t->packed ? t->nslots : 1;
+  t->parts = calloc(t->nparts, sizeof(*t->parts));
+  t->bufs = calloc(t->nbufs, sizeof(*t->bufs));
+  if (t->parts == NULL || t->bufs == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED,
+            "ipc trainer: out of memory for a plan of %zu parts", t->nparts);
+  for (size_t i = 0; i < t->nbufs; i++) t->bufs[i].part = SIZE_MAX;
+  if (t->packed && t->plan->nbuckets > 0) {
+    for (size_t b = 0; b < t->plan->nbuckets; b++) {
+      const wt_bucket *bk = &t->plan->buckets[b];
+      part_plan *pp = &t->parts[b];
+      pp->first = bk->first;
+      pp->count = bk->count;
+      /* What fits in a slot at its planned offset; only the tensor that
+       * closed the bucket past the buffer size can be left over. */
+      while (pp->packed < pp->count) {
+        size_t i = pp->first + pp->packed;
+        if (t->plan->tensor_offset[i] + metas[i].nbytes > t->slot_bytes) break;
+        pp->packed++;
+      }
+    }
+  } else {
+    t->parts[0].first = 0;
+    t->parts[0].count = t->packed ? 0 : n;
+  }
+  if (t->packed) {
+    /* The packing stream's GPU, for the thread that runs the round. */
+    WT_CHECK(wt_status_prefix(wt_cuda_bind(t->device), "ipc trainer"));
+    uint32_t servers =
+        t->client ? (uint32_t)wt_sync_client_server_count(t->client) : 1;
+    wt_ipc_ring_clear(&t->ring);
+    WT_CHECK(wt_ipc_ring_init(&t->ring, t->nslots, servers ? servers : 1));
+  }
   WT_CHECK(wt_source_rewind(src));
-  for (size_t k = 0; k < n; k++) {
+  t->src = src;
+  t->next_tensor = 0;
+  *nparts = t->nparts;
+out:
+  if (st != NULL) round_free(t);
+  return st;
+}
+
+/* Waits for the packing stream, until the deadline or a cancel. */
+static wt_status *wait_stream(ipc_trainer *t, size_t part, uint64_t bytes) {
+  int64_t deadline = now_ms() + t->timeout_ms;
+  for (;;) {
+    int done = 0;
+    wt_status *st = t->api->stream_query(t->stream, &done);
+    if (st != NULL)
+      return wt_status_prefix(st, "ipc trainer: packing bucket %zu", part);
+    if (done) return NULL;
+    if (atomic_load(&t->cancelled))
+      return wt_status_new(WT_CANCELLED,
+                           "ipc trainer: cancelled while packing bucket %zu",
+                           part);
+    if (now_ms() >= deadline)
+      return wt_status_new(WT_DEADLINE_EXCEEDED,
+                           "ipc trainer: packing bucket %zu (%" PRIu64
+                           " bytes) into the ring did not finish within "
+                           "%" PRId64 " ms",
+                           part, bytes, t->timeout_ms);
+    struct timespec ts = {0, 50 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* Adds e to b's exports unless this fill listed it already. */
+static void buf_add_export(ipc_trainer *t, part_buf *b, export_entry *e) {
+  if (e->listed == t->fills) return;
+  e->listed = t->fills;
+  e->pb.handle.data = e->handle;
+  e->pb.handle.len = WT_IPC_HANDLE_BYTES;
+  e->pb.gpu_uuid = e->uuid;
+  b->ex_ptrs[b->info.n_exports++] = &e->pb;
+}
+
+static wt_status *ipc_prepare_part(void *self, wt_source *src, size_t part) {
+  ipc_trainer *t = self;
+  wt_status *st = NULL;
+  if (src != t->src || part >= t->nparts)
+    return wt_status_new(WT_INTERNAL,
+                         "ipc trainer: part %zu of a round not planned", part);
+  const part_plan *pp = &t->parts[part];
+  size_t slot = t->packed ? part % t->nslots : 0;
+  part_buf *b = &t->bufs[slot];
+  if (t->packed && !wt_ipc_ring_writable(&t->ring, part))
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "ipc trainer: ring slot %zu still holds bucket %zu "
+                         "for a worker",
+                         slot, part - t->nslots);
+  /* An export can be needed per tensor (unpacked), plus the slot. */
+  WT_CHECK(buf_reserve(b, pp->count ? pp->count : 1, pp->count + 1));
+  b->part = SIZE_MAX;
+  t->fills++;
+  wt__v1__ipc_update_info__init(&b->info);
+  b->info.exports = b->ex_ptrs;
+  if (t->packed) buf_add_export(t, b, &t->slots[slot].ex);
+  if (t->next_tensor != pp->first)
+    WT_FAIL(WT_INTERNAL, "ipc trainer: part %zu starts at tensor %zu, not %zu",
+            part, pp->first, t->next_tensor);
+  uint64_t packed_bytes = 0;
+  bool queued = false;
+  for (size_t j = 0; j < pp->count; j++) {
+    size_t i = pp->first + j;
     wt_source_tensor x;
     bool done = false;
     WT_CHECK(wt_source_next(src, &x, &done));
-    if (done)
-      WT_FAIL(WT_INTERNAL, "source ended after %zu of %zu tensors", k, n);
+    t->next_tensor++;
+    if (done) WT_FAIL(WT_INTERNAL, "source ended after %zu tensors", i);
     if (x.kind != WT_MEM_DEVICE || x.data == NULL)
       WT_FAIL(WT_INVALID_ARGUMENT,
               "tensor '%s': the ipc backend exports device memory; this "
               "tensor is not in a GPU's memory",
               x.name);
-    /* The workers read the bytes as soon as UpdateWeights starts. */
+    /* Read as soon as UpdateWeights starts (unpacked), or packed now. */
     if (x.cuda_event != NULL)
       WT_CHECK(t->api->event_synchronize(x.cuda_event));
     else if (x.cuda_stream != NULL)
       WT_CHECK(t->api->stream_synchronize(x.cuda_stream));
-    size_t e = 0;
-    WT_CHECK(export_of(t, &x, &e));
-    wt__v1__ipc_place__init(&t->places[k]);
-    t->places[k].export_id = t->exports[e].pb.id;
-    t->places[k].offset_bytes =
-        (uint64_t)((const char *)x.data - t->exports[e].base);
-    t->place_ptrs[k] = &t->places[k];
-    wt__v1__ipc_tensor__init(&t->tensors[k]);
-    t->tensors[k].n_places = 1;
-    t->tensors[k].places = &t->place_ptrs[k];
-    t->tensor_ptrs[k] = &t->tensors[k];
+    Wt__V1__IpcPlace *pl = &b->places[j];
+    wt__v1__ipc_place__init(pl);
+    if (j < pp->packed) {
+      uint64_t off = t->plan->tensor_offset[i];
+      pl->export_id = t->slots[slot].ex.pb.id;
+      pl->offset_bytes = off;
+      if (x.nbytes > 0) {
+        WT_CHECK(wt_status_prefix(
+            t->api->copy_async((char *)t->slots[slot].ptr + off, x.data,
+                               x.nbytes, t->stream),
+            "ipc trainer: packing tensor '%s'", x.name));
+        queued = true;
+      }
+      packed_bytes += x.nbytes;
+    } else {
+      export_entry *e = NULL;
+      WT_CHECK(export_of(t, &x, &e));
+      pl->export_id = e->pb.id;
+      pl->offset_bytes = (uint64_t)((const char *)x.data - e->base);
+      buf_add_export(t, b, e);
+    }
+    b->place_ptrs[j] = pl;
+    wt__v1__ipc_tensor__init(&b->tensors[j]);
+    b->tensors[j].n_places = 1;
+    b->tensors[j].places = &b->place_ptrs[j];
+    b->tensor_ptrs[j] = &b->tensors[j];
+    b->sizes[j] = x.nbytes;
   }
-  /* Only the exports this round names. */
-  used = calloc(t->nexports ? t->nexports : 1, sizeof(*used));
-  t->ex_ptrs = calloc(t->nexports ? t->nexports : 1, sizeof(*t->ex_ptrs));
-  if (used == NULL || t->ex_ptrs == NULL)
-    WT_FAIL(WT_RESOURCE_EXHAUSTED, "ipc trainer: out of memory");
-  for (size_t k = 0; k < n; k++)
-    for (size_t i = 0; i < t->nexports; i++)
-      if (t->exports[i].pb.id == t->places[k].export_id) used[i] = true;
-  size_t m = 0;
-  for (size_t i = 0; i < t->nexports; i++) {
-    if (!used[i]) continue;
-    /* Pointers into the entry: set here, after any realloc. */
-    t->exports[i].pb.handle.data = t->exports[i].handle;
-    t->exports[i].pb.handle.len = WT_IPC_HANDLE_BYTES;
-    t->exports[i].pb.gpu_uuid = t->exports[i].uuid;
-    t->ex_ptrs[m++] = &t->exports[i].pb;
-  }
-  t->info.n_exports = m;
-  t->info.exports = t->ex_ptrs;
-  t->info.n_tensors = n;
-  t->info.tensors = t->tensor_ptrs;
-  t->built_for = src;
+  if (queued) WT_CHECK(wait_stream(t, part, packed_bytes));
+  if (t->packed) WT_CHECK(wt_ipc_ring_written(&t->ring, part));
+  b->info.n_tensors = pp->count;
+  b->info.tensors = b->tensor_ptrs;
+  b->part = part;
 out:
-  free(used);
-  if (st != NULL) round_free(t);
   return st;
 }
 
-static wt_status *ipc_update_info(void *self, wt_source *source, size_t k,
-                                  Wt__V1__WeightTransferUpdateInfo *info) {
+static wt_status *ipc_part_info(void *self, wt_source *src, size_t part,
+                                size_t k,
+                                Wt__V1__WeightTransferUpdateInfo *info) {
   ipc_trainer *t = self;
-  /* The same info for every server, built for the first. */
-  if (k == 0 || t->built_for != source) {
-    wt_status *st = build_round(t, source);
-    if (st != NULL) return st;
-  }
+  (void)k;
+  part_buf *b = &t->bufs[t->packed ? part % t->nslots : 0];
+  if (src != t->src || part >= t->nparts || b->part != part)
+    return wt_status_new(WT_INTERNAL, "ipc trainer: part %zu not prepared",
+                         part);
+  const part_plan *pp = &t->parts[part];
+  info->names += pp->first;
+  info->dtype_names += pp->first;
+  info->shapes += pp->first;
+  info->n_names = info->n_dtype_names = info->n_shapes = pp->count;
   info->backend_update_case =
       WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_IPC;
-  info->ipc = &t->info;
-  /* The workers copy each tensor whole: no bucket plan. */
-  info->packed = false;
+  info->ipc = &b->info;
+  /* Packed: the bucket's sizes, as vLLM's tensor_sizes; the worker checks
+   * them against its own metadata. */
+  info->packed = t->packed;
+  if (t->packed) {
+    info->n_packed_tensor_sizes = pp->count;
+    info->packed_tensor_sizes = b->sizes;
+  }
   return NULL;
 }
 
-static wt_status *ipc_send_weights(void *self, wt_source *source,
-                                   wt_progress_fn progress, void *user) {
-  (void)self;
-  /* The workers copy during UpdateWeights; nothing moves from here. */
-  if (progress != NULL) {
-    size_t n = 0;
-    (void)wt_source_metas(source, &n);
-    wt_progress p = {.tensors_done = n,
-                     .tensors_total = n,
-                     .bytes_done = wt_source_total_bytes(source),
-                     .bytes_total = wt_source_total_bytes(source)};
-    progress(&p, user);
+static void ipc_part_done(void *self, size_t part, size_t k) {
+  ipc_trainer *t = self;
+  if (!t->packed) return;
+  wt_status *st = wt_ipc_ring_copied(&t->ring, part);
+  if (st != NULL) {
+    WT_LOGW("ipc", "trainer: server %zu, bucket %zu: %s", k, part,
+            wt_status_message(st));
+    wt_status_free(st);
   }
-  return NULL;
+}
+
+static void ipc_cancel(void *self) {
+  ipc_trainer *t = self;
+  atomic_store(&t->cancelled, true);
+}
+
+static wt_status *ipc_init_info(const wt_backend_option *opts, size_t n,
+                                Wt__V1__WeightTransferInitInfo *info) {
+  static const char *const known[] = {"packed", "bucket_size", "num_buffers",
+                                      NULL};
+  wt_status *st = NULL;
+  Wt__V1__IpcInitInfo *x = malloc(sizeof(*x));
+  if (x == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
+  wt__v1__ipc_init_info__init(x);
+  info->backend_init_case = WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_IPC;
+  info->ipc = x;
+  for (size_t i = 0; i < n; i++) {
+    const wt_backend_option *o = &opts[i];
+    if (strcmp(o->key, "packed") == 0) {
+      if (strcmp(o->value, "1") == 0 || strcmp(o->value, "true") == 0)
+        x->packed = true;
+      else if (strcmp(o->value, "0") == 0 || strcmp(o->value, "false") == 0)
+        x->packed = false;
+      else
+        WT_FAIL(WT_INVALID_ARGUMENT,
+                "option packed: '%.64s' is not 1, 0, true or false", o->value);
+    } else if (strcmp(o->key, "bucket_size") == 0) {
+      WT_CHECK(wt_option_size_field(o, &x->packed_buffer_size_bytes));
+    } else if (strcmp(o->key, "num_buffers") == 0) {
+      WT_CHECK(wt_option_u32_field(o, &x->packed_num_buffers));
+    } else {
+      WT_CHECK(wt_option_unknown("ipc", o, known));
+    }
+  }
+out:
+  return st;
 }
 
 const wt_trainer_ops wt_ipc_trainer_ops = {
     .header = {.abi_version = WT_TRAINER_ABI_VERSION, .name = "ipc"},
     .flags = WT_TRAINER_NEEDS_UPDATE_WEIGHTS,
     .memory_kinds = WT_MEM_BIT(WT_MEM_DEVICE),
+    .init_info = ipc_init_info,
     .trainer_init = ipc_trainer_init,
-    .update_info = ipc_update_info,
-    .send_weights = ipc_send_weights,
+    .server_init_info = ipc_server_init_info,
+    .cancel = ipc_cancel,
     .destroy = ipc_trainer_destroy,
+    .parts = ipc_parts,
+    .prepare_part = ipc_prepare_part,
+    .part_info = ipc_part_info,
+    .part_done = ipc_part_done,
 };

@@ -34,6 +34,15 @@
  * WT_UCX_CONNECT, WT_UCX_PEER_ERRORS, WT_UCX_FANOUT (for tools such as wt-push
  * that set none).
  *
+ * Device sources (tensors in GPU memory, wt-push --device cuda:N): a round
+ * is all host memory or all on one GPU. From a GPU, a bucket whose tensors
+ * lie back to back is sent straight from them, and any other is packed
+ * device to device (cudaMemcpyAsync on the trainer's stream) into send
+ * buffers on that GPU, registered once with ucp_mem_map as CUDA memory;
+ * UCX's CUDA transports then move it (cuda_ipc to a worker's GPU on the
+ * same host, GPUDirect RDMA where a NIC has it): no host bounce. A UCX that
+ * cannot move CUDA memory fails the round saying so (wt_ucx_need_cuda).
+ *
  * Peer-failure handling (UCP_ERR_HANDLING_MODE_PEER, on by default) reports
  * a dead worker at once (and, through the listener connection, a dead
  * trainer to the workers), but UCX 1.13's shared-memory transports do not
@@ -47,7 +56,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "wt/cuda.h"
 #include "wt/log.h"
 #include "wt/packing.h"
 #include "wt/secure.h"
@@ -82,6 +93,8 @@ typedef struct peer {
 typedef struct sbuf {
   unsigned char *data;
   uint64_t cap;
+  int device;     /* data is on this GPU; -1: host memory */
+  ucp_mem_h memh; /* device data: its registration */
   size_t bucket;
   bool busy;
   size_t j0, j1; /* the peers it goes to: [j0, j1) */
@@ -110,6 +123,11 @@ typedef struct ucx_trainer {
   void **route_reqs;    /* its sends, one per peer */
   Wt__V1__UcxUpdateInfo uinfo;
   Wt__V1__UInt64Value ubuf;
+  /* Device sources: the round's GPU (-1: host), CUDA, the packing stream. */
+  int device;
+  const wt_cuda_api *cuda;
+  void *stream;
+  int stream_device;
 } ucx_trainer;
 
 static void peer_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
@@ -168,6 +186,21 @@ static void peer_close(ucx_trainer *t, peer *p) {
   p->ep = NULL;
 }
 
+/* Frees b's data (host or device) and its registration. */
+static void sbuf_free(ucx_trainer *t, sbuf *b) {
+  if (b->memh != NULL) wt_ucx_mem_unmap(t->ucx, b->memh);
+  b->memh = NULL;
+  if (b->device >= 0 && b->data != NULL) {
+    wt_status_free(wt_cuda_bind(b->device));
+    t->cuda->device_free(b->device, b->data);
+  } else {
+    free(b->data);
+  }
+  b->data = NULL;
+  b->cap = 0;
+  b->device = -1;
+}
+
 static void ucx_trainer_destroy(void *self) {
   ucx_trainer *t = self;
   if (t == NULL) return;
@@ -177,9 +210,10 @@ static void ucx_trainer_destroy(void *self) {
     for (size_t j = 0; t->bufs[i].reqs && j < t->npeers; j++)
       wt_ucx_request_drop(t->ucx, t->bufs[i].reqs[j], UCX_GRACE_MS);
     free(t->bufs[i].reqs);
-    free(t->bufs[i].data);
+    sbuf_free(t, &t->bufs[i]);
   }
   free(t->bufs);
+  if (t->stream != NULL) t->cuda->stream_destroy(t->stream);
   for (size_t j = 0; t->route_reqs && j < t->npeers; j++)
     wt_ucx_request_drop(t->ucx, t->route_reqs[j], UCX_GRACE_MS);
   free(t->route_reqs);
@@ -197,6 +231,7 @@ static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
                                    void **self) {
   wt_status *st = NULL;
   ucx_trainer *t = calloc(1, sizeof(*t));
+  if (t != NULL) t->device = -1;
   if (t == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
   const Wt__V1__WeightTransferInitInfo *init = args->init_info;
   const Wt__V1__UcxInitInfo *x =
@@ -297,6 +332,8 @@ static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
   WT_CHECK(wt_ucx_new(x ? x->transports : NULL, NULL, t->by_sockaddr,
                       "ucx trainer", &t->ucx));
   t->bufs = calloc(t->num_buffers, sizeof(*t->bufs));
+  for (uint32_t i = 0; t->bufs != NULL && i < t->num_buffers; i++)
+    t->bufs[i].device = -1;
   t->route = malloc(WT_UCX_ROUTE_MAX);
   if (t->bufs == NULL || t->route == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
@@ -462,8 +499,39 @@ out:
  * mmap, a memory source) and the bucket's tensors lie back to back, that is
  * the source's own memory, valid until the source is destroyed: no copy.
  * Otherwise the bucket is packed into `dst`, the one copy of the path. */
-static wt_status *pack(wt_source *src, const wt_bucket *bk, unsigned char *dst,
-                       const void **bytes) {
+/* Copies n bytes into dst: memcpy from host memory, or queued on the
+ * trainer's stream from and into a GPU's (the caller waits). */
+static wt_status *put(ucx_trainer *t, void *dst, const void *src, size_t n) {
+  if (t->device < 0) {
+    memcpy(dst, src, n);
+    return NULL;
+  }
+  return t->cuda->copy_async(dst, src, n, t->stream);
+}
+
+/* Waits for the packing stream within the data deadline, or a cancel. */
+static wt_status *wait_packed(ucx_trainer *t, size_t bucket) {
+  int64_t deadline = wt_ucx_now_ms() + t->timeout_ms;
+  for (;;) {
+    int done = 0;
+    wt_status *st = t->cuda->stream_query(t->stream, &done);
+    if (st != NULL) return wt_status_prefix(st, "packing bucket %zu", bucket);
+    if (done) return NULL;
+    if (atomic_load(&t->ucx->cancelled))
+      return wt_status_new(WT_CANCELLED, "cancelled packing bucket %zu",
+                           bucket);
+    if (wt_ucx_now_ms() >= deadline)
+      return wt_status_new(WT_DEADLINE_EXCEEDED,
+                           "packing bucket %zu on cuda:%d did not finish "
+                           "within %" PRId64 " ms",
+                           bucket, t->device, t->timeout_ms);
+    struct timespec ts = {0, 50 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static wt_status *pack(ucx_trainer *t, wt_source *src, const wt_bucket *bk,
+                       size_t bucket, unsigned char *dst, const void **bytes) {
   wt_status *st = NULL;
   const unsigned char *run = NULL; /* the bucket so far, in place */
   uint64_t off = 0;
@@ -483,14 +551,15 @@ static wt_status *pack(wt_source *src, const wt_bucket *bk, unsigned char *dst,
       off += tn.nbytes;
       continue;
     }
-    if (in_place && off > 0) memcpy(dst, run, off); /* the run so far */
+    if (in_place && off > 0) WT_CHECK(put(t, dst, run, off)); /* so far */
     in_place = false;
     if (tn.data != NULL)
-      memcpy(dst + off, tn.data, tn.nbytes);
+      WT_CHECK(put(t, dst + off, tn.data, tn.nbytes));
     else
       WT_CHECK(wt_source_read(src, &tn, 0, dst + off, tn.nbytes));
     off += tn.nbytes;
   }
+  if (!in_place && t->device >= 0) WT_CHECK(wait_packed(t, bucket));
   *bytes = in_place && run != NULL ? (const void *)run : (const void *)dst;
 out:
   return st;
@@ -577,6 +646,65 @@ out:
   return st;
 }
 
+/* Where this round's tensors are: host memory, or one GPU (t->device),
+ * which UCX must be able to move. */
+static wt_status *round_memory(ucx_trainer *t, wt_source *src) {
+  wt_status *st = NULL;
+  int device = -1;
+  bool host = false;
+  const char *first = NULL;
+  char first_where[32] = "";
+  WT_CHECK(wt_source_rewind(src));
+  for (;;) {
+    wt_source_tensor x;
+    bool done = false;
+    WT_CHECK(wt_source_next(src, &x, &done));
+    if (done) break;
+    bool dev = x.kind == WT_MEM_DEVICE;
+    char here[32];
+    if (dev)
+      snprintf(here, sizeof(here), "cuda:%d", x.device.index);
+    else
+      snprintf(here, sizeof(here), "host memory");
+    if (first == NULL) {
+      first = x.name;
+      snprintf(first_where, sizeof(first_where), "%s", here);
+    }
+    if ((dev && (host || (device >= 0 && device != x.device.index))) ||
+        (!dev && device >= 0))
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "tensor '%s' is in %s, tensor '%s' in %s; the ucx backend "
+              "sends a round from host memory or from one GPU",
+              x.name, here, first, first_where);
+    if (dev)
+      device = x.device.index;
+    else
+      host = true;
+  }
+  WT_CHECK(wt_source_rewind(src));
+  t->device = device;
+  if (device < 0) goto out;
+  WT_CHECK(wt_ucx_need_cuda(t->ucx, "ucx trainer"));
+  if (t->cuda == NULL)
+    WT_CHECK(wt_status_prefix(wt_cuda_api_get(&t->cuda), "ucx trainer"));
+  if (t->cuda->version < 2 || t->cuda->copy_async == NULL)
+    WT_FAIL(WT_FAILED_PRECONDITION,
+            "ucx trainer: the CUDA module (%s) has no asynchronous copies",
+            t->cuda->name);
+  WT_CHECK(wt_status_prefix(wt_cuda_bind(device), "ucx trainer"));
+  if (t->stream != NULL && t->stream_device != device) {
+    t->cuda->stream_destroy(t->stream);
+    t->stream = NULL;
+  }
+  if (t->stream == NULL) {
+    WT_CHECK(wt_status_prefix(t->cuda->stream_create(device, &t->stream),
+                              "ucx trainer: cuda:%d", device));
+    t->stream_device = device;
+  }
+out:
+  return st;
+}
+
 static wt_status *ucx_send_weights(void *self, wt_source *source,
                                    wt_progress_fn progress, void *user) {
   wt_status *st = NULL;
@@ -599,6 +727,7 @@ static wt_status *ucx_send_weights(void *self, wt_source *source,
     if (p->ep != NULL) peer_close(t, p);
     WT_CHECK(peer_connect(t, p));
   }
+  WT_CHECK(round_memory(t, source));
   WT_CHECK(wt_pack_plan_from_metas(metas, n, t->buffer_bytes, &plan));
   if (t->route_reqs == NULL) {
     t->route_reqs = calloc(t->npeers, sizeof(*t->route_reqs));
@@ -610,14 +739,23 @@ static wt_status *ucx_send_weights(void *self, wt_source *source,
       b->reqs = calloc(t->npeers, sizeof(*b->reqs));
       if (b->reqs == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
     }
-    if (b->cap < plan->max_bucket_bytes) {
-      free(b->data);
-      b->cap = 0;
-      b->data = malloc(plan->max_bucket_bytes ? plan->max_bucket_bytes : 1);
-      if (b->data == NULL)
+    if (b->cap < plan->max_bucket_bytes || b->device != t->device) {
+      sbuf_free(t, b);
+      size_t len = plan->max_bucket_bytes ? plan->max_bucket_bytes : 1;
+      if (t->device >= 0) {
+        void *d = NULL;
+        WT_CHECK(wt_status_prefix(t->cuda->device_alloc(t->device, len, &d),
+                                  "a send buffer of %zu bytes on cuda:%d", len,
+                                  t->device));
+        b->data = d;
+        b->device = t->device;
+        WT_CHECK(wt_ucx_mem_map(t->ucx, b->data, len, true, "a send buffer",
+                                &b->memh));
+      } else if ((b->data = malloc(len)) == NULL) {
         WT_FAIL(WT_RESOURCE_EXHAUSTED,
                 "out of memory for a send buffer of %" PRIu64 " bytes",
                 plan->max_bucket_bytes);
+      }
       b->cap = plan->max_bucket_bytes;
     }
   }
@@ -645,7 +783,7 @@ static wt_status *ucx_send_weights(void *self, wt_source *source,
       }
       const wt_bucket *bk = &plan->buckets[bkt];
       const void *bytes = NULL;
-      WT_CHECK(pack(source, bk, b->data, &bytes));
+      WT_CHECK(pack(t, source, bk, bkt, b->data, &bytes));
       b->bucket = bkt;
       b->busy = true;
       b->j0 = j0;
@@ -659,6 +797,14 @@ static wt_status *ucx_send_weights(void *self, wt_source *source,
         uint64_t round = round_of(t, p);
         ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
                                   .datatype = ucp_dt_make_contig(1)};
+        if (t->device >= 0) {
+          rp.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+          rp.memory_type = UCS_MEMORY_TYPE_CUDA;
+          if (bytes == b->data && b->memh != NULL) {
+            rp.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+            rp.memh = b->memh;
+          }
+        }
         void *req = ucp_tag_send_nbx(p->ep, bytes, bk->nbytes,
                                      wt_ucx_tag(t->secret, round, bkt), &rp);
         if (UCS_PTR_IS_ERR(req))
@@ -771,25 +917,11 @@ static wt_status *ucx_init_info(const wt_backend_option *opts, size_t n,
   for (size_t i = 0; i < n; i++) {
     const wt_backend_option *o = &opts[i];
     if (strcmp(o->key, "bucket_size") == 0) {
-      uint64_t v = 0;
-      WT_CHECK(wt_option_size(o, &v));
-      if (x->packed_buffer_size_bytes == NULL &&
-          (x->packed_buffer_size_bytes = malloc(sizeof(Wt__V1__UInt64Value))) ==
-              NULL)
-        WT_FAIL(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
-      wt__v1__uint64_value__init(x->packed_buffer_size_bytes);
-      x->packed_buffer_size_bytes->value = v;
-    } else if (strcmp(o->key, "num_buffers") == 0 ||
-               strcmp(o->key, "connect_timeout_ms") == 0) {
-      uint32_t v = 0;
-      WT_CHECK(wt_option_u32(o, &v));
-      Wt__V1__UInt32Value **slot = strcmp(o->key, "num_buffers") == 0
-                                       ? &x->packed_num_buffers
-                                       : &x->connect_timeout_ms;
-      if (*slot == NULL && (*slot = malloc(sizeof(**slot))) == NULL)
-        WT_FAIL(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
-      wt__v1__uint32_value__init(*slot);
-      (*slot)->value = v;
+      WT_CHECK(wt_option_size_field(o, &x->packed_buffer_size_bytes));
+    } else if (strcmp(o->key, "num_buffers") == 0) {
+      WT_CHECK(wt_option_u32_field(o, &x->packed_num_buffers));
+    } else if (strcmp(o->key, "connect_timeout_ms") == 0) {
+      WT_CHECK(wt_option_u32_field(o, &x->connect_timeout_ms));
     } else if (strcmp(o->key, "transports") == 0) {
       free(x->transports == (char *)protobuf_c_empty_string ? NULL
                                                             : x->transports);
@@ -812,7 +944,7 @@ out:
 const wt_trainer_ops wt_ucx_trainer_ops = {
     .header = {.abi_version = WT_TRAINER_ABI_VERSION, .name = "ucx"},
     .flags = WT_TRAINER_NEEDS_UPDATE_WEIGHTS,
-    .memory_kinds = WT_MEM_HOST_KINDS,
+    .memory_kinds = WT_MEM_HOST_KINDS | WT_MEM_BIT(WT_MEM_DEVICE),
     .init_info = ucx_init_info,
     .trainer_init = ucx_trainer_init,
     .update_info = ucx_update_info,

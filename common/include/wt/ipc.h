@@ -34,6 +34,10 @@ extern "C" {
  * many exports per tensor of the update: bounds what an update can make a
  * worker check. */
 #define WT_IPC_MAX_PLACES 16
+/* The packed ring: at most this many buffers (packed_num_buffers), and
+ * this many ring entries a worker keeps (its GPU's). */
+#define WT_IPC_MAX_SLOTS 16
+#define WT_IPC_MAX_RING WT_IPC_MAX_SLOTS
 
 /* Where one tensor's bytes are for this worker: export exports[export] of
  * the update info, at `offset`. */
@@ -80,6 +84,13 @@ wt_status *wt_ipc_cache_new(const wt_ipc_opener *opener, wt_ipc_cache **out);
  * *base stays valid until the id is reopened, closed or the cache freed. */
 wt_status *wt_ipc_cache_get(wt_ipc_cache *c, const Wt__V1__IpcExport *e,
                             void **base);
+
+/* Closes every export not got since the last sweep (the trainer freed
+ * that memory, or stopped naming it: a mapping kept open would keep the
+ * trainer's freed GPU memory alive) and returns how many it closed. A
+ * worker sweeps at the start of each round, so an export survives while
+ * every round names it. */
+size_t wt_ipc_cache_sweep(wt_ipc_cache *c);
 
 /* Closes every export (the trainer is gone, or a new init). */
 void wt_ipc_cache_close_all(wt_ipc_cache *c);

@@ -52,6 +52,11 @@ typedef struct wt_ucx {
   uint64_t discarded;
   int64_t discard_log_ms;
   int64_t discard_next_ms;
+  /* The memory types this context can move (ucp_context_query's
+   * memory_types, 1 << ucs_memory_type_t): CUDA memory needs UCX built with
+   * CUDA and its cuda_copy (and cuda_ipc) transports loaded, which also
+   * needs a CUDA driver. */
+  uint64_t memory_types;
 } wt_ucx;
 
 /* Creates context and worker; `transports` (may be NULL or empty: UCX's own
@@ -130,10 +135,17 @@ void wt_ucx_ep_close(wt_ucx *u, ucp_ep_h ep, bool flush, int64_t grace_ms);
 
 /* Registers [base, base + len) with u's context once (ucp_mem_map), so that
  * operations on it that pass the handle (ucp_request_param_t.memh) skip
- * per-operation registration. The caller owns *memh (wt_ucx_mem_unmap).
- * Errors name `what`. */
-wt_status *wt_ucx_mem_map(wt_ucx *u, void *base, size_t len, const char *what,
-                          ucp_mem_h *memh);
+ * per-operation registration; `cuda` says it is CUDA device memory (the
+ * memory type is passed, not guessed). The caller owns *memh
+ * (wt_ucx_mem_unmap). Errors name `what`. */
+wt_status *wt_ucx_mem_map(wt_ucx *u, void *base, size_t len, bool cuda,
+                          const char *what, ucp_mem_h *memh);
+
+/* NULL when u's context moves CUDA device memory; otherwise
+ * FAILED_PRECONDITION naming `who`, the UCX version and the memory types
+ * it has, and what would give it CUDA (UCX 1.22 from libucx-cu13 with a
+ * CUDA driver). */
+wt_status *wt_ucx_need_cuda(const wt_ucx *u, const char *who);
 
 /* Releases a handle of wt_ucx_mem_map. NULL is ignored. */
 void wt_ucx_mem_unmap(wt_ucx *u, ucp_mem_h memh);

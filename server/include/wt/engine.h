@@ -82,7 +82,7 @@ extern "C" {
 
 /* Bumped whenever wt_engine_ops, wt_worker_ctx, wt_update or
  * wt_engine_endpoint change layout or meaning. */
-#define WT_ENGINE_ABI_VERSION 3u
+#define WT_ENGINE_ABI_VERSION 4u
 
 /* wt_engine_ops.caps */
 enum {
@@ -223,6 +223,12 @@ typedef struct wt_engine_ops {
    * else FAILED_PRECONDITION saying what is missing. GetServerInfo reports
    * it per backend. NULL entry: always available. */
   wt_status *(*probe)(void);
+
+  /* Optional (ABI 4): whether the backend can move memory of `kind` on this
+   * host, beyond taking it (memory_kinds): `ucx` into device memory needs a
+   * UCX that moves CUDA memory. Same contract as probe; the answer may be
+   * computed once and kept. NULL entry: every kind it takes. */
+  wt_status *(*probe_memory)(wt_mem_kind kind);
 } wt_engine_ops;
 
 /* The process's worker-engine registry, created (with every built-in

@@ -1,5 +1,5 @@
-/* ipc_engine.c: the `ipc` worker engine, unpacked mode (CUDA IPC, the
- * trainer and the workers on one host). A worker copies each tensor
+/* ipc_engine.c: the `ipc` worker engine (CUDA IPC, the trainer and the
+ * workers on one host). A worker copies each tensor
  * straight out of the trainer's own device memory into its staging buffer,
  * device to device on its own stream: one copy per byte.
  *
@@ -13,9 +13,19 @@
  * still running holds the next round back until it ended (bounded by the
  * deadline) so that it cannot land in that round's buffers.
  *
+ * Packed mode (init_info.ipc.packed): the trainer's ring of device
+ * buffers comes with the init (init_info.ipc.ring); the worker checks that
+ * the ring has its slots on this worker's GPU and opens them there and
+ * then, so that a trainer on a GPU this worker cannot reach fails the
+ * init. Each bucket then arrives as its own UpdateWeights whose places lie
+ * in a slot; the copy is the same as unpacked.
+ *
+ * Exports a round does not name are closed when the next round starts
+ * (wt_ipc_cache_sweep): a mapping kept open would keep memory the trainer
+ * freed alive on its GPU. The ring's slots are kept open.
+ *
  * Every CUDA call goes through wt/cuda.h, so this file builds and links
- * everywhere; on a host without CUDA the init fails saying why. The packed
- * mode (a ring of trainer buffers) is refused at init for now.
+ * everywhere; on a host without CUDA the init fails saying why.
  */
 
 #include <inttypes.h>
@@ -44,6 +54,10 @@ struct wt_engine {
    * next round waits for them, and the trainer's exports are closed only
    * once they ended (never under a copy that reads them). */
   bool copies_in_flight;
+  /* Packed: the ring's slots on this GPU, kept open across rounds. */
+  Wt__V1__IpcExport ring[WT_IPC_MAX_RING];
+  unsigned char ring_handles[WT_IPC_MAX_RING][WT_IPC_HANDLE_BYTES];
+  size_t nring;
 };
 
 /* How long a failed receive lets its copies drain before it returns. */
@@ -76,6 +90,7 @@ static void ipc_destroy(wt_engine *e) {
 static wt_status *ipc_create(const Wt__V1__WeightTransferInitInfo *init,
                              const wt_worker_ctx *ctx, wt_engine **out) {
   wt_status *st = NULL;
+  (void)init; /* checked by init_transfer */
   *out = NULL;
   wt_engine *e = calloc(1, sizeof(*e));
   if (e == NULL)
@@ -85,16 +100,6 @@ static wt_status *ipc_create(const Wt__V1__WeightTransferInitInfo *init,
   snprintf(e->where, sizeof(e->where), "ipc worker %u (%s)", ctx->rank,
            ctx->device_name);
   atomic_init(&e->cancelled, false);
-  const Wt__V1__IpcInitInfo *x =
-      init != NULL && init->backend_init_case ==
-                          WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_IPC
-          ? init->ipc
-          : NULL;
-  if (x != NULL && x->packed)
-    WT_FAIL(WT_UNIMPLEMENTED,
-            "%s: init_info.ipc.packed: the packed ring is not implemented "
-            "yet; use the unpacked mode (packed unset)",
-            e->where);
   if (ctx->device.type != WT_DEVICE_CUDA)
     WT_FAIL(WT_FAILED_PRECONDITION,
             "%s: the ipc backend copies GPU to GPU; this worker's store is "
@@ -118,13 +123,117 @@ out:
   return st;
 }
 
+/* Packed: keeps the ring's slots on this GPU and opens them. */
+static wt_status *take_ring(wt_engine *e, const Wt__V1__IpcInitInfo *x) {
+  wt_status *st = NULL;
+  uint64_t slot_bytes = x->packed_buffer_size_bytes
+                            ? x->packed_buffer_size_bytes->value
+                            : (1ull << 30);
+  uint32_t nslots = x->packed_num_buffers ? x->packed_num_buffers->value : 2;
+  if (slot_bytes == 0)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "%s: init_info.ipc.packed_buffer_size_bytes is 0", e->where);
+  if (nslots < 2 || nslots > WT_IPC_MAX_SLOTS)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "%s: init_info.ipc.packed_num_buffers is %u; between 2 and %d",
+            e->where, nslots, WT_IPC_MAX_SLOTS);
+  if (x->n_ring > (size_t)nslots * WT_IPC_MAX_PLACES)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "%s: init_info.ipc.ring has %zu buffers for %u slots; at most %u "
+            "per slot (one per GPU)",
+            e->where, x->n_ring, nslots, WT_IPC_MAX_PLACES);
+  char others[256] = "";
+  size_t used = 0;
+  for (size_t i = 0; i < x->n_ring; i++) {
+    const Wt__V1__IpcExport *r = x->ring[i];
+    if (r->handle.len != WT_IPC_HANDLE_BYTES)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "%s: init_info.ipc.ring[%zu] (id %" PRIu64
+              "): handle is %zu bytes; a CUDA IPC handle is %d",
+              e->where, i, r->id, r->handle.len, WT_IPC_HANDLE_BYTES);
+    if (r->gpu_uuid == NULL || r->gpu_uuid[0] == '\0' ||
+        strlen(r->gpu_uuid) >= WT_IPC_UUID_MAX)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "%s: init_info.ipc.ring[%zu] (id %" PRIu64
+              "): gpu_uuid is empty or too long",
+              e->where, i, r->id);
+    if (r->size_bytes < slot_bytes)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "%s: init_info.ipc.ring[%zu] (id %" PRIu64 ") is %" PRIu64
+              " bytes; packed_buffer_size_bytes is %" PRIu64,
+              e->where, i, r->id, r->size_bytes, slot_bytes);
+    for (size_t j = 0; j < i; j++)
+      if (x->ring[j]->id == r->id)
+        WT_FAIL(WT_INVALID_ARGUMENT,
+                "%s: init_info.ipc.ring[%zu]: id %" PRIu64
+                " is also ring[%zu]'s",
+                e->where, i, r->id, j);
+    if (strcmp(r->gpu_uuid, e->uuid) != 0) {
+      if (used < sizeof(others) - 1 && strstr(others, r->gpu_uuid) == NULL)
+        used += (size_t)snprintf(others + used, sizeof(others) - used, "%s%s",
+                                 used ? ", " : "", r->gpu_uuid);
+      continue;
+    }
+    if (e->nring == nslots)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "%s: init_info.ipc.ring has more than packed_num_buffers (%u) "
+              "buffers on GPU %s",
+              e->where, nslots, e->uuid);
+    Wt__V1__IpcExport *k = &e->ring[e->nring];
+    wt__v1__ipc_export__init(k);
+    k->id = r->id;
+    k->size_bytes = r->size_bytes;
+    memcpy(e->ring_handles[e->nring], r->handle.data, WT_IPC_HANDLE_BYTES);
+    k->handle.data = e->ring_handles[e->nring];
+    k->handle.len = WT_IPC_HANDLE_BYTES;
+    k->gpu_uuid = e->uuid;
+    e->nring++;
+  }
+  if (e->nring == 0)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "%s: init_info.ipc.ring has no buffer on this worker's GPU %s "
+            "(the trainer's ring is on %s); the ipc backend copies from the "
+            "trainer's memory on the worker's own GPU",
+            e->where, e->uuid, used ? others : "no GPU");
+  if (e->nring != nslots)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "%s: init_info.ipc.ring has %zu buffers on GPU %s; "
+            "packed_num_buffers is %u",
+            e->where, e->nring, e->uuid, nslots);
+  for (size_t i = 0; i < e->nring; i++) {
+    void *base = NULL;
+    WT_CHECK(wt_status_prefix(wt_ipc_cache_get(e->cache, &e->ring[i], &base),
+                              "%s: init_info.ipc.ring", e->where));
+  }
+out:
+  if (st != NULL) {
+    wt_ipc_cache_close_all(e->cache);
+    e->nring = 0;
+  }
+  return st;
+}
+
 static wt_status *ipc_init_transfer(wt_engine *e,
                                     const Wt__V1__WeightTransferInitInfo *init,
                                     wt_engine_endpoint *endpoint) {
-  (void)e;
-  (void)init;
-  (void)endpoint; /* nothing to connect: the handles come with each update */
-  return NULL;
+  (void)endpoint; /* nothing to connect: the handles come with the init and
+                     each update */
+  const Wt__V1__IpcInitInfo *x =
+      init != NULL && init->backend_init_case ==
+                          WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_IPC
+          ? init->ipc
+          : NULL;
+  /* A new trainer: nothing of the last one stays mapped. */
+  if (!e->copies_in_flight) wt_ipc_cache_close_all(e->cache);
+  e->nring = 0;
+  if (x == NULL || !x->packed) {
+    if (x != NULL && x->n_ring != 0)
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "%s: init_info.ipc.ring is set but packed is not",
+                           e->where);
+    return NULL;
+  }
+  return take_ring(e, x);
 }
 
 /* Waits for the stream's copies, until `deadline` or a cancel. */
@@ -163,10 +272,30 @@ static void forget_trainer(wt_engine *e) {
           e->where, open);
 }
 
+/* Keeps the ring open and closes what the last round did not name. */
+static void sweep(wt_engine *e) {
+  for (size_t i = 0; i < e->nring; i++) {
+    void *base = NULL;
+    wt_status *st = wt_ipc_cache_get(e->cache, &e->ring[i], &base);
+    if (st != NULL) {
+      WT_LOGW("ipc", "%s: reopening ring slot %zu: %s", e->where, i,
+              wt_status_message(st));
+      wt_status_free(st);
+    }
+  }
+  size_t closed = wt_ipc_cache_sweep(e->cache);
+  if (closed > 0)
+    WT_LOGI("ipc", "%s: closed %zu export(s) the last round did not name",
+            e->where, closed);
+}
+
 static wt_status *ipc_start_update(wt_engine *e, uint64_t round_id) {
   (void)round_id;
   atomic_store(&e->cancelled, false);
-  if (!e->copies_in_flight) return NULL;
+  if (!e->copies_in_flight) {
+    sweep(e);
+    return NULL;
+  }
   /* A failed round's copies must end before this round's bytes land. */
   wt_status *st = wait_copies(e, now_ms() + e->ctx.timeout_ms, 0, 0);
   if (st != NULL)

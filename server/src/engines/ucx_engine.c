@@ -25,6 +25,14 @@
  * in flight), so receiving bucket b+1 overlaps the trainer packing bucket
  * b+2, and whatever else arrives is discarded at once.
  *
+ * Device stores (wt-server --device cuda:N): the regions are GPU memory,
+ * registered with their memory type, and UCX receives into them with its
+ * CUDA transports (cuda_copy, cuda_ipc from a trainer on the same host,
+ * GPUDirect RDMA where the NIC has it): no host bounce. A UCX whose context
+ * cannot move CUDA memory (Debian 12's 1.13, or no CUDA driver) fails the
+ * init saying so (wt_ucx_need_cuda). Into device memory every bucket must
+ * be one contiguous run of the store.
+ *
  * Trust: every tag is keyed with the init's secret (wt_ucx_tag), so only
  * the trainer of this init can send a bucket or a route this worker takes;
  * a connection to the listener must send the init's hello within
@@ -58,6 +66,7 @@
  */
 
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -207,13 +216,18 @@ static wt_status *ucx_init_transfer(wt_engine *e,
                           "--ucx-transports (" WT_UCX_TRANSPORTS_ENV ")",
                           e->transports);
   if (st != NULL) goto out;
+  /* A device store: straight into GPU memory where UCX moves it (its
+   * cuda_copy and cuda_ipc transports; GPUDirect RDMA where a NIC has it),
+   * refused here otherwise. */
+  e->cuda = e->ctx.device.type == WT_DEVICE_CUDA;
+  if (e->cuda) WT_CHECK(wt_ucx_need_cuda(e->ucx, e->where));
   /* Once per engine: the regions do not move while the store lives. */
   e->nregions = wt_param_store_regions(e->ctx.store, e->regions);
   for (size_t i = 0; i < e->nregions; i++) {
     char what[128];
     snprintf(what, sizeof(what), "%s: staging region %zu", e->where, i);
-    WT_CHECK(wt_ucx_mem_map(e->ucx, e->regions[i].base, e->regions[i].len, what,
-                            &e->memh[i]));
+    WT_CHECK(wt_ucx_mem_map(e->ucx, e->regions[i].base, e->regions[i].len,
+                            e->cuda, what, &e->memh[i]));
   }
   WT_LOGD("ucx", "%s: registered %zu staging region(s) with ucp_mem_map",
           e->where, e->nregions);
@@ -374,6 +388,14 @@ static wt_status *post_bucket(wt_engine *e, const wt_update *u,
     s->iov[s->iovcnt].length = u->nbytes[k];
     s->iovcnt++;
   }
+  /* UCX moves device memory as contiguous runs only. */
+  if (e->cuda && s->iovcnt > 1)
+    WT_FAIL(WT_UNIMPLEMENTED,
+            "%s: bucket %zu lands in %zu separate runs of this worker's GPU "
+            "memory (its tensors are not neighbours in the store); ucx "
+            "receives into device memory contiguously only: send the "
+            "tensors in the store's order (ListParameters)",
+            e->where, b, s->iovcnt);
   ucp_datatype_t dt = ucp_dt_make_iov();
   void *buf = s->iov;
   size_t count = s->iovcnt;
@@ -517,11 +539,35 @@ out:
   return st;
 }
 
+/* Device memory needs a UCX that moves CUDA memory: asked of a UCX
+ * context once per process (creating one loads UCX's transports). */
+static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
+static char cuda_missing[512];
+
+static void probe_cuda(void) {
+  wt_ucx *u = NULL;
+  wt_status *st = wt_ucx_new(NULL, NULL, false, "ucx", &u);
+  if (st == NULL) st = wt_ucx_need_cuda(u, "ucx");
+  if (st != NULL)
+    snprintf(cuda_missing, sizeof(cuda_missing), "%s", wt_status_message(st));
+  wt_status_free(st);
+  wt_ucx_destroy(u);
+}
+
+static wt_status *ucx_probe_memory(wt_mem_kind kind) {
+  if (kind != WT_MEM_DEVICE) return NULL;
+  pthread_once(&cuda_once, probe_cuda);
+  return cuda_missing[0]
+             ? wt_status_new(WT_FAILED_PRECONDITION, "%s", cuda_missing)
+             : NULL;
+}
+
 const wt_engine_ops wt_ucx_engine_ops = {
     .header = {WT_ENGINE_ABI_VERSION, "ucx"},
     /* Host memory: this build's UCX transports read and write it directly
      * (no CUDA transports are configured). */
-    .memory_kinds = WT_MEM_HOST_KINDS,
+    .memory_kinds = WT_MEM_HOST_KINDS | WT_MEM_BIT(WT_MEM_DEVICE),
+    .probe_memory = ucx_probe_memory,
     .caps = WT_ENGINE_CROSS_HOST | WT_ENGINE_SURVIVES_ABORT,
     .create = ucx_create,
     .init_transfer = ucx_init_transfer,

@@ -115,6 +115,9 @@ struct wt_engine {
   wt_param_region regions[WT_PARAM_STORE_MAX_REGIONS];
   ucp_mem_h memh[WT_PARAM_STORE_MAX_REGIONS];
   size_t nregions;
+  /* The store is CUDA device memory: registered and moved as such (the
+   * init refused a UCX that cannot), every bucket one contiguous run. */
+  bool cuda;
 };
 
 typedef struct wait_arg {

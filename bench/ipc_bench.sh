@@ -33,34 +33,12 @@ work=$(mktemp -d /tmp/wt-ipc-bench.XXXXXX)
 source bench/lib.sh
 trap bench_cleanup EXIT
 
-# wt LAYOUT [PUSH_ARGS...]: prints "first_s median_s best_s worst_s bytes
-# tensors".
-wt() {
-  local layout=$1
-  shift
-  start_bg "srv-$layout" "$server_bin" --listen 127.0.0.1:0 --device "$device" \
-    --model "synthetic:$layout"
-  local out
-  out=$("$push_bin" --server "$bg_addr" --backend ipc --device "$device" \
-    --synthetic "$layout" --rounds $((runs + 1)) --data-timeout 60 --verify=xxh3 "$@" 2>&1) || {
-    echo "$bench: wt-push: $out" >&2
-    exit 1
-  }
-  stop_bg "$bg_pid"
-  local line bytes tensors
-  line=$(grep '^rounds:' <<<"$out")
-  bytes=$(grep -oE 'pushed [0-9]+ tensors, [0-9]+ bytes' <<<"$out" | head -n1 | grep -oE '[0-9]+ bytes' | cut -d' ' -f1)
-  tensors=$(grep -oE 'pushed [0-9]+ tensors' <<<"$out" | head -n1 | grep -oE '[0-9]+')
-  grep -q '^verify: .* match' <<<"$out" || { echo "$bench: verify failed: $out" >&2; exit 1; }
-  echo "$(sed -E 's/.*first ([0-9.]+) s.*median ([0-9.]+) s.*best ([0-9.]+) s, worst ([0-9.]+) s.*/\1 \2 \3 \4/' <<<"$line") $bytes $tensors"
-}
-
-read -r first med best worst bytes tensors <<<"$(wt "$model")"
+read -r first med best worst bytes tensors <<<"$(push_rounds ipc "$model")"
 ref=$("$ref_bin" "$bytes" "$runs" "${device#cuda:}")
 ref_med=$(sed -E 's/.*median ([0-9.]+).*/\1/' <<<"$ref")
 wt_gbps=$(awk -v b="$bytes" -v s="$med" 'BEGIN { printf "%.2f", b / s / 1e9 }')
-read -r sfirst smed _ _ _ stensors <<<"$(wt small-10k)"
-read -r pfirst pmed pbest pworst _ _ <<<"$(wt "$model" --option packed=1)"
+read -r sfirst smed _ _ _ stensors <<<"$(push_rounds ipc small-10k)"
+read -r pfirst pmed pbest pworst _ _ <<<"$(push_rounds ipc "$model" --option packed=1)"
 p_gbps=$(awk -v b="$bytes" -v s="$pmed" 'BEGIN { printf "%.2f", b / s / 1e9 }')
 
 echo "ipc (unpacked) on $device, synthetic:$model ($tensors tensors, $bytes bytes), $runs steady rounds"

@@ -108,3 +108,28 @@ bench_auth() {
     exit 2
   fi
 }
+
+# push_rounds BACKEND LAYOUT [PUSH_ARGS...]: a wt-server on $device with
+# synthetic:LAYOUT, and wt-push --backend BACKEND --device $device
+# --rounds $runs+1 --verify=xxh3 to it ($server_bin, $push_bin); prints
+# "first_s median_s best_s worst_s bytes tensors" and fails the script when
+# the push or its verification fails.
+push_rounds() {
+  local backend=$1 layout=$2
+  shift 2
+  start_bg "srv-$backend-$layout" "$server_bin" --listen 127.0.0.1:0 \
+    --device "$device" --model "synthetic:$layout"
+  local out
+  out=$("$push_bin" --server "$bg_addr" --backend "$backend" --device "$device" \
+    --synthetic "$layout" --rounds $((runs + 1)) --data-timeout 60 --verify=xxh3 "$@" 2>&1) || {
+    echo "$bench: wt-push: $out" >&2
+    exit 1
+  }
+  stop_bg "$bg_pid"
+  local line bytes tensors
+  line=$(grep '^rounds:' <<<"$out")
+  bytes=$(grep -oE 'pushed [0-9]+ tensors, [0-9]+ bytes' <<<"$out" | head -n1 | grep -oE '[0-9]+ bytes' | cut -d' ' -f1)
+  tensors=$(grep -oE 'pushed [0-9]+ tensors' <<<"$out" | head -n1 | grep -oE '[0-9]+')
+  grep -q '^verify: .* match' <<<"$out" || { echo "$bench: verify failed: $out" >&2; exit 1; }
+  echo "$(sed -E 's/.*first ([0-9.]+) s.*median ([0-9.]+) s.*best ([0-9.]+) s, worst ([0-9.]+) s.*/\1 \2 \3 \4/' <<<"$line") $bytes $tensors"
+}

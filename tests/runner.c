@@ -24,6 +24,7 @@
   X(registry)        \
   X(pb)              \
   X(ipc)             \
+  X(nccl)            \
   X(proto_python)    \
   X(rpc)             \
   X(memory)          \

@@ -16,11 +16,12 @@
 
 static wtt_server S;
 
-/* Built-in worker engines: grpc and ipc, and ucx when built with UCX. */
+/* Built-in worker engines: grpc, ipc and nccl, and ucx when built with
+ * UCX. */
 #ifdef WT_WITH_UCX
-#define BUILTIN_BACKENDS 3
+#define BUILTIN_BACKENDS 4
 #else
-#define BUILTIN_BACKENDS 2
+#define BUILTIN_BACKENDS 3
 #endif
 
 static wt_status *init_info_call(Wt__V1__WeightTransferInitInfo *info) {
@@ -67,6 +68,10 @@ static void test_info_and_parameters(void) {
   CU_ASSERT_STRING_EQUAL(info->backend_info[1]->name, "ipc");
   CU_ASSERT_FALSE(info->backend_info[1]->available);
   CU_ASSERT(strlen(info->backend_info[1]->unavailable_reason) > 0);
+  /* nccl likewise: no GPU, or no NCCL, or host memory; never a crash. */
+  CU_ASSERT_STRING_EQUAL(info->backend_info[2]->name, "nccl");
+  CU_ASSERT_FALSE(info->backend_info[2]->available);
+  CU_ASSERT(strlen(info->backend_info[2]->unavailable_reason) > 0);
   CU_ASSERT_EQUAL_FATAL(info->n_workers, 2);
   CU_ASSERT_EQUAL(info->workers[1]->rank, 1);
   CU_ASSERT_STRING_EQUAL(info->workers[1]->device, "cpu");

@@ -227,6 +227,26 @@ out:
   return st;
 }
 
+wt_status *wt_source_gpu(wt_source *src, int *device) {
+  *device = -1;
+  if (src != NULL) {
+    wt_status *st = wt_source_rewind(src);
+    wt_source_tensor x;
+    bool done = false;
+    if (st == NULL) st = wt_source_next(src, &x, &done);
+    if (st == NULL && !done && x.kind == WT_MEM_DEVICE)
+      *device = x.device.index;
+    wt_status_free(st);
+    st = wt_source_rewind(src);
+    if (st != NULL || *device >= 0) return st;
+  }
+  const wt_cuda_api *api = NULL;
+  wt_status *st = wt_cuda_api_get(&api);
+  if (st == NULL) st = api->get_device(device);
+  if (st == NULL && *device < 0) *device = 0;
+  return st;
+}
+
 wt_status *wt_source_tensor_ready(const wt_source_tensor *t) {
   if (t->cuda_event == NULL && t->cuda_stream == NULL) return NULL;
   const wt_cuda_api *api = NULL;

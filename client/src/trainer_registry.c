@@ -24,6 +24,8 @@ static void registry_create(void) {
   WT_CHECK(wt_registry_register(reg, "grpc", &wt_grpc_trainer_ops));
   /* CUDA only through wt/cuda.h, loaded when an ipc init asks for it. */
   WT_CHECK(wt_registry_register(reg, "ipc", &wt_ipc_trainer_ops));
+  /* NCCL only through wt/nccl.h, loaded when an nccl init asks for it. */
+  WT_CHECK(wt_registry_register(reg, "nccl", &wt_nccl_trainer_ops));
 #ifdef WT_WITH_UCX
   WT_CHECK(wt_registry_register(reg, "ucx", &wt_ucx_trainer_ops));
 #endif
@@ -187,6 +189,38 @@ wt_status *wt_option_u32(const wt_backend_option *o, uint32_t *out) {
                          o->key, o->value ? o->value : "", UINT32_MAX);
   *out = (uint32_t)v;
   return NULL;
+}
+
+wt_status *wt_option_bool(const wt_backend_option *o, bool *out) {
+  const char *v = o->value ? o->value : "";
+  if (strcmp(v, "1") == 0 || strcmp(v, "true") == 0)
+    *out = true;
+  else if (strcmp(v, "0") == 0 || strcmp(v, "false") == 0)
+    *out = false;
+  else
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "option %s: '%.64s' is not 1, 0, true or false",
+                         o->key, v);
+  return NULL;
+}
+
+wt_status *wt_option_packing(const char *backend, const wt_backend_option *o,
+                             protobuf_c_boolean *packed,
+                             Wt__V1__UInt64Value **buffer_size,
+                             Wt__V1__UInt32Value **num_buffers) {
+  static const char *const known[] = {"packed", "bucket_size", "num_buffers",
+                                      NULL};
+  if (strcmp(o->key, "packed") == 0) {
+    bool v = false;
+    wt_status *st = wt_option_bool(o, &v);
+    if (st == NULL) *packed = v;
+    return st;
+  }
+  if (strcmp(o->key, "bucket_size") == 0)
+    return wt_option_size_field(o, buffer_size);
+  if (strcmp(o->key, "num_buffers") == 0)
+    return wt_option_u32_field(o, num_buffers);
+  return wt_option_unknown(backend, o, known);
 }
 
 wt_status *wt_option_size_field(const wt_backend_option *o,

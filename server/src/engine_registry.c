@@ -1,10 +1,10 @@
 /* engine_registry.c: the worker-engine registry and the one place where the
  * built-in backends are registered (see wt/engine.h).
  *
- * `grpc` and `ipc` always (ipc calls CUDA only through wt/cuda.h, whose
- * module is loaded on first use, so a host without CUDA pays nothing until
- * an ipc init, which then fails saying why); `ucx` when built with UCX;
- * nccl will join lazily (wt_registry_register_lazy).
+ * `grpc`, `ipc` and `nccl` always (ipc and nccl call CUDA and NCCL only
+ * through wt/cuda.h and wt/nccl.h, whose modules are loaded on first use,
+ * so a host without them pays nothing until such an init, which then fails
+ * saying why); `ucx` when built with UCX.
  */
 
 #include <pthread.h>
@@ -22,6 +22,8 @@ wt_status *wt_engine_register_builtins(wt_registry *reg) {
   wt_status *st = NULL;
   WT_CHECK(wt_registry_register(reg, "grpc", &wt_grpc_engine_ops));
   WT_CHECK(wt_registry_register(reg, "ipc", &wt_ipc_engine_ops));
+  /* NCCL only through wt/nccl.h, loaded when an nccl init asks for it. */
+  WT_CHECK(wt_registry_register(reg, "nccl", &wt_nccl_engine_ops));
 #ifdef WT_WITH_UCX
   WT_CHECK(wt_registry_register(reg, "ucx", &wt_ucx_engine_ops));
 #endif

@@ -29,20 +29,23 @@ fi
 cmake -S . -B "$build" -DWT_WERROR=ON -DWT_WITH_CUDA=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j "$(nproc)" --target wt_tests wt-server wt-push \
-  wt-ctl wt_cuda wt-bench-ipc-ref >/dev/null
+  wt-ctl wt_cuda wt_nccl wt-bench-ipc-ref wt-bench-nccl-ref >/dev/null
 
 rm -rf "$pack"
 mkdir -p "$pack/bin" "$pack/lib"
 bins=("$build/tests/wt_tests" "$build/server/wt-server"
       "$build/client/wt-push" "$build/client/wt-ctl"
-      "$build/bench/wt-bench-ipc-ref")
+      "$build/bench/wt-bench-ipc-ref" "$build/bench/wt-bench-nccl-ref")
 for b in "${bins[@]}"; do strip --strip-unneeded -o "$pack/bin/$(basename "$b")" "$b"; done
 strip --strip-unneeded -o "$pack/lib/libwt_cuda.so" "$build/common/libwt_cuda.so"
+strip --strip-unneeded -o "$pack/lib/libwt_nccl.so" "$build/common/libwt_nccl.so"
 
 # Everything they load, but what every Linux has (or must be the target's
-# own: glibc, libstdc++, libgcc_s, the driver's libcuda).
-skip='^(libc|libm|libdl|librt|libpthread|libresolv|ld-linux-x86-64|libstdc\+\+|libgcc_s|libcuda)\.so'
-for f in "${bins[@]}" "$build/common/libwt_cuda.so"; do
+# own: glibc, libstdc++, libgcc_s, the driver's libcuda), and NCCL (218 MB
+# for every architecture here; the device machine has its own 2.28, and
+# ../shared/gpu has 2.30).
+skip='^(libc|libm|libdl|librt|libpthread|libresolv|ld-linux-x86-64|libstdc\+\+|libgcc_s|libcuda|libnccl)\.so'
+for f in "${bins[@]}" "$build/common/libwt_cuda.so" "$build/common/libwt_nccl.so"; do
   ldd "$f" | awk '/=> \//{print $3}'
 done | sort -u | while read -r lib; do
   name=$(basename "$lib")

@@ -4,8 +4,11 @@
 # "gpu" suite on the CUDA device, ipc rounds between two processes (a
 # wt-push trainer and a wt-server worker on cuda:0, unpacked and packed,
 # SHA-256 verified, then a trainer SIGKILLed mid-run and the next trainer's
-# round), a ucx round from GPU memory into a device store (UCX 1.22),
-# runs bench/gpu_bench.sh and bench/ipc_bench.sh, prints a table.
+# round), a ucx round from GPU memory into a device store (UCX 1.22), nccl
+# rounds between two processes on the GPU (NCCL 2.30 from ../shared/gpu)
+# and a SIGKILLed nccl trainer, runs bench/gpu_bench.sh, bench/ipc_bench.sh
+# and bench/nccl_bench.sh, prints a table. The gpu suite's NCCL checks use
+# the NCCL in /usr/local/cuda (2.28).
 # Where no device answers, the suite prints "skipped: no CUDA device (...)"
 # and the bench is not run; the table says so.
 #
@@ -50,6 +53,7 @@ elif [ -x .devpack/bin/wt_tests ]; then
   push=$root/.devpack/bin/wt-push
   ctl=$root/.devpack/bin/wt-ctl
   REF_BIN=$root/.devpack/bin/wt-bench-ipc-ref
+  NCCL_REF_BIN=$root/.devpack/bin/wt-bench-nccl-ref
   # The pack's UCX (1.22) loads its CUDA transports from here.
   [ -d .devpack/lib/ucx ] && export UCX_MODULE_DIR=$root/.devpack/lib/ucx
 else
@@ -67,10 +71,11 @@ step "GPU (nvidia-smi)" "${gpu:-none answered}"
 # digest checked), unpacked and packed (the trainer's ring); then a trainer SIGKILLed while it runs rounds: the
 # worker must be out of "updating" within 2 s, and a new trainer's round
 # must verify.
-# serve NAME: a wt-server on cuda:0 with synthetic:llama-256m, its logs
-# NAME-server.*; sets spid and addr (empty when it did not serve).
+# serve NAME [DEVICE]: a wt-server on DEVICE (cuda:0) with
+# synthetic:llama-256m, its logs NAME-server.*; sets spid and addr (empty
+# when it did not serve).
 serve() {
-  "$server" --listen 127.0.0.1:0 --device cuda:0 --model synthetic:llama-256m \
+  "$server" --listen 127.0.0.1:0 --device "${2:-cuda:0}" --model synthetic:llama-256m \
     >"$logs/$1-server.out" 2>"$logs/$1-server.log" &
   spid=$!
   addr=""
@@ -162,6 +167,99 @@ ucx_device_checks() {
   wait "$spid" 2>/dev/null
 }
 
+# nccl between two processes on cuda:0 (trainer rank 0, one wt-server
+# worker rank 1): two ranks on one GPU need NCCL 2.30 with
+# NCCL_MULTI_RANK_GPU_ENABLE=1 (../shared/gpu/nccl-2.30.7-sm90; up to 2.29
+# NCCL says "Duplicate GPU detected"). Rounds unpacked and packed, SHA-256
+# verified; a trainer SIGKILLed mid-run: the worker must leave "updating"
+# within the 3 s data deadline plus 2 s and say needs_init, and a new
+# trainer's round (a new init) must verify.
+nccl_rc=0
+nccl30=$root/../shared/gpu/nccl-2.30.7-sm90/lib
+nccl_checks() {
+  if [ ! -f "$nccl30/libnccl.so.2" ]; then
+    step "nccl two ranks, one GPU" "not run: no NCCL 2.30 at $nccl30"
+    return
+  fi
+  local saved=${LD_LIBRARY_PATH:-}
+  export LD_LIBRARY_PATH=$nccl30${saved:+:$saved}
+  export NCCL_MULTI_RANK_GPU_ENABLE=1 NCCL_MAX_CTAS=4
+  serve nccl
+  if [ -z "$addr" ]; then
+    step "nccl (two processes)" "FAILED: wt-server did not serve (nccl-server.log)"
+    nccl_rc=1
+  else
+    local mode args
+    for mode in unpacked packed; do
+      args=()
+      [ "$mode" = packed ] && args=(--option packed=1 --bucket-size 64M)
+      if timeout 120 "$push" --server "$addr" --backend nccl --device cuda:0 \
+           "${args[@]}" --rounds 3 --verify --data-timeout 10 \
+           >"$logs/nccl-$mode.log" 2>&1; then
+        step "nccl $mode, 3 rounds (2.30)" "$(grep -m1 '^rounds:' "$logs/nccl-$mode.log" | cut -c1-90)"
+        step "nccl $mode verify (SHA-256)" "$(grep -m1 '^verify:' "$logs/nccl-$mode.log" | cut -c1-90)"
+      else
+        step "nccl $mode round (2.30)" "FAILED (nccl-$mode.log: $(tail -n1 "$logs/nccl-$mode.log" | cut -c1-80))"
+        nccl_rc=1
+      fi
+    done
+    timeout 120 "$push" --server "$addr" --backend nccl --device cuda:0 \
+      --rounds 100000 --quiet --data-timeout 3 >"$logs/nccl-killed.log" 2>&1 &
+    local ppid=$! i t0 ready="" state=""
+    sleep 4
+    kill -9 "$ppid" 2>/dev/null
+    wait "$ppid" 2>/dev/null
+    t0=$(date +%s%3N)
+    for ((i = 0; i < 700; i++)); do
+      state=$("$ctl" --server "$addr" info 2>/dev/null)
+      if ! grep -q updating <<<"$state"; then
+        ready=$(( $(date +%s%3N) - t0 )); break
+      fi
+      sleep 0.01
+    done
+    if [ -n "$ready" ] && [ "$ready" -le 5000 ] && grep -q needs_init <<<"$state" &&
+       timeout 120 "$push" --server "$addr" --backend nccl --device cuda:0 \
+         --verify --quiet --data-timeout 10 >"$logs/nccl-after.log" 2>&1; then
+      step "nccl trainer SIGKILLed" "worker out of updating in ${ready} ms, needs_init; next trainer verified"
+    else
+      step "nccl trainer SIGKILLed" "FAILED (ready: ${ready:-never} ms; nccl-after.log)"
+      nccl_rc=1
+    fi
+    kill -TERM "$spid" 2>/dev/null
+    wait "$spid" 2>/dev/null
+  fi
+  # Across GPUs, where there are two: the trainer on cuda:0, the worker on
+  # cuda:1 (NCCL 2.30 still, the same library for both processes).
+  local ngpu
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  if [ "${ngpu:-0}" -ge 2 ]; then
+    serve nccl-2gpu cuda:1
+    if [ -n "$addr" ] && timeout 120 "$push" --server "$addr" --backend nccl \
+         --device cuda:0 --option packed=1 --rounds 3 --verify --data-timeout 10 \
+         >"$logs/nccl-2gpu.log" 2>&1; then
+      step "nccl cuda:0 -> cuda:1, 3 rounds" "$(grep -m1 '^verify:' "$logs/nccl-2gpu.log" | cut -c1-90)"
+    else
+      step "nccl cuda:0 -> cuda:1" "FAILED (nccl-2gpu.log)"
+      nccl_rc=1
+    fi
+    kill -TERM "$spid" 2>/dev/null
+    wait "$spid" 2>/dev/null
+  else
+    step "nccl across GPUs" "not run: ${ngpu:-0} GPU(s) here"
+  fi
+  if [ -n "${NCCL_REF_BIN:-}" ] || [ -x "${bindir:-/nonexistent}/bench/wt-bench-nccl-ref" ]; then
+    REF_BIN=${NCCL_REF_BIN:-$bindir/bench/wt-bench-nccl-ref} SERVER_BIN=$server \
+      PUSH_BIN=$push RUNS=3 timeout 200 bash bench/nccl_bench.sh \
+      >"$logs/nccl-bench.log" 2>&1
+    local brc=$?
+    cat "$logs/nccl-bench.log"
+    step "nccl bench (wt/ncclBroadcast)" "$(sed -n 's/^ratio wt\/reference *//p' "$logs/nccl-bench.log") (rc $brc)"
+    step "nccl per tensor (10k x 64 B)" "$(sed -n 's/^per tensor[^0-9]*//p' "$logs/nccl-bench.log" | cut -c1-60)"
+  fi
+  export LD_LIBRARY_PATH=$saved
+  unset NCCL_MULTI_RANK_GPU_ENABLE NCCL_MAX_CTAS
+}
+
 # The gpu suite.
 timeout 180 "$tests" --suite gpu >"$logs/gpu-suite.log" 2>&1
 rc=$?
@@ -181,6 +279,7 @@ else
   step "gpu bench (device/host, median)" "${ratio:-no ratio} (rc $bench_rc)"
   ipc_checks
   ucx_device_checks
+  nccl_checks
   if [ -n "${REF_BIN:-}" ] || [ -x "${bindir:-/nonexistent}/bench/wt-bench-ipc-ref" ]; then
     REF_BIN=${REF_BIN:-$bindir/bench/wt-bench-ipc-ref} SERVER_BIN=$server \
       PUSH_BIN=$push RUNS=3 timeout 200 bash bench/ipc_bench.sh \
@@ -197,4 +296,5 @@ fi
 step "wall time" "$(( $(date +%s) - t_start )) s"
 echo
 cat "$logs/table.txt"
-[ "$rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] && [ "$ipc_rc" -eq 0 ] && [ "$ucx_rc" -eq 0 ]
+[ "$rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] && [ "$ipc_rc" -eq 0 ] &&
+  [ "$ucx_rc" -eq 0 ] && [ "$nccl_rc" -eq 0 ]

@@ -24,6 +24,7 @@
 #include "wt/cuda.h"
 #include "wt/ipc.h"
 #include "wt/memory.h"
+#include "wt/nccl.h"
 #include "wt/pb.h"
 #include "wt/source.h"
 #include "wt/synthetic.h"
@@ -184,41 +185,11 @@ static void test_large_round_on_gpu(void) {
 /* A backend that cannot write device memory is refused at init, naming
  * the kind; the worker stays usable. */
 static bool emulated(void);
-/* The trainer's tensors in one device allocation on cuda:0, filled with
- * synthetic `seed` (what wtt_assert_model_seed checks). */
-typedef struct device_model {
-  wt_mem_region r;
-  wt_source_tensor t[16];
-  size_t n;
-} device_model;
+typedef wtt_device_model device_model;
 
 static void device_model_fill(device_model *d, const wtt_server *s,
                               uint64_t seed) {
-  wt_device dev = {.type = WT_DEVICE_CUDA, .index = 0};
-  uint64_t total = 0;
-  CU_ASSERT_FATAL(s->n <= 16);
-  for (size_t k = 0; k < s->n; k++)
-    total += (s->metas[k].nbytes + 255) & ~255ull;
-  if (d->r.len == 0)
-    WT_ASSERT_OK(wt_mem_alloc(WT_MEM_DEVICE, dev, total, "ipc trainer", &d->r));
-  uint64_t off = 0;
-  for (size_t k = 0; k < s->n; k++) {
-    const wt_tensor_meta *m = &s->metas[k];
-    unsigned char *host = malloc(m->nbytes ? m->nbytes : 1);
-    wt_synthetic_fill(m, seed, 0, host, m->nbytes);
-    WT_ASSERT_OK(wt_mem_write(&d->r, off, host, m->nbytes, NULL));
-    free(host);
-    d->t[k] = (wt_source_tensor){.name = m->name,
-                                 .dtype = m->dtype,
-                                 .ndim = m->ndim,
-                                 .shape = m->shape,
-                                 .data = (char *)d->r.base + off,
-                                 .nbytes = m->nbytes,
-                                 .kind = WT_MEM_DEVICE,
-                                 .device = dev};
-    off += (m->nbytes + 255) & ~255ull;
-  }
-  d->n = s->n;
+  wtt_device_model_fill(d, s, seed, 256);
 }
 
 /* ucx into a device store: where the UCX in use moves CUDA memory (UCX
@@ -713,6 +684,74 @@ static void test_ipc_ring_strangers(void) {
   wtt_server_stop(&S);
 }
 
+/* NCCL on the real device (the module, through wt/nccl.h): a one-rank
+ * communicator's init, warm-up and a broadcast; then a two-rank init whose
+ * second rank never comes, aborted at its 2 s deadline, naming the wait.
+ * Prints the NCCL that ran. */
+static void test_nccl_real(void) {
+  const wt_cuda_api *cuda = gpu_or_skip("nccl on cuda:0");
+  if (cuda == NULL) return;
+  if (emulated()) {
+    wt_test_skip("nccl on cuda:0", "the real NCCL needs the real GPU");
+    return;
+  }
+  const wt_nccl_api *nccl = NULL;
+  wt_status *st = wt_nccl_api_get(&nccl);
+  if (st != NULL) {
+    char why[600];
+    snprintf(why, sizeof(why), "no NCCL (%s)", wt_status_message(st));
+    wt_test_skip("nccl on cuda:0", why);
+    wt_status_free(st);
+    return;
+  }
+  printf("\n  %s (ncclGetVersion %d)\n", nccl->name, nccl->version_code());
+  WT_ASSERT_OK(wt_cuda_bind(0));
+  unsigned char id[WT_NCCL_UNIQUE_ID_BYTES];
+  WT_ASSERT_OK(nccl->get_unique_id(id));
+  void *comm = NULL, *stream = NULL;
+  WT_ASSERT_OK(cuda->stream_create(0, &stream));
+  WT_ASSERT_OK(nccl->comm_init(1, id, 0, &comm));
+  WT_ASSERT_OK(wt_nccl_wait(nccl, cuda, &comm, NULL, wtt_now_ms() + 30000, NULL,
+                            "one rank: init"));
+  wt_device dev = {.type = WT_DEVICE_CUDA, .index = 0};
+  wt_mem_region one, buf;
+  WT_ASSERT_OK(wt_mem_alloc(WT_MEM_DEVICE, dev, sizeof(float), "one", &one));
+  WT_ASSERT_OK(wt_mem_alloc(WT_MEM_DEVICE, dev, 1 << 20, "buf", &buf));
+  WT_ASSERT_OK(nccl->all_reduce_f32(one.base, one.base, 1, comm, stream));
+  WT_ASSERT_OK(wt_nccl_wait(nccl, cuda, &comm, stream, wtt_now_ms() + 30000,
+                            NULL, "one rank: warm-up"));
+  unsigned char *src = malloc(1 << 20), *got = malloc(1 << 20);
+  pattern(src, 1 << 20, 77);
+  WT_ASSERT_OK(wt_mem_write(&buf, 0, src, 1 << 20, NULL));
+  WT_ASSERT_OK(nccl->broadcast(buf.base, buf.base, 1 << 20, 0, comm, stream));
+  WT_ASSERT_OK(wt_nccl_wait(nccl, cuda, &comm, stream, wtt_now_ms() + 30000,
+                            NULL, "one rank: broadcast"));
+  WT_ASSERT_OK(wt_mem_read(&buf, 0, got, 1 << 20, NULL));
+  CU_ASSERT_EQUAL(memcmp(src, got, 1 << 20), 0);
+  nccl->comm_destroy(comm);
+  free(src);
+  free(got);
+  /* Rank 0 of 2, whose rank 1 never comes. */
+  WT_ASSERT_OK(nccl->get_unique_id(id));
+  WT_ASSERT_OK(nccl->comm_init(2, id, 0, &comm));
+  int64_t t0 = wtt_now_ms();
+  WT_ASSERT_ERR(wt_nccl_wait(nccl, cuda, &comm, NULL, wtt_now_ms() + 2000, NULL,
+                             "rank 0 of 2: init"),
+                WT_DEADLINE_EXCEEDED,
+                "communicator aborted: rank 0 of 2: init: no progress within "
+                "2000 ms");
+  int64_t took = wtt_now_ms() - t0;
+  printf(
+      "  a two-rank init without its second rank: aborted after %lld ms "
+      "(deadline 2000 ms)\n",
+      (long long)took);
+  CU_ASSERT(took < 5000);
+  CU_ASSERT_PTR_NULL(comm);
+  wt_mem_free(&one);
+  wt_mem_free(&buf);
+  cuda->stream_destroy(stream);
+}
+
 static bool emulated(void) {
   const char *e = getenv("WT_TEST_GPU_EMULATE");
   return e != NULL && strcmp(e, "1") == 0;
@@ -745,4 +784,5 @@ void wt_test_suite_gpu(void) {
   CU_add_test(s, "ipc packed ring rounds (emulated)", test_ipc_packed);
   CU_add_test(s, "ipc packed init from a stranger (emulated)",
               test_ipc_ring_strangers);
+  CU_add_test(s, "nccl: one rank, and a rank that never comes", test_nccl_real);
 }

@@ -285,28 +285,92 @@ static void f_ipc_close(int device, void *base) {
   pthread_mutex_unlock(&mu);
 }
 
+/* A created stream: the flag first (an int "done", as a test's own
+ * stream), and the work other fakes (fake_nccl) have queued on it. */
+typedef struct fake_copy {
+  void *dst;
+  const void *src;
+  size_t len;
+  struct fake_copy *next;
+} fake_copy;
+
+typedef struct fake_stream {
+  int flag;
+  int busy;
+  /* Copies queued behind that work: they land, in order, once it is done
+   * (a stream's order, as CUDA keeps it). */
+  fake_copy *deferred, **tail;
+} fake_stream;
+
+static void copy_locked(void *dst, const void *src, size_t len);
+
 static wt_status *f_stream_create(int device, void **stream) {
   wt_status *st = bound(device, "cudaStreamCreateWithFlags");
   if (st != NULL) return st;
-  int *flag = calloc(1, sizeof(*flag));
-  if (flag == NULL)
+  fake_stream *fs = calloc(1, sizeof(*fs));
+  if (fs == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "fake cudaStreamCreate");
-  *flag = 1;
-  *stream = flag;
+  fs->flag = 1;
+  fs->tail = &fs->deferred;
+  *stream = fs;
   return NULL;
 }
 
+void fake_cuda_stream_busy(void *stream, int delta) {
+  pthread_mutex_lock(&mu);
+  fake_stream *fs = stream;
+  if (fs != NULL) {
+    fs->busy += delta;
+    while (fs->busy <= 0 && fs->deferred != NULL) {
+      fake_copy *c = fs->deferred;
+      fs->deferred = c->next;
+      copy_locked(c->dst, c->src, c->len);
+      free(c);
+    }
+    if (fs->deferred == NULL) fs->tail = &fs->deferred;
+  }
+  pthread_mutex_unlock(&mu);
+}
+
+void *fake_cuda_mirror(const void *ptr, size_t len) {
+  pthread_mutex_lock(&mu);
+  fake_alloc *a = alloc_of_locked(ptr, len);
+  void *m = a ? a->mirror + ((const unsigned char *)ptr - a->dev) : NULL;
+  pthread_mutex_unlock(&mu);
+  return m;
+}
+
 static void f_stream_destroy(void *stream) {
+  fake_stream *fs = stream;
+  while (fs != NULL && fs->deferred != NULL) {
+    fake_copy *c = fs->deferred;
+    fs->deferred = c->next;
+    free(c);
+  }
   free(stream);
+}
+
+static void copy_locked(void *dst, const void *src, size_t len) {
+  fake_alloc *d = alloc_of_locked(dst, len), *s = alloc_of_locked(src, len);
+  if (d != NULL && s != NULL)
+    memcpy(d->mirror + ((unsigned char *)dst - d->dev),
+           s->mirror + ((const unsigned char *)src - s->dev), len);
 }
 
 static wt_status *f_copy_async(void *dst, const void *src, size_t len,
                                void *stream) {
   pthread_mutex_lock(&mu);
   fake_alloc *d = alloc_of_locked(dst, len), *s = alloc_of_locked(src, len);
+  fake_stream *fs = stream;
   if (d != NULL && s != NULL) {
-    memcpy(d->mirror + ((unsigned char *)dst - d->dev),
-           s->mirror + ((const unsigned char *)src - s->dev), len);
+    fake_copy *c = NULL;
+    if (fs != NULL && fs->busy > 0 && (c = malloc(sizeof(*c))) != NULL) {
+      *c = (fake_copy){dst, src, len, NULL};
+      *fs->tail = c;
+      fs->tail = &c->next;
+    } else {
+      copy_locked(dst, src, len);
+    }
     stats.copies_d2d++;
   }
   pthread_mutex_unlock(&mu);
@@ -320,9 +384,9 @@ static wt_status *f_copy_async(void *dst, const void *src, size_t len,
 }
 
 static wt_status *f_stream_query(void *stream, int *done) {
-  (void)stream;
   pthread_mutex_lock(&mu);
-  *done = !hold_copies;
+  *done =
+      !hold_copies && (stream == NULL || ((fake_stream *)stream)->busy <= 0);
   pthread_mutex_unlock(&mu);
   return NULL;
 }

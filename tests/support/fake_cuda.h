@@ -42,5 +42,10 @@ int fake_cuda_current(void);
 /* While set, every stream created with stream_create reports its copies
  * "not done" (a copy that hangs: the caller's deadline must end it). */
 void fake_cuda_hold_copies(int hold);
+/* For other fakes: work queued on a stream made with stream_create (it is
+ * "not done" while the count is above 0), and the writable mirror of
+ * emulated device memory [ptr, ptr + len) (NULL when it is none). */
+void fake_cuda_stream_busy(void *stream, int delta);
+void *fake_cuda_mirror(const void *ptr, size_t len);
 
 #endif

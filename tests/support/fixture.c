@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "wt/cuda.h"
 #include "wt/dtype.h"
 #include "wt/pb.h"
 #include "wt/safetensors.h"
@@ -581,4 +582,34 @@ void wtt_write_checkpoint(const char *dir, const char *name, char *path,
       {"b.bias", WT_DTYPE_BFLOAT16, 1, s3, WTT_CKPT_B},
   };
   WT_ASSERT_OK(wt_safetensors_write(path, t, 2, NULL));
+}
+
+void wtt_device_model_fill(wtt_device_model *d, const wtt_server *s,
+                           uint64_t seed, uint64_t align) {
+  wt_device dev = {.type = WT_DEVICE_CUDA, .index = 0};
+  uint64_t total = 0;
+  CU_ASSERT_FATAL(s->n <= 16);
+  for (size_t k = 0; k < s->n; k++)
+    total += (s->metas[k].nbytes + align - 1) / align * align;
+  WT_ASSERT_OK(wt_cuda_bind(0));
+  if (d->r.len == 0)
+    WT_ASSERT_OK(wt_mem_alloc(WT_MEM_DEVICE, dev, total, "trainer", &d->r));
+  uint64_t off = 0;
+  for (size_t k = 0; k < s->n; k++) {
+    const wt_tensor_meta *m = &s->metas[k];
+    unsigned char *host = malloc(m->nbytes ? m->nbytes : 1);
+    wt_synthetic_fill(m, seed, 0, host, m->nbytes);
+    WT_ASSERT_OK(wt_mem_write(&d->r, off, host, m->nbytes, NULL));
+    free(host);
+    d->t[k] = (wt_source_tensor){.name = m->name,
+                                 .dtype = m->dtype,
+                                 .ndim = m->ndim,
+                                 .shape = m->shape,
+                                 .data = (char *)d->r.base + off,
+                                 .nbytes = m->nbytes,
+                                 .kind = WT_MEM_DEVICE,
+                                 .device = dev};
+    off += (m->nbytes + align - 1) / align * align;
+  }
+  d->n = s->n;
 }

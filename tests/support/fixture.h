@@ -13,9 +13,11 @@
 
 #include "wt/checksum.h"
 #include "wt/client.h"
+#include "wt/memory.h"
 #include "wt/packing.h"
 #include "wt/rpc.h"
 #include "wt/server.h"
+#include "wt/source.h"
 #include "wt/tensor.h"
 #include "wt/v1/wt.pb-c.h"
 #include "wt_test.h"
@@ -153,6 +155,18 @@ void wtt_expected_digest(const wt_tensor_meta *m, uint64_t seed,
 void wtt_assert_model(const wtt_server *s, const uint64_t *seeds,
                       wt_hash_alg alg);
 void wtt_assert_model_seed(const wtt_server *s, uint64_t seed);
+
+/* A trainer's tensors for s's model in one device allocation on cuda:0,
+ * filled with synthetic `seed` (what wtt_assert_model_seed checks), each at
+ * a multiple of `align` bytes (1: back to back). The allocation is made on
+ * the first fill and kept; wt_mem_free(&d->r) releases it. */
+typedef struct wtt_device_model {
+  wt_mem_region r;
+  wt_source_tensor t[16];
+  size_t n;
+} wtt_device_model;
+void wtt_device_model_fill(wtt_device_model *d, const wtt_server *s,
+                           uint64_t seed, uint64_t align);
 
 /* --- update info ---------------------------------------------------------- */
 

@@ -141,6 +141,11 @@ wt_status *wt_source_next(wt_source *src, wt_source_tensor *t, bool *done);
 wt_status *wt_source_read(wt_source *src, const wt_source_tensor *t,
                           uint64_t offset, void *buf, size_t len);
 
+/* The GPU a device backend works on for `src`: its first tensor's, when
+ * that is in device memory; else the calling thread's CUDA device (as
+ * torch.cuda.current_device()). Rewinds src. */
+wt_status *wt_source_gpu(wt_source *src, int *device);
+
 /* Waits until `t`'s bytes are ready (its CUDA event, else its stream; no-op
  * without either). Backends call it before reading a tensor. */
 wt_status *wt_source_tensor_ready(const wt_source_tensor *t);

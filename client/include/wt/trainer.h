@@ -200,8 +200,18 @@ wt_status *wt_trainer_init_info(const char *name, const wt_backend_option *opts,
  * list). */
 wt_status *wt_option_size(const wt_backend_option *o, uint64_t *out);
 wt_status *wt_option_u32(const wt_backend_option *o, uint32_t *out);
+/* "1", "true", "0", "false"; INVALID_ARGUMENT naming the option else. */
+wt_status *wt_option_bool(const wt_backend_option *o, bool *out);
 wt_status *wt_option_unknown(const char *backend, const wt_backend_option *o,
                              const char *const *known);
+/* The packing options of the device backends (ipc, nccl): "packed" into
+ * *packed, "bucket_size" into *buffer_size and "num_buffers" into
+ * *num_buffers (fields of their init infos, malloc'd as below); every
+ * other key is INVALID_ARGUMENT from wt_option_unknown(backend). */
+wt_status *wt_option_packing(const char *backend, const wt_backend_option *o,
+                             protobuf_c_boolean *packed,
+                             Wt__V1__UInt64Value **buffer_size,
+                             Wt__V1__UInt32Value **num_buffers);
 /* The same into an init info's wrapper field: *slot is malloc'd when NULL
  * (freed with the info by wt_pb_free) and set to the option's value. */
 wt_status *wt_option_size_field(const wt_backend_option *o,
@@ -249,6 +259,9 @@ extern const wt_trainer_ops wt_grpc_trainer_ops;
  * unpacked; the trainer's device tensors must not change until the update
  * returns. */
 extern const wt_trainer_ops wt_ipc_trainer_ops;
+/* The `nccl` backend's table (client/src/trainers/nccl_trainer.c): rank 0
+ * of an NCCL communicator with every worker, broadcasting device tensors. */
+extern const wt_trainer_ops wt_nccl_trainer_ops;
 #ifdef WT_WITH_UCX
 /* The `ucx` backend's table (client/src/trainers/ucx_trainer.c). */
 extern const wt_trainer_ops wt_ucx_trainer_ops;

@@ -239,25 +239,6 @@ out:
   return st;
 }
 
-/* The GPU the ring goes on: the source's first device tensor, else the
- * calling thread's device (as torch.cuda.current_device()). */
-static wt_status *ring_device(ipc_trainer *t, wt_source *src, int *device) {
-  if (src != NULL) {
-    wt_status *st = wt_source_rewind(src);
-    wt_source_tensor x;
-    bool done = false;
-    if (st == NULL) st = wt_source_next(src, &x, &done);
-    if (st == NULL && !done && x.kind == WT_MEM_DEVICE) {
-      *device = x.device.index;
-      return wt_source_rewind(src);
-    }
-    wt_status_free(st);
-    st = wt_source_rewind(src);
-    if (st != NULL) return st;
-  }
-  return wt_status_prefix(t->api->get_device(device), "ipc trainer");
-}
-
 static wt_status *ipc_trainer_init(const wt_trainer_init_args *args,
                                    void **self) {
   wt_status *st = NULL;
@@ -302,7 +283,8 @@ static wt_status *ipc_trainer_init(const wt_trainer_init_args *args,
       WT_FAIL(WT_INVALID_ARGUMENT,
               "init_info.ipc.ring: the trainer engine makes the ring; leave "
               "it empty");
-    WT_CHECK(ring_device(t, args->source, &t->device));
+    WT_CHECK(wt_status_prefix(wt_source_gpu(args->source, &t->device),
+                              "ipc trainer"));
     WT_CHECK(ring_create(t));
     t->init_copy = *x;
     t->init_copy.n_ring = t->nslots;
@@ -611,34 +593,19 @@ static void ipc_cancel(void *self) {
 
 static wt_status *ipc_init_info(const wt_backend_option *opts, size_t n,
                                 Wt__V1__WeightTransferInitInfo *info) {
-  static const char *const known[] = {"packed", "bucket_size", "num_buffers",
-                                      NULL};
-  wt_status *st = NULL;
   Wt__V1__IpcInitInfo *x = malloc(sizeof(*x));
-  if (x == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
+  if (x == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
   wt__v1__ipc_init_info__init(x);
   info->backend_init_case = WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_IPC;
   info->ipc = x;
   for (size_t i = 0; i < n; i++) {
-    const wt_backend_option *o = &opts[i];
-    if (strcmp(o->key, "packed") == 0) {
-      if (strcmp(o->value, "1") == 0 || strcmp(o->value, "true") == 0)
-        x->packed = true;
-      else if (strcmp(o->value, "0") == 0 || strcmp(o->value, "false") == 0)
-        x->packed = false;
-      else
-        WT_FAIL(WT_INVALID_ARGUMENT,
-                "option packed: '%.64s' is not 1, 0, true or false", o->value);
-    } else if (strcmp(o->key, "bucket_size") == 0) {
-      WT_CHECK(wt_option_size_field(o, &x->packed_buffer_size_bytes));
-    } else if (strcmp(o->key, "num_buffers") == 0) {
-      WT_CHECK(wt_option_u32_field(o, &x->packed_num_buffers));
-    } else {
-      WT_CHECK(wt_option_unknown("ipc", o, known));
-    }
+    wt_status *st =
+        wt_option_packing("ipc", &opts[i], &x->packed,
+                          &x->packed_buffer_size_bytes, &x->packed_num_buffers);
+    if (st != NULL) return st;
   }
-out:
-  return st;
+  return NULL;
 }
 
 const wt_trainer_ops wt_ipc_trainer_ops = {

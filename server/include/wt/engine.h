@@ -255,6 +255,7 @@ wt_status *wt_engine_names(wt_registry *reg, char **out);
 /* The built-in backends' tables (engine_registry.c registers them). */
 extern const wt_engine_ops wt_grpc_engine_ops;
 extern const wt_engine_ops wt_ipc_engine_ops; /* engines/ipc_engine.c */
+extern const wt_engine_ops wt_nccl_engine_ops; /* engines/nccl_engine.c */
 #ifdef WT_WITH_UCX
 extern const wt_engine_ops wt_ucx_engine_ops; /* engines/ucx_engine.c */
 #endif

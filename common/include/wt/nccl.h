@@ -1,0 +1,162 @@
+/* wt/nccl.h: the `nccl` backend's seam to NCCL, and the logic around it
+ * that needs no GPU.
+ *
+ * The seam: the few NCCL calls wt makes (unique id, a non-blocking
+ * communicator's init, its asynchronous state, abort, destroy, broadcast,
+ * the warm-up all-reduce) sit in one table, wt_nccl_api, implemented by the
+ * module libwt_nccl.so (common/src/nccl_module.c, built where CMake finds
+ * NCCL: WT_WITH_NCCL) and loaded with dlopen the first time wt needs it, as
+ * the CUDA module is (wt/cuda.h). So wt-server and libwt_client build,
+ * start and serve where NCCL is missing, and asking for it says why. Tests
+ * replace the table (wt_nccl_api_override) with one that emulates
+ * communicators between threads of one process (tests/support/fake_nccl.h).
+ *
+ * Communicators are always non-blocking (ncclCommInitRankConfig with
+ * config.blocking = 0): every call returns at once, and wt_nccl_wait polls
+ * ncclCommGetAsyncError and cudaStreamQuery against the wait's deadline, so
+ * no NCCL wait in wt is without one. On a deadline, a cancel or an error
+ * the waiter aborts the communicator (ncclCommAbort, from the thread that
+ * owns it, with no other NCCL call in flight): it cannot be used again.
+ *
+ * Wire, as vLLM's: the trainer draws the 128-byte ncclUniqueId and sends it
+ * in init_info.nccl.nccl_unique_id (vLLM's NCCLWeightTransferInitInfo
+ * carries the same bytes as standard base64 in nccl_unique_id_b64:
+ * wt_base64_encode/decode convert); world_size and rank_offset are the
+ * common init info's (vLLM's fields of the same names); the trainer is rank
+ * 0 and worker i of a server is rank rank_offset + i; every rank enters the
+ * init at once, and right after it joins one float32, one-element sum
+ * all-reduce (the warm-up vLLM's PyNcclCommunicator.from_unique_id_bytes
+ * issues) before any other collective. packed, packed_buffer_size_bytes and
+ * packed_num_buffers are vLLM's NCCLWeightTransferConfig fields (1 GiB and
+ * 2 by default); each bucket is one ncclBroadcast of uint8 from rank 0.
+ */
+#ifndef WT_NCCL_H
+#define WT_NCCL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wt/cuda.h"
+#include "wt/packing.h"
+#include "wt/status.h"
+#include "wt/v1/wt.pb-c.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WT_NCCL_API_VERSION 1u
+/* sizeof(ncclUniqueId) */
+#define WT_NCCL_UNIQUE_ID_BYTES 128
+/* vLLM's defaults (DEFAULT_PACKED_BUFFER_SIZE_BYTES, _NUM_BUFFERS). */
+#define WT_NCCL_DEFAULT_BUFFER_BYTES (1ull << 30)
+#define WT_NCCL_DEFAULT_NUM_BUFFERS 2u
+/* At most this many buffers (and streams) in flight. */
+#define WT_NCCL_MAX_BUFFERS 16u
+
+typedef struct wt_nccl_api {
+  uint32_t version; /* WT_NCCL_API_VERSION */
+  const char *name; /* "NCCL 2.28.9", "fake" */
+  /* ncclGetVersion's code (22809 for 2.28.9). */
+  int (*version_code)(void);
+  wt_status *(*get_unique_id)(unsigned char id[WT_NCCL_UNIQUE_ID_BYTES]);
+  /* Starts joining communicator `id` as `rank` of `nranks` on the calling
+   * thread's device, non-blocking: *comm is valid at once, the init
+   * completes while comm_state says pending. */
+  wt_status *(*comm_init)(int nranks,
+                          const unsigned char id[WT_NCCL_UNIQUE_ID_BYTES],
+                          int rank, void **comm);
+  /* ncclCommGetAsyncError: *pending true while an operation (the init, a
+   * finalize) is in progress; an error the communicator hit is returned. */
+  wt_status *(*comm_state)(void *comm, int *pending);
+  /* ncclCommAbort: ends everything in flight; comm is gone after it. */
+  void (*comm_abort)(void *comm);
+  /* ncclCommDestroy of a communicator with nothing in flight (the caller
+   * waited for it); comm is gone after it. */
+  void (*comm_destroy)(void *comm);
+  /* ncclBroadcast of `bytes` uint8 from `root` on `stream`: `send` is read
+   * on the root, `recv` written on every rank (recv == send on the root is
+   * allowed, as NCCL's in-place broadcast). */
+  wt_status *(*broadcast)(const void *send, void *recv, size_t bytes, int root,
+                          void *comm, void *stream);
+  /* ncclAllReduce of `count` float32, ncclSum, on `stream`. */
+  wt_status *(*all_reduce_f32)(const void *send, void *recv, size_t count,
+                               void *comm, void *stream);
+} wt_nccl_api;
+
+/* The process's table: the override if set, else the module, loaded on
+ * first use. FAILED_PRECONDITION saying why when neither is available. */
+wt_status *wt_nccl_api_get(const wt_nccl_api **out);
+/* Replaces the table for the whole process (tests); NULL: the module. */
+void wt_nccl_api_override(const wt_nccl_api *api);
+/* What the module exports, under the symbol "wt_nccl_module_api". */
+typedef const wt_nccl_api *(*wt_nccl_module_fn)(void);
+
+/* --- logic without a GPU -------------------------------------------------- */
+
+/* The settings of an init, checked. */
+typedef struct wt_nccl_settings {
+  uint32_t world_size;
+  uint32_t rank_offset; /* the first worker's rank */
+  bool packed;
+  uint64_t buffer_bytes;
+  uint32_t num_buffers;
+  unsigned char unique_id[WT_NCCL_UNIQUE_ID_BYTES];
+} wt_nccl_settings;
+
+/* Checks an init info for the nccl backend, for a server of `nworkers`
+ * workers (0: the trainer's side, which checks world_size only):
+ * INVALID_ARGUMENT naming the field when init_info.nccl is missing, the
+ * unique id is not exactly 128 bytes, world_size is below 2, rank_offset is
+ * 0 (the trainer's rank) or the server's last rank (rank_offset + nworkers
+ * - 1) is past world_size - 1, packed_buffer_size_bytes is 0, or
+ * packed_num_buffers is 0 or above WT_NCCL_MAX_BUFFERS. Fills *out. */
+wt_status *wt_nccl_check_init(const Wt__V1__WeightTransferInitInfo *init,
+                              uint32_t nworkers, wt_nccl_settings *out);
+
+/* The rank of worker `index` of a server: rank_offset + index. */
+static inline int wt_nccl_worker_rank(const wt_nccl_settings *s,
+                                      uint32_t index) {
+  return (int)(s->rank_offset + index);
+}
+
+/* Where bucket b of a packed round goes on either side: buffer and stream
+ * b % num_buffers, and the bucket that must have finished on that stream
+ * before the buffer is reused (b - num_buffers; none for the first ones). */
+typedef struct wt_nccl_step {
+  size_t bucket;
+  uint32_t buffer; /* and stream */
+  bool waits;      /* for bucket `after` on the same stream */
+  size_t after;
+} wt_nccl_step;
+
+/* The schedule of `plan` with `num_buffers` (>= 1) buffers: out[0..nbuckets).
+ * The caller owns *out (free). */
+wt_status *wt_nccl_schedule(const wt_pack_plan *plan, uint32_t num_buffers,
+                            wt_nccl_step **out);
+
+/* Waits until `comm`'s pending operation is done and, when `stream` is not
+ * NULL, `stream` has finished what was queued on it (cudaStreamQuery
+ * through `cuda`), polling both. On the deadline (a monotonic time in ms),
+ * a cancel (*cancel set) or an error, aborts `comm` (*comm becomes NULL)
+ * and returns DEADLINE_EXCEEDED, CANCELLED or the error, each naming
+ * `what` ("rank 1 of 2: the communicator's init"). */
+wt_status *wt_nccl_wait(const wt_nccl_api *nccl, const wt_cuda_api *cuda,
+                        void **comm, void *stream, int64_t deadline_ms,
+                        const atomic_bool *cancel, const char *what);
+
+/* Standard base64 (RFC 4648, with padding; not URL-safe), as vLLM's
+ * nccl_unique_id_b64. encode writes 4 * ceil(n / 3) characters and a NUL
+ * into out (room for that); decode takes exactly that form and writes at
+ * most `cap` bytes: INVALID_ARGUMENT naming `what` otherwise. */
+void wt_base64_encode(const unsigned char *in, size_t n, char *out);
+wt_status *wt_base64_decode(const char *in, unsigned char *out, size_t cap,
+                            size_t *n, const char *what);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WT_NCCL_H */

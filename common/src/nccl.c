@@ -1,0 +1,288 @@
+/* nccl.c: the nccl backend's logic that needs no GPU, and the loader of
+ * its NCCL module (see wt/nccl.h). */
+
+#include "wt/nccl.h"
+
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "wt/log.h"
+
+/* --- the module ----------------------------------------------------------- */
+
+#define MODULE_FILE "libwt_nccl.so"
+#define MODULE_SYMBOL "wt_nccl_module_api"
+#define MODULE_ENV "WT_NCCL_MODULE"
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static const wt_nccl_api *loaded;
+static wt_status *load_error;
+static _Atomic(const wt_nccl_api *) override;
+
+static void load(void) {
+#ifndef WT_WITH_NCCL
+  load_error = wt_status_new(WT_FAILED_PRECONDITION,
+                             "NCCL is unavailable: this build of wt has no "
+                             "NCCL support (configured with WT_WITH_NCCL=OFF "
+                             "or without NCCL)");
+#else
+  char *path = NULL;
+  const char *env = getenv(MODULE_ENV);
+  Dl_info info;
+  if (env != NULL && *env != '\0') {
+    path = strdup(env);
+  } else if (dladdr((void *)&wt_nccl_api_get, &info) != 0 && info.dli_fname) {
+    /* Beside libwt_common, as the CUDA module. */
+    char *copy = strdup(info.dli_fname);
+    if (copy != NULL &&
+        asprintf(&path, "%s/%s", dirname(copy), MODULE_FILE) < 0)
+      path = NULL;
+    free(copy);
+  } else {
+    path = strdup(MODULE_FILE);
+  }
+  if (path == NULL) {
+    load_error = wt_status_new(WT_RESOURCE_EXHAUSTED, "NCCL: out of memory");
+    return;
+  }
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) {
+    const char *why = dlerror();
+    load_error = wt_status_new(WT_FAILED_PRECONDITION,
+                               "NCCL is unavailable: cannot load %s: %s", path,
+                               why ? why : "(no reason given)");
+    free(path);
+    return;
+  }
+  wt_nccl_module_fn fn = (wt_nccl_module_fn)dlsym(h, MODULE_SYMBOL);
+  const wt_nccl_api *api = fn ? fn() : NULL;
+  if (api == NULL || api->version != WT_NCCL_API_VERSION) {
+    load_error = wt_status_new(
+        WT_FAILED_PRECONDITION, "NCCL is unavailable: %s: %s", path,
+        api == NULL ? "no " MODULE_SYMBOL " table"
+                    : "its table is of another version (a stale module)");
+    dlclose(h);
+    free(path);
+    return;
+  }
+  WT_LOGD("nccl", "loaded %s (%s)", path, api->name);
+  free(path);
+  loaded = api; /* kept loaded for the life of the process */
+#endif
+}
+
+wt_status *wt_nccl_api_get(const wt_nccl_api **out) {
+  const wt_nccl_api *o = atomic_load(&override);
+  if (o != NULL) {
+    *out = o;
+    return NULL;
+  }
+  pthread_once(&once, load);
+  *out = loaded;
+  return loaded == NULL ? wt_status_copy(load_error) : NULL;
+}
+
+void wt_nccl_api_override(const wt_nccl_api *api) {
+  atomic_store(&override, api);
+}
+
+/* --- init info ------------------------------------------------------------ */
+
+wt_status *wt_nccl_check_init(const Wt__V1__WeightTransferInitInfo *init,
+                              uint32_t nworkers, wt_nccl_settings *out) {
+  memset(out, 0, sizeof(*out));
+  const Wt__V1__NcclInitInfo *x =
+      init != NULL && init->backend_init_case ==
+                          WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_NCCL
+          ? init->nccl
+          : NULL;
+  if (x == NULL)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "init_info.nccl is missing: the nccl backend needs "
+                         "the trainer's nccl_unique_id");
+  if (x->nccl_unique_id.len != WT_NCCL_UNIQUE_ID_BYTES)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "init_info.nccl.nccl_unique_id is %zu bytes; an "
+                         "ncclUniqueId is %d",
+                         x->nccl_unique_id.len, WT_NCCL_UNIQUE_ID_BYTES);
+  memcpy(out->unique_id, x->nccl_unique_id.data, WT_NCCL_UNIQUE_ID_BYTES);
+  out->world_size = init->world_size;
+  out->rank_offset = init->rank_offset;
+  if (out->world_size < 2)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "init_info.world_size is %" PRIu32
+                         "; the trainer (rank 0) and at least one worker "
+                         "make 2",
+                         out->world_size);
+  if (nworkers > 0) {
+    if (out->rank_offset == 0)
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "init_info.rank_offset is 0, the trainer's rank; "
+                           "a server's workers start at 1 or later");
+    uint64_t last = (uint64_t)out->rank_offset + nworkers - 1;
+    if (last >= out->world_size)
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "init_info.rank_offset %" PRIu32 " with %" PRIu32
+                           " worker(s) needs ranks up to %" PRIu64
+                           "; init_info.world_size %" PRIu32
+                           " has ranks 0 to %" PRIu32,
+                           out->rank_offset, nworkers, last, out->world_size,
+                           out->world_size - 1);
+  }
+  out->packed = x->packed;
+  out->buffer_bytes = x->packed_buffer_size_bytes
+                          ? x->packed_buffer_size_bytes->value
+                          : WT_NCCL_DEFAULT_BUFFER_BYTES;
+  out->num_buffers = x->packed_num_buffers ? x->packed_num_buffers->value
+                                           : WT_NCCL_DEFAULT_NUM_BUFFERS;
+  if (out->buffer_bytes == 0)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "init_info.nccl.packed_buffer_size_bytes is 0");
+  if (out->num_buffers == 0 || out->num_buffers > WT_NCCL_MAX_BUFFERS)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "init_info.nccl.packed_num_buffers is %" PRIu32
+                         "; between 1 and %u",
+                         out->num_buffers, WT_NCCL_MAX_BUFFERS);
+  return NULL;
+}
+
+/* --- schedule ------------------------------------------------------------- */
+
+wt_status *wt_nccl_schedule(const wt_pack_plan *plan, uint32_t num_buffers,
+                            wt_nccl_step **out) {
+  *out = NULL;
+  if (num_buffers == 0)
+    return wt_status_new(WT_INVALID_ARGUMENT, "num_buffers is 0");
+  wt_nccl_step *s = calloc(plan->nbuckets ? plan->nbuckets : 1, sizeof(*s));
+  if (s == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED,
+                         "out of memory for a schedule of %zu buckets",
+                         plan->nbuckets);
+  for (size_t b = 0; b < plan->nbuckets; b++) {
+    s[b].bucket = b;
+    s[b].buffer = (uint32_t)(b % num_buffers);
+    s[b].waits = b >= num_buffers;
+    s[b].after = s[b].waits ? b - num_buffers : 0;
+  }
+  *out = s;
+  return NULL;
+}
+
+/* --- waits ---------------------------------------------------------------- */
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+wt_status *wt_nccl_wait(const wt_nccl_api *nccl, const wt_cuda_api *cuda,
+                        void **comm, void *stream, int64_t deadline_ms,
+                        const atomic_bool *cancel, const char *what) {
+  int64_t start = now_ms();
+  wt_status *st = NULL;
+  for (;;) {
+    int pending = 0, done = 1;
+    st = nccl->comm_state(*comm, &pending);
+    if (st != NULL) {
+      st = wt_status_prefix(st, "%s", what);
+      break;
+    }
+    if (!pending && stream != NULL) {
+      st = cuda->stream_query(stream, &done);
+      if (st != NULL) {
+        st = wt_status_prefix(st, "%s", what);
+        break;
+      }
+    }
+    if (!pending && done) return NULL;
+    if (cancel != NULL && atomic_load(cancel)) {
+      st = wt_status_new(WT_CANCELLED, "%s: cancelled", what);
+      break;
+    }
+    if (now_ms() >= deadline_ms) {
+      st = wt_status_new(WT_DEADLINE_EXCEEDED,
+                         "%s: no progress within %" PRId64
+                         " ms (a peer is gone, stopped, or never came)",
+                         what, deadline_ms - start);
+      break;
+    }
+    struct timespec ts = {0, 50 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  /* Nothing of this communicator can be trusted to end by itself. */
+  nccl->comm_abort(*comm);
+  *comm = NULL;
+  return wt_status_prefix(st, "communicator aborted");
+}
+
+/* --- base64 --------------------------------------------------------------- */
+
+static const char B64[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+void wt_base64_encode(const unsigned char *in, size_t n, char *out) {
+  size_t o = 0;
+  for (size_t i = 0; i < n; i += 3) {
+    uint32_t v = (uint32_t)in[i] << 16;
+    if (i + 1 < n) v |= (uint32_t)in[i + 1] << 8;
+    if (i + 2 < n) v |= in[i + 2];
+    out[o++] = B64[(v >> 18) & 63];
+    out[o++] = B64[(v >> 12) & 63];
+    out[o++] = i + 1 < n ? B64[(v >> 6) & 63] : '=';
+    out[o++] = i + 2 < n ? B64[v & 63] : '=';
+  }
+  out[o] = '\0';
+}
+
+static int b64_value(char c) {
+  const char *p = c ? strchr(B64, c) : NULL;
+  return p ? (int)(p - B64) : -1;
+}
+
+wt_status *wt_base64_decode(const char *in, unsigned char *out, size_t cap,
+                            size_t *n, const char *what) {
+  size_t len = strlen(in), o = 0;
+  *n = 0;
+  if (len % 4 != 0)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "%s: %zu characters is not standard base64 (a "
+                         "multiple of 4, padded with '=')",
+                         what, len);
+  for (size_t i = 0; i < len; i += 4) {
+    int v[4];
+    bool last = i + 4 == len;
+    for (int k = 0; k < 4; k++) {
+      v[k] = b64_value(in[i + (size_t)k]);
+      bool pad = in[i + (size_t)k] == '=' && last && k >= 2 &&
+                 (k == 3 || in[i + 3] == '=');
+      if (v[k] < 0 && !pad)
+        return wt_status_new(WT_INVALID_ARGUMENT,
+                             "%s: character %zu ('%c') is not standard "
+                             "base64 (URL-safe base64 is not accepted)",
+                             what, i + (size_t)k,
+                             in[i + (size_t)k] >= 32 && in[i + (size_t)k] < 127
+                                 ? in[i + (size_t)k]
+                                 : '?');
+      if (pad) v[k] = -1;
+    }
+    size_t bytes = v[2] < 0 ? 1 : v[3] < 0 ? 2 : 3;
+    if (o + bytes > cap)
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "%s: decodes to more than %zu bytes", what, cap);
+    uint32_t x = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 |
+                 (uint32_t)(v[2] < 0 ? 0 : v[2]) << 6 |
+                 (uint32_t)(v[3] < 0 ? 0 : v[3]);
+    out[o++] = (unsigned char)(x >> 16);
+    if (bytes > 1) out[o++] = (unsigned char)(x >> 8);
+    if (bytes > 2) out[o++] = (unsigned char)x;
+  }
+  *n = o;
+  return NULL;
+}

@@ -70,6 +70,9 @@ static void test_check_init(void) {
   WT_ASSERT_ERR(wt_nccl_check_init(&f.info, 1, &s), WT_INVALID_ARGUMENT,
                 "init_info.world_size is 1; the trainer (rank 0) and at "
                 "least one worker make 2");
+  f.info.world_size = 1u << 31; /* a stranger's world */
+  WT_ASSERT_ERR(wt_nccl_check_init(&f.info, 1, &s), WT_INVALID_ARGUMENT,
+                "init_info.world_size is 2147483648; at most 65536");
   f.info.world_size = 2;
   f.nccl.nccl_unique_id.len = 127;
   WT_ASSERT_ERR(wt_nccl_check_init(&f.info, 1, &s), WT_INVALID_ARGUMENT,

@@ -120,6 +120,10 @@ wt_status *wt_nccl_check_init(const Wt__V1__WeightTransferInitInfo *init,
                          "; the trainer (rank 0) and at least one worker "
                          "make 2",
                          out->world_size);
+  if (out->world_size > WT_NCCL_MAX_WORLD)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "init_info.world_size is %" PRIu32 "; at most %u",
+                         out->world_size, WT_NCCL_MAX_WORLD);
   if (nworkers > 0) {
     if (out->rank_offset == 0)
       return wt_status_new(WT_INVALID_ARGUMENT,

@@ -55,6 +55,9 @@ extern "C" {
 #define WT_NCCL_DEFAULT_NUM_BUFFERS 2u
 /* At most this many buffers (and streams) in flight. */
 #define WT_NCCL_MAX_BUFFERS 16u
+/* The largest world an init may name: NCCL's bootstrap sizes its tables by
+ * the rank count, so a stranger's init may not ask for billions. */
+#define WT_NCCL_MAX_WORLD 65536u
 
 typedef struct wt_nccl_api {
   uint32_t version; /* WT_NCCL_API_VERSION */
@@ -109,7 +112,8 @@ typedef struct wt_nccl_settings {
 /* Checks an init info for the nccl backend, for a server of `nworkers`
  * workers (0: the trainer's side, which checks world_size only):
  * INVALID_ARGUMENT naming the field when init_info.nccl is missing, the
- * unique id is not exactly 128 bytes, world_size is below 2, rank_offset is
+ * unique id is not exactly 128 bytes, world_size is below 2 or above
+ * WT_NCCL_MAX_WORLD, rank_offset is
  * 0 (the trainer's rank) or the server's last rank (rank_offset + nworkers
  * - 1) is past world_size - 1, packed_buffer_size_bytes is 0, or
  * packed_num_buffers is 0 or above WT_NCCL_MAX_BUFFERS. Fills *out. */

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# steady_bench.sh: a trainer that stays up. One wt-push process runs
+# RUNS+1 rounds on one init (--rounds) against one wt-server; the first
+# round (connecting, wire-up, first touch) is reported apart from the
+# steady state (median, best, worst), beside the reference of the same
+# transport measured in the same run:
+#
+#   grpc:    wt-bench-tcp-ref (bench/tcp_ref.c), a plain TCP stream of the
+#            same bytes between two processes on loopback, in CHUNK-byte
+#            writes into a buffer, over a connection made beforehand
+#            (target: wt at least 0.8x); and Python grpcio client to
+#            grpcio server, the same bytes and chunks through the same
+#            PushWeights stubs, one channel for every run (target: wt at
+#            least 1.5x)
+#   ucx tcp: ucx_perftest -t tag_bw -s BUCKET, UCX_TLS=tcp (and wt's
+#            UCX_TCP_TX_SEG_SIZE), as many messages as one round (target:
+#            wt at least 0.95x); wt with its defaults (listener connection,
+#            peer-failure handling on)
+#   ucx sm:  the same with UCX_TLS=sm (wt by worker address, peer errors
+#            off, as UCX 1.13 selects no shared memory otherwise)
+#   per tensor: synthetic:small-10k (10,000 tensors of 64 bytes), steady
+#            median, for every backend: (round - bytes at the 1 GiB round's
+#            rate) / 10,000 (target: at most 2 us)
+#
+# The bytes: the 1 GiB checkpoint bench/ucx_bench.sh writes (CKPT, default
+# /dev/shm/wt-bench-1g.safetensors; page-cache memory the checkpoint source
+# hands out as pointers), the server's --model and the trainer's
+# --checkpoint. GB/s = 1e9 B/s. Settings: BUILD_DIR (build), RUNS (10),
+# CHUNK (1 MiB), BUCKET (64 MiB), BACKENDS ("grpc ucx-tcp ucx-sm"), PY (1:
+# the Python reference). Not a test; CI does not run it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+build=${BUILD_DIR:-build}
+runs=${RUNS:-10}
+chunk=${CHUNK:-1048576}
+bucket=${BUCKET:-67108864}
+backends=${BACKENDS:-grpc ucx-tcp ucx-sm}
+ckpt=${CKPT:-/dev/shm/wt-bench-1g.safetensors}
+py=${PY:-1}
+bench=steady_bench
+work=$(mktemp -d /tmp/wt-steady.XXXXXX)
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+trap bench_cleanup EXIT
+bench_build "$build" "" wt-server wt-push wt-bench-tcp-ref
+server_bin=$build/server/wt-server
+push_bin=$build/client/wt-push
+if [ ! -f "$ckpt" ]; then
+  echo "$bench: $ckpt is missing: run bench/ucx_bench.sh once (it writes it)" >&2
+  exit 1
+fi
+total=$(python3 - "$ckpt" <<'EOF'
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    h = json.loads(f.read(n))
+print(sum(v["data_offsets"][1] - v["data_offsets"][0]
+          for k, v in h.items() if k != "__metadata__"))
+EOF
+)
+
+# rounds NAME MODEL PUSH_SOURCE BACKEND [ENV...] -- [PUSH_ARGS...]: one
+# wt-server (MODEL), one wt-push of RUNS+1 rounds; prints "first_s
+# median_s best_s worst_s".
+rounds() {
+  local name=$1 model=$2 source=$3 backend=$4
+  shift 4
+  local envs=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  start_bg "srv-$name" env ${envs[@]+"${envs[@]}"} "$server_bin" \
+    --listen 127.0.0.1:0 --model "$model" --log-level warn
+  local out line
+  # shellcheck disable=SC2086
+  out=$(env ${envs[@]+"${envs[@]}"} "$push_bin" --server "$bg_addr" $source \
+    --backend "$backend" --rounds $((runs + 1)) --quiet "$@" 2>&1) || {
+    echo "$bench: wt-push ($name): $out" >&2
+    exit 1
+  }
+  stop_bg "$bg_pid"
+  line=$(grep '^rounds:' <<<"$out")
+  sed -E 's/.*first ([0-9.]+) s.*median ([0-9.]+) s.*best ([0-9.]+) s, worst ([0-9.]+) s.*/\1 \2 \3 \4/' <<<"$line"
+}
+
+gbps() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.2f", s > 0 ? b / s / 1e9 : 0 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b > 0 ? a / b : 0 }'; }
+
+# perftest UCX_TLS: ucx_perftest tag_bw median over RUNS, as GB/s.
+perftest() {
+  local i port spid mbs
+  : >"$work/perf.gbps"
+  for i in $(seq 1 "$runs"); do
+    port=$((20000 + RANDOM % 20000))
+    env UCX_TLS="$1" UCX_TCP_TX_SEG_SIZE=64k ucx_perftest -p "$port" >"$work/perf_srv.out" 2>&1 &
+    spid=$!
+    sleep 0.5
+    env UCX_TLS="$1" UCX_TCP_TX_SEG_SIZE=64k ucx_perftest -p "$port" -t tag_bw \
+      -s "$bucket" -n $(( (total + bucket - 1) / bucket )) -w 1 127.0.0.1 \
+      >"$work/perf.out" 2>&1 || true
+    wait "$spid" || true
+    mbs=$(awk '/Final:/ {print $(NF-2)}' "$work/perf.out")
+    [ -n "$mbs" ] && awk -v m="$mbs" 'BEGIN {printf "%.3f\n", m * 1048576 / 1e9}' >>"$work/perf.gbps"
+  done
+  sort -g "$work/perf.gbps" | awk '{a[NR] = $1} END {printf "%.2f", a[int((NR + 1) / 2)]}'
+}
+
+echo "steady state: one wt-push, $((runs + 1)) rounds on one init; $total bytes" \
+  "($ckpt); $(nproc) CPUs; GB/s = 1e9 B/s"
+printf '%-34s %9s %9s %9s %9s %9s\n' path first "median" best worst "GB/s"
+declare -A rate
+for b in $backends; do
+  case $b in
+    grpc) envs=(WT_NONE=1); backend=grpc; args=(--chunk-size "$chunk") ;;
+    ucx-tcp) envs=(UCX_TLS=tcp); backend=ucx; args=(--bucket-size "$bucket") ;;
+    ucx-sm) envs=(UCX_TLS=sm WT_UCX_CONNECT=address WT_UCX_PEER_ERRORS=off)
+            backend=ucx; args=(--bucket-size "$bucket") ;;
+    *) echo "$bench: unknown backend '$b'" >&2; exit 2 ;;
+  esac
+  read -r first med best worst < <(rounds "$b" "$ckpt" "--checkpoint $ckpt" \
+    "$backend" "${envs[@]}" -- "${args[@]}")
+  rate[$b]=$(gbps "$total" "$med")
+  printf '%-34s %8ss %8ss %8ss %8ss %9s\n' "wt $b" "$first" "$med" "$best" \
+    "$worst" "${rate[$b]}"
+  case $b in
+    grpc)
+      ref=$("$build/bench/wt-bench-tcp-ref" "$total" "$chunk" "$runs")
+      tcp=$(sed -E 's/.*median ([0-9.]+).*/\1/' <<<"$ref")
+      printf '%-34s %49s %9s  ratio %s (target >= 0.8)\n' \
+        "  TCP stream, loopback (reference)" "" "$tcp" "$(ratio "${rate[$b]}" "$tcp")"
+      if [ "$py" = 1 ]; then
+        start_bg py-server python3 "$root/bench/py_stream_server.py" \
+          --proto-dir "$root/proto" --stubs-dir "$work/stubs-server" --size "$total"
+        python3 "$root/bench/py_stream_client.py" --server "$bg_addr" \
+          --proto-dir "$root/proto" --stubs-dir "$work/stubs-client" \
+          --bytes "$total" --chunk-size "$chunk" --runs $((runs + 1)) >"$work/py.out"
+        stop_bg "$bg_pid"
+        pyg=$(sed -n 's/.*"gbps": \([0-9.e+-]*\).*/\1/p' "$work/py.out" | tail -n +2 |
+          sort -g | awk '{a[NR] = $1} END {printf "%.2f", a[int((NR + 1) / 2)]}')
+        printf '%-34s %49s %9s  ratio %s (target >= 1.5)\n' \
+          "  Python grpcio (reference)" "" "$pyg" "$(ratio "${rate[$b]}" "$pyg")"
+      fi
+      ;;
+    ucx-*)
+      pt=$(perftest "${envs[0]#UCX_TLS=}")
+      printf '%-34s %49s %9s  ratio %s (target >= 0.95)\n' \
+        "  ucx_perftest tag_bw (reference)" "" "$pt" "$(ratio "${rate[$b]}" "$pt")"
+      ;;
+  esac
+done
+echo
+echo "per tensor: synthetic:small-10k (10,000 x 64 B), steady median"
+printf '%-34s %9s %9s %12s\n' path first "median" "us/tensor"
+for b in $backends; do
+  case $b in
+    grpc) envs=(WT_NONE=1); backend=grpc ;;
+    ucx-tcp) envs=(UCX_TLS=tcp); backend=ucx ;;
+    ucx-sm) envs=(UCX_TLS=sm WT_UCX_CONNECT=address WT_UCX_PEER_ERRORS=off); backend=ucx ;;
+  esac
+  read -r first med _ _ < <(rounds "small-$b" synthetic:small-10k \
+    "--synthetic small-10k" "$backend" "${envs[@]}" --)
+  printf '%-34s %8ss %8ss %12s\n' "wt $b" "$first" "$med" \
+    "$(awk -v s="$med" -v r="${rate[$b]:-0}" 'BEGIN {
+        t = s - (r > 0 ? 640000 / (r * 1e9) : 0); printf "%.2f", t * 1e6 / 10000 }')"
+done

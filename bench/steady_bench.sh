@@ -83,8 +83,8 @@ rounds() {
   sed -E 's/.*first ([0-9.]+) s.*median ([0-9.]+) s.*best ([0-9.]+) s, worst ([0-9.]+) s.*/\1 \2 \3 \4/' <<<"$line"
 }
 
-gbps() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.2f", s > 0 ? b / s / 1e9 : 0 }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b > 0 ? a / b : 0 }'; }
+gbps() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.2f", (s > 0 ? b / s / 1e9 : 0) }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 
 # perftest UCX_TLS: ucx_perftest tag_bw median over RUNS, as GB/s.
 perftest() {

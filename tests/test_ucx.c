@@ -270,6 +270,37 @@ static void test_chain(void) {
   unsetenv("WT_UCX_FANOUT");
 }
 
+/* The default fan-out (auto) with workers on two hosts (two loopback
+ * addresses: 127.0.0.1 and 127.0.0.2) takes the chain across them; the
+ * bytes land on both, round after round. */
+static void test_auto_fanout_two_hosts(void) {
+  static wtt_server a, b;
+  wt_server_options oa = {.workers = 1},
+                    ob = {.workers = 2, .listen = "127.0.0.2:0"};
+  wtt_server_start(&a, "small", &oa);
+  wtt_server_start(&b, "small", &ob);
+  const char *targets[2] = {a.target, b.target};
+  wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
+  wt_sync_client *c = NULL;
+  wt_trainer *t = NULL;
+  wt_source *src = NULL;
+  ucx_info ui;
+  WT_ASSERT_OK(wt_sync_client_new(targets, 2, &o, &c));
+  WT_ASSERT_OK(wt_sync_client_init_transfer(
+      c, ucx_info_make(&ui, "tcp", NULL, 256 << 10, 0), NULL, &t));
+  WT_ASSERT_OK(wt_source_synthetic("small", 8, &src));
+  round_ok(c, t, src, "auto-1");
+  assert_servers_hold(c, "small", 8, "auto-1");
+  WT_ASSERT_OK(wt_source_synthetic_set_seed(src, 9));
+  round_ok(c, t, src, "auto-2");
+  assert_servers_hold(c, "small", 9, "auto-2");
+  wt_source_destroy(src);
+  wt_trainer_destroy(t);
+  wt_sync_client_destroy(c);
+  wtt_server_stop(&b);
+  wtt_server_stop(&a);
+}
+
 /* A source that stalls (once armed) before yielding the bytes of tensor
  * `stall_at`, as a trainer that stopped mid-round. */
 typedef struct stall {
@@ -1311,6 +1342,8 @@ void wt_test_suite_ucx(void) {
   CU_add_test(s, "memory source (zero-copy sends), sequential fan-out",
               test_memory_source_sequential);
   CU_add_test(s, "pipelined chain fan-out, tcp and shared memory", test_chain);
+  CU_add_test(s, "the default fan-out across two hosts",
+              test_auto_fanout_two_hosts);
   CU_add_test(s, "round over shared memory, 2 servers x (2, 3) workers",
               test_round_shared_memory);
   CU_add_test(s, "inplace staging: one registered region per worker",

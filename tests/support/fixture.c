@@ -50,7 +50,10 @@ void wtt_server_start(wtt_server *s, const char *layout,
   WT_ASSERT_OK(wt_server_start(&opts, &s->srv));
   CU_ASSERT_FATAL(wt_server_port(s->srv) > 0);
   s->workers = wt_server_workers(s->srv);
-  snprintf(s->target, sizeof(s->target), "127.0.0.1:%d",
+  /* The listen address's host (127.0.0.2 for a second "host"). */
+  const char *colon = strrchr(opts.listen, ':');
+  int hlen = colon ? (int)(colon - opts.listen) : (int)strlen(opts.listen);
+  snprintf(s->target, sizeof(s->target), "%.*s:%d", hlen, opts.listen,
            wt_server_port(s->srv));
   WT_ASSERT_OK(wt_rpc_channel_new(s->target, NULL, &s->ch));
   WT_ASSERT_OK(wt_synthetic_layout(layout, &s->metas, &s->n));

@@ -16,8 +16,10 @@
  * checkpoint's mmap, a memory source) is sent straight from that memory:
  * zero copy on the trainer. Any other bucket is packed once into one of
  * packed_num_buffers (default 2) send buffers (a synthetic source writes its
- * bytes there directly). Fan-out (options["ucx_fanout"]): "parallel", the
- * default, sends each bucket to every worker of every server at once (one
+ * bytes there directly). Fan-out (options["ucx_fanout"]): "auto", the
+ * default, is the chain once the workers are on more than one host and
+ * parallel while they share one (round_fanout); "parallel" sends each
+ * bucket to every worker of every server at once (one
  * tagged send per worker from the same memory, tag wt_ucx_tag(round of that
  * server, bucket)); "sequential" serves one worker after the other, reading
  * the source once per worker; "chain" sends to the first worker only, which
@@ -101,7 +103,7 @@ typedef struct sbuf {
   void **reqs;   /* one per peer */
 } sbuf;
 
-enum { FANOUT_PARALLEL, FANOUT_SEQUENTIAL, FANOUT_CHAIN };
+enum { FANOUT_PARALLEL, FANOUT_SEQUENTIAL, FANOUT_CHAIN, FANOUT_AUTO };
 
 typedef struct ucx_trainer {
   wt_sync_client *client;
@@ -112,7 +114,8 @@ typedef struct ucx_trainer {
   int64_t connect_timeout_ms; /* a peer's first bucket of a round */
   bool by_sockaddr;           /* options["ucx_connect"] == "sockaddr" */
   bool peer_errors;           /* options["ucx_peer_errors"] != "off" */
-  int fanout;                 /* options["ucx_fanout"]: FANOUT_* */
+  int fanout;                 /* this round's: FANOUT_* but AUTO */
+  int fanout_option;          /* options["ucx_fanout"]: FANOUT_* */
   peer **peers; /* stable addresses: UCX error callbacks point at them */
   size_t npeers;
   sbuf *bufs;
@@ -271,6 +274,7 @@ static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
   }
   t->peer_errors = true;
   t->by_sockaddr = false;
+  t->fanout_option = FANOUT_AUTO;
   /* The options, then the environment (WT_UCX_CONNECT, WT_UCX_PEER_ERRORS,
    * WT_UCX_FANOUT) as defaults for tools that set no options (wt-push). */
   static const char *const env_keys[][2] = {
@@ -307,15 +311,17 @@ static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
                 val);
     } else if (key != NULL && strcmp(key, "ucx_fanout") == 0) {
       if (strcmp(val, "sequential") == 0)
-        t->fanout = FANOUT_SEQUENTIAL;
+        t->fanout_option = FANOUT_SEQUENTIAL;
       else if (strcmp(val, "parallel") == 0)
-        t->fanout = FANOUT_PARALLEL;
+        t->fanout_option = FANOUT_PARALLEL;
       else if (strcmp(val, "chain") == 0)
-        t->fanout = FANOUT_CHAIN;
+        t->fanout_option = FANOUT_CHAIN;
+      else if (strcmp(val, "auto") == 0)
+        t->fanout_option = FANOUT_AUTO;
       else
         WT_FAIL(WT_INVALID_ARGUMENT,
                 "init_info.options[\"ucx_fanout\"] is '%s'; it must be "
-                "'parallel' (default), 'sequential' or 'chain'",
+                "'auto' (default), 'parallel', 'sequential' or 'chain'",
                 val);
     }
   }
@@ -705,6 +711,18 @@ out:
   return st;
 }
 
+/* The round's fan-out. auto: the chain once the workers are on more than
+ * one host (each host's link then carries one copy instead of N:
+ * bench/fanout_bench.sh on rate-limited links, README), parallel while
+ * they share one (the trainer's host, or any one: the copies then share a
+ * CPU and memory bus, where parallel was ahead in bench/ucx_bench.sh). */
+static int round_fanout(const ucx_trainer *t) {
+  if (t->fanout_option != FANOUT_AUTO) return t->fanout_option;
+  for (size_t j = 1; j < t->npeers; j++)
+    if (strcmp(t->peers[j]->host, t->peers[0]->host) != 0) return FANOUT_CHAIN;
+  return FANOUT_PARALLEL;
+}
+
 static wt_status *ucx_send_weights(void *self, wt_source *source,
                                    wt_progress_fn progress, void *user) {
   wt_status *st = NULL;
@@ -717,6 +735,13 @@ static wt_status *ucx_send_weights(void *self, wt_source *source,
   if (t->npeers == 0)
     WT_FAIL(WT_FAILED_PRECONDITION,
             "backend 'ucx': no worker endpoint (init_transfer first)");
+  t->fanout = round_fanout(t);
+  if (t->fanout_option == FANOUT_AUTO)
+    WT_LOGD("ucx", "trainer: fan-out auto: %s (%zu workers)",
+            t->fanout == FANOUT_CHAIN ? "chain, the workers are on more "
+                                        "than one host"
+                                      : "parallel, the workers share a host",
+            t->npeers);
   wt_ucx_reset_cancel(t->ucx);
   /* Endpoints closed or broken in an earlier round connect again; the
    * workers accept the new connection inside their receive. */

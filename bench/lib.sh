@@ -37,7 +37,7 @@ start_bg() {
   pids+=("$bg_pid")
   bg_addr=""
   for _ in $(seq 1 1200); do
-    bg_addr=$(sed -n 's/.* listening on //p' "$work/$name.out" | head -n1)
+    bg_addr=$(sed -n 's/.* listening on //p' "$work/$name.out" 2>/dev/null | head -n1 || true)
     [ -n "$bg_addr" ] && return 0
     if ! kill -0 "$bg_pid" 2>/dev/null; then
       echo "$bench: $name exited before serving:" >&2

@@ -14,8 +14,9 @@
 #            least 1.5x)
 #   ucx tcp: ucx_perftest -t tag_bw -s BUCKET, UCX_TLS=tcp (and wt's
 #            UCX_TCP_TX_SEG_SIZE), as many messages as one round (target:
-#            wt at least 0.95x); wt with its defaults (listener connection,
-#            peer-failure handling on)
+#            wt at least 0.95x); wt with its defaults (connected by worker
+#            address, peer-failure handling on); ucx-tcp-nopeer: peer
+#            errors off (as ucx_perftest)
 #   ucx sm:  the same with UCX_TLS=sm (wt by worker address, peer errors
 #            off, as UCX 1.13 selects no shared memory otherwise)
 #   per tensor: synthetic:small-10k (10,000 tensors of 64 bytes), steady
@@ -26,8 +27,10 @@
 # /dev/shm/wt-bench-1g.safetensors; page-cache memory the checkpoint source
 # hands out as pointers), the server's --model and the trainer's
 # --checkpoint. GB/s = 1e9 B/s. Settings: BUILD_DIR (build), RUNS (10),
-# CHUNK (1 MiB), BUCKET (64 MiB), BACKENDS ("grpc ucx-tcp ucx-sm"), PY (1:
-# the Python reference). Not a test; CI does not run it.
+# CHUNK (1 MiB), BUCKET (64 MiB), BACKENDS ("grpc ucx-tcp ucx-sm"; also
+# ucx-tcp-nopeer), PY (1: the Python reference),
+# PERFTEST (ucx_perftest: the one of the UCX wt was built with). Not a
+# test; CI does not run it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -38,6 +41,7 @@ bucket=${BUCKET:-67108864}
 backends=${BACKENDS:-grpc ucx-tcp ucx-sm}
 ckpt=${CKPT:-/dev/shm/wt-bench-1g.safetensors}
 py=${PY:-1}
+perftest_bin=${PERFTEST:-ucx_perftest}
 bench=steady_bench
 work=$(mktemp -d /tmp/wt-steady.XXXXXX)
 # shellcheck source=bench/lib.sh
@@ -92,10 +96,10 @@ perftest() {
   : >"$work/perf.gbps"
   for i in $(seq 1 "$runs"); do
     port=$((20000 + RANDOM % 20000))
-    env UCX_TLS="$1" UCX_TCP_TX_SEG_SIZE=64k ucx_perftest -p "$port" >"$work/perf_srv.out" 2>&1 &
+    env UCX_TLS="$1" UCX_TCP_TX_SEG_SIZE=64k "$perftest_bin" -p "$port" >"$work/perf_srv.out" 2>&1 &
     spid=$!
     sleep 0.5
-    env UCX_TLS="$1" UCX_TCP_TX_SEG_SIZE=64k ucx_perftest -p "$port" -t tag_bw \
+    env UCX_TLS="$1" UCX_TCP_TX_SEG_SIZE=64k "$perftest_bin" -p "$port" -t tag_bw \
       -s "$bucket" -n $(( (total + bucket - 1) / bucket )) -w 1 127.0.0.1 \
       >"$work/perf.out" 2>&1 || true
     wait "$spid" || true
@@ -113,6 +117,8 @@ for b in $backends; do
   case $b in
     grpc) envs=(WT_NONE=1); backend=grpc; args=(--chunk-size "$chunk") ;;
     ucx-tcp) envs=(UCX_TLS=tcp); backend=ucx; args=(--bucket-size "$bucket") ;;
+    ucx-tcp-nopeer) envs=(UCX_TLS=tcp WT_UCX_PEER_ERRORS=off); backend=ucx
+            args=(--bucket-size "$bucket") ;;
     ucx-sm) envs=(UCX_TLS=sm WT_UCX_CONNECT=address WT_UCX_PEER_ERRORS=off)
             backend=ucx; args=(--bucket-size "$bucket") ;;
     *) echo "$bench: unknown backend '$b'" >&2; exit 2 ;;
@@ -155,6 +161,7 @@ for b in $backends; do
   case $b in
     grpc) envs=(WT_NONE=1); backend=grpc ;;
     ucx-tcp) envs=(UCX_TLS=tcp); backend=ucx ;;
+    ucx-tcp-nopeer) envs=(UCX_TLS=tcp WT_UCX_PEER_ERRORS=off); backend=ucx ;;
     ucx-sm) envs=(UCX_TLS=sm WT_UCX_CONNECT=address WT_UCX_PEER_ERRORS=off); backend=ucx ;;
   esac
   read -r first med _ _ < <(rounds "small-$b" synthetic:small-10k \

@@ -11,8 +11,9 @@
 # BUCKET bytes: the same message size as ucx_perftest's.
 #
 # For each transport mode in MODES (default "tcp sm"):
-#   tcp: UCX_TLS=tcp for ucx_perftest and for both wt processes; wt connects
-#        through the workers' listeners (the backend's default).
+#   tcp: UCX_TLS=tcp for ucx_perftest and for both wt processes; wt with
+#        the backend's defaults (by worker address, peer-failure handling
+#        on).
 #   tcp-address: as tcp, but wt connects like ucx_perftest does: by worker
 #        address, without peer-failure handling (WT_UCX_CONNECT=address,
 #        WT_UCX_PEER_ERRORS=off); not in the default MODES.
@@ -118,7 +119,7 @@ wt() {
   local pid=$! addr="" i out gbps
   pids+=("$pid")
   for _ in $(seq 1 1200); do
-    addr=$(sed -n 's/.* listening on //p' "$work/$name.srv" | head -n1)
+    addr=$(sed -n 's/.* listening on //p' "$work/$name.srv" 2>/dev/null | head -n1 || true)
     [ -n "$addr" ] && break
     sleep 0.1
   done

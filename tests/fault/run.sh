@@ -85,7 +85,8 @@ start_server() {
   local pid=$! addr="" i
   pids+=("$pid")
   for ((i = 0; i < wait_s * 10; i++)); do
-    addr=$(sed -n 's/.* listening on //p' "$work/$name.out" | head -n1)
+    # The job may not have opened its output yet: no file is no line.
+    addr=$(sed -n 's/.* listening on //p' "$work/$name.out" 2>/dev/null | head -n1 || true)
     [ -n "$addr" ] && break
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1

@@ -81,7 +81,7 @@ serve() {
   addr=""
   local i
   for ((i = 0; i < 600; i++)); do
-    addr=$(sed -n 's/.* listening on //p' "$logs/$1-server.out" | head -n1)
+    addr=$(sed -n 's/.* listening on //p' "$logs/$1-server.out" 2>/dev/null | head -n1 || true)
     [ -n "$addr" ] && break
     kill -0 "$spid" 2>/dev/null || break
     sleep 0.1

@@ -4,11 +4,16 @@
  * proto/wt/v1/wt.proto and wt/trainer.h).
  *
  * One producer (the calling thread) walks the source and builds each chunk
- * message once: the bytes go from the source's tensor memory (or, for a
- * synthetic source, its fill) straight into the message's slice, never
- * through a bucket buffer. The slice is then shared, by reference, with one
- * sender thread per server through a small ring, so N servers cost one copy,
- * and a slow server holds the others back by at most the ring's depth. */
+ * message once. A chunk whose bytes lie in one tensor the source hands out
+ * in host memory (a checkpoint's mmap, a memory source) is two slices: its
+ * framing, and a slice that refers to the tensor's own bytes, so the trainer
+ * copies nothing (the kernel's socket copy is the only one); any other
+ * chunk (across tensors, or a synthetic source's fill) is one slice the
+ * bytes are copied into. The slices are then shared, by reference, with one
+ * sender thread per server through a small ring, so N servers cost at most
+ * one copy, and a slow server holds the others back by at most the ring's
+ * depth. send_weights returns only once gRPC has let go of every slice that
+ * refers to the source's memory, so the caller may free it at once. */
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -16,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <grpc/byte_buffer.h>
 #include <grpc/slice.h>
@@ -101,11 +107,20 @@ typedef struct sender {
   bool started;
 } sender;
 
+/* One chunk message: its framing and bytes in one slice, or the framing
+ * and a slice over the source's own memory. */
+typedef struct chunk_msg {
+  grpc_slice s[2];
+  size_t n;
+} chunk_msg;
+
 struct push {
   pthread_mutex_t mu;
   pthread_cond_t produced_cv;
   pthread_cond_t consumed_cv;
-  grpc_slice ring[RING];
+  chunk_msg ring[RING];
+  /* Slices over the source's memory that gRPC still holds. */
+  atomic_int_fast64_t borrowed;
   uint64_t produced; /* chunks published; ring[i % RING] holds chunk i */
   bool done;         /* the producer published its last chunk */
   bool failed;       /* someone failed: everyone stops */
@@ -162,8 +177,9 @@ static void *sender_main(void *arg) {
       break;
     }
     /* The slot cannot be reused before this sender moves past it. */
+    const chunk_msg *m = &p->ring[s->consumed % RING];
     grpc_byte_buffer *bb =
-        grpc_raw_byte_buffer_create(&p->ring[s->consumed % RING], 1);
+        grpc_raw_byte_buffer_create((grpc_slice *)m->s, m->n);
     pthread_mutex_unlock(&p->mu);
     st = wt_rpc_client_stream_write_raw(s->stream, bb);
     pthread_mutex_lock(&p->mu);
@@ -184,9 +200,14 @@ out:
   return NULL;
 }
 
+static void chunk_unref(chunk_msg *m) {
+  for (size_t i = 0; i < m->n; i++) grpc_slice_unref(m->s[i]);
+  m->n = 0;
+}
+
 /* Publishes `slice` (ownership passes to the ring) once every sender has
  * taken the chunk that used its slot. False when the push failed. */
-static bool publish(push *p, grpc_slice slice) {
+static bool publish(push *p, chunk_msg slice) {
   pthread_mutex_lock(&p->mu);
   for (;;) {
     if (p->failed) break;
@@ -198,13 +219,13 @@ static bool publish(push *p, grpc_slice slice) {
   }
   bool ok = !p->failed;
   if (ok) {
-    if (p->produced >= RING) grpc_slice_unref(p->ring[p->produced % RING]);
+    if (p->produced >= RING) chunk_unref(&p->ring[p->produced % RING]);
     p->ring[p->produced % RING] = slice;
     p->produced++;
     pthread_cond_broadcast(&p->produced_cv);
   }
   pthread_mutex_unlock(&p->mu);
-  if (!ok) grpc_slice_unref(slice);
+  if (!ok) chunk_unref(&slice);
   return ok;
 }
 
@@ -236,6 +257,12 @@ out:
   return st;
 }
 
+/* gRPC let go of a slice over the source's memory. */
+static void borrowed_done(void *arg) {
+  push *p = arg;
+  atomic_fetch_sub(&p->borrowed, 1);
+}
+
 static wt_status *produce(push *p, cursor *c, const wt_pack_plan *plan,
                           uint64_t chunk_bytes, wt_progress_fn progress,
                           void *user) {
@@ -245,6 +272,27 @@ static wt_status *produce(push *p, cursor *c, const wt_pack_plan *plan,
     for (uint64_t off = 0; off < nbytes;) {
       uint64_t len = nbytes - off < chunk_bytes ? nbytes - off : chunk_bytes;
       size_t prefix = wt_chunk_prefix((uint32_t)b, off, len, NULL);
+      if ((st = cursor_advance(c)) != NULL) goto out;
+      if (c->t.data != NULL && c->t.kind != WT_MEM_DEVICE &&
+          c->t.nbytes - c->offset >= len) {
+        /* The whole chunk in this tensor's own memory: refer to it. */
+        chunk_msg m = {.n = 2};
+        m.s[0] = grpc_slice_malloc(prefix);
+        wt_chunk_prefix((uint32_t)b, off, len, GRPC_SLICE_START_PTR(m.s[0]));
+        atomic_fetch_add(&p->borrowed, 1);
+        m.s[1] = grpc_slice_new_with_user_data((char *)c->t.data + c->offset,
+                                               (size_t)len, borrowed_done, p);
+        c->offset += len;
+        if (!publish(p, m)) goto out; /* a sender has the error */
+        off += len;
+        c->prog.bytes_done += len;
+        if (c->offset == c->t.nbytes) {
+          c->prog.tensors_done++;
+          c->have = false;
+        }
+        if (progress) progress(&c->prog, user);
+        continue;
+      }
       grpc_slice slice = grpc_slice_malloc(prefix + (size_t)len);
       uint8_t *dst = GRPC_SLICE_START_PTR(slice);
       wt_chunk_prefix((uint32_t)b, off, len, dst);
@@ -263,7 +311,8 @@ static wt_status *produce(push *p, cursor *c, const wt_pack_plan *plan,
         grpc_slice_unref(slice);
         goto out;
       }
-      if (!publish(p, slice)) goto out; /* a sender has the error */
+      if (!publish(p, (chunk_msg){.s = {slice}, .n = 1}))
+        goto out; /* a sender has the error */
       off += len;
       c->prog.bytes_done += len;
       if (c->have && c->offset == c->t.nbytes) {
@@ -362,6 +411,7 @@ static wt_status *grpc_send_weights(void *self, wt_source *src,
   cursor cur = {.src = src};
   bool sync_init = false;
 
+  atomic_init(&p.borrowed, 0);
   cur.prog.tensors_total = n;
   cur.prog.bytes_total = wt_source_total_bytes(src);
   if (n == 0) goto out; /* nothing to send is a finished push */
@@ -430,7 +480,21 @@ out:
   }
   if (sync_init) {
     for (uint64_t i = 0; i < p.produced && i < RING; i++)
-      grpc_slice_unref(p.ring[i]);
+      chunk_unref(&p.ring[i]);
+    /* gRPC lets go of the last slices over the source's memory as its
+     * calls end (a cancelled one's writes may linger a moment): the caller
+     * may free that memory once this returns. */
+    for (int i = 0; atomic_load(&p.borrowed) > 0; i++) {
+      if (i == 30000) {
+        WT_LOGE("grpc",
+                "trainer: gRPC still holds %" PRIdFAST64
+                " chunk(s) of the source's memory after 30 s",
+                (int_fast64_t)atomic_load(&p.borrowed));
+        break;
+      }
+      struct timespec ts = {0, 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
     pthread_mutex_destroy(&p.mu);
     pthread_cond_destroy(&p.produced_cv);
     pthread_cond_destroy(&p.consumed_cv);

@@ -20,7 +20,7 @@
 #
 # Needs root, ip netns, a bridge and tc. Settings: BUILD_DIR (build), NS
 # ("1 2 4 8"), MODES ("parallel sequential chain"), RATE (1gbit), MODEL
-# (synthetic:llama-256m), ROUNDS (2), BUCKET (4 MiB: the chain pipelines
+# (synthetic:llama-256m), ROUNDS (2), MTU (1500), BUCKET (4 MiB: the chain pipelines
 # bucket by bucket, so a round is about (buckets + N - 1) bucket times). Not
 # a test.
 set -euo pipefail
@@ -32,6 +32,7 @@ rate=${RATE:-1gbit}
 model=${MODEL:-synthetic:llama-256m}
 rounds=${ROUNDS:-2}
 bucket=${BUCKET:-4194304}
+mtu=${MTU:-1500}
 bench=fanout_bench
 work=$(mktemp -d /tmp/wt-fanout.XXXXXX)
 # shellcheck source=bench/lib.sh
@@ -66,8 +67,8 @@ for h in "${hosts[@]}"; do
   ip link set "wtfo-$h-b" netns wtfo-sw
   ip -n "wtfo-$h" link set "wtfo-$h-a" name eth0
   ip -n "wtfo-$h" addr add "$(addr_of "$h")/24" dev eth0
-  ip -n "wtfo-$h" link set eth0 up
-  ip -n wtfo-sw link set "wtfo-$h-b" master br0 up
+  ip -n "wtfo-$h" link set eth0 mtu "$mtu" up
+  ip -n wtfo-sw link set "wtfo-$h-b" mtu "$mtu" master br0 up
   # Upload (host egress) and download (switch egress toward the host).
   ip netns exec "wtfo-$h" tc qdisc add dev eth0 root tbf rate "$rate" \
     burst 256kb latency 100ms
@@ -97,8 +98,9 @@ round() {
 }
 
 declare -A t
-echo "ucx fan-out over TCP, each host's link limited to $rate both ways;" \
-  "$model; steady median of $rounds rounds on one init; $(nproc) CPUs"
+echo "ucx fan-out over TCP, each host's link limited to $rate both ways" \
+  "(MTU $mtu); $model; steady median of $rounds rounds on one init;" \
+  "$(nproc) CPUs"
 printf '%-6s' N
 for m in $modes; do printf '%14s' "$m"; done
 echo

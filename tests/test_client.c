@@ -364,6 +364,60 @@ static void test_synthetic_source(void) {
                 "no-such-layout");
 }
 
+/* The grpc trainer sends chunks that lie in one tensor straight from the
+ * source's memory: once update returns, gRPC holds none of it, so the
+ * caller may overwrite and free it before the finish, and what commits is
+ * what was sent (under ASan, any later read of the freed memory fails the
+ * suite). */
+static void test_grpc_push_from_memory_freed(void) {
+  static wtt_server S;
+  wtt_server_start(&S, "small", NULL);
+  const char *targets[1] = {S.target};
+  wt_client_options co = {.timeout_ms = 10000, .data_timeout_ms = 20000};
+  wt_sync_client *c = NULL;
+  WT_ASSERT_OK(wt_sync_client_new(targets, 1, &co, &c));
+  wt_backend_option opts[1] = {{"chunk_size", "64K"}};
+  Wt__V1__WeightTransferInitInfo *info = NULL;
+  WT_ASSERT_OK(wt_trainer_init_info("grpc", opts, 1, &info));
+  wt_trainer *t = NULL;
+  WT_ASSERT_OK(wt_sync_client_init_transfer(c, info, NULL, &t));
+  wt_pb_free(&info->base);
+  for (uint64_t seed = 31; seed <= 32; seed++) {
+    uint64_t total = 0;
+    for (size_t k = 0; k < S.n; k++) total += S.metas[k].nbytes;
+    unsigned char *buf = malloc(total ? total : 1);
+    wt_source_tensor *ts = calloc(S.n, sizeof(*ts));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ts);
+    uint64_t off = 0;
+    for (size_t k = 0; k < S.n; k++) {
+      const wt_tensor_meta *m = &S.metas[k];
+      wt_synthetic_fill(m, seed, 0, buf + off, m->nbytes);
+      ts[k] = (wt_source_tensor){.name = m->name,
+                                 .dtype = m->dtype,
+                                 .ndim = m->ndim,
+                                 .shape = m->shape,
+                                 .data = buf + off,
+                                 .nbytes = m->nbytes};
+      off += m->nbytes;
+    }
+    wt_source *src = NULL;
+    WT_ASSERT_OK(wt_source_memory(ts, S.n, &src));
+    WT_ASSERT_OK(wt_sync_client_start(c));
+    WT_ASSERT_OK(wt_sync_client_update(c, t, src, NULL, NULL));
+    /* The trainer's next step overwrites its tensors, then frees them. */
+    wt_source_destroy(src);
+    memset(buf, 0xee, total);
+    free(buf);
+    free(ts);
+    WT_ASSERT_OK(wt_sync_client_finish(c, "from-memory"));
+    wtt_assert_model_seed(&S, seed);
+  }
+  wt_trainer_destroy(t);
+  wt_sync_client_destroy(c);
+  wtt_server_stop(&S);
+}
+
 /* ---- trainer registry --------------------------------------------------- */
 
 static wt_status *parts_init(const wt_trainer_init_args *a, void **self) {
@@ -1234,6 +1288,8 @@ void wt_test_suite_client(void);
 void wt_test_suite_client(void) {
   CU_pSuite s = CU_add_suite("client", NULL, NULL);
   CU_add_test(s, "memory source order", test_memory_source_order);
+  CU_add_test(s, "grpc push from memory the caller frees at once",
+              test_grpc_push_from_memory_freed);
   CU_add_test(s, "memory source rejects", test_memory_source_rejects);
   CU_add_test(s, "source mismatch detected", test_source_mismatch_detected);
   CU_add_test(s, "checkpoint source zero copy",

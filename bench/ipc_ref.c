@@ -10,18 +10,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "wt/cuda.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 static int fail(wt_status *st) {
   fprintf(stderr, "wt-bench-ipc-ref: %s\n", wt_status_message(st));
@@ -52,14 +42,14 @@ int main(int argc, char **argv) {
     return fail(st);
   double *gbps = calloc((size_t)runs, sizeof(*gbps));
   for (int r = -1; r < runs; r++) {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     if ((st = api->copy_async(dst, src, bytes, stream)) != NULL)
       return fail(st);
     if ((st = api->stream_synchronize(stream)) != NULL) return fail(st);
-    double dt = now_s() - t0;
+    double dt = bench_now_s() - t0;
     if (r >= 0) gbps[r] = (double)bytes / dt / 1e9;
   }
-  qsort(gbps, (size_t)runs, sizeof(*gbps), cmp);
+  qsort(gbps, (size_t)runs, sizeof(*gbps), bench_cmp_double);
   printf("ref GB/s best %.2f median %.2f (%zu bytes, cuda:%d, %d runs)\n",
          gbps[runs - 1], gbps[runs / 2], bytes, dev, runs);
   free(gbps);

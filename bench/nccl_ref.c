@@ -16,23 +16,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "wt/cuda.h"
 #include "wt/memory.h"
 #include "wt/nccl.h"
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 static int64_t ms_from_now(int64_t ms) {
-  return (int64_t)(now_s() * 1000) + ms;
+  return (int64_t)(bench_now_s() * 1000) + ms;
 }
 
 /* One rank's whole run; rank 0 prints. */
@@ -61,7 +51,7 @@ static wt_status *run(int rank, const unsigned char *id, size_t total,
                         "warm-up"));
   size_t nb = (total + bucket - 1) / bucket;
   for (int r = -1; r < runs; r++) {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (size_t b = 0; b < nb; b++) {
       size_t len = b + 1 < nb ? bucket : total - b * bucket;
       if (b >= 2)
@@ -73,10 +63,10 @@ static wt_status *run(int rank, const unsigned char *id, size_t total,
     for (int i = 0; i < 2; i++)
       WT_CHECK(wt_nccl_wait(nccl, cuda, &comm, streams[i], ms_from_now(60000),
                             NULL, "last buckets"));
-    if (r >= 0) t[r] = now_s() - t0;
+    if (r >= 0) t[r] = bench_now_s() - t0;
   }
   if (rank == 0) {
-    qsort(t, (size_t)runs, sizeof(*t), cmp);
+    qsort(t, (size_t)runs, sizeof(*t), bench_cmp_double);
     printf(
         "ref GB/s best %.2f median %.2f (%s, %zu buckets of %zu bytes, "
         "%d runs)\n",

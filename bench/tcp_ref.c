@@ -19,17 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
+#include "bench_util.h"
 static int die(const char *what) {
   perror(what);
   return 1;
@@ -89,7 +79,7 @@ int main(int argc, char **argv) {
   if (src == NULL || t == NULL) return 1;
   for (size_t i = 0; i < bytes; i++) src[i] = (unsigned char)(i * 131 + 7);
   for (int r = -1; r < runs; r++) {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (size_t off = 0; off < bytes;) {
       size_t len = bytes - off < chunk ? bytes - off : chunk;
       ssize_t n = write(fd, src + off, len);
@@ -98,12 +88,12 @@ int main(int argc, char **argv) {
     }
     char k;
     if (read(fd, &k, 1) != 1) return die("read ack");
-    if (r >= 0) t[r] = now_s() - t0;
+    if (r >= 0) t[r] = bench_now_s() - t0;
   }
   close(fd);
   int status = 0;
   waitpid(child, &status, 0);
-  qsort(t, (size_t)runs, sizeof(*t), cmp);
+  qsort(t, (size_t)runs, sizeof(*t), bench_cmp_double);
   printf(
       "ref GB/s best %.2f median %.2f (TCP loopback, %zu-byte writes, %d "
       "runs)\n",

@@ -455,6 +455,45 @@ static void test_rounds(void) {
   wtt_assert_version(S.ch, "packed", 6);
   wt_status_free(wt_sync_client_abort(c, "test"));
   wt_trainer_destroy(t);
+
+  /* An update info that lies about the init's buffers, or about packing:
+   * refused by name before any collective; the server answers and the
+   * committed bytes stay. */
+  {
+    Wt__V1__UInt32Value nb = WT__V1__UINT32_VALUE__INIT;
+    Wt__V1__UInt64Value bb = WT__V1__UINT64_VALUE__INIT;
+    const struct {
+      bool packed;
+      Wt__V1__UInt32Value *num;
+      Wt__V1__UInt64Value *size;
+      const char *want;
+    } lies[] = {
+        {true, &nb, NULL,
+         "update_info.nccl.packed_num_buffers is 7; this init "
+         "has 2"},
+        {true, NULL, &bb, "update_info.nccl.packed_buffer_size_bytes is 0"},
+        {false, NULL, NULL, "update_info.packed is false; this init is packed"},
+    };
+    nb.value = 7;
+    for (size_t i = 0; i < sizeof(lies) / sizeof(lies[0]); i++) {
+      WT_ASSERT_OK(wt_trainer_init_info("nccl", opts, 1, &info));
+      info->timeout_ms = 500;
+      WT_ASSERT_OK(wt_sync_client_init_transfer(c, info, NULL, &t));
+      wt_pb_free(&info->base);
+      WT_ASSERT_OK(wt_sync_client_start(c));
+      nu.packed_num_buffers = lies[i].num;
+      nu.packed_buffer_size_bytes = lies[i].size;
+      u.info.packed = lies[i].packed;
+      WT_ASSERT_ERR(wtt_update(S.ch, &u.info, wt_sync_client_round_id(c, 0)),
+                    WT_INVALID_ARGUMENT, lies[i].want);
+      wtt_assert_serving(S.ch, 2);
+      wtt_assert_model_seed(&S, 52);
+      wt_status_free(wt_sync_client_abort(c, "test"));
+      wt_trainer_destroy(t);
+    }
+    nu.packed_num_buffers = NULL;
+    nu.packed_buffer_size_bytes = NULL;
+  }
   /* A new init: a new communicator, and the round commits. */
   WT_ASSERT_OK(wt_trainer_init_info("nccl", opts, 1, &info));
   info->timeout_ms = 500;

@@ -939,12 +939,11 @@ typedef wt_status *(*send_step_fn)(void *arg);
 /* Starts UpdateWeights with copies[k].req on every server, runs `send`
  * while the calls are pending (a server that fails first cancels the
  * trainer), and waits for every call: a server gets the data deadline
- * plus a second to answer once `send` returned. ok[k] (may be NULL) says
- * whether server k answered OK (all do, or the round failed). The round's
- * error, or NULL. */
+ * plus a second to answer once `send` returned. The round's error (NULL:
+ * every server answered OK). */
 static wt_status *calls_around(wt_sync_client *c, wt_trainer *t,
                                update_copy *copies, send_step_fn send,
-                               void *arg, bool *ok) {
+                               void *arg) {
   wt_status *st = NULL, *send_st = NULL;
   update_watch w = {.t = t, .n = c->n, .cancelled_for = -1};
   bool sync_init = false, thread_started = false;
@@ -1019,9 +1018,6 @@ out:
         if (w.errs && w.errs[k]) st = wt_status_copy(w.errs[k]);
     }
   }
-  /* Every server answered OK, or the round failed. */
-  if (ok != NULL)
-    for (size_t k = 0; k < c->n; k++) ok[k] = st == NULL;
   wt_status_free(send_st);
   if (w.errs) free_all(w.errs, NULL, c->n);
   if (sync_init) {
@@ -1076,7 +1072,7 @@ static wt_status *update_with_calls(wt_sync_client *c, wt_trainer *t,
     uc->req.round_id = c->servers[k].round_id;
   }
   send_args a = {.t = t, .src = src, .progress = progress, .user = user};
-  st = calls_around(c, t, copies, send_whole, &a, NULL);
+  st = calls_around(c, t, copies, send_whole, &a);
 out:
   free(copies);
   wt_update_lists_free(&lists);
@@ -1094,8 +1090,7 @@ static wt_status *update_in_parts(wt_sync_client *c, wt_trainer *t,
   wt_update_lists lists = {0};
   size_t nparts = 0;
   update_copy *copies = calloc(c->n, sizeof(*copies));
-  bool *ok = calloc(c->n, sizeof(*ok));
-  if (copies == NULL || ok == NULL)
+  if (copies == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory for an update");
   WT_CHECK(wt_update_lists_build(src, &lists));
   WT_CHECK(ops->parts(self, src, &nparts));
@@ -1121,11 +1116,9 @@ static wt_status *update_in_parts(wt_sync_client *c, wt_trainer *t,
     size_t first =
         tensors > 0 ? (size_t)(copies[0].info.names - lists.names) : 0;
     send_args a = {.t = t, .src = src, .part = p + 1};
-    st = calls_around(c, t, copies, p + 1 < nparts ? prepare_next : NULL, &a,
-                      ok);
-    for (size_t k = 0; k < c->n; k++)
-      if (ok[k]) ops->part_done(self, p, k);
+    st = calls_around(c, t, copies, p + 1 < nparts ? prepare_next : NULL, &a);
     if (st != NULL) goto out;
+    for (size_t k = 0; k < c->n; k++) ops->part_done(self, p, k);
     if (progress != NULL) {
       for (size_t i = first; i < first + tensors && i < nsrc; i++)
         pr.bytes_done += metas[i].nbytes;
@@ -1134,7 +1127,6 @@ static wt_status *update_in_parts(wt_sync_client *c, wt_trainer *t,
     }
   }
 out:
-  free(ok);
   free(copies);
   wt_update_lists_free(&lists);
   return st;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "wt/cuda.h"
 #include "wt/log.h"
@@ -119,4 +120,26 @@ wt_status *wt_cuda_bind(int device) {
   if (get == NULL && cur == device) return NULL;
   wt_status_free(get);
   return api->set_device(device);
+}
+
+wt_status *wt_cuda_stream_wait(const wt_cuda_api *api, void *stream,
+                               int64_t timeout_ms, const atomic_bool *cancel) {
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    int done = 0;
+    wt_status *st = api->stream_query(stream, &done);
+    if (st != NULL || done) return st;
+    if (cancel != NULL && atomic_load(cancel))
+      return wt_status_new(WT_CANCELLED, "cancelled");
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t ms = (int64_t)(now.tv_sec - t0.tv_sec) * 1000 +
+                 (now.tv_nsec - t0.tv_nsec) / 1000000;
+    if (ms >= timeout_ms)
+      return wt_status_new(WT_DEADLINE_EXCEEDED,
+                           "did not finish within %lld ms",
+                           (long long)timeout_ms);
+    struct timespec ts = {0, 50 * 1000};
+    nanosleep(&ts, NULL);
+  }
 }

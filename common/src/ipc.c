@@ -311,6 +311,24 @@ void wt_ipc_cache_free(wt_ipc_cache *c) {
 
 /* --- the packed ring ------------------------------------------------------ */
 
+wt_status *wt_ipc_ring_settings(const Wt__V1__IpcInitInfo *x,
+                                uint64_t *slot_bytes, uint32_t *nslots) {
+  *slot_bytes = x->packed_buffer_size_bytes ? x->packed_buffer_size_bytes->value
+                                            : (1ull << 30);
+  *nslots = x->packed_num_buffers ? x->packed_num_buffers->value : 2;
+  if (*slot_bytes == 0)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "init_info.ipc.packed_buffer_size_bytes is 0; give "
+                         "the size of each ring buffer (unset: 1 GiB)");
+  if (*nslots < 2 || *nslots > WT_IPC_MAX_SLOTS)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "init_info.ipc.packed_num_buffers is %" PRIu32
+                         "; between 2 and %d (one being packed while the "
+                         "workers copy another)",
+                         *nslots, WT_IPC_MAX_SLOTS);
+  return NULL;
+}
+
 wt_status *wt_ipc_ring_init(wt_ipc_ring *r, uint32_t nslots,
                             uint32_t nworkers) {
   memset(r, 0, sizeof(*r));

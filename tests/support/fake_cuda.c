@@ -300,7 +300,18 @@ typedef struct fake_stream {
   /* Copies queued behind that work: they land, in order, once it is done
    * (a stream's order, as CUDA keeps it). */
   fake_copy *deferred, **tail;
+  struct fake_stream *next; /* every created stream, for created_locked */
 } fake_stream;
+
+static fake_stream *streams;
+
+/* `p` as a stream made by stream_create, else NULL (a test's own int flag,
+ * or the default stream: nothing is queued on those). */
+static fake_stream *created_locked(void *p) {
+  for (fake_stream *f = streams; f != NULL; f = f->next)
+    if (f == p) return f;
+  return NULL;
+}
 
 static void copy_locked(void *dst, const void *src, size_t len);
 
@@ -312,13 +323,17 @@ static wt_status *f_stream_create(int device, void **stream) {
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "fake cudaStreamCreate");
   fs->flag = 1;
   fs->tail = &fs->deferred;
+  pthread_mutex_lock(&mu);
+  fs->next = streams;
+  streams = fs;
+  pthread_mutex_unlock(&mu);
   *stream = fs;
   return NULL;
 }
 
 void fake_cuda_stream_busy(void *stream, int delta) {
   pthread_mutex_lock(&mu);
-  fake_stream *fs = stream;
+  fake_stream *fs = created_locked(stream);
   if (fs != NULL) {
     fs->busy += delta;
     while (fs->busy <= 0 && fs->deferred != NULL) {
@@ -341,7 +356,14 @@ void *fake_cuda_mirror(const void *ptr, size_t len) {
 }
 
 static void f_stream_destroy(void *stream) {
-  fake_stream *fs = stream;
+  pthread_mutex_lock(&mu);
+  fake_stream *fs = created_locked(stream);
+  for (fake_stream **p = &streams; fs != NULL && *p != NULL; p = &(*p)->next)
+    if (*p == fs) {
+      *p = fs->next;
+      break;
+    }
+  pthread_mutex_unlock(&mu);
   while (fs != NULL && fs->deferred != NULL) {
     fake_copy *c = fs->deferred;
     fs->deferred = c->next;
@@ -361,7 +383,7 @@ static wt_status *f_copy_async(void *dst, const void *src, size_t len,
                                void *stream) {
   pthread_mutex_lock(&mu);
   fake_alloc *d = alloc_of_locked(dst, len), *s = alloc_of_locked(src, len);
-  fake_stream *fs = stream;
+  fake_stream *fs = created_locked(stream);
   if (d != NULL && s != NULL) {
     fake_copy *c = NULL;
     if (fs != NULL && fs->busy > 0 && (c = malloc(sizeof(*c))) != NULL) {

@@ -41,10 +41,6 @@
 #include "wt/parse.h"
 #include "wt/trainer.h"
 
-/* The ring's defaults, as vLLM's (1 GiB, 2 buffers), and its bounds. */
-#define IPC_DEFAULT_BUFFER_BYTES (1ull << 30)
-#define IPC_DEFAULT_NUM_BUFFERS 2u
-
 /* One exported allocation, kept for the trainer's life. */
 typedef struct export_entry {
   Wt__V1__IpcExport pb;
@@ -114,12 +110,6 @@ typedef struct ipc_trainer {
   size_t next_tensor; /* the source's iteration, as prepare_part left it */
   uint64_t fills;     /* part buffers filled, ever (export_entry.listed) */
 } ipc_trainer;
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void buf_free(part_buf *b) {
   free(b->ex_ptrs);
@@ -265,20 +255,7 @@ static wt_status *ipc_trainer_init(const wt_trainer_init_args *args,
   t->next_id = 1;
   if (x != NULL && x->packed) {
     t->packed = true;
-    t->slot_bytes = x->packed_buffer_size_bytes
-                        ? x->packed_buffer_size_bytes->value
-                        : IPC_DEFAULT_BUFFER_BYTES;
-    t->nslots = x->packed_num_buffers ? x->packed_num_buffers->value
-                                      : IPC_DEFAULT_NUM_BUFFERS;
-    if (t->slot_bytes == 0)
-      WT_FAIL(WT_INVALID_ARGUMENT,
-              "init_info.ipc.packed_buffer_size_bytes is 0; give the size "
-              "of each ring buffer (unset: 1 GiB)");
-    if (t->nslots < 2 || t->nslots > WT_IPC_MAX_SLOTS)
-      WT_FAIL(WT_INVALID_ARGUMENT,
-              "init_info.ipc.packed_num_buffers is %u; between 2 and %u (one "
-              "being packed while the workers copy another)",
-              t->nslots, WT_IPC_MAX_SLOTS);
+    WT_CHECK(wt_ipc_ring_settings(x, &t->slot_bytes, &t->nslots));
     if (x->n_ring != 0)
       WT_FAIL(WT_INVALID_ARGUMENT,
               "init_info.ipc.ring: the trainer engine makes the ring; leave "
@@ -434,28 +411,12 @@ out:
   return st;
 }
 
-/* Waits for the packing stream, until the deadline or a cancel. */
+/* Waits for the packing stream, up to the deadline or a cancel. */
 static wt_status *wait_stream(ipc_trainer *t, size_t part, uint64_t bytes) {
-  int64_t deadline = now_ms() + t->timeout_ms;
-  for (;;) {
-    int done = 0;
-    wt_status *st = t->api->stream_query(t->stream, &done);
-    if (st != NULL)
-      return wt_status_prefix(st, "ipc trainer: packing bucket %zu", part);
-    if (done) return NULL;
-    if (atomic_load(&t->cancelled))
-      return wt_status_new(WT_CANCELLED,
-                           "ipc trainer: cancelled while packing bucket %zu",
-                           part);
-    if (now_ms() >= deadline)
-      return wt_status_new(WT_DEADLINE_EXCEEDED,
-                           "ipc trainer: packing bucket %zu (%" PRIu64
-                           " bytes) into the ring did not finish within "
-                           "%" PRId64 " ms",
-                           part, bytes, t->timeout_ms);
-    struct timespec ts = {0, 50 * 1000};
-    nanosleep(&ts, NULL);
-  }
+  return wt_status_prefix(
+      wt_cuda_stream_wait(t->api, t->stream, t->timeout_ms, &t->cancelled),
+      "ipc trainer: packing bucket %zu (%" PRIu64 " bytes) into the ring", part,
+      bytes);
 }
 
 /* Adds e to b's exports unless this fill listed it already. */

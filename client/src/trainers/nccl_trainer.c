@@ -107,19 +107,7 @@ static wt_status *nccl_trainer_init(const wt_trainer_init_args *args,
             "init_info.nccl.nccl_unique_id: the trainer engine draws it; "
             "leave it empty");
   t->packed = x != NULL && x->packed;
-  t->buffer_bytes = x && x->packed_buffer_size_bytes
-                        ? x->packed_buffer_size_bytes->value
-                        : WT_NCCL_DEFAULT_BUFFER_BYTES;
-  t->num_buffers = x && x->packed_num_buffers ? x->packed_num_buffers->value
-                                              : WT_NCCL_DEFAULT_NUM_BUFFERS;
-  if (t->buffer_bytes == 0)
-    WT_FAIL(WT_INVALID_ARGUMENT,
-            "init_info.nccl.packed_buffer_size_bytes is 0");
-  if (t->num_buffers == 0 || t->num_buffers > WT_NCCL_MAX_BUFFERS)
-    WT_FAIL(WT_INVALID_ARGUMENT,
-            "init_info.nccl.packed_num_buffers is %" PRIu32
-            "; between 1 and %u",
-            t->num_buffers, WT_NCCL_MAX_BUFFERS);
+  WT_CHECK(wt_nccl_packing(x, &t->buffer_bytes, &t->num_buffers));
   t->timeout_ms =
       init->timeout_ms
           ? init->timeout_ms

@@ -517,23 +517,9 @@ static wt_status *put(ucx_trainer *t, void *dst, const void *src, size_t n) {
 
 /* Waits for the packing stream within the data deadline, or a cancel. */
 static wt_status *wait_packed(ucx_trainer *t, size_t bucket) {
-  int64_t deadline = wt_ucx_now_ms() + t->timeout_ms;
-  for (;;) {
-    int done = 0;
-    wt_status *st = t->cuda->stream_query(t->stream, &done);
-    if (st != NULL) return wt_status_prefix(st, "packing bucket %zu", bucket);
-    if (done) return NULL;
-    if (atomic_load(&t->ucx->cancelled))
-      return wt_status_new(WT_CANCELLED, "cancelled packing bucket %zu",
-                           bucket);
-    if (wt_ucx_now_ms() >= deadline)
-      return wt_status_new(WT_DEADLINE_EXCEEDED,
-                           "packing bucket %zu on cuda:%d did not finish "
-                           "within %" PRId64 " ms",
-                           bucket, t->device, t->timeout_ms);
-    struct timespec ts = {0, 50 * 1000};
-    nanosleep(&ts, NULL);
-  }
+  return wt_status_prefix(wt_cuda_stream_wait(t->cuda, t->stream, t->timeout_ms,
+                                              &t->ucx->cancelled),
+                          "packing bucket %zu on cuda:%d", bucket, t->device);
 }
 
 static wt_status *pack(ucx_trainer *t, wt_source *src, const wt_bucket *bk,

@@ -23,6 +23,7 @@
 #ifndef WT_CUDA_H
 #define WT_CUDA_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -104,6 +105,14 @@ wt_status *wt_cuda_check_device(int device);
 
 /* Binds the calling thread to `device` unless it already is. */
 wt_status *wt_cuda_bind(int device);
+
+/* Polls `stream` (api->stream_query) until the work queued on it is done:
+ * NULL then. DEADLINE_EXCEEDED "did not finish within T ms" once
+ * timeout_ms has passed, CANCELLED "cancelled" once *cancel (may be NULL)
+ * is set, or the stream's own error; the caller prefixes what it waited
+ * for. Sleeps 50 us between polls. */
+wt_status *wt_cuda_stream_wait(const wt_cuda_api *api, void *stream,
+                               int64_t timeout_ms, const atomic_bool *cancel);
 
 /* Replaces the table for the whole process (tests); NULL goes back to the
  * module. Not thread-safe against users of the table: set it before any

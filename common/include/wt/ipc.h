@@ -102,6 +102,13 @@ uint64_t wt_ipc_cache_opens(const wt_ipc_cache *c);
 /* Closes everything and frees c. NULL is ignored. */
 void wt_ipc_cache_free(wt_ipc_cache *c);
 
+/* The packed ring's size from init_info.ipc, as both sides read it:
+ * packed_buffer_size_bytes (unset: 1 GiB, vLLM's default; 0 refused) and
+ * packed_num_buffers (unset: 2; between 2 and WT_IPC_MAX_SLOTS).
+ * INVALID_ARGUMENT naming the field otherwise. */
+wt_status *wt_ipc_ring_settings(const Wt__V1__IpcInitInfo *x,
+                                uint64_t *slot_bytes, uint32_t *nslots);
+
 /* The packed ring's accounting, on the trainer's side: nslots device
  * buffers, bucket b in slot b % nslots, each written once and then copied
  * out by every one of nworkers workers. A slot is rewritten only once

@@ -120,6 +120,13 @@ typedef struct wt_nccl_settings {
 wt_status *wt_nccl_check_init(const Wt__V1__WeightTransferInitInfo *init,
                               uint32_t nworkers, wt_nccl_settings *out);
 
+/* The packing settings of init_info.nccl (x may be NULL: the defaults),
+ * as both sides read them: packed_buffer_size_bytes (unset: 1 GiB; 0
+ * refused) and packed_num_buffers (unset: 2; 1 to WT_NCCL_MAX_BUFFERS).
+ * INVALID_ARGUMENT naming the field. */
+wt_status *wt_nccl_packing(const Wt__V1__NcclInitInfo *x,
+                           uint64_t *buffer_bytes, uint32_t *num_buffers);
+
 /* The rank of worker `index` of a server: rank_offset + index. */
 static inline int wt_nccl_worker_rank(const wt_nccl_settings *s,
                                       uint32_t index) {

@@ -63,12 +63,6 @@ struct wt_engine {
 /* How long a failed receive lets its copies drain before it returns. */
 #define IPC_SETTLE_MS 100
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static wt_status *open_export(void *ctx, const unsigned char *handle,
                               void **base) {
   wt_engine *e = ctx;
@@ -126,17 +120,10 @@ out:
 /* Packed: keeps the ring's slots on this GPU and opens them. */
 static wt_status *take_ring(wt_engine *e, const Wt__V1__IpcInitInfo *x) {
   wt_status *st = NULL;
-  uint64_t slot_bytes = x->packed_buffer_size_bytes
-                            ? x->packed_buffer_size_bytes->value
-                            : (1ull << 30);
-  uint32_t nslots = x->packed_num_buffers ? x->packed_num_buffers->value : 2;
-  if (slot_bytes == 0)
-    WT_FAIL(WT_INVALID_ARGUMENT,
-            "%s: init_info.ipc.packed_buffer_size_bytes is 0", e->where);
-  if (nslots < 2 || nslots > WT_IPC_MAX_SLOTS)
-    WT_FAIL(WT_INVALID_ARGUMENT,
-            "%s: init_info.ipc.packed_num_buffers is %u; between 2 and %d",
-            e->where, nslots, WT_IPC_MAX_SLOTS);
+  uint64_t slot_bytes = 0;
+  uint32_t nslots = 0;
+  WT_CHECK(wt_status_prefix(wt_ipc_ring_settings(x, &slot_bytes, &nslots), "%s",
+                            e->where));
   if (x->n_ring > (size_t)nslots * WT_IPC_MAX_PLACES)
     WT_FAIL(WT_INVALID_ARGUMENT,
             "%s: init_info.ipc.ring has %zu buffers for %u slots; at most %u "
@@ -236,28 +223,13 @@ static wt_status *ipc_init_transfer(wt_engine *e,
   return take_ring(e, x);
 }
 
-/* Waits for the stream's copies, until `deadline` or a cancel. */
-static wt_status *wait_copies(wt_engine *e, int64_t deadline, size_t n,
+/* Waits for the stream's copies, up to timeout_ms or a cancel. */
+static wt_status *wait_copies(wt_engine *e, int64_t timeout_ms, size_t n,
                               uint64_t bytes) {
-  for (;;) {
-    int done = 0;
-    wt_status *st = e->api->stream_query(e->stream, &done);
-    if (st != NULL) return wt_status_prefix(st, "%s: copying", e->where);
-    if (done) return NULL;
-    if (atomic_load(&e->cancelled))
-      return wt_status_new(WT_CANCELLED,
-                           "%s: cancelled while copying %zu tensors (%" PRIu64
-                           " bytes) from the trainer",
-                           e->where, n, bytes);
-    if (now_ms() >= deadline)
-      return wt_status_new(WT_DEADLINE_EXCEEDED,
-                           "%s: the copies of %zu tensors (%" PRIu64
-                           " bytes) from the trainer did not finish within "
-                           "%" PRIu32 " ms",
-                           e->where, n, bytes, e->ctx.timeout_ms);
-    struct timespec ts = {0, 100 * 1000};
-    nanosleep(&ts, NULL);
-  }
+  return wt_status_prefix(
+      wt_cuda_stream_wait(e->api, e->stream, timeout_ms, &e->cancelled),
+      "%s: the copies of %zu tensors (%" PRIu64 " bytes) from the trainer",
+      e->where, n, bytes);
 }
 
 /* The copies of a failed receive ended: the trainer that failed is
@@ -297,7 +269,7 @@ static wt_status *ipc_start_update(wt_engine *e, uint64_t round_id) {
     return NULL;
   }
   /* A failed round's copies must end before this round's bytes land. */
-  wt_status *st = wait_copies(e, now_ms() + e->ctx.timeout_ms, 0, 0);
+  wt_status *st = wait_copies(e, e->ctx.timeout_ms, 0, 0);
   if (st != NULL)
     return wt_status_prefix(st,
                             "a failed round's copies are still running; "
@@ -337,7 +309,7 @@ static wt_status *ipc_receive(wt_engine *e, const wt_update *u,
                            u->nbytes[k], e->stream),
         "%s: tensor '%s'", e->where, info->names[k]));
   }
-  WT_CHECK(wait_copies(e, now_ms() + e->ctx.timeout_ms, u->n, u->total_bytes));
+  WT_CHECK(wait_copies(e, e->ctx.timeout_ms, u->n, u->total_bytes));
   queued = false;
   for (size_t k = 0; k < u->n; k++)
     wt_param_store_staged(e->ctx.store, u->index[k]);
@@ -350,7 +322,7 @@ out:
      * the next round has waited for them. */
     e->copies_in_flight = true;
     atomic_store(&e->cancelled, false);
-    wt_status *drained = wait_copies(e, now_ms() + IPC_SETTLE_MS, 0, 0);
+    wt_status *drained = wait_copies(e, IPC_SETTLE_MS, 0, 0);
     if (drained == NULL) forget_trainer(e);
     wt_status_free(drained);
   } else if (st != NULL) {

@@ -21,8 +21,9 @@
 # Needs root, ip netns, a bridge and tc. Settings: BUILD_DIR (build), NS
 # ("1 2 4 8"), MODES ("parallel sequential chain"), RATE (1gbit), MODEL
 # (synthetic:llama-256m), ROUNDS (2), MTU (1500), BUCKET (4 MiB: the chain pipelines
-# bucket by bucket, so a round is about (buckets + N - 1) bucket times). Not
-# a test.
+# bucket by bucket, so a round is about (buckets + N - 1) bucket times),
+# LOG_DIR (unset: where to keep each server's log, at debug level: every
+# worker's round times, hop by hop). Not a test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -33,6 +34,7 @@ model=${MODEL:-synthetic:llama-256m}
 rounds=${ROUNDS:-2}
 bucket=${BUCKET:-4194304}
 mtu=${MTU:-1500}
+log_dir=${LOG_DIR:-}
 bench=fanout_bench
 work=$(mktemp -d /tmp/wt-fanout.XXXXXX)
 # shellcheck source=bench/lib.sh
@@ -46,6 +48,9 @@ for n in $ns_list; do [ "$n" -gt "$max" ] && max=$n; done
 hosts=(t)
 for i in $(seq 1 "$max"); do hosts+=("s$i"); done
 teardown() {
+  if [ -n "${log_dir:-}" ] && [ -d "${work:-}" ]; then
+    cp "$work"/srv-*.err "$log_dir"/ 2>/dev/null || true
+  fi
   bench_cleanup
   for h in "${hosts[@]}"; do ip netns del "wtfo-$h" >/dev/null 2>&1 || true; done
   ip netns del wtfo-sw >/dev/null 2>&1 || true
@@ -78,9 +83,11 @@ done
 
 # One server per host namespace, started once for every N that needs it.
 declare -A saddr
+[ -n "$log_dir" ] && mkdir -p "$log_dir"
 for i in $(seq 1 "$max"); do
   start_bg "srv-$i" env UCX_TLS=tcp ip netns exec "wtfo-s$i" "$server_bin" \
-    --listen "$(addr_of "s$i"):0" --insecure --model "$model" --log-level warn
+    --listen "$(addr_of "s$i"):0" --insecure --model "$model" \
+    --log-level "$([ -n "$log_dir" ] && echo debug || echo warn)"
   saddr[$i]=$bg_addr
 done
 

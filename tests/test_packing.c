@@ -8,10 +8,16 @@
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
+/* What a bucket should hold: tensors [first, first + count), nbytes. */
+typedef struct want_bucket {
+  size_t first, count;
+  uint64_t nbytes;
+} want_bucket;
+
 /* Checks every field of `plan` against the expected buckets: boundaries,
  * per-tensor bucket and offset, max and total. */
 static void check_plan(const wt_pack_plan *plan, const uint64_t *sizes,
-                       size_t n, const wt_bucket *want, size_t nwant) {
+                       size_t n, const want_bucket *want, size_t nwant) {
   CU_ASSERT_PTR_NOT_NULL_FATAL(plan);
   CU_ASSERT_EQUAL(plan->ntensors, n);
   CU_ASSERT_EQUAL_FATAL(plan->nbuckets, nwant);
@@ -20,10 +26,18 @@ static void check_plan(const wt_pack_plan *plan, const uint64_t *sizes,
     CU_ASSERT_EQUAL(plan->buckets[b].first, want[b].first);
     CU_ASSERT_EQUAL(plan->buckets[b].count, want[b].count);
     CU_ASSERT_EQUAL(plan->buckets[b].nbytes, want[b].nbytes);
+    /* Not split: every tensor whole, done in its bucket. */
+    CU_ASSERT_EQUAL(plan->buckets[b].start, total);
+    CU_ASSERT_EQUAL(plan->buckets[b].done_first, want[b].first);
+    CU_ASSERT_EQUAL(plan->buckets[b].done_count, want[b].count);
     uint64_t off = 0;
     for (size_t i = want[b].first; i < want[b].first + want[b].count; i++) {
       CU_ASSERT_EQUAL(plan->tensor_bucket[i], b);
       CU_ASSERT_EQUAL(plan->tensor_offset[i], off);
+      CU_ASSERT_EQUAL(plan->tensor_start[i], total + off);
+      uint64_t po = 1, pl = 0;
+      wt_pack_part(plan, b, i, sizes[i], &po, &pl);
+      CU_ASSERT(po == 0 && pl == sizes[i]);
       off += sizes[i];
     }
     CU_ASSERT_EQUAL(off, want[b].nbytes);
@@ -32,11 +46,12 @@ static void check_plan(const wt_pack_plan *plan, const uint64_t *sizes,
   }
   CU_ASSERT_EQUAL(plan->max_bucket_bytes, max);
   CU_ASSERT_EQUAL(plan->total_bytes, total);
+  CU_ASSERT_FALSE(plan->split);
 }
 
 /* Builds the plan and checks it against the expected buckets. */
 static void expect_plan(const uint64_t *sizes, size_t n, uint64_t buffer,
-                        const wt_bucket *want, size_t nwant) {
+                        const want_bucket *want, size_t nwant) {
   wt_pack_plan *plan = NULL;
   WT_ASSERT_OK(wt_pack_plan_build(sizes, n, buffer, &plan));
   CU_ASSERT_EQUAL(plan->buffer_bytes, buffer);
@@ -48,7 +63,7 @@ static void expect_plan(const uint64_t *sizes, size_t n, uint64_t buffer,
  * and close once the running size is strictly over the buffer. Returns the
  * bucket count; `out` has room for n buckets. */
 static size_t reference_plan(const uint64_t *sizes, size_t n, uint64_t buffer,
-                             wt_bucket *out) {
+                             want_bucket *out) {
   size_t nb = 0, first = 0, count = 0;
   uint64_t size = 0;
   for (size_t i = 0; i < n; i++) {
@@ -56,12 +71,12 @@ static size_t reference_plan(const uint64_t *sizes, size_t n, uint64_t buffer,
     count++;
     size += sizes[i];
     if (size > buffer) {
-      out[nb++] = (wt_bucket){first, count, size};
+      out[nb++] = (want_bucket){first, count, size};
       count = 0;
       size = 0;
     }
   }
-  if (count > 0) out[nb++] = (wt_bucket){first, count, size};
+  if (count > 0) out[nb++] = (want_bucket){first, count, size};
   return nb;
 }
 
@@ -80,67 +95,67 @@ static void test_empty(void) {
 
 static void test_single_bucket(void) {
   uint64_t sizes[] = {3, 4, 2};
-  wt_bucket want[] = {{0, 3, 9}};
+  want_bucket want[] = {{0, 3, 9}};
   expect_plan(sizes, NELEM(sizes), 100, want, NELEM(want));
 }
 
 static void test_zero_size(void) {
   /* Only empty tensors: one bucket of 0 bytes holding them all. */
   uint64_t zeros[] = {0, 0, 0};
-  wt_bucket want_zeros[] = {{0, 3, 0}};
+  want_bucket want_zeros[] = {{0, 3, 0}};
   expect_plan(zeros, NELEM(zeros), 10, want_zeros, NELEM(want_zeros));
 
   /* Empty tensors after a bucket closed still make a bucket of their own,
    * as vLLM broadcasts a list holding one empty tensor. */
   uint64_t tail[] = {5, 0, 0};
-  wt_bucket want_tail[] = {{0, 1, 5}, {1, 2, 0}};
+  want_bucket want_tail[] = {{0, 1, 5}, {1, 2, 0}};
   expect_plan(tail, NELEM(tail), 4, want_tail, NELEM(want_tail));
 
   /* An empty tensor joins the bucket that is open. */
   uint64_t mid[] = {0, 5, 0, 3};
-  wt_bucket want_mid[] = {{0, 2, 5}, {2, 2, 3}};
+  want_bucket want_mid[] = {{0, 2, 5}, {2, 2, 3}};
   expect_plan(mid, NELEM(mid), 4, want_mid, NELEM(want_mid));
 
   /* An empty tensor never closes a bucket: an exactly full one stays open. */
   uint64_t full[] = {4, 0, 1, 0};
-  wt_bucket want_full[] = {{0, 3, 5}, {3, 1, 0}};
+  want_bucket want_full[] = {{0, 3, 5}, {3, 1, 0}};
   expect_plan(full, NELEM(full), 4, want_full, NELEM(want_full));
 }
 
 static void test_larger_than_buffer(void) {
   uint64_t one[] = {100};
-  wt_bucket want_one[] = {{0, 1, 100}};
+  want_bucket want_one[] = {{0, 1, 100}};
   expect_plan(one, NELEM(one), 10, want_one, NELEM(want_one));
 
   /* The big tensor closes the bucket it lands in, small ones included. */
   uint64_t mixed[] = {3, 100, 3, 200};
-  wt_bucket want_mixed[] = {{0, 2, 103}, {2, 2, 203}};
+  want_bucket want_mixed[] = {{0, 2, 103}, {2, 2, 203}};
   expect_plan(mixed, NELEM(mixed), 10, want_mixed, NELEM(want_mixed));
 
   uint64_t bigs[] = {11, 11, 11};
-  wt_bucket want_bigs[] = {{0, 1, 11}, {1, 1, 11}, {2, 1, 11}};
+  want_bucket want_bigs[] = {{0, 1, 11}, {1, 1, 11}, {2, 1, 11}};
   expect_plan(bigs, NELEM(bigs), 10, want_bigs, NELEM(want_bigs));
 }
 
 static void test_exact_fit(void) {
   /* Reaching the buffer size exactly is not exceeding it. */
   uint64_t exact[] = {10};
-  wt_bucket want_exact[] = {{0, 1, 10}};
+  want_bucket want_exact[] = {{0, 1, 10}};
   expect_plan(exact, NELEM(exact), 10, want_exact, NELEM(want_exact));
 
   uint64_t next[] = {4, 6, 1, 2};
-  wt_bucket want_next[] = {{0, 3, 11}, {3, 1, 2}};
+  want_bucket want_next[] = {{0, 3, 11}, {3, 1, 2}};
   expect_plan(next, NELEM(next), 10, want_next, NELEM(want_next));
 
   /* One byte over closes. */
   uint64_t over[] = {4, 7, 1, 2};
-  wt_bucket want_over[] = {{0, 2, 11}, {2, 2, 3}};
+  want_bucket want_over[] = {{0, 2, 11}, {2, 2, 3}};
   expect_plan(over, NELEM(over), 10, want_over, NELEM(want_over));
 
   /* Buffer of 1 byte: each 1-byte tensor fills it exactly, the second one
    * overflows it. */
   uint64_t ones[] = {1, 1, 1, 1, 1};
-  wt_bucket want_ones[] = {{0, 2, 2}, {2, 2, 2}, {4, 1, 1}};
+  want_bucket want_ones[] = {{0, 2, 2}, {2, 2, 2}, {4, 1, 1}};
   expect_plan(ones, NELEM(ones), 1, want_ones, NELEM(want_ones));
 }
 
@@ -149,7 +164,7 @@ static void test_offsets_and_max(void) {
   wt_pack_plan *plan = NULL;
   WT_ASSERT_OK(wt_pack_plan_build(sizes, NELEM(sizes), 12, &plan));
   /* 6, 8, 13 > 12 | 40 > 12 | 1, 2, 3, 12, 15 > 12 | (none left) */
-  wt_bucket want[] = {{0, 3, 13}, {3, 1, 40}, {4, 5, 15}};
+  want_bucket want[] = {{0, 3, 13}, {3, 1, 40}, {4, 5, 15}};
   check_plan(plan, sizes, NELEM(sizes), want, NELEM(want));
   CU_ASSERT_EQUAL(plan->tensor_offset[2], 8);
   CU_ASSERT_EQUAL(plan->tensor_offset[3], 0);
@@ -164,7 +179,7 @@ static void test_offsets_and_max(void) {
 static void test_many_tiny(void) {
   enum { N = 10000 };
   uint64_t *sizes = malloc(N * sizeof(*sizes));
-  wt_bucket *want = malloc(N * sizeof(*want));
+  want_bucket *want = malloc(N * sizeof(*want));
   CU_ASSERT_FATAL(sizes != NULL && want != NULL);
   for (size_t i = 0; i < N; i++) sizes[i] = 3;
   size_t nwant = reference_plan(sizes, N, 1000, want);
@@ -191,7 +206,7 @@ static void test_many_tiny(void) {
 static void test_matches_reference(void) {
   enum { N = 2000 };
   uint64_t *sizes = malloc(N * sizeof(*sizes));
-  wt_bucket *want = malloc(N * sizeof(*want));
+  want_bucket *want = malloc(N * sizeof(*want));
   CU_ASSERT_FATAL(sizes != NULL && want != NULL);
   uint64_t x = 0x9e3779b97f4a7c15ull; /* xorshift64: deterministic */
   static const uint64_t buffers[] = {1, 7, 64, 1000, 4096, 1 << 20};
@@ -238,10 +253,122 @@ static void test_from_metas(void) {
   CU_ASSERT_EQUAL(sizes[3], 8);
   wt_pack_plan *plan = NULL;
   WT_ASSERT_OK(wt_pack_plan_from_metas(metas, NELEM(metas), 200, &plan));
-  wt_bucket want[] = {{0, 1, 256}, {1, 4, 140}};
+  want_bucket want[] = {{0, 1, 256}, {1, 4, 140}};
   check_plan(plan, sizes, NELEM(sizes), want, NELEM(want));
   wt_pack_plan_free(plan);
   for (size_t i = 0; i < NELEM(metas); i++) wt_tensor_meta_clear(&metas[i]);
+}
+
+/* A split plan read back byte by byte: every byte of the round is in
+ * exactly one bucket's part of exactly one tensor, in order; every bucket
+ * but the last is buffer bytes; every tensor is done exactly once, in the
+ * bucket of its last byte (zero-size: of its place). */
+static void check_split(const wt_pack_plan *plan, const uint64_t *sizes,
+                        size_t n, uint64_t buffer) {
+  CU_ASSERT_PTR_NOT_NULL_FATAL(plan);
+  CU_ASSERT_TRUE(plan->split);
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; i++) total += sizes[i];
+  CU_ASSERT_EQUAL(plan->total_bytes, total);
+  size_t *done = calloc(n ? n : 1, sizeof(*done));
+  CU_ASSERT_FATAL(done != NULL);
+  uint64_t pos = 0; /* the next byte of the round the parts must cover */
+  for (size_t b = 0; b < plan->nbuckets; b++) {
+    const wt_bucket *bk = &plan->buckets[b];
+    CU_ASSERT_EQUAL(bk->start, pos);
+    CU_ASSERT(bk->nbytes <= buffer);
+    if (b + 1 < plan->nbuckets) CU_ASSERT_EQUAL(bk->nbytes, buffer);
+    uint64_t got = 0;
+    for (size_t k = bk->first; k < bk->first + bk->count; k++) {
+      uint64_t off = 0, len = 0;
+      wt_pack_part(plan, b, k, sizes[k], &off, &len);
+      if (len > 0) CU_ASSERT_EQUAL(plan->tensor_start[k] + off, pos + got);
+      got += len;
+    }
+    CU_ASSERT_EQUAL(got, bk->nbytes);
+    for (size_t k = bk->done_first; k < bk->done_first + bk->done_count; k++) {
+      done[k]++;
+      uint64_t end = plan->tensor_start[k] + sizes[k];
+      CU_ASSERT(end <= bk->start + bk->nbytes);
+      if (sizes[k] > 0) CU_ASSERT(end > bk->start);
+    }
+    pos += got;
+  }
+  CU_ASSERT_EQUAL(pos, total);
+  for (size_t i = 0; i < n; i++) CU_ASSERT_EQUAL(done[i], 1);
+  if (plan->nbuckets > 0) CU_ASSERT(plan->max_bucket_bytes <= buffer);
+  free(done);
+}
+
+static void test_split(void) {
+  wt_pack_plan *plan = NULL;
+  /* A 100-byte tensor between small ones, buffer 16: buckets of 16 bytes
+   * each, the big one cut across seven of them. */
+  uint64_t mixed[] = {3, 100, 0, 5, 0};
+  WT_ASSERT_OK(wt_pack_plan_build_split(mixed, NELEM(mixed), 16, &plan));
+  CU_ASSERT_EQUAL_FATAL(plan->nbuckets, 7); /* 108 bytes */
+  check_split(plan, mixed, NELEM(mixed), 16);
+  CU_ASSERT_EQUAL(plan->buckets[0].first, 0);
+  CU_ASSERT_EQUAL(plan->buckets[0].count, 2);
+  CU_ASSERT_EQUAL(plan->buckets[0].done_count, 1); /* only the 3 bytes */
+  CU_ASSERT_EQUAL(plan->buckets[3].first, 1);      /* inside the big one */
+  CU_ASSERT_EQUAL(plan->buckets[3].count, 1);
+  CU_ASSERT_EQUAL(plan->buckets[3].done_count, 0);
+  uint64_t off = 0, len = 0;
+  wt_pack_part(plan, 3, 1, 100, &off, &len);
+  CU_ASSERT(off == 45 && len == 16);
+  /* The big one ends at byte 103, in bucket 6, with the rest. */
+  CU_ASSERT_EQUAL(plan->buckets[6].first, 1);
+  CU_ASSERT_EQUAL(plan->buckets[6].count, 4);
+  CU_ASSERT_EQUAL(plan->buckets[6].done_first, 1);
+  CU_ASSERT_EQUAL(plan->buckets[6].done_count, 4);
+  CU_ASSERT_EQUAL(plan->buckets[6].nbytes, 108 - 96);
+  CU_ASSERT_EQUAL(plan->max_bucket_bytes, 16);
+  wt_pack_plan_free(plan);
+
+  /* Exact multiples: a tensor ending on a boundary is done there; a
+   * zero-size one on the boundary goes with the next bucket. */
+  uint64_t exact[] = {8, 8, 0, 8};
+  WT_ASSERT_OK(wt_pack_plan_build_split(exact, NELEM(exact), 8, &plan));
+  CU_ASSERT_EQUAL_FATAL(plan->nbuckets, 3);
+  check_split(plan, exact, NELEM(exact), 8);
+  CU_ASSERT_EQUAL(plan->buckets[1].done_count, 1);
+  CU_ASSERT_EQUAL(plan->buckets[2].first, 2);
+  CU_ASSERT_EQUAL(plan->buckets[2].done_count, 2);
+  wt_pack_plan_free(plan);
+
+  /* Only zero-size tensors: one empty bucket; none at all: none. */
+  uint64_t zeros[] = {0, 0};
+  WT_ASSERT_OK(wt_pack_plan_build_split(zeros, 2, 8, &plan));
+  CU_ASSERT_EQUAL_FATAL(plan->nbuckets, 1);
+  check_split(plan, zeros, 2, 8);
+  wt_pack_plan_free(plan);
+  WT_ASSERT_OK(wt_pack_plan_build_split(NULL, 0, 8, &plan));
+  CU_ASSERT_EQUAL(plan->nbuckets, 0);
+  wt_pack_plan_free(plan);
+
+  /* Random layouts, some tensors far larger than the buffer. */
+  srand(7);
+  uint64_t sizes[200];
+  for (int trial = 0; trial < 50; trial++) {
+    size_t n = 1 + (size_t)(rand() % 200);
+    for (size_t i = 0; i < n; i++)
+      sizes[i] =
+          rand() % 4 == 0 ? 0 : (uint64_t)(rand() % (rand() % 2 ? 40 : 4000));
+    uint64_t buffer = 1 + (uint64_t)(rand() % 300);
+    WT_ASSERT_OK(wt_pack_plan_build_split(sizes, n, buffer, &plan));
+    check_split(plan, sizes, n, buffer);
+    wt_pack_plan_free(plan);
+  }
+
+  /* A stranger's tiny buffer: refused by the bucket count, naming it. */
+  uint64_t big[] = {(uint64_t)1 << 30};
+  WT_ASSERT_ERR(wt_pack_plan_build_split(big, 1, 1, &plan), WT_INVALID_ARGUMENT,
+                "buffer_bytes: 1-byte buckets would cut the round's "
+                "1073741824 bytes into 1073741824 buckets, more than 65536");
+  CU_ASSERT_PTR_NULL(plan);
+  WT_ASSERT_ERR(wt_pack_plan_build_split(big, 1, 0, &plan), WT_INVALID_ARGUMENT,
+                "buffer_bytes");
 }
 
 static void test_errors(void) {
@@ -295,4 +422,6 @@ void wt_test_suite_packing(void) {
   CU_add_test(s, "random sizes match the plain loop", test_matches_reference);
   CU_add_test(s, "plan from metadata", test_from_metas);
   CU_add_test(s, "bad buffer size and total overflow", test_errors);
+  CU_add_test(s, "split plan: buffer-sized buckets cutting large tensors",
+              test_split);
 }

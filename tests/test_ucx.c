@@ -301,6 +301,108 @@ static void test_auto_fanout_two_hosts(void) {
   wtt_server_stop(&a);
 }
 
+/* Tensors larger than the bucket (small's 512 KiB embedding and lm_head,
+ * 64 KiB buckets): the trainer cuts them across buckets (split_tensors,
+ * the default), through a chain of two workers, from a synthetic source
+ * (bytes read in parts) and a memory source (parts sent in place); and
+ * with WT_UCX_SPLIT_TENSORS=off, vLLM's plan, where each is a bucket of
+ * its own. Every byte lands either way. Then a stranger's update info that
+ * asks for split buckets of 1 byte (3.3 million of them) is refused by
+ * name before any receive is posted; the server answers and the bytes and
+ * the version stay. */
+static void test_split_tensors(void) {
+  wtt_server S;
+  wtt_server_start_simple(&S, "small", 2, WT_STAGING_SHADOW, 0);
+  wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
+  const char *targets[1] = {S.target};
+  wt_sync_client *c = NULL;
+  wt_trainer *t = NULL;
+  wt_source *src = NULL;
+  ucx_info ui;
+  WT_ASSERT_OK(wt_sync_client_new(targets, 1, &o, &c));
+  setenv("WT_UCX_FANOUT", "chain", 1);
+  WT_ASSERT_OK(wt_sync_client_init_transfer(
+      c, ucx_info_make(&ui, "tcp", NULL, 64 << 10, 0), NULL, &t));
+  WT_ASSERT_OK(wt_source_synthetic("small", 21, &src));
+  round_ok(c, t, src, "split-1");
+  wtt_assert_model_seed(&S, 21);
+  wt_source_destroy(src);
+  src = NULL;
+  /* In place from one slab: the parts of a cut tensor are sent from it. */
+  uint64_t total = 0;
+  for (size_t i = 0; i < S.n; i++) total += S.metas[i].nbytes;
+  unsigned char *slab = malloc(total);
+  wt_source_tensor *tn = calloc(S.n, sizeof(*tn));
+  CU_ASSERT_FATAL(slab != NULL && tn != NULL);
+  uint64_t off = 0;
+  for (size_t i = 0; i < S.n; i++) {
+    wt_synthetic_fill(&S.metas[i], 22, 0, slab + off, S.metas[i].nbytes);
+    tn[i] = (wt_source_tensor){.name = S.metas[i].name,
+                               .dtype = S.metas[i].dtype,
+                               .ndim = S.metas[i].ndim,
+                               .shape = S.metas[i].shape,
+                               .data = slab + off,
+                               .nbytes = S.metas[i].nbytes};
+    off += S.metas[i].nbytes;
+  }
+  WT_ASSERT_OK(wt_source_memory(tn, S.n, &src));
+  round_ok(c, t, src, "split-2");
+  wtt_assert_model_seed(&S, 22);
+  wt_source_destroy(src);
+  src = NULL;
+  wt_trainer_destroy(t);
+  t = NULL;
+
+  setenv("WT_UCX_SPLIT_TENSORS", "off", 1);
+  WT_ASSERT_OK(wt_sync_client_init_transfer(
+      c, ucx_info_make(&ui, "tcp", NULL, 64 << 10, 0), NULL, &t));
+  WT_ASSERT_OK(wt_source_synthetic("small", 23, &src));
+  round_ok(c, t, src, "whole-3");
+  wtt_assert_model_seed(&S, 23);
+  wt_source_destroy(src);
+  wt_trainer_destroy(t);
+  t = NULL;
+  setenv("WT_UCX_SPLIT_TENSORS", "sometimes", 1);
+  WT_ASSERT_ERR(wt_sync_client_init_transfer(
+                    c, ucx_info_make(&ui, "tcp", NULL, 64 << 10, 0), NULL, &t),
+                WT_INVALID_ARGUMENT,
+                "init_info.options[\"ucx_split_tensors\"] is 'sometimes'");
+  unsetenv("WT_UCX_SPLIT_TENSORS");
+  unsetenv("WT_UCX_FANOUT");
+  wt_trainer_destroy(t);
+  t = NULL;
+
+  /* The stranger: a round opened by a real init, then its own update. */
+  WT_ASSERT_OK(wt_sync_client_init_transfer(
+      c, ucx_info_make(&ui, "tcp", NULL, 64 << 10, 500), NULL, &t));
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  wtt_upd u;
+  wtt_upd_init(&u, S.metas, NULL, S.n);
+  Wt__V1__UcxUpdateInfo xu = WT__V1__UCX_UPDATE_INFO__INIT;
+  Wt__V1__UInt64Value one = WT__V1__UINT64_VALUE__INIT;
+  one.value = 1;
+  xu.packed_buffer_size_bytes = &one;
+  xu.split_tensors = true;
+  u.info.backend_update_case =
+      WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_UCX;
+  u.info.ucx = &xu;
+  int64_t t0 = wtt_now_ms();
+  WT_ASSERT_ERR(wtt_update(S.ch, &u.info, wt_sync_client_round_id(c, 0)),
+                WT_INVALID_ARGUMENT,
+                "update_info.ucx.packed_buffer_size_bytes is 1 with "
+                "split_tensors: the round's ");
+  CU_ASSERT(wtt_now_ms() - t0 < 2000);
+  wtt_assert_serving(S.ch, 2);
+  wtt_assert_model_seed(&S, 23);
+  wtt_assert_version(S.ch, "whole-3", 3);
+  wt_status_free(wt_sync_client_abort(c, "test"));
+  wt_trainer_destroy(t);
+  wt_sync_client_destroy(c);
+  wtt_server_stop(&S);
+  free(tn);
+  free(slab);
+}
+
 /* A source that stalls (once armed) before yielding the bytes of tensor
  * `stall_at`, as a trainer that stopped mid-round. */
 typedef struct stall {
@@ -1342,6 +1444,8 @@ void wt_test_suite_ucx(void) {
   CU_add_test(s, "memory source (zero-copy sends), sequential fan-out",
               test_memory_source_sequential);
   CU_add_test(s, "pipelined chain fan-out, tcp and shared memory", test_chain);
+  CU_add_test(s, "tensors larger than the bucket: split, chain, a stranger",
+              test_split_tensors);
   CU_add_test(s, "the default fan-out across two hosts",
               test_auto_fanout_two_hosts);
   CU_add_test(s, "round over shared memory, 2 servers x (2, 3) workers",

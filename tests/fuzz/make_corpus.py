@@ -134,6 +134,14 @@ def proto_seeds():
                 tensors=[pb.IpcTensor(places=[pb.IpcPlace(
                     export_id=3, offset_bytes=256)])])))
         write("proto", "update_ipc", ipc.SerializeToString())
+        split = pb.UpdateWeightsRequest(update_info=pb.WeightTransferUpdateInfo(
+            names=["model.embed_tokens.weight", "lm_head.weight"],
+            dtype_names=["bfloat16", "float32"],
+            shapes=[pb.Shape(dims=[8, 4]), pb.Shape(dims=[4])],
+            ucx=pb.UcxUpdateInfo(
+                packed_buffer_size_bytes=pb.UInt64Value(value=24),
+                split_tensors=True)), round_id=7)
+        write("proto", "update_ucx_split", split.SerializeToString())
         write("proto", "list_parameters", pb.ListParametersRequest(
             name_prefix="model.layers.0.", page_size=10, page_token="abc")
               .SerializeToString())

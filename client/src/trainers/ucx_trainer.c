@@ -116,6 +116,12 @@ typedef struct ucx_trainer {
   bool peer_errors;           /* options["ucx_peer_errors"] != "off" */
   int fanout;                 /* this round's: FANOUT_* but AUTO */
   int fanout_option;          /* options["ucx_fanout"]: FANOUT_* */
+  bool split_option;          /* options["ucx_split_tensors"] != "off" */
+  bool split;                 /* this round's plan is split (update info) */
+  /* A split plan's tensor that spans buckets: the source's last yield,
+   * kept for the next bucket (held_index SIZE_MAX: none). */
+  wt_source_tensor held;
+  size_t held_index;
   peer **peers; /* stable addresses: UCX error callbacks point at them */
   size_t npeers;
   sbuf *bufs;
@@ -275,12 +281,16 @@ static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
   t->peer_errors = true;
   t->by_sockaddr = false;
   t->fanout_option = FANOUT_AUTO;
+  t->split_option = true;
+  t->held_index = SIZE_MAX;
   /* The options, then the environment (WT_UCX_CONNECT, WT_UCX_PEER_ERRORS,
-   * WT_UCX_FANOUT) as defaults for tools that set no options (wt-push). */
+   * WT_UCX_FANOUT, WT_UCX_SPLIT_TENSORS) as defaults for tools that set no
+   * options (wt-push). */
   static const char *const env_keys[][2] = {
       {"ucx_connect", "WT_UCX_CONNECT"},
       {"ucx_peer_errors", "WT_UCX_PEER_ERRORS"},
-      {"ucx_fanout", "WT_UCX_FANOUT"}};
+      {"ucx_fanout", "WT_UCX_FANOUT"},
+      {"ucx_split_tensors", "WT_UCX_SPLIT_TENSORS"}};
   const size_t nenv = sizeof(env_keys) / sizeof(env_keys[0]);
   for (size_t i = 0; i < nenv + init->n_options; i++) {
     const char *key, *val;
@@ -308,6 +318,14 @@ static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
         WT_FAIL(WT_INVALID_ARGUMENT,
                 "init_info.options[\"ucx_peer_errors\"] is '%s'; it must be "
                 "'on' (default) or 'off'",
+                val);
+    } else if (key != NULL && strcmp(key, "ucx_split_tensors") == 0) {
+      if (strcmp(val, "off") == 0 || strcmp(val, "on") == 0)
+        t->split_option = strcmp(val, "on") == 0;
+      else
+        WT_FAIL(WT_INVALID_ARGUMENT,
+                "init_info.options[\"ucx_split_tensors\"] is '%s'; it must "
+                "be 'on' (default) or 'off'",
                 val);
     } else if (key != NULL && strcmp(key, "ucx_fanout") == 0) {
       if (strcmp(val, "sequential") == 0)
@@ -407,12 +425,18 @@ out:
 static wt_status *ucx_update_info(void *self, wt_source *source, size_t k,
                                   Wt__V1__WeightTransferUpdateInfo *info) {
   ucx_trainer *t = self;
-  (void)source;
   (void)k;
   wt__v1__ucx_update_info__init(&t->uinfo);
   wt__v1__uint64_value__init(&t->ubuf);
   t->ubuf.value = t->buffer_bytes;
   t->uinfo.packed_buffer_size_bytes = &t->ubuf;
+  /* Split unless asked not to, or so small a buffer would make more
+   * buckets than a worker takes (then vLLM's plan: as many at most as
+   * tensors). */
+  uint64_t total = wt_source_total_bytes(source);
+  t->split =
+      t->split_option && total / t->buffer_bytes < WT_PACK_SPLIT_MAX_BUCKETS;
+  t->uinfo.split_tensors = t->split;
   info->backend_update_case =
       WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_UCX;
   info->ucx = &t->uinfo;
@@ -522,34 +546,43 @@ static wt_status *wait_packed(ucx_trainer *t, size_t bucket) {
                           "packing bucket %zu on cuda:%d", bucket, t->device);
 }
 
-static wt_status *pack(ucx_trainer *t, wt_source *src, const wt_bucket *bk,
+static wt_status *pack(ucx_trainer *t, wt_source *src, const wt_pack_plan *plan,
                        size_t bucket, unsigned char *dst, const void **bytes) {
   wt_status *st = NULL;
+  const wt_bucket *bk = &plan->buckets[bucket];
   const unsigned char *run = NULL; /* the bucket so far, in place */
   uint64_t off = 0;
   bool in_place = true;
-  for (size_t k = 0; k < bk->count; k++) {
-    wt_source_tensor tn;
-    bool done = false;
-    WT_CHECK(wt_source_next(src, &tn, &done));
-    if (done)
-      WT_FAIL(WT_INVALID_ARGUMENT, "source ended before the plan's tensor %zu",
-              bk->first + k);
-    if (tn.nbytes == 0) continue;
-    WT_CHECK(wt_source_tensor_ready(&tn));
-    if (in_place && tn.data != NULL &&
-        (run == NULL || run + off == (const unsigned char *)tn.data)) {
-      if (run == NULL) run = tn.data;
-      off += tn.nbytes;
+  for (size_t k = bk->first; k < bk->first + bk->count; k++) {
+    /* A split plan's bucket may begin inside the tensor the bucket before
+     * ended in: that one is still the source's last yield. */
+    if (t->held_index != k) {
+      bool done = false;
+      WT_CHECK(wt_source_next(src, &t->held, &done));
+      if (done)
+        WT_FAIL(WT_INVALID_ARGUMENT,
+                "source ended before the plan's tensor %zu", k);
+      t->held_index = k;
+      if (t->held.nbytes > 0) WT_CHECK(wt_source_tensor_ready(&t->held));
+    }
+    const wt_source_tensor *tn = &t->held;
+    uint64_t part_off = 0, len = 0;
+    wt_pack_part(plan, bucket, k, tn->nbytes, &part_off, &len);
+    if (len == 0) continue;
+    const unsigned char *data =
+        tn->data != NULL ? (const unsigned char *)tn->data + part_off : NULL;
+    if (in_place && data != NULL && (run == NULL || run + off == data)) {
+      if (run == NULL) run = data;
+      off += len;
       continue;
     }
     if (in_place && off > 0) WT_CHECK(put(t, dst, run, off)); /* so far */
     in_place = false;
-    if (tn.data != NULL)
-      WT_CHECK(put(t, dst + off, tn.data, tn.nbytes));
+    if (data != NULL)
+      WT_CHECK(put(t, dst + off, data, len));
     else
-      WT_CHECK(wt_source_read(src, &tn, 0, dst + off, tn.nbytes));
-    off += tn.nbytes;
+      WT_CHECK(wt_source_read(src, tn, part_off, dst + off, len));
+    off += len;
   }
   if (!in_place && t->device >= 0) WT_CHECK(wait_packed(t, bucket));
   *bytes = in_place && run != NULL ? (const void *)run : (const void *)dst;
@@ -739,7 +772,9 @@ static wt_status *ucx_send_weights(void *self, wt_source *source,
     WT_CHECK(peer_connect(t, p));
   }
   WT_CHECK(round_memory(t, source));
-  WT_CHECK(wt_pack_plan_from_metas(metas, n, t->buffer_bytes, &plan));
+  WT_CHECK(t->split
+               ? wt_pack_plan_split_from_metas(metas, n, t->buffer_bytes, &plan)
+               : wt_pack_plan_from_metas(metas, n, t->buffer_bytes, &plan));
   if (t->route_reqs == NULL) {
     t->route_reqs = calloc(t->npeers, sizeof(*t->route_reqs));
     if (t->route_reqs == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
@@ -781,12 +816,13 @@ static wt_status *ucx_send_weights(void *self, wt_source *source,
     size_t j0 = seq ? pass : 0;
     size_t j1 = seq ? pass + 1 : t->fanout == FANOUT_CHAIN ? 1 : t->npeers;
     WT_CHECK(wt_source_rewind(source));
+    t->held_index = SIZE_MAX;
     for (size_t bkt = 0; bkt < plan->nbuckets; bkt++) {
       sbuf *b = &t->bufs[bkt % t->num_buffers];
       if (b->busy) {
         WT_CHECK(drain(t, b, plan->nbuckets));
         const wt_bucket *done = &plan->buckets[b->bucket];
-        done_tensors += done->count;
+        done_tensors += done->done_count;
         done_bytes += done->nbytes;
         pr.tensors_done = done_tensors / npasses;
         pr.bytes_done = done_bytes / npasses;
@@ -794,7 +830,7 @@ static wt_status *ucx_send_weights(void *self, wt_source *source,
       }
       const wt_bucket *bk = &plan->buckets[bkt];
       const void *bytes = NULL;
-      WT_CHECK(pack(t, source, bk, bkt, b->data, &bytes));
+      WT_CHECK(pack(t, source, plan, bkt, b->data, &bytes));
       b->bucket = bkt;
       b->busy = true;
       b->j0 = j0;
@@ -833,7 +869,7 @@ static wt_status *ucx_send_weights(void *self, wt_source *source,
       sbuf *b = &t->bufs[bkt % t->num_buffers];
       if (!b->busy) continue;
       WT_CHECK(drain(t, b, plan->nbuckets));
-      done_tensors += plan->buckets[bkt].count;
+      done_tensors += plan->buckets[bkt].done_count;
       done_bytes += plan->buckets[bkt].nbytes;
     }
   }

@@ -16,6 +16,7 @@
 #ifndef WT_PACKING_H
 #define WT_PACKING_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,21 +28,33 @@ extern "C" {
 #endif
 
 typedef struct wt_bucket {
-  size_t first;     /* index of the first tensor */
-  size_t count;     /* tensors [first, first + count) */
-  uint64_t nbytes;  /* sum of their sizes */
+  size_t first;    /* index of the first tensor */
+  size_t count;    /* tensors [first, first + count) */
+  uint64_t nbytes; /* sum of their sizes (of their parts, split) */
+  uint64_t start;  /* its first byte's offset in the round's bytes */
+  /* The tensors whose last byte (or, zero-size, whose place) is in this
+   * bucket: [done_first, done_first + done_count). The whole bucket but
+   * for split plans, where a tensor that spans buckets is done in its
+   * last. */
+  size_t done_first, done_count;
 } wt_bucket;
 
 typedef struct wt_pack_plan {
-  uint64_t buffer_bytes;     /* the buffer size the plan was made with */
+  uint64_t buffer_bytes; /* the buffer size the plan was made with */
   size_t ntensors;
   size_t nbuckets;
   wt_bucket *buckets;        /* nbuckets entries */
   size_t *tensor_bucket;     /* ntensors entries: bucket of tensor i */
   uint64_t *tensor_offset;   /* ntensors entries: byte offset within bucket */
+  uint64_t *tensor_start;    /* ntensors entries: offset in the round's bytes */
   uint64_t max_bucket_bytes; /* largest bucket (what a receiver allocates) */
   uint64_t total_bytes;
+  bool split; /* made by wt_pack_plan_build_split */
 } wt_pack_plan;
+
+/* The most buckets a split plan may have: a buffer size so small that a
+ * round would need more is refused (a receiver keeps state per bucket). */
+#define WT_PACK_SPLIT_MAX_BUCKETS 65536u
 
 /* Builds the plan for tensors of `sizes[0..n)` bytes with buffer size
  * `buffer_bytes` (> 0, else INVALID_ARGUMENT naming it). Total overflow is
@@ -53,6 +66,29 @@ wt_status *wt_pack_plan_build(const uint64_t *sizes, size_t n,
 /* Same, from metadata (uses metas[i].nbytes). */
 wt_status *wt_pack_plan_from_metas(const wt_tensor_meta *metas, size_t n,
                                    uint64_t buffer_bytes, wt_pack_plan **out);
+
+/* The split plan (wt's own `ucx` rounds, update_info.ucx.split_tensors):
+ * the round's bytes, the tensors back to back in order, cut into buckets of
+ * exactly `buffer_bytes` (the last one shorter), so that a tensor larger
+ * than the buffer spans several buckets and no bucket is larger than the
+ * buffer. A pipeline (chain fan-out) then moves a bucket's time per hop,
+ * never a whole large tensor's. Zero-size tensors go in the bucket their
+ * place falls in (the last one at the end); tensors but no bytes make one
+ * empty bucket. More than WT_PACK_SPLIT_MAX_BUCKETS buckets is
+ * INVALID_ARGUMENT naming buffer_bytes. Ownership as wt_pack_plan_build. */
+wt_status *wt_pack_plan_build_split(const uint64_t *sizes, size_t n,
+                                    uint64_t buffer_bytes, wt_pack_plan **out);
+
+/* Same, from metadata. */
+wt_status *wt_pack_plan_split_from_metas(const wt_tensor_meta *metas, size_t n,
+                                         uint64_t buffer_bytes,
+                                         wt_pack_plan **out);
+
+/* The part of tensor k (of `size` bytes, one of bucket b's) that bucket b
+ * carries: bytes [*offset, *offset + *len) of the tensor; the whole tensor
+ * in a plan that is not split. */
+void wt_pack_part(const wt_pack_plan *plan, size_t b, size_t k, uint64_t size,
+                  uint64_t *offset, uint64_t *len);
 
 /* NULL is ignored. */
 void wt_pack_plan_free(wt_pack_plan *plan);

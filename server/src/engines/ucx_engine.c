@@ -66,15 +66,9 @@
  */
 
 #include <arpa/inet.h>
+#include <inttypes.h>
+#include <netinet/in.h>
 #include <pthread.h>
-#include <inttypes.h>
-#include <netinet/in.h>
-#include <stdio.h>
-#include <stdlib.h>
-
-#include <arpa/inet.h>
-#include <inttypes.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -373,19 +367,23 @@ static wt_status *post_bucket(wt_engine *e, const wt_update *u,
   s->bucket = b;
   s->iovcnt = 0;
   s->req = NULL;
-  s->iov = iov_all + bk->first;
+  /* Bucket b's entries start at first + b: a split plan's buckets share
+   * the tensors they cut (iov_all has n + nbuckets entries). */
+  s->iov = iov_all + bk->first + b;
   for (size_t k = bk->first; k < bk->first + bk->count; k++) {
-    void *dst = wt_param_store_stage(e->ctx.store, u->index[k]);
-    if (u->nbytes[k] == 0) continue;
+    uint64_t off = 0, len = 0;
+    wt_pack_part(plan, b, k, u->nbytes[k], &off, &len);
+    if (len == 0) continue;
+    char *dst = (char *)wt_param_store_stage(e->ctx.store, u->index[k]) + off;
     /* The store lays tensors out back to back: merge neighbours, so that a
      * bucket usually lands as one contiguous receive. */
     ucp_dt_iov_t *last = s->iovcnt ? &s->iov[s->iovcnt - 1] : NULL;
-    if (last != NULL && (char *)last->buffer + last->length == (char *)dst) {
-      last->length += u->nbytes[k];
+    if (last != NULL && (char *)last->buffer + last->length == dst) {
+      last->length += len;
       continue;
     }
     s->iov[s->iovcnt].buffer = dst;
-    s->iov[s->iovcnt].length = u->nbytes[k];
+    s->iov[s->iovcnt].length = len;
     s->iovcnt++;
   }
   /* UCX moves device memory as contiguous runs only. */
@@ -441,9 +439,9 @@ static wt_status *land_bucket(wt_engine *e, const wt_update *u,
     WT_FAIL(WT_UNAVAILABLE,
             "%s: the trainer is gone (receiving bucket %zu failed: %s)",
             e->where, s->bucket, ucs_status_string(us));
-  for (size_t k = bk->first; k < bk->first + bk->count; k++)
+  for (size_t k = bk->done_first; k < bk->done_first + bk->done_count; k++)
     wt_param_store_staged(e->ctx.store, u->index[k]);
-  stats->tensors += bk->count;
+  stats->tensors += bk->done_count;
   stats->bytes += bk->nbytes;
 out:
   return st;
@@ -466,11 +464,14 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
             e->where);
   uint64_t buffer = e->buffer_bytes;
   if (u->packed_buffer_bytes) buffer = u->packed_buffer_bytes;
-  if (u->info != NULL &&
-      u->info->backend_update_case ==
-          WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_UCX &&
-      u->info->ucx != NULL && u->info->ucx->packed_buffer_size_bytes != NULL) {
-    buffer = u->info->ucx->packed_buffer_size_bytes->value;
+  const Wt__V1__UcxUpdateInfo *ux =
+      u->info != NULL &&
+              u->info->backend_update_case ==
+                  WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_UCX
+          ? u->info->ucx
+          : NULL;
+  if (ux != NULL && ux->packed_buffer_size_bytes != NULL) {
+    buffer = ux->packed_buffer_size_bytes->value;
     if (buffer == 0)
       WT_FAIL(WT_INVALID_ARGUMENT,
               "update_info.ucx.packed_buffer_size_bytes is 0; it must be at "
@@ -479,7 +480,20 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
   /* A stray bucket still moving moves within the data deadline; one that
    * does not is stuck (a cut link), and the caller hears so in time. */
   WT_CHECK(wt_ucxe_check_strays(e, timeout));
-  WT_CHECK(wt_pack_plan_build(u->nbytes, u->n, buffer, &plan));
+  if (ux != NULL && ux->split_tensors) {
+    /* A receiver keeps state per bucket: a stranger's tiny buffer must not
+     * make millions of them. */
+    uint64_t total = 0;
+    for (size_t k = 0; k < u->n; k++) total += u->nbytes[k]; /* <= store */
+    if (total / buffer >= WT_PACK_SPLIT_MAX_BUCKETS)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "%s: update_info.ucx.packed_buffer_size_bytes is %" PRIu64
+              " with split_tensors: the round's %" PRIu64
+              " bytes would make more than %u buckets",
+              e->where, buffer, total, WT_PACK_SPLIT_MAX_BUCKETS);
+    WT_CHECK(wt_pack_plan_build_split(u->nbytes, u->n, buffer, &plan));
+  } else
+    WT_CHECK(wt_pack_plan_build(u->nbytes, u->n, buffer, &plan));
   wt_ucxe_reap_peers(e);
   e->gone_since_ms = 0;
   /* Every bucket's receive is posted before the first wait, straight into
@@ -489,7 +503,7 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
    * so each wait discards it at once and a flood cannot pile up. */
   slots = calloc(plan->nbuckets ? plan->nbuckets : 1, sizeof(*slots));
   e->nslots = plan->nbuckets;
-  iov_all = calloc(u->n ? u->n : 1, sizeof(*iov_all));
+  iov_all = calloc(u->n + plan->nbuckets + 1, sizeof(*iov_all));
   if (slots == NULL || iov_all == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
   /* The route is the round's first message: its wait also covers the
@@ -505,6 +519,8 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
       WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
     WT_CHECK(wt_ucxe_fwd_start(e, rflags, nhops, &fwd_reqs[plan->nbuckets]));
   }
+  const int64_t t_route = wt_ucx_now_ms();
+  int64_t t_first = t_route;
   while (landed < plan->nbuckets) {
     slot *s = &slots[landed];
     char what[160];
@@ -513,12 +529,23 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
              plan->nbuckets, u->round_id);
     WT_CHECK(wt_ucxe_wait_recv(e, s->req, timeout, what));
     WT_CHECK(land_bucket(e, u, plan, s, stats));
+    if (landed == 0) t_first = wt_ucx_now_ms();
     if (fwd_reqs != NULL)
       WT_CHECK(wt_ucxe_fwd_bucket(e, s, &fwd_reqs[s->bucket]));
     landed++;
   }
+  const int64_t t_landed = wt_ucx_now_ms();
   if (fwd_reqs != NULL)
     WT_CHECK(wt_ucxe_fwd_finish(e, fwd_reqs, plan->nbuckets + 1, timeout));
+  /* Where a round's time goes, hop by hop (bench/fanout_bench.sh). */
+  WT_LOGD("ucx",
+          "%s: round %" PRIu64
+          ": %zu bucket(s); after the route: first "
+          "landed %lld ms, last %lld ms%s, forwarded %lld ms",
+          e->where, u->round_id, plan->nbuckets, (long long)(t_first - t_route),
+          (long long)(t_landed - t_route),
+          fwd_reqs != NULL ? "" : " (last in the chain)",
+          (long long)(wt_ucx_now_ms() - t_route));
 out:
   if (e->ucx) e->ucx->discard = false;
   if (slots) wt_ucxe_settle_receives(e, slots, u->round_id, &iov_all);

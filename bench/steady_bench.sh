@@ -119,7 +119,8 @@ perftest() {
   sort -g "$work/perf.gbps" | awk '{a[NR] = $1} END {printf "%.2f", a[int((NR + 1) / 2)]}'
 }
 
-median() { sort -g | awk '{a[NR] = $1} END {printf "%.2f", (NR ? a[int((NR + 1) / 2)] : 0)}'; }
+# med2: the median (bench/lib.sh's) of the numbers on stdin, to 2 places.
+med2() { printf '%.2f' "$(median)"; }
 
 echo "steady state: one wt-push, $((runs + 1)) rounds on one init; $total bytes" \
   "($ckpt); $blocks block(s) of wt then its reference; $(nproc) CPUs;" \
@@ -161,8 +162,8 @@ for b in $backends; do
     ratios+=("$(ratio "$r" "$ref")")
     printf '%-34s %49s %9s  ratio %s\n' "$name" "" "$ref" "${ratios[-1]}"
   done
-  rate[$b]=$(printf '%s\n' "${rates[@]}" | median)
-  verdict=$(printf '%s\n' "${ratios[@]}" | median)
+  rate[$b]=$(printf '%s\n' "${rates[@]}" | med2)
+  verdict=$(printf '%s\n' "${ratios[@]}" | med2)
   printf '%-34s %59s  median of %d: %s (target >= %s: %s)\n' "  $b ratio" \
     "per block: ${ratios[*]}" "$blocks" "$verdict" "$target" \
     "$(awk -v v="$verdict" -v t="$target" 'BEGIN { print (v >= t ? "met" : "NOT met") }')"
@@ -173,7 +174,7 @@ for b in $backends; do
       --proto-dir "$root/proto" --stubs-dir "$work/stubs-client" \
       --bytes "$total" --chunk-size "$chunk" --runs $((runs + 1)) >"$work/py.out"
     stop_bg "$bg_pid"
-    pyg=$(sed -n 's/.*"gbps": \([0-9.e+-]*\).*/\1/p' "$work/py.out" | tail -n +2 | median)
+    pyg=$(sed -n 's/.*"gbps": \([0-9.e+-]*\).*/\1/p' "$work/py.out" | tail -n +2 | med2)
     printf '%-34s %49s %9s  ratio %s (wt median of blocks; target >= 1.5)\n' \
       "  Python grpcio (reference)" "" "$pyg" "$(ratio "${rate[$b]}" "$pyg")"
   fi

@@ -21,6 +21,7 @@
 #include "wt/source.h"
 #include "wt/synthetic.h"
 #include "wt/trainer.h"
+#include "wt/pb.h"
 #include "wt/secure.h"
 #include "wt/ucx_common.h"
 #include "support/fixture.h"
@@ -401,6 +402,15 @@ static void test_split_tensors(void) {
   wtt_server_stop(&S);
   free(tn);
   free(slab);
+
+  /* wt-push --option split_tensors=off: the init info's option. */
+  wt_backend_option opt = {"split_tensors", "off"};
+  Wt__V1__WeightTransferInitInfo *info = NULL;
+  WT_ASSERT_OK(wt_trainer_init_info("ucx", &opt, 1, &info));
+  CU_ASSERT_FATAL(info != NULL && info->n_options == 1);
+  CU_ASSERT_STRING_EQUAL(info->options[0]->key, "ucx_split_tensors");
+  CU_ASSERT_STRING_EQUAL(info->options[0]->value, "off");
+  wt_pb_free(&info->base);
 }
 
 /* A source that stalls (once armed) before yielding the bytes of tensor

@@ -11,7 +11,12 @@
  *
  * Data path: the shared bucket plan over the source's metadata (buffer size:
  * init_info.ucx.packed_buffer_size_bytes, default 64 MiB, passed to every
- * worker in update_info.ucx so both sides plan alike). A bucket whose
+ * worker in update_info.ucx so both sides plan alike). The plan is the
+ * split one (update_info.ucx.split_tensors; options["ucx_split_tensors"],
+ * default "on"): buckets of exactly the buffer size, a larger tensor cut
+ * across them, so that no bucket, and no chain hop, takes longer than the
+ * buffer's time; vLLM's plan when "off", or when the buffer is so small
+ * that a round would need WT_PACK_SPLIT_MAX_BUCKETS or more. A bucket whose
  * tensors the source hands out as pointers lying back to back (a
  * checkpoint's mmap, a memory source) is sent straight from that memory:
  * zero copy on the trainer. Any other bucket is packed once into one of
@@ -33,8 +38,8 @@
  * worker whose endpoint breaks (UCX's peer-failure handling) or whose send does
  * not complete in time ends send_weights with an error naming the server and
  * the worker. Options not given in the init info default to the environment's
- * WT_UCX_CONNECT, WT_UCX_PEER_ERRORS, WT_UCX_FANOUT (for tools such as wt-push
- * that set none).
+ * WT_UCX_CONNECT, WT_UCX_PEER_ERRORS, WT_UCX_FANOUT, WT_UCX_SPLIT_TENSORS (for
+ * tools such as wt-push that set none).
  *
  * Device sources (tensors in GPU memory, wt-push --device cuda:N): a round
  * is all host memory or all on one GPU. From a GPU, a bucket whose tensors
@@ -942,13 +947,14 @@ static wt_status *add_map_option(Wt__V1__WeightTransferInitInfo *info,
 }
 
 /* Options: bucket_size, num_buffers, transports, connect_timeout_ms, and
- * connect / peer_errors / fanout (the init info's ucx_* options, checked by
- * trainer_init like any other). */
+ * connect / peer_errors / fanout / split_tensors (the init info's ucx_*
+ * options, checked by trainer_init like any other). */
 static wt_status *ucx_init_info(const wt_backend_option *opts, size_t n,
                                 Wt__V1__WeightTransferInitInfo *info) {
   static const char *const known[] = {
       "bucket_size", "num_buffers", "transports", "connect_timeout_ms",
-      "connect",     "peer_errors", "fanout",     NULL};
+      "connect",     "peer_errors", "fanout",     "split_tensors",
+      NULL};
   wt_status *st = NULL;
   Wt__V1__UcxInitInfo *x = malloc(sizeof(*x));
   if (x == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
@@ -976,7 +982,8 @@ static wt_status *ucx_init_info(const wt_backend_option *opts, size_t n,
         WT_FAIL(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
     } else if (strcmp(o->key, "connect") == 0 ||
                strcmp(o->key, "peer_errors") == 0 ||
-               strcmp(o->key, "fanout") == 0) {
+               strcmp(o->key, "fanout") == 0 ||
+               strcmp(o->key, "split_tensors") == 0) {
       char key[32];
       snprintf(key, sizeof(key), "ucx_%s", o->key);
       WT_CHECK(add_map_option(info, key, o->value ? o->value : ""));

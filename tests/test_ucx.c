@@ -307,7 +307,8 @@ static void test_auto_fanout_two_hosts(void) {
  * the default), through a chain of two workers, from a synthetic source
  * (bytes read in parts) and a memory source (parts sent in place); and
  * with WT_UCX_SPLIT_TENSORS=off, vLLM's plan, where each is a bucket of
- * its own. Every byte lands either way. Then a stranger's update info that
+ * its own, as with buffers too small to split (16 bytes: 213,312 buckets).
+ * Every byte lands either way. Then a stranger's update info that
  * asks for split buckets of 1 byte (3.3 million of them) is refused by
  * name before any receive is posted; the server answers and the bytes and
  * the version stay. */
@@ -363,6 +364,17 @@ static void test_split_tensors(void) {
   wt_source_destroy(src);
   wt_trainer_destroy(t);
   t = NULL;
+  unsetenv("WT_UCX_SPLIT_TENSORS");
+  /* 16-byte buffers would split 3.4 MB into 213,312 buckets: the trainer
+   * takes vLLM's plan instead (one bucket per tensor), and it lands. */
+  WT_ASSERT_OK(wt_sync_client_init_transfer(
+      c, ucx_info_make(&ui, "tcp", NULL, 16, 0), NULL, &t));
+  WT_ASSERT_OK(wt_source_synthetic("small", 24, &src));
+  round_ok(c, t, src, "whole-4");
+  wtt_assert_model_seed(&S, 24);
+  wt_source_destroy(src);
+  wt_trainer_destroy(t);
+  t = NULL;
   setenv("WT_UCX_SPLIT_TENSORS", "sometimes", 1);
   WT_ASSERT_ERR(wt_sync_client_init_transfer(
                     c, ucx_info_make(&ui, "tcp", NULL, 64 << 10, 0), NULL, &t),
@@ -394,8 +406,8 @@ static void test_split_tensors(void) {
                 "split_tensors: the round's ");
   CU_ASSERT(wtt_now_ms() - t0 < 2000);
   wtt_assert_serving(S.ch, 2);
-  wtt_assert_model_seed(&S, 23);
-  wtt_assert_version(S.ch, "whole-3", 3);
+  wtt_assert_model_seed(&S, 24);
+  wtt_assert_version(S.ch, "whole-4", 4);
   wt_status_free(wt_sync_client_abort(c, "test"));
   wt_trainer_destroy(t);
   wt_sync_client_destroy(c);

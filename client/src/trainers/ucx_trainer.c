@@ -430,7 +430,6 @@ out:
 static wt_status *ucx_update_info(void *self, wt_source *source, size_t k,
                                   Wt__V1__WeightTransferUpdateInfo *info) {
   ucx_trainer *t = self;
-  (void)k;
   wt__v1__ucx_update_info__init(&t->uinfo);
   wt__v1__uint64_value__init(&t->ubuf);
   t->ubuf.value = t->buffer_bytes;
@@ -441,6 +440,12 @@ static wt_status *ucx_update_info(void *self, wt_source *source, size_t k,
   uint64_t total = wt_source_total_bytes(source);
   t->split =
       t->split_option && total / t->buffer_bytes < WT_PACK_SPLIT_MAX_BUCKETS;
+  if (t->split_option && !t->split && k == 0)
+    WT_LOGD("ucx",
+            "trainer: vLLM's bucket plan, not the split one: %" PRIu64
+            "-byte buffers would cut the round's %" PRIu64
+            " bytes into more than %u buckets",
+            t->buffer_bytes, total, WT_PACK_SPLIT_MAX_BUCKETS);
   t->uinfo.split_tensors = t->split;
   info->backend_update_case =
       WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_UCX;

@@ -61,6 +61,19 @@ stop_bg() {
   fi
 }
 
+# ckpt_bytes FILE: the bytes of the tensors of the safetensors FILE (its
+# header's data_offsets), what one round moves.
+ckpt_bytes() {
+  python3 - "$1" <<'PY'
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    h = json.loads(f.read(n))
+print(sum(v["data_offsets"][1] - v["data_offsets"][0]
+          for k, v in h.items() if k != "__metadata__"))
+PY
+}
+
 # kib PID FIELD: a /proc/PID/status field in KiB.
 kib() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }
 

@@ -64,15 +64,7 @@ if [ ! -f "$ckpt" ]; then
   echo "$bench: $ckpt is missing: run bench/ucx_bench.sh once (it writes it)" >&2
   exit 1
 fi
-total=$(python3 - "$ckpt" <<'EOF'
-import json, struct, sys
-with open(sys.argv[1], "rb") as f:
-    n = struct.unpack("<Q", f.read(8))[0]
-    h = json.loads(f.read(n))
-print(sum(v["data_offsets"][1] - v["data_offsets"][0]
-          for k, v in h.items() if k != "__metadata__"))
-EOF
-)
+total=$(ckpt_bytes "$ckpt")
 
 # rounds NAME MODEL PUSH_SOURCE BACKEND [ENV...] -- [PUSH_ARGS...]: one
 # wt-server (MODEL), one wt-push of RUNS+1 rounds; prints "first_s

@@ -82,19 +82,10 @@ add("lm_head.weight", (32768, 1024))
 save_file(t, sys.argv[1])
 EOF
 fi
-total=$(python3 - "$ckpt" <<'EOF'
-import json, struct, sys
-with open(sys.argv[1], "rb") as f:
-    n = struct.unpack("<Q", f.read(8))[0]
-    h = json.loads(f.read(n))
-print(sum(v["data_offsets"][1] - v["data_offsets"][0]
-          for k, v in h.items() if k != "__metadata__"))
-EOF
-)
-iters=$(( (total + bucket - 1) / bucket ))
-
 bench=ucx_bench
 . bench/lib.sh
+total=$(ckpt_bytes "$ckpt")
+iters=$(( (total + bucket - 1) / bucket ))
 work=$(mktemp -d)
 pids=()
 bench_auth "${AUTH:-}" "$work/auth"

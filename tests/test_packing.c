@@ -361,6 +361,19 @@ static void test_split(void) {
     wt_pack_plan_free(plan);
   }
 
+  /* The count a trainer asks for, and the limit on it, exactly. */
+  CU_ASSERT_EQUAL(wt_pack_split_buckets(0, 8), 1);
+  CU_ASSERT_EQUAL(wt_pack_split_buckets(16, 8), 2);
+  CU_ASSERT_EQUAL(wt_pack_split_buckets(17, 8), 3);
+  uint64_t at_limit[] = {(uint64_t)WT_PACK_SPLIT_MAX_BUCKETS * 4};
+  WT_ASSERT_OK(wt_pack_plan_build_split(at_limit, 1, 4, &plan));
+  CU_ASSERT_EQUAL(plan->nbuckets, WT_PACK_SPLIT_MAX_BUCKETS);
+  wt_pack_plan_free(plan);
+  at_limit[0]++;
+  WT_ASSERT_ERR(wt_pack_plan_build_split(at_limit, 1, 4, &plan),
+                WT_INVALID_ARGUMENT, "into 65537 buckets, more than 65536");
+  CU_ASSERT_PTR_NULL(plan);
+
   /* A stranger's tiny buffer: refused by the bucket count, naming it. */
   uint64_t big[] = {(uint64_t)1 << 30};
   WT_ASSERT_ERR(wt_pack_plan_build_split(big, 1, 1, &plan), WT_INVALID_ARGUMENT,

@@ -402,8 +402,10 @@ static void test_split_tensors(void) {
   int64_t t0 = wtt_now_ms();
   WT_ASSERT_ERR(wtt_update(S.ch, &u.info, wt_sync_client_round_id(c, 0)),
                 WT_INVALID_ARGUMENT,
-                "update_info.ucx.packed_buffer_size_bytes is 1 with "
-                "split_tensors: the round's ");
+                "update_info.ucx.packed_buffer_size_bytes with "
+                "split_tensors: buffer_bytes: 1-byte buckets would cut the "
+                "round's 3412992 bytes into 3412992 buckets, more than "
+                "65536");
   CU_ASSERT(wtt_now_ms() - t0 < 2000);
   wtt_assert_serving(S.ch, 2);
   wtt_assert_model_seed(&S, 24);

@@ -99,6 +99,11 @@ wt_status *wt_pack_plan_from_metas(const wt_tensor_meta *metas, size_t n,
                     out);
 }
 
+uint64_t wt_pack_split_buckets(uint64_t total_bytes, uint64_t buffer_bytes) {
+  uint64_t nb = total_bytes / buffer_bytes + (total_bytes % buffer_bytes != 0);
+  return nb ? nb : 1; /* tensors, but no bytes: one empty bucket */
+}
+
 /* The split plan: the vLLM plan's walk for the totals and the checks,
  * then the cut into buffer-sized buckets. */
 static wt_status *plan_build_split(const void *items, size_at_fn size_at,
@@ -110,8 +115,7 @@ static wt_status *plan_build_split(const void *items, size_at_fn size_at,
   WT_CHECK(plan_build(items, size_at, name_at, n, buffer_bytes, &plan));
   if (n == 0) goto done;
   const uint64_t total = plan->total_bytes;
-  uint64_t nb = total / buffer_bytes + (total % buffer_bytes != 0);
-  if (nb == 0) nb = 1; /* tensors, but no bytes */
+  uint64_t nb = wt_pack_split_buckets(total, buffer_bytes);
   if (nb > WT_PACK_SPLIT_MAX_BUCKETS)
     WT_FAIL(WT_INVALID_ARGUMENT,
             "buffer_bytes: %" PRIu64

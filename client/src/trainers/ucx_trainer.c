@@ -16,7 +16,7 @@
  * default "on"): buckets of exactly the buffer size, a larger tensor cut
  * across them, so that no bucket, and no chain hop, takes longer than the
  * buffer's time; vLLM's plan when "off", or when the buffer is so small
- * that a round would need WT_PACK_SPLIT_MAX_BUCKETS or more. A bucket whose
+ * that a round would need more than WT_PACK_SPLIT_MAX_BUCKETS. A bucket whose
  * tensors the source hands out as pointers lying back to back (a
  * checkpoint's mmap, a memory source) is sent straight from that memory:
  * zero copy on the trainer. Any other bucket is packed once into one of
@@ -438,8 +438,8 @@ static wt_status *ucx_update_info(void *self, wt_source *source, size_t k,
    * buckets than a worker takes (then vLLM's plan: as many at most as
    * tensors). */
   uint64_t total = wt_source_total_bytes(source);
-  t->split =
-      t->split_option && total / t->buffer_bytes < WT_PACK_SPLIT_MAX_BUCKETS;
+  t->split = t->split_option && wt_pack_split_buckets(total, t->buffer_bytes) <=
+                                    WT_PACK_SPLIT_MAX_BUCKETS;
   if (t->split_option && !t->split && k == 0)
     WT_LOGD("ucx",
             "trainer: vLLM's bucket plan, not the split one: %" PRIu64

@@ -56,6 +56,11 @@ typedef struct wt_pack_plan {
  * round would need more is refused (a receiver keeps state per bucket). */
 #define WT_PACK_SPLIT_MAX_BUCKETS 65536u
 
+/* How many buckets the split plan cuts `total_bytes` into with buffers of
+ * `buffer_bytes` (> 0): at least 1. The plan is refused past
+ * WT_PACK_SPLIT_MAX_BUCKETS; a trainer asks this to choose the plan. */
+uint64_t wt_pack_split_buckets(uint64_t total_bytes, uint64_t buffer_bytes);
+
 /* Builds the plan for tensors of `sizes[0..n)` bytes with buffer size
  * `buffer_bytes` (> 0, else INVALID_ARGUMENT naming it). Total overflow is
  * INVALID_ARGUMENT. On success the caller owns *out and releases it with

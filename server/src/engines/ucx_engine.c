@@ -480,19 +480,15 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
   /* A stray bucket still moving moves within the data deadline; one that
    * does not is stuck (a cut link), and the caller hears so in time. */
   WT_CHECK(wt_ucxe_check_strays(e, timeout));
-  if (ux != NULL && ux->split_tensors) {
-    /* A receiver keeps state per bucket: a stranger's tiny buffer must not
-     * make millions of them. */
-    uint64_t total = 0;
-    for (size_t k = 0; k < u->n; k++) total += u->nbytes[k]; /* <= store */
-    if (total / buffer >= WT_PACK_SPLIT_MAX_BUCKETS)
-      WT_FAIL(WT_INVALID_ARGUMENT,
-              "%s: update_info.ucx.packed_buffer_size_bytes is %" PRIu64
-              " with split_tensors: the round's %" PRIu64
-              " bytes would make more than %u buckets",
-              e->where, buffer, total, WT_PACK_SPLIT_MAX_BUCKETS);
-    WT_CHECK(wt_pack_plan_build_split(u->nbytes, u->n, buffer, &plan));
-  } else
+  if (ux != NULL && ux->split_tensors)
+    /* The plan refuses a buffer so small it would make more buckets than
+     * WT_PACK_SPLIT_MAX_BUCKETS: a stranger cannot make this worker keep
+     * state for millions. */
+    WT_CHECK(wt_status_prefix(
+        wt_pack_plan_build_split(u->nbytes, u->n, buffer, &plan),
+        "%s: update_info.ucx.packed_buffer_size_bytes with split_tensors",
+        e->where));
+  else
     WT_CHECK(wt_pack_plan_build(u->nbytes, u->n, buffer, &plan));
   wt_ucxe_reap_peers(e);
   e->gone_since_ms = 0;

@@ -4,8 +4,8 @@
 # PKG_CONFIG_PATH to build wt against it:
 #   export PKG_CONFIG_PATH=$(bash scripts/ucx-current.sh build-ucx122/ucx)
 # Debian 12's own UCX (1.13.1) stays the default build; CI builds and runs
-# the ucx and trust suites against both (see .ci/run and the README's
-# "Threat model": UCX 1.13.1's sockaddr listener aborts on 17 bytes).
+# the ucx and trust suites against both (see .ci/run and docs/trust.md,
+# UCX 1.13.1's sockaddr listener aborts on 17 bytes).
 set -euo pipefail
 dir=$1
 version=1.22.0

@@ -107,7 +107,8 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (getenv("WT_LOG") == NULL) wt_log_set_level(WT_LOG_WARN);
+  wt_log_set_level(WT_LOG_WARN);
+  wt_log_level_from(getenv("WT_LOG"), "WT_LOG");
   if (CU_initialize_registry() != CUE_SUCCESS) return 1;
   int added = 0;
   for (size_t s = 0; s < NSUITES; s++) {

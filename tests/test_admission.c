@@ -102,8 +102,8 @@ static void test_thousand_watchers(void) {
   for (int i = 0; i < NWATCH; i++) w[i] = wtt_watch_open(ch[i % NCHAN]);
   /* Opened on the server (they answer only when a version commits). */
   int running = 0, queued = 0, pool = 0;
-  int64_t end = wtt_now_ms() + 10000;
-  while (running < NWATCH && wtt_now_ms() < end) {
+  int64_t end = wt_mono_ms() + 10000;
+  while (running < NWATCH && wt_mono_ms() < end) {
     wt_server_admission(S.srv, 2, &running, &queued, &pool);
     if (running < NWATCH) wtt_sleep_ms(10);
   }
@@ -121,9 +121,9 @@ static void test_thousand_watchers(void) {
 
   readers r;
   readers_start(&r, S.ch, 100);
-  int64_t t0 = wtt_now_ms();
+  int64_t t0 = wt_mono_ms();
   wtt_commit_round(&S, "v1", 5);
-  int64_t push_ms = wtt_now_ms() - t0;
+  int64_t push_ms = wt_mono_ms() - t0;
   wtt_sleep_ms(100);
   long errors = readers_stop(&r);
   printf(
@@ -139,11 +139,11 @@ static void test_thousand_watchers(void) {
   for (int i = 0; i < NWATCH; i++) wtt_watch_expect(w[i], "v2", 2);
   for (int i = 0; i < NWATCH; i++) wt_rpc_server_stream_destroy(w[i]);
   /* Closed streams leave the server. */
-  end = wtt_now_ms() + 10000;
+  end = wt_mono_ms() + 10000;
   do {
     wt_server_admission(S.srv, 2, &running, NULL, NULL);
     if (running > 0) wtt_sleep_ms(10);
-  } while (running > 0 && wtt_now_ms() < end);
+  } while (running > 0 && wt_mono_ms() < end);
   CU_ASSERT_EQUAL(running, 0);
   free(w);
   for (int c = 0; c < NCHAN; c++) wt_rpc_channel_destroy(ch[c]);
@@ -167,12 +167,12 @@ static void test_readers_never_take_round_capacity(void) {
   /* The same round alone first: the reference for the one beside them. */
   wtt_upd u;
   wtt_upd_init(&u, S.metas, NULL, S.n);
-  int64_t a0 = wtt_now_ms();
+  int64_t a0 = wt_mono_ms();
   uint64_t id = 0;
   WT_ASSERT_OK(wtt_start(S.ch, &id));
   WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 0, 1 << 20, 2, NULL));
   WT_ASSERT_OK(wtt_abort(S.ch, id, NULL));
-  int64_t alone_ms = wtt_now_ms() - a0;
+  int64_t alone_ms = wt_mono_ms() - a0;
   wtt_bg_call slow[NSLOW];
   for (int i = 0; i < NSLOW; i++) {
     slow[i] =
@@ -189,11 +189,11 @@ static void test_readers_never_take_round_capacity(void) {
   CU_ASSERT_EQUAL(running, 2);
   CU_ASSERT(queued > 0);
   /* The trainer's round meanwhile, call by call. */
-  int64_t t0 = wtt_now_ms();
+  int64_t t0 = wt_mono_ms();
   WT_ASSERT_OK(wtt_start(S.ch, &id));
   WT_ASSERT_OK(wtt_push_all(S.ch, &u, id, 0, 1 << 20, 2, NULL));
   WT_ASSERT_OK(wtt_abort(S.ch, id, NULL));
-  int64_t round_ms = wtt_now_ms() - t0;
+  int64_t round_ms = wt_mono_ms() - t0;
   printf(
       "  start, push, abort beside %d slow readers: %lld ms (alone: %lld "
       "ms)\n",
@@ -258,10 +258,10 @@ static void test_watch_limit(void) {
   wt_rpc_server_stream *w[3];
   for (int i = 0; i < 3; i++) w[i] = wtt_watch_open(S.ch);
   int running = 0;
-  int64_t end = wtt_now_ms() + 5000;
+  int64_t end = wt_mono_ms() + 5000;
   do {
     wt_server_admission(S.srv, 2, &running, NULL, NULL);
-  } while (running < 3 && wtt_now_ms() < end);
+  } while (running < 3 && wt_mono_ms() < end);
   wt_rpc_server_stream *extra = wtt_watch_open(S.ch);
   ProtobufCMessage *m = NULL;
   bool done = false;
@@ -273,10 +273,10 @@ static void test_watch_limit(void) {
   wt_rpc_server_stream_destroy(extra);
   /* A slot frees when a stream closes. */
   wt_rpc_server_stream_destroy(w[0]);
-  end = wtt_now_ms() + 5000;
+  end = wt_mono_ms() + 5000;
   do {
     wt_server_admission(S.srv, 2, &running, NULL, NULL);
-  } while (running > 2 && wtt_now_ms() < end);
+  } while (running > 2 && wt_mono_ms() < end);
   w[0] = wtt_watch_open(S.ch);
   WT_ASSERT_OK(wtt_init_grpc(S.ch, 0, 1));
   wtt_commit_round(&S, "seen", 1);
@@ -295,7 +295,7 @@ static void test_silent_and_stalled_pushes(void) {
   wtt_server_start(&S, "tiny", &o);
   enum { NSILENT = 12 };
   wt_rpc_client_stream *silent[NSILENT];
-  int64_t t0 = wtt_now_ms();
+  int64_t t0 = wt_mono_ms();
   for (int i = 0; i < NSILENT; i++)
     WT_ASSERT_OK(wt_rpc_client_stream_open(S.ch, WTT_SVC "PushWeights", 10000,
                                            &silent[i]));
@@ -304,8 +304,8 @@ static void test_silent_and_stalled_pushes(void) {
   do {
     wtt_sleep_ms(20);
     wt_server_admission(S.srv, 0, &running, &queued, NULL);
-  } while ((running > 0 || queued > 0) && wtt_now_ms() - t0 < 5000);
-  int64_t ms = wtt_now_ms() - t0;
+  } while ((running > 0 || queued > 0) && wt_mono_ms() - t0 < 5000);
+  int64_t ms = wt_mono_ms() - t0;
   printf(
       "\n  %d silent pushes on 4 round threads were ended within %lld "
       "ms\n",
@@ -341,7 +341,7 @@ static void test_silent_and_stalled_pushes(void) {
   wtt_pusher p;
   WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 2048, 1000, 1));
   WT_ASSERT_OK(wtt_push_send(&p, 1000));
-  t0 = wtt_now_ms();
+  t0 = wt_mono_ms();
   WT_ASSERT_ERR(wtt_push_close(&p, NULL), WT_DATA_LOSS,
                 "stream ended after 1000 of 6080 bytes");
   WT_ASSERT_OK(wtt_start(S.ch, &id));

@@ -1104,11 +1104,11 @@ static void test_tensor_ready_event(void) {
   WT_ASSERT_OK(wt_source_memory(h.tensors, h.n, &src));
   pthread_t th;
   CU_ASSERT_FATAL(pthread_create(&th, NULL, set_later, &event) == 0);
-  int64_t t0 = wtt_now_ms();
+  int64_t t0 = wt_mono_ms();
   WT_ASSERT_OK(wt_sync_client_start(c));
   WT_ASSERT_OK(wt_sync_client_update(c, t, src, NULL, NULL));
   WT_ASSERT_OK(wt_sync_client_finish(c, "ready"));
-  CU_ASSERT(wtt_now_ms() - t0 >= 100);
+  CU_ASSERT(wt_mono_ms() - t0 >= 100);
   pthread_join(th, NULL);
   CU_ASSERT(fake_cuda_get_stats().syncs >= 2);
   wtt_assert_servers_hold(c, src, WT_HASH_SHA256);
@@ -1170,7 +1170,7 @@ static const Wt__V1__WeightTransferInitInfo *fragile_info_make(
 
 /* Until every worker of server k shows `state`. */
 static void wait_state(wt_sync_client *c, size_t k, const char *state) {
-  int64_t end = wtt_now_ms() + 5000;
+  int64_t end = wt_mono_ms() + 5000;
   for (;;) {
     Wt__V1__ServerInfo *info = NULL;
     WT_ASSERT_OK(wt_sync_client_server_info(c, k, &info));
@@ -1178,7 +1178,7 @@ static void wait_state(wt_sync_client *c, size_t k, const char *state) {
     for (size_t i = 0; i < info->n_workers; i++)
       all = all && strcmp(info->workers[i]->state, state) == 0;
     wt_pb_free(&info->base);
-    if (all || wtt_now_ms() > end) {
+    if (all || wt_mono_ms() > end) {
       CU_ASSERT(all);
       return;
     }

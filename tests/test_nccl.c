@@ -240,7 +240,7 @@ static void test_wait_rendezvous_and_broadcast(void) {
     a[r].rank = r;
     a[r].nranks = 3;
     a[r].device = r == 0 ? 0 : 1;
-    a[r].deadline_ms = wtt_now_ms() + 5000;
+    a[r].deadline_ms = wt_mono_ms() + 5000;
     a[r].warm_up = true;
     a[r].bytes = BYTES;
     wt_device dev = {.type = WT_DEVICE_CUDA, .index = a[r].device};
@@ -274,13 +274,13 @@ static void test_wait_rendezvous_and_broadcast(void) {
     WT_ASSERT_OK(wt_cuda_bind(a[r].device));
     WT_ASSERT_OK(nccl->broadcast(a[r].buf.base, a[r].buf.base, BYTES, 0,
                                  a[r].comm, a[r].stream));
-    int64_t t0 = wtt_now_ms();
+    int64_t t0 = wt_mono_ms();
     WT_ASSERT_ERR(wt_nccl_wait(nccl, cuda, &a[r].comm, a[r].stream,
-                               wtt_now_ms() + 5000, NULL, "rank 1: bucket 0"),
+                               wt_mono_ms() + 5000, NULL, "rank 1: bucket 0"),
                   WT_UNAVAILABLE,
                   "communicator aborted: rank 1: bucket 0: fake "
                   "ncclCommGetAsyncError: remote process exited");
-    CU_ASSERT(wtt_now_ms() - t0 < 1000);
+    CU_ASSERT(wt_mono_ms() - t0 < 1000);
     CU_ASSERT_PTR_NULL(a[r].comm);
   }
   for (int r = 0; r < 3; r++) {
@@ -317,13 +317,13 @@ static void test_wait_deadline_and_cancel(void) {
   void *comm = NULL;
   WT_ASSERT_OK(wt_cuda_bind(0));
   WT_ASSERT_OK(nccl->comm_init(2, id, 1, &comm));
-  int64_t t0 = wtt_now_ms();
-  WT_ASSERT_ERR(wt_nccl_wait(nccl, cuda, &comm, NULL, wtt_now_ms() + 300, NULL,
+  int64_t t0 = wt_mono_ms();
+  WT_ASSERT_ERR(wt_nccl_wait(nccl, cuda, &comm, NULL, wt_mono_ms() + 300, NULL,
                              "rank 1 of 2: the communicator's init"),
                 WT_DEADLINE_EXCEEDED,
                 "communicator aborted: rank 1 of 2: the communicator's init: "
                 "no progress within 300 ms");
-  int64_t took = wtt_now_ms() - t0;
+  int64_t took = wt_mono_ms() - t0;
   CU_ASSERT(took >= 300 && took < 1000);
   CU_ASSERT_PTR_NULL(comm);
   CU_ASSERT_EQUAL(fake_nccl_get_stats().aborts - s0.aborts, 1);
@@ -333,12 +333,12 @@ static void test_wait_deadline_and_cancel(void) {
   atomic_store(&cancel_flag, false);
   pthread_t th;
   pthread_create(&th, NULL, cancel_later, NULL);
-  t0 = wtt_now_ms();
-  WT_ASSERT_ERR(wt_nccl_wait(nccl, cuda, &comm, NULL, wtt_now_ms() + 10000,
+  t0 = wt_mono_ms();
+  WT_ASSERT_ERR(wt_nccl_wait(nccl, cuda, &comm, NULL, wt_mono_ms() + 10000,
                              &cancel_flag, "rank 1 of 2: init"),
                 WT_CANCELLED, "rank 1 of 2: init: cancelled");
   pthread_join(th, NULL);
-  CU_ASSERT(wtt_now_ms() - t0 < 1000);
+  CU_ASSERT(wt_mono_ms() - t0 < 1000);
   CU_ASSERT_PTR_NULL(comm);
   /* Two ranks that say different world sizes: refused at init. */
   WT_ASSERT_OK(nccl->comm_init(2, id, 0, &comm));
@@ -436,9 +436,9 @@ static void test_rounds(void) {
   u.info.backend_update_case =
       WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_NCCL;
   u.info.nccl = &nu;
-  int64_t t0 = wtt_now_ms();
+  int64_t t0 = wt_mono_ms();
   wt_status *ust = wtt_update(S.ch, &u.info, wt_sync_client_round_id(c, 0));
-  CU_ASSERT(wtt_now_ms() - t0 < 2000);
+  CU_ASSERT(wt_mono_ms() - t0 < 2000);
   /* The first worker to reach its deadline aborts; its neighbour may see
    * that as the peer gone first. Either way the wait is named. */
   CU_ASSERT_PTR_NOT_NULL_FATAL(ust);
@@ -540,11 +540,11 @@ static void test_init_strangers(void) {
   f.info.world_size = 3;
   f.info.rank_offset = 1;
   f.info.timeout_ms = 300;
-  int64_t t0 = wtt_now_ms();
+  int64_t t0 = wt_mono_ms();
   WT_ASSERT_ERR(wtt_init(S.ch, &f.info, NULL), WT_DEADLINE_EXCEEDED,
                 "joining the trainer's communicator (3 ranks): no progress "
                 "within 300 ms");
-  CU_ASSERT(wtt_now_ms() - t0 < 2000);
+  CU_ASSERT(wt_mono_ms() - t0 < 2000);
   f.info.world_size = 2; /* two workers do not fit in 2 ranks */
   WT_ASSERT_ERR(wtt_init(S.ch, &f.info, NULL), WT_INVALID_ARGUMENT,
                 "init_info.rank_offset 1 with 2 worker(s) needs ranks up to 2");

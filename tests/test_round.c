@@ -43,9 +43,9 @@ static void stop_fake_server(void) {
 static bool wait_bytes_landed(size_t i, size_t len, uint64_t seed, int64_t ms) {
   unsigned char *want = malloc(len), *got = malloc(len);
   wt_synthetic_fill(&S.metas[i], seed, 0, want, len);
-  int64_t end = wtt_now_ms() + ms;
+  int64_t end = wt_mono_ms() + ms;
   bool ok = false;
-  while (!ok && wtt_now_ms() < end) {
+  while (!ok && wt_mono_ms() < end) {
     ok = true;
     for (uint32_t w = 0; w < S.workers && ok; w++) {
       wt_status *st =
@@ -810,9 +810,9 @@ static void test_stalled_push_ends_with_its_round(void) {
 
 /* How long a call takes, in ms; its status is asserted OK. */
 static int64_t timed_ok(wt_status *(*fn)(void), const char *what) {
-  int64_t t0 = wtt_now_ms();
+  int64_t t0 = wt_mono_ms();
   wt_status *st = fn();
-  int64_t ms = wtt_now_ms() - t0;
+  int64_t ms = wt_mono_ms() - t0;
   if (st != NULL) fprintf(stderr, "\n  %s: %s\n", what, wt_status_message(st));
   CU_ASSERT_PTR_NULL(st);
   wt_status_free(st);
@@ -899,13 +899,13 @@ static void test_blocking_engine_ops(void) {
       .method = "InitWeightTransferEngine",
       .req = &ireq.base,
       .type = &wt__v1__init_weight_transfer_engine_response__descriptor};
-  int64_t t0 = wtt_now_ms();
+  int64_t t0 = wt_mono_ms();
   wtt_bg_start(&init);
   wtt_sleep_ms(300);
   CU_ASSERT_STRING_EQUAL(worker0_state(), "initializing");
   control_plane_answers("init");
   WT_ASSERT_OK(wtt_bg_join(&init));
-  CU_ASSERT(wtt_now_ms() - t0 >= 2900);
+  CU_ASSERT(wt_mono_ms() - t0 >= 2900);
 
   /* A 3 s finish, aborted meanwhile: the abort is answered at once, the
    * finish reports it when its engine returns, nothing is committed. */
@@ -926,9 +926,9 @@ static void test_blocking_engine_ops(void) {
    * start is the call that waits for it. */
   CU_ASSERT_STRING_EQUAL(worker0_state(), "aborting");
   control_plane_answers("abort");
-  t0 = wtt_now_ms();
+  t0 = wt_mono_ms();
   WT_ASSERT_OK(wtt_start(S.ch, &id));
-  int64_t start_ms = wtt_now_ms() - t0;
+  int64_t start_ms = wt_mono_ms() - t0;
   printf("  a start queued behind the abort took %lld ms\n",
          (long long)start_ms);
   CU_ASSERT(start_ms > 1000);
@@ -936,15 +936,15 @@ static void test_blocking_engine_ops(void) {
   /* The watchdog fires although the abort it queues blocks for 3 s: the
    * round (idle for 400 ms) is gone within a second, and the control plane
    * answers throughout. */
-  t0 = wtt_now_ms();
+  t0 = wt_mono_ms();
   bool gone = false;
-  while (!gone && wtt_now_ms() - t0 < 3000) {
+  while (!gone && wt_mono_ms() - t0 < 3000) {
     wtt_sleep_ms(50);
     Wt__V1__ServerInfo *si = wtt_info(S.ch);
     gone = strcmp(si->state, "updating") != 0;
     wt_pb_free(&si->base);
   }
-  int64_t fired = wtt_now_ms() - t0;
+  int64_t fired = wt_mono_ms() - t0;
   WT_ASSERT_ERR(wtt_finish(S.ch, "late", id), WT_FAILED_PRECONDITION,
                 "was aborted (idle for");
   printf("\n  the watchdog ended the idle round after %lld ms\n",
@@ -974,8 +974,8 @@ static void test_needs_init(void) {
   WT_ASSERT_OK(wtt_abort(S.ch, id, &aborted));
   CU_ASSERT(aborted);
   /* The ABORT runs on the workers' threads: wait for them. */
-  int64_t end = wtt_now_ms() + 5000;
-  while (strcmp(worker0_state(), "needs_init") != 0 && wtt_now_ms() < end)
+  int64_t end = wt_mono_ms() + 5000;
+  while (strcmp(worker0_state(), "needs_init") != 0 && wt_mono_ms() < end)
     wtt_sleep_ms(10);
   Wt__V1__ServerInfo *info = wtt_info(S.ch);
   CU_ASSERT_STRING_EQUAL(info->state, "needs_init");

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "wt/clock.h"
 #include "wt/pb.h"
 #include "wt/rpc.h"
 #include "wt/signals.h"
@@ -48,17 +49,11 @@ typedef struct fixture {
 
 static fixture F;
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Waits until `pred` holds (under F.mu), for up to `ms`. */
 static bool wait_for(bool (*pred)(void), int64_t ms) {
-  int64_t end = now_ms() + ms;
+  int64_t end = wt_mono_ms() + ms;
   pthread_mutex_lock(&F.mu);
-  while (!pred() && now_ms() < end) {
+  while (!pred() && wt_mono_ms() < end) {
     pthread_mutex_unlock(&F.mu);
     usleep(2000);
     pthread_mutex_lock(&F.mu);
@@ -586,8 +581,8 @@ static void test_watch_streams(void) {
 
   /* A client that leaves closes its stream on the server. */
   WT_ASSERT_OK(wt_rpc_server_stream_open(F.ch, M_CHECK, &req.base, 10000, &a));
-  int64_t end = now_ms() + 5000;
-  while (F.nstreams < 1 && now_ms() < end) usleep(2000);
+  int64_t end = wt_mono_ms() + 5000;
+  while (F.nstreams < 1 && wt_mono_ms() < end) usleep(2000);
   wt_rpc_server_stream_destroy(a);
   CU_ASSERT_TRUE(wait_for(streams_gone, 5000));
   CU_ASSERT_EQUAL(F.streams_closed, 3);
@@ -604,8 +599,8 @@ static void test_watch_streams(void) {
   /* Shutdown with one open: it closes. */
   req.all_workers = false;
   WT_ASSERT_OK(wt_rpc_server_stream_open(F.ch, M_CHECK, &req.base, 10000, &a));
-  end = now_ms() + 5000;
-  while (F.nstreams < 1 && now_ms() < end) usleep(2000);
+  end = wt_mono_ms() + 5000;
+  while (F.nstreams < 1 && wt_mono_ms() < end) usleep(2000);
   stop();
   CU_ASSERT_EQUAL(F.nstreams, 0);
   wt_rpc_server_stream_destroy(a);
@@ -616,18 +611,18 @@ static void test_unknown_method(void) {
   Wt__V1__GetWeightVersionRequest req =
       WT__V1__GET_WEIGHT_VERSION_REQUEST__INIT;
   ProtobufCMessage *resp = NULL;
-  int64_t t0 = now_ms();
+  int64_t t0 = wt_mono_ms();
   WT_ASSERT_ERR(wt_rpc_unary(F.ch, SVC "NoSuchMethod", &req.base,
                              &wt__v1__weight_version__descriptor, 10000, &resp),
                 WT_UNIMPLEMENTED, "unknown method " SVC "NoSuchMethod");
-  CU_ASSERT(now_ms() - t0 < 2000);
+  CU_ASSERT(wt_mono_ms() - t0 < 2000);
   /* A stream to an unknown method ends the same way. */
   wt_rpc_client_stream *s = NULL;
   WT_ASSERT_OK(wt_rpc_client_stream_open(F.ch, "/other.Svc/Push", 10000, &s));
   WT_ASSERT_ERR(wt_rpc_client_stream_finish(s, NULL, NULL), WT_UNIMPLEMENTED,
                 "unknown method /other.Svc/Push");
   wt_rpc_client_stream_destroy(s);
-  CU_ASSERT(now_ms() - t0 < 2000);
+  CU_ASSERT(wt_mono_ms() - t0 < 2000);
   assert_serving();
   stop();
 }
@@ -682,7 +677,7 @@ static void test_deadline_exceeded(void) {
   start();
   Wt__V1__UpdateWeightsRequest req = WT__V1__UPDATE_WEIGHTS_REQUEST__INIT;
   ProtobufCMessage *resp = NULL;
-  int64_t t0 = now_ms();
+  int64_t t0 = wt_mono_ms();
   char want[256];
   snprintf(want, sizeof(want), "%s " M_UPDATE ": DEADLINE_EXCEEDED", F.target);
   const char *needle = want;
@@ -690,7 +685,7 @@ static void test_deadline_exceeded(void) {
       wt_rpc_unary(F.ch, M_UPDATE, &req.base,
                    &wt__v1__update_weights_response__descriptor, 300, &resp),
       WT_DEADLINE_EXCEEDED, needle);
-  int64_t took = now_ms() - t0;
+  int64_t took = wt_mono_ms() - t0;
   CU_ASSERT(took >= 250);
   CU_ASSERT(took < 1500);
   /* The server saw the deadline pass too, and its handler returned. */
@@ -729,8 +724,8 @@ static void test_async_unary_while_blocked(void) {
   CU_ASSERT_FALSE(wt_rpc_pending_done(p));
 
   release_blocked();
-  int64_t end = now_ms() + 5000;
-  while (!wt_rpc_pending_done(p) && now_ms() < end) usleep(1000);
+  int64_t end = wt_mono_ms() + 5000;
+  while (!wt_rpc_pending_done(p) && wt_mono_ms() < end) usleep(1000);
   CU_ASSERT_TRUE(wt_rpc_pending_done(p));
   ProtobufCMessage *resp = NULL;
   WT_ASSERT_OK(wt_rpc_pending_wait(p, &resp));
@@ -745,11 +740,11 @@ static void test_async_unary_cancel(void) {
   wt_rpc_pending *p = NULL;
   WT_ASSERT_OK(update_start(10000, &p));
   CU_ASSERT_TRUE_FATAL(wait_for(one_blocked, 5000));
-  int64_t t0 = now_ms();
+  int64_t t0 = wt_mono_ms();
   wt_rpc_pending_cancel(p);
   WT_ASSERT_ERR(wt_rpc_pending_wait(p, NULL), WT_CANCELLED, M_UPDATE);
   CU_ASSERT_TRUE(wait_for(none_blocked, 2000));
-  CU_ASSERT(now_ms() - t0 < 1000);
+  CU_ASSERT(wt_mono_ms() - t0 < 1000);
   CU_ASSERT_EQUAL(F.saw_cancel, 1);
 
   /* A pending call can be dropped without reading its response. */
@@ -845,11 +840,11 @@ static void test_client_cancels_stream(void) {
     WT_ASSERT_OK(wt_rpc_client_stream_write(s, &msg.base));
   }
   CU_ASSERT_TRUE_FATAL(wait_for(three_pushes_read, 5000));
-  int64_t t0 = now_ms();
+  int64_t t0 = wt_mono_ms();
   wt_rpc_client_stream_cancel(s);
   /* The handler, blocked in its next read, learns at once. */
   CU_ASSERT_TRUE(wait_for(push_done, 2000));
-  CU_ASSERT(now_ms() - t0 < 1000);
+  CU_ASSERT(wt_mono_ms() - t0 < 1000);
   CU_ASSERT_EQUAL(F.push_code, WT_CANCELLED);
   Wt__V1__PushWeightsChunk msg = WT__V1__PUSH_WEIGHTS_CHUNK__INIT;
   WT_ASSERT_ERR(wt_rpc_client_stream_write(s, &msg.base), WT_CANCELLED, M_PUSH);
@@ -879,9 +874,9 @@ static void test_shutdown_with_call_in_flight(void) {
   wt_rpc_pending *p = NULL;
   WT_ASSERT_OK(update_start(20000, &p));
   CU_ASSERT_TRUE_FATAL(wait_for(one_blocked, 5000));
-  int64_t t0 = now_ms();
+  int64_t t0 = wt_mono_ms();
   wt_rpc_server_shutdown(F.server, 300);
-  int64_t took = now_ms() - t0;
+  int64_t took = wt_mono_ms() - t0;
   CU_ASSERT(took >= 250);
   CU_ASSERT(took < 2000);
   CU_ASSERT_EQUAL(F.shutdown_hooks, 1);
@@ -909,9 +904,9 @@ static void test_shutdown_with_call_in_flight(void) {
 static void test_idle_shutdown_is_quick(void) {
   start();
   assert_serving();
-  int64_t t0 = now_ms();
+  int64_t t0 = wt_mono_ms();
   wt_rpc_server_shutdown(F.server, 5000);
-  CU_ASSERT(now_ms() - t0 < 1000);
+  CU_ASSERT(wt_mono_ms() - t0 < 1000);
   stop();
 }
 
@@ -934,7 +929,7 @@ static void test_no_server(void) {
   ProtobufCMessage *resp = NULL;
   char want[256];
   snprintf(want, sizeof(want), "%s " M_VERSION ": ", target);
-  int64_t t0 = now_ms();
+  int64_t t0 = wt_mono_ms();
   wt_status *st =
       wt_rpc_unary(ch, M_VERSION, &req.base,
                    &wt__v1__weight_version__descriptor, 2000, &resp);
@@ -942,7 +937,7 @@ static void test_no_server(void) {
   CU_ASSERT(wt_status_code(st) == WT_UNAVAILABLE ||
             wt_status_code(st) == WT_DEADLINE_EXCEEDED);
   CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), want));
-  CU_ASSERT(now_ms() - t0 < 2500);
+  CU_ASSERT(wt_mono_ms() - t0 < 2500);
   wt_status_free(st);
 
   wt_rpc_client_stream *s = NULL;

@@ -284,10 +284,10 @@ static void test_stop_during_push(void) {
   WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 1 << 20, 64 << 10, 1));
   WT_ASSERT_OK(wtt_push_send(&p, 512 << 10));
   wt_rpc_server_stream *w = wtt_watch_open(S.ch);
-  int64_t t0 = wtt_now_ms();
+  int64_t t0 = wt_mono_ms();
   wt_server_stop(S.srv);
   S.srv = NULL;
-  CU_ASSERT(wtt_now_ms() - t0 < 3000);
+  CU_ASSERT(wt_mono_ms() - t0 < 3000);
   wt_status *st = wtt_push_send(&p, UINT64_MAX);
   wt_status_free(st);
   st = wtt_push_close(&p, NULL);
@@ -427,13 +427,13 @@ static void test_calls_during_push(void) {
   wtt_pusher p;
   WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 1 << 20, 64 << 10, 1));
   WT_ASSERT_OK(wtt_push_send(&p, 1 << 20));
-  int64_t t0 = wtt_now_ms();
+  int64_t t0 = wt_mono_ms();
   wtt_assert_version(S.ch, "", 0);
   Wt__V1__ServerInfo *info = wtt_info(S.ch);
   CU_ASSERT_STRING_EQUAL(info->workers[0]->state, "updating");
   wt_pb_free(&info->base);
   wtt_assert_model_seed(&S, 0);
-  CU_ASSERT(wtt_now_ms() - t0 < 5000);
+  CU_ASSERT(wt_mono_ms() - t0 < 5000);
   /* Finishing now would cut the push short: refused. */
   WT_ASSERT_ERR(wtt_finish(S.ch, "early", id), WT_FAILED_PRECONDITION,
                 "PushWeights is still running in round ");
@@ -459,10 +459,10 @@ static void test_commit_does_not_wait_for_checksums(void) {
   long_sum ls;
   long_sum_init(&ls);
   wtt_bg_call sum = ls.call;
-  int64_t t0 = wtt_now_ms();
+  int64_t t0 = wt_mono_ms();
   wtt_bg_start(&sum);
   WT_ASSERT_OK(wtt_bg_join(&sum));
-  int64_t full_ms = wtt_now_ms() - t0;
+  int64_t full_ms = wt_mono_ms() - t0;
   printf("\n  a checksum of every tensor on 2 workers took %lld ms\n",
          (long long)full_ms);
 
@@ -471,7 +471,7 @@ static void test_commit_does_not_wait_for_checksums(void) {
   wtt_sleep_ms(full_ms / 5);
   Wt__V1__FinishWeightUpdateRequest freq;
   wtt_bg_call fin;
-  int64_t f0 = wtt_now_ms();
+  int64_t f0 = wt_mono_ms();
   wtt_bg_finish(&fin, &freq, S.ch, "during-checksum", id);
   WT_ASSERT_OK(wtt_bg_join(&fin));
   int64_t fin_ms = fin.end_ms - f0;
@@ -506,13 +506,13 @@ static void test_checksum_limits(void) {
   Wt__V1__ChecksumWeightsRequest req = WT__V1__CHECKSUM_WEIGHTS_REQUEST__INIT;
   req.names = names;
   req.n_names = 100000;
-  int64_t t0 = wtt_now_ms();
+  int64_t t0 = wt_mono_ms();
   WT_ASSERT_ERR(wtt_call(S.ch, "ChecksumWeights", &req.base,
                          &wt__v1__checksum_weights_response__descriptor, NULL),
                 WT_RESOURCE_EXHAUSTED,
                 "ChecksumWeights: 100000 names; at most 1024 (twice the "
                 "model's 21 tensors, at least 1024)");
-  CU_ASSERT(wtt_now_ms() - t0 < 2000);
+  CU_ASSERT(wt_mono_ms() - t0 < 2000);
   /* The same name 1000 times: one digest. */
   req.n_names = 1000;
   ProtobufCMessage *r = NULL;
@@ -541,18 +541,18 @@ static void test_stop_during_long_checksum(void) {
   long_sum ls;
   long_sum_init(&ls);
   wtt_bg_call sum = ls.call;
-  int64_t t0 = wtt_now_ms();
+  int64_t t0 = wt_mono_ms();
   wtt_bg_start(&sum);
   WT_ASSERT_OK(wtt_bg_join(&sum));
-  int64_t full_ms = wtt_now_ms() - t0;
+  int64_t full_ms = wt_mono_ms() - t0;
   sum = ls.call;
-  int64_t started = wtt_now_ms();
+  int64_t started = wt_mono_ms();
   wtt_bg_start(&sum);
   wtt_sleep_ms(full_ms / 5);
-  t0 = wtt_now_ms();
+  t0 = wt_mono_ms();
   wt_server_stop(S.srv); /* drains for 300 ms, then cancels */
   S.srv = NULL;
-  int64_t stop_ms = wtt_now_ms() - t0;
+  int64_t stop_ms = wt_mono_ms() - t0;
   wt_status *st = wtt_bg_join(&sum);
   CU_ASSERT_PTR_NOT_NULL(st);
   wt_status_free(st);

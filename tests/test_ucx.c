@@ -37,10 +37,15 @@ typedef struct ucx_info {
   Wt__V1__UcxInitInfo ucx;
   Wt__V1__UInt64Value bucket;
   Wt__V1__UInt32Value nbuf;
-  Wt__V1__WeightTransferInitInfo__OptionsEntry opt[2];
-  Wt__V1__WeightTransferInitInfo__OptionsEntry *opts[2];
+  Wt__V1__WeightTransferInitInfo__OptionsEntry opt[6];
+  Wt__V1__WeightTransferInitInfo__OptionsEntry *opts[6];
   uint8_t secret[WT_UCX_SECRET_BYTES];
 } ucx_info;
+
+/* The fan-out every init info made here asks for (options["ucx_fanout"]);
+ * NULL: the trainer's default (auto). */
+static const char *g_fanout;
+static void ucx_info_option(ucx_info *u, const char *key, const char *value);
 
 /* Small buckets so that a round spans many of them. */
 static const Wt__V1__WeightTransferInitInfo *ucx_info_make(
@@ -78,7 +83,19 @@ static const Wt__V1__WeightTransferInitInfo *ucx_info_make(
     u->opt[1].value = "off";
     u->opts[u->info.n_options++] = &u->opt[1];
   }
+  if (g_fanout != NULL) ucx_info_option(u, "ucx_fanout", g_fanout);
   return &u->info;
+}
+
+/* Adds one of the trainer's settings to the init info's options map (the
+ * options later in the map win). */
+static void ucx_info_option(ucx_info *u, const char *key, const char *value) {
+  size_t i = u->info.n_options;
+  CU_ASSERT_FATAL(i < sizeof(u->opt) / sizeof(u->opt[0]));
+  wt__v1__weight_transfer_init_info__options_entry__init(&u->opt[i]);
+  u->opt[i].key = (char *)key;
+  u->opt[i].value = (char *)value;
+  u->opts[u->info.n_options++] = &u->opt[i];
 }
 
 /* Every worker of every server holds exactly the bytes of `layout` filled
@@ -101,9 +118,9 @@ static void assert_servers_hold(wt_sync_client *c, const char *layout,
  * when it did not fail: the assertion is already recorded). */
 static wt_status *update_fails(wt_sync_client *c, wt_trainer *t, wt_source *src,
                                int64_t within_ms) {
-  int64_t t0 = wt_proc_now_ms();
+  int64_t t0 = wt_mono_ms();
   wt_status *st = wt_sync_client_update(c, t, src, NULL, NULL);
-  CU_ASSERT(wt_proc_now_ms() - t0 < within_ms);
+  CU_ASSERT(wt_mono_ms() - t0 < within_ms);
   CU_ASSERT_PTR_NOT_NULL(st);
   return st;
 }
@@ -175,7 +192,7 @@ static void test_round_shared_memory(void) {
 /* A memory source whose tensors lie back to back in one buffer, except one
  * in its own allocation: the trainer sends the contiguous buckets straight
  * from that memory and packs the bucket around the odd one; with
- * WT_UCX_FANOUT=sequential (the environment default of the option) it
+ * options["ucx_fanout"] = "sequential" it
  * serves one worker after the other. Bytes as the synthetic layout's. */
 static void test_memory_source_sequential(void) {
   wtt_servers s;
@@ -212,10 +229,10 @@ static void test_memory_source_sequential(void) {
   }
   WT_ASSERT_OK(wt_source_memory(tn, n, &src));
   WT_ASSERT_OK(wt_sync_client_new(s.targets, s.n, &o, &c));
-  setenv("WT_UCX_FANOUT", "sequential", 1);
+  g_fanout = "sequential";
   WT_ASSERT_OK(wt_sync_client_init_transfer(
       c, ucx_info_make(&ui, "tcp", NULL, 256 << 10, 0), NULL, &t));
-  unsetenv("WT_UCX_FANOUT");
+  g_fanout = NULL;
   CU_ASSERT_FATAL(t != NULL);
   round_ok(c, t, src, "mem-1");
   assert_servers_hold(c, "small", 9, "mem-1");
@@ -223,12 +240,10 @@ static void test_memory_source_sequential(void) {
   t = NULL;
   /* Peer errors off through the listeners would fail at the first bucket
    * ("Endpoint is not connected"): refused up front instead. */
-  setenv("WT_UCX_PEER_ERRORS", "off", 1);
-  WT_ASSERT_ERR(
-      wt_sync_client_init_transfer(
-          c, ucx_info_make(&ui, "tcp", "sockaddr", 256 << 10, 0), NULL, &t),
-      WT_INVALID_ARGUMENT, "set \"ucx_connect\" to 'address'");
-  unsetenv("WT_UCX_PEER_ERRORS");
+  ucx_info_make(&ui, "tcp", "sockaddr", 256 << 10, 0);
+  ucx_info_option(&ui, "ucx_peer_errors", "off");
+  WT_ASSERT_ERR(wt_sync_client_init_transfer(c, &ui.info, NULL, &t),
+                WT_INVALID_ARGUMENT, "set \"ucx_connect\" to 'address'");
   wt_trainer_destroy(t);
   t = NULL;
   /* With UCX 1.13 the servers refuse to open a listener at all (its
@@ -241,15 +256,14 @@ static void test_memory_source_sequential(void) {
             c, ucx_info_make(&ui, "tcp", "sockaddr", 256 << 10, 0), NULL, &t),
         WT_INVALID_ARGUMENT,
         "aborts the whole process when anyone sends it 17 bytes");
-  unsetenv("WT_UCX_PEER_ERRORS");
   wt_trainer_destroy(t);
   t = NULL;
   /* An unknown fan-out is refused, naming the option and the value. */
-  setenv("WT_UCX_FANOUT", "tree", 1);
+  g_fanout = "tree";
   WT_ASSERT_ERR(wt_sync_client_init_transfer(
                     c, ucx_info_make(&ui, "tcp", NULL, 256 << 10, 0), NULL, &t),
                 WT_INVALID_ARGUMENT, "'tree'");
-  unsetenv("WT_UCX_FANOUT");
+  g_fanout = NULL;
   wt_trainer_destroy(t);
   wt_source_destroy(src);
   wt_sync_client_destroy(c);
@@ -260,15 +274,14 @@ static void test_memory_source_sequential(void) {
   wt_tensor_meta_array_free(m, n);
 }
 
-/* The pipelined chain (WT_UCX_FANOUT=chain, the environment default of the
- * option): the trainer sends to the first worker only, each worker forwards
+/* The pipelined chain (options["ucx_fanout"] = "chain"): the trainer sends to the first worker only, each worker forwards
  * to the next, across both servers; over TCP through the listeners and
  * over shared memory by worker address. */
 static void test_chain(void) {
-  setenv("WT_UCX_FANOUT", "chain", 1);
+  g_fanout = "chain";
   rounds_over("tcp", NULL);
   rounds_over("sm", "address");
-  unsetenv("WT_UCX_FANOUT");
+  g_fanout = NULL;
 }
 
 /* The default fan-out (auto) with workers on two hosts (two loopback
@@ -306,7 +319,7 @@ static void test_auto_fanout_two_hosts(void) {
  * 64 KiB buckets): the trainer cuts them across buckets (split_tensors,
  * the default), through a chain of two workers, from a synthetic source
  * (bytes read in parts) and a memory source (parts sent in place); and
- * with WT_UCX_SPLIT_TENSORS=off, vLLM's plan, where each is a bucket of
+ * with options["ucx_split_tensors"] = "off", vLLM's plan, where each is a bucket of
  * its own, as with buffers too small to split (16 bytes: 213,312 buckets).
  * Every byte lands either way. Then a stranger's update info that
  * asks for split buckets of 1 byte (3.3 million of them) is refused by
@@ -322,7 +335,7 @@ static void test_split_tensors(void) {
   wt_source *src = NULL;
   ucx_info ui;
   WT_ASSERT_OK(wt_sync_client_new(targets, 1, &o, &c));
-  setenv("WT_UCX_FANOUT", "chain", 1);
+  g_fanout = "chain";
   WT_ASSERT_OK(wt_sync_client_init_transfer(
       c, ucx_info_make(&ui, "tcp", NULL, 64 << 10, 0), NULL, &t));
   WT_ASSERT_OK(wt_source_synthetic("small", 21, &src));
@@ -355,16 +368,15 @@ static void test_split_tensors(void) {
   wt_trainer_destroy(t);
   t = NULL;
 
-  setenv("WT_UCX_SPLIT_TENSORS", "off", 1);
-  WT_ASSERT_OK(wt_sync_client_init_transfer(
-      c, ucx_info_make(&ui, "tcp", NULL, 64 << 10, 0), NULL, &t));
+  ucx_info_make(&ui, "tcp", NULL, 64 << 10, 0);
+  ucx_info_option(&ui, "ucx_split_tensors", "off");
+  WT_ASSERT_OK(wt_sync_client_init_transfer(c, &ui.info, NULL, &t));
   WT_ASSERT_OK(wt_source_synthetic("small", 23, &src));
   round_ok(c, t, src, "whole-3");
   wtt_assert_model_seed(&S, 23);
   wt_source_destroy(src);
   wt_trainer_destroy(t);
   t = NULL;
-  unsetenv("WT_UCX_SPLIT_TENSORS");
   /* 16-byte buffers would split 3.4 MB into 213,312 buckets: the trainer
    * takes vLLM's plan instead (one bucket per tensor), and it lands. */
   WT_ASSERT_OK(wt_sync_client_init_transfer(
@@ -375,13 +387,12 @@ static void test_split_tensors(void) {
   wt_source_destroy(src);
   wt_trainer_destroy(t);
   t = NULL;
-  setenv("WT_UCX_SPLIT_TENSORS", "sometimes", 1);
-  WT_ASSERT_ERR(wt_sync_client_init_transfer(
-                    c, ucx_info_make(&ui, "tcp", NULL, 64 << 10, 0), NULL, &t),
+  ucx_info_make(&ui, "tcp", NULL, 64 << 10, 0);
+  ucx_info_option(&ui, "ucx_split_tensors", "sometimes");
+  WT_ASSERT_ERR(wt_sync_client_init_transfer(c, &ui.info, NULL, &t),
                 WT_INVALID_ARGUMENT,
                 "init_info.options[\"ucx_split_tensors\"] is 'sometimes'");
-  unsetenv("WT_UCX_SPLIT_TENSORS");
-  unsetenv("WT_UCX_FANOUT");
+  g_fanout = NULL;
   wt_trainer_destroy(t);
   t = NULL;
 
@@ -399,14 +410,14 @@ static void test_split_tensors(void) {
   u.info.backend_update_case =
       WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_UCX;
   u.info.ucx = &xu;
-  int64_t t0 = wtt_now_ms();
+  int64_t t0 = wt_mono_ms();
   WT_ASSERT_ERR(wtt_update(S.ch, &u.info, wt_sync_client_round_id(c, 0)),
                 WT_INVALID_ARGUMENT,
                 "update_info.ucx.packed_buffer_size_bytes with "
                 "split_tensors: buffer_bytes: 1-byte buckets would cut the "
                 "round's 3412992 bytes into 3412992 buckets, more than "
                 "65536");
-  CU_ASSERT(wtt_now_ms() - t0 < 2000);
+  CU_ASSERT(wt_mono_ms() - t0 < 2000);
   wtt_assert_serving(S.ch, 2);
   wtt_assert_model_seed(&S, 24);
   wtt_assert_version(S.ch, "whole-4", 4);
@@ -558,9 +569,9 @@ static wt_ucx_recv_note recv_tagged(wt_ucx *a, wt_ucx *b, void *buf, size_t cap,
       wt_ucx_tag_recv(b, buf, cap, ucp_dt_make_contig(1), NULL, tag, &note);
   CU_ASSERT(req != NULL && !UCS_PTR_IS_ERR(req));
   if (req == NULL || UCS_PTR_IS_ERR(req)) return note;
-  const int64_t end = wt_ucx_now_ms() + 5000;
+  const int64_t end = wt_mono_ms() + 5000;
   while (wt_ucx_request_status(req) == UCS_INPROGRESS &&
-         wt_ucx_now_ms() < end) {
+         wt_mono_ms() < end) {
     ucp_worker_progress(a->worker);
     ucp_worker_progress(b->worker);
   }
@@ -590,9 +601,9 @@ static void test_recv_reports_length(void) {
   /* Arrived first: wait until b holds it as an unexpected message. */
   void *sreq = send_tagged(ep, msg, sizeof(msg), 42);
   ucp_tag_recv_info_t probe;
-  const int64_t end = wt_ucx_now_ms() + 5000;
+  const int64_t end = wt_mono_ms() + 5000;
   while (ucp_tag_probe_nb(b->worker, 42, UINT64_MAX, 0, &probe) == NULL &&
-         wt_ucx_now_ms() < end) {
+         wt_mono_ms() < end) {
     ucp_worker_progress(a->worker);
     ucp_worker_progress(b->worker);
   }
@@ -871,8 +882,8 @@ static void test_strangers_by_address(void) {
     pid_t pid = attack_start(dir, attacks[a].mode, args, log, sizeof(log));
     wtt_sleep_ms(500);
     int rounds = 0, failed = 0;
-    int64_t end = wtt_now_ms() + 3000;
-    while (wtt_now_ms() < end) {
+    int64_t end = wt_mono_ms() + 3000;
+    while (wt_mono_ms() < end) {
       char v[32];
       snprintf(v, sizeof(v), "s-%llu", (unsigned long long)++seed);
       WT_ASSERT_OK(wt_source_synthetic_set_seed(src, seed));
@@ -1051,7 +1062,7 @@ static void test_strangers_raw_bytes(void) {
       pid_t ip = attack_start(dir, "idle-listener", iargs, ilog, sizeof(ilog));
       /* Rounds for as long as the attack lasts: the worker meets the
        * strangers while it progresses. */
-      for (int64_t end = wtt_now_ms() + 3500; wtt_now_ms() < end;) {
+      for (int64_t end = wt_mono_ms() + 3500; wt_mono_ms() < end;) {
         WT_ASSERT_OK(wt_source_synthetic_set_seed(src, ++seed));
         char v[32];
         snprintf(v, sizeof(v), "raw-%llu", (unsigned long long)seed);
@@ -1132,18 +1143,18 @@ static void test_trainer_killed(void) {
   int status = 0;
   CU_ASSERT(wt_proc_wait(pid, 5000, &status));
   CU_ASSERT(WIFSIGNALED(status));
-  int64_t t0 = wt_proc_now_ms();
+  int64_t t0 = wt_mono_ms();
   /* The server sees the trainer gone: its UpdateWeights call is cancelled
    * (the receives stop and the round ends), or, through a listener (UCX
    * 1.14 on), the workers' connection breaks; failing both, the round's
    * idle timer ends it. */
   bool gone = false;
-  while (!gone && wt_proc_now_ms() - t0 < 10000) {
+  while (!gone && wt_mono_ms() - t0 < 10000) {
     gone = file_contains(srv.log, "the trainer is gone") ||
            (!listener && file_contains(srv.log, "aborted: idle for"));
     if (!gone) wtt_sleep_ms(50);
   }
-  int64_t gone_ms = wt_proc_now_ms() - t0;
+  int64_t gone_ms = wt_mono_ms() - t0;
   printf("\n  the workers left the dead trainer's round after %lld ms (%s)\n",
          (long long)gone_ms,
          file_contains(srv.log, "the trainer is gone")
@@ -1234,14 +1245,45 @@ static void test_worker_killed(void) {
   free(dir);
 }
 
-/* wt-server --ucx-transports: the workers' default when the init info names
- * no transports. An invalid list fails init with an error naming the option
- * and the list; transports in the init info take precedence over it. */
+/* wt-server --engine-option ucx.transports=LIST: the workers' default when
+ * the init info names no transports. An invalid list fails init with an
+ * error naming the option and the list; transports in the init info take
+ * precedence over it. A setting the ucx backend does not take, a backend
+ * that does not exist and one without a key each stop the server at start,
+ * naming the option. */
 static void test_server_transports_option(void) {
   char *dir = wt_test_tmpdir();
   wt_proc_server srv;
-  const char *const extra[] = {"--model", "synthetic:small",  "--workers",
-                               "1",       "--ucx-transports", "no_such_tl",
+  static const struct {
+    const char *option, *expect;
+  } bad[] = {
+      {"ucx.nope=1", "backend 'ucx' has no option 'nope' (its options: "
+                     "transports)"},
+      {"nosuch.transports=tcp", "engine option 'nosuch.transports'"},
+      {"transports=tcp", "not BACKEND.KEY=VALUE"},
+      {"ucx.transports=", "option transports: empty"},
+      {"grpc.chunk=1", "backend 'grpc' has no option 'chunk'"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    const char *const argv[] = {WT_SERVER_BIN,   "--listen", "127.0.0.1:0",
+                                "--model",       "synthetic:tiny",
+                                "--engine-option", bad[i].option, NULL};
+    char log[PATH_MAX], *out = NULL;
+    snprintf(log, sizeof(log), "%s/bad-%zu.log", dir, i);
+    int code = wt_proc_run(argv, log, 30000, &out);
+    CU_ASSERT(code == 1 || code == 2);
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, bad[i].expect));
+    if (out == NULL || strstr(out, bad[i].expect) == NULL)
+      fprintf(stderr, "--engine-option %s: %s\n", bad[i].option,
+              out ? out : "(no output)");
+    free(out);
+  }
+  const char *const extra[] = {"--model",
+                               "synthetic:small",
+                               "--workers",
+                               "1",
+                               "--engine-option",
+                               "ucx.transports=no_such_tl",
                                NULL};
   CU_ASSERT_FATAL(wt_proc_server_start(&srv, dir, "server", extra));
   wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
@@ -1260,12 +1302,37 @@ static void test_server_transports_option(void) {
   CU_ASSERT_PTR_NOT_NULL(st);
   if (st) {
     const char *msg = wt_status_message(st);
-    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "--ucx-transports"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "--engine-option ucx.transports"));
     CU_ASSERT_PTR_NOT_NULL(strstr(msg, "no_such_tl"));
     wt_status_free(st);
   }
   wt_trainer_destroy(t);
   t = NULL;
+  /* wt-push takes the ucx trainer's settings from WT_UCX_* and passes them
+   * as options (the library reads no environment): a bad one is refused by
+   * the backend, naming it; --option given on the command line wins. */
+  {
+    const char *const push[] = {WT_PUSH_BIN, "--server", srv.addr,
+                                "--backend", "ucx", "--quiet", NULL};
+    const char *const push_opt[] = {WT_PUSH_BIN, "--server",  srv.addr,
+                                    "--backend", "ucx",       "--option",
+                                    "fanout=parallel", "--option",
+                                    "transports=tcp", "--quiet", NULL};
+    char log[PATH_MAX], *out = NULL;
+    snprintf(log, sizeof(log), "%s/push-env.log", dir);
+    setenv("WT_UCX_FANOUT", "tree", 1);
+    int code = wt_proc_run(push, log, 60000, &out);
+    CU_ASSERT_EQUAL(code, 1);
+    CU_ASSERT_PTR_NOT_NULL(
+        out && strstr(out, "init_info.options[\"ucx_fanout\"] is 'tree'"));
+    free(out);
+    out = NULL;
+    code = wt_proc_run(push_opt, log, 60000, &out);
+    unsetenv("WT_UCX_FANOUT");
+    CU_ASSERT_EQUAL(code, 0);
+    if (code != 0) fprintf(stderr, "%s", out ? out : "");
+    free(out);
+  }
   /* The init info's transports win over the server's option. */
   WT_ASSERT_OK(wt_sync_client_init_transfer(
       c, ucx_info_make(&ui, "tcp", NULL, 256 << 10, 0), NULL, &t));
@@ -1319,8 +1386,8 @@ static bool ns_server_start(wt_proc_server *s, const char *dir) {
   if (s->pid <= 0) return false;
   char buf[512];
   size_t len = 0;
-  int64_t end = wt_proc_now_ms() + 30000;
-  while (wt_proc_now_ms() < end && len < sizeof(buf) - 1) {
+  int64_t end = wt_mono_ms() + 30000;
+  while (wt_mono_ms() < end && len < sizeof(buf) - 1) {
     ssize_t got = read(s->out_fd, buf + len, sizeof(buf) - 1 - len);
     if (got <= 0) break;
     len += (size_t)got;
@@ -1401,10 +1468,10 @@ static void test_two_hosts_link_cut(void) {
   CU_ASSERT_EQUAL(system("ip link set wtucx0 up"), 0);
   /* Once the control channel is back and the server aborted the orphaned
    * round (its round timeout is 2 s), a new round starts. */
-  int64_t until = wt_proc_now_ms() + 30000;
+  int64_t until = wt_mono_ms() + 30000;
   for (;;) {
     st = wt_sync_client_start(c);
-    if (st == NULL || wt_proc_now_ms() > until) break;
+    if (st == NULL || wt_mono_ms() > until) break;
     wt_status_free(st);
     struct timespec ts = {.tv_nsec = 200 * 1000000L};
     nanosleep(&ts, NULL);
@@ -1486,7 +1553,7 @@ void wt_test_suite_ucx(void) {
               test_trainer_killed);
   CU_add_test(s, "wt-server killed mid-round (real processes)",
               test_worker_killed);
-  CU_add_test(s, "wt-server --ucx-transports: default, error, precedence",
+  CU_add_test(s, "wt-server --engine-option ucx.transports: default, errors, precedence",
               test_server_transports_option);
   CU_add_test(s, "two hosts (netns + veth), link cut mid-round",
               test_two_hosts_link_cut);

@@ -1,6 +1,7 @@
 /* sync_client.c: the sync client, fanning every round call out to all
  * servers (see wt/client.h). */
 
+#include "wt/clock.h"
 #include "wt/client.h"
 
 #include <errno.h>
@@ -69,8 +70,6 @@ wt_status *wt_sync_client_new(const char *const *targets, size_t n,
                            : WT_CLIENT_DEFAULT_DATA_TIMEOUT_MS;
   c->manual_reinit = opts && opts->manual_reinit;
   const char *token_file = opts && opts->token_file ? opts->token_file : NULL;
-  if (token_file == NULL && getenv("WT_TOKEN_FILE") && *getenv("WT_TOKEN_FILE"))
-    token_file = getenv("WT_TOKEN_FILE");
   if (token_file != NULL) WT_CHECK(wt_token_read(token_file, &token));
   wt_rpc_channel_options copts = {.default_deadline_ms = c->timeout_ms,
                                   .tls = opts ? opts->tls : NULL,
@@ -818,12 +817,6 @@ typedef struct update_watch {
   int64_t answer_within_ms;
 } update_watch;
 
-static int64_t mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void *watch_updates(void *arg) {
   update_watch *w = arg;
   size_t remaining = 0;
@@ -834,7 +827,7 @@ static void *watch_updates(void *arg) {
     bool cancel = w->cancel_calls;
     int64_t answer_by = w->answer_by_ms;
     pthread_mutex_unlock(&w->mu);
-    if (answer_by != 0 && !cancel && mono_ms() > answer_by) {
+    if (answer_by != 0 && !cancel && wt_mono_ms() > answer_by) {
       for (size_t k = 0; k < w->n; k++) {
         if (w->pending[k] == NULL) continue;
         wt_rpc_pending_cancel(w->pending[k]);
@@ -985,7 +978,7 @@ static wt_status *calls_around(wt_sync_client *c, wt_trainer *t,
     w.answer_within_ms = c->init && c->init->timeout_ms ? c->init->timeout_ms
                                                         : c->data_timeout_ms;
     /* Plus a second for the answer itself to travel. */
-    w.answer_by_ms = mono_ms() + w.answer_within_ms + 1000;
+    w.answer_by_ms = wt_mono_ms() + w.answer_within_ms + 1000;
     pthread_mutex_unlock(&w.mu);
   }
 out:

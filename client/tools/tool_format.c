@@ -1,7 +1,10 @@
 /* tool_format.c: output formatting shared by wt-push and wt-ctl. */
 #include "tool_format.h"
 
+#include "wt/log.h"
+
 #include <inttypes.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -41,4 +44,11 @@ bool wt_tool_security_option(wt_tool_security *s, const char *name,
 void wt_tool_security_apply(const wt_tool_security *s, wt_client_options *o) {
   o->tls = s->tls_on ? &s->tls : NULL;
   o->token_file = s->token_file;
+  const char *env = getenv("WT_TOKEN_FILE");
+  if (o->token_file == NULL && env != NULL && *env != '\0')
+    o->token_file = env;
+}
+
+void wt_tool_log_level(void) {
+  wt_log_level_from(getenv("WT_LOG"), "WT_LOG");
 }

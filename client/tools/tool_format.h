@@ -36,7 +36,12 @@ typedef struct wt_tool_security {
 bool wt_tool_security_option(wt_tool_security *s, const char *name,
                              const char *value);
 
-/* Fills the client options' tls and token_file from `s`. */
+/* Fills the client options' tls and token_file from `s`; without
+ * --token-file, from $WT_TOKEN_FILE (the tools read the environment; the
+ * library does not). */
 void wt_tool_security_apply(const wt_tool_security *s, wt_client_options *o);
+
+/* The log level from $WT_LOG, for the tools. */
+void wt_tool_log_level(void);
 
 #endif /* WT_TOOL_FORMAT_H */

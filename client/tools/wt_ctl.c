@@ -269,6 +269,7 @@ static const command commands[] = {
 };
 
 int main(int argc, char **argv) {
+  wt_tool_log_level();
   const char *server = "127.0.0.1:50051";
   double timeout_s = 0;
   wt_tool_security sec = {0};

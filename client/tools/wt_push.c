@@ -18,6 +18,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,273 +71,324 @@ typedef struct options {
   wt_tool_security sec;
 } options;
 
-static void usage(FILE *f) {
-  fprintf(
-      f,
-      "usage: wt-push [options]\n"
-      "Push one new version of the weights to wt servers.\n"
-      "\n"
-      "  --server HOST:PORT   server to update (repeatable; default "
-      "127.0.0.1:50051)\n"
-      "  --checkpoint PATH    a .safetensors file or a sharded "
-      "*.safetensors.index.json\n"
-      "  --synthetic NAME     a synthetic layout (tiny, small, "
-      "llama-256m, bench-1g,\n"
-      "                       bench-8g, small-10k);\n"
-      "                       default: the server's own, when it serves "
-      "synthetic:NAME\n"
-      "  --seed N             synthetic contents seed (default: the "
-      "server's sequence + 1)\n"
-      "  --backend NAME       transfer backend (default grpc)\n"
-      "  --version STR        version to commit (default "
-      "step-<sequence>)\n"
-      "  --chunk-size SIZE    bytes per data message, e.g. 1M (grpc; "
-      "default 1 MiB)\n"
-      "  --bucket-size SIZE   packed bucket size, e.g. 64M (default "
-      "64 MiB)\n"
-      "  --option KEY=VALUE   a setting of the backend (repeatable), e.g. "
-      "fanout=chain\n"
-      "                       for ucx; the backend lists the ones it "
-      "takes\n"
-      "  --timeout SECONDS    deadline of the data calls (default 1800)\n"
-      "  --data-timeout SEC   how long any side waits for the next data "
-      "(a bucket,\n"
-      "                       a chunk) before the round fails: the init "
-      "info's\n"
-      "                       timeout_ms (default: the servers' own, 60 "
-      "s)\n"
-      "  --verify[=ALGO]      compare checksums afterwards (sha256, "
-      "the default, or xxh3)\n"
-      "  --quiet              no progress output\n"
-      "  --device DEV         cpu (default) or cuda:N: the update is loaded "
-      "into that\n"
-      "                       GPU's memory once, before any round, and "
-      "pushed from\n"
-      "                       there (--backend ipc or nccl, or ucx where "
-      "its UCX moves\n"
-      "                       GPU memory); packed (ipc's ring, nccl's "
-      "buffers):\n"
-      "                       --option packed=1\n"
-      "  --rounds N           N rounds on one init, as a trainer that "
-      "stays up does\n"
-      "                       (default 1); prints the first round and "
-      "the steady state\n" WT_TOOL_SECURITY_USAGE
-      "  --help               this text\n"
-      "\n"
-      "Exit status: 0 ok, 1 transfer or verification failure, 2 usage.\n");
+/* A parser takes its option's value (NULL for a flag, or an optional
+ * value not given) and returns 0, or EXIT_USAGE having said why. */
+typedef int (*option_fn)(options *o, const char *name, const char *value);
+
+typedef struct option_row {
+  const char *name;  /* without "--" */
+  int has_arg;       /* no_argument, required_argument, optional_argument */
+  const char *usage; /* "--name VALUE" column */
+  const char *help;  /* lines joined by "\n" */
+  option_fn parse;
+} option_row;
+
+static int usage_error(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+
+static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "wt-push: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  return EXIT_USAGE;
 }
 
-/* Adds a backend option; its key and value are copied. */
+/* Adds a backend option, or replaces the value of one of the same key
+ * given before (the environment's, an earlier --option); key and value are
+ * copied. */
 static int add_option(options *o, const char *key, const char *value) {
-  if (o->nopts == MAX_OPTIONS) {
-    fprintf(stderr, "wt-push: at most %d backend options\n", MAX_OPTIONS);
-    return EXIT_USAGE;
-  }
+  for (size_t i = 0; i < o->nopts; i++)
+    if (strcmp(o->opts[i].key, key) == 0) {
+      memmove(&o->opts[i], &o->opts[i + 1],
+              (o->nopts - i - 1) * sizeof(o->opts[0]));
+      memmove(&o->opt_text[i], &o->opt_text[i + 1],
+              (o->nopts - i - 1) * sizeof(o->opt_text[0]));
+      o->nopts--;
+      /* The moved entries point into opt_text: aim them again. */
+      for (size_t j = i; j < o->nopts; j++) {
+        char *text = o->opt_text[j];
+        o->opts[j] = (wt_backend_option){text, text + strlen(text) + 1};
+      }
+      break;
+    }
+  if (o->nopts == MAX_OPTIONS)
+    return usage_error("at most %d backend options", MAX_OPTIONS);
   char *text = o->opt_text[o->nopts];
   int n = snprintf(text, sizeof(o->opt_text[0]), "%s=%s", key, value);
-  if (n < 0 || (size_t)n >= sizeof(o->opt_text[0])) {
-    fprintf(stderr, "wt-push: option '%s' is too long\n", key);
-    return EXIT_USAGE;
-  }
+  if (n < 0 || (size_t)n >= sizeof(o->opt_text[0]))
+    return usage_error("option '%s' is too long", key);
   char *eq = text + strlen(key);
   *eq = '\0';
   o->opts[o->nopts++] = (wt_backend_option){text, eq + 1};
   return 0;
 }
 
+static int opt_server(options *o, const char *name, const char *v) {
+  if (o->nservers == MAX_SERVERS)
+    return usage_error("at most %d servers", MAX_SERVERS);
+  for (size_t k = 0; k < o->nservers; k++)
+    if (strcmp(o->servers[k], v) == 0)
+      return usage_error("--%s %s is given twice", name, v);
+  o->servers[o->nservers++] = v;
+  return 0;
+}
+
+static int opt_checkpoint(options *o, const char *name, const char *v) {
+  (void)name;
+  o->checkpoint = v;
+  return 0;
+}
+
+static int opt_synthetic(options *o, const char *name, const char *v) {
+  (void)name;
+  o->synthetic = v;
+  return 0;
+}
+
+static int opt_seed(options *o, const char *name, const char *v) {
+  if (!wt_parse_u64(v, &o->seed))
+    return usage_error("--%s: '%s' is not a number", name, v);
+  o->have_seed = true;
+  return 0;
+}
+
+static int opt_backend(options *o, const char *name, const char *v) {
+  (void)name;
+  o->backend = v;
+  return 0;
+}
+
+static int opt_version(options *o, const char *name, const char *v) {
+  if (*v == '\0') return usage_error("--%s must not be empty", name);
+  o->version = v;
+  return 0;
+}
+
+/* --chunk-size and --bucket-size: the options chunk_size, bucket_size. */
+static int opt_size(options *o, const char *name, const char *v) {
+  uint64_t n = 0;
+  if (!wt_parse_size(v, &n) || n == 0)
+    return usage_error("--%s: '%s' is not a size (e.g. 1M)", name, v);
+  return add_option(o, strcmp(name, "chunk-size") == 0 ? "chunk_size"
+                                                       : "bucket_size",
+                    v);
+}
+
+static int opt_option(options *o, const char *name, const char *v) {
+  const char *eq = strchr(v, '=');
+  if (eq == NULL || eq == v)
+    return usage_error("--%s: '%s' is not KEY=VALUE", name, v);
+  char key[128];
+  snprintf(key, sizeof(key), "%.*s", (int)(eq - v), v);
+  return add_option(o, key, eq + 1);
+}
+
+/* --timeout and --data-timeout. The bounds keep the milliseconds an
+ * int64_t (a uint32_t for the init info) and at least 1 (0 would mean the
+ * default). */
+static int opt_seconds(options *o, const char *name, const char *v) {
+  bool data = strcmp(name, "data-timeout") == 0;
+  double max = data ? 4000000 : MAX_TIMEOUT_S, *to =
+                                                   data ? &o->data_timeout_s
+                                                        : &o->timeout_s;
+  char *end = NULL;
+  *to = strtod(v, &end);
+  if (end == v || *end || !isfinite(*to) || *to < 0.001 || *to > max)
+    return usage_error("--%s: '%s' is not a number of seconds from 0.001 to "
+                       "%.0f",
+                       name, v, max);
+  return 0;
+}
+
+static int opt_verify(options *o, const char *name, const char *v) {
+  o->verify = true;
+  if (v == NULL) return 0;
+  wt_status *st = wt_hash_alg_parse(v, &o->verify_alg);
+  if (st == NULL) return 0;
+  int rc = usage_error("--%s: %s", name, wt_status_message(st));
+  wt_status_free(st);
+  return rc;
+}
+
+static int opt_quiet(options *o, const char *name, const char *v) {
+  (void)name;
+  (void)v;
+  o->quiet = true;
+  return 0;
+}
+
+static int opt_rounds(options *o, const char *name, const char *v) {
+  if (!wt_parse_u64(v, &o->rounds) || o->rounds == 0 || o->rounds > 1000000)
+    return usage_error("--%s: '%s' is not a count from 1 to 1000000", name, v);
+  return 0;
+}
+
+static int opt_device(options *o, const char *name, const char *v) {
+  wt_device d;
+  wt_status *st = wt_device_parse(v, &d);
+  if (st != NULL) {
+    int rc = usage_error("--%s: %s", name, wt_status_message(st));
+    wt_status_free(st);
+    return rc;
+  }
+  o->device = v;
+  return 0;
+}
+
+static int opt_security(options *o, const char *name, const char *v) {
+  wt_tool_security_option(&o->sec, name, v);
+  return 0;
+}
+
+static const option_row rows[] = {
+    {"server", required_argument, "--server HOST:PORT",
+     "server to update (repeatable; default 127.0.0.1:50051)", opt_server},
+    {"checkpoint", required_argument, "--checkpoint PATH",
+     "a .safetensors file or a sharded *.safetensors.index.json",
+     opt_checkpoint},
+    {"synthetic", required_argument, "--synthetic NAME",
+     "a synthetic layout (tiny, small, llama-256m, bench-1g,\nbench-8g, "
+     "small-10k); default: the server's own, when it\nserves synthetic:NAME",
+     opt_synthetic},
+    {"seed", required_argument, "--seed N",
+     "synthetic contents seed (default: the server's sequence + 1)",
+     opt_seed},
+    {"backend", required_argument, "--backend NAME",
+     "transfer backend (default grpc)", opt_backend},
+    {"version", required_argument, "--version STR",
+     "version to commit (default step-<sequence>)", opt_version},
+    {"chunk-size", required_argument, "--chunk-size SIZE",
+     "bytes per data message, e.g. 1M (grpc; default 1 MiB)", opt_size},
+    {"bucket-size", required_argument, "--bucket-size SIZE",
+     "packed bucket size, e.g. 64M (default 64 MiB)", opt_size},
+    {"option", required_argument, "--option KEY=VALUE",
+     "a setting of the backend (repeatable), e.g. fanout=chain\nfor ucx; the "
+     "backend lists the ones it takes. For ucx,\n$WT_UCX_CONNECT, "
+     "$WT_UCX_PEER_ERRORS, $WT_UCX_FANOUT and\n$WT_UCX_SPLIT_TENSORS are the "
+     "options connect, peer_errors,\nfanout and split_tensors (--option wins)",
+     opt_option},
+    {"timeout", required_argument, "--timeout SECONDS",
+     "deadline of the data calls (default 1800)", opt_seconds},
+    {"data-timeout", required_argument, "--data-timeout SEC",
+     "how long any side waits for the next data (a bucket,\na chunk) before "
+     "the round fails: the init info's\ntimeout_ms (default: the servers' "
+     "own, 60 s)",
+     opt_seconds},
+    {"verify", optional_argument, "--verify[=ALGO]",
+     "compare checksums afterwards (sha256, the default, or xxh3)",
+     opt_verify},
+    {"quiet", no_argument, "--quiet", "no progress output", opt_quiet},
+    {"device", required_argument, "--device DEV",
+     "cpu (default) or cuda:N: the update is loaded into that\nGPU's memory "
+     "once, before any round, and pushed from\nthere (--backend ipc or nccl, "
+     "or ucx where its UCX moves\nGPU memory); packed (ipc's ring, nccl's "
+     "buffers):\n--option packed=1",
+     opt_device},
+    {"rounds", required_argument, "--rounds N",
+     "N rounds on one init, as a trainer that stays up does\n(default 1); "
+     "prints the first round and the steady state",
+     opt_rounds},
+    {"tls-ca", required_argument, "--tls-ca PATH",
+     "CA of the servers' certificates: talk TLS (PEM)", opt_security},
+    {"tls-cert", required_argument, "--tls-cert PATH",
+     "this client's certificate, for mutual TLS (with --tls-key)",
+     opt_security},
+    {"tls-key", required_argument, "--tls-key PATH", "its private key",
+     opt_security},
+    {"tls-server-name", required_argument, "--tls-server-name N",
+     "the name the server's certificate carries (default: the host)",
+     opt_security},
+    {"token-file", required_argument, "--token-file PATH",
+     "file holding the bearer token (default $WT_TOKEN_FILE)", opt_security},
+};
+#define NROWS (sizeof(rows) / sizeof(rows[0]))
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: wt-push [options]\n"
+             "Push one new version of the weights to wt servers.\n\n");
+  for (size_t i = 0; i < NROWS; i++) {
+    const char *line = rows[i].help;
+    bool first = true;
+    while (*line) {
+      size_t len = strcspn(line, "\n");
+      fprintf(f, "  %-20s %.*s\n", first ? rows[i].usage : "", (int)len,
+              line);
+      first = false;
+      line += len + (line[len] == '\n');
+    }
+  }
+  fprintf(f, "  %-20s this text\n\n"
+             "Exit status: 0 ok, 1 transfer or verification failure, 2 "
+             "usage.\n",
+          "--help");
+}
+
+/* The ucx trainer's settings a user may keep in the environment, as the
+ * options they are (given before --option, which therefore wins). */
+static int options_from_environment(options *o) {
+  static const char *const env[][2] = {{"WT_UCX_CONNECT", "connect"},
+                                       {"WT_UCX_PEER_ERRORS", "peer_errors"},
+                                       {"WT_UCX_FANOUT", "fanout"},
+                                       {"WT_UCX_SPLIT_TENSORS",
+                                        "split_tensors"}};
+  if (strcmp(o->backend, "ucx") != 0) return 0;
+  for (size_t i = 0; i < sizeof(env) / sizeof(env[0]); i++) {
+    const char *v = getenv(env[i][0]);
+    if (v == NULL || *v == '\0') continue;
+    int rc = add_option(o, env[i][1], v);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
 static int parse_args(int argc, char **argv, options *o) {
-  enum {
-    O_SERVER = 256,
-    O_CKPT,
-    O_SYNTH,
-    O_SEED,
-    O_BACKEND,
-    O_VERSION,
-    O_CHUNK,
-    O_BUCKET,
-    O_OPTION,
-    O_TIMEOUT,
-    O_VERIFY,
-    O_QUIET,
-    O_ROUNDS,
-    O_DATA_TIMEOUT,
-    O_DEVICE,
-    O_HELP,
-    O_SECURITY
-  };
-  static const struct option longs[] = {
-      {"server", required_argument, NULL, O_SERVER},
-      {"checkpoint", required_argument, NULL, O_CKPT},
-      {"synthetic", required_argument, NULL, O_SYNTH},
-      {"seed", required_argument, NULL, O_SEED},
-      {"backend", required_argument, NULL, O_BACKEND},
-      {"version", required_argument, NULL, O_VERSION},
-      {"chunk-size", required_argument, NULL, O_CHUNK},
-      {"bucket-size", required_argument, NULL, O_BUCKET},
-      {"option", required_argument, NULL, O_OPTION},
-      {"timeout", required_argument, NULL, O_TIMEOUT},
-      {"verify", optional_argument, NULL, O_VERIFY},
-      {"quiet", no_argument, NULL, O_QUIET},
-      {"rounds", required_argument, NULL, O_ROUNDS},
-      {"data-timeout", required_argument, NULL, O_DATA_TIMEOUT},
-      {"device", required_argument, NULL, O_DEVICE},
-      {"help", no_argument, NULL, O_HELP},
-      {"tls-ca", required_argument, NULL, O_SECURITY},
-      {"tls-cert", required_argument, NULL, O_SECURITY},
-      {"tls-key", required_argument, NULL, O_SECURITY},
-      {"tls-server-name", required_argument, NULL, O_SECURITY},
-      {"token-file", required_argument, NULL, O_SECURITY},
-      {NULL, 0, NULL, 0}};
+  struct option longs[NROWS + 2];
+  for (size_t i = 0; i < NROWS; i++)
+    longs[i] = (struct option){rows[i].name, rows[i].has_arg, NULL,
+                               (int)(256 + i)};
+  longs[NROWS] = (struct option){"help", no_argument, NULL, 'h'};
+  longs[NROWS + 1] = (struct option){NULL, 0, NULL, 0};
   memset(o, 0, sizeof(*o));
   o->backend = "grpc";
   o->verify_alg = WT_HASH_SHA256;
   o->rounds = 1;
   opterr = 0;
-  for (;;) {
-    int li = -1;
-    int c = getopt_long(argc, argv, "h", longs, &li);
-    if (c == -1) break;
-    switch (c) {
-      case O_SECURITY:
-        wt_tool_security_option(&o->sec, longs[li].name, optarg);
-        break;
-      case O_SERVER:
-        if (o->nservers == MAX_SERVERS) {
-          fprintf(stderr, "wt-push: at most %d servers\n", MAX_SERVERS);
-          return EXIT_USAGE;
-        }
-        for (size_t k = 0; k < o->nservers; k++)
-          if (strcmp(o->servers[k], optarg) == 0) {
-            fprintf(stderr, "wt-push: --server %s is given twice\n", optarg);
-            return EXIT_USAGE;
-          }
-        o->servers[o->nservers++] = optarg;
-        break;
-      case O_CKPT:
-        o->checkpoint = optarg;
-        break;
-      case O_SYNTH:
-        o->synthetic = optarg;
-        break;
-      case O_DEVICE: {
-        wt_device d;
-        wt_status *st = wt_device_parse(optarg, &d);
-        if (st != NULL) {
-          fprintf(stderr, "wt-push: --device: %s\n", wt_status_message(st));
-          wt_status_free(st);
-          return EXIT_USAGE;
-        }
-        o->device = optarg;
-        break;
-      }
-      case O_ROUNDS:
-        if (!wt_parse_u64(optarg, &o->rounds) || o->rounds == 0 ||
-            o->rounds > 1000000) {
-          fprintf(stderr,
-                  "wt-push: --rounds: '%s' is not a count from 1 to 1000000\n",
-                  optarg);
-          return EXIT_USAGE;
-        }
-        break;
-      case O_SEED:
-        if (!wt_parse_u64(optarg, &o->seed)) {
-          fprintf(stderr, "wt-push: --seed: '%s' is not a number\n", optarg);
-          return EXIT_USAGE;
-        }
-        o->have_seed = true;
-        break;
-      case O_BACKEND:
-        o->backend = optarg;
-        break;
-      case O_VERSION:
-        if (*optarg == '\0') {
-          fprintf(stderr, "wt-push: --version must not be empty\n");
-          return EXIT_USAGE;
-        }
-        o->version = optarg;
-        break;
-      case O_CHUNK:
-      case O_BUCKET: {
-        uint64_t v = 0;
-        if (!wt_parse_size(optarg, &v) || v == 0) {
-          fprintf(stderr, "wt-push: %s: '%s' is not a size (e.g. 1M)\n",
-                  c == O_CHUNK ? "--chunk-size" : "--bucket-size", optarg);
-          return EXIT_USAGE;
-        }
-        int rc =
-            add_option(o, c == O_CHUNK ? "chunk_size" : "bucket_size", optarg);
-        if (rc != 0) return rc;
-        break;
-      }
-      case O_OPTION: {
-        const char *eq = strchr(optarg, '=');
-        if (eq == NULL || eq == optarg) {
-          fprintf(stderr, "wt-push: --option: '%s' is not KEY=VALUE\n", optarg);
-          return EXIT_USAGE;
-        }
-        char key[128];
-        snprintf(key, sizeof(key), "%.*s", (int)(eq - optarg), optarg);
-        int rc = add_option(o, key, eq + 1);
-        if (rc != 0) return rc;
-        break;
-      }
-      case O_TIMEOUT:
-      case O_DATA_TIMEOUT: {
-        char *end = NULL;
-        double *to = c == O_TIMEOUT ? &o->timeout_s : &o->data_timeout_s;
-        /* The bounds keep the milliseconds an int64_t (a uint32_t for the
-         * init info) and at least 1 (0 would mean the default). */
-        double max = c == O_TIMEOUT ? MAX_TIMEOUT_S : 4000000;
-        *to = strtod(optarg, &end);
-        if (end == optarg || *end || !isfinite(*to) || *to < 0.001 ||
-            *to > max) {
-          fprintf(stderr,
-                  "wt-push: %s: '%s' is not a number of seconds from "
-                  "0.001 to %.0f\n",
-                  c == O_TIMEOUT ? "--timeout" : "--data-timeout", optarg, max);
-          return EXIT_USAGE;
-        }
-        break;
-      }
-      case O_VERIFY:
-        o->verify = true;
-        if (optarg) {
-          wt_status *st = wt_hash_alg_parse(optarg, &o->verify_alg);
-          if (st) {
-            fprintf(stderr, "wt-push: --verify: %s\n", wt_status_message(st));
-            wt_status_free(st);
-            return EXIT_USAGE;
-          }
-        }
-        break;
-      case O_QUIET:
-        o->quiet = true;
-        break;
-      case 'h':
-      case O_HELP:
-        usage(stdout);
-        exit(0);
-      default:
-        fprintf(stderr, "wt-push: unknown or incomplete option '%s'\n",
-                argv[optind - 1]);
-        usage(stderr);
-        return EXIT_USAGE;
+  int c;
+  while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+    if (c == 'h') {
+      usage(stdout);
+      exit(0);
     }
+    if (c < 256 || (size_t)(c - 256) >= NROWS) {
+      fprintf(stderr, "wt-push: unknown or incomplete option '%s'\n",
+              argv[optind - 1]);
+      usage(stderr);
+      return EXIT_USAGE;
+    }
+    const option_row *r = &rows[c - 256];
+    if (r->parse == opt_option || r->parse == opt_size) continue; /* below */
+    int rc = r->parse(o, r->name, optarg);
+    if (rc != 0) return rc;
   }
-  if (optind < argc) {
-    fprintf(stderr, "wt-push: unexpected argument '%s'\n", argv[optind]);
-    return EXIT_USAGE;
+  if (optind < argc)
+    return usage_error("unexpected argument '%s'", argv[optind]);
+  /* Backend options, once the backend is known: the environment's, then
+   * the command line's in order. */
+  int rc = options_from_environment(o);
+  if (rc != 0) return rc;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+    const option_row *r = &rows[c - 256];
+    if (r->parse != opt_option && r->parse != opt_size) continue;
+    if ((rc = r->parse(o, r->name, optarg)) != 0) return rc;
   }
-  if (o->checkpoint && o->synthetic) {
-    fprintf(stderr,
-            "wt-push: --checkpoint and --synthetic exclude each "
-            "other\n");
-    return EXIT_USAGE;
-  }
-  if (o->have_seed && o->checkpoint) {
-    fprintf(stderr, "wt-push: --seed applies to a synthetic update only\n");
-    return EXIT_USAGE;
-  }
+  if (o->checkpoint && o->synthetic)
+    return usage_error("--checkpoint and --synthetic exclude each other");
+  if (o->have_seed && o->checkpoint)
+    return usage_error("--seed applies to a synthetic update only");
   if (o->nservers == 0) o->servers[o->nservers++] = "127.0.0.1:50051";
   return 0;
 }
@@ -531,190 +583,224 @@ static int fail(wt_status *st) {
   return EXIT_FAIL;
 }
 
-int main(int argc, char **argv) {
+/* One run of wt-push: what it opened, released by run_close. */
+typedef struct run {
   options o;
-  int rc = parse_args(argc, argv, &o);
-  if (rc != 0) return rc;
-
-  wt_status *st = NULL;
-  wt_sync_client *c = NULL;
-  wt_source *src = NULL;
+  wt_sync_client *c;
+  wt_source *src;
   /* --device: the same tensors in GPU memory, and what holds them. */
-  wt_source *dev_src = NULL;
-  wt_source_tensor *dev_tensors = NULL;
-  wt_mem_region dev_region = {0};
-  wt_trainer *trainer = NULL;
-  Wt__V1__ServerInfo *info = NULL;
-  Wt__V1__WeightTransferInitInfo *init = NULL;
-  wt_weight_version ver = {0};
-  char *version = NULL;
-  char *layout = NULL;
-  int exit_code = EXIT_FAIL;
+  wt_source *dev_src;
+  wt_source_tensor *dev_tensors;
+  wt_mem_region dev_region;
+  wt_trainer *trainer;
+  Wt__V1__ServerInfo *info;
+  Wt__V1__WeightTransferInitInfo *init;
+  wt_weight_version ver; /* what server 0 held at the start */
+  char *version;         /* the default version to commit */
+  char *layout;
+  int usage_exit; /* EXIT_USAGE when a step found a usage error */
+} run;
 
+/* Step 1: the client, and what server 0 holds (it decides the defaults). */
+static wt_status *run_connect(run *r) {
+  wt_status *st = NULL;
   wt_client_options copts = {0};
-  wt_tool_security_apply(&o.sec, &copts);
-  if (o.timeout_s > 0) {
-    copts.data_timeout_ms = (int64_t)(o.timeout_s * 1000);
+  wt_tool_security_apply(&r->o.sec, &copts);
+  if (r->o.timeout_s > 0) {
+    copts.data_timeout_ms = (int64_t)(r->o.timeout_s * 1000);
     if (copts.data_timeout_ms < WT_CLIENT_DEFAULT_TIMEOUT_MS)
       copts.timeout_ms = copts.data_timeout_ms;
   }
-  st = wt_sync_client_new(o.servers, o.nservers, &copts, &c);
-  if (st) goto out;
+  WT_CHECK(wt_sync_client_new(r->o.servers, r->o.nservers, &copts, &r->c));
+  WT_CHECK(wt_sync_client_get_version(r->c, 0, &r->ver));
+out:
+  return st;
+}
 
-  /* What the servers hold now decides the defaults. */
-  st = wt_sync_client_get_version(c, 0, &ver);
-  if (st) goto out;
-  if (!o.checkpoint && !o.synthetic) {
-    st = wt_sync_client_server_info(c, 0, &info);
-    if (st) goto out;
+/* Step 2: the source: the checkpoint, the synthetic layout named, or the
+ * one the server serves; on a GPU with --device. */
+static wt_status *run_source(run *r) {
+  wt_status *st = NULL;
+  options *o = &r->o;
+  if (!o->checkpoint && !o->synthetic) {
+    WT_CHECK(wt_sync_client_server_info(r->c, 0, &r->info));
     const char *model =
-        info->model && info->model->name ? info->model->name : "";
+        r->info->model && r->info->model->name ? r->info->model->name : "";
     if (strncmp(model, "synthetic:", 10) != 0) {
-      fprintf(stderr,
-              "wt-push: server %s serves '%s', not a synthetic model: give "
-              "--checkpoint PATH or --synthetic NAME\n",
-              o.servers[0], model);
-      exit_code = EXIT_USAGE;
-      goto out;
+      r->usage_exit = EXIT_USAGE;
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "server %s serves '%s', not a synthetic model: give "
+              "--checkpoint PATH or --synthetic NAME",
+              o->servers[0], model);
     }
-    layout = strdup(model + 10);
-    o.synthetic = layout;
+    if ((r->layout = strdup(model + 10)) == NULL)
+      WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+    o->synthetic = r->layout;
   }
-  uint64_t next_seq = ver.sequence + 1;
-  if (o.checkpoint) {
-    st = wt_source_checkpoint_open(o.checkpoint, &src);
-  } else {
-    st =
-        wt_source_synthetic(o.synthetic, o.have_seed ? o.seed : next_seq, &src);
-  }
-  if (st) goto out;
-  if (o.device != NULL && strcmp(o.device, "cpu") != 0) {
+  uint64_t next_seq = r->ver.sequence + 1;
+  if (o->checkpoint)
+    WT_CHECK(wt_source_checkpoint_open(o->checkpoint, &r->src));
+  else
+    WT_CHECK(wt_source_synthetic(o->synthetic, o->have_seed ? o->seed : next_seq,
+                                 &r->src));
+  if (o->device != NULL && strcmp(o->device, "cpu") != 0) {
     wt_device dev;
-    wt_status_free(wt_device_parse(o.device, &dev)); /* checked already */
-    st = load_on_device(src, dev, &dev_region, &dev_tensors, &dev_src);
-    if (st) {
-      st = wt_status_prefix(st, "--device %s", o.device);
-      goto out;
-    }
+    wt_status_free(wt_device_parse(o->device, &dev)); /* checked already */
+    WT_CHECK(wt_status_prefix(load_on_device(r->src, dev, &r->dev_region,
+                                             &r->dev_tensors, &r->dev_src),
+                              "--device %s", o->device));
   }
-  if (o.version == NULL) {
-    if (asprintf(&version, "step-%" PRIu64, next_seq) < 0) {
-      st = wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
-      goto out;
-    }
-  }
-
-  /* The backend builds its own init info from the options. */
-  st = wt_trainer_init_info(o.backend, o.opts, o.nopts, &init);
-  if (st) {
-    if (wt_status_code(st) == WT_INVALID_ARGUMENT) {
-      fprintf(stderr, "wt-push: %s\n", wt_status_message(st));
-      wt_status_free(st);
-      st = NULL;
-      exit_code = EXIT_USAGE;
-    }
-    goto out;
-  }
-  if (o.data_timeout_s > 0)
-    init->timeout_ms = (uint32_t)(o.data_timeout_s * 1000);
-  /* Rounds push from the GPU copy when there is one. */
-  wt_source *push_src = dev_src ? dev_src : src;
-  st = wt_sync_client_init_transfer(c, init, push_src, &trainer);
-  if (st) goto out;
-
-  char a[32];
-  if (!o.quiet)
-    fprintf(stderr,
-            "wt-push: %zu tensors, %s from %s %s to %zu server(s) "
-            "(world size %u) with backend %s\n",
-            wt_source_count(src),
-            wt_tool_human_bytes(wt_source_total_bytes(src), a, sizeof(a)),
-            wt_source_kind(src), o.checkpoint ? o.checkpoint : o.synthetic,
-            o.nservers,
-            (unsigned)(wt_sync_client_rank_offset(c, o.nservers - 1) +
-                       wt_sync_client_server_world_size(c, o.nservers - 1)),
-            o.backend);
-
-  uint64_t bytes = wt_source_total_bytes(src);
-  double *secs = calloc(o.rounds, sizeof(*secs));
-  if (secs == NULL) {
-    st = wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory for --rounds");
-    goto out;
-  }
-  for (uint64_t r = 0; r < o.rounds; r++) {
-    progress_state ps = {.tty = isatty(STDERR_FILENO) == 1,
-                         .quiet = o.quiet || o.rounds > 1};
-    double t0 = now_s();
-    st = wt_sync_client_start(c);
-    if (st) break;
-    ps.start = now_s();
-    st = wt_sync_client_update(c, trainer, push_src, on_progress, &ps);
-    if (ps.drawn) fputc('\n', stderr);
-    if (st) break;
-    double t_push = now_s() - ps.start;
-    /* Several rounds: each commits its own version. */
-    char name[256];
-    const char *commit = o.version ? o.version : version;
-    if (o.rounds > 1) {
-      if (o.version)
-        snprintf(name, sizeof(name), "%.200s-%" PRIu64, o.version, r + 1);
-      else
-        snprintf(name, sizeof(name), "step-%" PRIu64, next_seq + r);
-      commit = name;
-    }
-    st = wt_sync_client_finish(c, commit);
-    if (st) break;
-    double t_round = now_s() - t0;
-    secs[r] = t_round;
-    if (o.rounds == 1 || !o.quiet)
-      printf("%spushed %zu tensors, %" PRIu64
-             " bytes (%s) to %zu server(s) in "
-             "%.3f s: %.3g GB/s (round %.3f s); committed version '%s'\n",
-             o.rounds > 1 ? "round " : "", wt_source_count(src), bytes,
-             wt_tool_human_bytes(bytes, a, sizeof(a)), o.nservers, t_push,
-             t_push > 0 ? (double)bytes / t_push / 1e9 : 0.0, t_round, commit);
-    fflush(stdout);
-  }
-  if (st == NULL && o.rounds > 1) {
-    /* The RL loop is the steady state: rounds after the first. */
-    size_t n = (size_t)o.rounds - 1;
-    qsort(secs + 1, n, sizeof(*secs), cmp_double);
-    double med = n % 2 ? secs[1 + n / 2] : (secs[n / 2] + secs[1 + n / 2]) / 2;
-    printf("rounds: %" PRIu64
-           " on one init; first %.3f s (%.3g GB/s); "
-           "steady state median %.3f s (%.3g GB/s), best %.3f s, worst "
-           "%.3f s\n",
-           o.rounds, secs[0], (double)bytes / secs[0] / 1e9, med,
-           (double)bytes / med / 1e9, secs[1], secs[n]);
-  }
-  free(secs);
-  if (st) goto out;
-  fflush(stdout);
-  exit_code = 0;
-  if (o.verify) {
-    long bad = verify(c, src, o.verify_alg, &st);
-    if (bad != 0) exit_code = EXIT_FAIL;
+  if (asprintf(&r->version, "step-%" PRIu64, next_seq) < 0) {
+    r->version = NULL;
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
   }
 out:
-  if (st) exit_code = fail(st);
-  /* A round this run opened and did not finish is dropped now rather than
-   * at the servers' round timeout. */
-  for (size_t k = 0; c && k < wt_sync_client_server_count(c); k++)
-    if (wt_sync_client_round_id(c, k) != 0) {
-      wt_status *ast = wt_sync_client_abort(c, "wt-push failed");
+  return st;
+}
+
+/* The source rounds push from: the GPU copy when there is one. */
+static wt_source *push_source(const run *r) {
+  return r->dev_src ? r->dev_src : r->src;
+}
+
+/* Step 3: the backend builds its init info from the options; every server
+ * inits, and the trainer engine is made. */
+static wt_status *run_init(run *r) {
+  wt_status *st = wt_trainer_init_info(r->o.backend, r->o.opts, r->o.nopts,
+                                       &r->init);
+  if (st != NULL) {
+    if (wt_status_code(st) == WT_INVALID_ARGUMENT) r->usage_exit = EXIT_USAGE;
+    return st;
+  }
+  if (r->o.data_timeout_s > 0)
+    r->init->timeout_ms = (uint32_t)(r->o.data_timeout_s * 1000);
+  st = wt_sync_client_init_transfer(r->c, r->init, push_source(r), &r->trainer);
+  if (st != NULL || r->o.quiet) return st;
+  char a[32];
+  size_t last = r->o.nservers - 1;
+  fprintf(stderr,
+          "wt-push: %zu tensors, %s from %s %s to %zu server(s) (world size "
+          "%u) with backend %s\n",
+          wt_source_count(r->src),
+          wt_tool_human_bytes(wt_source_total_bytes(r->src), a, sizeof(a)),
+          wt_source_kind(r->src),
+          r->o.checkpoint ? r->o.checkpoint : r->o.synthetic, r->o.nservers,
+          (unsigned)(wt_sync_client_rank_offset(r->c, last) +
+                     wt_sync_client_server_world_size(r->c, last)),
+          r->o.backend);
+  return NULL;
+}
+
+/* The version round `i` commits: --version, or step-<sequence>, with the
+ * round's number when there are several. */
+static const char *round_version(const run *r, uint64_t i, char *buf,
+                                 size_t len) {
+  if (r->o.rounds == 1) return r->o.version ? r->o.version : r->version;
+  if (r->o.version)
+    snprintf(buf, len, "%.200s-%" PRIu64, r->o.version, i + 1);
+  else
+    snprintf(buf, len, "step-%" PRIu64, r->ver.sequence + 1 + i);
+  return buf;
+}
+
+/* One round: start, update, finish; *secs its time. */
+static wt_status *run_round(run *r, uint64_t i, double *secs) {
+  wt_status *st = NULL;
+  progress_state ps = {.tty = isatty(STDERR_FILENO) == 1,
+                       .quiet = r->o.quiet || r->o.rounds > 1};
+  double t0 = now_s();
+  WT_CHECK(wt_sync_client_start(r->c));
+  ps.start = now_s();
+  st = wt_sync_client_update(r->c, r->trainer, push_source(r), on_progress,
+                             &ps);
+  if (ps.drawn) fputc('\n', stderr);
+  if (st != NULL) goto out;
+  double t_push = now_s() - ps.start;
+  char name[256];
+  const char *commit = round_version(r, i, name, sizeof(name));
+  WT_CHECK(wt_sync_client_finish(r->c, commit));
+  *secs = now_s() - t0;
+  if (r->o.rounds == 1 || !r->o.quiet) {
+    uint64_t bytes = wt_source_total_bytes(r->src);
+    char a[32];
+    printf("%spushed %zu tensors, %" PRIu64
+           " bytes (%s) to %zu server(s) in %.3f s: %.3g GB/s (round %.3f "
+           "s); committed version '%s'\n",
+           r->o.rounds > 1 ? "round " : "", wt_source_count(r->src), bytes,
+           wt_tool_human_bytes(bytes, a, sizeof(a)), r->o.nservers, t_push,
+           t_push > 0 ? (double)bytes / t_push / 1e9 : 0.0, *secs, commit);
+    fflush(stdout);
+  }
+out:
+  return st;
+}
+
+/* The RL loop is the steady state: the rounds after the first, apart. */
+static void print_steady_state(const run *r, double *secs) {
+  uint64_t bytes = wt_source_total_bytes(r->src);
+  size_t n = (size_t)r->o.rounds - 1;
+  qsort(secs + 1, n, sizeof(*secs), cmp_double);
+  double med = n % 2 ? secs[1 + n / 2] : (secs[n / 2] + secs[1 + n / 2]) / 2;
+  printf("rounds: %" PRIu64
+         " on one init; first %.3f s (%.3g GB/s); steady state median %.3f "
+         "s (%.3g GB/s), best %.3f s, worst %.3f s\n",
+         r->o.rounds, secs[0], (double)bytes / secs[0] / 1e9, med,
+         (double)bytes / med / 1e9, secs[1], secs[n]);
+}
+
+/* Step 4: every round on the one init. */
+static wt_status *run_rounds(run *r) {
+  wt_status *st = NULL;
+  double *secs = calloc(r->o.rounds, sizeof(*secs));
+  if (secs == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory for --rounds");
+  for (uint64_t i = 0; i < r->o.rounds && st == NULL; i++)
+    st = run_round(r, i, &secs[i]);
+  if (st == NULL && r->o.rounds > 1) print_steady_state(r, secs);
+  free(secs);
+  fflush(stdout);
+  return st;
+}
+
+/* A round this run opened and did not finish is dropped now rather than
+ * at the servers' round timeout; then everything is released. */
+static void run_close(run *r) {
+  for (size_t k = 0; r->c && k < wt_sync_client_server_count(r->c); k++)
+    if (wt_sync_client_round_id(r->c, k) != 0) {
+      wt_status *ast = wt_sync_client_abort(r->c, "wt-push failed");
       if (ast) fail(ast);
       break;
     }
-  wt_trainer_destroy(trainer);
-  wt_source_destroy(dev_src);
-  free(dev_tensors);
-  if (dev_region.len != 0) wt_mem_free(&dev_region);
-  wt_source_destroy(src);
-  wt_pb_free(info ? &info->base : NULL);
-  wt_pb_free(init ? &init->base : NULL);
-  wt_weight_version_clear(&ver);
-  wt_sync_client_destroy(c);
-  free(version);
-  free(layout);
+  wt_trainer_destroy(r->trainer);
+  wt_source_destroy(r->dev_src);
+  free(r->dev_tensors);
+  if (r->dev_region.len != 0) wt_mem_free(&r->dev_region);
+  wt_source_destroy(r->src);
+  wt_pb_free(r->info ? &r->info->base : NULL);
+  wt_pb_free(r->init ? &r->init->base : NULL);
+  wt_weight_version_clear(&r->ver);
+  wt_sync_client_destroy(r->c);
+  free(r->version);
+  free(r->layout);
+}
+
+int main(int argc, char **argv) {
+  static run r;
+  wt_tool_log_level();
+  int rc = parse_args(argc, argv, &r.o);
+  if (rc != 0) return rc;
+  wt_status *st = NULL;
+  int exit_code = 0;
+  if ((st = run_connect(&r)) == NULL && (st = run_source(&r)) == NULL &&
+      (st = run_init(&r)) == NULL && (st = run_rounds(&r)) == NULL &&
+      r.o.verify) {
+    long bad = verify(r.c, r.src, r.o.verify_alg, &st);
+    if (bad != 0) exit_code = EXIT_FAIL;
+  }
+  if (st != NULL) {
+    exit_code = r.usage_exit ? r.usage_exit : EXIT_FAIL;
+    fail(st);
+  }
+  run_close(&r);
   return exit_code;
 }

@@ -4,11 +4,14 @@
  * HOST:PORT", so that scripts and tests read the port from it (with
  * --listen HOST:0). Logs go to stderr. SIGINT/SIGTERM stop it cleanly
  * (exit 0); a bad option exits 2, a failed start 1.
+ *
+ * The options are one table (name, value, help, parser); the usage text is
+ * printed from it, so a new option is one row and one parser.
  */
 
 #include <errno.h>
-#include <inttypes.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -20,78 +23,296 @@
 #include "wt/log.h"
 #include "wt/parse.h"
 #include "wt/rpc.h"
-#include "wt/signals.h"
 #include "wt/server.h"
+#include "wt/signals.h"
 #include "wt/synthetic.h"
+
+/* At most this many --engine-option settings. */
+#define MAX_ENGINE_OPTIONS 64
+
+/* What the command line builds. */
+typedef struct cli {
+  wt_server_options opts;
+  wt_backend_option engine_options[MAX_ENGINE_OPTIONS];
+  char *engine_option_text[MAX_ENGINE_OPTIONS]; /* "KEY=VALUE" copies */
+} cli;
+
+/* A parser sets its field from `value` (NULL for a flag), or writes why
+ * not into err[ERR_MAX] and returns false. */
+#define ERR_MAX 256
+typedef bool (*option_fn)(cli *c, const char *value, char *err);
+
+typedef struct option_row {
+  const char *name;  /* without the leading "--" */
+  const char *value; /* "N", "PATH"; NULL for a flag */
+  const char *help;  /* wrapped by hand at 40 columns; "\n" separated */
+  option_fn parse;
+} option_row;
+
+static bool fail(char *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static bool fail(char *err, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, ERR_MAX, fmt, ap);
+  va_end(ap);
+  return false;
+}
+
+static bool parse_seconds(const char *name, const char *v, uint32_t *ms,
+                          char *err) {
+  char *end = NULL;
+  errno = 0;
+  double d = strtod(v, &end);
+  if (errno || end == v || *end != '\0' || !isfinite(d) || d < 0.001 ||
+      d > 86400.0 * 30)
+    return fail(err, "--%s '%s' is not a number of seconds (0.001 to 2592000)",
+                name, v);
+  *ms = (uint32_t)(d * 1000.0 + 0.5);
+  return true;
+}
+
+static bool parse_count(const char *name, const char *v, uint64_t max,
+                        int *out, char *err) {
+  uint64_t n = 0;
+  if (!wt_parse_u64(v, &n) || n < 1 || n > max)
+    return fail(err, "--%s '%s' is not a number from 1 to %" PRIu64, name, v,
+                max);
+  *out = (int)n;
+  return true;
+}
+
+static bool opt_listen(cli *c, const char *v, char *err) {
+  if (strrchr(v, ':') == NULL)
+    return fail(err, "--listen '%s' is not HOST:PORT", v);
+  c->opts.listen = v;
+  return true;
+}
+
+static bool opt_model(cli *c, const char *v, char *err) {
+  if (*v == '\0') return fail(err, "--model is empty");
+  c->opts.model = v;
+  return true;
+}
+
+static bool opt_device(cli *c, const char *v, char *err) {
+  wt_device *list = NULL;
+  size_t n = 0;
+  wt_status *e = wt_device_list_parse(v, &list, &n);
+  free(list);
+  if (e != NULL) {
+    fail(err, "--device: %s", wt_status_message(e));
+    wt_status_free(e);
+    return false;
+  }
+  c->opts.devices = v;
+  return true;
+}
+
+static bool opt_workers(cli *c, const char *v, char *err) {
+  uint64_t n = 0;
+  if (!wt_parse_u64(v, &n) || n < 1 || n > 1024)
+    return fail(err, "--workers '%s' is not a number from 1 to 1024", v);
+  c->opts.workers = (uint32_t)n;
+  return true;
+}
+
+static bool opt_memory(cli *c, const char *v, char *err) {
+  wt_status *e = wt_mem_kind_parse(v, &c->opts.memory);
+  if (e != NULL) {
+    wt_status_free(e);
+    return fail(err, "--memory '%s' is not host, shared or pinned", v);
+  }
+  if (!wt_mem_kind_host_addressable(c->opts.memory))
+    return fail(err,
+                "--memory '%s': cpu workers hold host, shared or pinned "
+                "memory; device memory comes with --device cuda:N",
+                v);
+  return true;
+}
+
+static bool opt_staging(cli *c, const char *v, char *err) {
+  wt_status *e = wt_staging_parse(v, &c->opts.staging);
+  if (e == NULL) return true;
+  wt_status_free(e);
+  return fail(err, "--staging '%s' is not shadow or inplace", v);
+}
+
+static bool opt_round_timeout(cli *c, const char *v, char *err) {
+  return parse_seconds("round-timeout", v, &c->opts.round_timeout_ms, err);
+}
+
+static bool opt_header_timeout(cli *c, const char *v, char *err) {
+  return parse_seconds("header-timeout", v, &c->opts.header_timeout_ms, err);
+}
+
+static bool opt_round_calls(cli *c, const char *v, char *err) {
+  return parse_count("max-round-calls", v, 4096, &c->opts.max_round_calls,
+                     err);
+}
+
+static bool opt_reader_calls(cli *c, const char *v, char *err) {
+  return parse_count("max-reader-calls", v, 4096, &c->opts.max_reader_calls,
+                     err);
+}
+
+static bool opt_watchers(cli *c, const char *v, char *err) {
+  return parse_count("max-watchers", v, 1000000, &c->opts.max_watchers, err);
+}
+
+/* BACKEND.KEY=VALUE: the backend's own table checks it at start. */
+static bool opt_engine_option(cli *c, const char *v, char *err) {
+  size_t i = c->opts.n_engine_options;
+  const char *eq = strchr(v, '=');
+  const char *dot = strchr(v, '.');
+  if (eq == NULL || dot == NULL || dot > eq || dot == v || dot + 1 == eq)
+    return fail(err,
+                "--engine-option '%s' is not BACKEND.KEY=VALUE (e.g. "
+                "ucx.transports=tcp)",
+                v);
+  if (i == MAX_ENGINE_OPTIONS)
+    return fail(err, "--engine-option: at most %d", MAX_ENGINE_OPTIONS);
+  char *copy = strdup(v);
+  if (copy == NULL) return fail(err, "--engine-option: out of memory");
+  copy[eq - v] = '\0';
+  c->engine_option_text[i] = copy;
+  c->engine_options[i] = (wt_backend_option){copy, copy + (eq - v) + 1};
+  c->opts.engine_options = c->engine_options;
+  c->opts.n_engine_options = i + 1;
+  return true;
+}
+
+static bool opt_tls_cert(cli *c, const char *v, char *err) {
+  (void)err;
+  c->opts.tls_cert = v;
+  return true;
+}
+
+static bool opt_tls_key(cli *c, const char *v, char *err) {
+  (void)err;
+  c->opts.tls_key = v;
+  return true;
+}
+
+static bool opt_tls_ca(cli *c, const char *v, char *err) {
+  (void)err;
+  c->opts.tls_ca = v;
+  return true;
+}
+
+static bool opt_token_file(cli *c, const char *v, char *err) {
+  (void)err;
+  c->opts.token_file = v;
+  return true;
+}
+
+static bool opt_insecure(cli *c, const char *v, char *err) {
+  (void)v;
+  (void)err;
+  c->opts.insecure = true;
+  return true;
+}
+
+static bool opt_log_level(cli *c, const char *v, char *err) {
+  (void)c;
+  wt_log_level level;
+  if (wt_log_level_parse(v, &level) != 0)
+    return fail(err, "--log-level '%s' is not debug, info, warn, error or off",
+                v);
+  wt_log_set_level(level);
+  return true;
+}
+
+static const option_row rows[] = {
+    {"listen", "HOST:PORT",
+     "address to serve on (default " WT_SERVER_DEFAULT_LISTEN
+     ";\nport 0 picks a free port; loopback unless told)",
+     opt_listen},
+    {"model", "PATH",
+     "safetensors file, sharded *.safetensors.index.json,\nor "
+     "synthetic:NAME (default " WT_SERVER_DEFAULT_MODEL ")",
+     opt_model},
+    {"device", "LIST",
+     "cpu (default), or GPUs: cuda:0,cuda:1 (one\nworker per device, "
+     "holding device memory)",
+     opt_device},
+    {"workers", "N", "cpu workers, each holding the whole\nmodel (default 1)",
+     opt_workers},
+    {"memory", "KIND",
+     "the cpu workers' memory: host (default),\nshared (a memfd another "
+     "process can map)\nor pinned (page-locked; needs CUDA)",
+     opt_memory},
+    {"staging", "MODE",
+     "shadow (a round writes spare buffers,\nfinish swaps them in; default) "
+     "or inplace\n(half the memory; the store is marked\nincomplete while a "
+     "round writes)",
+     opt_staging},
+    {"round-timeout", "SEC",
+     "abort a round idle longer than this\nbetween calls or chunks (default "
+     "60)",
+     opt_round_timeout},
+    {"header-timeout", "SEC",
+     "end a PushWeights stream that sends no\nheader this long (default 10)",
+     opt_header_timeout},
+    {"max-round-calls", "N",
+     "round calls (init, start, update, push,\nfinish, abort) served at "
+     "once; never\ntaken by readers (default 16)",
+     opt_round_calls},
+    {"max-reader-calls", "N",
+     "reader calls (info, parameters, version,\nchecksums) served at once; "
+     "64 times as\nmany wait (default 16)",
+     opt_reader_calls},
+    {"max-watchers", "N",
+     "open WatchWeightVersion streams; they\nhold no thread (default 16384)",
+     opt_watchers},
+    {"engine-option", "B.K=V",
+     "a backend's own setting, repeatable; the\nbackend checks it at start. "
+     "ucx.transports=LIST:\nthe ucx workers' UCX transports when an init\n"
+     "info names none (init info > this >\n$UCX_TLS > UCX's own choice)",
+     opt_engine_option},
+    {"tls-cert", "PATH", "serve TLS with this certificate chain\n(PEM; with "
+                         "--tls-key)",
+     opt_tls_cert},
+    {"tls-key", "PATH", "its private key", opt_tls_key},
+    {"tls-ca", "PATH",
+     "require client certificates signed by\nthis CA (mutual TLS)", opt_tls_ca},
+    {"token-file", "PATH",
+     "bearer tokens, lines \"trainer TOKEN\" or\n\"reader TOKEN\" (mode 600); "
+     "every call\nmust then carry one of its scope",
+     opt_token_file},
+    {"insecure", NULL,
+     "allow a non-loopback --listen without\nTLS (refused otherwise)",
+     opt_insecure},
+    {"log-level", "LEVEL",
+     "debug, info, warn, error or off\n(default: $WT_LOG, else info)",
+     opt_log_level},
+};
+#define NROWS (sizeof(rows) / sizeof(rows[0]))
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: wt-server [options]\n"
-          "\n"
+          "usage: wt-server [options]\n\n"
           "Serves wt.v1.WeightTransfer: holds a model's parameters on one or\n"
           "more workers (host or GPU) and receives new weights from a\n"
-          "trainer.\n"
-          "\n"
-          "options:\n"
-          "  --listen HOST:PORT     address to serve on (default %s;\n"
-          "                         port 0 picks a free port)\n"
-          "  --model PATH           safetensors file or sharded\n"
-          "                         *.safetensors.index.json\n"
-          "  --model synthetic:NAME built-in layout with deterministic\n"
-          "                         contents (default %s); NAME is one of:\n"
-          "                        ",
-          WT_SERVER_DEFAULT_LISTEN, WT_SERVER_DEFAULT_MODEL);
+          "trainer.\n\noptions:\n");
+  for (size_t i = 0; i < NROWS; i++) {
+    char head[48];
+    snprintf(head, sizeof(head), "--%s%s%s", rows[i].name,
+             rows[i].value ? " " : "", rows[i].value ? rows[i].value : "");
+    const char *line = rows[i].help;
+    bool first = true;
+    while (*line) {
+      size_t len = strcspn(line, "\n");
+      fprintf(f, "  %-22s %.*s\n", first ? head : "", (int)len, line);
+      first = false;
+      line += len + (line[len] == '\n');
+    }
+  }
+  fprintf(f, "  %-22s this text\n\nsynthetic layouts:", "-h, --help");
   for (const char *const *n = wt_synthetic_layout_names(); *n; n++)
     fprintf(f, " %s", *n);
-  fprintf(
-      f,
-      "\n"
-      "  --device LIST          cpu (default), or GPUs: cuda:0,cuda:1 (one\n"
-      "                         worker per device, holding device memory)\n"
-      "  --workers N            cpu workers, each holding the whole\n"
-      "                         model (default 1)\n"
-      "  --memory KIND          the cpu workers' memory: host (default),\n"
-      "                         shared (a memfd another process can map)\n"
-      "                         or pinned (page-locked; needs CUDA)\n"
-      "  --staging MODE         shadow (a round writes spare buffers,\n"
-      "                         finish swaps them in; default) or inplace\n"
-      "                         (half the memory; the store is marked\n"
-      "                         incomplete while a round writes)\n"
-      "  --round-timeout SEC    abort a round idle longer than this\n"
-      "                         between calls or chunks (default %u)\n"
-      "  --header-timeout SEC   end a PushWeights stream that sends no\n"
-      "                         header this long (default %u)\n"
-      "  --max-round-calls N    round calls (init, start, update, push,\n"
-      "                         finish, abort) served at once; never\n"
-      "                         taken by readers (default %d)\n"
-      "  --max-reader-calls N   reader calls (info, parameters, version,\n"
-      "                         checksums) served at once; %d times as\n"
-      "                         many wait (default %d)\n"
-      "  --max-watchers N       open WatchWeightVersion streams; they\n"
-      "                         hold no thread (default %d)\n"
-      "  --ucx-transports LIST  UCX transports of the ucx backend's\n"
-      "                         workers (UCX_TLS syntax, e.g. tcp or\n"
-      "                         sm,self) when the init info's\n"
-      "                         ucx.transports is empty; precedence:\n"
-      "                         init info > this option (or\n"
-      "                         $WT_UCX_TRANSPORTS) > $UCX_TLS > UCX's\n"
-      "                         own choice\n"
-      "  --tls-cert PATH        serve TLS with this certificate chain\n"
-      "                         (PEM; with --tls-key)\n"
-      "  --tls-key PATH         its private key\n"
-      "  --tls-ca PATH          require client certificates signed by\n"
-      "                         this CA (mutual TLS)\n"
-      "  --token-file PATH      bearer tokens, lines \"trainer TOKEN\" or\n"
-      "                         \"reader TOKEN\" (mode 600); every call\n"
-      "                         must then carry one of its scope\n"
-      "  --insecure             allow a non-loopback --listen without\n"
-      "                         TLS (refused otherwise)\n"
-      "  --log-level LEVEL      debug, info, warn, error or off\n"
-      "                         (default: $WT_LOG, else info)\n"
-      "  -h, --help             this text\n",
-      WT_SERVER_DEFAULT_ROUND_TIMEOUT_MS / 1000,
-      WT_SERVER_DEFAULT_HEADER_TIMEOUT_MS / 1000, WT_SERVER_DEFAULT_ROUND_CALLS,
-      64, WT_SERVER_DEFAULT_READER_CALLS, WT_SERVER_DEFAULT_WATCHERS);
+  fprintf(f, "\n");
 }
 
 /* Raises the open-file limit to its hard maximum: every connection is a
@@ -108,43 +329,49 @@ static void raise_fd_limit(void) {
             (unsigned long long)was, (unsigned long long)rl.rlim_cur);
 }
 
-static int bad_option(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
-
-static int bad_option(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "wt-server: ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n(try wt-server --help)\n");
-  va_end(ap);
+static int bad_option(const char *msg) {
+  fprintf(stderr, "wt-server: %s\n(try wt-server --help)\n", msg);
   return 2;
 }
 
+/* Fills c from argv: 0, or the exit code (2 a bad option, -1 help
+ * printed). */
+static int parse_args(int argc, char **argv, cli *c) {
+  struct option longopts[NROWS + 2];
+  for (size_t i = 0; i < NROWS; i++)
+    longopts[i] = (struct option){rows[i].name,
+                                  rows[i].value ? required_argument
+                                                : no_argument,
+                                  NULL, (int)(i + 256)};
+  longopts[NROWS] = (struct option){"help", no_argument, NULL, 'h'};
+  longopts[NROWS + 1] = (struct option){NULL, 0, NULL, 0};
+  char err[ERR_MAX];
+  opterr = 0;
+  int ch;
+  while ((ch = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+    if (ch == 'h') {
+      usage(stdout);
+      return -1;
+    }
+    if (ch == ':') {
+      snprintf(err, sizeof(err), "%s needs a value", argv[optind - 1]);
+      return bad_option(err);
+    }
+    if (ch < 256 || (size_t)(ch - 256) >= NROWS) {
+      snprintf(err, sizeof(err), "unknown option '%s'", argv[optind - 1]);
+      return bad_option(err);
+    }
+    if (!rows[ch - 256].parse(c, optarg, err)) return bad_option(err);
+  }
+  if (optind < argc) {
+    snprintf(err, sizeof(err), "unexpected argument '%s'", argv[optind]);
+    return bad_option(err);
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  wt_server_options opts = {0};
-  static const struct option longopts[] = {
-      {"listen", required_argument, NULL, 'l'},
-      {"model", required_argument, NULL, 'm'},
-      {"workers", required_argument, NULL, 'w'},
-      {"staging", required_argument, NULL, 's'},
-      {"round-timeout", required_argument, NULL, 't'},
-      {"log-level", required_argument, NULL, 'v'},
-      {"ucx-transports", required_argument, NULL, 'u'},
-      {"device", required_argument, NULL, 'd'},
-      {"memory", required_argument, NULL, 'M'},
-      {"header-timeout", required_argument, NULL, 'H'},
-      {"max-round-calls", required_argument, NULL, 'R'},
-      {"max-reader-calls", required_argument, NULL, 'E'},
-      {"max-watchers", required_argument, NULL, 'W'},
-      {"tls-cert", required_argument, NULL, 'C'},
-      {"tls-key", required_argument, NULL, 'K'},
-      {"tls-ca", required_argument, NULL, 'A'},
-      {"token-file", required_argument, NULL, 'T'},
-      {"insecure", no_argument, NULL, 'I'},
-      {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0},
-  };
+  static cli c;
   /* Before any thread exists, so every thread inherits the mask. */
   wt_status *st = wt_signal_block_termination();
   if (st != NULL) {
@@ -152,153 +379,21 @@ int main(int argc, char **argv) {
     wt_status_free(st);
     return 1;
   }
-  opterr = 0;
-  int c;
-  while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-    switch (c) {
-      case 'l':
-        if (strrchr(optarg, ':') == NULL)
-          return bad_option("%s '%s' is not HOST:PORT", "--listen", optarg);
-        opts.listen = optarg;
-        break;
-      case 'C':
-        opts.tls_cert = optarg;
-        break;
-      case 'K':
-        opts.tls_key = optarg;
-        break;
-      case 'A':
-        opts.tls_ca = optarg;
-        break;
-      case 'T':
-        opts.token_file = optarg;
-        break;
-      case 'I':
-        opts.insecure = true;
-        break;
-      case 'm':
-        if (*optarg == '\0')
-          return bad_option("%s '%s' is empty", "--model", optarg);
-        opts.model = optarg;
-        break;
-      case 'w': {
-        uint64_t v = 0;
-        if (!wt_parse_u64(optarg, &v) || v < 1 || v > 1024)
-          return bad_option("%s '%s' is not a number from 1 to 1024",
-                            "--workers", optarg);
-        opts.workers = (uint32_t)v;
-        break;
-      }
-      case 's': {
-        wt_status *e = wt_staging_parse(optarg, &opts.staging);
-        if (e != NULL) {
-          wt_status_free(e);
-          return bad_option("%s '%s' is not shadow or inplace", "--staging",
-                            optarg);
-        }
-        break;
-      }
-      case 't':
-      case 'H': {
-        const char *name = c == 't' ? "--round-timeout" : "--header-timeout";
-        char *end = NULL;
-        errno = 0;
-        double v = strtod(optarg, &end);
-        if (errno || end == optarg || *end != '\0' || !isfinite(v) ||
-            v < 0.001 || v > 86400.0 * 30)
-          return bad_option(
-              "%s '%s' is not a number of seconds (0.001 to "
-              "2592000)",
-              name, optarg);
-        uint32_t ms = (uint32_t)(v * 1000.0 + 0.5);
-        if (c == 't')
-          opts.round_timeout_ms = ms;
-        else
-          opts.header_timeout_ms = ms;
-        break;
-      }
-      case 'R':
-      case 'E':
-      case 'W': {
-        const char *name = c == 'R'   ? "--max-round-calls"
-                           : c == 'E' ? "--max-reader-calls"
-                                      : "--max-watchers";
-        uint64_t max = c == 'W' ? 1000000 : 4096, v = 0;
-        if (!wt_parse_u64(optarg, &v) || v < 1 || v > max)
-          return bad_option("%s '%s' is not a number from 1 to %" PRIu64, name,
-                            optarg, max);
-        *(c == 'R'   ? &opts.max_round_calls
-          : c == 'E' ? &opts.max_reader_calls
-                     : &opts.max_watchers) = (int)v;
-        break;
-      }
-      case 'd': {
-        wt_device *list = NULL;
-        size_t n = 0;
-        wt_status *e = wt_device_list_parse(optarg, &list, &n);
-        free(list);
-        if (e != NULL) {
-          int rc = bad_option("--device: %s", wt_status_message(e));
-          wt_status_free(e);
-          return rc;
-        }
-        opts.devices = optarg;
-        break;
-      }
-      case 'M': {
-        wt_status *e = wt_mem_kind_parse(optarg, &opts.memory);
-        if (e == NULL && !wt_mem_kind_host_addressable(opts.memory))
-          return bad_option(
-              "--memory '%s': cpu workers hold host, shared or pinned memory; "
-              "device memory comes with --device cuda:N",
-              optarg);
-        if (e != NULL) {
-          wt_status_free(e);
-          return bad_option("--memory '%s' is not host, shared or pinned",
-                            optarg);
-        }
-        break;
-      }
-      case 'v': {
-        wt_log_level level;
-        if (wt_log_level_parse(optarg, &level) != 0)
-          return bad_option("%s '%s' is not debug, info, warn, error or off",
-                            "--log-level", optarg);
-        wt_log_set_level(level);
-        break;
-      }
-      case 'u':
-        /* The ucx engine reads it when the init info names no transports;
-         * the environment carries it because engines see no server
-         * options, and no thread exists yet to race setenv. */
-        if (*optarg == '\0')
-          return bad_option("%s is empty", "--ucx-transports");
-        if (setenv("WT_UCX_TRANSPORTS", optarg, 1) != 0)
-          return bad_option("%s '%s': cannot set WT_UCX_TRANSPORTS",
-                            "--ucx-transports", optarg);
-        break;
-      case 'h':
-        usage(stdout);
-        return 0;
-      case ':':
-        return bad_option("%s needs a value", argv[optind - 1]);
-      default:
-        return bad_option("unknown option '%s'", argv[optind - 1]);
-    }
-  }
-  if (optind < argc)
-    return bad_option("unexpected argument '%s'", argv[optind]);
+  wt_log_level_from(getenv("WT_LOG"), "WT_LOG");
+  int rc = parse_args(argc, argv, &c);
+  if (rc != 0) return rc < 0 ? 0 : rc;
 
   raise_fd_limit();
   wt_server *srv = NULL;
-  st = wt_server_start(&opts, &srv);
+  st = wt_server_start(&c.opts, &srv);
   if (st != NULL) {
     fprintf(stderr, "wt-server: %s: %s\n", wt_code_name(wt_status_code(st)),
             wt_status_message(st));
     wt_status_free(st);
-    return 1;
+    rc = 1;
+    goto out;
   }
-  const char *listen = opts.listen ? opts.listen : WT_SERVER_DEFAULT_LISTEN;
+  const char *listen = c.opts.listen ? c.opts.listen : WT_SERVER_DEFAULT_LISTEN;
   int hostlen = (int)(strrchr(listen, ':') - listen);
   printf("wt-server listening on %.*s:%d\n", hostlen, listen,
          wt_server_port(srv));
@@ -308,5 +403,8 @@ int main(int argc, char **argv) {
   WT_LOGI("server", "%s received; stopping",
           sig > 0 ? strsignal(sig) : "signal");
   wt_server_stop(srv);
-  return 0;
+out:
+  for (size_t i = 0; i < c.opts.n_engine_options; i++)
+    free(c.engine_option_text[i]);
+  return rc;
 }

@@ -20,20 +20,8 @@
 #include "wt/log.h"
 #include "wt/secure.h"
 
-int64_t wt_srv_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t wt_srv_unix_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void wt_srv_touch(wt_server *srv) {
-  atomic_store(&srv->last_activity_ms, wt_srv_now_ms());
+  atomic_store(&srv->last_activity_ms, wt_mono_ms());
 }
 
 /* The first worker that needs a new init, or -1. */
@@ -550,7 +538,7 @@ wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
   e->version = copy;
   copy = NULL;
   e->sequence = seq;
-  e->committed_unix_ms = wt_srv_unix_ms();
+  e->committed_unix_ms = wt_unix_ms();
   WT_LOGI("server",
           "round %" PRIu64 " committed version '%s' (sequence %" PRIu64 ")",
           round, version, seq);

@@ -106,7 +106,7 @@ static wt_status *load_model(wt_server *srv, const char *model) {
   wt_status *st = NULL;
   wt_checkpoint *ck = NULL;
   wt_worker_op *ops = calloc(srv->nworkers, sizeof(*ops));
-  int64_t t0 = wt_srv_now_ms();
+  int64_t t0 = wt_mono_ms();
   load_arg a = {.srv = srv};
   if (ops == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
   if (strncmp(model, SYNTHETIC_PREFIX, strlen(SYNTHETIC_PREFIX)) == 0) {
@@ -129,7 +129,7 @@ static wt_status *load_model(wt_server *srv, const char *model) {
           " ms)",
           model, wt_param_store_count(s0), wt_param_store_total_bytes(s0),
           srv->nworkers, wt_staging_name(srv->staging),
-          wt_mem_kind_name(wt_param_store_memory(s0)), wt_srv_now_ms() - t0);
+          wt_mem_kind_name(wt_param_store_memory(s0)), wt_mono_ms() - t0);
 out:
   wt_checkpoint_close(ck);
   free(ops);
@@ -157,7 +157,7 @@ static void *watchdog_main(void *p) {
     }
     pthread_cond_timedwait(&srv->cv, &srv->mu, &ts);
     if (srv->stopping) break;
-    int64_t idle = wt_srv_now_ms() - atomic_load(&srv->last_activity_ms);
+    int64_t idle = wt_mono_ms() - atomic_load(&srv->last_activity_ms);
     if (srv->round_id != 0 && srv->engine_calls == 0 && !srv->committing &&
         idle > (int64_t)srv->round_timeout_ms) {
       char why[128];
@@ -200,10 +200,41 @@ static void server_free(wt_server *srv) {
   free(srv->listen);
   free(srv->host);
   free(srv->model_name);
+  for (size_t i = 0; i < srv->n_engine_options; i++) {
+    free((char *)srv->engine_options[i].key);
+    free((char *)srv->engine_options[i].value);
+  }
+  free(srv->engine_options);
   pthread_mutex_destroy(&srv->watch_mu);
   pthread_cond_destroy(&srv->cv);
   pthread_mutex_destroy(&srv->mu);
   free(srv);
+}
+
+/* Checks the backends' settings against their tables and keeps a copy. */
+static wt_status *copy_engine_options(wt_server *srv,
+                                      const wt_server_options *o) {
+  wt_status *st = NULL;
+  if (o->n_engine_options == 0) return NULL;
+  if (o->engine_options == NULL)
+    WT_FAIL(WT_INVALID_ARGUMENT, "engine_options is NULL but n_engine_options "
+                                 "is %zu", o->n_engine_options);
+  WT_CHECK(wt_engine_options_check(srv->engines, o->engine_options,
+                                   o->n_engine_options));
+  srv->engine_options = calloc(o->n_engine_options, sizeof(wt_backend_option));
+  if (srv->engine_options == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory for engine options");
+  for (size_t i = 0; i < o->n_engine_options; i++) {
+    wt_backend_option *d = &srv->engine_options[i];
+    srv->n_engine_options = i + 1;
+    d->key = strdup(o->engine_options[i].key);
+    d->value = strdup(o->engine_options[i].value ? o->engine_options[i].value
+                                                 : "");
+    if (d->key == NULL || d->value == NULL)
+      WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory for engine options");
+  }
+out:
+  return st;
 }
 
 /* The workers' devices: one per listed device, or `workers` cpu workers. */
@@ -329,6 +360,7 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
   }
   srv->engines = o.engine_registry;
   if (srv->engines == NULL) WT_CHECK(wt_engine_registry(&srv->engines));
+  WT_CHECK(copy_engine_options(srv, &o));
 
   uint64_t max_msg = o.max_receive_message_bytes < 0 ? UINT64_MAX
                      : o.max_receive_message_bytes == 0
@@ -345,7 +377,9 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
                             .host = srv->host,
                             .default_timeout_ms = o.engine_timeout_ms,
                             .max_message_bytes = max_msg,
-                            .engines = srv->engines};
+                            .engines = srv->engines,
+                            .engine_options = srv->engine_options,
+                            .n_engine_options = srv->n_engine_options};
     WT_CHECK(wt_worker_new(&wo, &srv->workers[i]));
   }
   WT_CHECK(load_model(srv, o.model));

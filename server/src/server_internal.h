@@ -21,13 +21,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "wt/clock.h"
 #include "wt/engine.h"
 #include "wt/rpc.h"
 #include "wt/server.h"
 #include "wt/v1/wt.pb-c.h"
 #include "wt/worker.h"
 
-#define WT_HIDDEN __attribute__((visibility("hidden")))
+#include "wt/visibility.h"
 
 /* Commits a watcher can still catch up on after falling behind. */
 #define WT_VERSION_HISTORY 64
@@ -50,6 +51,10 @@ struct wt_server {
   char *listen;
   char *host;
   char *model_name;
+  /* Backends' settings ("BACKEND.KEY"), copied at start: keys and values
+   * are each one malloc'd string, freed with the array. */
+  wt_backend_option *engine_options;
+  size_t n_engine_options;
   wt_staging staging;
   wt_mem_kind memory;
   uint32_t round_timeout_ms;
@@ -109,10 +114,6 @@ struct wt_server {
   size_t nwatchers;
 };
 
-/* Monotonic milliseconds. */
-WT_HIDDEN int64_t wt_srv_now_ms(void);
-/* Wall-clock milliseconds since the epoch. */
-WT_HIDDEN int64_t wt_srv_unix_ms(void);
 /* Marks the round active now (any thread). */
 WT_HIDDEN void wt_srv_touch(wt_server *srv);
 

@@ -28,6 +28,8 @@ struct wt_worker {
   uint32_t default_timeout_ms;
   uint64_t max_message_bytes;
   wt_registry *engines;
+  const wt_backend_option *engine_options; /* the server's; borrowed */
+  size_t n_engine_options;
   wt_param_store *store;
   char where[64]; /* "worker 0 (cuda:0)" for messages */
 
@@ -166,8 +168,13 @@ static wt_status *op_init(wt_worker *w, wt_worker_op *op) {
       .host = w->host,
       .max_message_bytes = w->max_message_bytes,
   };
-  WT_CHECK(wt_status_prefix(ops->create(init, &ctx, &e), "%s: backend '%s'",
-                            w->where, backend));
+  wt_backend_option *mine = NULL;
+  WT_CHECK(wt_engine_options_for(backend, w->engine_options,
+                                 w->n_engine_options, &mine, &ctx.n_options));
+  ctx.options = mine;
+  st = ops->create(init, &ctx, &e);
+  free(mine); /* create keeps what it needs of them */
+  WT_CHECK(wt_status_prefix(st, "%s: backend '%s'", w->where, backend));
   /* Published before init_transfer, which may block, so that a cancel from
    * another thread reaches it. */
   pthread_mutex_lock(&w->engine_mu);
@@ -403,6 +410,8 @@ wt_status *wt_worker_new(const wt_worker_options *o, wt_worker **out) {
   w->default_timeout_ms = o->default_timeout_ms;
   w->max_message_bytes = o->max_message_bytes;
   w->engines = o->engines;
+  w->engine_options = o->engine_options;
+  w->n_engine_options = o->n_engine_options;
   w->host = strdup(o->host ? o->host : "127.0.0.1");
   if (w->host == NULL) {
     free(w);

@@ -167,12 +167,12 @@ static void test_large_round_on_gpu(void) {
   wt_pb_free(&info->base);
   for (uint64_t round = 1; round <= 2; round++) {
     WT_ASSERT_OK(wt_source_synthetic_set_seed(src, 21 + round));
-    int64_t t0 = wtt_now_ms();
+    int64_t t0 = wt_mono_ms();
     WT_ASSERT_OK(wt_sync_client_start(c));
     WT_ASSERT_OK(wt_sync_client_update(c, t, NULL, NULL, NULL));
     WT_ASSERT_OK(wt_sync_client_finish(c, round == 1 ? "big-1" : "big-2"));
     printf("\n  llama-256m round %llu: %lld ms, loopback grpc into cuda:0\n",
-           (unsigned long long)round, (long long)(wtt_now_ms() - t0));
+           (unsigned long long)round, (long long)(wt_mono_ms() - t0));
     wtt_assert_servers_hold(c, src, WT_HASH_XXH3_64);
   }
   wtt_assert_version(S.ch, "big-2", 2);
@@ -264,10 +264,10 @@ static bool emulated(void);
 static void held_round(wt_sync_client *c, wt_trainer *t, wt_source *src) {
   fake_cuda_hold_copies(1);
   WT_ASSERT_OK(wt_sync_client_start(c));
-  int64_t t0 = wtt_now_ms();
+  int64_t t0 = wt_mono_ms();
   WT_ASSERT_ERR(wt_sync_client_update(c, t, src, NULL, NULL),
                 WT_DEADLINE_EXCEEDED, "did not finish within 300 ms");
-  CU_ASSERT(wtt_now_ms() - t0 < 3000);
+  CU_ASSERT(wt_mono_ms() - t0 < 3000);
 }
 
 /* An ipc round, trainer and worker in this process: only on the emulated
@@ -711,20 +711,20 @@ static void test_nccl_real(void) {
   void *comm = NULL, *stream = NULL;
   WT_ASSERT_OK(cuda->stream_create(0, &stream));
   WT_ASSERT_OK(nccl->comm_init(1, id, 0, &comm));
-  WT_ASSERT_OK(wt_nccl_wait(nccl, cuda, &comm, NULL, wtt_now_ms() + 30000, NULL,
+  WT_ASSERT_OK(wt_nccl_wait(nccl, cuda, &comm, NULL, wt_mono_ms() + 30000, NULL,
                             "one rank: init"));
   wt_device dev = {.type = WT_DEVICE_CUDA, .index = 0};
   wt_mem_region one, buf;
   WT_ASSERT_OK(wt_mem_alloc(WT_MEM_DEVICE, dev, sizeof(float), "one", &one));
   WT_ASSERT_OK(wt_mem_alloc(WT_MEM_DEVICE, dev, 1 << 20, "buf", &buf));
   WT_ASSERT_OK(nccl->all_reduce_f32(one.base, one.base, 1, comm, stream));
-  WT_ASSERT_OK(wt_nccl_wait(nccl, cuda, &comm, stream, wtt_now_ms() + 30000,
+  WT_ASSERT_OK(wt_nccl_wait(nccl, cuda, &comm, stream, wt_mono_ms() + 30000,
                             NULL, "one rank: warm-up"));
   unsigned char *src = malloc(1 << 20), *got = malloc(1 << 20);
   pattern(src, 1 << 20, 77);
   WT_ASSERT_OK(wt_mem_write(&buf, 0, src, 1 << 20, NULL));
   WT_ASSERT_OK(nccl->broadcast(buf.base, buf.base, 1 << 20, 0, comm, stream));
-  WT_ASSERT_OK(wt_nccl_wait(nccl, cuda, &comm, stream, wtt_now_ms() + 30000,
+  WT_ASSERT_OK(wt_nccl_wait(nccl, cuda, &comm, stream, wt_mono_ms() + 30000,
                             NULL, "one rank: broadcast"));
   WT_ASSERT_OK(wt_mem_read(&buf, 0, got, 1 << 20, NULL));
   CU_ASSERT_EQUAL(memcmp(src, got, 1 << 20), 0);
@@ -734,13 +734,13 @@ static void test_nccl_real(void) {
   /* Rank 0 of 2, whose rank 1 never comes. */
   WT_ASSERT_OK(nccl->get_unique_id(id));
   WT_ASSERT_OK(nccl->comm_init(2, id, 0, &comm));
-  int64_t t0 = wtt_now_ms();
-  WT_ASSERT_ERR(wt_nccl_wait(nccl, cuda, &comm, NULL, wtt_now_ms() + 2000, NULL,
+  int64_t t0 = wt_mono_ms();
+  WT_ASSERT_ERR(wt_nccl_wait(nccl, cuda, &comm, NULL, wt_mono_ms() + 2000, NULL,
                              "rank 0 of 2: init"),
                 WT_DEADLINE_EXCEEDED,
                 "communicator aborted: rank 0 of 2: init: no progress within "
                 "2000 ms");
-  int64_t took = wtt_now_ms() - t0;
+  int64_t took = wt_mono_ms() - t0;
   printf(
       "  a two-rank init without its second rank: aborted after %lld ms "
       "(deadline 2000 ms)\n",

@@ -191,9 +191,9 @@ void fake_engine_release(bool release) {
 }
 
 bool fake_engine_wait_blocked(int n, int64_t ms) {
-  int64_t end = wtt_now_ms() + ms;
+  int64_t end = wt_mono_ms() + ms;
   pthread_mutex_lock(&T.mu);
-  while (T.stats.blocked != n && wtt_now_ms() < end) {
+  while (T.stats.blocked != n && wt_mono_ms() < end) {
     pthread_mutex_unlock(&T.mu);
     wtt_sleep_ms(2);
     pthread_mutex_lock(&T.mu);

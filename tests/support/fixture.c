@@ -15,12 +15,6 @@
 #include "wt/safetensors.h"
 #include "wt/synthetic.h"
 
-int64_t wtt_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void wtt_sleep_ms(int ms) {
   usleep((useconds_t)ms * 1000);
 }
@@ -291,7 +285,7 @@ static void *bg_main(void *p) {
   ProtobufCMessage *r = NULL;
   b->st = wt_rpc_unary(b->ch, path, b->req, b->type,
                        b->deadline_ms ? b->deadline_ms : 120000, &r);
-  b->end_ms = wtt_now_ms();
+  b->end_ms = wt_mono_ms();
   wt_pb_free(r);
   return NULL;
 }
@@ -528,14 +522,14 @@ wt_status *wtt_push_all(wt_rpc_channel *ch, const wtt_upd *u, uint64_t round_id,
 }
 
 int64_t wtt_wait_left_updating(wt_rpc_channel *ch, int64_t ms) {
-  int64_t start = wtt_now_ms();
+  int64_t start = wt_mono_ms();
   for (;;) {
     Wt__V1__ServerInfo *info = wtt_info(ch);
     bool updating = info == NULL || strcmp(info->state, "updating") == 0;
     for (size_t i = 0; info != NULL && i < info->n_workers; i++)
       updating = updating || strcmp(info->workers[i]->state, "updating") == 0;
     if (info != NULL) wt_pb_free(&info->base);
-    int64_t now = wtt_now_ms();
+    int64_t now = wt_mono_ms();
     if (!updating) return now - start;
     if (now - start > ms) return -1;
     wtt_sleep_ms(2);

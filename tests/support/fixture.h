@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "wt/clock.h"
 #include "wt/checksum.h"
 #include "wt/client.h"
 #include "wt/memory.h"
@@ -25,7 +26,6 @@
 #define WTT_SVC "/wt.v1.WeightTransfer/"
 #define WTT_DEADLINE_MS 10000
 
-int64_t wtt_now_ms(void);
 /* This process's resident set (VmRSS) in KiB; -1 when unknown. */
 long wtt_rss_kib(void);
 void wtt_sleep_ms(int ms);

@@ -60,12 +60,6 @@ static void close_fd(int fd) {
   close(fd);
 }
 
-int64_t wt_proc_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 pid_t wt_proc_spawn(const char *const argv[], const char *log, int *out_fd) {
   int pfd[2] = {-1, -1};
   int lfd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -119,7 +113,7 @@ pid_t wt_proc_spawn(const char *const argv[], const char *log, int *out_fd) {
 }
 
 bool wt_proc_wait(pid_t pid, int64_t timeout_ms, int *status) {
-  int64_t end = wt_proc_now_ms() + timeout_ms;
+  int64_t end = wt_mono_ms() + timeout_ms;
   for (;;) {
     pid_t r = waitpid(pid, status, WNOHANG);
     if (r == pid || (r < 0 && errno == ECHILD)) {
@@ -127,7 +121,7 @@ bool wt_proc_wait(pid_t pid, int64_t timeout_ms, int *status) {
       untrack(g_pids, pid);
       return true;
     }
-    if (wt_proc_now_ms() >= end) return false;
+    if (wt_mono_ms() >= end) return false;
     usleep(5000);
   }
 }
@@ -181,8 +175,8 @@ bool wt_proc_server_start(wt_proc_server *s, const char *dir, const char *tag,
    * prints there, so a line-less EOF means it died. */
   char buf[1024];
   size_t len = 0;
-  int64_t end = wt_proc_now_ms() + 60000;
-  while (wt_proc_now_ms() < end && len + 1 < sizeof(buf)) {
+  int64_t end = wt_mono_ms() + 60000;
+  while (wt_mono_ms() < end && len + 1 < sizeof(buf)) {
     struct pollfd p = {.fd = s->out_fd, .events = POLLIN};
     int r = poll(&p, 1, 100);
     if (r < 0 && errno != EINTR) break;
@@ -221,11 +215,11 @@ bool wt_proc_server_start(wt_proc_server *s, const char *dir, const char *tag,
 int wt_proc_server_stop(wt_proc_server *s, int64_t timeout_ms,
                         int64_t *elapsed_ms) {
   if (s->pid <= 0) return -1;
-  int64_t t0 = wt_proc_now_ms();
+  int64_t t0 = wt_mono_ms();
   int status = -1;
   kill(s->pid, SIGTERM);
   bool exited = wt_proc_wait(s->pid, timeout_ms, &status);
-  if (elapsed_ms) *elapsed_ms = wt_proc_now_ms() - t0;
+  if (elapsed_ms) *elapsed_ms = wt_mono_ms() - t0;
   if (!exited) {
     fprintf(stderr, "\n  wt-server %s still running %lld ms after SIGTERM\n",
             s->addr, (long long)timeout_ms);
@@ -316,7 +310,7 @@ void wt_proc_dump(const char *title, const char *path) {
 
 bool wt_proc_wait_for_text(const char *path, const char *needle, pid_t pid,
                            int64_t timeout_ms) {
-  int64_t end = wt_proc_now_ms() + timeout_ms;
+  int64_t end = wt_mono_ms() + timeout_ms;
   for (;;) {
     char *text = wt_proc_read_file(path);
     bool found = text && strstr(text, needle) != NULL;
@@ -328,7 +322,7 @@ bool wt_proc_wait_for_text(const char *path, const char *needle, pid_t pid,
           info.si_pid == pid)
         return false;
     }
-    if (wt_proc_now_ms() >= end) return false;
+    if (wt_mono_ms() >= end) return false;
     usleep(5000);
   }
 }

@@ -9,6 +9,7 @@
 #ifndef WT_PROC_H
 #define WT_PROC_H
 
+#include "wt/clock.h"
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -22,8 +23,6 @@ typedef struct wt_proc_server {
   char log[PATH_MAX]; /* its stderr */
 } wt_proc_server;
 
-/* Milliseconds on the monotonic clock. */
-int64_t wt_proc_now_ms(void);
 
 /* Starts argv[0] (argv NULL-terminated) with stdin from /dev/null, stderr
  * to the file `log` (truncated), and stdout to a pipe whose read end goes to

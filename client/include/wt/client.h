@@ -71,7 +71,8 @@ typedef struct wt_client_options {
    * require one (mutual TLS). Paths; read by wt_sync_client_new. */
   const wt_rpc_tls *tls;
   /* A file holding the bearer token sent on every call (see wt/secure.h,
-   * wt_token_read). NULL: $WT_TOKEN_FILE when set, else no token. Never a
+   * wt_token_read). NULL: no token (the tools take $WT_TOKEN_FILE and
+   * pass it here; the library reads no environment). Never a
    * token on a command line, where every user of the host can read it. */
   const char *token_file;
 } wt_client_options;

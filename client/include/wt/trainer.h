@@ -50,6 +50,7 @@
 #include <stdint.h>
 
 #include "wt/client.h"
+#include "wt/options.h"
 #include "wt/registry.h"
 #include "wt/source.h"
 #include "wt/status.h"
@@ -61,12 +62,6 @@ extern "C" {
 
 /* Version of wt_trainer_ops; a table that says otherwise is refused. */
 #define WT_TRAINER_ABI_VERSION 3u
-
-/* One setting of a backend as a tool or a config names it. Borrowed. */
-typedef struct wt_backend_option {
-  const char *key;
-  const char *value;
-} wt_backend_option;
 
 /* wt_trainer_ops.flags */
 enum {
@@ -193,31 +188,6 @@ wt_status *wt_trainer_names(char **out);
  * frees *out with wt_pb_free(&(*out)->base). */
 wt_status *wt_trainer_init_info(const char *name, const wt_backend_option *opts,
                                 size_t n, Wt__V1__WeightTransferInitInfo **out);
-
-/* Helpers for backends' init_info: "64M", "1GiB", "4096" (binary multiples)
- * and plain numbers, INVALID_ARGUMENT naming the option; and the error for
- * a key the backend does not know, listing `known` (a NULL-terminated
- * list). */
-wt_status *wt_option_size(const wt_backend_option *o, uint64_t *out);
-wt_status *wt_option_u32(const wt_backend_option *o, uint32_t *out);
-/* "1", "true", "0", "false"; INVALID_ARGUMENT naming the option else. */
-wt_status *wt_option_bool(const wt_backend_option *o, bool *out);
-wt_status *wt_option_unknown(const char *backend, const wt_backend_option *o,
-                             const char *const *known);
-/* The packing options of the device backends (ipc, nccl): "packed" into
- * *packed, "bucket_size" into *buffer_size and "num_buffers" into
- * *num_buffers (fields of their init infos, malloc'd as below); every
- * other key is INVALID_ARGUMENT from wt_option_unknown(backend). */
-wt_status *wt_option_packing(const char *backend, const wt_backend_option *o,
-                             protobuf_c_boolean *packed,
-                             Wt__V1__UInt64Value **buffer_size,
-                             Wt__V1__UInt32Value **num_buffers);
-/* The same into an init info's wrapper field: *slot is malloc'd when NULL
- * (freed with the info by wt_pb_free) and set to the option's value. */
-wt_status *wt_option_size_field(const wt_backend_option *o,
-                                Wt__V1__UInt64Value **slot);
-wt_status *wt_option_u32_field(const wt_backend_option *o,
-                               Wt__V1__UInt32Value **slot);
 
 /* Creates a trainer engine of backend `name` (trainer_init). Usually called
  * by wt_sync_client_init_transfer. The caller owns *out. */

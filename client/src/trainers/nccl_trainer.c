@@ -31,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "wt/clock.h"
 #include "wt/client.h"
 #include "wt/cuda.h"
 #include "wt/log.h"
@@ -63,12 +64,6 @@ typedef struct nccl_trainer {
   Wt__V1__UInt64Value ubuf;
   Wt__V1__UInt32Value unum;
 } nccl_trainer;
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void free_buffers(nccl_trainer *t) {
   for (uint32_t i = 0; i < WT_NCCL_MAX_BUFFERS; i++)
@@ -180,7 +175,7 @@ static wt_status *wait_for(nccl_trainer *t, void *stream, int64_t timeout_ms,
   va_start(ap, fmt);
   vsnprintf(what + n, sizeof(what) - (size_t)n, fmt, ap);
   va_end(ap);
-  return wt_nccl_wait(t->nccl, t->cuda, &t->comm, stream, now_ms() + timeout_ms,
+  return wt_nccl_wait(t->nccl, t->cuda, &t->comm, stream, wt_mono_ms() + timeout_ms,
                       &t->cancelled, what);
 }
 

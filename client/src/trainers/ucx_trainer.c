@@ -37,9 +37,9 @@
  * larger), since it includes the connection's set-up and the worker's start. A
  * worker whose endpoint breaks (UCX's peer-failure handling) or whose send does
  * not complete in time ends send_weights with an error naming the server and
- * the worker. Options not given in the init info default to the environment's
- * WT_UCX_CONNECT, WT_UCX_PEER_ERRORS, WT_UCX_FANOUT, WT_UCX_SPLIT_TENSORS (for
- * tools such as wt-push that set none).
+ * the worker. Its settings are the init info's options (ucx_connect,
+ * ucx_peer_errors, ucx_fanout, ucx_split_tensors; the table `settings`); it
+ * reads no environment (wt-push turns WT_UCX_* into options).
  *
  * Device sources (tensors in GPU memory, wt-push --device cuda:N): a round
  * is all host memory or all on one GPU. From a GPU, a bucket whose tensors
@@ -60,6 +60,7 @@
  */
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,11 +118,12 @@ typedef struct ucx_trainer {
   uint32_t num_buffers;
   int64_t timeout_ms;
   int64_t connect_timeout_ms; /* a peer's first bucket of a round */
-  bool by_sockaddr;           /* options["ucx_connect"] == "sockaddr" */
-  bool peer_errors;           /* options["ucx_peer_errors"] != "off" */
+  /* The settings table's fields (ints, set by apply_settings). */
+  int by_sockaddr;            /* options["ucx_connect"] == "sockaddr" */
+  int peer_errors;            /* options["ucx_peer_errors"] != "off" */
   int fanout;                 /* this round's: FANOUT_* but AUTO */
   int fanout_option;          /* options["ucx_fanout"]: FANOUT_* */
-  bool split_option;          /* options["ucx_split_tensors"] != "off" */
+  int split_option;           /* options["ucx_split_tensors"] != "off" */
   bool split;                 /* this round's plan is split (update info) */
   /* A split plan's tensor that spans buckets: the source's last yield,
    * kept for the next bucket (held_index SIZE_MAX: none). */
@@ -241,6 +243,74 @@ static void ucx_trainer_destroy(void *self) {
   free(t);
 }
 
+/* The trainer's settings in the init info's options map, as a table: each
+ * key, its values (the first is the default) and what each sets. */
+typedef struct setting_choice {
+  const char *name;
+  int value;
+} setting_choice;
+
+typedef struct setting {
+  const char *key;
+  const setting_choice *choices; /* NULL-terminated; [0] the default */
+  size_t offset;                 /* an int field of ucx_trainer */
+} setting;
+
+static const setting_choice connect_choices[] = {
+    {"address", 0}, {"sockaddr", 1}, {NULL, 0}};
+static const setting_choice on_off[] = {{"on", 1}, {"off", 0}, {NULL, 0}};
+static const setting_choice fanout_choices[] = {{"auto", FANOUT_AUTO},
+                                                {"parallel", FANOUT_PARALLEL},
+                                                {"sequential",
+                                                 FANOUT_SEQUENTIAL},
+                                                {"chain", FANOUT_CHAIN},
+                                                {NULL, 0}};
+static const setting settings[] = {
+    {"ucx_connect", connect_choices, offsetof(ucx_trainer, by_sockaddr)},
+    {"ucx_peer_errors", on_off, offsetof(ucx_trainer, peer_errors)},
+    {"ucx_fanout", fanout_choices, offsetof(ucx_trainer, fanout_option)},
+    {"ucx_split_tensors", on_off, offsetof(ucx_trainer, split_option)},
+};
+
+/* Every setting's default, then the init info's options in order (a later
+ * one wins); a value not in the table is INVALID_ARGUMENT naming the key,
+ * the value and the choices. Other keys belong to others and pass. */
+static wt_status *apply_settings(ucx_trainer *t,
+                                 const Wt__V1__WeightTransferInitInfo *init) {
+  const size_t n = sizeof(settings) / sizeof(settings[0]);
+  for (size_t s = 0; s < n; s++)
+    *(int *)((char *)t + settings[s].offset) = settings[s].choices[0].value;
+  for (size_t i = 0; i < init->n_options; i++) {
+    const char *key = init->options[i]->key;
+    const char *val = init->options[i]->value ? init->options[i]->value : "";
+    for (size_t s = 0; key != NULL && s < n; s++) {
+      if (strcmp(key, settings[s].key) != 0) continue;
+      const setting_choice *c = settings[s].choices;
+      while (c->name != NULL && strcmp(c->name, val) != 0) c++;
+      if (c->name != NULL) {
+        *(int *)((char *)t + settings[s].offset) = c->value;
+        break;
+      }
+      char list[160] = "";
+      size_t used = 0;
+      for (c = settings[s].choices; c->name != NULL; c++) {
+        int w = snprintf(list + used, sizeof(list) - used, "%s'%s'%s",
+                         c == settings[s].choices ? ""
+                         : c[1].name == NULL      ? " or "
+                                                  : ", ",
+                         c->name, c == settings[s].choices ? " (default)" : "");
+        if (w < 0 || (size_t)w >= sizeof(list) - used) break;
+        used += (size_t)w;
+      }
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "init_info.options[\"%s\"] is '%.64s'; it must be "
+                           "%s",
+                           key, val, list);
+    }
+  }
+  return NULL;
+}
+
 static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
                                    void **self) {
   wt_status *st = NULL;
@@ -283,71 +353,8 @@ static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
               UCX_MAX_NUM_BUFFERS);
     t->num_buffers = v;
   }
-  t->peer_errors = true;
-  t->by_sockaddr = false;
-  t->fanout_option = FANOUT_AUTO;
-  t->split_option = true;
   t->held_index = SIZE_MAX;
-  /* The options, then the environment (WT_UCX_CONNECT, WT_UCX_PEER_ERRORS,
-   * WT_UCX_FANOUT, WT_UCX_SPLIT_TENSORS) as defaults for tools that set no
-   * options (wt-push). */
-  static const char *const env_keys[][2] = {
-      {"ucx_connect", "WT_UCX_CONNECT"},
-      {"ucx_peer_errors", "WT_UCX_PEER_ERRORS"},
-      {"ucx_fanout", "WT_UCX_FANOUT"},
-      {"ucx_split_tensors", "WT_UCX_SPLIT_TENSORS"}};
-  const size_t nenv = sizeof(env_keys) / sizeof(env_keys[0]);
-  for (size_t i = 0; i < nenv + init->n_options; i++) {
-    const char *key, *val;
-    if (i < nenv) {
-      key = env_keys[i][0];
-      val = getenv(env_keys[i][1]);
-      if (val == NULL || *val == '\0') continue;
-    } else {
-      key = init->options[i - nenv]->key;
-      val = init->options[i - nenv]->value;
-    }
-    if (val == NULL) val = "";
-    if (key != NULL && strcmp(key, "ucx_connect") == 0) {
-      if (strcmp(val, "address") == 0 || strcmp(val, "sockaddr") == 0)
-        t->by_sockaddr = strcmp(val, "sockaddr") == 0;
-      else
-        WT_FAIL(WT_INVALID_ARGUMENT,
-                "init_info.options[\"ucx_connect\"] is '%s'; it must be "
-                "'address' (default) or 'sockaddr'",
-                val);
-    } else if (key != NULL && strcmp(key, "ucx_peer_errors") == 0) {
-      if (strcmp(val, "off") == 0)
-        t->peer_errors = false;
-      else if (strcmp(val, "on") != 0)
-        WT_FAIL(WT_INVALID_ARGUMENT,
-                "init_info.options[\"ucx_peer_errors\"] is '%s'; it must be "
-                "'on' (default) or 'off'",
-                val);
-    } else if (key != NULL && strcmp(key, "ucx_split_tensors") == 0) {
-      if (strcmp(val, "off") == 0 || strcmp(val, "on") == 0)
-        t->split_option = strcmp(val, "on") == 0;
-      else
-        WT_FAIL(WT_INVALID_ARGUMENT,
-                "init_info.options[\"ucx_split_tensors\"] is '%s'; it must "
-                "be 'on' (default) or 'off'",
-                val);
-    } else if (key != NULL && strcmp(key, "ucx_fanout") == 0) {
-      if (strcmp(val, "sequential") == 0)
-        t->fanout_option = FANOUT_SEQUENTIAL;
-      else if (strcmp(val, "parallel") == 0)
-        t->fanout_option = FANOUT_PARALLEL;
-      else if (strcmp(val, "chain") == 0)
-        t->fanout_option = FANOUT_CHAIN;
-      else if (strcmp(val, "auto") == 0)
-        t->fanout_option = FANOUT_AUTO;
-      else
-        WT_FAIL(WT_INVALID_ARGUMENT,
-                "init_info.options[\"ucx_fanout\"] is '%s'; it must be "
-                "'auto' (default), 'parallel', 'sequential' or 'chain'",
-                val);
-    }
-  }
+  WT_CHECK(apply_settings(t, init));
   if (t->by_sockaddr && !t->peer_errors)
     /* The workers' listeners accept with peer-failure handling, and UCX
      * refuses a connection whose two ends disagree on it. */
@@ -397,8 +404,7 @@ static wt_status *ucx_init_response(
         (we->address == NULL || *we->address == '\0' || we->port == 0))
       WT_FAIL(WT_FAILED_PRECONDITION,
               "%s: the worker has no UCX listener (it opens one only when "
-              "the init info's options say \"ucx_connect\": \"sockaddr\"; "
-              "WT_UCX_CONNECT alone does not reach the server)",
+              "the init info's options say \"ucx_connect\": \"sockaddr\")",
               p->name);
     if (!t->by_sockaddr && we->worker_address.len == 0)
       WT_FAIL(WT_FAILED_PRECONDITION,
@@ -490,15 +496,15 @@ static wt_status *drain(ucx_trainer *t, sbuf *b, uint64_t nbuckets) {
                    "included)"
                  : "");
   wait_arg wa = {.t = t, .b = b};
-  st = wt_ucx_wait(t->ucx, sends_done, &wa, wt_ucx_now_ms() + timeout, timeout,
+  st = wt_ucx_wait(t->ucx, sends_done, &wa, wt_mono_ms() + timeout, timeout,
                    what);
   if (st != NULL && wt_status_code(st) == WT_CANCELLED) {
     /* Cancelled because a server failed the round: when that server died,
      * its workers' endpoints break too, usually a moment after its control
      * channel does. Progress briefly so that the error can name the dead
      * worker rather than say "cancelled". */
-    const int64_t end = wt_ucx_now_ms() + UCX_CANCEL_GRACE_MS;
-    while (!sends_done(&wa) && wt_ucx_now_ms() < end)
+    const int64_t end = wt_mono_ms() + UCX_CANCEL_GRACE_MS;
+    while (!sends_done(&wa) && wt_mono_ms() < end)
       ucp_worker_progress(t->ucx->worker);
     for (size_t j = b->j0; j < b->j1; j++)
       if (t->peers[j]->failed) {
@@ -666,7 +672,7 @@ static bool routes_done(void *arg) {
 /* Waits for the route messages (long delivered when the buckets are). */
 static wt_status *drain_routes(ucx_trainer *t) {
   wt_status *st = NULL;
-  WT_CHECK(wt_ucx_wait(t->ucx, routes_done, t, wt_ucx_now_ms() + t->timeout_ms,
+  WT_CHECK(wt_ucx_wait(t->ucx, routes_done, t, wt_mono_ms() + t->timeout_ms,
                        t->timeout_ms, "the round's route to be delivered"));
   for (size_t j = 0; j < t->npeers; j++) {
     ucs_status_t us = wt_ucx_request_status(t->route_reqs[j]);
@@ -742,7 +748,7 @@ out:
 
 /* The round's fan-out. auto: the chain once the workers are on more than
  * one host (each host's link then carries one copy instead of N:
- * bench/fanout_bench.sh on rate-limited links, README), parallel while
+ * bench/fanout_bench.sh on rate-limited links, docs/benchmarks.md), parallel while
  * they share one (the trainer's host, or any one: the copies then share a
  * CPU and memory bus, where parallel was ahead in bench/ucx_bench.sh). */
 static int round_fanout(const ucx_trainer *t) {

@@ -1,9 +1,10 @@
 /* wt/log.h: leveled logging to stderr.
  *
  * Each line: "2026-11-30T15:29:09.123Z INFO  [module] message". The level
- * comes from the environment variable WT_LOG (debug|info|warn|error; default
- * info), read on first use, and can be set with wt_log_set_level(). Logging is
- * thread-safe: one line is one write(2).
+ * is info until wt_log_set_level() says otherwise; the library reads no
+ * environment (the tools take WT_LOG=debug|info|warn|error|off and pass it
+ * on with wt_log_level_from). Logging is thread-safe: one line is one
+ * write(2).
  */
 #ifndef WT_LOG_H
 #define WT_LOG_H
@@ -21,6 +22,9 @@ typedef enum wt_log_level {
 } wt_log_level;
 
 void wt_log_set_level(wt_log_level level);
+/* Sets the level from its name (a tool's WT_LOG, `what` for the message);
+ * NULL or "" leaves it; a bad name says so on stderr and sets info. */
+void wt_log_level_from(const char *name, const char *what);
 wt_log_level wt_log_get_level(void);
 
 /* Parses "debug", "info", "warn"/"warning", "error", "off" (any case).

@@ -1,5 +1,5 @@
 /* wt/secure.h: the small primitives wt's trust model rests on (see the
- * README's "Threat model"): unpredictable ids and secrets, comparisons that
+ * docs/trust.md): unpredictable ids and secrets, comparisons that
  * take the same time whatever the bytes, UTF-8 validation of what strangers
  * send, bearer tokens read from files, and the keyed digests that let a
  * data-plane peer prove it holds the secret of an init.

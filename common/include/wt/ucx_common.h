@@ -32,6 +32,7 @@
 #include <sys/socket.h>
 #include <ucp/api/ucp.h>
 
+#include "wt/clock.h"
 #include "wt/status.h"
 #include "wt/v1/wt.pb-c.h"
 
@@ -81,9 +82,6 @@ void wt_ucx_destroy(wt_ucx *u);
  * CANCELLED, until wt_ucx_reset_cancel. */
 void wt_ucx_cancel(wt_ucx *u);
 void wt_ucx_reset_cancel(wt_ucx *u);
-
-/* Milliseconds on the monotonic clock. */
-int64_t wt_ucx_now_ms(void);
 
 /* Default deadline of the waits that include setting up a connection and
  * the other side's start (init_info.ucx.connect_timeout_ms unset). */

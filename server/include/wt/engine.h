@@ -70,6 +70,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "wt/options.h"
 #include "wt/packing.h"
 #include "wt/param_store.h"
 #include "wt/registry.h"
@@ -82,7 +83,7 @@ extern "C" {
 
 /* Bumped whenever wt_engine_ops, wt_worker_ctx, wt_update or
  * wt_engine_endpoint change layout or meaning. */
-#define WT_ENGINE_ABI_VERSION 4u
+#define WT_ENGINE_ABI_VERSION 5u
 
 /* wt_engine_ops.caps */
 enum {
@@ -113,6 +114,13 @@ typedef struct wt_worker_ctx {
   /* Largest message the control channel accepts, in bytes: a bound for what
    * a stream op may be sent in one chunk. */
   uint64_t max_message_bytes;
+  /* This backend's settings from the server (wt_server_options'
+   * engine_options: wt-server --engine-option BACKEND.KEY=VALUE), keys
+   * without the "BACKEND." prefix, in the order given; already accepted by
+   * the table's check_options at server start. Valid during create only
+   * (unlike the rest of the context): an engine copies what it keeps. */
+  const wt_backend_option *options;
+  size_t n_options;
 } wt_worker_ctx;
 
 /* What init_transfer tells the trainer about this worker (the init
@@ -229,6 +237,13 @@ typedef struct wt_engine_ops {
    * UCX that moves CUDA memory. Same contract as probe; the answer may be
    * computed once and kept. NULL entry: every kind it takes. */
   wt_status *(*probe_memory)(wt_mem_kind kind);
+
+  /* Optional (ABI 5): checks this backend's server settings (keys without
+   * the "BACKEND." prefix) when the server starts: INVALID_ARGUMENT naming
+   * the key it does not take (wt_option_unknown) or the bad value. create
+   * then finds them in wt_worker_ctx.options. NULL: the backend takes
+   * none, and any is refused. */
+  wt_status *(*check_options)(const wt_backend_option *opts, size_t n);
 } wt_engine_ops;
 
 /* The process's worker-engine registry, created (with every built-in
@@ -251,6 +266,20 @@ wt_status *wt_engine_lookup(wt_registry *reg, const char *backend,
 /* The backend names of `reg` (NULL: the process's registry) joined by ", ";
  * the caller frees *out. */
 wt_status *wt_engine_names(wt_registry *reg, char **out);
+
+/* Checks `opts[0..n)` ("BACKEND.KEY" = VALUE) against `reg` (NULL: the
+ * process's registry): a key without a backend, an unknown backend
+ * (listing the registered ones) or a setting the backend's check_options
+ * refuses is INVALID_ARGUMENT naming the option. */
+wt_status *wt_engine_options_check(wt_registry *reg,
+                                   const wt_backend_option *opts, size_t n);
+
+/* The settings of `backend` among `opts[0..n)`, prefix stripped: *out is a
+ * new array (the caller frees it with free(); the strings point into
+ * `opts`), *nout its length (0 and *out NULL when there are none). */
+wt_status *wt_engine_options_for(const char *backend,
+                                 const wt_backend_option *opts, size_t n,
+                                 wt_backend_option **out, size_t *nout);
 
 /* The built-in backends' tables (engine_registry.c registers them). */
 extern const wt_engine_ops wt_grpc_engine_ops;

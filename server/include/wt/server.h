@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "wt/memory.h"
+#include "wt/options.h"
 #include "wt/param_store.h"
 #include "wt/registry.h"
 #include "wt/status.h"
@@ -77,7 +78,12 @@ typedef struct wt_server_options {
    * embedder adds its own backends with wt_engine_register_builtins() and
    * wt_registry_register() on a registry of its own. */
   wt_registry *engine_registry;
-  /* Trust (see the README's threat model). tls_cert and tls_key (PEM files)
+  /* Backends' own settings, "BACKEND.KEY" = VALUE (wt-server
+   * --engine-option ucx.transports=tcp): checked at start by each backend
+   * (wt_engine_options_check), handed to its engines. Copied. */
+  const wt_backend_option *engine_options;
+  size_t n_engine_options;
+  /* Trust (see docs/trust.md). tls_cert and tls_key (PEM files)
    * turn TLS on; tls_ca then requires every client to present a
    * certificate signed by it (mutual TLS). token_file (wt_tokens_load: lines
    * "trainer TOKEN" / "reader TOKEN", mode 600) makes every call carry a

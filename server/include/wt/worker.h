@@ -60,6 +60,10 @@ typedef struct wt_worker_options {
   uint32_t default_timeout_ms; /* engine waits when the init info says 0 */
   uint64_t max_message_bytes;  /* the control channel's receive limit */
   wt_registry *engines;        /* where backends are found; NULL: global */
+  /* Every backend's server settings ("BACKEND.KEY"), borrowed: they must
+   * outlive the worker (the server's copy). */
+  const wt_backend_option *engine_options;
+  size_t n_engine_options;
 } wt_worker_options;
 
 typedef struct wt_worker wt_worker;

@@ -33,6 +33,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "wt/clock.h"
 #include "wt/cuda.h"
 #include "wt/engine.h"
 #include "wt/log.h"
@@ -55,12 +56,6 @@ struct wt_engine {
   wt_mem_region one;  /* the warm-up's float */
   atomic_bool cancelled;
 };
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void free_buffers(wt_engine *e) {
   for (uint32_t i = 0; i < WT_NCCL_MAX_BUFFERS; i++)
@@ -142,7 +137,7 @@ static wt_status *wait_for(wt_engine *e, void *stream, int64_t timeout_ms,
   va_start(ap, fmt);
   vsnprintf(what + n, sizeof(what) - (size_t)n, fmt, ap);
   va_end(ap);
-  return wt_nccl_wait(e->nccl, e->cuda, &e->comm, stream, now_ms() + timeout_ms,
+  return wt_nccl_wait(e->nccl, e->cuda, &e->comm, stream, wt_mono_ms() + timeout_ms,
                       &e->cancelled, what);
 }
 

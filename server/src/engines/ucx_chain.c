@@ -166,7 +166,7 @@ wt_status *wt_ucxe_fwd_finish(wt_engine *e, void **reqs, size_t n,
   snprintf(what, sizeof(what), "%s to take the forwarded buckets", e->next);
   WT_CHECK(
       wt_status_prefix(wt_ucx_wait(e->ucx, fwd_done, &w,
-                                   wt_ucx_now_ms() + timeout, timeout, what),
+                                   wt_mono_ms() + timeout, timeout, what),
                        "%s", e->where));
   for (size_t i = 0; i < n; i++) {
     ucs_status_t us = wt_ucx_request_status(reqs[i]);

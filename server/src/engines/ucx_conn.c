@@ -75,7 +75,7 @@ void wt_ucxe_on_conn(ucp_conn_request_h req, void *arg) {
     return;
   }
   p->used = true;
-  p->hello_deadline_ms = wt_ucx_now_ms() + UCX_HELLO_MS;
+  p->hello_deadline_ms = wt_mono_ms() + UCX_HELLO_MS;
   /* The first bytes on the connection must be the init's hello. */
   ucp_request_param_t rp = {
       .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS |
@@ -118,7 +118,7 @@ static void drop_stranger(wt_engine *e, peer *p, const char *why) {
 }
 
 void wt_ucxe_check_hellos(wt_engine *e) {
-  int64_t now = wt_ucx_now_ms();
+  int64_t now = wt_mono_ms();
   for (size_t i = 0; i < e->npeers; i++) {
     peer *p = &e->peers[i];
     if (!p->used || p->authed) continue;
@@ -156,8 +156,8 @@ void wt_ucxe_check_hellos(wt_engine *e) {
 void wt_ucxe_drain_unexpected(wt_engine *e) {
   if (e->ucx == NULL) return;
   /* Bounded: a bucket whose sender is unreachable never completes. */
-  const int64_t end = wt_ucx_now_ms() + UCX_DRAIN_MS;
-  while (wt_ucx_now_ms() < end) {
+  const int64_t end = wt_mono_ms() + UCX_DRAIN_MS;
+  while (wt_mono_ms() < end) {
     ucp_tag_recv_info_t info;
     while (ucp_worker_progress(e->ucx->worker) != 0) {
     }
@@ -171,7 +171,7 @@ void wt_ucxe_drain_unexpected(wt_engine *e) {
         ucp_tag_msg_recv_nbx(e->ucx->worker, scratch, info.length, msg, &p);
     if (req != NULL && !UCS_PTR_IS_ERR(req)) {
       while (ucp_request_check_status(req) == UCS_INPROGRESS &&
-             wt_ucx_now_ms() < end)
+             wt_mono_ms() < end)
         ucp_worker_progress(e->ucx->worker);
       bool busy = ucp_request_check_status(req) == UCS_INPROGRESS;
       wt_ucx_request_drop(e->ucx, req, 0);
@@ -234,7 +234,7 @@ bool wt_ucxe_recv_done(void *arg) {
     e->gone_since_ms = 0;
     return false;
   }
-  int64_t now = wt_ucx_now_ms();
+  int64_t now = wt_mono_ms();
   if (e->gone_since_ms == 0) e->gone_since_ms = now;
   return now - e->gone_since_ms >= UCX_PEER_GONE_MS;
 }
@@ -243,7 +243,7 @@ wt_status *wt_ucxe_wait_recv(wt_engine *e, void *req, int64_t timeout_ms,
                              const char *what) {
   wait_arg wa = {.e = e, .req = req};
   wt_status *st = wt_ucx_wait(e->ucx, wt_ucxe_recv_done, &wa,
-                              wt_ucx_now_ms() + timeout_ms, timeout_ms, what);
+                              wt_mono_ms() + timeout_ms, timeout_ms, what);
   if (st != NULL) {
     bool broke = e->gone_since_ms != 0;
     return wt_status_prefix(st, "%s%s", e->where,
@@ -289,8 +289,8 @@ void wt_ucxe_settle_receives(wt_engine *e, slot *slots, uint64_t round_id,
   for (size_t i = 0; i < e->nslots; i++)
     if (wt_ucx_request_status(slots[i].req) == UCS_INPROGRESS)
       ucp_request_cancel(e->ucx->worker, slots[i].req);
-  const int64_t end = wt_ucx_now_ms() + UCX_SETTLE_MS;
-  while (!slots_settled(&w) && wt_ucx_now_ms() < end)
+  const int64_t end = wt_mono_ms() + UCX_SETTLE_MS;
+  while (!slots_settled(&w) && wt_mono_ms() < end)
     ucp_worker_progress(e->ucx->worker);
   for (size_t i = 0; i < e->nslots; i++) {
     if (slots[i].req == NULL) continue;
@@ -353,7 +353,7 @@ static bool strays_done(void *arg) {
  * are released to UCX. */
 wt_status *wt_ucxe_check_strays(wt_engine *e, int64_t timeout) {
   if (e->nstrays == 0) return NULL;
-  wt_status_free(wt_ucx_wait(e->ucx, strays_done, e, wt_ucx_now_ms() + timeout,
+  wt_status_free(wt_ucx_wait(e->ucx, strays_done, e, wt_mono_ms() + timeout,
                              timeout, "a failed round's bucket to end"));
   if (reconnected(e)) {
     size_t closed = 0;

@@ -48,7 +48,7 @@
  * the next worker.
  *
  * Transports: the init info's ucx.transports, else the server's default
- * (wt-server --ucx-transports, carried in WT_UCX_TRANSPORTS), else UCX_TLS,
+ * (wt-server --engine-option ucx.transports=LIST), else UCX_TLS,
  * else UCX's own choice; an invalid server default fails init naming the
  * option.
  *
@@ -159,9 +159,14 @@ static wt_status *ucx_create(const Wt__V1__WeightTransferInitInfo *init,
         WT_FAIL(WT_RESOURCE_EXHAUSTED, "ucx engine: out of memory");
     }
   }
-  /* The server's default (wt-server --ucx-transports) when the init info
-   * names none; UCX_TLS applies below both. */
-  const char *server_tls = getenv(WT_UCX_TRANSPORTS_ENV);
+  /* The server's default (wt-server --engine-option ucx.transports=LIST)
+   * when the init info names none; UCX_TLS applies below both. */
+  const char *server_tls = NULL;
+  for (size_t i = 0; i < ctx->n_options; i++)
+    if (strcmp(ctx->options[i].key, "transports") == 0)
+      server_tls = ctx->options[i].value;
+  e->ctx.options = NULL; /* borrowed for create only */
+  e->ctx.n_options = 0;
   if (e->transports == NULL && server_tls != NULL && *server_tls != '\0') {
     e->transports = strdup(server_tls);
     if (e->transports == NULL)
@@ -207,7 +212,7 @@ static wt_status *ucx_init_transfer(wt_engine *e,
   if (st != NULL && e->transports_from_server)
     st = wt_status_prefix(st,
                           "transports '%s' from the server's "
-                          "--ucx-transports (" WT_UCX_TRANSPORTS_ENV ")",
+                          "--engine-option ucx.transports",
                           e->transports);
   if (st != NULL) goto out;
   /* A device store: straight into GPU memory where UCX moves it (its
@@ -334,9 +339,9 @@ static void ucx_destroy(wt_engine *e) {
       }
       if (!p->closing) wt_ucx_ep_close(e->ucx, p->ep, false, 200);
       if (p->close_req != NULL) {
-        int64_t end = wt_ucx_now_ms() + 200;
+        int64_t end = wt_mono_ms() + 200;
         while (ucp_request_check_status(p->close_req) == UCS_INPROGRESS &&
-               wt_ucx_now_ms() < end)
+               wt_mono_ms() < end)
           ucp_worker_progress(e->ucx->worker);
         ucp_request_free(p->close_req);
       }
@@ -515,7 +520,7 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
       WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
     WT_CHECK(wt_ucxe_fwd_start(e, rflags, nhops, &fwd_reqs[plan->nbuckets]));
   }
-  const int64_t t_route = wt_ucx_now_ms();
+  const int64_t t_route = wt_mono_ms();
   int64_t t_first = t_route;
   while (landed < plan->nbuckets) {
     slot *s = &slots[landed];
@@ -525,12 +530,12 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
              plan->nbuckets, u->round_id);
     WT_CHECK(wt_ucxe_wait_recv(e, s->req, timeout, what));
     WT_CHECK(land_bucket(e, u, plan, s, stats));
-    if (landed == 0) t_first = wt_ucx_now_ms();
+    if (landed == 0) t_first = wt_mono_ms();
     if (fwd_reqs != NULL)
       WT_CHECK(wt_ucxe_fwd_bucket(e, s, &fwd_reqs[s->bucket]));
     landed++;
   }
-  const int64_t t_landed = wt_ucx_now_ms();
+  const int64_t t_landed = wt_mono_ms();
   if (fwd_reqs != NULL)
     WT_CHECK(wt_ucxe_fwd_finish(e, fwd_reqs, plan->nbuckets + 1, timeout));
   /* Where a round's time goes, hop by hop (bench/fanout_bench.sh). */
@@ -541,7 +546,7 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
           e->where, u->round_id, plan->nbuckets, (long long)(t_first - t_route),
           (long long)(t_landed - t_route),
           fwd_reqs != NULL ? "" : " (last in the chain)",
-          (long long)(wt_ucx_now_ms() - t_route));
+          (long long)(wt_mono_ms() - t_route));
 out:
   if (e->ucx) e->ucx->discard = false;
   if (slots) wt_ucxe_settle_receives(e, slots, u->round_id, &iov_all);
@@ -585,6 +590,21 @@ static wt_status *ucx_probe_memory(wt_mem_kind kind) {
              : NULL;
 }
 
+/* The server's settings of this backend: transports=LIST, the workers'
+ * UCX transports when an init info names none. */
+static wt_status *ucx_check_options(const wt_backend_option *opts, size_t n) {
+  static const char *const known[] = {"transports", NULL};
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(opts[i].key, "transports") != 0)
+      return wt_option_unknown("ucx", &opts[i], known);
+    if (opts[i].value == NULL || *opts[i].value == '\0')
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "option transports: empty (name UCX transports, "
+                           "e.g. tcp or sm,self)");
+  }
+  return NULL;
+}
+
 const wt_engine_ops wt_ucx_engine_ops = {
     .header = {WT_ENGINE_ABI_VERSION, "ucx"},
     /* Host memory: this build's UCX transports read and write it directly
@@ -600,4 +620,5 @@ const wt_engine_ops wt_ucx_engine_ops = {
     .abort_update = ucx_abort_update,
     .cancel = ucx_cancel,
     .destroy = ucx_destroy,
+    .check_options = ucx_check_options,
 };

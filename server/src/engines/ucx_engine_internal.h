@@ -18,10 +18,8 @@
 #include "wt/packing.h"
 #include "wt/ucx_common.h"
 
-#define WT_UCXE_HIDDEN __attribute__((visibility("hidden")))
+#include "wt/visibility.h"
 
-/* Where wt-server --ucx-transports leaves the server's default. */
-#define WT_UCX_TRANSPORTS_ENV "WT_UCX_TRANSPORTS"
 #define UCX_DEFAULT_BUFFER_BYTES (64ull << 20)
 #define UCX_DEFAULT_NUM_BUFFERS 2u
 #define UCX_MAX_NUM_BUFFERS 64u
@@ -127,49 +125,49 @@ typedef struct wait_arg {
 
 /* Gives a slot's request back to UCX (which calls no callback after this)
  * and frees its note. */
-WT_UCXE_HIDDEN void wt_ucxe_slot_release(slot *s);
+WT_HIDDEN void wt_ucxe_slot_release(slot *s);
 
 /* The registration covering [buf, buf + len), or NULL. */
-WT_UCXE_HIDDEN ucp_mem_h wt_ucxe_memh_of(const wt_engine *e, const void *buf,
+WT_HIDDEN ucp_mem_h wt_ucxe_memh_of(const wt_engine *e, const void *buf,
                                          size_t len);
 
-WT_UCXE_HIDDEN void wt_ucxe_peer_error(void *arg, ucp_ep_h ep,
+WT_HIDDEN void wt_ucxe_peer_error(void *arg, ucp_ep_h ep,
                                        ucs_status_t status);
 
 /* Accepts the trainer's connection; runs inside ucp_worker_progress. The
  * peer array never moves (error callbacks hold a pointer into it), so it is
  * allocated at its final capacity and slots of closed connections are
  * reused (wt_ucxe_reap_peers). */
-WT_UCXE_HIDDEN void wt_ucxe_on_conn(ucp_conn_request_h req, void *arg);
+WT_HIDDEN void wt_ucxe_on_conn(ucp_conn_request_h req, void *arg);
 
 /* Discards the unexpected messages left from an aborted round (buckets the
  * trainer sent after this worker stopped receiving), so that they neither
  * pile up nor hold the trainer's old connection. */
-WT_UCXE_HIDDEN void wt_ucxe_drain_unexpected(wt_engine *e);
+WT_HIDDEN void wt_ucxe_drain_unexpected(wt_engine *e);
 
 /* Closes the broken trainer connections (outside UCX callbacks) and frees
  * their slots; settles the hellos (wt_ucxe_check_hellos). */
-WT_UCXE_HIDDEN void wt_ucxe_reap_peers(wt_engine *e);
+WT_HIDDEN void wt_ucxe_reap_peers(wt_engine *e);
 
 /* Marks the connections whose hello arrived and matches as the trainer's;
  * closes (without waiting) those whose hello is wrong, failed or late.
  * Outside UCX callbacks; every wait of the engine runs it. */
-WT_UCXE_HIDDEN void wt_ucxe_check_hellos(wt_engine *e);
+WT_HIDDEN void wt_ucxe_check_hellos(wt_engine *e);
 
 /* The error of a broken trainer connection, for messages. */
-WT_UCXE_HIDDEN ucs_status_t wt_ucxe_last_error(const wt_engine *e);
+WT_HIDDEN ucs_status_t wt_ucxe_last_error(const wt_engine *e);
 
 /* A wait also ends once every trainer connection has been broken for
  * UCX_PEER_GONE_MS: not at the first error, because after a failed round the
  * trainer replaces its endpoints and the new connection may come in after
  * the old one's error. A trainer connected by worker address leaves no
  * connection here; the deadline alone bounds that wait. */
-WT_UCXE_HIDDEN bool wt_ucxe_recv_done(void *arg);
+WT_HIDDEN bool wt_ucxe_recv_done(void *arg);
 
 /* Waits up to timeout_ms for the receive `req` of `what` (wt_ucxe_recv_done
  * ends it early once the trainer is gone); errors name the worker, `what`,
  * and whether the trainer's connection broke. */
-WT_UCXE_HIDDEN wt_status *wt_ucxe_wait_recv(wt_engine *e, void *req,
+WT_HIDDEN wt_status *wt_ucxe_wait_recv(wt_engine *e, void *req,
                                             int64_t timeout_ms,
                                             const char *what);
 
@@ -186,7 +184,7 @@ WT_UCXE_HIDDEN wt_status *wt_ucxe_wait_recv(wt_engine *e, void *req,
  * here instead would end it at once, but UCX 1.13's TCP transport can then
  * trip an assertion over a put in flight and abort the process.) Takes
  * *iov_all when it keeps strays. */
-WT_UCXE_HIDDEN void wt_ucxe_settle_receives(wt_engine *e, slot *slots,
+WT_HIDDEN void wt_ucxe_settle_receives(wt_engine *e, slot *slots,
                                             uint64_t round_id,
                                             ucp_dt_iov_t **iov_all);
 
@@ -197,23 +195,23 @@ WT_UCXE_HIDDEN void wt_ucxe_settle_receives(wt_engine *e, slot *slots,
  * though over a cut link this side may not hear of it for seconds): they
  * are closed, so that nothing more arrives through them, and the strays
  * are released to UCX. */
-WT_UCXE_HIDDEN wt_status *wt_ucxe_check_strays(wt_engine *e, int64_t timeout);
+WT_HIDDEN wt_status *wt_ucxe_check_strays(wt_engine *e, int64_t timeout);
 
 /* Receives the round's route (wt/ucx_common.h) into e->hops. */
-WT_UCXE_HIDDEN wt_status *wt_ucxe_recv_route(wt_engine *e, const wt_update *u,
+WT_HIDDEN wt_status *wt_ucxe_recv_route(wt_engine *e, const wt_update *u,
                                              int64_t timeout, uint32_t *flags,
                                              size_t *nhops);
 
 /* Connects to the route's first hop and sends it the rest of the route. */
-WT_UCXE_HIDDEN wt_status *wt_ucxe_fwd_start(wt_engine *e, uint32_t flags,
+WT_HIDDEN wt_status *wt_ucxe_fwd_start(wt_engine *e, uint32_t flags,
                                             size_t nhops, void **route_req);
 
 /* Forwards landed bucket `s` to the next worker, from the staging buffers. */
-WT_UCXE_HIDDEN wt_status *wt_ucxe_fwd_bucket(wt_engine *e, const slot *s,
+WT_HIDDEN wt_status *wt_ucxe_fwd_bucket(wt_engine *e, const slot *s,
                                              void **req);
 
 /* Waits for the forwarded sends (reqs[0..n)) and frees them. */
-WT_UCXE_HIDDEN wt_status *wt_ucxe_fwd_finish(wt_engine *e, void **reqs,
+WT_HIDDEN wt_status *wt_ucxe_fwd_finish(wt_engine *e, void **reqs,
                                              size_t n, int64_t timeout);
 
 #endif /* WT_UCX_ENGINE_INTERNAL_H */

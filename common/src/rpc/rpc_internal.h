@@ -18,9 +18,10 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "wt/clock.h"
 #include "wt/rpc.h"
 
-#define RPC_HIDDEN __attribute__((visibility("hidden")))
+#include "wt/visibility.h"
 #define RPC_MOD "rpc"
 
 /* Fills args[0] and args[1] with the receive and send message limits (0: the
@@ -150,29 +151,28 @@ struct wt_rpc_call {
   wt_rpc_call *next; /* in its pool's queue */
 };
 
-/* Monotonic milliseconds; a deadline that many ms from now. */
-RPC_HIDDEN int64_t rpc_now_ms(void);
-RPC_HIDDEN gpr_timespec rpc_deadline_after_ms(int64_t ms);
-RPC_HIDDEN void rpc_abs_timespec_after_ms(struct timespec *ts, int64_t ms);
-RPC_HIDDEN int rpc_init_monotonic_cond(pthread_cond_t *cv);
-RPC_HIDDEN const char *rpc_kind_name(wt_rpc_kind kind);
+/* A deadline that many ms from now. */
+WT_HIDDEN gpr_timespec rpc_deadline_after_ms(int64_t ms);
+WT_HIDDEN void rpc_abs_timespec_after_ms(struct timespec *ts, int64_t ms);
+WT_HIDDEN int rpc_init_monotonic_cond(pthread_cond_t *cv);
+WT_HIDDEN const char *rpc_kind_name(wt_rpc_kind kind);
 /* A status message as gRPC can carry it (long ones cut in the middle). */
-RPC_HIDDEN grpc_slice rpc_status_details(const char *msg);
+WT_HIDDEN grpc_slice rpc_status_details(const char *msg);
 /* Whether the server began shutting down. */
-RPC_HIDDEN bool rpc_server_stopping(wt_rpc_server *s);
+WT_HIDDEN bool rpc_server_stopping(wt_rpc_server *s);
 
 /* --- rpc_tls.c ------------------------------------------------------------ */
 
 /* Server credentials for `tls` (NULL or no cert: insecure); the caller
  * releases *out. Errors name the option and file. */
-RPC_HIDDEN wt_status *rpc_server_credentials(const wt_rpc_tls *tls,
+WT_HIDDEN wt_status *rpc_server_credentials(const wt_rpc_tls *tls,
                                              grpc_server_credentials **out);
 /* Channel credentials for `tls` (NULL: insecure). */
-RPC_HIDDEN wt_status *rpc_channel_credentials(const wt_rpc_tls *tls,
+WT_HIDDEN wt_status *rpc_channel_credentials(const wt_rpc_tls *tls,
                                               grpc_channel_credentials **out);
 /* The scope the call's "authorization: Bearer" token grants among
  * tokens[0..n) (0: none); *presented says whether it carried one. */
-RPC_HIDDEN uint32_t rpc_token_scope(const wt_token *tokens, size_t n,
+WT_HIDDEN uint32_t rpc_token_scope(const wt_token *tokens, size_t n,
                                     const grpc_metadata_array *md,
                                     bool *presented);
 
@@ -181,7 +181,7 @@ RPC_HIDDEN uint32_t rpc_token_scope(const wt_token *tokens, size_t n,
 /* A call of `m` accepted on the polling thread (takes over `call`, `peer`
  * and `request`), with its RECV_CLOSE_ON_SERVER batch started. NULL when
  * out of memory (the caller rejects the call). */
-RPC_HIDDEN wt_rpc_call *rpc_call_new(wt_rpc_server *s, const wt_rpc_method *m,
+WT_HIDDEN wt_rpc_call *rpc_call_new(wt_rpc_server *s, const wt_rpc_method *m,
                                      rpc_pool *pool, grpc_call *call,
                                      gpr_timespec deadline,
                                      ProtobufCMessage *request);
@@ -189,23 +189,23 @@ RPC_HIDDEN wt_rpc_call *rpc_call_new(wt_rpc_server *s, const wt_rpc_method *m,
  * caller's); then rpc_call_finish sends it without waiting and drops the
  * pool's reference. The pool frees the call's place in between, so the
  * place is free before the reply goes out. */
-RPC_HIDDEN wt_status *rpc_call_handle(wt_rpc_call *c);
-RPC_HIDDEN void rpc_call_finish(wt_rpc_call *c, wt_status *st);
+WT_HIDDEN wt_status *rpc_call_handle(wt_rpc_call *c);
+WT_HIDDEN void rpc_call_finish(wt_rpc_call *c, wt_status *st);
 /* Completions, on the polling thread. */
-RPC_HIDDEN void rpc_call_on_op(wt_rpc_call *c, int ok);
-RPC_HIDDEN void rpc_call_on_close(wt_rpc_call *c);
-RPC_HIDDEN void rpc_call_on_status(wt_rpc_call *c, int ok);
+WT_HIDDEN void rpc_call_on_op(wt_rpc_call *c, int ok);
+WT_HIDDEN void rpc_call_on_close(wt_rpc_call *c);
+WT_HIDDEN void rpc_call_on_status(wt_rpc_call *c, int ok);
 
 /* --- rpc_stream.c --------------------------------------------------------- */
 
 /* A WT_RPC_WATCH call accepted on the polling thread (takes over `call`;
  * `request` is freed here): opens the stream through the method's `open`.
  * Counts in the pool until the call is over. */
-RPC_HIDDEN void rpc_stream_accept(wt_rpc_server *s, const wt_rpc_method *m,
+WT_HIDDEN void rpc_stream_accept(wt_rpc_server *s, const wt_rpc_method *m,
                                   rpc_pool *pool, grpc_call *call,
                                   ProtobufCMessage *request);
 /* Completions, on the polling thread. */
-RPC_HIDDEN void rpc_stream_on_send(wt_rpc_stream *st, int ok);
-RPC_HIDDEN void rpc_stream_on_close(wt_rpc_stream *st);
+WT_HIDDEN void rpc_stream_on_send(wt_rpc_stream *st, int ok);
+WT_HIDDEN void rpc_stream_on_close(wt_rpc_stream *st);
 
 #endif /* WT_RPC_INTERNAL_H */

@@ -103,12 +103,6 @@ size_t wt_ucx_discard_unexpected(wt_ucx *u) {
   return n;
 }
 
-int64_t wt_ucx_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int64_t wt_ucx_connect_timeout_ms(int64_t configured, int64_t timeout_ms) {
   if (configured > 0) return configured;
   return timeout_ms > WT_UCX_CONNECT_TIMEOUT_MS ? timeout_ms
@@ -245,22 +239,22 @@ wt_status *wt_ucx_wait(wt_ucx *u, bool (*cond)(void *), void *arg,
     /* Probing costs a little on every pass: done when progress ran dry
      * only once a millisecond, at once when it did not (a flood). */
     bool probe =
-        u->discard && (busy == 64 || wt_ucx_now_ms() >= u->discard_next_ms);
-    if (probe) u->discard_next_ms = wt_ucx_now_ms() + 1;
+        u->discard && (busy == 64 || wt_mono_ms() >= u->discard_next_ms);
+    if (probe) u->discard_next_ms = wt_mono_ms() + 1;
     if (probe && wt_ucx_discard_unexpected(u) > 0 &&
-        wt_ucx_now_ms() >= u->discard_log_ms) {
+        wt_mono_ms() >= u->discard_log_ms) {
       WT_LOGW("ucx",
               "discarded %llu message(s) that no receive of this round "
               "matches (a failed round's late buckets, or a peer without "
               "the init's secret)",
               (unsigned long long)u->discarded);
-      u->discard_log_ms = wt_ucx_now_ms() + 5000;
+      u->discard_log_ms = wt_mono_ms() + 5000;
     }
     if (cond != NULL && cond(arg)) return NULL;
     if (atomic_load(&u->cancelled))
       return wt_status_new(WT_CANCELLED, "cancelled while waiting for %s",
                            what);
-    int64_t left = deadline_ms - wt_ucx_now_ms();
+    int64_t left = deadline_ms - wt_mono_ms();
     if (left <= 0)
       return wt_status_new(WT_DEADLINE_EXCEEDED,
                            "timed out after %lld ms waiting for %s",
@@ -366,9 +360,9 @@ void wt_ucx_request_drop(wt_ucx *u, void *req, int64_t grace_ms) {
   if (req == NULL || UCS_PTR_IS_ERR(req)) return;
   if (ucp_request_check_status(req) == UCS_INPROGRESS) {
     ucp_request_cancel(u->worker, req);
-    int64_t deadline = wt_ucx_now_ms() + grace_ms;
+    int64_t deadline = wt_mono_ms() + grace_ms;
     while (ucp_request_check_status(req) == UCS_INPROGRESS &&
-           wt_ucx_now_ms() < deadline)
+           wt_mono_ms() < deadline)
       ucp_worker_progress(u->worker);
   }
   ucp_request_free(req);
@@ -380,9 +374,9 @@ void wt_ucx_ep_close(wt_ucx *u, ucp_ep_h ep, bool flush, int64_t grace_ms) {
                            .flags = flush ? 0 : UCP_EP_CLOSE_FLAG_FORCE};
   void *req = ucp_ep_close_nbx(ep, &p);
   if (req == NULL || UCS_PTR_IS_ERR(req)) return;
-  int64_t deadline = wt_ucx_now_ms() + grace_ms;
+  int64_t deadline = wt_mono_ms() + grace_ms;
   while (ucp_request_check_status(req) == UCS_INPROGRESS &&
-         wt_ucx_now_ms() < deadline)
+         wt_mono_ms() < deadline)
     ucp_worker_progress(u->worker);
   if (ucp_request_check_status(req) == UCS_INPROGRESS && flush) {
     /* The peer does not answer: force it. */
@@ -390,9 +384,9 @@ void wt_ucx_ep_close(wt_ucx *u, ucp_ep_h ep, bool flush, int64_t grace_ms) {
     p.flags = UCP_EP_CLOSE_FLAG_FORCE;
     req = ucp_ep_close_nbx(ep, &p);
     if (req == NULL || UCS_PTR_IS_ERR(req)) return;
-    deadline = wt_ucx_now_ms() + grace_ms;
+    deadline = wt_mono_ms() + grace_ms;
     while (ucp_request_check_status(req) == UCS_INPROGRESS &&
-           wt_ucx_now_ms() < deadline)
+           wt_mono_ms() < deadline)
       ucp_worker_progress(u->worker);
   }
   ucp_request_free(req);

@@ -79,12 +79,6 @@ void rpc_abs_timespec_after_ms(struct timespec *ts, int64_t ms) {
   }
 }
 
-int64_t rpc_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int rpc_init_monotonic_cond(pthread_cond_t *cv) {
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
@@ -365,7 +359,7 @@ static void refuse(wt_rpc_server *s, grpc_call *call, const wt_rpc_method *m,
                    wt_code code) {
   bool denied = code == WT_PERMISSION_DENIED;
   atomic_fetch_add(denied ? &s->denied : &s->unauthenticated, 1);
-  int64_t now = rpc_now_ms();
+  int64_t now = wt_mono_ms();
   if (now - s->auth_log_ms >= AUTH_LOG_INTERVAL_MS) {
     char *peer = grpc_call_get_peer(call);
     WT_LOGW(RPC_MOD, "%s from %s: %s%s", m->path, peer ? peer : "?",
@@ -654,7 +648,7 @@ wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
   grpc_arg args[8];
   size_t nargs = wt_rpc_message_limit_args(
       args, opts->max_receive_message_bytes, opts->max_send_message_bytes);
-  /* Limits on what one connection may hold (see the README's threat model:
+  /* Limits on what one connection may hold (see docs/trust.md:
    * gRPC 1.51's HTTP/2 and HPACK code predates several denial-of-service
    * fixes, and these bound what a stranger's connection can make it do). */
   const struct {
@@ -788,9 +782,9 @@ out:
  * held. */
 static bool wait_until(wt_rpc_server *s, bool (*pred)(wt_rpc_server *),
                        int64_t deadline, const char *what) {
-  int64_t next_warn = rpc_now_ms() + 5000;
+  int64_t next_warn = wt_mono_ms() + 5000;
   while (!pred(s)) {
-    int64_t now = rpc_now_ms();
+    int64_t now = wt_mono_ms();
     if (deadline >= 0 && now >= deadline) return false;
     if (now >= next_warn) {
       WT_LOGW(RPC_MOD, "shutdown: still waiting for %s", what);
@@ -831,7 +825,7 @@ void wt_rpc_server_shutdown(wt_rpc_server *s, int64_t deadline_ms) {
   s->state = STATE_SHUTTING_DOWN;
   pthread_mutex_unlock(&s->mu);
 
-  int64_t deadline = rpc_now_ms() + (deadline_ms > 0 ? deadline_ms : 0);
+  int64_t deadline = wt_mono_ms() + (deadline_ms > 0 ? deadline_ms : 0);
   grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
   if (s->on_shutdown) s->on_shutdown(s->user);
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "wt/log.h"
+#include "core/module.h"
 
 typedef struct entry {
   char *name;
@@ -204,25 +205,11 @@ wt_status *wt_registry_register_lazy(wt_registry *reg, const char *name,
 static wt_status *load_locked(wt_registry *reg, entry *e) {
   wt_status *st = NULL;
   char *from = NULL;
-  dlerror(); /* clear a stale error so that the one we read is ours */
-  void *handle = dlopen(e->shared_object, RTLD_NOW | RTLD_LOCAL);
-  if (handle == NULL) {
-    const char *why = dlerror();
-    WT_FAIL(WT_FAILED_PRECONDITION,
-            "%s backend '%s': cannot load shared object '%s' (for symbol "
-            "'%s'): %s",
-            reg->kind, e->name, e->shared_object, e->symbol,
-            why ? why : "unknown dlopen error");
-  }
-  dlerror();
-  const void *ops = dlsym(handle, e->symbol);
-  if (ops == NULL) {
-    const char *why = dlerror();
-    WT_FAIL(WT_FAILED_PRECONDITION,
-            "%s backend '%s': shared object '%s' has no symbol '%s': %s",
-            reg->kind, e->name, e->shared_object, e->symbol,
-            why ? why : "symbol is NULL");
-  }
+  void *handle = NULL, *sym = NULL;
+  char what[160];
+  snprintf(what, sizeof(what), "%s backend '%s'", reg->kind, e->name);
+  WT_CHECK(wt_module_open(what, e->shared_object, e->symbol, &handle, &sym));
+  const void *ops = sym;
   if (asprintf(&from, " (symbol '%s' in %s)", e->symbol, e->shared_object) <
       0) {
     from = NULL;

@@ -12,9 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The log level is one of the two kinds of global state wt allows. -1: not
- * yet read from WT_LOG. */
-static atomic_int log_level = -1;
+/* The log level is one of the two kinds of global state wt allows. */
+static atomic_int log_level = WT_LOG_INFO;
 
 static const char *const level_names[] = {"debug", "info", "warn", "error",
                                           "off"};
@@ -42,17 +41,6 @@ const char *wt_log_level_name(wt_log_level level) {
 }
 
 wt_log_level wt_log_get_level(void) {
-  int lv = atomic_load(&log_level);
-  if (lv >= 0) return (wt_log_level)lv;
-  wt_log_level parsed = WT_LOG_INFO;
-  const char *env = getenv("WT_LOG");
-  if (env != NULL && *env != '\0' && wt_log_level_parse(env, &parsed) != 0) {
-    fprintf(stderr, "wt: WT_LOG=%s is not one of debug|info|warn|error|off; "
-                    "using info\n", env);
-    parsed = WT_LOG_INFO;
-  }
-  int expected = -1;
-  atomic_compare_exchange_strong(&log_level, &expected, (int)parsed);
   return (wt_log_level)atomic_load(&log_level);
 }
 
@@ -87,4 +75,16 @@ void wt_log(wt_log_level level, const char *module, const char *fmt, ...) {
   /* One write per line keeps lines whole across threads and processes. */
   ssize_t w = write(STDERR_FILENO, line, (size_t)n);
   (void)w;
+}
+
+void wt_log_level_from(const char *name, const char *what) {
+  wt_log_level level = WT_LOG_INFO;
+  if (name == NULL || *name == '\0') return;
+  if (wt_log_level_parse(name, &level) != 0) {
+    fprintf(stderr,
+            "wt: %s=%s is not one of debug|info|warn|error|off; using info\n",
+            what ? what : "log level", name);
+    level = WT_LOG_INFO;
+  }
+  wt_log_set_level(level);
 }

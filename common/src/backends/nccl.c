@@ -2,6 +2,7 @@
  * its NCCL module (see wt/nccl.h). */
 
 #include "wt/nccl.h"
+#include "wt/clock.h"
 
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -13,83 +14,35 @@
 #include <time.h>
 
 #include "wt/log.h"
+#include "core/module.h"
 
 /* --- the module ----------------------------------------------------------- */
 
-#define MODULE_FILE "libwt_nccl.so"
-#define MODULE_SYMBOL "wt_nccl_module_api"
-#define MODULE_ENV "WT_NCCL_MODULE"
+#ifdef WT_WITH_NCCL
+#define NOT_BUILT NULL
+#else
+#define NOT_BUILT                                                      \
+  "this build of wt has no NCCL support (configured with WT_WITH_NCCL=OFF " \
+  "or without NCCL)"
+#endif
 
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-static const wt_nccl_api *loaded;
-static wt_status *load_error;
-static _Atomic(const wt_nccl_api *) override;
+static wt_module module = WT_MODULE_INIT(
+    "NCCL", "libwt_nccl.so", "wt_nccl_module_api", WT_NCCL_API_VERSION,
+    NOT_BUILT);
 
 static void load(void) {
-#ifndef WT_WITH_NCCL
-  load_error = wt_status_new(WT_FAILED_PRECONDITION,
-                             "NCCL is unavailable: this build of wt has no "
-                             "NCCL support (configured with WT_WITH_NCCL=OFF "
-                             "or without NCCL)");
-#else
-  char *path = NULL;
-  const char *env = getenv(MODULE_ENV);
-  Dl_info info;
-  if (env != NULL && *env != '\0') {
-    path = strdup(env);
-  } else if (dladdr((void *)&wt_nccl_api_get, &info) != 0 && info.dli_fname) {
-    /* Beside libwt_common, as the CUDA module. */
-    char *copy = strdup(info.dli_fname);
-    if (copy != NULL &&
-        asprintf(&path, "%s/%s", dirname(copy), MODULE_FILE) < 0)
-      path = NULL;
-    free(copy);
-  } else {
-    path = strdup(MODULE_FILE);
-  }
-  if (path == NULL) {
-    load_error = wt_status_new(WT_RESOURCE_EXHAUSTED, "NCCL: out of memory");
-    return;
-  }
-  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (h == NULL) {
-    const char *why = dlerror();
-    load_error = wt_status_new(WT_FAILED_PRECONDITION,
-                               "NCCL is unavailable: cannot load %s: %s", path,
-                               why ? why : "(no reason given)");
-    free(path);
-    return;
-  }
-  wt_nccl_module_fn fn = (wt_nccl_module_fn)dlsym(h, MODULE_SYMBOL);
-  const wt_nccl_api *api = fn ? fn() : NULL;
-  if (api == NULL || api->version != WT_NCCL_API_VERSION) {
-    load_error = wt_status_new(
-        WT_FAILED_PRECONDITION, "NCCL is unavailable: %s: %s", path,
-        api == NULL ? "no " MODULE_SYMBOL " table"
-                    : "its table is of another version (a stale module)");
-    dlclose(h);
-    free(path);
-    return;
-  }
-  WT_LOGD("nccl", "loaded %s (%s)", path, api->name);
-  free(path);
-  loaded = api; /* kept loaded for the life of the process */
-#endif
+  wt_module_load(&module);
 }
 
 wt_status *wt_nccl_api_get(const wt_nccl_api **out) {
-  const wt_nccl_api *o = atomic_load(&override);
-  if (o != NULL) {
-    *out = o;
-    return NULL;
-  }
-  pthread_once(&once, load);
-  *out = loaded;
-  return loaded == NULL ? wt_status_copy(load_error) : NULL;
+  const void *t = NULL;
+  wt_status *st = wt_module_get(&module, load, &t);
+  *out = t;
+  return st;
 }
 
 void wt_nccl_api_override(const wt_nccl_api *api) {
-  atomic_store(&override, api);
+  wt_module_override(&module, api);
 }
 
 /* --- init info ------------------------------------------------------------ */
@@ -185,16 +138,10 @@ wt_status *wt_nccl_schedule(const wt_pack_plan *plan, uint32_t num_buffers,
 
 /* --- waits ---------------------------------------------------------------- */
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 wt_status *wt_nccl_wait(const wt_nccl_api *nccl, const wt_cuda_api *cuda,
                         void **comm, void *stream, int64_t deadline_ms,
                         const atomic_bool *cancel, const char *what) {
-  int64_t start = now_ms();
+  int64_t start = wt_mono_ms();
   wt_status *st = NULL;
   for (;;) {
     int pending = 0, done = 1;
@@ -215,7 +162,7 @@ wt_status *wt_nccl_wait(const wt_nccl_api *nccl, const wt_cuda_api *cuda,
       st = wt_status_new(WT_CANCELLED, "%s: cancelled", what);
       break;
     }
-    if (now_ms() >= deadline_ms) {
+    if (wt_mono_ms() >= deadline_ms) {
       st = wt_status_new(WT_DEADLINE_EXCEEDED,
                          "%s: no progress within %" PRId64
                          " ms (a peer is gone, stopped, or never came)",

@@ -1,0 +1,24 @@
+/* wt/clock.h: the one clock of wt's deadlines, and wall-clock time for what
+ * a user reads (commit times). */
+#ifndef WT_CLOCK_H
+#define WT_CLOCK_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Milliseconds on CLOCK_MONOTONIC: every deadline and duration in wt. */
+int64_t wt_mono_ms(void);
+/* Microseconds on CLOCK_MONOTONIC, for what is measured finer. */
+int64_t wt_mono_us(void);
+/* Milliseconds since the Unix epoch (CLOCK_REALTIME): only for what is
+ * shown, never for a deadline. */
+int64_t wt_unix_ms(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WT_CLOCK_H */

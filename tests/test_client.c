@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "wt/client.h"
+#include "wt/control.h"
 #include "wt/pb.h"
 #include "wt/safetensors.h"
 #include "wt/server.h"
@@ -472,7 +473,8 @@ static void test_trainer_registry(void) {
   info.grpc = &g;
   g.chunk_size_bytes = &chunk;
   chunk.value = 64u << 20;
-  wt_trainer_init_args args = {.init_info = &info, .client = c};
+  wt_trainer_init_args args = {.init_info = &info,
+                               .ctx = wt_sync_client_trainer_ctx(c)};
   wt_trainer *t = NULL;
   WT_ASSERT_ERR(wt_trainer_create("grpc", &args, &t), WT_INVALID_ARGUMENT,
                 "chunk_size_bytes");
@@ -950,7 +952,8 @@ static void test_update_weights_path(void) {
   /* The servers get a grpc engine; the trainer is the fake. */
   WT_ASSERT_OK(
       wt_sync_client_init_transfer(c, grpc_info_make(&gi, 0, 0), NULL, NULL));
-  wt_trainer_init_args args = {.init_info = &gi.info, .client = c};
+  wt_trainer_init_args args = {.init_info = &gi.info,
+                               .ctx = wt_sync_client_trainer_ctx(c)};
   wt_trainer *t = NULL;
   WT_ASSERT_OK(wt_trainer_create("test-async", &args, &t));
   CU_ASSERT_TRUE(wt_trainer_needs_update_weights(t));
@@ -1284,10 +1287,198 @@ static void test_reinit_when_needed(void) {
   wt_registry_destroy(reg);
 }
 
+/* ---- a caller's own control plane ----------------------------------------- */
+
+/* A control plane of the caller's: forwards every call to wt's own gRPC
+ * plane and counts the calls per method. The "minimal" table has only the
+ * four calls of vLLM's VLLMWeightSyncClient and no channel, as vLLM's HTTP
+ * routes would. */
+typedef struct recorder {
+  wt_control_plane inner;
+  int calls[WT_CONTROL_METHODS];
+} recorder;
+
+static size_t rec_count(void *self) {
+  recorder *r = self;
+  return r->inner.ops->server_count(r->inner.self);
+}
+
+static const char *rec_target(void *self, size_t k) {
+  recorder *r = self;
+  return r->inner.ops->target(r->inner.self, k);
+}
+
+static wt_status *rec_start(void *self, size_t k, wt_control_method m,
+                            const ProtobufCMessage *req, int64_t deadline_ms,
+                            wt_control_call **call) {
+  recorder *r = self;
+  r->calls[m]++;
+  return r->inner.ops->call_start(r->inner.self, k, m, req, deadline_ms,
+                                  call);
+}
+
+static bool rec_done(void *self, wt_control_call *call, int64_t ms) {
+  recorder *r = self;
+  return r->inner.ops->call_done(r->inner.self, call, ms);
+}
+
+static void rec_cancel(void *self, wt_control_call *call) {
+  recorder *r = self;
+  r->inner.ops->call_cancel(r->inner.self, call);
+}
+
+static wt_status *rec_wait(void *self, wt_control_call *call,
+                           ProtobufCMessage **resp) {
+  recorder *r = self;
+  return r->inner.ops->call_wait(r->inner.self, call, resp);
+}
+
+static wt_rpc_channel *rec_channel(void *self, size_t k) {
+  recorder *r = self;
+  return r->inner.ops->channel(r->inner.self, k);
+}
+
+static void rec_destroy(void *self) {
+  recorder *r = self;
+  wt_control_plane_destroy(&r->inner);
+}
+
+static const wt_control_ops rec_full_ops = {
+    .name = "recorder",
+    .methods = (1u << WT_CONTROL_METHODS) - 1,
+    .server_count = rec_count,
+    .target = rec_target,
+    .call_start = rec_start,
+    .call_done = rec_done,
+    .call_cancel = rec_cancel,
+    .call_wait = rec_wait,
+    .channel = rec_channel,
+    .destroy = rec_destroy,
+};
+
+static const wt_control_ops rec_minimal_ops = {
+    .name = "minimal",
+    .methods = WT_CONTROL_REQUIRED,
+    .server_count = rec_count,
+    .target = rec_target,
+    .call_start = rec_start,
+    .call_done = rec_done,
+    .call_cancel = rec_cancel,
+    .call_wait = rec_wait,
+    .destroy = rec_destroy,
+};
+
+static wt_sync_client *recorder_client(recorder *r, const wt_control_ops *ops,
+                                       const wtt_servers *s) {
+  memset(r, 0, sizeof(*r));
+  wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
+  WT_ASSERT_OK(wt_control_grpc_new(s->targets, s->n, &o, &r->inner));
+  wt_control_plane cp = {ops, r};
+  wt_sync_client *c = NULL;
+  WT_ASSERT_OK(wt_sync_client_new_with(&cp, &o, &c));
+  CU_ASSERT_PTR_NULL(cp.ops); /* the client took it */
+  return c;
+}
+
+/* The round orchestration reaches the servers only through the control
+ * plane's table: a caller's plane drives grpc and ucx rounds whose bytes
+ * land, every round call going through its table (the counts), the
+ * deadlines and the abort on a failure included. A plane with only vLLM's
+ * four calls and no channel: the backends that need no channel run (each
+ * server one rank), `grpc` is refused naming the plane's lack, and reader
+ * calls say UNIMPLEMENTED naming the plane. A table that lacks a call is
+ * refused by name. */
+static void test_caller_control_plane(void) {
+  wtt_servers s;
+  const char *models[] = {"synthetic:tiny", "synthetic:tiny"};
+  const uint32_t workers[] = {1, 2};
+  wtt_servers_start(&s, 2, models, workers, WT_STAGING_SHADOW, NULL);
+  static recorder r;
+  wt_sync_client *c = recorder_client(&r, &rec_full_ops, &s);
+  grpc_info gi;
+  wt_source *src = NULL;
+  wt_trainer *t = NULL;
+  WT_ASSERT_OK(wt_source_synthetic("tiny", 41, &src));
+  WT_ASSERT_OK(
+      wt_sync_client_init_transfer(c, grpc_info_make(&gi, 0, 0), src, &t));
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  WT_ASSERT_OK(wt_sync_client_update(c, t, NULL, NULL, NULL));
+  WT_ASSERT_OK(wt_sync_client_finish(c, "plane-1"));
+  wtt_assert_servers_hold(c, src, WT_HASH_SHA256);
+  CU_ASSERT_EQUAL(r.calls[WT_CONTROL_INIT], 2);
+  CU_ASSERT_EQUAL(r.calls[WT_CONTROL_START], 2);
+  CU_ASSERT_EQUAL(r.calls[WT_CONTROL_FINISH], 2);
+  CU_ASSERT_EQUAL(r.calls[WT_CONTROL_UPDATE], 0); /* grpc pushes */
+  CU_ASSERT(r.calls[WT_CONTROL_WORLD_SIZE] >= 2);
+  /* A failed round is aborted on every server through the table. */
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  WT_ASSERT_OK(wt_sync_client_abort(c, "caller's abort"));
+  CU_ASSERT_EQUAL(r.calls[WT_CONTROL_ABORT], 2);
+  wt_trainer_destroy(t);
+  t = NULL;
+#ifdef WT_WITH_UCX
+  Wt__V1__WeightTransferInitInfo *ui = NULL;
+  WT_ASSERT_OK(wt_trainer_init_info(
+      "ucx", (const wt_backend_option[]){{"transports", "tcp"}}, 1, &ui));
+  WT_ASSERT_OK(wt_sync_client_init_transfer(c, ui, src, &t));
+  WT_ASSERT_OK(wt_source_synthetic_set_seed(src, 42));
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  WT_ASSERT_OK(wt_sync_client_update(c, t, NULL, NULL, NULL));
+  WT_ASSERT_OK(wt_sync_client_finish(c, "plane-2"));
+  wtt_assert_servers_hold(c, src, WT_HASH_SHA256);
+  CU_ASSERT_EQUAL(r.calls[WT_CONTROL_UPDATE], 2);
+  wt_trainer_destroy(t);
+  t = NULL;
+#endif
+  wt_sync_client_destroy(c);
+
+  /* vLLM's four calls, no channel. */
+  wt_sync_client *m = recorder_client(&r, &rec_minimal_ops, &s);
+  WT_ASSERT_ERR(
+      wt_sync_client_init_transfer(m, grpc_info_make(&gi, 0, 0), src, &t),
+      WT_FAILED_PRECONDITION, "the control plane has none");
+  CU_ASSERT_EQUAL(r.calls[WT_CONTROL_WORLD_SIZE], 0);
+  wt_tensor_meta *metas = NULL;
+  size_t nm = 0;
+  WT_ASSERT_ERR(wt_sync_client_list_parameters(m, 0, NULL, &metas, &nm),
+                WT_UNIMPLEMENTED, "control plane 'minimal'");
+#ifdef WT_WITH_UCX
+  /* Server 1 has two workers; without GetWorldSize it counts as one rank,
+   * and its workers refuse the world they are told, by name. */
+  WT_ASSERT_ERR(wt_sync_client_init_transfer(m, ui, src, &t),
+                WT_INVALID_ARGUMENT,
+                "init_info.rank_offset 2 with 2 worker(s) needs ranks up to "
+                "3; init_info.world_size 3");
+  CU_ASSERT_PTR_NULL(t);
+  wt_pb_free(&ui->base);
+#endif
+  wt_sync_client_destroy(m);
+
+  /* A table without call_wait is refused by name, and the plane released. */
+  static const wt_control_ops broken = {.name = "broken",
+                                        .methods = WT_CONTROL_REQUIRED,
+                                        .server_count = rec_count,
+                                        .target = rec_target,
+                                        .call_start = rec_start,
+                                        .call_done = rec_done,
+                                        .call_cancel = rec_cancel,
+                                        .destroy = rec_destroy};
+  memset(&r, 0, sizeof(r));
+  WT_ASSERT_OK(wt_control_grpc_new(s.targets, s.n, NULL, &r.inner));
+  wt_control_plane cp = {&broken, &r};
+  WT_ASSERT_ERR(wt_sync_client_new_with(&cp, NULL, &m), WT_INVALID_ARGUMENT,
+                "control plane 'broken'");
+  CU_ASSERT_PTR_NULL(m);
+  wt_source_destroy(src);
+  wtt_servers_stop(&s);
+}
+
 void wt_test_suite_client(void);
 void wt_test_suite_client(void) {
   CU_pSuite s = CU_add_suite("client", NULL, NULL);
   CU_add_test(s, "memory source order", test_memory_source_order);
+  CU_add_test(s, "a caller's own control plane drives the rounds",
+              test_caller_control_plane);
   CU_add_test(s, "grpc push from memory the caller frees at once",
               test_grpc_push_from_memory_freed);
   CU_add_test(s, "memory source rejects", test_memory_source_rejects);

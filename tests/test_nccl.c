@@ -548,6 +548,7 @@ static void test_init_strangers(void) {
   f.info.world_size = 2; /* two workers do not fit in 2 ranks */
   WT_ASSERT_ERR(wtt_init(S.ch, &f.info, NULL), WT_INVALID_ARGUMENT,
                 "init_info.rank_offset 1 with 2 worker(s) needs ranks up to 2");
+  f.info.world_size = 3;
   f.nccl.nccl_unique_id.len = 127;
   WT_ASSERT_ERR(wtt_init(S.ch, &f.info, NULL), WT_INVALID_ARGUMENT,
                 "nccl_unique_id is 127 bytes");

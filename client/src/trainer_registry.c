@@ -11,36 +11,32 @@
 #include "wt/pb.h"
 #include "wt/trainer.h"
 
-/* The one registry of the process: global by design (DESIGN.md), created
- * once, with every built-in backend registered here and nowhere else. */
-static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
-static wt_registry *registry;
-static wt_status *registry_error;
-
-static void registry_create(void) {
+/* Every built-in backend, registered here and nowhere else. The GPU
+ * backends are registered directly; what is lazy is their driver
+ * libraries: CUDA only through wt/cuda.h and NCCL only through wt/nccl.h,
+ * whose modules load when an ipc or nccl init asks for them. */
+static wt_status *register_builtins(wt_registry *reg) {
   wt_status *st = NULL;
-  wt_registry *reg = NULL;
-  WT_CHECK(wt_registry_new("trainer engine", WT_TRAINER_ABI_VERSION, &reg));
   WT_CHECK(wt_registry_register(reg, "grpc", &wt_grpc_trainer_ops));
-  /* CUDA only through wt/cuda.h, loaded when an ipc init asks for it. */
   WT_CHECK(wt_registry_register(reg, "ipc", &wt_ipc_trainer_ops));
-  /* NCCL only through wt/nccl.h, loaded when an nccl init asks for it. */
   WT_CHECK(wt_registry_register(reg, "nccl", &wt_nccl_trainer_ops));
 #ifdef WT_WITH_UCX
   WT_CHECK(wt_registry_register(reg, "ucx", &wt_ucx_trainer_ops));
 #endif
-  /* nccl joins here, lazily from its module. */
-  registry = reg;
-  reg = NULL;
 out:
-  wt_registry_destroy(reg);
-  registry_error = st;
+  return st;
+}
+
+/* The one registry of the process: global by design (DESIGN.md). */
+static wt_registry_once registry = WT_REGISTRY_ONCE_INIT(
+    "trainer engine", WT_TRAINER_ABI_VERSION, register_builtins);
+
+static void build(void) {
+  wt_registry_once_build(&registry);
 }
 
 wt_status *wt_trainer_registry(wt_registry **out) {
-  pthread_once(&registry_once, registry_create);
-  *out = registry;
-  return registry_error != NULL ? wt_status_copy(registry_error) : NULL;
+  return wt_registry_once_get(&registry, build, out);
 }
 
 wt_status *wt_trainer_register(const char *name, const wt_trainer_ops *ops) {
@@ -84,12 +80,52 @@ out:
   return st;
 }
 
+struct wt_trainer_link {
+  pthread_mutex_t mu;
+  int refs;
+  wt_trainer *t; /* NULL once the trainer was destroyed */
+};
+
 struct wt_trainer {
   const wt_trainer_ops *ops;
   void *self;
   wt_source *source;
-  wt_sync_client *client; /* that re-inits it when a server asks; borrowed */
+  wt_trainer_link *link; /* the client's weak hold, if one took it */
 };
+
+wt_trainer_link *wt_trainer_link_get(wt_trainer *t) {
+  if (t->link == NULL) {
+    wt_trainer_link *l = calloc(1, sizeof(*l));
+    if (l == NULL || pthread_mutex_init(&l->mu, NULL) != 0) {
+      free(l);
+      return NULL;
+    }
+    l->refs = 1; /* the trainer's */
+    l->t = t;
+    t->link = l;
+  }
+  pthread_mutex_lock(&t->link->mu);
+  t->link->refs++;
+  pthread_mutex_unlock(&t->link->mu);
+  return t->link;
+}
+
+wt_trainer *wt_trainer_link_trainer(wt_trainer_link *l) {
+  pthread_mutex_lock(&l->mu);
+  wt_trainer *t = l->t;
+  pthread_mutex_unlock(&l->mu);
+  return t;
+}
+
+void wt_trainer_link_put(wt_trainer_link *l) {
+  if (l == NULL) return;
+  pthread_mutex_lock(&l->mu);
+  int left = --l->refs;
+  pthread_mutex_unlock(&l->mu);
+  if (left > 0) return;
+  pthread_mutex_destroy(&l->mu);
+  free(l);
+}
 
 wt_status *wt_trainer_create(const char *name, const wt_trainer_init_args *args,
                              wt_trainer **out) {
@@ -127,17 +163,14 @@ out:
 
 void wt_trainer_destroy(wt_trainer *t) {
   if (t == NULL) return;
-  if (t->client != NULL) wt_sync_client_forget_trainer(t->client, t);
+  if (t->link != NULL) {
+    pthread_mutex_lock(&t->link->mu);
+    t->link->t = NULL;
+    pthread_mutex_unlock(&t->link->mu);
+    wt_trainer_link_put(t->link);
+  }
   if (t->self != NULL) t->ops->destroy(t->self);
   free(t);
-}
-
-void wt_trainer_attach(wt_trainer *t, wt_sync_client *c) {
-  t->client = c;
-}
-
-void wt_trainer_forget_client(wt_trainer *t) {
-  t->client = NULL;
 }
 
 wt_status *wt_trainer_reinit(wt_trainer *t, const wt_trainer_init_args *args) {

@@ -14,11 +14,6 @@
 #include "wt/engine.h"
 #include "wt/log.h"
 
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-static wt_registry *registry;
-/* Why the registry could not be built; copied to every caller. */
-static wt_status *registry_error;
-
 wt_status *wt_engine_register_builtins(wt_registry *reg) {
   wt_status *st = NULL;
   WT_CHECK(wt_registry_register(reg, "grpc", &wt_grpc_engine_ops));
@@ -32,23 +27,17 @@ out:
   return st;
 }
 
+/* The one registry of the process: global by design (DESIGN.md). */
+static wt_registry_once registry =
+    WT_REGISTRY_ONCE_INIT("worker engine", WT_ENGINE_ABI_VERSION,
+                          wt_engine_register_builtins);
+
 static void build(void) {
-  wt_status *st = NULL;
-  wt_registry *reg = NULL;
-  WT_CHECK(wt_registry_new("worker engine", WT_ENGINE_ABI_VERSION, &reg));
-  WT_CHECK(wt_engine_register_builtins(reg));
-  registry = reg;
-  reg = NULL;
-out:
-  wt_registry_destroy(reg);
-  registry_error = st;
+  wt_registry_once_build(&registry);
 }
 
 wt_status *wt_engine_registry(wt_registry **out) {
-  pthread_once(&once, build);
-  if (registry_error != NULL) return wt_status_copy(registry_error);
-  *out = registry;
-  return NULL;
+  return wt_registry_once_get(&registry, build, out);
 }
 
 wt_status *wt_engine_lookup(wt_registry *reg, const char *backend,

@@ -304,6 +304,8 @@ wt_status *wt_srv_init_engine(wt_server *srv,
   if (strlen(backend) >= sizeof(srv->backend))
     WT_FAIL(WT_INVALID_ARGUMENT, "init_info.backend '%.64s...' is too long",
             backend);
+  /* The trainer's world must hold this server's workers. */
+  WT_CHECK(wt_init_info_check_ranks(init, srv->nworkers));
 
   pthread_mutex_lock(&srv->mu);
   locked = true;

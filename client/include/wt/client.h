@@ -1,7 +1,9 @@
 /* wt/client.h: the sync client, a trainer's handle on one or many servers.
  *
- * The role of vLLM's VLLMWeightSyncClient. A client holds one channel per
- * server target ("host:port"). The calls of a round (init, start, update,
+ * The role of vLLM's VLLMWeightSyncClient. A client drives its servers
+ * through a control plane (wt/control.h): wt's own, one gRPC channel per
+ * server target ("host:port"), made by wt_sync_client_new; or a caller's
+ * own, handed to wt_sync_client_new_with. The calls of a round (init, start, update,
  * finish, abort) are fanned out to every server, in parallel (each server's
  * call is started before any is waited for); the inspection calls (info,
  * parameters, version, watch, checksums) address one server by index.
@@ -58,6 +60,8 @@ extern "C" {
 
 typedef struct wt_sync_client wt_sync_client;
 typedef struct wt_trainer wt_trainer;
+typedef struct wt_trainer_ctx wt_trainer_ctx;
+typedef struct wt_control_plane wt_control_plane;
 
 /* Zero (or a NULL options pointer) means the default for every field. */
 typedef struct wt_client_options {
@@ -96,6 +100,15 @@ typedef void (*wt_progress_fn)(const wt_progress *progress, void *user);
 wt_status *wt_sync_client_new(const char *const *targets, size_t n,
                               const wt_client_options *opts,
                               wt_sync_client **out);
+
+/* A client over the control plane `cp` (wt/control.h): its round
+ * orchestration is the same as over wt's own. Takes `cp` whatever the
+ * outcome (it is zeroed; the client releases it, or this call does when it
+ * fails). opts' deadlines and manual_reinit apply; tls and token_file are
+ * the control plane's business. The caller owns *out. */
+wt_status *wt_sync_client_new_with(wt_control_plane *cp,
+                                   const wt_client_options *opts,
+                                   wt_sync_client **out);
 
 /* Closes every channel. A round still open is left to the servers' round
  * timeout (call wt_sync_client_abort first to end it at once). NULL is
@@ -225,7 +238,13 @@ wt_status *wt_sync_client_abort(wt_sync_client *c, const char *reason);
 
 /* --- for trainer engines ------------------------------------------------- */
 
-/* Server k's channel; owned by the client. */
+/* The context the client gives the trainer engines it makes (wt/trainer.h),
+ * for a caller that creates one itself (wt_trainer_create). Owned by the
+ * client; valid while it lives. */
+const wt_trainer_ctx *wt_sync_client_trainer_ctx(const wt_sync_client *c);
+
+/* Server k's channel (NULL when the control plane has none); owned by the
+ * client's control plane. */
 wt_rpc_channel *wt_sync_client_channel(wt_sync_client *c, size_t k);
 /* Effective deadlines in milliseconds. */
 int64_t wt_sync_client_timeout_ms(const wt_sync_client *c);

@@ -61,7 +61,7 @@ extern "C" {
 #endif
 
 /* Version of wt_trainer_ops; a table that says otherwise is refused. */
-#define WT_TRAINER_ABI_VERSION 3u
+#define WT_TRAINER_ABI_VERSION 4u
 
 /* wt_trainer_ops.flags */
 enum {
@@ -69,11 +69,36 @@ enum {
   WT_TRAINER_NEEDS_UPDATE_WEIGHTS = 1u << 0,
 };
 
+/* What a trainer engine knows of the servers: a plain context, as a worker
+ * engine gets wt_worker_ctx; an engine never holds or calls the sync
+ * client. The arrays have one entry per server, are owned by the client
+ * that made the engine, and stay valid (their contents current) while that
+ * client lives; the client outlives its trainers. */
+typedef struct wt_trainer_ctx {
+  size_t nservers;
+  /* Server k's name as messages show it ("host:port"). */
+  const char *const *targets;
+  /* Server k's gRPC channel, for a backend that moves bytes over it
+   * (`grpc`); entries are NULL when the control plane is not wt's own
+   * (wt/control.h), and such a backend refuses at trainer_init. */
+  wt_rpc_channel *const *channels;
+  /* Server k's world size and first rank (1 + the world sizes before). */
+  const uint32_t *world_sizes;
+  const uint32_t *rank_offsets;
+  /* Server k's round id in the round in progress (0: none); current during
+   * send_weights and the part calls. */
+  const uint64_t *round_ids;
+  /* Deadline of a data wait when the init info's timeout_ms is 0, and of
+   * the control calls, in ms. */
+  int64_t data_timeout_ms;
+  int64_t timeout_ms;
+} wt_trainer_ctx;
+
 /* What trainer_init receives; everything is borrowed for the trainer's
- * lifetime (the client and source outlive the trainer). */
+ * lifetime (the client behind ctx and the source outlive the trainer). */
 typedef struct wt_trainer_init_args {
   const Wt__V1__WeightTransferInitInfo *init_info;
-  wt_sync_client *client;
+  const wt_trainer_ctx *ctx;
   wt_source *source; /* may be NULL: the client passes one per update */
 } wt_trainer_init_args;
 
@@ -116,7 +141,7 @@ typedef struct wt_trainer_ops {
                             Wt__V1__WeightTransferUpdateInfo *info);
 
   /* Sends one round of `source` (already validated and rewound) to every
-   * server of the client, reporting through `progress` (may be NULL). An
+   * server of the context, reporting through `progress` (may be NULL). An
    * error names the server at fault. May be NULL when `parts` is set. */
   wt_status *(*send_weights)(void *self, wt_source *source,
                              wt_progress_fn progress, void *user);

@@ -45,7 +45,7 @@
 #define RING 8
 
 typedef struct grpc_trainer {
-  wt_sync_client *client;
+  const wt_trainer_ctx *ctx; /* the servers; borrowed */
   uint64_t chunk_bytes;
   uint64_t buffer_bytes;
   unsigned pushes; /* numbers transfer ids */
@@ -57,11 +57,17 @@ static wt_status *grpc_trainer_init(const wt_trainer_init_args *args,
   const Wt__V1__WeightTransferInitInfo *info = args->init_info;
   grpc_trainer *g = NULL;
   *self = NULL;
-  if (args->client == NULL)
-    WT_FAIL(WT_INVALID_ARGUMENT, "grpc trainer: no client");
+  if (args->ctx == NULL)
+    WT_FAIL(WT_INVALID_ARGUMENT, "grpc trainer: no servers (no context)");
+  for (size_t k = 0; k < args->ctx->nservers; k++)
+    if (args->ctx->channels == NULL || args->ctx->channels[k] == NULL)
+      WT_FAIL(WT_FAILED_PRECONDITION,
+              "backend 'grpc' pushes over a wt-server's gRPC channel, and "
+              "the control plane has none for %s",
+              args->ctx->targets[k]);
   g = calloc(1, sizeof(*g));
   if (g == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
-  g->client = args->client;
+  g->ctx = args->ctx;
   g->chunk_bytes = DEFAULT_CHUNK_BYTES;
   g->buffer_bytes = DEFAULT_BUFFER_BYTES;
   if (info &&
@@ -356,7 +362,7 @@ static void headers_free(Wt__V1__PushWeightsChunk *h, size_t n) {
 static wt_status *headers_build(grpc_trainer *g, const wt_update_lists *l,
                                 Wt__V1__PushWeightsChunk **out) {
   wt_status *st = NULL;
-  size_t ns = wt_sync_client_server_count(g->client);
+  size_t ns = g->ctx->nservers;
   Wt__V1__PushWeightsChunk *h = calloc(ns, sizeof(*h));
   unsigned push_no = ++g->pushes;
   *out = NULL;
@@ -367,7 +373,7 @@ static wt_status *headers_build(grpc_trainer *g, const wt_update_lists *l,
     Wt__V1__WeightTransferUpdateInfo *ui = calloc(1, sizeof(*ui));
     Wt__V1__GrpcUpdateInfo *gi = calloc(1, sizeof(*gi));
     char *tid = NULL;
-    uint64_t round = wt_sync_client_round_id(g->client, k);
+    uint64_t round = g->ctx->round_ids[k];
     if (asprintf(&tid, "push-r%" PRIu64 "-%u", round, push_no) < 0) tid = NULL;
     if (!hd || !ui || !gi || !tid) {
       free(hd);
@@ -401,8 +407,8 @@ static wt_status *grpc_send_weights(void *self, wt_source *src,
                                     wt_progress_fn progress, void *user) {
   wt_status *st = NULL;
   grpc_trainer *g = self;
-  wt_sync_client *client = g->client;
-  size_t ns = wt_sync_client_server_count(client);
+  const wt_trainer_ctx *ctx = g->ctx;
+  size_t ns = ctx->nservers;
   size_t n = 0;
   const wt_tensor_meta *metas = wt_source_metas(src, &n);
   wt_pack_plan *plan = NULL;
@@ -436,10 +442,9 @@ static wt_status *grpc_send_weights(void *self, wt_source *src,
     sender *s = &p.senders[k];
     s->p = &p;
     s->k = k;
-    s->target = wt_sync_client_target(client, k);
-    WT_CHECK(wt_rpc_client_stream_open(
-        wt_sync_client_channel(client, k), PUSH_METHOD,
-        wt_sync_client_data_timeout_ms(client), &s->stream));
+    s->target = ctx->targets[k];
+    WT_CHECK(wt_rpc_client_stream_open(ctx->channels[k], PUSH_METHOD,
+                                       ctx->data_timeout_ms, &s->stream));
   }
   for (size_t k = 0; k < ns; k++) {
     int rc =

@@ -81,7 +81,7 @@ typedef struct part_buf {
 
 typedef struct ipc_trainer {
   const wt_cuda_api *api;
-  wt_sync_client *client;
+  const wt_trainer_ctx *ctx; /* the servers; borrowed, may be NULL */
   int64_t timeout_ms;     /* every wait of a round */
   export_entry **exports; /* each its own allocation: pointers stay valid */
   size_t nexports, cap;
@@ -243,10 +243,10 @@ static wt_status *ipc_trainer_init(const wt_trainer_init_args *args,
   if (t == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "ipc trainer: out of memory");
   atomic_init(&t->cancelled, false);
-  t->client = args->client;
+  t->ctx = args->ctx;
   t->timeout_ms = init->timeout_ms
                       ? init->timeout_ms
-                      : (t->client ? wt_sync_client_data_timeout_ms(t->client)
+                      : (t->ctx ? t->ctx->data_timeout_ms
                                    : 30 * 60 * 1000);
   WT_CHECK(wt_status_prefix(wt_cuda_api_get(&t->api), "ipc trainer"));
   if (t->api->version < 2 || t->api->ipc_export == NULL)
@@ -398,7 +398,7 @@ static wt_status *ipc_parts(void *self, wt_source *src, size_t *nparts) {
     /* The packing stream's GPU, for the thread that runs the round. */
     WT_CHECK(wt_status_prefix(wt_cuda_bind(t->device), "ipc trainer"));
     uint32_t servers =
-        t->client ? (uint32_t)wt_sync_client_server_count(t->client) : 1;
+        t->ctx ? (uint32_t)t->ctx->nservers : 1;
     wt_ipc_ring_clear(&t->ring);
     WT_CHECK(wt_ipc_ring_init(&t->ring, t->nslots, servers ? servers : 1));
   }

@@ -43,7 +43,7 @@
 typedef struct nccl_trainer {
   const wt_cuda_api *cuda;
   const wt_nccl_api *nccl;
-  wt_sync_client *client;
+  const wt_trainer_ctx *ctx; /* the servers; borrowed, may be NULL */
   int64_t timeout_ms, connect_timeout_ms;
   bool packed;
   uint64_t buffer_bytes;
@@ -91,7 +91,7 @@ static wt_status *nccl_trainer_init(const wt_trainer_init_args *args,
   if (t == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "nccl trainer: out of memory");
   atomic_init(&t->cancelled, false);
-  t->client = args->client;
+  t->ctx = args->ctx;
   const Wt__V1__NcclInitInfo *x =
       init->backend_init_case ==
               WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_NCCL
@@ -106,7 +106,7 @@ static wt_status *nccl_trainer_init(const wt_trainer_init_args *args,
   t->timeout_ms =
       init->timeout_ms
           ? init->timeout_ms
-          : (t->client ? wt_sync_client_data_timeout_ms(t->client) : 60000);
+          : (t->ctx ? t->ctx->data_timeout_ms : 60000);
   /* Joining waits for every worker's start, too. */
   t->connect_timeout_ms = t->timeout_ms > 10000 ? t->timeout_ms : 10000;
   WT_CHECK(wt_status_prefix(wt_cuda_api_get(&t->cuda), "nccl trainer"));

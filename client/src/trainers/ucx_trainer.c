@@ -112,7 +112,7 @@ typedef struct sbuf {
 enum { FANOUT_PARALLEL, FANOUT_SEQUENTIAL, FANOUT_CHAIN, FANOUT_AUTO };
 
 typedef struct ucx_trainer {
-  wt_sync_client *client;
+  const wt_trainer_ctx *ctx; /* the servers; borrowed */
   wt_ucx *ucx;
   uint64_t buffer_bytes;
   uint32_t num_buffers;
@@ -323,11 +323,13 @@ static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
               WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX
           ? init->ucx
           : NULL;
-  t->client = args->client;
+  if (args->ctx == NULL)
+    WT_FAIL(WT_INVALID_ARGUMENT, "ucx trainer: no servers (no context)");
+  t->ctx = args->ctx;
   t->buffer_bytes = UCX_DEFAULT_BUFFER_BYTES;
   t->num_buffers = UCX_DEFAULT_NUM_BUFFERS;
   t->timeout_ms = init->timeout_ms ? (int64_t)init->timeout_ms
-                                   : wt_sync_client_data_timeout_ms(t->client);
+                                   : t->ctx->data_timeout_ms;
   if (x != NULL && x->packed_buffer_size_bytes != NULL) {
     if (x->packed_buffer_size_bytes->value == 0)
       WT_FAIL(WT_INVALID_ARGUMENT,
@@ -398,7 +400,7 @@ static wt_status *ucx_init_response(
     p->server = k;
     p->rank = we->rank;
     snprintf(p->name, sizeof(p->name), "%s worker %u (%s:%u)",
-             wt_sync_client_target(t->client, k), we->rank,
+             t->ctx->targets[k], we->rank,
              we->address ? we->address : "", we->port);
     if (t->by_sockaddr &&
         (we->address == NULL || *we->address == '\0' || we->port == 0))
@@ -607,8 +609,8 @@ out:
 }
 
 static uint64_t round_of(ucx_trainer *t, const peer *p) {
-  return p->server < wt_sync_client_server_count(t->client)
-             ? wt_sync_client_round_id(t->client, p->server)
+  return p->server < t->ctx->nservers
+             ? t->ctx->round_ids[p->server]
              : 0;
 }
 

@@ -27,6 +27,14 @@ const char *wt_init_info_case_backend(
 wt_status *wt_init_info_backend(const Wt__V1__WeightTransferInitInfo *info,
                                 const char **backend);
 
+/* The ranks of a server's `nworkers` workers (rank_offset ..
+ * rank_offset + nworkers - 1) lie in the init's world (world_size; 0
+ * leaves the ranks unsaid, and passes): INVALID_ARGUMENT naming both
+ * fields otherwise, and for a rank_offset of 0 (the trainer's). Every
+ * server checks it at init, whatever the backend. */
+wt_status *wt_init_info_check_ranks(const Wt__V1__WeightTransferInitInfo *info,
+                                    uint32_t nworkers);
+
 #ifdef __cplusplus
 }
 #endif

@@ -21,6 +21,7 @@
 #ifndef WT_REGISTRY_H
 #define WT_REGISTRY_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -104,6 +105,29 @@ wt_status *wt_registry_names_joined(wt_registry *reg, char **out);
 
 /* The `kind` given at creation; owned by the registry. */
 const char *wt_registry_kind(const wt_registry *reg);
+
+/* A process's registry of one side (the worker engines', the trainer
+ * engines'), made once with its built-ins: the one wrapper both sides use.
+ * A static of the side's file, initialised with WT_REGISTRY_ONCE_INIT. */
+typedef struct wt_registry_once {
+  pthread_once_t once;
+  const char *kind;
+  uint32_t abi_version;
+  wt_status *(*fill)(wt_registry *reg); /* registers the built-ins */
+  wt_registry *reg;
+  wt_status *error;
+} wt_registry_once;
+
+#define WT_REGISTRY_ONCE_INIT(kind_, abi_, fill_) \
+  {PTHREAD_ONCE_INIT, (kind_), (abi_), (fill_), NULL, NULL}
+
+/* Sets *out to the registry, made on the first call (`build` is the
+ * side's function calling wt_registry_once_build(&g), since pthread_once
+ * takes no argument). When making it failed, *out is NULL and a copy of
+ * that error comes back, every time. */
+wt_status *wt_registry_once_get(wt_registry_once *g, void (*build)(void),
+                                wt_registry **out);
+void wt_registry_once_build(wt_registry_once *g);
 
 #ifdef __cplusplus
 }

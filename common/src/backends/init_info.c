@@ -2,6 +2,8 @@
 
 #include "wt/init_info.h"
 
+#include <inttypes.h>
+
 #include <string.h>
 
 static const struct {
@@ -36,5 +38,25 @@ wt_status *wt_init_info_backend(const Wt__V1__WeightTransferInitInfo *info,
   if (by_name == NULL && by_case == NULL)
     return wt_status_new(WT_INVALID_ARGUMENT, "init_info.backend is empty");
   *backend = by_name ? by_name : by_case;
+  return NULL;
+}
+
+wt_status *wt_init_info_check_ranks(const Wt__V1__WeightTransferInitInfo *info,
+                                    uint32_t nworkers) {
+  if (info->world_size == 0 || nworkers == 0) return NULL;
+  if (info->rank_offset == 0)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "init_info.rank_offset is 0, the trainer's rank; a "
+                         "server's workers start at 1 or later");
+  uint64_t last = (uint64_t)info->rank_offset + nworkers - 1;
+  if (last >= info->world_size)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "init_info.rank_offset %" PRIu32 " with %" PRIu32
+                         " worker(s) needs ranks up to %" PRIu64
+                         "; init_info.world_size %" PRIu32
+                         " has ranks 0 to %" PRIu32
+                         " (does the trainer know this server's world size?)",
+                         info->rank_offset, nworkers, last, info->world_size,
+                         info->world_size - 1);
   return NULL;
 }

@@ -4,15 +4,14 @@
 #include "wt/nccl.h"
 #include "wt/clock.h"
 
-#include <dlfcn.h>
 #include <inttypes.h>
-#include <libgen.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "wt/init_info.h"
 #include "wt/log.h"
 #include "core/module.h"
 
@@ -77,21 +76,8 @@ wt_status *wt_nccl_check_init(const Wt__V1__WeightTransferInitInfo *init,
     return wt_status_new(WT_INVALID_ARGUMENT,
                          "init_info.world_size is %" PRIu32 "; at most %u",
                          out->world_size, WT_NCCL_MAX_WORLD);
-  if (nworkers > 0) {
-    if (out->rank_offset == 0)
-      return wt_status_new(WT_INVALID_ARGUMENT,
-                           "init_info.rank_offset is 0, the trainer's rank; "
-                           "a server's workers start at 1 or later");
-    uint64_t last = (uint64_t)out->rank_offset + nworkers - 1;
-    if (last >= out->world_size)
-      return wt_status_new(WT_INVALID_ARGUMENT,
-                           "init_info.rank_offset %" PRIu32 " with %" PRIu32
-                           " worker(s) needs ranks up to %" PRIu64
-                           "; init_info.world_size %" PRIu32
-                           " has ranks 0 to %" PRIu32,
-                           out->rank_offset, nworkers, last, out->world_size,
-                           out->world_size - 1);
-  }
+  wt_status *ranks = wt_init_info_check_ranks(init, nworkers);
+  if (ranks != NULL) return ranks;
   out->packed = x->packed;
   return wt_nccl_packing(x, &out->buffer_bytes, &out->num_buffers);
 }

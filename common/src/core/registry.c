@@ -317,3 +317,22 @@ wt_status *wt_registry_names_joined(wt_registry *reg, char **out) {
                          reg->kind);
   return NULL;
 }
+
+void wt_registry_once_build(wt_registry_once *g) {
+  wt_status *st = NULL;
+  wt_registry *reg = NULL;
+  WT_CHECK(wt_registry_new(g->kind, g->abi_version, &reg));
+  if (g->fill != NULL) WT_CHECK(g->fill(reg));
+  g->reg = reg;
+  reg = NULL;
+out:
+  wt_registry_destroy(reg);
+  g->error = st;
+}
+
+wt_status *wt_registry_once_get(wt_registry_once *g, void (*build)(void),
+                                wt_registry **out) {
+  pthread_once(&g->once, build);
+  *out = g->reg;
+  return g->error != NULL ? wt_status_copy(g->error) : NULL;
+}

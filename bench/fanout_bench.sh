@@ -27,6 +27,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
+# Absolute or relative to the repository, as every bench takes it.
+case "$build" in /*) ;; *) build=$PWD/$build ;; esac
 ns_list=${NS:-1 2 4 8}
 modes=${MODES:-parallel sequential chain}
 rate=${RATE:-1gbit}
@@ -39,8 +41,8 @@ bench=fanout_bench
 work=$(mktemp -d /tmp/wt-fanout.XXXXXX)
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
-server_bin=$(pwd)/$build/server/wt-server
-push_bin=$(pwd)/$build/client/wt-push
+server_bin=$build/server/wt-server
+push_bin=$build/client/wt-push
 [ "$(id -u)" = 0 ] || { echo "$bench: needs root (network namespaces)" >&2; exit 1; }
 max=0
 for n in $ns_list; do [ "$n" -gt "$max" ] && max=$n; done

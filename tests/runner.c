@@ -13,35 +13,8 @@
 #include "wt/log.h"
 #include "wt_test.h"
 
-#define WT_SUITES(X) \
-  X(status)          \
-  X(log)             \
-  X(dtype)           \
-  X(tensor)          \
-  X(packing)         \
-  X(checksum)        \
-  X(safetensors)     \
-  X(registry)        \
-  X(pb)              \
-  X(ipc)             \
-  X(nccl)            \
-  X(proto_python)    \
-  X(rpc)             \
-  X(memory)          \
-  X(synthetic)       \
-  X(param_store)     \
-  X(worker)          \
-  X(service)         \
-  X(round)           \
-  X(admission)       \
-  X(grpc_engine)     \
-  X(client)          \
-  X(e2e)             \
-  X(interop_python)  \
-  X(ucx)             \
-  X(trust)           \
-  X(alloc)           \
-  X(gpu)
+/* WT_SUITES(X): the suites of tests/CMakeLists.txt, in its order. */
+#include "suites.h"
 
 #define DECLARE(name) void wt_test_suite_##name(void);
 WT_SUITES(DECLARE)

@@ -104,13 +104,13 @@ static void test_thousand_watchers(void) {
   int running = 0, queued = 0, pool = 0;
   int64_t end = wt_mono_ms() + 10000;
   while (running < NWATCH && wt_mono_ms() < end) {
-    wt_server_admission(S.srv, 2, &running, &queued, &pool);
+    wt_server_admission(S.srv, WT_SERVER_CLASS_WATCH, &running, &queued, &pool);
     if (running < NWATCH) wtt_sleep_ms(10);
   }
   int after = threads_now();
   int rthreads = 0, dthreads = 0;
-  wt_server_admission(S.srv, 0, NULL, NULL, &rthreads);
-  wt_server_admission(S.srv, 1, NULL, NULL, &dthreads);
+  wt_server_admission(S.srv, WT_SERVER_CLASS_ROUND, NULL, NULL, &rthreads);
+  wt_server_admission(S.srv, WT_SERVER_CLASS_READER, NULL, NULL, &dthreads);
   printf(
       "\n  %d watch streams open; process threads %d before them, %d with "
       "them; watch threads %d, round threads %d, reader threads %d\n",
@@ -131,7 +131,7 @@ static void test_thousand_watchers(void) {
       "%ld errors; process threads %d\n",
       S.n, (long long)push_ms, atomic_load(&r.calls), errors, threads_now());
   CU_ASSERT_EQUAL(errors, 0);
-  wt_server_admission(S.srv, 1, NULL, NULL, &dthreads);
+  wt_server_admission(S.srv, WT_SERVER_CLASS_READER, NULL, NULL, &dthreads);
   CU_ASSERT(dthreads <= WT_SERVER_DEFAULT_READER_CALLS);
   for (int i = 0; i < NWATCH; i++) wtt_watch_expect(w[i], "v1", 1);
   /* And the next one. */
@@ -141,7 +141,7 @@ static void test_thousand_watchers(void) {
   /* Closed streams leave the server. */
   end = wt_mono_ms() + 10000;
   do {
-    wt_server_admission(S.srv, 2, &running, NULL, NULL);
+    wt_server_admission(S.srv, WT_SERVER_CLASS_WATCH, &running, NULL, NULL);
     if (running > 0) wtt_sleep_ms(10);
   } while (running > 0 && wt_mono_ms() < end);
   CU_ASSERT_EQUAL(running, 0);
@@ -184,7 +184,7 @@ static void test_readers_never_take_round_capacity(void) {
   }
   wtt_sleep_ms(100);
   int running = 0, queued = 0;
-  wt_server_admission(S.srv, 1, &running, &queued, NULL);
+  wt_server_admission(S.srv, WT_SERVER_CLASS_READER, &running, &queued, NULL);
   printf("\n  readers: %d running, %d waiting\n", running, queued);
   CU_ASSERT_EQUAL(running, 2);
   CU_ASSERT(queued > 0);
@@ -214,7 +214,7 @@ static void test_readers_never_take_round_capacity(void) {
                       .type = &wt__v1__checksum_weights_response__descriptor};
   wtt_bg_start(&hold);
   do {
-    wt_server_admission(S.srv, 1, &running, NULL, NULL);
+    wt_server_admission(S.srv, WT_SERVER_CLASS_READER, &running, NULL, NULL);
   } while (running < 1);
   enum { NBURST = 80 };
   Wt__V1__GetWeightVersionRequest vreq =
@@ -260,7 +260,7 @@ static void test_watch_limit(void) {
   int running = 0;
   int64_t end = wt_mono_ms() + 5000;
   do {
-    wt_server_admission(S.srv, 2, &running, NULL, NULL);
+    wt_server_admission(S.srv, WT_SERVER_CLASS_WATCH, &running, NULL, NULL);
   } while (running < 3 && wt_mono_ms() < end);
   wt_rpc_server_stream *extra = wtt_watch_open(S.ch);
   ProtobufCMessage *m = NULL;
@@ -275,7 +275,7 @@ static void test_watch_limit(void) {
   wt_rpc_server_stream_destroy(w[0]);
   end = wt_mono_ms() + 5000;
   do {
-    wt_server_admission(S.srv, 2, &running, NULL, NULL);
+    wt_server_admission(S.srv, WT_SERVER_CLASS_WATCH, &running, NULL, NULL);
   } while (running > 2 && wt_mono_ms() < end);
   w[0] = wtt_watch_open(S.ch);
   WT_ASSERT_OK(wtt_init_grpc(S.ch, 0, 1));
@@ -303,7 +303,7 @@ static void test_silent_and_stalled_pushes(void) {
   int running = 0, queued = 0;
   do {
     wtt_sleep_ms(20);
-    wt_server_admission(S.srv, 0, &running, &queued, NULL);
+    wt_server_admission(S.srv, WT_SERVER_CLASS_ROUND, &running, &queued, NULL);
   } while ((running > 0 || queued > 0) && wt_mono_ms() - t0 < 5000);
   int64_t ms = wt_mono_ms() - t0;
   printf(

@@ -1,5 +1,5 @@
-/* test_client.c: the client library (client/): weight sources, the trainer
- * registry, and the sync client with the grpc trainer against in-process
+/* test_client.c: the client library (client/): the trainer registry, the
+ * control plane, and the sync client with the grpc trainer against in-process
  * servers (server/include/wt/server.h) on 127.0.0.1:0. */
 
 #include <pthread.h>
@@ -18,352 +18,10 @@
 #include "wt/trainer.h"
 #include "support/fake_cuda.h"
 #include "support/fake_engine.h"
+#include "support/fake_trainer.h"
 #include "support/fixture.h"
+#include "support/sources.h"
 #include "wt_test.h"
-
-/* ---- helpers ------------------------------------------------------------ */
-
-/* Tensors of a layout with bytes for `seed`, held in memory. */
-typedef struct held {
-  wt_tensor_meta *metas;
-  size_t n;
-  void **data;
-  wt_source_tensor *tensors;
-} held;
-
-static void held_load(const char *layout, uint64_t seed, held *h) {
-  memset(h, 0, sizeof(*h));
-  WT_ASSERT_OK(wt_synthetic_layout(layout, &h->metas, &h->n));
-  h->data = calloc(h->n, sizeof(*h->data));
-  h->tensors = calloc(h->n, sizeof(*h->tensors));
-  CU_ASSERT_FATAL(h->data && h->tensors);
-  for (size_t i = 0; i < h->n; i++) {
-    const wt_tensor_meta *m = &h->metas[i];
-    h->data[i] = malloc(m->nbytes ? m->nbytes : 1);
-    CU_ASSERT_FATAL(h->data[i] != NULL);
-    wt_synthetic_fill(m, seed, 0, h->data[i], m->nbytes);
-    h->tensors[i] = (wt_source_tensor){.name = m->name,
-                                       .dtype = m->dtype,
-                                       .ndim = m->ndim,
-                                       .shape = m->shape,
-                                       .data = h->data[i],
-                                       .nbytes = m->nbytes};
-  }
-}
-
-static void held_free(held *h) {
-  for (size_t i = 0; i < h->n; i++) free(h->data[i]);
-  free(h->data);
-  free(h->tensors);
-  wt_tensor_meta_array_free(h->metas, h->n);
-}
-
-/* A source of scripted yields, to break the contract on purpose. */
-typedef struct scripted {
-  const wt_source_tensor *yields;
-  size_t n;
-  size_t next;
-} scripted;
-
-static wt_status *scripted_rewind(void *impl) {
-  ((scripted *)impl)->next = 0;
-  return NULL;
-}
-
-static wt_status *scripted_next(void *impl, wt_source_tensor *t, bool *done) {
-  scripted *s = impl;
-  if (s->next == s->n) {
-    *done = true;
-    return NULL;
-  }
-  *t = s->yields[s->next++];
-  return NULL;
-}
-
-static const wt_source_vtable scripted_vt = {
-    .kind = "scripted", .rewind = scripted_rewind, .next = scripted_next};
-
-/* Metadata a/b/c: f32 [2, 3], bf16 [4], u8 []. */
-static const int64_t shape_a[] = {2, 3}, shape_b[] = {4}, shape_bad[] = {3, 2};
-static float data_a[6] = {1, 2, 3, 4, 5, 6};
-static uint16_t data_b[4] = {7, 8, 9, 10};
-static uint8_t data_c[1] = {42};
-
-static void abc_metas(wt_tensor_meta m[3]) {
-  WT_ASSERT_OK(wt_tensor_meta_init(&m[0], "a", WT_DTYPE_FLOAT32, shape_a, 2));
-  WT_ASSERT_OK(wt_tensor_meta_init(&m[1], "b", WT_DTYPE_BFLOAT16, shape_b, 1));
-  WT_ASSERT_OK(wt_tensor_meta_init(&m[2], "c", WT_DTYPE_UINT8, NULL, 0));
-}
-
-static const wt_source_tensor T_A = {.name = "a",
-                                     .dtype = WT_DTYPE_FLOAT32,
-                                     .ndim = 2,
-                                     .shape = shape_a,
-                                     .data = data_a,
-                                     .nbytes = 24};
-static const wt_source_tensor T_B = {.name = "b",
-                                     .dtype = WT_DTYPE_BFLOAT16,
-                                     .ndim = 1,
-                                     .shape = shape_b,
-                                     .data = data_b,
-                                     .nbytes = 8};
-static const wt_source_tensor T_C = {
-    .name = "c", .dtype = WT_DTYPE_UINT8, .data = data_c, .nbytes = 1};
-
-/* Validates a scripted source over a/b/c yielding `yields`. */
-static wt_status *validate_scripted(const wt_source_tensor *yields, size_t n) {
-  wt_tensor_meta m[3] = {0};
-  wt_source *src = NULL;
-  scripted *s = calloc(1, sizeof(*s));
-  s->yields = yields;
-  s->n = n;
-  abc_metas(m);
-  /* The scripted impl is freed by hand: its vtable has no destroy. */
-  wt_status *st = wt_source_new(&scripted_vt, s, m, 3, &src);
-  if (st == NULL) st = wt_source_validate(src);
-  wt_source_destroy(src);
-  free(s);
-  for (int i = 0; i < 3; i++) wt_tensor_meta_clear(&m[i]);
-  return st;
-}
-
-/* ---- sources ------------------------------------------------------------ */
-
-static void test_memory_source_order(void) {
-  const wt_source_tensor in[3] = {T_A, T_B, T_C};
-  wt_source *src = NULL;
-  WT_ASSERT_OK(wt_source_memory(in, 3, &src));
-  CU_ASSERT_EQUAL(wt_source_count(src), 3);
-  CU_ASSERT_EQUAL(wt_source_total_bytes(src), 33);
-  CU_ASSERT_STRING_EQUAL(wt_source_kind(src), "memory");
-  size_t n = 0;
-  const wt_tensor_meta *m = wt_source_metas(src, &n);
-  CU_ASSERT_EQUAL(n, 3);
-  CU_ASSERT_STRING_EQUAL(m[1].name, "b");
-  CU_ASSERT_EQUAL(m[1].nbytes, 8);
-  /* Two rounds: each yields the same tensors, in order, by pointer. */
-  for (int round = 0; round < 2; round++) {
-    wt_source_tensor t;
-    bool done = false;
-    WT_ASSERT_OK(wt_source_rewind(src));
-    for (size_t i = 0; i < 3; i++) {
-      WT_ASSERT_OK(wt_source_next(src, &t, &done));
-      CU_ASSERT_FALSE(done);
-      CU_ASSERT_STRING_EQUAL(t.name, in[i].name);
-      CU_ASSERT_PTR_EQUAL(t.data, in[i].data);
-      CU_ASSERT_EQUAL(t.nbytes, in[i].nbytes);
-    }
-    WT_ASSERT_OK(wt_source_next(src, &t, &done));
-    CU_ASSERT_TRUE(done);
-  }
-  /* Reading a slice copies those bytes; past the end is OUT_OF_RANGE. */
-  wt_source_tensor t;
-  bool done;
-  float two[2];
-  WT_ASSERT_OK(wt_source_rewind(src));
-  WT_ASSERT_OK(wt_source_next(src, &t, &done));
-  WT_ASSERT_OK(wt_source_read(src, &t, 8, two, sizeof(two)));
-  CU_ASSERT_EQUAL(two[0], 3.0f);
-  CU_ASSERT_EQUAL(two[1], 4.0f);
-  WT_ASSERT_ERR(wt_source_read(src, &t, 20, two, 8), WT_OUT_OF_RANGE, "'a'");
-  /* Locally computed digests are those of the bytes. */
-  char(*hex)[WT_DIGEST_HEX_MAX] = NULL;
-  char want[WT_DIGEST_HEX_MAX];
-  WT_ASSERT_OK(wt_source_checksums(src, WT_HASH_SHA256, &hex));
-  WT_ASSERT_OK(wt_digest_hex(WT_HASH_SHA256, data_b, 8, want));
-  CU_ASSERT_STRING_EQUAL(hex[1], want);
-  free(hex);
-  WT_ASSERT_ERR(wt_source_synthetic_set_seed(src, 3), WT_FAILED_PRECONDITION,
-                "memory");
-  wt_source_destroy(src);
-}
-
-static void test_memory_source_rejects(void) {
-  wt_source *src = NULL;
-  wt_source_tensor bad[2] = {T_A, T_B};
-  bad[1].nbytes = 6;
-  WT_ASSERT_ERR(wt_source_memory(bad, 2, &src), WT_INVALID_ARGUMENT,
-                "tensor 'b': 6 bytes given, but bfloat16 x [4] is 8 bytes");
-  CU_ASSERT_PTR_NULL(src);
-  bad[1] = T_B;
-  bad[1].data = NULL;
-  WT_ASSERT_ERR(wt_source_memory(bad, 2, &src), WT_INVALID_ARGUMENT,
-                "tensor 'b': data is NULL");
-  bad[1] = T_A;
-  WT_ASSERT_ERR(wt_source_memory(bad, 2, &src), WT_INVALID_ARGUMENT,
-                "tensor 'a' appears twice");
-  CU_ASSERT_PTR_NULL(src);
-}
-
-static void test_source_mismatch_detected(void) {
-  const wt_source_tensor ok[3] = {T_A, T_B, T_C};
-  WT_ASSERT_OK(validate_scripted(ok, 3));
-
-  const wt_source_tensor swapped[3] = {T_B, T_A, T_C};
-  WT_ASSERT_ERR(validate_scripted(swapped, 3), WT_INVALID_ARGUMENT,
-                "tensor 0 is 'b' but the metadata has 'a' there");
-
-  wt_source_tensor y[4] = {T_A, T_B, T_C, T_C};
-  y[1].dtype = WT_DTYPE_FLOAT16;
-  WT_ASSERT_ERR(validate_scripted(y, 3), WT_INVALID_ARGUMENT,
-                "tensor 'b': dtype float16 does not match the metadata's "
-                "bfloat16");
-  y[1] = T_B;
-  y[0].shape = shape_bad;
-  WT_ASSERT_ERR(validate_scripted(y, 3), WT_INVALID_ARGUMENT,
-                "tensor 'a': shape [3, 2] does not match the metadata's "
-                "[2, 3]");
-  y[0] = T_A;
-  y[0].nbytes = 20;
-  WT_ASSERT_ERR(validate_scripted(y, 3), WT_INVALID_ARGUMENT,
-                "tensor 'a': 20 bytes yielded, but dtype x shape is 24 bytes");
-  y[0] = T_A;
-  WT_ASSERT_ERR(validate_scripted(y, 2), WT_INVALID_ARGUMENT,
-                "ended after 2 of 3 tensors: tensor 'c' was never yielded");
-  WT_ASSERT_ERR(validate_scripted(y, 4), WT_INVALID_ARGUMENT,
-                "yielded tensor 'c' after the 3 tensors");
-  y[2].data = NULL; /* no data and no read function */
-  WT_ASSERT_ERR(validate_scripted(y, 3), WT_INVALID_ARGUMENT,
-                "tensor 'c': yielded without data");
-}
-
-/* Writes `layout` with `seed` as one safetensors file, or as two shards and
- * an index when `sharded`; returns the path to open (caller frees). */
-static char *write_checkpoint(const char *dir, const char *layout,
-                              uint64_t seed, bool sharded) {
-  held h;
-  held_load(layout, seed, &h);
-  wt_st_write_tensor *w = calloc(h.n, sizeof(*w));
-  for (size_t i = 0; i < h.n; i++)
-    w[i] = (wt_st_write_tensor){h.metas[i].name, h.metas[i].dtype,
-                                h.metas[i].ndim, h.metas[i].shape, h.data[i]};
-  char *path = NULL;
-  if (!sharded) {
-    CU_ASSERT_FATAL(asprintf(&path, "%s/model.safetensors", dir) > 0);
-    WT_ASSERT_OK(wt_safetensors_write(path, w, h.n, NULL));
-  } else {
-    char *p1 = NULL, *p2 = NULL;
-    size_t half = h.n / 2;
-    CU_ASSERT_FATAL(asprintf(&p1, "%s/model-00001-of-00002.safetensors", dir) >
-                    0);
-    CU_ASSERT_FATAL(asprintf(&p2, "%s/model-00002-of-00002.safetensors", dir) >
-                    0);
-    WT_ASSERT_OK(wt_safetensors_write(p1, w, half, NULL));
-    WT_ASSERT_OK(wt_safetensors_write(p2, w + half, h.n - half, NULL));
-    CU_ASSERT_FATAL(asprintf(&path, "%s/model.safetensors.index.json", dir) >
-                    0);
-    FILE *f = fopen(path, "w");
-    CU_ASSERT_FATAL(f != NULL);
-    fprintf(f, "{\"metadata\": {}, \"weight_map\": {");
-    for (size_t i = 0; i < h.n; i++)
-      fprintf(f, "%s\"%s\": \"model-0000%d-of-00002.safetensors\"",
-              i ? ", " : "", h.metas[i].name, i < half ? 1 : 2);
-    fprintf(f, "}}\n");
-    fclose(f);
-    free(p1);
-    free(p2);
-  }
-  free(w);
-  held_free(&h);
-  return path;
-}
-
-static void test_checkpoint_source_zero_copy(void) {
-  char *dir = wt_test_tmpdir();
-  for (int sharded = 0; sharded < 2; sharded++) {
-    char *path = write_checkpoint(dir, "tiny", 5, sharded);
-    wt_checkpoint *ck = NULL;
-    wt_source *src = NULL;
-    held want;
-    held_load("tiny", 5, &want);
-    WT_ASSERT_OK(wt_checkpoint_open(path, &ck));
-    WT_ASSERT_OK(wt_source_checkpoint(ck, &src));
-    CU_ASSERT_STRING_EQUAL(wt_source_kind(src), "checkpoint");
-    CU_ASSERT_EQUAL(wt_source_count(src), want.n);
-    WT_ASSERT_OK(wt_source_validate(src));
-    wt_source_tensor t;
-    bool done = false;
-    for (size_t i = 0;; i++) {
-      WT_ASSERT_OK(wt_source_next(src, &t, &done));
-      if (done) break;
-      /* The pointer is the mapping's own: nothing was copied. */
-      const wt_st_tensor *ct = wt_checkpoint_at(ck, i);
-      CU_ASSERT_PTR_EQUAL(t.data, ct->data);
-      const void *direct = NULL;
-      WT_ASSERT_OK(wt_source_tensor_data(src, &t, &direct));
-      CU_ASSERT_PTR_EQUAL(direct, ct->data);
-      size_t j = 0;
-      while (j < want.n && strcmp(want.metas[j].name, t.name) != 0) j++;
-      CU_ASSERT_FATAL(j < want.n);
-      CU_ASSERT_EQUAL(memcmp(t.data, want.data[j], t.nbytes), 0);
-    }
-    wt_source_destroy(src);
-    wt_checkpoint_close(ck);
-    /* The owning form opens the same file. */
-    WT_ASSERT_OK(wt_source_checkpoint_open(path, &src));
-    CU_ASSERT_EQUAL(wt_source_total_bytes(src), 6080);
-    wt_source_destroy(src);
-    held_free(&want);
-    free(path);
-  }
-  wt_source *src = NULL;
-  WT_ASSERT_ERR(wt_source_checkpoint_open("/nonexistent/x.safetensors", &src),
-                WT_NOT_FOUND, "/nonexistent/x.safetensors");
-  wt_test_rmtree(dir);
-  free(dir);
-}
-
-static void test_synthetic_source(void) {
-  wt_source *a = NULL, *b = NULL, *c = NULL;
-  WT_ASSERT_OK(wt_source_synthetic("small", 11, &a));
-  WT_ASSERT_OK(wt_source_synthetic("small", 11, &b));
-  WT_ASSERT_OK(wt_source_synthetic("small", 12, &c));
-  CU_ASSERT_STRING_EQUAL(wt_source_kind(a), "synthetic");
-  WT_ASSERT_OK(wt_source_validate(a));
-  char(*ha)[WT_DIGEST_HEX_MAX] = NULL, (*hb)[WT_DIGEST_HEX_MAX] = NULL,
-  (*hc)[WT_DIGEST_HEX_MAX] = NULL;
-  WT_ASSERT_OK(wt_source_checksums(a, WT_HASH_XXH3_64, &ha));
-  WT_ASSERT_OK(wt_source_checksums(b, WT_HASH_XXH3_64, &hb));
-  WT_ASSERT_OK(wt_source_checksums(c, WT_HASH_XXH3_64, &hc));
-  size_t n = wt_source_count(a);
-  for (size_t i = 0; i < n; i++) {
-    CU_ASSERT_STRING_EQUAL(ha[i], hb[i]);     /* same seed, same bytes */
-    CU_ASSERT_STRING_NOT_EQUAL(ha[i], hc[i]); /* another seed, others */
-  }
-  /* set_seed makes c the same as a. */
-  WT_ASSERT_OK(wt_source_synthetic_set_seed(c, 11));
-  free(hc);
-  WT_ASSERT_OK(wt_source_checksums(c, WT_HASH_XXH3_64, &hc));
-  CU_ASSERT_STRING_EQUAL(ha[n - 1], hc[n - 1]);
-
-  /* Chunks read piecewise, and the materialised tensor, equal a fill. */
-  wt_source_tensor t;
-  bool done;
-  WT_ASSERT_OK(wt_source_rewind(a));
-  WT_ASSERT_OK(wt_source_next(a, &t, &done));
-  CU_ASSERT_PTR_NULL(t.data);
-  unsigned char *want = malloc(t.nbytes), *got = malloc(t.nbytes);
-  const wt_tensor_meta *m = wt_source_metas(a, NULL);
-  wt_synthetic_fill(&m[0], 11, 0, want, t.nbytes);
-  for (uint64_t off = 0; off < t.nbytes; off += 1000) {
-    size_t len = t.nbytes - off < 1000 ? t.nbytes - off : 1000;
-    WT_ASSERT_OK(wt_source_read(a, &t, off, got + off, len));
-  }
-  CU_ASSERT_EQUAL(memcmp(want, got, t.nbytes), 0);
-  const void *whole = NULL;
-  WT_ASSERT_OK(wt_source_tensor_data(a, &t, &whole));
-  CU_ASSERT_EQUAL(memcmp(want, whole, t.nbytes), 0);
-  free(want);
-  free(got);
-  free(ha);
-  free(hb);
-  free(hc);
-  wt_source_destroy(a);
-  wt_source_destroy(b);
-  wt_source_destroy(c);
-  WT_ASSERT_ERR(wt_source_synthetic("no-such-layout", 0, &a), WT_NOT_FOUND,
-                "no-such-layout");
-}
 
 /* The grpc trainer sends chunks that lie in one tensor straight from the
  * source's memory: once update returns, gRPC holds none of it, so the
@@ -421,32 +79,6 @@ static void test_grpc_push_from_memory_freed(void) {
 
 /* ---- trainer registry --------------------------------------------------- */
 
-static wt_status *parts_init(const wt_trainer_init_args *a, void **self) {
-  (void)a;
-  *self = NULL;
-  return NULL;
-}
-
-static wt_status *parts_count(void *self, wt_source *src, size_t *n) {
-  (void)self;
-  (void)src;
-  *n = 0;
-  return NULL;
-}
-
-static void parts_destroy(void *self) {
-  (void)self;
-}
-
-/* A table with parts but no prepare_part: refused when an engine is made. */
-static const wt_trainer_ops half_parts_ops = {
-    .header = {WT_TRAINER_ABI_VERSION, "test-half-parts"},
-    .flags = WT_TRAINER_NEEDS_UPDATE_WEIGHTS,
-    .trainer_init = parts_init,
-    .parts = parts_count,
-    .destroy = parts_destroy,
-};
-
 static void test_trainer_registry(void) {
   const wt_trainer_ops *ops = NULL;
   WT_ASSERT_OK(wt_trainer_lookup("grpc", &ops));
@@ -480,10 +112,7 @@ static void test_trainer_registry(void) {
                 "chunk_size_bytes");
   chunk.value = 4096;
   /* A round in parts needs every part entry. */
-  static bool registered = false;
-  if (!registered)
-    WT_ASSERT_OK(wt_trainer_register("test-half-parts", &half_parts_ops));
-  registered = true;
+  fake_trainer_register();
   WT_ASSERT_ERR(wt_trainer_create("test-half-parts", &args, &t),
                 WT_FAILED_PRECONDITION,
                 "'test-half-parts': a table with parts needs prepare_part, "
@@ -664,7 +293,7 @@ static void test_round_one_server(void) {
   /* A second round with default chunk and bucket sizes, from a checkpoint
    * (zero-copy pointers into its mapping). */
   char *dir = wt_test_tmpdir();
-  char *path = write_checkpoint(dir, "tiny", 9, false);
+  char *path = wtt_write_layout(dir, "tiny", 9, false);
   wt_source *ck = NULL;
   WT_ASSERT_OK(wt_source_checkpoint_open(path, &ck));
   wt_trainer_destroy(t);
@@ -764,8 +393,8 @@ static void test_server_error_aborts_round(void) {
 
   /* The tiny layout with q_proj's [16, 16] unchanged but down_proj
    * transposed: [40, 16] where the model has [16, 40]. */
-  held h;
-  held_load("tiny", 4, &h);
+  wtt_held h;
+  wtt_held_load("tiny", 4, &h);
   int64_t transposed[2] = {40, 16};
   for (size_t i = 0; i < h.n; i++)
     if (strcmp(h.metas[i].name, "model.layers.0.mlp.down_proj.weight") == 0)
@@ -793,11 +422,11 @@ static void test_server_error_aborts_round(void) {
   /* A source out of its metadata's order is caught before any byte moves,
    * and that round is aborted too. */
   wt_tensor_meta m[3] = {{0}};
-  const wt_source_tensor swapped[3] = {T_B, T_A, T_C};
-  scripted sc = {.yields = swapped, .n = 3};
+  const wt_source_tensor swapped[3] = {wtt_t_b, wtt_t_a, wtt_t_c};
+  wtt_scripted sc = {.yields = swapped, .n = 3};
   wt_source *unordered = NULL;
-  abc_metas(m);
-  WT_ASSERT_OK(wt_source_new(&scripted_vt, &sc, m, 3, &unordered));
+  wtt_abc_metas(m);
+  WT_ASSERT_OK(wt_source_new(&wtt_scripted_vt, &sc, m, 3, &unordered));
   WT_ASSERT_OK(wt_sync_client_start(c));
   WT_ASSERT_ERR(wt_sync_client_update(c, t, unordered, NULL, NULL),
                 WT_INVALID_ARGUMENT,
@@ -828,7 +457,7 @@ static void test_server_error_aborts_round(void) {
 
   wt_source_destroy(good);
   wt_source_destroy(bad);
-  held_free(&h);
+  wtt_held_free(&h);
   wt_trainer_destroy(t);
   wt_sync_client_destroy(c);
   wtt_servers_stop(&s);
@@ -869,78 +498,14 @@ static void test_second_server_fails(void) {
   wtt_servers_stop(&s);
 }
 
-/* A backend that moves data while UpdateWeights is pending, to exercise the
- * client's asynchronous path: its send_weights waits until cancelled. A grpc
- * server answers UpdateWeights with FAILED_PRECONDITION at once, so the
- * client must cancel the sender and report the server's error. */
-typedef struct async_fake {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool cancelled;
-  unsigned update_infos;
-} async_fake;
-
-static async_fake fake = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-                          false, 0};
-
-static wt_status *fake_init(const wt_trainer_init_args *args, void **self) {
-  *self = &fake;
-  return NULL;
-}
-
-static wt_status *fake_update_info(void *self, wt_source *src, size_t k,
-                                   Wt__V1__WeightTransferUpdateInfo *info) {
-  async_fake *f = self;
-  f->update_infos++;
-  CU_ASSERT_EQUAL(info->n_names, wt_source_count(src));
-  CU_ASSERT_TRUE(info->packed);
-  return NULL;
-}
-
-static wt_status *fake_send(void *self, wt_source *src, wt_progress_fn fn,
-                            void *user) {
-  async_fake *f = self;
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += 10;
-  pthread_mutex_lock(&f->mu);
-  while (!f->cancelled)
-    if (pthread_cond_timedwait(&f->cv, &f->mu, &until) != 0) break;
-  bool cancelled = f->cancelled;
-  pthread_mutex_unlock(&f->mu);
-  return cancelled ? wt_status_new(WT_CANCELLED, "fake sender cancelled")
-                   : wt_status_new(WT_DEADLINE_EXCEEDED, "never cancelled");
-}
-
-static void fake_cancel(void *self) {
-  async_fake *f = self;
-  pthread_mutex_lock(&f->mu);
-  f->cancelled = true;
-  pthread_cond_broadcast(&f->cv);
-  pthread_mutex_unlock(&f->mu);
-}
-
-static void fake_destroy(void *self) {}
-
-static const wt_trainer_ops fake_ops = {
-    .header = {WT_TRAINER_ABI_VERSION, "test-async"},
-    .flags = WT_TRAINER_NEEDS_UPDATE_WEIGHTS,
-    .trainer_init = fake_init,
-    .update_info = fake_update_info,
-    .send_weights = fake_send,
-    .cancel = fake_cancel,
-    .destroy = fake_destroy,
-};
-
-static void register_fake(void) {
-  wt_status *st = wt_trainer_register("test-async", &fake_ops);
-  CU_ASSERT_PTR_NULL(st);
-  wt_status_free(st);
-}
-
+/* A backend that moves data while UpdateWeights is pending ("test-async",
+ * support/fake_trainer.h), to exercise the client's asynchronous path: its
+ * send_weights waits until cancelled. A grpc server answers UpdateWeights
+ * with FAILED_PRECONDITION at once, so the client must cancel the sender
+ * and report the server's error. */
 static void test_update_weights_path(void) {
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
-  pthread_once(&once, register_fake);
+  fake_trainer_register();
+  fake_trainer_reset();
   wtt_servers s;
   const char *models[] = {"synthetic:tiny"};
   const uint32_t workers[] = {1};
@@ -967,8 +532,8 @@ static void test_update_weights_path(void) {
   CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), s.target[0]));
   CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), "PushWeights"));
   wt_status_free(st);
-  CU_ASSERT_TRUE(fake.cancelled);
-  CU_ASSERT_EQUAL(fake.update_infos, 1);
+  CU_ASSERT_TRUE(fake_trainer_get_stats().cancelled);
+  CU_ASSERT_EQUAL(fake_trainer_get_stats().update_infos, 1);
   CU_ASSERT(t1.tv_sec - t0.tv_sec < 5); /* cancelled, not timed out */
   CU_ASSERT_EQUAL(wt_sync_client_round_id(c, 0), 0);
   wt_trainer_destroy(t);
@@ -1049,8 +614,8 @@ static void test_device_tensor_refused(void) {
   wt_trainer *t = NULL;
   WT_ASSERT_OK(
       wt_sync_client_init_transfer(c, grpc_info_make(&gi, 0, 0), NULL, &t));
-  held h;
-  held_load("tiny", 4, &h);
+  wtt_held h;
+  wtt_held_load("tiny", 4, &h);
   /* Never dereferenced: refused by kind first. */
   h.tensors[3].kind = WT_MEM_DEVICE;
   h.tensors[3].device = (wt_device){WT_DEVICE_CUDA, 0};
@@ -1073,7 +638,7 @@ static void test_device_tensor_refused(void) {
   WT_ASSERT_ERR(wt_source_memory(h.tensors, h.n, &bad), WT_INVALID_ARGUMENT,
                 "device memory needs a cuda:N device, not cpu");
   wt_source_destroy(src);
-  held_free(&h);
+  wtt_held_free(&h);
   wt_trainer_destroy(t);
   wt_sync_client_destroy(c);
   wtt_servers_stop(&s);
@@ -1098,8 +663,8 @@ static void test_tensor_ready_event(void) {
   wt_trainer *t = NULL;
   WT_ASSERT_OK(
       wt_sync_client_init_transfer(c, grpc_info_make(&gi, 0, 0), NULL, &t));
-  held h;
-  held_load("tiny", 6, &h);
+  wtt_held h;
+  wtt_held_load("tiny", 6, &h);
   int event = 0;
   h.tensors[0].cuda_event = &event;
   h.tensors[2].cuda_stream = &event;
@@ -1116,7 +681,7 @@ static void test_tensor_ready_event(void) {
   CU_ASSERT(fake_cuda_get_stats().syncs >= 2);
   wtt_assert_servers_hold(c, src, WT_HASH_SHA256);
   wt_source_destroy(src);
-  held_free(&h);
+  wtt_held_free(&h);
   wt_trainer_destroy(t);
   wt_sync_client_destroy(c);
   wtt_servers_stop(&s);
@@ -1124,33 +689,6 @@ static void test_tensor_ready_event(void) {
 }
 
 /* ---- re-init when a server needs it -------------------------------------- */
-
-/* The trainer side of "fake-fragile": the servers' fake engines fill their
- * tensors themselves once released (support/fake_engine.h). */
-static int fragile_inits;
-static wt_status *fragile_init(const wt_trainer_init_args *a, void **self) {
-  fragile_inits++;
-  *self = &fragile_inits;
-  return NULL;
-}
-static wt_status *fragile_send(void *self, wt_source *src, wt_progress_fn p,
-                               void *user) {
-  fake_engine_release(true);
-  return NULL;
-}
-static void fragile_destroy(void *self) {}
-static const wt_trainer_ops fragile_ops = {
-    .header = {WT_TRAINER_ABI_VERSION, "fake-fragile"},
-    .flags = WT_TRAINER_NEEDS_UPDATE_WEIGHTS,
-    .trainer_init = fragile_init,
-    .send_weights = fragile_send,
-    .destroy = fragile_destroy,
-};
-static void register_fragile(void) {
-  wt_status *st = wt_trainer_register("fake-fragile", &fragile_ops);
-  CU_ASSERT_PTR_NULL(st);
-  wt_status_free(st);
-}
 
 typedef struct fragile_info {
   Wt__V1__WeightTransferInitInfo info;
@@ -1201,8 +739,7 @@ static void one_round(wt_sync_client *c, wt_trainer *t, wt_source *src,
  * itself and goes on; also when only the second server of two needs it.
  * With manual_reinit the client says so instead. */
 static void test_reinit_when_needed(void) {
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
-  pthread_once(&once, register_fragile);
+  fake_trainer_register();
   fake_engine_reset();
   wt_registry *reg = fake_engine_registry();
   wtt_servers s;
@@ -1214,7 +751,7 @@ static void test_reinit_when_needed(void) {
   wt_source *src = NULL;
   WT_ASSERT_OK(wt_source_synthetic("tiny", 3, &src));
   wt_trainer *t = NULL;
-  fragile_inits = 0;
+  fake_trainer_reset();
   WT_ASSERT_OK(
       wt_sync_client_init_transfer(c, fragile_info_make(&fi, "3"), src, &t));
   CU_ASSERT_EQUAL(fake_engine_get_stats().inits, 3);
@@ -1228,7 +765,7 @@ static void test_reinit_when_needed(void) {
   wait_state(c, 1, "needs_init");
   WT_ASSERT_OK(wt_sync_client_start(c));
   CU_ASSERT_EQUAL(fake_engine_get_stats().inits, 6);
-  CU_ASSERT_EQUAL(fragile_inits, 2); /* the same handle, a new engine */
+  CU_ASSERT_EQUAL(fake_trainer_get_stats().inits, 2); /* the same handle, a new engine */
   one_round(c, t, src, "v2");
 
   /* Only the second server needs it (its round was aborted elsewhere, by
@@ -1476,16 +1013,10 @@ static void test_caller_control_plane(void) {
 void wt_test_suite_client(void);
 void wt_test_suite_client(void) {
   CU_pSuite s = CU_add_suite("client", NULL, NULL);
-  CU_add_test(s, "memory source order", test_memory_source_order);
   CU_add_test(s, "a caller's own control plane drives the rounds",
               test_caller_control_plane);
   CU_add_test(s, "grpc push from memory the caller frees at once",
               test_grpc_push_from_memory_freed);
-  CU_add_test(s, "memory source rejects", test_memory_source_rejects);
-  CU_add_test(s, "source mismatch detected", test_source_mismatch_detected);
-  CU_add_test(s, "checkpoint source zero copy",
-              test_checkpoint_source_zero_copy);
-  CU_add_test(s, "synthetic source", test_synthetic_source);
   CU_add_test(s, "trainer registry", test_trainer_registry);
   CU_add_test(s, "client arguments", test_client_arguments);
   CU_add_test(s, "round one server", test_round_one_server);

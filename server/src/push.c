@@ -143,7 +143,6 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
             "moves through UpdateWeights",
             srv->backend);
   WT_CHECK(wt_srv_resolve_update(srv, info, &r));
-  r.u.round_id = srv->round_id;
   r.u.packed_buffer_bytes = packed_buffer_bytes;
   p->total_bytes = r.u.total_bytes;
   p->resolved = true;

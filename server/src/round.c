@@ -426,7 +426,6 @@ wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
             "UpdateWeights: backend '%s' receives weights through PushWeights",
             srv->backend);
   WT_CHECK(wt_srv_resolve_update(srv, info, &r));
-  r.u.round_id = round;
   srv->busy = "UpdateWeights";
   wt_worker_op proto = {
       .kind = WT_WORKER_OP_RECEIVE, .round_id = round, .update = &r.u};

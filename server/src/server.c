@@ -448,10 +448,11 @@ void wt_server_auth_counts(wt_server *srv, wt_rpc_auth_counts *out) {
   if (srv != NULL && srv->rpc != NULL) wt_rpc_server_auth_counts(srv->rpc, out);
 }
 
-void wt_server_admission(wt_server *srv, int cls, int *running, int *queued,
-                         int *threads) {
+void wt_server_admission(wt_server *srv, wt_server_class cls, int *running,
+                         int *queued, int *threads) {
   wt_rpc_class_load l = {0};
-  if (srv != NULL && srv->rpc != NULL && cls >= 0)
+  if (srv != NULL && srv->rpc != NULL && cls >= WT_SERVER_CLASS_ROUND &&
+      cls <= WT_SERVER_CLASS_WATCH)
     wt_rpc_server_class_load(srv->rpc, (size_t)cls, &l);
   if (running) *running = l.running;
   if (queued) *queued = l.queued;

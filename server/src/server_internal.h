@@ -42,7 +42,11 @@ typedef struct wt_version_entry {
 } wt_version_entry;
 
 /* Admission classes of the service (wt/rpc.h), by index. */
-enum { WT_CLASS_ROUND = 0, WT_CLASS_READER = 1, WT_CLASS_WATCH = 2 };
+enum {
+  WT_CLASS_ROUND = WT_SERVER_CLASS_ROUND,
+  WT_CLASS_READER = WT_SERVER_CLASS_READER,
+  WT_CLASS_WATCH = WT_SERVER_CLASS_WATCH
+};
 
 typedef struct wt_watcher wt_watcher;
 
@@ -237,6 +241,15 @@ WT_HIDDEN wt_status *wt_srv_push_end(wt_srv_push *p, const wt_status *cause,
 /* The method table of wt.v1.WeightTransfer. */
 WT_HIDDEN const wt_rpc_method *wt_srv_methods(size_t *n);
 
+/* ---- watch streams (watch.c) ---- */
+
+/* WatchWeightVersion's handlers, for the method table: a stream opened (on
+ * the polling thread: the current version first, then every commit after
+ * it) and closed. */
+WT_HIDDEN wt_status *wt_srv_watch_open(wt_rpc_stream *s,
+                                       const ProtobufCMessage *request,
+                                       void *user);
+WT_HIDDEN void wt_srv_watch_closed(wt_rpc_stream *s, void *user);
 /* Sends every committed version a watcher has not seen yet; after each
  * commit, outside mu. */
 WT_HIDDEN void wt_srv_notify_watchers(wt_server *srv);

@@ -158,7 +158,13 @@ int wt_proc_run(const char *const argv[], const char *log, int64_t timeout_ms,
 
 bool wt_proc_server_start(wt_proc_server *s, const char *dir, const char *tag,
                           const char *const extra[]) {
-  const char *argv[32] = {WT_SERVER_BIN, "--listen", "127.0.0.1:0"};
+  return wt_proc_server_start_bin(s, WT_SERVER_BIN, dir, tag, extra);
+}
+
+bool wt_proc_server_start_bin(wt_proc_server *s, const char *bin,
+                              const char *dir, const char *tag,
+                              const char *const extra[]) {
+  const char *argv[32] = {bin, "--listen", "127.0.0.1:0"};
   size_t n = 3;
   for (size_t i = 0; extra && extra[i] && n + 1 < 32; i++) argv[n++] = extra[i];
   argv[n] = NULL;

@@ -47,6 +47,10 @@ int wt_proc_run(const char *const argv[], const char *log, int64_t timeout_ms,
  * exited or never said it was serving. */
 bool wt_proc_server_start(wt_proc_server *s, const char *dir, const char *tag,
                           const char *const extra[]);
+/* The same with another wt-server binary (an installed one). */
+bool wt_proc_server_start_bin(wt_proc_server *s, const char *bin,
+                              const char *dir, const char *tag,
+                              const char *const extra[]);
 
 /* Sends SIGTERM and waits up to timeout_ms. Returns the exit code, or -1
  * when it died of a signal or had to be killed (its log is then printed).

@@ -5,7 +5,9 @@
  * round of a weight source per wt_sync_client_update. Backends register a
  * table of functions (wt_trainer_ops) under their name, directly or lazily
  * from a shared object (wt/registry.h); all built-ins are registered in one
- * place, trainer_registry.c: `grpc`, and `ucx` where UCX is built.
+ * place, trainer_registry.c, directly: `grpc`, `ipc`, `nccl`, and `ucx`
+ * where UCX is built (the GPU backends' CUDA and NCCL are modules loaded on
+ * first use, wt/cuda.h and wt/nccl.h).
  *
  * How the table serves each kind of backend:
  *

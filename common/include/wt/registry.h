@@ -11,9 +11,11 @@
  *
  * A backend is registered either directly (the table is in this process) or
  * lazily (a shared object path and a symbol): the object is dlopen'ed only on
- * the first lookup of that name, so a backend whose libraries (NCCL, CUDA)
+ * the first lookup of that name, so a third-party backend whose libraries
  * are missing costs nothing until someone asks for it. A loaded object stays
- * loaded until the registry is destroyed.
+ * loaded until the registry is destroyed. (wt's own GPU backends are
+ * registered directly; their CUDA and NCCL are modules loaded on first use,
+ * wt/cuda.h and wt/nccl.h.)
  *
  * All functions are thread-safe on the same registry, except that
  * wt_registry_destroy() must not race with any other call.

@@ -52,8 +52,9 @@ static char *beside_common(const char *file) {
   char *path = NULL;
   if (dladdr((void *)&wt_module_open, &info) != 0 && info.dli_fname) {
     char *copy = strdup(info.dli_fname);
-    if (copy != NULL && asprintf(&path, "%s/%s", dirname(copy), file) < 0)
-      path = NULL;
+    char *dir = copy ? realpath(dirname(copy), NULL) : NULL;
+    if (dir != NULL && asprintf(&path, "%s/%s", dir, file) < 0) path = NULL;
+    free(dir);
     free(copy);
     return path;
   }

@@ -6,9 +6,15 @@
 #include <stdlib.h>
 #include <strings.h>
 
+/* strtoull takes leading blanks, a sign and wraps a negative number
+ * around; a number here starts with a digit. */
+static bool starts_with_digit(const char *s) {
+  return s != NULL && *s >= '0' && *s <= '9';
+}
+
 bool wt_parse_size(const char *s, uint64_t *out) {
   char *end = NULL;
-  if (s == NULL || *s == '-' || *s == '\0') return false;
+  if (!starts_with_digit(s)) return false;
   errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
   uint64_t mult = 1;
@@ -42,7 +48,7 @@ bool wt_parse_size(const char *s, uint64_t *out) {
 
 bool wt_parse_u64(const char *s, uint64_t *out) {
   char *end = NULL;
-  if (s == NULL || *s == '-' || *s == '\0') return false;
+  if (!starts_with_digit(s)) return false;
   errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
   if (*end || errno == ERANGE) return false;

@@ -59,8 +59,11 @@
  *
  * Registration: a table starts with wt_ops_header {WT_ENGINE_ABI_VERSION,
  * name} and is registered in the worker-engine registry
- * (wt_engine_registry(), built-ins in engine_registry.c; GPU backends lazily
- * as shared objects exporting the table under a symbol).
+ * (wt_engine_registry(), built-ins in engine_registry.c, all registered
+ * directly; a third-party backend lazily, as a shared object exporting the
+ * table under a symbol). What is lazy about the built-in GPU backends is
+ * their driver libraries: CUDA and NCCL sit in modules (wt/cuda.h,
+ * wt/nccl.h) loaded on first use.
  */
 #ifndef WT_ENGINE_H
 #define WT_ENGINE_H
@@ -138,7 +141,6 @@ typedef struct wt_engine_endpoint {
  * equal the model's, no duplicates. Borrowed for the call only (receive,
  * push_begin): an engine keeps a copy of what it needs later. */
 typedef struct wt_update {
-  uint64_t round_id;
   size_t n;               /* tensors, in the sender's order */
   const size_t *index;    /* index[k]: tensor k's index in the store */
   const uint64_t *nbytes; /* nbytes[k]: its size */
@@ -178,7 +180,9 @@ typedef struct wt_engine_ops {
                               const Wt__V1__WeightTransferInitInfo *init,
                               wt_engine_endpoint *endpoint);
 
-  /* A round begins; the store's round has begun already. */
+  /* A round begins; the store's round has begun already. `round_id` is the
+   * round's, the one id an engine tags its data with (`ucx` keys every tag
+   * with it); it is the server's secret: never in a message a client sees. */
   wt_status *(*start_update)(wt_engine *e, uint64_t round_id);
 
   /* Receives the tensors of `u` into the store's staging buffers

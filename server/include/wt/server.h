@@ -116,14 +116,22 @@ uint32_t wt_server_workers(const wt_server *srv);
  * for reading committed bytes in-process (wt/param_store.h readers). */
 wt_param_store *wt_server_store(wt_server *srv, uint32_t rank);
 
-/* Calls of admission class `cls` (0 round, 1 reader, 2 watch) running and
- * waiting now, and that class's threads; for tests and monitoring. */
 /* Calls refused for want of a valid token, or for a reader's token on a
  * trainer's call, since the server started. */
 void wt_server_auth_counts(wt_server *srv, wt_rpc_auth_counts *out);
 
-void wt_server_admission(wt_server *srv, int cls, int *running, int *queued,
-                         int *threads);
+/* The service's admission classes (wt/rpc.h): the trainer's round calls,
+ * the readers', and the watch streams. */
+typedef enum wt_server_class {
+  WT_SERVER_CLASS_ROUND = 0,
+  WT_SERVER_CLASS_READER = 1,
+  WT_SERVER_CLASS_WATCH = 2,
+} wt_server_class;
+
+/* Calls of admission class `cls` running and waiting now, and that class's
+ * threads (each may be NULL); for tests and monitoring. */
+void wt_server_admission(wt_server *srv, wt_server_class cls, int *running,
+                         int *queued, int *threads);
 
 /* Stops serving: aborts a running round, ends watch streams, gives
  * in-flight calls drain_ms to finish, cancels the rest, and frees the

@@ -21,7 +21,7 @@ wt_status *wt_ucxe_recv_route(wt_engine *e, const wt_update *u, int64_t timeout,
   wt_ucx_recv_note note; /* the request is freed before this returns */
   void *req = wt_ucx_tag_recv(
       e->ucx, e->route_in, WT_UCX_ROUTE_MAX, ucp_dt_make_contig(1), NULL,
-      wt_ucx_tag(e->secret, u->round_id, WT_UCX_ROUTE_BUCKET), &note);
+      wt_ucx_tag(e->secret, e->round_id, WT_UCX_ROUTE_BUCKET), &note);
   if (UCS_PTR_IS_ERR(req)) {
     ucs_status_t us = UCS_PTR_STATUS(req);
     req = NULL;
@@ -29,8 +29,7 @@ wt_status *wt_ucxe_recv_route(wt_engine *e, const wt_update *u, int64_t timeout,
             ucs_status_string(us));
   }
   char what[128];
-  snprintf(what, sizeof(what),
-           "the route of round %" PRIu64 " from the trainer", u->round_id);
+  snprintf(what, sizeof(what), "the route of the round from the trainer");
   WT_CHECK(wt_ucxe_wait_recv(e, req, timeout, what));
   ucs_status_t us = note.done ? note.status : UCS_ERR_NO_MESSAGE;
   if (us != UCS_OK)

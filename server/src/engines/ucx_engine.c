@@ -282,7 +282,7 @@ out:
 }
 
 static wt_status *ucx_start_update(wt_engine *e, uint64_t round_id) {
-  (void)round_id;
+  e->round_id = round_id;
   if (e->ucx) wt_ucx_reset_cancel(e->ucx);
   return NULL;
 }
@@ -511,7 +511,7 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
    * trainer's (re)connection and its start, hence the connect deadline. */
   for (; posted < plan->nbuckets; posted++)
     WT_CHECK(
-        post_bucket(e, u, plan, u->round_id, posted, iov_all, &slots[posted]));
+        post_bucket(e, u, plan, e->round_id, posted, iov_all, &slots[posted]));
   e->ucx->discard = true;
   WT_CHECK(wt_ucxe_recv_route(e, u, connect_timeout, &rflags, &nhops));
   if (nhops > 0) {
@@ -526,8 +526,7 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
     slot *s = &slots[landed];
     char what[160];
     snprintf(what, sizeof(what),
-             "bucket %zu of %zu (round %" PRIu64 ") from the trainer", landed,
-             plan->nbuckets, u->round_id);
+             "bucket %zu of %zu from the trainer", landed, plan->nbuckets);
     WT_CHECK(wt_ucxe_wait_recv(e, s->req, timeout, what));
     WT_CHECK(land_bucket(e, u, plan, s, stats));
     if (landed == 0) t_first = wt_mono_ms();
@@ -543,13 +542,13 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
           "%s: round %" PRIu64
           ": %zu bucket(s); after the route: first "
           "landed %lld ms, last %lld ms%s, forwarded %lld ms",
-          e->where, u->round_id, plan->nbuckets, (long long)(t_first - t_route),
+          e->where, e->round_id, plan->nbuckets, (long long)(t_first - t_route),
           (long long)(t_landed - t_route),
           fwd_reqs != NULL ? "" : " (last in the chain)",
           (long long)(wt_mono_ms() - t_route));
 out:
   if (e->ucx) e->ucx->discard = false;
-  if (slots) wt_ucxe_settle_receives(e, slots, u->round_id, &iov_all);
+  if (slots) wt_ucxe_settle_receives(e, slots, e->round_id, &iov_all);
   e->nslots = 0;
   if (fwd_reqs != NULL) {
     /* A failed round: forcing the close ends sends still in flight. */

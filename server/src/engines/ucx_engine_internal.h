@@ -97,6 +97,7 @@ struct wt_engine {
    * them into the staging buffers, so no round starts while one is left. */
   slot *strays; /* req and note of each; the rest unused */
   size_t nstrays;
+  uint64_t round_id; /* the round in progress, from start_update */
   uint64_t stray_round;
   uint64_t conns;          /* connections accepted so far */
   uint64_t stray_mark;     /* conns when the strays were left */

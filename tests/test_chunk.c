@@ -1,4 +1,4 @@
-/* test_grpc_engine.c: the `grpc` backend's data message, both ends of it in
+/* test_chunk.c: the `grpc` backend's data message, both ends of it in
  * one codec (common/chunk.c): the framing the trainer writes is what
  * protobuf-c reads, protobuf-c's own encoding is what the server's parser
  * reads, the parser never accepts a message protobuf-c reads otherwise, and
@@ -210,9 +210,9 @@ static void test_view_over_slices(void) {
   free(msg);
 }
 
-void wt_test_suite_grpc_engine(void);
-void wt_test_suite_grpc_engine(void) {
-  CU_pSuite s = CU_add_suite("grpc_engine", NULL, NULL);
+void wt_test_suite_chunk(void);
+void wt_test_suite_chunk(void) {
+  CU_pSuite s = CU_add_suite("chunk", NULL, NULL);
   CU_add_test(s, "chunk framing round trip with protobuf-c",
               test_prefix_round_trip);
   CU_add_test(s, "the parser refuses other encodings",

@@ -1,0 +1,104 @@
+/* watch.c: WatchWeightVersion streams: every open stream is told each
+ * commit, oldest first (see server_internal.h). The service's method table
+ * names the open and close handlers; a commit (round.c) and a stop
+ * (server.c) reach the watchers here, never through the service. */
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "server_internal.h"
+#include "wt/log.h"
+
+/* One open WatchWeightVersion stream. Watchers are in a doubly linked list
+ * under srv->watch_mu; each remembers the next sequence it is owed. */
+struct wt_watcher {
+  wt_rpc_stream *stream;
+  uint64_t next; /* the sequence to send next */
+  wt_watcher *prev, *nextw;
+};
+
+/* Sends `w` every committed version from w->next on, oldest first (one that
+ * fell behind the history resumes at its oldest entry). Under watch_mu. */
+static void watcher_catch_up(wt_server *srv, wt_watcher *w) {
+  for (;;) {
+    Wt__V1__WeightVersion v = WT__V1__WEIGHT_VERSION__INIT;
+    char *version = NULL;
+    pthread_mutex_lock(&srv->mu);
+    uint64_t seq = srv->sequence;
+    if (w->next > seq) {
+      pthread_mutex_unlock(&srv->mu);
+      return;
+    }
+    if (seq >= WT_VERSION_HISTORY && w->next <= seq - WT_VERSION_HISTORY)
+      w->next = seq - WT_VERSION_HISTORY + 1;
+    const wt_version_entry *e = &srv->history[w->next % WT_VERSION_HISTORY];
+    version = strdup(e->version);
+    v.sequence = e->sequence;
+    v.committed_unix_ms = e->committed_unix_ms;
+    pthread_mutex_unlock(&srv->mu);
+    v.version = version ? version : (char *)"";
+    wt_status *st = wt_rpc_stream_send(w->stream, &v.base);
+    free(version);
+    if (st != NULL) {
+      WT_LOGW("server", "WatchWeightVersion to %s: %s",
+              wt_rpc_stream_peer(w->stream), wt_status_message(st));
+      wt_status_free(st);
+    }
+    w->next++;
+  }
+}
+
+void wt_srv_notify_watchers(wt_server *srv) {
+  pthread_mutex_lock(&srv->watch_mu);
+  for (wt_watcher *w = srv->watchers; w != NULL; w = w->nextw)
+    watcher_catch_up(srv, w);
+  pthread_mutex_unlock(&srv->watch_mu);
+}
+
+void wt_srv_end_watchers(wt_server *srv) {
+  pthread_mutex_lock(&srv->watch_mu);
+  for (wt_watcher *w = srv->watchers; w != NULL; w = w->nextw)
+    wt_rpc_stream_end(w->stream, NULL);
+  pthread_mutex_unlock(&srv->watch_mu);
+}
+
+/* On the polling thread: the current version first, if any, then every
+ * commit after it. */
+wt_status *wt_srv_watch_open(wt_rpc_stream *s,
+                             const ProtobufCMessage *request, void *user) {
+  wt_server *srv = user;
+  wt_watcher *w = calloc(1, sizeof(*w));
+  if (w == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED,
+                         "WatchWeightVersion: out of memory");
+  w->stream = s;
+  wt_rpc_stream_set_user(s, w);
+  pthread_mutex_lock(&srv->watch_mu);
+  pthread_mutex_lock(&srv->mu);
+  bool stopping = srv->stopping;
+  w->next = srv->sequence > 0 ? srv->sequence : 1;
+  pthread_mutex_unlock(&srv->mu);
+  w->nextw = srv->watchers;
+  if (srv->watchers) srv->watchers->prev = w;
+  srv->watchers = w;
+  srv->nwatchers++;
+  watcher_catch_up(srv, w);
+  if (stopping) wt_rpc_stream_end(s, NULL);
+  pthread_mutex_unlock(&srv->watch_mu);
+  return NULL;
+}
+
+void wt_srv_watch_closed(wt_rpc_stream *s, void *user) {
+  wt_server *srv = user;
+  wt_watcher *w = wt_rpc_stream_user(s);
+  pthread_mutex_lock(&srv->watch_mu);
+  if (w->prev)
+    w->prev->nextw = w->nextw;
+  else
+    srv->watchers = w->nextw;
+  if (w->nextw) w->nextw->prev = w->prev;
+  srv->nwatchers--;
+  pthread_mutex_unlock(&srv->watch_mu);
+  free(w);
+  wt_rpc_stream_release(s);
+}

@@ -2,11 +2,14 @@
  * control plane, and the sync client with the grpc trainer against in-process
  * servers (server/include/wt/server.h) on 127.0.0.1:0. */
 
+#include <signal.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "wt/client.h"
 #include "wt/control.h"
@@ -20,6 +23,7 @@
 #include "support/fake_engine.h"
 #include "support/fake_trainer.h"
 #include "support/fixture.h"
+#include "support/wt_proc.h"
 #include "support/sources.h"
 #include "wt_test.h"
 
@@ -73,6 +77,103 @@ static void test_grpc_push_from_memory_freed(void) {
     wtt_assert_model_seed(&S, seed);
   }
   wt_trainer_destroy(t);
+  wt_sync_client_destroy(c);
+  wtt_server_stop(&S);
+}
+
+/* The grpc trainer's give-up: its pushes to a server that stopped (SIGSTOP)
+ * fail at the data deadline while gRPC still holds chunks that refer to
+ * the caller's memory; with a release wait of 1 ms (the init info's
+ * timeout_ms) send_weights returns at once, the caller frees that memory,
+ * and gRPC's late releases land in the count the slices share, never in
+ * the returned frame (ASan with detect_stack_use_after_return, as
+ * scripts/test.sh --sanitize runs it). Then a push to a server that
+ * answers commits. */
+typedef struct push_thread {
+  wt_trainer *t;
+  wt_source *src;
+  wt_status *st;
+  int64_t ms;
+} push_thread;
+
+static void *push_main(void *arg) {
+  push_thread *p = arg;
+  int64_t t0 = wt_mono_ms();
+  p->st = wt_trainer_get_ops(p->t)->send_weights(wt_trainer_self(p->t), p->src,
+                                                 NULL, NULL);
+  p->ms = wt_mono_ms() - t0;
+  return NULL;
+}
+
+static void test_grpc_push_gives_up_waiting(void) {
+  char *dir = wt_test_tmpdir();
+  CU_ASSERT_FATAL(dir != NULL);
+  wt_proc_server srv;
+  const char *const extra[] = {"--model", "synthetic:llama-256m",
+                               "--log-level", "debug", NULL};
+  CU_ASSERT_FATAL(wt_proc_server_start(&srv, dir, "stopped", extra));
+  const char *targets[1] = {srv.addr};
+  wt_client_options co = {.timeout_ms = 2000, .data_timeout_ms = 2000};
+  wt_sync_client *c = NULL;
+  WT_ASSERT_OK(wt_sync_client_new(targets, 1, &co, &c));
+  Wt__V1__WeightTransferInitInfo *info = NULL;
+  WT_ASSERT_OK(wt_trainer_init_info(
+      "grpc", (const wt_backend_option[]){{"chunk_size", "64K"}}, 1, &info));
+  /* The server's engine and round as usual; the trainer engine made by
+   * hand with a release wait of 1 ms (its init info's timeout_ms). */
+  WT_ASSERT_OK(wt_sync_client_init_transfer(c, info, NULL, NULL));
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  info->timeout_ms = 1;
+  wt_trainer_init_args args = {.init_info = info,
+                               .ctx = wt_sync_client_trainer_ctx(c)};
+  wt_trainer *t = NULL;
+  WT_ASSERT_OK(wt_trainer_create("grpc", &args, &t));
+  wtt_held h;
+  wtt_held_load("llama-256m", 51, &h);
+  push_thread p = {.t = t};
+  WT_ASSERT_OK(wt_source_memory(h.tensors, h.n, &p.src));
+  pthread_t th;
+  CU_ASSERT_FATAL(pthread_create(&th, NULL, push_main, &p) == 0);
+  /* Once the server took the push's header, it stops reading (SIGSTOP):
+   * the chunks in gRPC's hands stay there until the deadline. */
+  CU_ASSERT(wt_proc_wait_for_text(srv.log, "push 1 of", srv.pid, 10000));
+  CU_ASSERT(kill(srv.pid, SIGSTOP) == 0);
+  pthread_join(th, NULL);
+  CU_ASSERT_PTR_NOT_NULL(p.st);
+  CU_ASSERT(p.ms < 10000);
+  printf("\n  a push to a stopped server: %s after %lld ms",
+         p.st ? wt_status_message(p.st) : "(ok?)", (long long)p.ms);
+  wt_status_free(p.st);
+  wt_source_destroy(p.src);
+  /* The caller's next step overwrites and frees its tensors. */
+  for (size_t k = 0; k < h.n; k++) memset(h.data[k], 0xee, h.metas[k].nbytes);
+  wtt_held_free(&h);
+  wt_trainer_destroy(t);
+  wt_pb_free(&info->base);
+  wt_sync_client_destroy(c);
+  wtt_sleep_ms(300); /* gRPC's late releases, if any */
+  kill(srv.pid, SIGCONT);
+  wt_proc_server_stop(&srv, 10000, NULL);
+  wt_proc_kill_all();
+  wt_test_rmtree(dir);
+  free(dir);
+  /* The next push, to a server that answers, commits its bytes. */
+  static wtt_server S;
+  wtt_server_start(&S, "small", NULL);
+  targets[0] = S.target;
+  co = (wt_client_options){.timeout_ms = 10000, .data_timeout_ms = 20000};
+  WT_ASSERT_OK(wt_sync_client_new(targets, 1, &co, &c));
+  WT_ASSERT_OK(wt_trainer_init_info("grpc", NULL, 0, &info));
+  wt_source *src = NULL;
+  WT_ASSERT_OK(wt_source_synthetic("small", 61, &src));
+  WT_ASSERT_OK(wt_sync_client_init_transfer(c, info, src, &t));
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  WT_ASSERT_OK(wt_sync_client_update(c, t, NULL, NULL, NULL));
+  WT_ASSERT_OK(wt_sync_client_finish(c, "after-the-stop"));
+  wtt_assert_model_seed(&S, 61);
+  wt_trainer_destroy(t);
+  wt_source_destroy(src);
+  wt_pb_free(&info->base);
   wt_sync_client_destroy(c);
   wtt_server_stop(&S);
 }
@@ -1017,6 +1118,8 @@ void wt_test_suite_client(void) {
               test_caller_control_plane);
   CU_add_test(s, "grpc push from memory the caller frees at once",
               test_grpc_push_from_memory_freed);
+  CU_add_test(s, "grpc push gives up waiting for gRPC's hold (ASan)",
+              test_grpc_push_gives_up_waiting);
   CU_add_test(s, "trainer registry", test_trainer_registry);
   CU_add_test(s, "client arguments", test_client_arguments);
   CU_add_test(s, "round one server", test_round_one_server);

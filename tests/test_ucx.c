@@ -125,6 +125,34 @@ static wt_status *update_fails(wt_sync_client *c, wt_trainer *t, wt_source *src,
   return st;
 }
 
+/* The route the rounds took, as the servers report it (GetServerInfo's
+ * per-worker bytes_received and bytes_forwarded, totals since start):
+ * every worker received `rounds` times `bytes`, and `forwarders` of them
+ * forwarded all of it to the next one (a chain of N workers: N - 1; a
+ * parallel or sequential fan-out: none). */
+static void assert_route(wt_sync_client *c, uint64_t rounds, uint64_t bytes,
+                         size_t forwarders) {
+  size_t workers = 0, forwarding = 0;
+  for (size_t k = 0; k < wt_sync_client_server_count(c); k++) {
+    Wt__V1__ServerInfo *info = NULL;
+    WT_ASSERT_OK(wt_sync_client_server_info(c, k, &info));
+    for (size_t i = 0; info && i < info->n_workers; i++) {
+      const Wt__V1__WorkerInfo *w = info->workers[i];
+      workers++;
+      CU_ASSERT_EQUAL(w->bytes_received, rounds * bytes);
+      CU_ASSERT(w->bytes_forwarded == 0 ||
+                w->bytes_forwarded == rounds * bytes);
+      forwarding += w->bytes_forwarded != 0;
+    }
+    if (info) wt_pb_free(&info->base);
+  }
+  CU_ASSERT(workers > 0);
+  CU_ASSERT_EQUAL(forwarding, forwarders);
+  if (forwarding != forwarders)
+    fprintf(stderr, "\n  route: %zu of %zu workers forwarded, want %zu\n",
+            forwarding, workers, forwarders);
+}
+
 static void round_ok(wt_sync_client *c, wt_trainer *t, wt_source *src,
                      const char *version) {
   WT_ASSERT_OK(wt_sync_client_start(c));
@@ -163,6 +191,9 @@ static void rounds_over_staging(const char *transports, const char *connect,
   round_ok(c, t, src, "step-2");
   assert_servers_hold(c, "small", 6, "step-2");
   CU_ASSERT_EQUAL(wt_ucx_mem_map_count() - maps0, 5 * regions);
+  /* One host: auto is parallel; the chain passes through all 5 workers. */
+  bool chain = g_fanout != NULL && strcmp(g_fanout, "chain") == 0;
+  assert_route(c, 2, wt_source_total_bytes(src), chain ? 4 : 0);
   wt_source_destroy(src);
   wt_trainer_destroy(t);
   wt_sync_client_destroy(c);
@@ -236,6 +267,7 @@ static void test_memory_source_sequential(void) {
   CU_ASSERT_FATAL(t != NULL);
   round_ok(c, t, src, "mem-1");
   assert_servers_hold(c, "small", 9, "mem-1");
+  assert_route(c, 1, wt_source_total_bytes(src), 0); /* one after another */
   wt_trainer_destroy(t);
   t = NULL;
   /* Peer errors off through the listeners would fail at the first bucket
@@ -308,6 +340,8 @@ static void test_auto_fanout_two_hosts(void) {
   WT_ASSERT_OK(wt_source_synthetic_set_seed(src, 9));
   round_ok(c, t, src, "auto-2");
   assert_servers_hold(c, "small", 9, "auto-2");
+  /* The chain, not a parallel fan-out: trainer -> a's worker -> b's two. */
+  assert_route(c, 2, wt_source_total_bytes(src), 2);
   wt_source_destroy(src);
   wt_trainer_destroy(t);
   wt_sync_client_destroy(c);

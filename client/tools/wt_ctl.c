@@ -133,6 +133,12 @@ static int cmd_info(wt_sync_client *c, int argc, char **argv) {
            *w->backend ? w->backend : "-", w->state,
            w->store_complete ? "" : " (store incomplete)");
     if (w->reason && *w->reason) printf("           %s\n", w->reason);
+    if (w->bytes_received || w->bytes_forwarded) {
+      char r[32], f[32];
+      printf("           received %s, forwarded %s (ucx chain)\n",
+             wt_tool_human_bytes(w->bytes_received, r, sizeof(r)),
+             wt_tool_human_bytes(w->bytes_forwarded, f, sizeof(f)));
+    }
   }
   wt_pb_free(&info->base);
   return 0;

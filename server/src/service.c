@@ -152,6 +152,8 @@ static wt_status *get_server_info(wt_rpc_call *call,
     wi[i].memory_kind = (char *)wt_mem_kind_name(wt_param_store_memory(ps));
     wi[i].bytes_held = wt_param_store_bytes_held(ps);
     wi[i].store_complete = wt_param_store_complete(ps);
+    wi[i].bytes_received = ws[i].bytes_received;
+    wi[i].bytes_forwarded = ws[i].bytes_forwarded;
     if (!wi[i].store_complete) info.store_complete = false;
     wp[i] = &wi[i];
   }

@@ -84,6 +84,14 @@ static void publish(wt_worker *w, const char *reason) {
   pthread_mutex_unlock(&w->mu);
 }
 
+/* Adds what a receive or a push moved to the published totals. */
+static void count_stats(wt_worker *w, const wt_receive_stats *s) {
+  pthread_mutex_lock(&w->mu);
+  w->pub.bytes_received += s->bytes;
+  w->pub.bytes_forwarded += s->forwarded_bytes;
+  pthread_mutex_unlock(&w->mu);
+}
+
 static void set_state(wt_worker *w, wt_worker_state state) {
   w->state = state;
   publish(w, NULL);
@@ -224,6 +232,7 @@ static wt_status *op_receive(wt_worker *w, wt_worker_op *op) {
             "backend '%s' receives weights through PushWeights",
             w->ops->header.name);
   st = w->ops->receive(w->engine, op->update, &op->stats);
+  count_stats(w, &op->stats);
   if (st != NULL) st = wt_status_prefix(st, "%s", w->where);
 out:
   return st;
@@ -264,7 +273,9 @@ static wt_status *op_push_end(wt_worker *w, wt_worker_op *op) {
     return NULL; /* aborted under the push: nothing of it is left */
   w->push_id = 0;
   if (w->ops->push_end == NULL) return NULL;
-  return w->ops->push_end(w->engine, op->stream_ended, &op->stats);
+  wt_status *st = w->ops->push_end(w->engine, op->stream_ended, &op->stats);
+  count_stats(w, &op->stats);
+  return st;
 }
 
 static wt_status *op_prepare(wt_worker *w, wt_worker_op *op) {

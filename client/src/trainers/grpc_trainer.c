@@ -13,7 +13,11 @@
  * sender thread per server through a small ring, so N servers cost at most
  * one copy, and a slow server holds the others back by at most the ring's
  * depth. send_weights returns only once gRPC has let go of every slice that
- * refers to the source's memory, so the caller may free it at once. */
+ * refers to the source's memory, so the caller may free it at once; should
+ * gRPC hold one longer than the release wait (the init info's timeout_ms,
+ * else 30 s), send_weights gives up and says so, and the late release then
+ * lands in the heap count those slices share (`borrows`), never in a
+ * returned frame. */
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -27,6 +31,7 @@
 #include <grpc/slice.h>
 
 #include "wt/chunk.h"
+#include "wt/clock.h"
 #include "wt/client.h"
 #include "wt/log.h"
 #include "wt/packing.h"
@@ -43,11 +48,15 @@
 #define MAX_CHUNK_BYTES ((uint64_t)WT_RPC_DEFAULT_MAX_RECEIVE_BYTES - 64)
 /* Chunks in flight per server beyond the one being written. */
 #define RING 8
+/* How long send_weights waits for gRPC to let go of the source's memory
+ * when the init info gives no data deadline. */
+#define DEFAULT_RELEASE_WAIT_MS 30000
 
 typedef struct grpc_trainer {
   const wt_trainer_ctx *ctx; /* the servers; borrowed */
   uint64_t chunk_bytes;
   uint64_t buffer_bytes;
+  int64_t release_wait_ms;
   unsigned pushes; /* numbers transfer ids */
 } grpc_trainer;
 
@@ -70,6 +79,8 @@ static wt_status *grpc_trainer_init(const wt_trainer_init_args *args,
   g->ctx = args->ctx;
   g->chunk_bytes = DEFAULT_CHUNK_BYTES;
   g->buffer_bytes = DEFAULT_BUFFER_BYTES;
+  g->release_wait_ms = info && info->timeout_ms ? (int64_t)info->timeout_ms
+                                                : DEFAULT_RELEASE_WAIT_MS;
   if (info &&
       info->backend_init_case ==
           WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC &&
@@ -120,13 +131,24 @@ typedef struct chunk_msg {
   size_t n;
 } chunk_msg;
 
+/* The slices over the source's memory that gRPC holds: one reference for
+ * the push and one per such slice, on the heap, so that a release gRPC
+ * makes after the push gave up waiting lands in live memory; the last
+ * reference frees it. */
+typedef struct borrows {
+  atomic_int_fast64_t refs;
+} borrows;
+
+static void borrows_put(borrows *b) {
+  if (atomic_fetch_sub(&b->refs, 1) == 1) free(b);
+}
+
 struct push {
   pthread_mutex_t mu;
   pthread_cond_t produced_cv;
   pthread_cond_t consumed_cv;
   chunk_msg ring[RING];
-  /* Slices over the source's memory that gRPC still holds. */
-  atomic_int_fast64_t borrowed;
+  borrows *borrowed;
   uint64_t produced; /* chunks published; ring[i % RING] holds chunk i */
   bool done;         /* the producer published its last chunk */
   bool failed;       /* someone failed: everyone stops */
@@ -263,10 +285,10 @@ out:
   return st;
 }
 
-/* gRPC let go of a slice over the source's memory. */
+/* gRPC let go of a slice over the source's memory: it touches only the
+ * shared count, which outlives the push. */
 static void borrowed_done(void *arg) {
-  push *p = arg;
-  atomic_fetch_sub(&p->borrowed, 1);
+  borrows_put(arg);
 }
 
 static wt_status *produce(push *p, cursor *c, const wt_pack_plan *plan,
@@ -285,9 +307,10 @@ static wt_status *produce(push *p, cursor *c, const wt_pack_plan *plan,
         chunk_msg m = {.n = 2};
         m.s[0] = grpc_slice_malloc(prefix);
         wt_chunk_prefix((uint32_t)b, off, len, GRPC_SLICE_START_PTR(m.s[0]));
-        atomic_fetch_add(&p->borrowed, 1);
+        atomic_fetch_add(&p->borrowed->refs, 1);
         m.s[1] = grpc_slice_new_with_user_data((char *)c->t.data + c->offset,
-                                               (size_t)len, borrowed_done, p);
+                                               (size_t)len, borrowed_done,
+                                               p->borrowed);
         c->offset += len;
         if (!publish(p, m)) goto out; /* a sender has the error */
         off += len;
@@ -417,7 +440,6 @@ static wt_status *grpc_send_weights(void *self, wt_source *src,
   cursor cur = {.src = src};
   bool sync_init = false;
 
-  atomic_init(&p.borrowed, 0);
   cur.prog.tensors_total = n;
   cur.prog.bytes_total = wt_source_total_bytes(src);
   if (n == 0) goto out; /* nothing to send is a finished push */
@@ -431,7 +453,10 @@ static wt_status *grpc_send_weights(void *self, wt_source *src,
   p.total_tensors = n;
   WT_CHECK(headers_build(g, &l, &p.headers));
   p.senders = calloc(ns, sizeof(*p.senders));
-  if (p.senders == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+  p.borrowed = calloc(1, sizeof(*p.borrowed));
+  if (p.senders == NULL || p.borrowed == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+  atomic_init(&p.borrowed->refs, 1);
   if (pthread_mutex_init(&p.mu, NULL) != 0 ||
       pthread_cond_init(&p.produced_cv, NULL) != 0 ||
       pthread_cond_init(&p.consumed_cv, NULL) != 0)
@@ -489,12 +514,15 @@ out:
     /* gRPC lets go of the last slices over the source's memory as its
      * calls end (a cancelled one's writes may linger a moment): the caller
      * may free that memory once this returns. */
-    for (int i = 0; atomic_load(&p.borrowed) > 0; i++) {
-      if (i == 30000) {
+    int64_t give_up = wt_mono_ms() + g->release_wait_ms;
+    while (atomic_load(&p.borrowed->refs) > 1) {
+      if (wt_mono_ms() >= give_up) {
         WT_LOGE("grpc",
                 "trainer: gRPC still holds %" PRIdFAST64
-                " chunk(s) of the source's memory after 30 s",
-                (int_fast64_t)atomic_load(&p.borrowed));
+                " chunk(s) of the source's memory after %" PRId64
+                " ms; the caller must not free it yet",
+                (int_fast64_t)(atomic_load(&p.borrowed->refs) - 1),
+                g->release_wait_ms);
         break;
       }
       struct timespec ts = {0, 1000 * 1000};
@@ -505,6 +533,7 @@ out:
     pthread_cond_destroy(&p.consumed_cv);
   }
   if (st == NULL && progress) progress(&cur.prog, user);
+  if (p.borrowed != NULL) borrows_put(p.borrowed);
   free(p.senders);
   headers_free(p.headers, ns);
   wt_update_lists_free(&l);

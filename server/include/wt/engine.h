@@ -154,10 +154,13 @@ typedef struct wt_update {
   const Wt__V1__WeightTransferUpdateInfo *info;
 } wt_update;
 
-/* What a receive or a push moved. */
+/* What a receive or a push moved: tensors and bytes landed in this
+ * worker's staging, and bytes it forwarded to another worker (the ucx
+ * chain) once they all went. */
 typedef struct wt_receive_stats {
   uint64_t tensors;
   uint64_t bytes;
+  uint64_t forwarded_bytes;
 } wt_receive_stats;
 
 typedef struct wt_engine_ops {

@@ -95,6 +95,10 @@ typedef struct wt_worker_status {
   char backend[64];  /* "" without an engine */
   char reason[512];  /* needs_init: why; "" otherwise */
   uint64_t round_id; /* the worker's open round, 0 when none */
+  /* Since the worker started: bytes its engine received (rounds that
+   * failed included) and forwarded to another worker (the ucx chain). */
+  uint64_t bytes_received;
+  uint64_t bytes_forwarded;
 } wt_worker_status;
 void wt_worker_get_status(const wt_worker *w, wt_worker_status *out);
 

@@ -535,8 +535,10 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
     landed++;
   }
   const int64_t t_landed = wt_mono_ms();
-  if (fwd_reqs != NULL)
+  if (fwd_reqs != NULL) {
     WT_CHECK(wt_ucxe_fwd_finish(e, fwd_reqs, plan->nbuckets + 1, timeout));
+    stats->forwarded_bytes += plan->total_bytes;
+  }
   /* Where a round's time goes, hop by hop (bench/fanout_bench.sh). */
   WT_LOGD("ucx",
           "%s: round %" PRIu64

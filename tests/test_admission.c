@@ -199,9 +199,26 @@ static void test_readers_never_take_round_capacity(void) {
       "ms)\n",
       NSLOW, (long long)round_ms, (long long)alone_ms);
   /* Not queued behind them: readers share the CPU (hashing on this
-   * machine's cores), never the round's threads. */
+   * machine's cores), never the round's threads. A ratio to the round
+   * alone in this run, so a slow or loaded machine slows both: the two
+   * hashing threads take at most the cores the round would have had. */
   CU_ASSERT(round_ms < 3 * alone_ms + 1000);
-  for (int i = 0; i < NSLOW; i++) WT_ASSERT_OK(wtt_bg_join(&slow[i]));
+  /* What the test claims is shown; the readers still queued are not
+   * waited for (40 full-model checksums can take minutes on a loaded or
+   * sanitized build): stopping the server ends them, each with its answer
+   * or the shutdown's, never a refusal. */
+  wt_server_stop(S.srv);
+  S.srv = NULL;
+  for (int i = 0; i < NSLOW; i++) {
+    wt_status *st = wtt_bg_join(&slow[i]);
+    wt_code code = wt_status_code(st);
+    CU_ASSERT(st == NULL || code == WT_UNAVAILABLE || code == WT_CANCELLED ||
+              code == WT_ABORTED);
+    if (st != NULL && code != WT_UNAVAILABLE && code != WT_CANCELLED &&
+        code != WT_ABORTED)
+      fprintf(stderr, "  reader %d: %s\n", i, wt_status_message(st));
+    wt_status_free(st);
+  }
   wtt_server_stop(&S);
 
   o.max_reader_calls = 1;

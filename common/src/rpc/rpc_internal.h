@@ -159,7 +159,12 @@ WT_HIDDEN const char *rpc_kind_name(wt_rpc_kind kind);
 /* A status message as gRPC can carry it (long ones cut in the middle). */
 WT_HIDDEN grpc_slice rpc_status_details(const char *msg);
 /* Whether the server began shutting down. */
-WT_HIDDEN bool rpc_server_stopping(wt_rpc_server *s);
+static inline bool rpc_server_stopping(wt_rpc_server *s) {
+  pthread_mutex_lock(&s->mu);
+  bool stopping = s->state >= STATE_SHUTTING_DOWN;
+  pthread_mutex_unlock(&s->mu);
+  return stopping;
+}
 
 /* --- rpc_tls.c ------------------------------------------------------------ */
 

@@ -414,3 +414,15 @@ wt_status *wt_ucxe_check_strays(wt_engine *e, int64_t timeout) {
   e->stray_iov = NULL;
   return NULL;
 }
+
+/* The registration covering [buf, buf + len), or NULL. */
+ucp_mem_h wt_ucxe_memh_of(const wt_engine *e, const void *buf, size_t len) {
+  const char *p = buf;
+  for (size_t i = 0; i < e->nregions; i++) {
+    const char *base = e->regions[i].base;
+    if (e->memh[i] != NULL && p >= base && len <= e->regions[i].len &&
+        (size_t)(p - base) <= e->regions[i].len - len)
+      return e->memh[i];
+  }
+  return NULL;
+}

@@ -76,17 +76,6 @@
 #include "ucx_engine_internal.h"
 #include "wt/log.h"
 
-/* The registration covering [buf, buf + len), or NULL. */
-ucp_mem_h wt_ucxe_memh_of(const wt_engine *e, const void *buf, size_t len) {
-  const char *p = buf;
-  for (size_t i = 0; i < e->nregions; i++) {
-    const char *base = e->regions[i].base;
-    if (e->memh[i] != NULL && p >= base && len <= e->regions[i].len &&
-        (size_t)(p - base) <= e->regions[i].len - len)
-      return e->memh[i];
-  }
-  return NULL;
-}
 
 static wt_status *ucx_create(const Wt__V1__WeightTransferInitInfo *init,
                              const wt_worker_ctx *ctx, wt_engine **out) {

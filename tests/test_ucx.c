@@ -1562,9 +1562,42 @@ static void ucx_test_teardown(void) {
   unsetenv("UCX_NET_DEVICES");
 }
 
+/* What both halves read of an init info, from one function: the defaults,
+ * and each bad field refused by name (the trainer and every worker refuse
+ * the same init the same way). */
+static void test_init_settings(void) {
+  ucx_info ui;
+  wt_ucx_init_settings set;
+  WT_ASSERT_OK(wt_ucx_init_settings_read(
+      ucx_info_make(&ui, "tcp", NULL, 256 << 10, 0), &set));
+  CU_ASSERT_EQUAL(set.buffer_bytes, 256 << 10);
+  CU_ASSERT_EQUAL(set.num_buffers, 3);
+  CU_ASSERT_FALSE(set.by_sockaddr);
+  CU_ASSERT_EQUAL(set.connect_timeout_ms, 0);
+  Wt__V1__WeightTransferInitInfo bare = WT__V1__WEIGHT_TRANSFER_INIT_INFO__INIT;
+  WT_ASSERT_OK(wt_ucx_init_settings_read(&bare, &set));
+  CU_ASSERT_EQUAL(set.buffer_bytes, WT_UCX_DEFAULT_BUFFER_BYTES);
+  CU_ASSERT_EQUAL(set.num_buffers, WT_UCX_DEFAULT_NUM_BUFFERS);
+  ucx_info_make(&ui, "tcp", "sockaddr", 256 << 10, 0);
+  WT_ASSERT_OK(wt_ucx_init_settings_read(&ui.info, &set));
+  CU_ASSERT_TRUE(set.by_sockaddr);
+  ucx_info_make(&ui, "tcp", "carrier-pigeon", 256 << 10, 0);
+  WT_ASSERT_ERR(wt_ucx_init_settings_read(&ui.info, &set), WT_INVALID_ARGUMENT,
+                "init_info.options[\"ucx_connect\"] is 'carrier-pigeon'");
+  ucx_info_make(&ui, "tcp", NULL, 256 << 10, 0);
+  ui.bucket.value = 0;
+  WT_ASSERT_ERR(wt_ucx_init_settings_read(&ui.info, &set), WT_INVALID_ARGUMENT,
+                "init_info.ucx.packed_buffer_size_bytes is 0");
+  ucx_info_make(&ui, "tcp", NULL, 256 << 10, 0);
+  ui.nbuf.value = WT_UCX_MAX_NUM_BUFFERS + 1;
+  WT_ASSERT_ERR(wt_ucx_init_settings_read(&ui.info, &set), WT_INVALID_ARGUMENT,
+                "init_info.ucx.packed_num_buffers is 65; it must be 1..64");
+}
+
 void wt_test_suite_ucx(void) {
   CU_pSuite s = CU_add_suite_with_setup_and_teardown("ucx", NULL, NULL, NULL,
                                                      ucx_test_teardown);
+  CU_add_test(s, "init settings both halves read", test_init_settings);
   CU_add_test(s, "round over tcp, 2 servers x (2, 3) workers", test_round_tcp);
   CU_add_test(s, "memory source (zero-copy sends), sequential fan-out",
               test_memory_source_sequential);

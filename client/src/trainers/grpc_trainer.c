@@ -41,11 +41,6 @@
 
 #define PUSH_METHOD "/wt.v1.WeightTransfer/PushWeights"
 
-#define DEFAULT_CHUNK_BYTES ((uint64_t)1 << 20)
-#define DEFAULT_BUFFER_BYTES ((uint64_t)64 << 20)
-/* Room for the message's own framing (tags, lengths, bucket, offset) below
- * the receive limit of the server. */
-#define MAX_CHUNK_BYTES ((uint64_t)WT_RPC_DEFAULT_MAX_RECEIVE_BYTES - 64)
 /* Chunks in flight per server beyond the one being written. */
 #define RING 8
 /* How long send_weights waits for gRPC to let go of the source's memory
@@ -77,27 +72,15 @@ static wt_status *grpc_trainer_init(const wt_trainer_init_args *args,
   g = calloc(1, sizeof(*g));
   if (g == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
   g->ctx = args->ctx;
-  g->chunk_bytes = DEFAULT_CHUNK_BYTES;
-  g->buffer_bytes = DEFAULT_BUFFER_BYTES;
   g->release_wait_ms = info && info->timeout_ms ? (int64_t)info->timeout_ms
                                                 : DEFAULT_RELEASE_WAIT_MS;
-  if (info &&
-      info->backend_init_case ==
-          WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC &&
-      info->grpc) {
-    if (info->grpc->chunk_size_bytes)
-      g->chunk_bytes = info->grpc->chunk_size_bytes->value;
-    if (info->grpc->packed_buffer_size_bytes)
-      g->buffer_bytes = info->grpc->packed_buffer_size_bytes->value;
-  }
-  if (g->chunk_bytes == 0 || g->chunk_bytes > MAX_CHUNK_BYTES)
-    WT_FAIL(WT_INVALID_ARGUMENT,
-            "init_info.grpc.chunk_size_bytes: %" PRIu64
-            " is outside 1..%" PRIu64 " (the server's receive limit)",
-            g->chunk_bytes, MAX_CHUNK_BYTES);
-  if (g->buffer_bytes == 0)
-    WT_FAIL(WT_INVALID_ARGUMENT,
-            "init_info.grpc.packed_buffer_size_bytes: must be > 0");
+  /* Bound by the servers' default receive limit: a server with a larger
+   * one takes larger chunks only when told so at both ends. */
+  wt_grpc_init_settings set;
+  WT_CHECK(wt_grpc_init_settings_read(info, WT_RPC_DEFAULT_MAX_RECEIVE_BYTES,
+                                      &set));
+  g->chunk_bytes = set.chunk_bytes;
+  g->buffer_bytes = set.buffer_bytes;
   *self = g;
   g = NULL;
 out:

@@ -41,8 +41,6 @@
 #include "wt/trainer.h"
 
 typedef struct nccl_trainer {
-  const wt_cuda_api *cuda;
-  const wt_nccl_api *nccl;
   const wt_trainer_ctx *ctx; /* the servers; borrowed, may be NULL */
   int64_t timeout_ms, connect_timeout_ms;
   bool packed;
@@ -50,14 +48,8 @@ typedef struct nccl_trainer {
   uint32_t num_buffers;
   unsigned char id[WT_NCCL_UNIQUE_ID_BYTES];
   uint32_t world;
-  int device;
-  void *comm; /* NULL until connect, and once aborted */
   bool joined;
-  void *streams[WT_NCCL_MAX_BUFFERS];
-  wt_mem_region bufs[WT_NCCL_MAX_BUFFERS];
-  uint64_t buf_bytes;
-  wt_mem_region one;
-  atomic_bool cancelled;
+  wt_nccl_rank r; /* rank 0: communicator, streams, buffers (wt/nccl.h) */
   /* What every server's init and update info carry. */
   Wt__V1__NcclInitInfo init_copy;
   Wt__V1__NcclUpdateInfo uinfo;
@@ -65,20 +57,10 @@ typedef struct nccl_trainer {
   Wt__V1__UInt32Value unum;
 } nccl_trainer;
 
-static void free_buffers(nccl_trainer *t) {
-  for (uint32_t i = 0; i < WT_NCCL_MAX_BUFFERS; i++)
-    if (t->bufs[i].len) wt_mem_free(&t->bufs[i]);
-  t->buf_bytes = 0;
-}
-
 static void nccl_trainer_destroy(void *self) {
   nccl_trainer *t = self;
   if (t == NULL) return;
-  if (t->comm != NULL) t->nccl->comm_destroy(t->comm);
-  free_buffers(t);
-  if (t->one.len) wt_mem_free(&t->one);
-  for (uint32_t i = 0; i < WT_NCCL_MAX_BUFFERS; i++)
-    if (t->streams[i] != NULL) t->cuda->stream_destroy(t->streams[i]);
+  wt_nccl_rank_close(&t->r);
   free(t);
 }
 
@@ -90,7 +72,6 @@ static wt_status *nccl_trainer_init(const wt_trainer_init_args *args,
   nccl_trainer *t = calloc(1, sizeof(*t));
   if (t == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "nccl trainer: out of memory");
-  atomic_init(&t->cancelled, false);
   t->ctx = args->ctx;
   const Wt__V1__NcclInitInfo *x =
       init->backend_init_case ==
@@ -109,24 +90,16 @@ static wt_status *nccl_trainer_init(const wt_trainer_init_args *args,
           : (t->ctx ? t->ctx->data_timeout_ms : 60000);
   /* Joining waits for every worker's start, too. */
   t->connect_timeout_ms = t->timeout_ms > 10000 ? t->timeout_ms : 10000;
-  WT_CHECK(wt_status_prefix(wt_cuda_api_get(&t->cuda), "nccl trainer"));
-  WT_CHECK(wt_status_prefix(wt_nccl_api_get(&t->nccl), "nccl trainer"));
-  if (t->cuda->version < 2 || t->cuda->stream_query == NULL)
-    WT_FAIL(WT_FAILED_PRECONDITION,
-            "nccl trainer: the CUDA module (%s) has no asynchronous calls",
-            t->cuda->name);
   /* Rank 0 on the source's GPU, else the calling thread's. */
-  WT_CHECK(wt_status_prefix(wt_source_gpu(args->source, &t->device),
+  int device = 0;
+  WT_CHECK(wt_status_prefix(wt_source_gpu(args->source, &device),
                             "nccl trainer"));
-  WT_CHECK(wt_status_prefix(wt_cuda_bind(t->device), "nccl trainer"));
-  WT_CHECK(wt_status_prefix(t->nccl->get_unique_id(t->id), "nccl trainer"));
-  uint32_t nstreams = t->packed ? t->num_buffers : 1;
-  for (uint32_t i = 0; i < nstreams; i++)
-    WT_CHECK(wt_status_prefix(t->cuda->stream_create(t->device, &t->streams[i]),
-                              "nccl trainer"));
-  wt_device dev = {.type = WT_DEVICE_CUDA, .index = t->device};
-  WT_CHECK(
-      wt_mem_alloc(WT_MEM_DEVICE, dev, sizeof(float), "nccl warm-up", &t->one));
+  WT_CHECK(wt_status_prefix(wt_cuda_bind(device), "nccl trainer"));
+  WT_CHECK(wt_nccl_rank_open(&t->r,
+                             (wt_device){.type = WT_DEVICE_CUDA, .index = device},
+                             t->packed ? t->num_buffers : 1, "nccl trainer",
+                             "init_transfer again"));
+  WT_CHECK(wt_status_prefix(t->r.nccl->get_unique_id(t->id), "nccl trainer"));
   if (x != NULL)
     t->init_copy = *x;
   else
@@ -158,45 +131,24 @@ static wt_status *nccl_server_init_info(void *self, size_t k,
   return NULL;
 }
 
-static wt_status *wait_for(nccl_trainer *t, void *stream, int64_t timeout_ms,
-                           const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static wt_status *wait_for(nccl_trainer *t, void *stream, int64_t timeout_ms,
-                           const char *fmt, ...) {
-  if (t->comm == NULL)
-    return wt_status_new(WT_FAILED_PRECONDITION,
-                         "nccl trainer: the communicator was aborted; "
-                         "init_transfer again");
-  char what[256];
-  int n =
-      snprintf(what, sizeof(what), "nccl trainer (rank 0 of %u): ", t->world);
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(what + n, sizeof(what) - (size_t)n, fmt, ap);
-  va_end(ap);
-  return wt_nccl_wait(t->nccl, t->cuda, &t->comm, stream, wt_mono_ms() + timeout_ms,
-                      &t->cancelled, what);
-}
-
 static wt_status *nccl_connect(void *self) {
   nccl_trainer *t = self;
   wt_status *st = NULL;
   if (t->world < 2)
     return wt_status_new(WT_FAILED_PRECONDITION,
                          "nccl trainer: world size %u (no worker)", t->world);
-  WT_CHECK(wt_status_prefix(wt_cuda_bind(t->device), "nccl trainer"));
-  WT_CHECK(wt_status_prefix(
-      t->nccl->comm_init((int)t->world, t->id, 0, &t->comm), "nccl trainer"));
-  WT_CHECK(wait_for(t, NULL, t->connect_timeout_ms,
-                    "waiting for the %u worker(s) to join", t->world - 1));
-  WT_CHECK(wt_status_prefix(t->nccl->all_reduce_f32(t->one.base, t->one.base, 1,
-                                                    t->comm, t->streams[0]),
-                            "nccl trainer: warm-up all-reduce"));
-  WT_CHECK(
-      wait_for(t, t->streams[0], t->connect_timeout_ms, "warm-up all-reduce"));
+  snprintf(t->r.where, sizeof(t->r.where), "nccl trainer (rank 0 of %u)",
+           t->world);
+  WT_CHECK(wt_status_prefix(wt_cuda_bind(t->r.device.index), "nccl trainer"));
+  char what[96];
+  snprintf(what, sizeof(what), "waiting for the %u worker(s) to join",
+           t->world - 1);
+  /* Joining waits for every worker's start, too. */
+  WT_CHECK(wt_nccl_rank_join(&t->r, t->id, t->world, 0, t->connect_timeout_ms,
+                             what));
   t->joined = true;
-  WT_LOGI("nccl", "trainer: rank 0 of %u joined (%s)", t->world, t->nccl->name);
+  WT_LOGI("nccl", "trainer: rank 0 of %u joined (%s)", t->world,
+          t->r.nccl->name);
 out:
   return st;
 }
@@ -210,22 +162,6 @@ static wt_status *nccl_update_info(void *self, wt_source *source, size_t k,
       WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_NCCL;
   info->nccl = &t->uinfo;
   info->packed = t->packed;
-  return NULL;
-}
-
-static wt_status *ensure_buffers(nccl_trainer *t, uint64_t bytes) {
-  if (t->buf_bytes >= bytes) return NULL;
-  free_buffers(t);
-  wt_device dev = {.type = WT_DEVICE_CUDA, .index = t->device};
-  for (uint32_t i = 0; i < t->num_buffers; i++) {
-    wt_status *st = wt_mem_alloc(WT_MEM_DEVICE, dev, bytes ? bytes : 1,
-                                 "nccl send buffer", &t->bufs[i]);
-    if (st != NULL) {
-      free_buffers(t);
-      return wt_status_prefix(st, "nccl trainer");
-    }
-  }
-  t->buf_bytes = bytes;
   return NULL;
 }
 
@@ -255,35 +191,35 @@ static wt_status *send_packed(nccl_trainer *t, wt_source *src,
                     .bytes_total = wt_source_total_bytes(src)};
   WT_CHECK(wt_pack_plan_from_metas(metas, n, t->buffer_bytes, &plan));
   WT_CHECK(wt_nccl_schedule(plan, t->num_buffers, &steps));
-  WT_CHECK(ensure_buffers(t, plan->max_bucket_bytes));
+  WT_CHECK(wt_nccl_rank_buffers(&t->r, t->num_buffers, plan->max_bucket_bytes, "nccl send buffer"));
   for (size_t b = 0; b < plan->nbuckets; b++) {
     const wt_nccl_step *s = &steps[b];
     const wt_bucket *bk = &plan->buckets[b];
-    void *stream = t->streams[s->buffer];
+    void *stream = t->r.streams[s->buffer];
     if (s->waits) {
-      WT_CHECK(wait_for(t, stream, t->timeout_ms,
+      WT_CHECK(wt_nccl_rank_wait(&t->r, stream, t->timeout_ms,
                         "bucket %zu (before bucket %zu reuses its buffer)",
                         s->after, b));
       pr.tensors_done += plan->buckets[s->after].count;
       pr.bytes_done += plan->buckets[s->after].nbytes;
       if (progress) progress(&pr, user);
     }
-    char *buf = t->bufs[s->buffer].base;
+    char *buf = t->r.bufs[s->buffer].base;
     for (size_t k = bk->first; k < bk->first + bk->count; k++) {
       wt_source_tensor x;
       WT_CHECK(next_tensor(src, k, &x));
       if (x.nbytes == 0) continue;
       WT_CHECK(
-          wt_status_prefix(t->cuda->copy_async(buf + plan->tensor_offset[k],
+          wt_status_prefix(t->r.cuda->copy_async(buf + plan->tensor_offset[k],
                                                x.data, x.nbytes, stream),
                            "nccl trainer: packing tensor '%s'", x.name));
     }
     WT_CHECK(wt_status_prefix(
-        t->nccl->broadcast(buf, buf, bk->nbytes, 0, t->comm, stream),
+        t->r.nccl->broadcast(buf, buf, bk->nbytes, 0, t->r.comm, stream),
         "nccl trainer: bucket %zu", b));
   }
   for (uint32_t i = 0; i < t->num_buffers; i++)
-    WT_CHECK(wait_for(t, t->streams[i], t->timeout_ms,
+    WT_CHECK(wt_nccl_rank_wait(&t->r, t->r.streams[i], t->timeout_ms,
                       "the last buckets (stream %u)", i));
 out:
   free(steps);
@@ -300,13 +236,13 @@ static wt_status *send_unpacked(nccl_trainer *t, wt_source *src) {
     wt_source_tensor x;
     WT_CHECK(next_tensor(src, k, &x));
     WT_CHECK(
-        wt_status_prefix(t->nccl->broadcast(x.data, (void *)x.data, x.nbytes, 0,
-                                            t->comm, t->streams[0]),
+        wt_status_prefix(t->r.nccl->broadcast(x.data, (void *)x.data, x.nbytes, 0,
+                                            t->r.comm, t->r.streams[0]),
                          "nccl trainer: tensor '%s'", x.name));
     queued += x.nbytes;
     /* The workers wait about every buffer's worth; so does the trainer. */
     if (queued >= t->buffer_bytes || k + 1 == n) {
-      WT_CHECK(wait_for(t, t->streams[0], t->timeout_ms,
+      WT_CHECK(wt_nccl_rank_wait(&t->r, t->r.streams[0], t->timeout_ms,
                         "tensors up to %zu of %zu", k + 1, n));
       queued = 0;
     }
@@ -319,12 +255,12 @@ static wt_status *nccl_send_weights(void *self, wt_source *source,
                                     wt_progress_fn progress, void *user) {
   nccl_trainer *t = self;
   wt_status *st = NULL;
-  atomic_store(&t->cancelled, false);
-  if (t->comm == NULL || !t->joined)
+  atomic_store(&t->r.cancelled, false);
+  if (t->r.comm == NULL || !t->joined)
     return wt_status_new(WT_FAILED_PRECONDITION,
                          "nccl trainer: no communicator (it was aborted, or "
                          "never joined); init_transfer again");
-  WT_CHECK(wt_status_prefix(wt_cuda_bind(t->device), "nccl trainer"));
+  WT_CHECK(wt_status_prefix(wt_cuda_bind(t->r.device.index), "nccl trainer"));
   WT_CHECK(wt_source_rewind(source));
   WT_CHECK(t->packed ? send_packed(t, source, progress, user)
                      : send_unpacked(t, source));
@@ -338,18 +274,15 @@ static wt_status *nccl_send_weights(void *self, wt_source *source,
     progress(&p, user);
   }
 out:
-  if (st != NULL && t->comm != NULL) {
-    /* Failed outside a wait (a bad tensor): the workers are inside
-     * collectives the trainer will not join; only an abort ends them. */
-    t->nccl->comm_abort(t->comm);
-    t->comm = NULL;
-  }
+  /* Failed outside a wait (a bad tensor): the workers are inside
+   * collectives the trainer will not join; only an abort ends them. */
+  if (st != NULL) wt_nccl_rank_abort(&t->r);
   return st;
 }
 
 static void nccl_trainer_cancel(void *self) {
   nccl_trainer *t = self;
-  atomic_store(&t->cancelled, true);
+  atomic_store(&t->r.cancelled, true);
 }
 
 static wt_status *nccl_init_info(const wt_backend_option *opts, size_t n,

@@ -73,9 +73,6 @@
 #include "wt/trainer.h"
 #include "wt/ucx_common.h"
 
-#define UCX_DEFAULT_BUFFER_BYTES (64ull << 20)
-#define UCX_DEFAULT_NUM_BUFFERS 2u
-#define UCX_MAX_NUM_BUFFERS 64u
 #define UCX_GRACE_MS 1000
 /* How long a cancelled send waits for a dead worker's endpoint to report
  * the failure (see drain). */
@@ -118,8 +115,8 @@ typedef struct ucx_trainer {
   uint32_t num_buffers;
   int64_t timeout_ms;
   int64_t connect_timeout_ms; /* a peer's first bucket of a round */
+  bool by_sockaddr;           /* options["ucx_connect"] == "sockaddr" */
   /* The settings table's fields (ints, set by apply_settings). */
-  int by_sockaddr;            /* options["ucx_connect"] == "sockaddr" */
   int peer_errors;            /* options["ucx_peer_errors"] != "off" */
   int fanout;                 /* this round's: FANOUT_* but AUTO */
   int fanout_option;          /* options["ucx_fanout"]: FANOUT_* */
@@ -243,8 +240,9 @@ static void ucx_trainer_destroy(void *self) {
   free(t);
 }
 
-/* The trainer's settings in the init info's options map, as a table: each
- * key, its values (the first is the default) and what each sets. */
+/* The trainer's own settings in the init info's options map, as a table:
+ * each key, its values (the first is the default) and what each sets.
+ * ucx_connect, which both halves read, is wt_ucx_init_settings_read's. */
 typedef struct setting_choice {
   const char *name;
   int value;
@@ -256,8 +254,6 @@ typedef struct setting {
   size_t offset;                 /* an int field of ucx_trainer */
 } setting;
 
-static const setting_choice connect_choices[] = {
-    {"address", 0}, {"sockaddr", 1}, {NULL, 0}};
 static const setting_choice on_off[] = {{"on", 1}, {"off", 0}, {NULL, 0}};
 static const setting_choice fanout_choices[] = {{"auto", FANOUT_AUTO},
                                                 {"parallel", FANOUT_PARALLEL},
@@ -266,7 +262,6 @@ static const setting_choice fanout_choices[] = {{"auto", FANOUT_AUTO},
                                                 {"chain", FANOUT_CHAIN},
                                                 {NULL, 0}};
 static const setting settings[] = {
-    {"ucx_connect", connect_choices, offsetof(ucx_trainer, by_sockaddr)},
     {"ucx_peer_errors", on_off, offsetof(ucx_trainer, peer_errors)},
     {"ucx_fanout", fanout_choices, offsetof(ucx_trainer, fanout_option)},
     {"ucx_split_tensors", on_off, offsetof(ucx_trainer, split_option)},
@@ -326,35 +321,15 @@ static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
   if (args->ctx == NULL)
     WT_FAIL(WT_INVALID_ARGUMENT, "ucx trainer: no servers (no context)");
   t->ctx = args->ctx;
-  t->buffer_bytes = UCX_DEFAULT_BUFFER_BYTES;
-  t->num_buffers = UCX_DEFAULT_NUM_BUFFERS;
   t->timeout_ms = init->timeout_ms ? (int64_t)init->timeout_ms
                                    : t->ctx->data_timeout_ms;
-  if (x != NULL && x->packed_buffer_size_bytes != NULL) {
-    if (x->packed_buffer_size_bytes->value == 0)
-      WT_FAIL(WT_INVALID_ARGUMENT,
-              "init_info.ucx.packed_buffer_size_bytes is 0; it must be at "
-              "least 1");
-    t->buffer_bytes = x->packed_buffer_size_bytes->value;
-  }
-  if (x != NULL && x->connect_timeout_ms != NULL &&
-      x->connect_timeout_ms->value == 0)
-    WT_FAIL(WT_INVALID_ARGUMENT,
-            "init_info.ucx.connect_timeout_ms is 0; it must be at least 1 "
-            "(unset: %d ms, or timeout_ms if larger)",
-            WT_UCX_CONNECT_TIMEOUT_MS);
-  t->connect_timeout_ms = wt_ucx_connect_timeout_ms(
-      x != NULL && x->connect_timeout_ms != NULL ? x->connect_timeout_ms->value
-                                                 : 0,
-      t->timeout_ms);
-  if (x != NULL && x->packed_num_buffers != NULL) {
-    uint32_t v = x->packed_num_buffers->value;
-    if (v == 0 || v > UCX_MAX_NUM_BUFFERS)
-      WT_FAIL(WT_INVALID_ARGUMENT,
-              "init_info.ucx.packed_num_buffers is %u; it must be 1..%u", v,
-              UCX_MAX_NUM_BUFFERS);
-    t->num_buffers = v;
-  }
+  wt_ucx_init_settings set;
+  WT_CHECK(wt_ucx_init_settings_read(init, &set));
+  t->buffer_bytes = set.buffer_bytes;
+  t->num_buffers = set.num_buffers;
+  t->by_sockaddr = set.by_sockaddr;
+  t->connect_timeout_ms =
+      wt_ucx_connect_timeout_ms(set.connect_timeout_ms, t->timeout_ms);
   t->held_index = SIZE_MAX;
   WT_CHECK(apply_settings(t, init));
   if (t->by_sockaddr && !t->peer_errors)

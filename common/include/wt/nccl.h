@@ -39,6 +39,7 @@
 #include <stdint.h>
 
 #include "wt/cuda.h"
+#include "wt/memory.h"
 #include "wt/packing.h"
 #include "wt/status.h"
 #include "wt/v1/wt.pb-c.h"
@@ -157,6 +158,63 @@ wt_status *wt_nccl_schedule(const wt_pack_plan *plan, uint32_t num_buffers,
 wt_status *wt_nccl_wait(const wt_nccl_api *nccl, const wt_cuda_api *cuda,
                         void **comm, void *stream, int64_t deadline_ms,
                         const atomic_bool *cancel, const char *what);
+
+/* --- one rank, the same on both sides ------------------------------------- */
+
+/* What a rank holds, the trainer's (rank 0) and each worker's alike: the
+ * communicator, its streams, its buffers, the warm-up's float, and how its
+ * messages start. Zeroed by the caller, then wt_nccl_rank_open. */
+typedef struct wt_nccl_rank {
+  const wt_nccl_api *nccl;
+  const wt_cuda_api *cuda;
+  wt_device device;
+  void *comm; /* NULL until joined, and once aborted */
+  void *streams[WT_NCCL_MAX_BUFFERS];
+  uint32_t nstreams;
+  wt_mem_region bufs[WT_NCCL_MAX_BUFFERS];
+  uint32_t nbufs;
+  uint64_t buf_bytes; /* each buffer's size, 0: none yet */
+  wt_mem_region one;  /* the warm-up's float */
+  atomic_bool cancelled;
+  char where[128];        /* "nccl trainer (rank 0 of 3)", "nccl worker ..." */
+  const char *again_hint; /* what to call after an abort */
+} wt_nccl_rank;
+
+/* Loads the CUDA and NCCL modules (CUDA's asynchronous calls needed),
+ * makes `nstreams` streams on `device` and the warm-up's float. Messages
+ * start with `where`; a communicator found aborted says `again_hint`
+ * ("InitWeightTransferEngine again"). On failure what was made is
+ * released (wt_nccl_rank_close). */
+wt_status *wt_nccl_rank_open(wt_nccl_rank *r, wt_device device,
+                             uint32_t nstreams, const char *where,
+                             const char *again_hint);
+
+/* Joins a world of `world` ranks as `rank` with the trainer's `id`: the
+ * communicator's init, waited for up to `timeout_ms` ("<join_what>"), then
+ * vLLM's warm-up (a one-element float32 all-reduce) and its wait. */
+wt_status *wt_nccl_rank_join(wt_nccl_rank *r,
+                             const unsigned char id[WT_NCCL_UNIQUE_ID_BYTES],
+                             uint32_t world, int rank, int64_t timeout_ms,
+                             const char *join_what);
+
+/* wt_nccl_wait on the rank's communicator and r->cancelled, naming
+ * "<where>: <what>"; FAILED_PRECONDITION when the communicator was aborted
+ * already. */
+wt_status *wt_nccl_rank_wait(wt_nccl_rank *r, void *stream, int64_t timeout_ms,
+                             const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* `n` buffers of at least `bytes` each on the rank's device ("<what>" in
+ * an allocation error). */
+wt_status *wt_nccl_rank_buffers(wt_nccl_rank *r, uint32_t n, uint64_t bytes,
+                                const char *what);
+
+/* Aborts the communicator if there is one (it cannot continue). */
+void wt_nccl_rank_abort(wt_nccl_rank *r);
+
+/* Releases everything: the communicator (destroyed: nothing is in flight
+ * between calls), buffers, the float, streams. */
+void wt_nccl_rank_close(wt_nccl_rank *r);
 
 /* Standard base64 (RFC 4648, with padding; not URL-safe), as vLLM's
  * nccl_unique_id_b64. encode writes 4 * ceil(n / 3) characters and a NUL

@@ -87,6 +87,28 @@ void wt_ucx_reset_cancel(wt_ucx *u);
  * the other side's start (init_info.ucx.connect_timeout_ms unset). */
 #define WT_UCX_CONNECT_TIMEOUT_MS 10000
 
+/* The packed transfer's settings when the init info leaves them unset, and
+ * their bounds: the same on both sides. */
+#define WT_UCX_DEFAULT_BUFFER_BYTES (64ull << 20)
+#define WT_UCX_DEFAULT_NUM_BUFFERS 2u
+#define WT_UCX_MAX_NUM_BUFFERS 64u
+
+/* What both halves read of an init info: the ucx message's packing and
+ * connect deadline, and options["ucx_connect"], checked once here. */
+typedef struct wt_ucx_init_settings {
+  uint64_t buffer_bytes;       /* packed_buffer_size_bytes, or the default */
+  uint32_t num_buffers;        /* packed_num_buffers, or the default */
+  uint32_t connect_timeout_ms; /* 0: unset (wt_ucx_connect_timeout_ms) */
+  bool by_sockaddr;            /* options["ucx_connect"] == "sockaddr" */
+} wt_ucx_init_settings;
+
+/* Fills *out from `init` (whose ucx message may be absent: the defaults).
+ * INVALID_ARGUMENT naming the field: a buffer size or connect deadline of
+ * 0, buffers outside 1..WT_UCX_MAX_NUM_BUFFERS, a ucx_connect that is not
+ * "address" or "sockaddr". */
+wt_status *wt_ucx_init_settings_read(const Wt__V1__WeightTransferInitInfo *init,
+                                     wt_ucx_init_settings *out);
+
 /* The connect deadline: `configured` (init_info.ucx.connect_timeout_ms) when
  * > 0, else the larger of WT_UCX_CONNECT_TIMEOUT_MS and `timeout_ms` (the
  * per-wait deadline once data moves). */

@@ -5,6 +5,7 @@
 #include "wt/clock.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,4 +228,113 @@ wt_status *wt_base64_decode(const char *in, unsigned char *out, size_t cap,
   }
   *n = o;
   return NULL;
+}
+
+/* --- one rank --------------------------------------------------------------- */
+
+wt_status *wt_nccl_rank_open(wt_nccl_rank *r, wt_device device,
+                             uint32_t nstreams, const char *where,
+                             const char *again_hint) {
+  wt_status *st = NULL;
+  atomic_init(&r->cancelled, false);
+  r->device = device;
+  r->again_hint = again_hint;
+  snprintf(r->where, sizeof(r->where), "%s", where);
+  WT_CHECK(wt_status_prefix(wt_cuda_api_get(&r->cuda), "%s", r->where));
+  WT_CHECK(wt_status_prefix(wt_nccl_api_get(&r->nccl), "%s", r->where));
+  if (r->cuda->version < 2 || r->cuda->stream_query == NULL)
+    WT_FAIL(WT_FAILED_PRECONDITION,
+            "%s: the CUDA module (%s) has no asynchronous calls", r->where,
+            r->cuda->name);
+  if (nstreams > WT_NCCL_MAX_BUFFERS) nstreams = WT_NCCL_MAX_BUFFERS;
+  for (uint32_t i = 0; i < nstreams; i++) {
+    WT_CHECK(wt_status_prefix(
+        r->cuda->stream_create(device.index, &r->streams[i]), "%s", r->where));
+    r->nstreams = i + 1;
+  }
+  WT_CHECK(wt_mem_alloc(WT_MEM_DEVICE, device, sizeof(float), "nccl warm-up",
+                        &r->one));
+out:
+  if (st != NULL) wt_nccl_rank_close(r);
+  return st;
+}
+
+wt_status *wt_nccl_rank_wait(wt_nccl_rank *r, void *stream, int64_t timeout_ms,
+                             const char *fmt, ...) {
+  if (r->comm == NULL)
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "%s: the communicator was aborted; %s", r->where,
+                         r->again_hint);
+  char what[384];
+  int n = snprintf(what, sizeof(what), "%s: ", r->where);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what + n, sizeof(what) - (size_t)n, fmt, ap);
+  va_end(ap);
+  return wt_nccl_wait(r->nccl, r->cuda, &r->comm, stream,
+                      wt_mono_ms() + timeout_ms, &r->cancelled, what);
+}
+
+wt_status *wt_nccl_rank_join(wt_nccl_rank *r,
+                             const unsigned char id[WT_NCCL_UNIQUE_ID_BYTES],
+                             uint32_t world, int rank, int64_t timeout_ms,
+                             const char *join_what) {
+  wt_status *st = NULL;
+  WT_CHECK(wt_status_prefix(r->nccl->comm_init((int)world, id, rank, &r->comm),
+                            "%s", r->where));
+  WT_CHECK(wt_nccl_rank_wait(r, NULL, timeout_ms, "%s", join_what));
+  /* vLLM's warm-up, before any other collective. */
+  WT_CHECK(wt_status_prefix(r->nccl->all_reduce_f32(r->one.base, r->one.base,
+                                                    1, r->comm, r->streams[0]),
+                            "%s: warm-up all-reduce", r->where));
+  WT_CHECK(wt_nccl_rank_wait(r, r->streams[0], timeout_ms, "warm-up all-reduce"));
+out:
+  return st;
+}
+
+static void free_buffers(wt_nccl_rank *r) {
+  for (uint32_t i = 0; i < WT_NCCL_MAX_BUFFERS; i++)
+    if (r->bufs[i].len) wt_mem_free(&r->bufs[i]);
+  r->buf_bytes = 0;
+  r->nbufs = 0;
+}
+
+wt_status *wt_nccl_rank_buffers(wt_nccl_rank *r, uint32_t n, uint64_t bytes,
+                                const char *what) {
+  if (n > WT_NCCL_MAX_BUFFERS) n = WT_NCCL_MAX_BUFFERS;
+  if (r->buf_bytes >= bytes && r->nbufs >= n) return NULL;
+  free_buffers(r);
+  for (uint32_t i = 0; i < n; i++) {
+    wt_status *st = wt_mem_alloc(WT_MEM_DEVICE, r->device, bytes ? bytes : 1,
+                                 what, &r->bufs[i]);
+    if (st != NULL) {
+      free_buffers(r);
+      return wt_status_prefix(st, "%s", r->where);
+    }
+  }
+  r->buf_bytes = bytes;
+  r->nbufs = n;
+  return NULL;
+}
+
+void wt_nccl_rank_abort(wt_nccl_rank *r) {
+  if (r->comm != NULL) {
+    r->nccl->comm_abort(r->comm);
+    r->comm = NULL;
+  }
+}
+
+void wt_nccl_rank_close(wt_nccl_rank *r) {
+  if (r->comm != NULL) {
+    r->nccl->comm_destroy(r->comm);
+    r->comm = NULL;
+  }
+  free_buffers(r);
+  if (r->one.len) wt_mem_free(&r->one);
+  for (uint32_t i = 0; i < WT_NCCL_MAX_BUFFERS; i++)
+    if (r->streams[i] != NULL) {
+      r->cuda->stream_destroy(r->streams[i]);
+      r->streams[i] = NULL;
+    }
+  r->nstreams = 0;
 }

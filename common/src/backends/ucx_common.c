@@ -103,6 +103,54 @@ size_t wt_ucx_discard_unexpected(wt_ucx *u) {
   return n;
 }
 
+wt_status *wt_ucx_init_settings_read(const Wt__V1__WeightTransferInitInfo *init,
+                                     wt_ucx_init_settings *out) {
+  *out = (wt_ucx_init_settings){.buffer_bytes = WT_UCX_DEFAULT_BUFFER_BYTES,
+                                .num_buffers = WT_UCX_DEFAULT_NUM_BUFFERS};
+  const Wt__V1__UcxInitInfo *x =
+      init->backend_init_case ==
+              WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX
+          ? init->ucx
+          : NULL;
+  if (x != NULL && x->packed_buffer_size_bytes != NULL) {
+    if (x->packed_buffer_size_bytes->value == 0)
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "init_info.ucx.packed_buffer_size_bytes is 0; it "
+                           "must be at least 1");
+    out->buffer_bytes = x->packed_buffer_size_bytes->value;
+  }
+  if (x != NULL && x->packed_num_buffers != NULL) {
+    uint32_t v = x->packed_num_buffers->value;
+    if (v == 0 || v > WT_UCX_MAX_NUM_BUFFERS)
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "init_info.ucx.packed_num_buffers is %u; it must "
+                           "be 1..%u",
+                           v, WT_UCX_MAX_NUM_BUFFERS);
+    out->num_buffers = v;
+  }
+  if (x != NULL && x->connect_timeout_ms != NULL) {
+    if (x->connect_timeout_ms->value == 0)
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "init_info.ucx.connect_timeout_ms is 0; it must be "
+                           "at least 1 (unset: %d ms, or timeout_ms if "
+                           "larger)",
+                           WT_UCX_CONNECT_TIMEOUT_MS);
+    out->connect_timeout_ms = x->connect_timeout_ms->value;
+  }
+  for (size_t i = 0; i < init->n_options; i++) {
+    const char *k = init->options[i]->key, *v = init->options[i]->value;
+    if (k == NULL || strcmp(k, "ucx_connect") != 0) continue;
+    if (v == NULL) v = "";
+    if (strcmp(v, "address") != 0 && strcmp(v, "sockaddr") != 0)
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "init_info.options[\"ucx_connect\"] is '%.64s'; "
+                           "it must be 'address' (default) or 'sockaddr'",
+                           v);
+    out->by_sockaddr = strcmp(v, "sockaddr") == 0;
+  }
+  return NULL;
+}
+
 int64_t wt_ucx_connect_timeout_ms(int64_t configured, int64_t timeout_ms) {
   if (configured > 0) return configured;
   return timeout_ms > WT_UCX_CONNECT_TIMEOUT_MS ? timeout_ms

@@ -4,8 +4,9 @@
  * buffers of the tensors it covers (no bucket buffer in between), in any
  * memory kind (wt_param_store_stage_write).
  *
- * Init info (GrpcInitInfo): chunk_size_bytes (unset: 1 MiB; at most the
- * server's message limit less framing) bounds every chunk;
+ * Init info (GrpcInitInfo), read as the trainer reads it
+ * (wt_grpc_init_settings_read, wt/chunk.h): chunk_size_bytes (unset: 1 MiB;
+ * at most the server's message limit less framing) bounds every chunk;
  * packed_buffer_size_bytes (unset: 64 MiB) is the bucket size a push uses
  * when its header says 0. There is no receive op: UpdateWeights is for
  * backends that move data outside the control channel.
@@ -16,14 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "wt/chunk.h"
 #include "wt/engine.h"
 #include "wt/log.h"
-
-#define DEFAULT_CHUNK_BYTES (1024ull * 1024ull)
-#define DEFAULT_PACKED_BUFFER_BYTES (64ull * 1024ull * 1024ull)
-/* Room a PushWeightsChunk needs around its data (tags, lengths, bucket and
- * offset varints). */
-#define CHUNK_FRAMING_BYTES 64u
 
 struct wt_engine {
   wt_worker_ctx ctx;
@@ -51,38 +47,11 @@ static wt_status *grpc_create(const Wt__V1__WeightTransferInitInfo *init,
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "grpc engine (worker %u): out of memory",
             ctx->rank);
   e->ctx = *ctx;
-  e->chunk_limit = DEFAULT_CHUNK_BYTES;
-  e->packed_buffer_bytes = DEFAULT_PACKED_BUFFER_BYTES;
   atomic_init(&e->cancelled, false);
-  const Wt__V1__GrpcInitInfo *g =
-      init != NULL && init->backend_init_case ==
-                          WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC
-          ? init->grpc
-          : NULL;
-  uint64_t max_chunk = ctx->max_message_bytes > CHUNK_FRAMING_BYTES
-                           ? ctx->max_message_bytes - CHUNK_FRAMING_BYTES
-                           : 0;
-  if (g != NULL && g->chunk_size_bytes != NULL) {
-    uint64_t v = g->chunk_size_bytes->value;
-    if (v == 0)
-      WT_FAIL(WT_INVALID_ARGUMENT,
-              "init_info.grpc.chunk_size_bytes is 0; it must be at least 1");
-    e->chunk_limit = v;
-  }
-  if (max_chunk != 0 && e->chunk_limit > max_chunk)
-    WT_FAIL(WT_INVALID_ARGUMENT,
-            "init_info.grpc.chunk_size_bytes %" PRIu64
-            " exceeds what the server accepts in one message (%" PRIu64
-            " bytes of data)",
-            e->chunk_limit, max_chunk);
-  if (g != NULL && g->packed_buffer_size_bytes != NULL) {
-    uint64_t v = g->packed_buffer_size_bytes->value;
-    if (v == 0)
-      WT_FAIL(WT_INVALID_ARGUMENT,
-              "init_info.grpc.packed_buffer_size_bytes is 0; it must be at "
-              "least 1");
-    e->packed_buffer_bytes = v;
-  }
+  wt_grpc_init_settings set;
+  WT_CHECK(wt_grpc_init_settings_read(init, ctx->max_message_bytes, &set));
+  e->chunk_limit = set.chunk_bytes;
+  e->packed_buffer_bytes = set.buffer_bytes;
   *out = e;
   e = NULL;
 out:

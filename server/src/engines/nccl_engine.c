@@ -44,36 +44,14 @@
 
 struct wt_engine {
   wt_worker_ctx ctx;
-  char where[96];
-  const wt_cuda_api *cuda;
-  const wt_nccl_api *nccl;
   wt_nccl_settings set;
   int rank;
-  void *comm; /* NULL once aborted */
-  void *streams[WT_NCCL_MAX_BUFFERS];
-  wt_mem_region bufs[WT_NCCL_MAX_BUFFERS];
-  uint64_t buf_bytes; /* each buffer's size, 0: none yet */
-  wt_mem_region one;  /* the warm-up's float */
-  atomic_bool cancelled;
+  wt_nccl_rank r; /* the communicator, streams, buffers (wt/nccl.h) */
 };
-
-static void free_buffers(wt_engine *e) {
-  for (uint32_t i = 0; i < WT_NCCL_MAX_BUFFERS; i++)
-    if (e->bufs[i].len) wt_mem_free(&e->bufs[i]);
-  e->buf_bytes = 0;
-}
 
 static void nccl_destroy(wt_engine *e) {
   if (e == NULL) return;
-  if (e->comm != NULL) {
-    /* Nothing is in flight between calls: a plain destroy. */
-    e->nccl->comm_destroy(e->comm);
-    e->comm = NULL;
-  }
-  free_buffers(e);
-  if (e->one.len) wt_mem_free(&e->one);
-  for (uint32_t i = 0; i < WT_NCCL_MAX_BUFFERS; i++)
-    if (e->streams[i] != NULL) e->cuda->stream_destroy(e->streams[i]);
+  wt_nccl_rank_close(&e->r);
   free(e);
 }
 
@@ -86,59 +64,27 @@ static wt_status *nccl_create(const Wt__V1__WeightTransferInitInfo *init,
     return wt_status_new(WT_RESOURCE_EXHAUSTED,
                          "nccl engine (worker %u): out of memory", ctx->rank);
   e->ctx = *ctx;
-  atomic_init(&e->cancelled, false);
-  snprintf(e->where, sizeof(e->where), "nccl worker %u (%s)", ctx->rank,
+  char where[128];
+  snprintf(where, sizeof(where), "nccl worker %u (%s)", ctx->rank,
            ctx->device_name);
   if (ctx->device.type != WT_DEVICE_CUDA)
     WT_FAIL(WT_FAILED_PRECONDITION,
             "%s: the nccl backend broadcasts GPU to GPU; this worker's store "
             "is on %s (start wt-server with --device cuda:N)",
-            e->where, ctx->device_name);
+            where, ctx->device_name);
   WT_CHECK(wt_status_prefix(wt_nccl_check_init(init, ctx->num_workers, &e->set),
-                            "%s", e->where));
+                            "%s", where));
   e->rank = wt_nccl_worker_rank(&e->set, ctx->rank);
-  snprintf(e->where, sizeof(e->where), "nccl worker %u (%s, rank %d of %u)",
+  snprintf(where, sizeof(where), "nccl worker %u (%s, rank %d of %u)",
            ctx->rank, ctx->device_name, e->rank, e->set.world_size);
-  WT_CHECK(wt_status_prefix(wt_cuda_api_get(&e->cuda), "%s", e->where));
-  WT_CHECK(wt_status_prefix(wt_nccl_api_get(&e->nccl), "%s", e->where));
-  if (e->cuda->version < 2 || e->cuda->stream_query == NULL)
-    WT_FAIL(WT_FAILED_PRECONDITION,
-            "%s: the CUDA module (%s) has no asynchronous calls", e->where,
-            e->cuda->name);
-  uint32_t nstreams = e->set.packed ? e->set.num_buffers : 1;
-  for (uint32_t i = 0; i < nstreams; i++)
-    WT_CHECK(wt_status_prefix(
-        e->cuda->stream_create(ctx->device.index, &e->streams[i]), "%s",
-        e->where));
-  WT_CHECK(wt_mem_alloc(WT_MEM_DEVICE, ctx->device, sizeof(float),
-                        "nccl warm-up", &e->one));
+  WT_CHECK(wt_nccl_rank_open(&e->r, ctx->device,
+                             e->set.packed ? e->set.num_buffers : 1, where,
+                             "InitWeightTransferEngine again"));
   *out = e;
   e = NULL;
 out:
   nccl_destroy(e);
   return st;
-}
-
-static wt_status *wait_for(wt_engine *e, void *stream, int64_t timeout_ms,
-                           const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-/* One wait of this engine, its message "<where>: <what>". */
-static wt_status *wait_for(wt_engine *e, void *stream, int64_t timeout_ms,
-                           const char *fmt, ...) {
-  if (e->comm == NULL)
-    return wt_status_new(WT_FAILED_PRECONDITION,
-                         "%s: the communicator was aborted; "
-                         "InitWeightTransferEngine again",
-                         e->where);
-  char what[256];
-  int n = snprintf(what, sizeof(what), "%s: ", e->where);
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(what + n, sizeof(what) - (size_t)n, fmt, ap);
-  va_end(ap);
-  return wt_nccl_wait(e->nccl, e->cuda, &e->comm, stream, wt_mono_ms() + timeout_ms,
-                      &e->cancelled, what);
 }
 
 static wt_status *nccl_init_transfer(wt_engine *e,
@@ -147,48 +93,24 @@ static wt_status *nccl_init_transfer(wt_engine *e,
   (void)init;
   (void)endpoint; /* the trainer's unique id is the rendezvous */
   wt_status *st = NULL;
-  WT_CHECK(
-      wt_status_prefix(e->nccl->comm_init((int)e->set.world_size,
-                                          e->set.unique_id, e->rank, &e->comm),
-                       "%s", e->where));
-  WT_CHECK(wait_for(e, NULL, e->ctx.timeout_ms,
-                    "joining the trainer's communicator (%u ranks)",
-                    e->set.world_size));
-  /* vLLM's warm-up, before any other collective. */
-  WT_CHECK(wt_status_prefix(e->nccl->all_reduce_f32(e->one.base, e->one.base, 1,
-                                                    e->comm, e->streams[0]),
-                            "%s: warm-up all-reduce", e->where));
-  WT_CHECK(wait_for(e, e->streams[0], e->ctx.timeout_ms, "warm-up all-reduce"));
-  WT_LOGI("nccl", "%s: joined (%s)", e->where, e->nccl->name);
+  char what[96];
+  snprintf(what, sizeof(what), "joining the trainer's communicator (%u ranks)",
+           e->set.world_size);
+  WT_CHECK(wt_nccl_rank_join(&e->r, e->set.unique_id, e->set.world_size,
+                             e->rank, e->ctx.timeout_ms, what));
+  WT_LOGI("nccl", "%s: joined (%s)", e->r.where, e->r.nccl->name);
 out:
   return st;
 }
 
 static wt_status *nccl_start_update(wt_engine *e, uint64_t round_id) {
   (void)round_id;
-  atomic_store(&e->cancelled, false);
-  if (e->comm == NULL)
+  atomic_store(&e->r.cancelled, false);
+  if (e->r.comm == NULL)
     return wt_status_new(WT_FAILED_PRECONDITION,
                          "%s: the communicator was aborted; "
                          "InitWeightTransferEngine again",
-                         e->where);
-  return NULL;
-}
-
-/* Buffers of at least `bytes` each, on this worker's GPU. */
-static wt_status *ensure_buffers(wt_engine *e, uint64_t bytes) {
-  if (e->buf_bytes >= bytes) return NULL;
-  free_buffers(e);
-  for (uint32_t i = 0; i < e->set.num_buffers; i++) {
-    wt_status *st =
-        wt_mem_alloc(WT_MEM_DEVICE, e->ctx.device, bytes ? bytes : 1,
-                     "nccl receive buffer", &e->bufs[i]);
-    if (st != NULL) {
-      free_buffers(e);
-      return wt_status_prefix(st, "%s", e->where);
-    }
-  }
-  e->buf_bytes = bytes;
+                         e->r.where);
   return NULL;
 }
 
@@ -200,30 +122,30 @@ static wt_status *receive_packed(wt_engine *e, const wt_update *u,
   wt_nccl_step *steps = NULL;
   WT_CHECK(wt_pack_plan_build(u->nbytes, u->n, buffer_bytes, &plan));
   WT_CHECK(wt_nccl_schedule(plan, e->set.num_buffers, &steps));
-  WT_CHECK(ensure_buffers(e, plan->max_bucket_bytes));
+  WT_CHECK(wt_nccl_rank_buffers(&e->r, e->set.num_buffers, plan->max_bucket_bytes, "nccl receive buffer"));
   for (size_t b = 0; b < plan->nbuckets; b++) {
     const wt_nccl_step *s = &steps[b];
     const wt_bucket *bk = &plan->buckets[b];
-    void *stream = e->streams[s->buffer];
+    void *stream = e->r.streams[s->buffer];
     if (s->waits)
-      WT_CHECK(wait_for(e, stream, e->ctx.timeout_ms,
+      WT_CHECK(wt_nccl_rank_wait(&e->r, stream, e->ctx.timeout_ms,
                         "bucket %zu (before bucket %zu reuses its buffer)",
                         s->after, b));
-    char *buf = e->bufs[s->buffer].base;
+    char *buf = e->r.bufs[s->buffer].base;
     WT_CHECK(wt_status_prefix(
-        e->nccl->broadcast(NULL, buf, bk->nbytes, 0, e->comm, stream),
-        "%s: bucket %zu", e->where, b));
+        e->r.nccl->broadcast(NULL, buf, bk->nbytes, 0, e->r.comm, stream),
+        "%s: bucket %zu", e->r.where, b));
     for (size_t k = bk->first; k < bk->first + bk->count; k++) {
       if (u->nbytes[k] == 0) continue;
       void *dst = wt_param_store_stage(e->ctx.store, u->index[k]);
       WT_CHECK(wt_status_prefix(
-          e->cuda->copy_async(dst, buf + plan->tensor_offset[k], u->nbytes[k],
+          e->r.cuda->copy_async(dst, buf + plan->tensor_offset[k], u->nbytes[k],
                               stream),
-          "%s: unpacking bucket %zu", e->where, b));
+          "%s: unpacking bucket %zu", e->r.where, b));
     }
   }
   for (uint32_t i = 0; i < e->set.num_buffers; i++)
-    WT_CHECK(wait_for(e, e->streams[i], e->ctx.timeout_ms,
+    WT_CHECK(wt_nccl_rank_wait(&e->r, e->r.streams[i], e->ctx.timeout_ms,
                       "the last buckets (stream %u)", i));
   stats->tensors = u->n;
   stats->bytes = u->total_bytes;
@@ -243,11 +165,11 @@ static wt_status *receive_unpacked(wt_engine *e, const wt_update *u,
     /* Zero-byte tensors are broadcast too: both sides call the same
      * sequence of collectives. */
     WT_CHECK(wt_status_prefix(
-        e->nccl->broadcast(NULL, dst, u->nbytes[k], 0, e->comm, e->streams[0]),
-        "%s: tensor %zu", e->where, k));
+        e->r.nccl->broadcast(NULL, dst, u->nbytes[k], 0, e->r.comm, e->r.streams[0]),
+        "%s: tensor %zu", e->r.where, k));
     queued += u->nbytes[k];
     if (queued >= chunk_bytes || k + 1 == u->n) {
-      WT_CHECK(wait_for(e, e->streams[0], e->ctx.timeout_ms,
+      WT_CHECK(wt_nccl_rank_wait(&e->r, e->r.streams[0], e->ctx.timeout_ms,
                         "tensors up to %zu of %zu", k + 1, u->n));
       queued = 0;
     }
@@ -261,11 +183,11 @@ out:
 static wt_status *nccl_receive(wt_engine *e, const wt_update *u,
                                wt_receive_stats *stats) {
   wt_status *st = NULL;
-  if (e->comm == NULL)
+  if (e->r.comm == NULL)
     return wt_status_new(WT_FAILED_PRECONDITION,
                          "%s: the communicator was aborted; "
                          "InitWeightTransferEngine again",
-                         e->where);
+                         e->r.where);
   const Wt__V1__NcclUpdateInfo *x =
       u->info != NULL &&
               u->info->backend_update_case ==
@@ -277,7 +199,7 @@ static wt_status *nccl_receive(wt_engine *e, const wt_update *u,
     if (x->packed_buffer_size_bytes->value == 0)
       return wt_status_new(WT_INVALID_ARGUMENT,
                            "%s: update_info.nccl.packed_buffer_size_bytes is 0",
-                           e->where);
+                           e->r.where);
     buffer_bytes = x->packed_buffer_size_bytes->value;
   }
   if (x != NULL && x->packed_num_buffers != NULL &&
@@ -285,12 +207,12 @@ static wt_status *nccl_receive(wt_engine *e, const wt_update *u,
     return wt_status_new(WT_INVALID_ARGUMENT,
                          "%s: update_info.nccl.packed_num_buffers is %" PRIu32
                          "; this init has %" PRIu32,
-                         e->where, x->packed_num_buffers->value,
+                         e->r.where, x->packed_num_buffers->value,
                          e->set.num_buffers);
   if (u->packed != e->set.packed)
     return wt_status_new(WT_INVALID_ARGUMENT,
                          "%s: update_info.packed is %s; this init is %s",
-                         e->where, u->packed ? "true" : "false",
+                         e->r.where, u->packed ? "true" : "false",
                          e->set.packed ? "packed" : "unpacked");
   st = u->packed ? receive_packed(e, u, buffer_bytes, stats)
                  : receive_unpacked(e, u, buffer_bytes, stats);
@@ -311,15 +233,12 @@ static void nccl_abort_update(wt_engine *e) {
    * trainer has sent its broadcasts: nothing can re-align the sequence, so
    * the engine goes (no WT_ENGINE_SURVIVES_ABORT) and the next init starts
    * a new communicator. */
-  if (e->comm != NULL) {
-    e->nccl->comm_abort(e->comm);
-    e->comm = NULL;
-  }
-  atomic_store(&e->cancelled, false);
+  wt_nccl_rank_abort(&e->r);
+  atomic_store(&e->r.cancelled, false);
 }
 
 static void nccl_cancel(wt_engine *e) {
-  atomic_store(&e->cancelled, true);
+  atomic_store(&e->r.cancelled, true);
 }
 
 /* CUDA, a device and the NCCL module. */

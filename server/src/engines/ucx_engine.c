@@ -77,14 +77,14 @@
 #include "wt/log.h"
 
 
+static void ucx_destroy(wt_engine *e);
+
 static wt_status *ucx_create(const Wt__V1__WeightTransferInitInfo *init,
                              const wt_worker_ctx *ctx, wt_engine **out) {
   wt_status *st = NULL;
   wt_engine *e = calloc(1, sizeof(*e));
   if (e == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "ucx engine: out of memory");
   e->ctx = *ctx;
-  e->buffer_bytes = UCX_DEFAULT_BUFFER_BYTES;
-  e->num_buffers = UCX_DEFAULT_NUM_BUFFERS;
   e->cap = 64; /* open connections: one per trainer (re)connect */
   snprintf(e->where, sizeof(e->where), "ucx worker %u", ctx->rank);
   const Wt__V1__UcxInitInfo *x =
@@ -93,16 +93,12 @@ static wt_status *ucx_create(const Wt__V1__WeightTransferInitInfo *init,
           ? init->ucx
           : NULL;
   WT_CHECK(wt_ucx_init_secret(init, e->secret));
-  for (size_t i = 0; i < init->n_options; i++) {
-    const char *k = init->options[i]->key, *v = init->options[i]->value;
-    if (k == NULL || v == NULL || strcmp(k, "ucx_connect") != 0) continue;
-    e->listen = strcmp(v, "sockaddr") == 0;
-    if (!e->listen && strcmp(v, "address") != 0)
-      WT_FAIL(WT_INVALID_ARGUMENT,
-              "init_info.options[\"ucx_connect\"] is '%s'; it must be "
-              "'address' (default) or 'sockaddr'",
-              v);
-  }
+  wt_ucx_init_settings set;
+  WT_CHECK(wt_ucx_init_settings_read(init, &set));
+  e->listen = set.by_sockaddr;
+  e->buffer_bytes = set.buffer_bytes;
+  e->num_buffers = set.num_buffers;
+  e->connect_timeout_ms = set.connect_timeout_ms;
   unsigned major = 0, minor = 0, release = 0;
   ucp_get_version(&major, &minor, &release);
   if (e->listen && major == 1 && minor < 14)
@@ -115,29 +111,6 @@ static wt_status *ucx_create(const Wt__V1__WeightTransferInitInfo *init,
             major, minor, release);
   wt_ucx_hello(e->secret, e->hello);
   if (x != NULL) {
-    if (x->packed_buffer_size_bytes != NULL) {
-      if (x->packed_buffer_size_bytes->value == 0)
-        WT_FAIL(WT_INVALID_ARGUMENT,
-                "init_info.ucx.packed_buffer_size_bytes is 0; it must be at "
-                "least 1");
-      e->buffer_bytes = x->packed_buffer_size_bytes->value;
-    }
-    if (x->packed_num_buffers != NULL) {
-      uint32_t v = x->packed_num_buffers->value;
-      if (v == 0 || v > UCX_MAX_NUM_BUFFERS)
-        WT_FAIL(WT_INVALID_ARGUMENT,
-                "init_info.ucx.packed_num_buffers is %u; it must be 1..%u", v,
-                UCX_MAX_NUM_BUFFERS);
-      e->num_buffers = v;
-    }
-    if (x->connect_timeout_ms != NULL) {
-      if (x->connect_timeout_ms->value == 0)
-        WT_FAIL(WT_INVALID_ARGUMENT,
-                "init_info.ucx.connect_timeout_ms is 0; it must be at least 1 "
-                "(unset: %d ms)",
-                WT_UCX_CONNECT_TIMEOUT_MS);
-      e->connect_timeout_ms = x->connect_timeout_ms->value;
-    }
     if (x->trainer_address != NULL && *x->trainer_address != '\0')
       WT_FAIL(WT_INVALID_ARGUMENT,
               "init_info.ucx.trainer_address is set; in this version the "
@@ -171,14 +144,7 @@ static wt_status *ucx_create(const Wt__V1__WeightTransferInitInfo *init,
   *out = e;
   e = NULL;
 out:
-  if (e) {
-    free(e->route_in);
-    free(e->route_out);
-    free(e->hops);
-    free(e->peers);
-    free(e->transports);
-    free(e);
-  }
+  ucx_destroy(e); /* what a failed create made so far */
   return st;
 }
 

@@ -20,9 +20,6 @@
 
 #include "wt/visibility.h"
 
-#define UCX_DEFAULT_BUFFER_BYTES (64ull << 20)
-#define UCX_DEFAULT_NUM_BUFFERS 2u
-#define UCX_MAX_NUM_BUFFERS 64u
 /* How long an abort waits for a posted receive to give up its buffers. */
 #define UCX_GRACE_MS 1000
 /* How long a failed receive waits for its cancelled bucket receives to end

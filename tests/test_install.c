@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "support/wt_proc.h"
 #include "wt_test.h"
@@ -65,6 +66,13 @@ static void test_install_tree(void) {
            wt_test_source_dir(), dir, prefix, dir, dir, prefix);
   CU_ASSERT_EQUAL(sh(dir, "cmake", cmd, NULL), 0);
 
+  /* A tree without the CUDA module (as a build without CUDA installs):
+   * wt-ctl info says so in one line, the path once. */
+  char module[PATH_MAX + 32];
+  snprintf(module, sizeof(module), "%s/lib/libwt_cuda.so", prefix);
+  bool had_cuda = access(module, F_OK) == 0;
+  if (had_cuda) CU_ASSERT_EQUAL(unlink(module), 0);
+
   /* Both run rounds against the installed wt-server. */
   char bin[PATH_MAX + 32];
   snprintf(bin, sizeof(bin), "%s/bin/wt-server", prefix);
@@ -86,6 +94,26 @@ static void test_install_tree(void) {
     CU_ASSERT_EQUAL(sh(dir, tag, cmd, &out), 0);
     CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "7 of 7 digests verified"));
     if (out) printf("\n  %s: %s", runs[i].exe, out);
+    free(out);
+  }
+  if (had_cuda) {
+    char *out = NULL;
+    snprintf(cmd, sizeof(cmd), "'%s/bin/wt-ctl' --server %s info", prefix,
+             srv.addr);
+    CU_ASSERT_EQUAL(sh(dir, "ctl-info", cmd, &out), 0);
+    const char *line = out ? strstr(out, "libwt_cuda.so was not built") : NULL;
+    CU_ASSERT_PTR_NOT_NULL(line);
+    if (line != NULL) {
+      const char *first = strstr(out, "/lib/libwt_cuda.so");
+      const char *end = strchr(line, '\n');
+      /* The path once on that line, not dlopen's words repeating it. */
+      CU_ASSERT_PTR_NOT_NULL(first);
+      const char *again =
+          first ? strstr(first + strlen("/lib/libwt_cuda.so"), "libwt_cuda.so")
+                : NULL;
+      CU_ASSERT(first == NULL || end == NULL || again == NULL || again > end);
+      if (end) printf("\n  without the CUDA module: %.*s", (int)(end - line), line);
+    }
     free(out);
   }
   CU_ASSERT_EQUAL(wt_proc_server_stop(&srv, 10000, NULL), 0);

@@ -158,21 +158,48 @@ static void test_out_of_order(void) {
   first = id;
   char msgbuf[160];
   const char *msg = msgbuf; /* a pointer, for WT_ASSERT_ERR */
-  snprintf(msgbuf, sizeof(msgbuf),
-           "StartWeightUpdate: round %" PRIu64
-           " is in progress (state: updating)",
-           id);
-  WT_ASSERT_ERR(wtt_start(S.ch, NULL), WT_FAILED_PRECONDITION, msg);
+  WT_ASSERT_ERR(wtt_start(S.ch, NULL), WT_FAILED_PRECONDITION,
+                "StartWeightUpdate: a round is in progress (state: updating)");
   /* A stale or guessed round id. */
   snprintf(msgbuf, sizeof(msgbuf),
-           "round_id %" PRIu64 " is not the current round %" PRIu64
-           " (state: updating)",
-           id + 1, id);
+           "round_id %" PRIu64 " is not the current round (state: updating)",
+           id + 1);
   WT_ASSERT_ERR(wtt_finish(S.ch, "v1", id + 1), WT_FAILED_PRECONDITION, msg);
   WT_ASSERT_ERR(wtt_push_all(S.ch, &u, id - 1, 0, 1000, 1, NULL),
                 WT_FAILED_PRECONDITION, "is not the current round");
   WT_ASSERT_ERR(wtt_abort(S.ch, 1, &aborted), WT_FAILED_PRECONDITION,
                 "is not the current round");
+  /* No refusal tells a caller without it the current round's id (a
+   * stranger who may call, or a second trainer, would drive the round with
+   * it): not Start's, not a wrong id's, not the server's info. */
+  {
+    char idtext[32];
+    snprintf(idtext, sizeof(idtext), "%" PRIu64, id);
+    wt_status *refusals[] = {
+        wtt_start(S.ch, NULL), wtt_finish(S.ch, "v1", id + 1),
+        wtt_abort(S.ch, id ^ 1, NULL),
+        wtt_push_all(S.ch, &u, id + 2, 0, 1000, 1, NULL)};
+    for (size_t r = 0; r < sizeof(refusals) / sizeof(refusals[0]); r++) {
+      CU_ASSERT_PTR_NOT_NULL(refusals[r]);
+      const char *m = refusals[r] ? wt_status_message(refusals[r]) : "";
+      CU_ASSERT_PTR_NULL(strstr(m, idtext));
+      if (strstr(m, idtext)) fprintf(stderr, "  leaks the round id: %s\n", m);
+      wt_status_free(refusals[r]);
+    }
+    Wt__V1__ServerInfo *si = wtt_info(S.ch);
+    size_t plen = wt__v1__server_info__get_packed_size(si);
+    uint8_t *pk = malloc(plen + 1);
+    CU_ASSERT_FATAL(pk != NULL);
+    wt__v1__server_info__pack(si, pk);
+    pk[plen] = 0;
+    /* The id as text anywhere in what GetServerInfo says. */
+    bool found = false;
+    for (size_t o = 0; o + strlen(idtext) <= plen; o++)
+      if (memcmp(pk + o, idtext, strlen(idtext)) == 0) found = true;
+    CU_ASSERT_FALSE(found);
+    free(pk);
+    wt_pb_free(&si->base);
+  }
   /* The grpc backend's data moves through PushWeights only. */
   ur.round_id = id;
   WT_ASSERT_ERR(wtt_call(S.ch, "UpdateWeights", &ur.base,
@@ -717,7 +744,7 @@ static void test_update_weights(void) {
   CU_ASSERT_STRING_EQUAL(info->workers[1]->state, "updating");
   wt_pb_free(&info->base);
   WT_ASSERT_ERR(wtt_finish(S.ch, "early", id), WT_FAILED_PRECONDITION,
-                "UpdateWeights is still running in round ");
+                "UpdateWeights is still running in the current round");
   fake_engine_release(true);
   ProtobufCMessage *resp = NULL;
   WT_ASSERT_OK(wt_rpc_pending_wait(p, &resp));
@@ -984,7 +1011,7 @@ static void test_needs_init(void) {
     CU_ASSERT_STRING_EQUAL(info->workers[w]->backend, "");
     CU_ASSERT_PTR_NOT_NULL(strstr(info->workers[w]->reason,
                                   "backend 'fake-fragile' cannot continue "
-                                  "after an abort (round "));
+                                  "after an abort (its round was aborted"));
     CU_ASSERT_PTR_NOT_NULL(strstr(info->workers[w]->reason,
                                   "was aborted: AbortWeightUpdate: test)"));
   }

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "wt/clock.h"
 #include "wt/safetensors.h"
 #include "wt_test.h"
 
@@ -480,12 +481,26 @@ static void test_bad_files(void) {
   free(path);
 
   path = join(dir, "missing.safetensors");
-  snprintf(want_buf, sizeof(want_buf), "%s: cannot open safetensors file",
-           path);
+  snprintf(want_buf, sizeof(want_buf),
+           "safetensors file '%s': cannot open: No such file", path);
   WT_ASSERT_ERR(wt_safetensors_open(path, &f), WT_NOT_FOUND, want);
   free(path);
-  snprintf(want_buf, sizeof(want_buf), "%s: not a regular file", dir);
+  snprintf(want_buf, sizeof(want_buf),
+           "safetensors file '%s': a directory, not a regular file", dir);
   WT_ASSERT_ERR(wt_safetensors_open(dir, &f), WT_INVALID_ARGUMENT, want);
+  /* A FIFO (no writer: an open would wait forever) and a character device
+   * are refused at once, by what they are, before anything is read. */
+  path = join(dir, "fifo.safetensors");
+  CU_ASSERT_FATAL(mkfifo(path, 0600) == 0);
+  int64_t t0 = wt_mono_ms();
+  snprintf(want_buf, sizeof(want_buf),
+           "safetensors file '%s': a FIFO, not a regular file", path);
+  WT_ASSERT_ERR(wt_safetensors_open(path, &f), WT_INVALID_ARGUMENT, want);
+  CU_ASSERT(wt_mono_ms() - t0 < 1000);
+  unlink(path);
+  free(path);
+  WT_ASSERT_ERR(wt_safetensors_open("/dev/zero", &f), WT_INVALID_ARGUMENT,
+                "'/dev/zero': a character device, not a regular file");
 
   wt_test_rmtree(dir);
   free(dir);
@@ -1092,9 +1107,14 @@ static void test_checkpoint_errors(void) {
   free(outside);
 
   unlink(index);
-  snprintf(want_buf, sizeof(want_buf), "%s: cannot open checkpoint index",
-           index);
+  snprintf(want_buf, sizeof(want_buf),
+           "checkpoint index '%s': cannot open: No such file", index);
   WT_ASSERT_ERR(wt_checkpoint_open(index, &c), WT_NOT_FOUND, want);
+  /* A FIFO as the index: refused at once. */
+  CU_ASSERT_FATAL(mkfifo(index, 0600) == 0);
+  WT_ASSERT_ERR(wt_checkpoint_open(index, &c), WT_INVALID_ARGUMENT,
+                "a FIFO, not a regular file");
+  unlink(index);
 
   free(corrupt);
   free(index);

@@ -436,7 +436,7 @@ static void test_calls_during_push(void) {
   CU_ASSERT(wt_mono_ms() - t0 < 5000);
   /* Finishing now would cut the push short: refused. */
   WT_ASSERT_ERR(wtt_finish(S.ch, "early", id), WT_FAILED_PRECONDITION,
-                "PushWeights is still running in round ");
+                "PushWeights is still running in the current round");
   WT_ASSERT_OK(wtt_push_send(&p, UINT64_MAX));
   WT_ASSERT_OK(wtt_push_close(&p, NULL));
   WT_ASSERT_OK(wtt_finish(S.ch, "late", id));

@@ -8,10 +8,13 @@
 #include <CUnit/CUnit.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "support/fixture.h"
 #include "support/wt_proc.h"
@@ -199,7 +202,8 @@ static void test_tokens(void) {
 }
 
 /* Token files: the server refuses one that others can read, a short token,
- * a line of another form and a token listed twice, naming file and line. */
+ * a line of another form, a token listed twice, a NUL or control byte
+ * (naming file and line), and a FIFO (at once, by what it is). */
 static void test_token_files(void) {
   char path[PATH_MAX];
   snprintf(path, sizeof(path), "%s/bad-tokens", g_dir);
@@ -246,6 +250,35 @@ static void test_token_files(void) {
   write_file(path, "two words here\n", 0600);
   WT_ASSERT_ERR(wt_token_read(path, &tok), WT_INVALID_ARGUMENT,
                 "expected the token alone");
+
+  /* A NUL byte would end the text there, silently dropping the tokens
+   * after it: refused naming its line. So is any other control byte. */
+  {
+    static const char nul_file[] = "trainer " TRAINER_TOKEN
+                                   "\n# note\0\nreader " READER_TOKEN "\n";
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fwrite(nul_file, 1, sizeof(nul_file) - 1, f);
+    fclose(f);
+    chmod(path, 0600);
+    WT_ASSERT_ERR(wt_tokens_load(path, &t, &n), WT_INVALID_ARGUMENT,
+                  "line 2: a NUL byte");
+    WT_ASSERT_ERR(wt_token_read(path, &tok), WT_INVALID_ARGUMENT,
+                  "line 2: a NUL byte");
+  }
+  write_file(path, "trainer " TRAINER_TOKEN "\n# bell \a here\n", 0600);
+  WT_ASSERT_ERR(wt_tokens_load(path, &t, &n), WT_INVALID_ARGUMENT,
+                "line 2: control byte 0x07");
+  /* A FIFO as the token file: refused at once, never waited on. */
+  unlink(path);
+  CU_ASSERT_FATAL(mkfifo(path, 0600) == 0);
+  int64_t t0 = wt_mono_ms();
+  WT_ASSERT_ERR(wt_tokens_load(path, &t, &n), WT_INVALID_ARGUMENT,
+                "a FIFO, not a regular file");
+  WT_ASSERT_ERR(wt_token_read(path, &tok), WT_INVALID_ARGUMENT,
+                "a FIFO, not a regular file");
+  CU_ASSERT(wt_mono_ms() - t0 < 1000);
+  unlink(path);
 }
 
 /* ---- TLS and mutual TLS -------------------------------------------------- */
@@ -572,10 +605,61 @@ static void test_http2_attacks(void) {
   wt_server_stop(srv);
 }
 
+/* Files that are not regular and signals at start-up (real processes): a
+ * FIFO as wt-server's token file or model makes it exit at once naming
+ * what the file is (before, the start hung with SIGTERM and SIGINT
+ * blocked; only SIGKILL ended it); a SIGTERM while it loads a large model
+ * ends it within a second. */
+static void test_startup_files_and_signals(void) {
+  char fifo[PATH_MAX], log[PATH_MAX];
+  snprintf(fifo, sizeof(fifo), "%s/fifo", g_dir);
+  unlink(fifo);
+  CU_ASSERT_FATAL(mkfifo(fifo, 0600) == 0);
+  static const char *const flags[] = {"--token-file", "--model"};
+  for (size_t i = 0; i < 2; i++) {
+    const char *const argv[] = {WT_SERVER_BIN, "--listen", "127.0.0.1:0",
+                                flags[i],      fifo,       NULL};
+    snprintf(log, sizeof(log), "%s/fifo-%zu.log", g_dir, i);
+    char *out = NULL;
+    int64_t t0 = wt_mono_ms();
+    int code = wt_proc_run(argv, log, 10000, &out);
+    CU_ASSERT_EQUAL(code, 1);
+    CU_ASSERT(wt_mono_ms() - t0 < 5000);
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "a FIFO, not a regular file"));
+    if (out == NULL || !strstr(out, "a FIFO"))
+      fprintf(stderr, "%s %s: %s\n", flags[i], fifo, out ? out : "");
+    free(out);
+  }
+  unlink(fifo);
+  /* SIGTERM while a 1 GiB model is being made: out at once, saying so. */
+  const char *const argv[] = {WT_SERVER_BIN, "--listen", "127.0.0.1:0",
+                              "--model",     "synthetic:bench-1g", NULL};
+  snprintf(log, sizeof(log), "%s/start-sigterm.log", g_dir);
+  pid_t pid = wt_proc_spawn(argv, log, NULL);
+  CU_ASSERT_FATAL(pid > 0);
+  wtt_sleep_ms(150);
+  int64_t t0 = wt_mono_ms();
+  CU_ASSERT_EQUAL(kill(pid, SIGTERM), 0);
+  int status = 0;
+  CU_ASSERT(wt_proc_wait(pid, 10000, &status));
+  int64_t ms = wt_mono_ms() - t0;
+  printf("\n  SIGTERM during start-up: exited after %lld ms", (long long)ms);
+  CU_ASSERT(ms < 2000);
+  CU_ASSERT(WIFEXITED(status));
+  char *text = wt_proc_read_file(log);
+  /* Either it was still starting (the usual case) or it had started and
+   * stopped cleanly; never a hang. */
+  CU_ASSERT(text && (strstr(text, "during start-up") ||
+                     (WIFEXITED(status) && WEXITSTATUS(status) == 0)));
+  free(text);
+}
+
 void wt_test_suite_trust(void) {
   CU_pSuite s = CU_add_suite("trust", suite_init, suite_clean);
   CU_add_test(s, "bearer tokens and scopes", test_tokens);
   CU_add_test(s, "token files", test_token_files);
+  CU_add_test(s, "start-up: FIFOs refused, signals taken",
+              test_startup_files_and_signals);
   CU_add_test(s, "TLS", test_tls);
   CU_add_test(s, "mutual TLS", test_mutual_tls);
   CU_add_test(s, "strings are UTF-8", test_strings_are_utf8);

@@ -1592,6 +1592,16 @@ static void test_init_settings(void) {
   ui.nbuf.value = WT_UCX_MAX_NUM_BUFFERS + 1;
   WT_ASSERT_ERR(wt_ucx_init_settings_read(&ui.info, &set), WT_INVALID_ARGUMENT,
                 "init_info.ucx.packed_num_buffers is 65; it must be 1..64");
+  /* A secret that keys nothing: all zeros, or a short pattern. */
+  uint8_t secret[WT_UCX_SECRET_BYTES];
+  ucx_info_make(&ui, "tcp", NULL, 256 << 10, 0);
+  WT_ASSERT_OK(wt_ucx_init_secret(&ui.info, secret));
+  memset(ui.secret, 0, sizeof(ui.secret));
+  WT_ASSERT_ERR(wt_ucx_init_secret(&ui.info, secret), WT_INVALID_ARGUMENT,
+                "init_info.ucx.auth_secret: 1 distinct byte values");
+  for (size_t i = 0; i < sizeof(ui.secret); i++) ui.secret[i] = (uint8_t)(i % 4);
+  WT_ASSERT_ERR(wt_ucx_init_secret(&ui.info, secret), WT_INVALID_ARGUMENT,
+                "4 distinct byte values");
 }
 
 void wt_test_suite_ucx(void) {

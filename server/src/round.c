@@ -188,21 +188,22 @@ wt_status *wt_srv_need_round_locked(const wt_server *srv, const char *call,
                          "StartWeightUpdate first",
                          call);
   }
+  /* The current id is said only to the caller of StartWeightUpdate: a
+   * caller with another id learns nothing of it. */
   if (round_id != srv->round_id)
     return wt_status_new(WT_FAILED_PRECONDITION,
                          "%s: round_id %" PRIu64
-                         " is not the current round %" PRIu64
-                         " (state: updating)",
-                         call, round_id, srv->round_id);
+                         " is not the current round (state: updating)",
+                         call, round_id);
   return NULL;
 }
 
 wt_status *wt_srv_need_idle_locked(const wt_server *srv, const char *call) {
   if (srv->busy == NULL) return NULL;
   return wt_status_new(WT_FAILED_PRECONDITION,
-                       "%s: %s is still running in round %" PRIu64
-                       " (state: updating); wait for it to end",
-                       call, srv->busy, srv->round_id);
+                       "%s: %s is still running in the current round "
+                       "(state: updating); wait for it to end",
+                       call, srv->busy);
 }
 
 wt_status *wt_srv_aborted_error(const wt_server *srv, const char *call,
@@ -261,10 +262,8 @@ wt_status *wt_srv_abort(wt_server *srv, uint64_t round_id, const char *reason,
   WT_CHECK(wt_srv_need_round_locked(srv, "AbortWeightUpdate", round_id));
   if (srv->committing)
     WT_FAIL(WT_FAILED_PRECONDITION,
-            "AbortWeightUpdate: round %" PRIu64
-            " is being committed by FinishWeightUpdate and can no longer be "
-            "aborted",
-            srv->round_id);
+            "AbortWeightUpdate: the round is being committed by "
+            "FinishWeightUpdate and can no longer be aborted");
   char why[256];
   snprintf(why, sizeof(why), "AbortWeightUpdate%s%.200s",
            reason && *reason ? ": " : "", reason ? reason : "");
@@ -318,9 +317,8 @@ wt_status *wt_srv_init_engine(wt_server *srv,
             "running (state: initializing)");
   if (srv->committing)
     WT_FAIL(WT_FAILED_PRECONDITION,
-            "InitWeightTransferEngine: FinishWeightUpdate is committing round "
-            "%" PRIu64 "; try again when it returns",
-            srv->round_id);
+            "InitWeightTransferEngine: FinishWeightUpdate is committing the "
+            "current round; try again when it returns");
   if (srv->round_id != 0)
     wt_srv_abort_round_locked(srv,
                               "replaced by a new InitWeightTransferEngine");
@@ -370,9 +368,8 @@ wt_status *wt_srv_start(wt_server *srv, uint64_t *round_id) {
   WT_CHECK(need_init_locked(srv, "StartWeightUpdate"));
   if (srv->round_id != 0)
     WT_FAIL(WT_FAILED_PRECONDITION,
-            "StartWeightUpdate: round %" PRIu64
-            " is in progress (state: updating); finish or abort it first",
-            srv->round_id);
+            "StartWeightUpdate: a round is in progress (state: updating); "
+            "finish or abort it first");
   wt_worker_status ws;
   long w = needs_init_worker(srv, &ws);
   if (w >= 0)

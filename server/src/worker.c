@@ -139,8 +139,8 @@ static wt_status *need_round(const wt_worker *w, uint64_t round_id,
   if (round_id != w->round_id)
     return wt_status_new(WT_ABORTED,
                          "%s: %s of round %" PRIu64
-                         ": the worker is in round %" PRIu64,
-                         w->where, what, round_id, w->round_id);
+                         ": the worker is in another round",
+                         w->where, what, round_id);
   return NULL;
 }
 
@@ -305,14 +305,13 @@ static void op_abort(wt_worker *w, wt_worker_op *op) {
   if (w->state != WT_WORKER_UPDATING ||
       (op->round_id != 0 && op->round_id != w->round_id))
     return;
-  uint64_t round = w->round_id;
   abort_round(w);
   if (w->ops != NULL && !(w->ops->caps & WT_ENGINE_SURVIVES_ABORT)) {
     char reason[512];
     snprintf(reason, sizeof(reason),
-             "backend '%s' cannot continue after an abort (round %" PRIu64
-             " was aborted: %.300s); call InitWeightTransferEngine again",
-             w->ops->header.name, round, op->reason ? op->reason : "aborted");
+             "backend '%s' cannot continue after an abort (its round was "
+             "aborted: %.300s); call InitWeightTransferEngine again",
+             w->ops->header.name, op->reason ? op->reason : "aborted");
     drop_engine(w);
     w->state = WT_WORKER_NEEDS_INIT;
     publish(w, reason);

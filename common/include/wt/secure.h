@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "wt/status.h"
 
@@ -38,10 +39,20 @@ bool wt_utf8_valid(const char *s, size_t n, size_t *bad);
 void wt_hmac_sha256(const void *key, size_t klen, const void *msg, size_t n,
                     uint8_t out[32]);
 
+/* Opens `path` for reading (O_CLOEXEC) without ever blocking at the open:
+ * a FIFO, a device, a socket or a directory is refused by what it is
+ * ("<what> 'path': a FIFO, not a regular file") before anything is read,
+ * so that a start-up given one never hangs. *fd is the caller's (close),
+ * *sb (may be NULL) the file's stat. */
+wt_status *wt_open_regular(const char *what, const char *path, int *fd,
+                           struct stat *sb);
+
 /* The whole of a small regular file (at most max_bytes) as a NUL-terminated
  * string the caller frees (wt_secret_free when it holds a secret). `what`
  * names it in errors ("token file", "--tls-key"); with private_only a file
- * that others than its owner may read is refused. */
+ * that others than its owner may read is refused. A NUL byte in it is an
+ * error naming its line (the text would silently end there). Opened with
+ * wt_open_regular. */
 wt_status *wt_read_small_file(const char *what, const char *path,
                               size_t max_bytes, bool private_only, char **out);
 

@@ -32,6 +32,26 @@ ucp_tag_t wt_ucx_tag(const uint8_t secret[WT_UCX_SECRET_BYTES],
   return t;
 }
 
+/* A secret that is not random keys nothing: 32 random bytes show at least
+ * 8 different values (the odds of fewer are below 2^-100), while all zeros,
+ * a repeated byte or a short pattern do not. */
+static wt_status *check_secret(const uint8_t s[WT_UCX_SECRET_BYTES]) {
+  bool seen[256] = {false};
+  unsigned distinct = 0;
+  for (size_t i = 0; i < WT_UCX_SECRET_BYTES; i++)
+    if (!seen[s[i]]) {
+      seen[s[i]] = true;
+      distinct++;
+    }
+  if (distinct < 8)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "init_info.ucx.auth_secret: %u distinct byte values "
+                         "in %d bytes; it must be random (drawn for this init "
+                         "by wt_trainer_init_info), not zeros or a pattern",
+                         distinct, WT_UCX_SECRET_BYTES);
+  return NULL;
+}
+
 wt_status *wt_ucx_init_secret(const Wt__V1__WeightTransferInitInfo *init,
                               uint8_t out[WT_UCX_SECRET_BYTES]) {
   const Wt__V1__UcxInitInfo *x =
@@ -41,7 +61,7 @@ wt_status *wt_ucx_init_secret(const Wt__V1__WeightTransferInitInfo *init,
           : NULL;
   if (x != NULL && x->auth_secret.len == WT_UCX_SECRET_BYTES) {
     memcpy(out, x->auth_secret.data, WT_UCX_SECRET_BYTES);
-    return NULL;
+    return check_secret(out);
   }
   for (size_t i = 0; x == NULL && i < init->n_options; i++) {
     const char *k = init->options[i]->key, *v = init->options[i]->value;
@@ -53,7 +73,7 @@ wt_status *wt_ucx_init_secret(const Wt__V1__WeightTransferInitInfo *init,
            v[2 * j] != '-' && v[2 * j] != ' ';
       out[j] = (uint8_t)b;
     }
-    if (ok) return NULL;
+    if (ok) return check_secret(out);
     return wt_status_new(WT_INVALID_ARGUMENT,
                          "init_info.options[\"ucx_auth_secret\"]: not %d hex "
                          "digits",

@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <openssl/hmac.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,17 +93,61 @@ static bool token_chars_ok(const char *t, size_t n) {
   return true;
 }
 
+static const char *file_kind(mode_t m) {
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISDIR(m)) return "a directory";
+  return "not a plain file";
+}
+
+wt_status *wt_open_regular(const char *what, const char *path, int *fd,
+                           struct stat *sb) {
+  struct stat local;
+  if (sb == NULL) sb = &local;
+  *fd = -1;
+  /* O_NONBLOCK: opening a FIFO with no writer (or a tty, a device) would
+   * otherwise wait forever. A regular file's reads ignore it, and it is
+   * cleared before the file is handed out anyway. */
+  int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (f < 0)
+    return wt_status_from_errno(errno, "%s '%s': cannot open", what, path);
+  if (fstat(f, sb) != 0) {
+    wt_status *st = wt_status_from_errno(errno, "%s '%s': cannot stat", what,
+                                         path);
+    close(f);
+    return st;
+  }
+  if (!S_ISREG(sb->st_mode)) {
+    close(f);
+    return wt_status_new(WT_INVALID_ARGUMENT, "%s '%s': %s, not a regular file",
+                         what, path, file_kind(sb->st_mode));
+  }
+  int flags = fcntl(f, F_GETFL);
+  if (flags >= 0) (void)fcntl(f, F_SETFL, flags & ~O_NONBLOCK);
+  *fd = f;
+  return NULL;
+}
+
 wt_status *wt_read_small_file(const char *what, const char *path,
                               size_t max_bytes, bool private_only, char **out) {
   wt_status *st = NULL;
-  *out = NULL;
-  FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return wt_status_new(WT_INVALID_ARGUMENT, "%s '%s': %s", what, path,
-                         strerror(errno));
+  char *buf = NULL;
+  int fd = -1;
   struct stat sb;
-  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode))
-    WT_FAIL(WT_INVALID_ARGUMENT, "%s '%s': not a regular file", what, path);
+  *out = NULL;
+  st = wt_open_regular(what, path, &fd, &sb);
+  if (st != NULL) {
+    /* The file's words come first: "token file 'x': ...". */
+    wt_code code = wt_status_code(st) == WT_NOT_FOUND ||
+                           wt_status_code(st) == WT_PERMISSION_DENIED
+                       ? WT_INVALID_ARGUMENT
+                       : wt_status_code(st);
+    wt_status *named = wt_status_new(code, "%s", wt_status_message(st));
+    wt_status_free(st);
+    return named;
+  }
   if (private_only && (sb.st_mode & 077) != 0)
     WT_FAIL(WT_INVALID_ARGUMENT,
             "%s '%s': mode %03o lets others read the tokens; chmod 600 it",
@@ -109,13 +155,33 @@ wt_status *wt_read_small_file(const char *what, const char *path,
   if ((uint64_t)sb.st_size > max_bytes)
     WT_FAIL(WT_INVALID_ARGUMENT, "%s '%s': %lld bytes, more than %zu", what,
             path, (long long)sb.st_size, max_bytes);
-  char *buf = malloc((size_t)sb.st_size + 1);
+  buf = malloc((size_t)sb.st_size + 1);
   if (buf == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", what);
-  size_t got = fread(buf, 1, (size_t)sb.st_size, f);
+  size_t got = 0;
+  while (got < (size_t)sb.st_size) {
+    ssize_t r = read(fd, buf + got, (size_t)sb.st_size - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      st = wt_status_from_errno(errno, "%s '%s': cannot read", what, path);
+      goto out;
+    }
+    if (r == 0) break;
+    got += (size_t)r;
+  }
   buf[got] = '\0';
+  const char *nul = memchr(buf, '\0', got);
+  if (nul != NULL) {
+    int line = 1;
+    for (const char *c = buf; c < nul; c++) line += *c == '\n';
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "%s '%s' line %d: a NUL byte (what follows it would be ignored)",
+            what, path, line);
+  }
   *out = buf;
+  buf = NULL;
 out:
-  fclose(f);
+  if (fd >= 0) close(fd);
+  wt_secret_free(buf);
   return st;
 }
 
@@ -182,6 +248,24 @@ static wt_status *check_token(const char *what, const char *path, int lineno,
   return NULL;
 }
 
+/* A control byte other than tab, CR and LF anywhere in a token file (a
+ * comment included) is a mistake or an attack: refused naming its line. */
+static wt_status *check_control_bytes(const char *what, const char *path,
+                                      const char *buf) {
+  int line = 1;
+  for (const unsigned char *c = (const unsigned char *)buf; *c; c++) {
+    if (*c == '\n') {
+      line++;
+      continue;
+    }
+    if ((*c < 0x20 && *c != '\t' && *c != '\r') || *c == 0x7f)
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "%s '%s' line %d: control byte 0x%02x", what, path,
+                           line, *c);
+  }
+  return NULL;
+}
+
 static uint32_t scope_of(const char *w) {
   if (strcmp(w, "trainer") == 0) return WT_SCOPE_ALL;
   if (strcmp(w, "reader") == 0) return WT_SCOPE_READER;
@@ -207,6 +291,7 @@ wt_status *wt_tokens_load(const char *path, wt_token **out, size_t *n) {
   *out = NULL;
   *n = 0;
   WT_CHECK(wt_read_small_file(what, path, 1 << 20, true, &buf));
+  WT_CHECK(check_control_bytes(what, path, buf));
   char *cur = buf, *w[3];
   int lineno = 0, nw;
   while ((nw = next_entry(&cur, &lineno, w)) >= 0) {
@@ -262,6 +347,7 @@ wt_status *wt_token_read(const char *path, char **out) {
   char *buf = NULL;
   *out = NULL;
   WT_CHECK(wt_read_small_file(what, path, 1 << 20, false, &buf));
+  WT_CHECK(check_control_bytes(what, path, buf));
   char *cur = buf, *w[3];
   int lineno = 0, nw;
   while ((nw = next_entry(&cur, &lineno, w)) >= 0) {

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "wt/log.h"
+#include "wt/secure.h"
 #include "safetensors_internal.h"
 
 
@@ -70,10 +71,14 @@ static wt_status *read_index(wt_checkpoint *c, json_t **wmap) {
   wt_status *st = NULL;
   json_t *root = NULL;
   const char **names = NULL; /* borrowed from the JSON */
-  FILE *fp = fopen(c->path, "re");
-  if (fp == NULL)
-    return wt_status_from_errno(errno, "%s: cannot open checkpoint index",
-                                c->path);
+  int fd = -1;
+  WT_CHECK(wt_open_regular("checkpoint index", c->path, &fd, NULL));
+  FILE *fp = fdopen(fd, "r");
+  if (fp == NULL) {
+    st = wt_status_from_errno(errno, "checkpoint index '%s'", c->path);
+    close(fd);
+    goto out;
+  }
   json_error_t jerr;
   root = json_loadf(fp, JSON_REJECT_DUPLICATES, &jerr);
   fclose(fp);

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "wt/log.h"
+#include "wt/secure.h"
 #include "safetensors_internal.h"
 
 struct wt_safetensors {
@@ -380,18 +381,9 @@ wt_status *wt_safetensors_open(const char *path, wt_safetensors **out) {
   *out = NULL;
   f = new_file(path);
   if (f == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", path);
-  fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    st = wt_status_from_errno(errno, "%s: cannot open safetensors file", path);
-    goto out;
-  }
+  /* Never blocks at the open (a FIFO, a device): refused by what it is. */
   struct stat sb;
-  if (fstat(fd, &sb) != 0) {
-    st = wt_status_from_errno(errno, "%s: cannot stat", path);
-    goto out;
-  }
-  if (!S_ISREG(sb.st_mode))
-    WT_FAIL(WT_INVALID_ARGUMENT, "%s: not a regular file", path);
+  WT_CHECK(wt_open_regular("safetensors file", path, &fd, &sb));
   if ((uint64_t)sb.st_size > SIZE_MAX)
     WT_FAIL(WT_INVALID_ARGUMENT, "%s: %lld bytes do not fit in memory", path,
             (long long)sb.st_size);

@@ -397,6 +397,8 @@ static void *start_main(void *arg) {
 static wt_server *start_or_signal(const wt_server_options *opts) {
   static starter s;
   s.opts = opts;
+  WT_LOGI("server", "starting: loading %s (SIGINT or SIGTERM stops it)",
+          opts->model ? opts->model : WT_SERVER_DEFAULT_MODEL);
   atomic_init(&s.done, false);
   pthread_t th;
   int rc = pthread_create(&th, NULL, start_main, &s);

@@ -43,6 +43,7 @@ static inline size_t wt_rpc_message_limit_args(grpc_arg *args, int max_receive,
 
 typedef enum rpc_tag_kind {
   TAG_REQUEST,      /* a registered-method slot: a call arrived (or shutdown) */
+  TAG_READ,         /* an authorized call's request message arrived */
   TAG_GENERIC,      /* the catch-all slot: an unknown method */
   TAG_REJECT,       /* a call answered by the polling thread itself finished */
   TAG_CALL_OP,      /* a handler's batch completed */

@@ -49,7 +49,6 @@ typedef struct request_slot {
   grpc_call *call;
   gpr_timespec deadline;
   grpc_metadata_array metadata;
-  grpc_byte_buffer *payload;
   grpc_call_details details;
 } request_slot;
 
@@ -195,7 +194,6 @@ void wt_rpc_server_class_load(wt_rpc_server *s, size_t cls,
 static void slot_free(request_slot *slot) {
   grpc_metadata_array_destroy(&slot->metadata);
   if (slot->tag.kind == TAG_GENERIC) grpc_call_details_destroy(&slot->details);
-  if (slot->payload) grpc_byte_buffer_destroy(slot->payload);
   free(slot);
 }
 
@@ -204,7 +202,6 @@ static void slot_free(request_slot *slot) {
 static void slot_post(request_slot *slot) {
   wt_rpc_server *s = slot->server;
   slot->call = NULL;
-  slot->payload = NULL;
   grpc_metadata_array_init(&slot->metadata);
   grpc_call_error err;
   if (slot->tag.kind == TAG_GENERIC) {
@@ -213,11 +210,10 @@ static void slot_post(request_slot *slot) {
                                    &slot->metadata, s->cq, s->cq, &slot->tag);
   } else {
     const wt_rpc_method *m = &s->methods[slot->method];
+    (void)m;
     err = grpc_server_request_registered_call(
         s->server, s->registered[slot->method], &slot->call, &slot->deadline,
-        &slot->metadata,
-        m->kind == WT_RPC_CLIENT_STREAM ? NULL : &slot->payload, s->cq, s->cq,
-        &slot->tag);
+        &slot->metadata, NULL, s->cq, s->cq, &slot->tag);
   }
   if (err != GRPC_CALL_OK) {
     WT_LOGE(RPC_MOD, "cannot request calls: %s",
@@ -308,6 +304,20 @@ static void refuse(wt_rpc_server *s, grpc_call *call, const wt_rpc_method *m,
            m->path);
 }
 
+/* An authorized call whose request message is being read. */
+typedef struct request_read {
+  rpc_tag tag;
+  wt_rpc_server *server;
+  const wt_rpc_method *method;
+  grpc_call *call;
+  gpr_timespec deadline;
+  grpc_byte_buffer *payload;
+} request_read;
+
+static void admit_call(wt_rpc_server *s, const wt_rpc_method *m,
+                       grpc_call *call, gpr_timespec deadline,
+                       ProtobufCMessage *request);
+
 static void on_request(request_slot *slot, int ok) {
   if (!ok) {
     slot_free(slot);
@@ -315,37 +325,77 @@ static void on_request(request_slot *slot, int ok) {
   }
   wt_rpc_server *s = slot->server;
   const wt_rpc_method *m = &s->methods[slot->method];
-  rpc_pool *p = &s->pools[m->admission];
   grpc_call *call = slot->call;
-  grpc_byte_buffer *payload = slot->payload;
   gpr_timespec deadline = slot->deadline;
-  slot->payload = NULL;
   wt_code refused = authorize(s, m, &slot->metadata);
   grpc_metadata_array_destroy(&slot->metadata);
   slot_recycle(slot);
   if (refused != WT_OK) {
-    if (payload) grpc_byte_buffer_destroy(payload);
+    /* Nothing of the body was read for a stranger. */
     refuse(s, call, m, refused);
     return;
   }
-
-  ProtobufCMessage *request = NULL;
-  if (m->kind != WT_RPC_CLIENT_STREAM) {
-    if (payload == NULL) {
-      reject(call, WT_INVALID_ARGUMENT,
-             "request %s: missing (the client sent no message)",
-             m->request->name);
-      return;
-    }
-    wt_status *st = wt_pb_unpack(payload, m->request, &request);
-    grpc_byte_buffer_destroy(payload);
-    if (st != NULL) {
-      reject(call, wt_status_code(st), "request %s", wt_status_message(st));
-      wt_status_free(st);
-      return;
-    }
+  if (m->kind == WT_RPC_CLIENT_STREAM) {
+    admit_call(s, m, call, deadline, NULL);
+    return;
   }
+  /* Now, and only now, the request message. */
+  request_read *r = calloc(1, sizeof(*r));
+  if (r == NULL) {
+    reject(call, WT_RESOURCE_EXHAUSTED, "%s: out of memory", m->path);
+    return;
+  }
+  r->tag.kind = TAG_READ;
+  r->tag.owner = r;
+  r->server = s;
+  r->method = m;
+  r->call = call;
+  r->deadline = deadline;
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_RECV_MESSAGE;
+  op.data.recv_message.recv_message = &r->payload;
+  grpc_call_error err = grpc_call_start_batch(call, &op, 1, &r->tag, NULL);
+  if (err != GRPC_CALL_OK) {
+    free(r);
+    reject(call, WT_INTERNAL, "%s: cannot read the request: %s", m->path,
+           grpc_call_error_to_string(err));
+  }
+}
 
+/* The request of an authorized call arrived (ok: the read completed; a
+ * NULL payload: the client half-closed without one). */
+static void on_read(request_read *r, int ok) {
+  wt_rpc_server *s = r->server;
+  const wt_rpc_method *m = r->method;
+  grpc_call *call = r->call;
+  grpc_byte_buffer *payload = r->payload;
+  gpr_timespec deadline = r->deadline;
+  free(r);
+  ProtobufCMessage *request = NULL;
+  if (!ok || payload == NULL) {
+    if (payload) grpc_byte_buffer_destroy(payload);
+    reject(call, WT_INVALID_ARGUMENT,
+           "request %s: missing (the client sent no message)",
+           m->request->name);
+    return;
+  }
+  wt_status *st = wt_pb_unpack(payload, m->request, &request);
+  grpc_byte_buffer_destroy(payload);
+  if (st != NULL) {
+    reject(call, wt_status_code(st), "request %s", wt_status_message(st));
+    wt_status_free(st);
+    return;
+  }
+  admit_call(s, m, call, deadline, request);
+}
+
+/* An authorized call with its request (NULL for a client stream): into
+ * its class's pool, or refused when the class is full. */
+static void admit_call(wt_rpc_server *s, const wt_rpc_method *m,
+                       grpc_call *call, gpr_timespec deadline,
+                       ProtobufCMessage *request) {
+  rpc_pool *p = &s->pools[m->admission];
   pthread_mutex_lock(&s->mu);
   rpc_state state = s->state;
   int running = p->running, queued = p->queued;
@@ -391,6 +441,9 @@ static void dispatch(wt_rpc_server *s, rpc_tag *t, int ok) {
   switch (t->kind) {
     case TAG_REQUEST:
       on_request(t->owner, ok);
+      break;
+    case TAG_READ:
+      on_read(t->owner, ok);
       break;
     case TAG_GENERIC:
       on_generic(t->owner, ok);
@@ -609,14 +662,12 @@ wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
   s->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(s->server, s->cq, NULL);
   for (size_t i = 0; i < n; i++) {
-    /* A unary or server-stream request arrives with the call, so the
-     * polling thread can reject a malformed one without a handler thread. */
+    /* A call arrives with its metadata only: nothing of its body is read
+     * (or buffered, beyond HTTP/2's window) before its token is checked.
+     * The polling thread then reads a unary or server-stream request and
+     * can reject a malformed one without a handler thread. */
     s->registered[i] = grpc_server_register_method(
-        s->server, methods[i].path, NULL,
-        methods[i].kind == WT_RPC_CLIENT_STREAM
-            ? GRPC_SRM_PAYLOAD_NONE
-            : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
-        0);
+        s->server, methods[i].path, NULL, GRPC_SRM_PAYLOAD_NONE, 0);
     if (s->registered[i] == NULL) {
       wt_rpc_server_destroy(s);
       WT_FAIL(WT_INVALID_ARGUMENT, "method %s: gRPC refused to register it",

@@ -151,46 +151,26 @@ void wt_ucxe_check_hellos(wt_engine *e) {
 }
 
 /* Discards the unexpected messages left from an aborted round (buckets the
- * trainer sent after this worker stopped receiving), so that they neither
- * pile up nor hold the trainer's old connection. */
+ * trainer sent after this worker stopped receiving, or a stranger's), so
+ * that they neither pile up nor hold the trainer's old connection. Each is
+ * received truncated into nothing (wt_ucx_discard_unexpected), whatever
+ * length it claims: nothing is allocated for it and no data is pulled (a
+ * rendezvous sender is told the receive is over). Bounded in time, the
+ * progress included: a flood never holds an abort longer than
+ * UCX_DRAIN_MS. */
 void wt_ucxe_drain_unexpected(wt_engine *e) {
   if (e->ucx == NULL) return;
-  /* Bounded: a bucket whose sender is unreachable never completes. */
   const int64_t end = wt_mono_ms() + UCX_DRAIN_MS;
+  size_t dropped = 0;
   while (wt_mono_ms() < end) {
-    ucp_tag_recv_info_t info;
-    while (ucp_worker_progress(e->ucx->worker) != 0) {
+    for (int i = 0; i < 64 && ucp_worker_progress(e->ucx->worker) != 0; i++) {
     }
-    ucp_tag_message_h msg = ucp_tag_probe_nb(e->ucx->worker, 0, 0, 1, &info);
-    if (msg == NULL) return;
-    void *scratch = malloc(info.length ? info.length : 1);
-    if (scratch == NULL) return;
-    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
-                             .datatype = ucp_dt_make_contig(1)};
-    void *req =
-        ucp_tag_msg_recv_nbx(e->ucx->worker, scratch, info.length, msg, &p);
-    if (req != NULL && !UCS_PTR_IS_ERR(req)) {
-      while (ucp_request_check_status(req) == UCS_INPROGRESS &&
-             wt_mono_ms() < end)
-        ucp_worker_progress(e->ucx->worker);
-      bool busy = ucp_request_check_status(req) == UCS_INPROGRESS;
-      wt_ucx_request_drop(e->ucx, req, 0);
-      if (busy) {
-        /* UCX may still write into it: keep it until the worker is gone. */
-        void **o = realloc(e->orphans, (e->norphans + 1) * sizeof(*o));
-        if (o != NULL) {
-          e->orphans = o;
-          e->orphans[e->norphans++] = scratch;
-          scratch = NULL;
-        } else {
-          scratch = NULL; /* leaked rather than reused */
-        }
-      }
-    }
-    free(scratch);
-    WT_LOGD("ucx", "%s: dropped a stale bucket (tag %#" PRIx64 ", %zu bytes)",
-            e->where, (uint64_t)info.sender_tag, (size_t)info.length);
+    size_t n = wt_ucx_discard_unexpected(e->ucx);
+    if (n == 0) break;
+    dropped += n;
   }
+  if (dropped > 0)
+    WT_LOGD("ucx", "%s: dropped %zu stale message(s)", e->where, dropped);
 }
 
 /* Closes the broken trainer connections (outside UCX callbacks) and frees

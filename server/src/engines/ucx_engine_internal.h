@@ -87,7 +87,7 @@ struct wt_engine {
   size_t npeers, cap;
   char where[64];        /* "worker N" for messages */
   int64_t gone_since_ms; /* every trainer connection broken since; 0: no */
-  void **orphans; /* drain buffers UCX may still write; freed at destroy */
+  void **orphans; /* buffers UCX may still write (a stray round's); freed at destroy */
   size_t norphans;
   /* Bucket receives of a failed round that UCX had matched and that neither
    * finished nor failed (see settle_receives): UCX may still write through

@@ -435,11 +435,11 @@ static wt_status *grpc_send_weights(void *self, wt_source *src,
   p.total_bytes = plan->total_bytes;
   p.total_tensors = n;
   WT_CHECK(headers_build(g, &l, &p.headers));
-  p.senders = calloc(ns, sizeof(*p.senders));
   p.borrowed = calloc(1, sizeof(*p.borrowed));
+  if (p.borrowed != NULL) atomic_init(&p.borrowed->refs, 1); /* the push's */
+  p.senders = calloc(ns, sizeof(*p.senders));
   if (p.senders == NULL || p.borrowed == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
-  atomic_init(&p.borrowed->refs, 1);
   if (pthread_mutex_init(&p.mu, NULL) != 0 ||
       pthread_cond_init(&p.produced_cv, NULL) != 0 ||
       pthread_cond_init(&p.consumed_cv, NULL) != 0)

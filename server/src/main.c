@@ -51,6 +51,7 @@ typedef struct option_row {
   const char *value; /* "N", "PATH"; NULL for a flag */
   const char *help;  /* wrapped by hand at 40 columns; "\n" separated */
   option_fn parse;
+  long dflt; /* printed as "(default N)" from server.h's macro; 0: none */
 } option_row;
 
 static bool fail(char *err, const char *fmt, ...)
@@ -232,65 +233,64 @@ static const option_row rows[] = {
     {"listen", "HOST:PORT",
      "address to serve on (default " WT_SERVER_DEFAULT_LISTEN
      ";\nport 0 picks a free port; loopback unless told)",
-     opt_listen},
+     opt_listen, 0},
     {"model", "PATH",
      "safetensors file, sharded *.safetensors.index.json,\nor "
      "synthetic:NAME (default " WT_SERVER_DEFAULT_MODEL ")",
-     opt_model},
+     opt_model, 0},
     {"device", "LIST",
      "cpu (default), or GPUs: cuda:0,cuda:1 (one\nworker per device, "
      "holding device memory)",
-     opt_device},
+     opt_device, 0},
     {"workers", "N", "cpu workers, each holding the whole\nmodel (default 1)",
-     opt_workers},
+     opt_workers, 0},
     {"memory", "KIND",
      "the cpu workers' memory: host (default),\nshared (a memfd another "
      "process can map)\nor pinned (page-locked; needs CUDA)",
-     opt_memory},
+     opt_memory, 0},
     {"staging", "MODE",
      "shadow (a round writes spare buffers,\nfinish swaps them in; default) "
      "or inplace\n(half the memory; the store is marked\nincomplete while a "
      "round writes)",
-     opt_staging},
+     opt_staging, 0},
     {"round-timeout", "SEC",
-     "abort a round idle longer than this\nbetween calls or chunks (default "
-     "60)",
-     opt_round_timeout},
+     "abort a round idle longer than this\nbetween calls or chunks",
+     opt_round_timeout, WT_SERVER_DEFAULT_ROUND_TIMEOUT_MS / 1000},
     {"header-timeout", "SEC",
-     "end a PushWeights stream that sends no\nheader this long (default 10)",
-     opt_header_timeout},
+     "end a PushWeights stream that sends no\nheader this long",
+     opt_header_timeout, WT_SERVER_DEFAULT_HEADER_TIMEOUT_MS / 1000},
     {"max-round-calls", "N",
      "round calls (init, start, update, push,\nfinish, abort) served at "
-     "once; never\ntaken by readers (default 16)",
-     opt_round_calls},
+     "once; never\ntaken by readers",
+     opt_round_calls, WT_SERVER_DEFAULT_ROUND_CALLS},
     {"max-reader-calls", "N",
      "reader calls (info, parameters, version,\nchecksums) served at once; "
-     "64 times as\nmany wait (default 16)",
-     opt_reader_calls},
+     "64 times as\nmany wait",
+     opt_reader_calls, WT_SERVER_DEFAULT_READER_CALLS},
     {"max-watchers", "N",
-     "open WatchWeightVersion streams; they\nhold no thread (default 16384)",
-     opt_watchers},
+     "open WatchWeightVersion streams; they\nhold no thread",
+     opt_watchers, WT_SERVER_DEFAULT_WATCHERS},
     {"engine-option", "B.K=V",
      "a backend's own setting, repeatable; the\nbackend checks it at start. "
      "ucx.transports=LIST:\nthe ucx workers' UCX transports when an init\n"
      "info names none (init info > this >\n$UCX_TLS > UCX's own choice)",
-     opt_engine_option},
+     opt_engine_option, 0},
     {"tls-cert", "PATH", "serve TLS with this certificate chain\n(PEM; with "
                          "--tls-key)",
-     opt_tls_cert},
-    {"tls-key", "PATH", "its private key", opt_tls_key},
+     opt_tls_cert, 0},
+    {"tls-key", "PATH", "its private key", opt_tls_key, 0},
     {"tls-ca", "PATH",
-     "require client certificates signed by\nthis CA (mutual TLS)", opt_tls_ca},
+     "require client certificates signed by\nthis CA (mutual TLS)", opt_tls_ca, 0},
     {"token-file", "PATH",
      "bearer tokens, lines \"trainer TOKEN\" or\n\"reader TOKEN\" (mode 600); "
      "every call\nmust then carry one of its scope",
-     opt_token_file},
+     opt_token_file, 0},
     {"insecure", NULL,
      "allow a non-loopback --listen without\nTLS (refused otherwise)",
-     opt_insecure},
+     opt_insecure, 0},
     {"log-level", "LEVEL",
      "debug, info, warn, error or off\n(default: $WT_LOG, else info)",
-     opt_log_level},
+     opt_log_level, 0},
 };
 #define NROWS (sizeof(rows) / sizeof(rows[0]))
 
@@ -308,7 +308,10 @@ static void usage(FILE *f) {
     bool first = true;
     while (*line) {
       size_t len = strcspn(line, "\n");
-      fprintf(f, "  %-22s %.*s\n", first ? head : "", (int)len, line);
+      bool last = line[len] == '\0';
+      fprintf(f, "  %-22s %.*s", first ? head : "", (int)len, line);
+      if (last && rows[i].dflt != 0) fprintf(f, " (default %ld)", rows[i].dflt);
+      fprintf(f, "\n");
       first = false;
       line += len + (line[len] == '\n');
     }

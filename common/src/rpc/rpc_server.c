@@ -209,8 +209,6 @@ static void slot_post(request_slot *slot) {
     err = grpc_server_request_call(s->server, &slot->call, &slot->details,
                                    &slot->metadata, s->cq, s->cq, &slot->tag);
   } else {
-    const wt_rpc_method *m = &s->methods[slot->method];
-    (void)m;
     err = grpc_server_request_registered_call(
         s->server, s->registered[slot->method], &slot->call, &slot->deadline,
         &slot->metadata, NULL, s->cq, s->cq, &slot->tag);

@@ -166,6 +166,15 @@ static bool opt_watchers(cli *c, const char *v, char *err) {
   return parse_count("max-watchers", v, 1000000, &c->opts.max_watchers, err);
 }
 
+static bool opt_connections(cli *c, const char *v, char *err) {
+  return parse_count("max-connections", v, 1000000, &c->opts.max_connections,
+                     err);
+}
+
+static bool opt_auth_grace(cli *c, const char *v, char *err) {
+  return parse_count("auth-grace-ms", v, 600000, &c->opts.auth_grace_ms, err);
+}
+
 /* BACKEND.KEY=VALUE: the backend's own table checks it at start. */
 static bool opt_engine_option(cli *c, const char *v, char *err) {
   size_t i = c->opts.n_engine_options;
@@ -270,6 +279,14 @@ static const option_row rows[] = {
     {"max-watchers", "N",
      "open WatchWeightVersion streams; they\nhold no thread",
      opt_watchers, WT_SERVER_DEFAULT_WATCHERS},
+    {"max-connections", "N",
+     "connections open at once (lowered to\nwhat ulimit -n allows, 2 "
+     "descriptors\neach); over it a new one replaces one\nthat made no "
+     "authorized call",
+     opt_connections, WT_RPC_DEFAULT_MAX_CONNECTIONS},
+    {"auth-grace-ms", "MS",
+     "close a connection that made no\nauthorized call within this",
+     opt_auth_grace, WT_RPC_DEFAULT_AUTH_GRACE_MS},
     {"engine-option", "B.K=V",
      "a backend's own setting, repeatable; the\nbackend checks it at start. "
      "ucx.transports=LIST:\nthe ucx workers' UCX transports when an init\n"

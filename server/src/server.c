@@ -414,6 +414,8 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
                            .ca_file = o.tls_ca},
       .tokens = srv->tokens,
       .ntokens = srv->ntokens,
+      .max_connections = o.max_connections,
+      .auth_grace_ms = o.auth_grace_ms,
   };
   WT_CHECK(wt_rpc_server_new(&ro, methods, nmethods, srv, &srv->rpc));
   WT_CHECK(wt_rpc_server_start(srv->rpc));
@@ -446,6 +448,11 @@ wt_param_store *wt_server_store(wt_server *srv, uint32_t rank) {
 void wt_server_auth_counts(wt_server *srv, wt_rpc_auth_counts *out) {
   memset(out, 0, sizeof(*out));
   if (srv != NULL && srv->rpc != NULL) wt_rpc_server_auth_counts(srv->rpc, out);
+}
+
+void wt_server_conn_counts(wt_server *srv, wt_rpc_conn_counts *out) {
+  memset(out, 0, sizeof(*out));
+  if (srv != NULL && srv->rpc != NULL) wt_rpc_server_conn_counts(srv->rpc, out);
 }
 
 void wt_server_admission(wt_server *srv, wt_server_class cls, int *running,

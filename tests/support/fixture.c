@@ -3,6 +3,7 @@
 
 #include "fixture.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,15 @@
 
 void wtt_sleep_ms(int ms) {
   usleep((useconds_t)ms * 1000);
+}
+
+int wtt_open_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  if (d == NULL) return -1;
+  int n = 0;
+  while (readdir(d) != NULL) n++;
+  closedir(d);
+  return n - 3; /* ".", ".." and the directory's own */
 }
 
 long wtt_rss_kib(void) {

@@ -28,6 +28,8 @@
 
 /* This process's resident set (VmRSS) in KiB; -1 when unknown. */
 long wtt_rss_kib(void);
+/* Descriptors this process has open now. */
+int wtt_open_fds(void);
 void wtt_sleep_ms(int ms);
 
 /* --- in-process servers --------------------------------------------------- */

@@ -181,7 +181,45 @@ typedef struct wt_rpc_server_options {
   int max_concurrent_streams;
   int max_metadata_bytes;
   int handshake_timeout_ms;
+  /* Connections (plaintext; see docs/trust.md, "Connections"): at most
+   * max_connections open (default WT_RPC_DEFAULT_MAX_CONNECTIONS, lowered to
+   * what the descriptor limit allows at two descriptors each after
+   * WT_RPC_FD_RESERVE); a connection that has made no authorized call
+   * within auth_grace_ms (default WT_RPC_DEFAULT_AUTH_GRACE_MS) is closed,
+   * and one with no call in progress for idle_ms (default
+   * WT_RPC_DEFAULT_IDLE_MS; -1: never) is sent GOAWAY (clients reconnect on
+   * their next call). Over the cap a new connection takes the place of the
+   * oldest one without an authorized call, else of the reader whose last
+   * call is oldest; a connection that made a trainer call is never closed
+   * to make room. A TLS server uses gRPC's own listener (gRPC 1.51 cannot
+   * take over an accepted TLS connection): idle_ms and the handshake
+   * timeout apply there, the cap and the grace do not. */
+  int max_connections;
+  int auth_grace_ms;
+  int idle_ms;
 } wt_rpc_server_options;
+
+#define WT_RPC_DEFAULT_MAX_CONNECTIONS 1024
+/* A gRPC client sends its first call's headers right behind the
+ * connection preface; 3 s covers a loaded machine's scheduling many times
+ * over, while a stranger's connection holds its descriptors no longer. */
+#define WT_RPC_DEFAULT_AUTH_GRACE_MS 3000
+#define WT_RPC_DEFAULT_IDLE_MS (5 * 60 * 1000)
+/* Descriptors kept out of the connection budget for the server's own files,
+ * engines (UCX endpoints, CUDA) and outgoing channels. */
+#define WT_RPC_FD_RESERVE 256
+
+/* The connections of a plaintext server: open now, the cap in force (0 for
+ * a TLS server, which has none), and since start: accepted, refused (over
+ * the cap with nothing to close), evicted (closed to make room), expired
+ * (no authorized call within the grace) and shed (closed at once because
+ * descriptors ran out). */
+typedef struct wt_rpc_conn_counts {
+  int open;
+  int limit;
+  uint64_t accepted, refused, evicted, expired, shed;
+} wt_rpc_conn_counts;
+void wt_rpc_server_conn_counts(wt_rpc_server *server, wt_rpc_conn_counts *out);
 
 /* Calls the server refused before admission: with no or a wrong token
  * (unauthenticated), or a token of too narrow a scope (denied). */

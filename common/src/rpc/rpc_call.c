@@ -45,7 +45,7 @@ wt_rpc_call *rpc_call_new(wt_rpc_server *s, const wt_rpc_method *m,
   c->pool = pool;
   c->call = call;
   c->deadline = gpr_convert_clock_type(deadline, GPR_CLOCK_MONOTONIC);
-  c->peer = grpc_call_get_peer(call);
+  c->peer = rpc_server_peer(s, call);
   c->request = request;
   c->op_tag.kind = TAG_CALL_OP;
   c->op_tag.owner = c;

@@ -68,6 +68,9 @@ typedef enum rpc_state {
 
 /* One admission class: its limits, its queue of calls waiting for a thread,
  * and its threads. Under the server's mu. */
+/* The plaintext listening sockets and their connections (rpc_listener.c). */
+typedef struct rpc_listener rpc_listener;
+
 typedef struct rpc_pool {
   wt_rpc_class cfg;
   size_t index;
@@ -113,6 +116,8 @@ struct wt_rpc_server {
   size_t ntokens;
   char *tls_cert, *tls_key, *tls_ca;
   int max_concurrent_streams, max_metadata_bytes, handshake_timeout_ms;
+  int max_connections, auth_grace_ms, idle_ms;
+  rpc_listener *listener; /* plaintext only */
   atomic_uint_fast64_t unauthenticated, denied;
   int64_t auth_log_ms; /* polling thread only: the last refusal logged */
   uint64_t auth_unlogged;
@@ -166,6 +171,35 @@ static inline bool rpc_server_stopping(wt_rpc_server *s) {
   pthread_mutex_unlock(&s->mu);
   return stopping;
 }
+
+/* --- rpc_listener.c ------------------------------------------------------- */
+
+/* The connection cap `max_connections` (0: the default) leaves under the
+ * descriptor limit, which goes to *nofile (may be NULL). */
+WT_HIDDEN int rpc_listener_budget(int max_connections, int *nofile);
+/* Binds `listen` and starts accepting onto the started server `gs`. The
+ * caller owns *out (rpc_listener_destroy). A busy or invalid address is
+ * UNAVAILABLE naming it; a descriptor limit with no room FAILED_PRECONDITION. */
+WT_HIDDEN wt_status *rpc_listener_start(grpc_server *gs, const char *listen,
+                                         int max_connections, int grace_ms,
+                                         rpc_listener **out, int *port);
+/* Stops accepting and closes the listening sockets (open connections stay
+ * gRPC's); joins the accept thread. Idempotent. */
+WT_HIDDEN void rpc_listener_stop(rpc_listener *l);
+/* Stops and frees; NULL is ignored. */
+WT_HIDDEN void rpc_listener_destroy(rpc_listener *l);
+/* The connection gRPC names `grpc_peer` ("fd:N") made an authorized call of
+ * `scope`. l may be NULL. */
+WT_HIDDEN void rpc_listener_authorized(rpc_listener *l, const char *grpc_peer,
+                                        uint32_t scope);
+/* Takes `grpc_peer` (gpr_malloc'd) and returns the peer's address in its
+ * place ("ipv4:127.0.0.1:5555", gpr_malloc'd) when it names one of l's
+ * connections, else grpc_peer itself. l may be NULL. */
+WT_HIDDEN char *rpc_listener_peer(rpc_listener *l, char *grpc_peer);
+WT_HIDDEN void rpc_listener_counts(rpc_listener *l, wt_rpc_conn_counts *out);
+/* grpc_call_get_peer, with the address for a connection the listener
+ * accepted (gpr_malloc'd). */
+WT_HIDDEN char *rpc_server_peer(wt_rpc_server *s, grpc_call *call);
 
 /* --- rpc_tls.c ------------------------------------------------------------ */
 

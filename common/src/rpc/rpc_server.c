@@ -16,6 +16,7 @@
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -265,13 +266,18 @@ static void on_generic(request_slot *slot, int ok) {
 /* WT_OK, or why the call may not run: UNAUTHENTICATED (no or a wrong
  * token), PERMISSION_DENIED (a token whose scope lacks the method's). */
 static wt_code authorize(wt_rpc_server *s, const wt_rpc_method *m,
-                         const grpc_metadata_array *md) {
+                         const grpc_metadata_array *md, uint32_t *scope) {
+  *scope = WT_SCOPE_ALL;
   if (s->ntokens == 0) return WT_OK;
   bool presented;
-  uint32_t scope = rpc_token_scope(s->tokens, s->ntokens, md, &presented);
+  *scope = rpc_token_scope(s->tokens, s->ntokens, md, &presented);
   uint32_t need = m->scope ? m->scope : WT_SCOPE_TRAINER;
-  if (scope == 0) return WT_UNAUTHENTICATED;
-  return (scope & need) == need ? WT_OK : WT_PERMISSION_DENIED;
+  if (*scope == 0) return WT_UNAUTHENTICATED;
+  return (*scope & need) == need ? WT_OK : WT_PERMISSION_DENIED;
+}
+
+char *rpc_server_peer(wt_rpc_server *s, grpc_call *call) {
+  return rpc_listener_peer(s->listener, grpc_call_get_peer(call));
 }
 
 static void refuse(wt_rpc_server *s, grpc_call *call, const wt_rpc_method *m,
@@ -280,7 +286,7 @@ static void refuse(wt_rpc_server *s, grpc_call *call, const wt_rpc_method *m,
   atomic_fetch_add(denied ? &s->denied : &s->unauthenticated, 1);
   int64_t now = wt_mono_ms();
   if (now - s->auth_log_ms >= AUTH_LOG_INTERVAL_MS) {
-    char *peer = grpc_call_get_peer(call);
+    char *peer = rpc_server_peer(s, call);
     WT_LOGW(RPC_MOD, "%s from %s: %s%s", m->path, peer ? peer : "?",
             denied ? "refused: a reader token" : "refused: no or a wrong token",
             s->auth_unlogged ? " (and more refusals not logged)" : "");
@@ -325,13 +331,19 @@ static void on_request(request_slot *slot, int ok) {
   const wt_rpc_method *m = &s->methods[slot->method];
   grpc_call *call = slot->call;
   gpr_timespec deadline = slot->deadline;
-  wt_code refused = authorize(s, m, &slot->metadata);
+  uint32_t scope = 0;
+  wt_code refused = authorize(s, m, &slot->metadata, &scope);
   grpc_metadata_array_destroy(&slot->metadata);
   slot_recycle(slot);
   if (refused != WT_OK) {
     /* Nothing of the body was read for a stranger. */
     refuse(s, call, m, refused);
     return;
+  }
+  if (s->listener != NULL) { /* the connection may stay past the grace */
+    char *peer = grpc_call_get_peer(call);
+    rpc_listener_authorized(s->listener, peer, m->scope ? m->scope : scope);
+    gpr_free(peer);
   }
   if (m->kind == WT_RPC_CLIENT_STREAM) {
     admit_call(s, m, call, deadline, NULL);
@@ -614,6 +626,9 @@ wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
   s->handshake_timeout_ms = opts->handshake_timeout_ms > 0
                                 ? opts->handshake_timeout_ms
                                 : DEFAULT_HANDSHAKE_TIMEOUT_MS;
+  s->max_connections = opts->max_connections;
+  s->auth_grace_ms = opts->auth_grace_ms;
+  s->idle_ms = opts->idle_ms != 0 ? opts->idle_ms : WT_RPC_DEFAULT_IDLE_MS;
   s->shutdown_tag.kind = TAG_SHUTDOWN;
   s->shutdown_tag.owner = s;
   s->state = STATE_NEW;
@@ -621,7 +636,7 @@ wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
   rpc_init_monotonic_cond(&s->cv);
 
   grpc_init();
-  grpc_arg args[8];
+  grpc_arg args[10];
   size_t nargs = wt_rpc_message_limit_args(
       args, opts->max_receive_message_bytes, opts->max_send_message_bytes);
   /* Limits on what one connection may hold (see docs/trust.md:
@@ -640,6 +655,9 @@ wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
       {GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
        WT_RPC_MIN_PING_INTERVAL_MS},
       {GRPC_ARG_HTTP2_MAX_PING_STRIKES, 2},
+      /* No call in progress this long: GOAWAY (the client reconnects on
+       * its next call). INT_MAX is gRPC's "never". */
+      {GRPC_ARG_MAX_CONNECTION_IDLE_MS, s->idle_ms > 0 ? s->idle_ms : INT_MAX},
   };
   for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
     memset(&args[nargs], 0, sizeof(args[nargs]));
@@ -683,6 +701,7 @@ int wt_rpc_server_port(const wt_rpc_server *server) {
 
 /* After a failed start: shuts gRPC's server down on this thread. */
 static void stop_inline(wt_rpc_server *s) {
+  rpc_listener_stop(s->listener);
   grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
   grpc_server_cancel_all_calls(s->server);
   for (;;) {
@@ -711,21 +730,27 @@ wt_status *wt_rpc_server_start(wt_rpc_server *s) {
   if (state != STATE_NEW)
     WT_FAIL(WT_FAILED_PRECONDITION, "server on %s: already started", s->listen);
 
-  wt_rpc_tls tls = {
-      .cert_file = s->tls_cert, .key_file = s->tls_key, .ca_file = s->tls_ca};
-  grpc_server_credentials *creds = NULL;
-  WT_CHECK(rpc_server_credentials(&tls, &creds));
-  s->port = grpc_server_add_http2_port(s->server, s->listen, creds);
-  grpc_server_credentials_release(creds);
-  if (s->port == 0)
-    WT_FAIL(WT_UNAVAILABLE,
-            "listen address '%s': cannot bind (address in use, or not "
-            "host:port)",
-            s->listen);
+  if (s->tls_cert != NULL) {
+    wt_rpc_tls tls = {
+        .cert_file = s->tls_cert, .key_file = s->tls_key, .ca_file = s->tls_ca};
+    grpc_server_credentials *creds = NULL;
+    WT_CHECK(rpc_server_credentials(&tls, &creds));
+    s->port = grpc_server_add_http2_port(s->server, s->listen, creds);
+    grpc_server_credentials_release(creds);
+    if (s->port == 0)
+      WT_FAIL(WT_UNAVAILABLE,
+              "listen address '%s': cannot bind (address in use, or not "
+              "host:port)",
+              s->listen);
+  }
   grpc_server_start(s->server);
   pthread_mutex_lock(&s->mu);
   s->state = STATE_RUNNING;
   pthread_mutex_unlock(&s->mu);
+  /* Plaintext: wt's own listener hands gRPC the connections it accepts. */
+  if (s->tls_cert == NULL)
+    st = rpc_listener_start(s->server, s->listen, s->max_connections,
+                            s->auth_grace_ms, &s->listener, &s->port);
 
   for (size_t i = 0; i < s->n_methods && st == NULL; i++)
     for (int k = 0; k < s->requests_per_method && st == NULL; k++)
@@ -799,6 +824,7 @@ void wt_rpc_server_shutdown(wt_rpc_server *s, int64_t deadline_ms) {
   s->state = STATE_SHUTTING_DOWN;
   pthread_mutex_unlock(&s->mu);
 
+  rpc_listener_stop(s->listener); /* no connection is added from here */
   int64_t deadline = wt_mono_ms() + (deadline_ms > 0 ? deadline_ms : 0);
   grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
   if (s->on_shutdown) s->on_shutdown(s->user);
@@ -844,6 +870,7 @@ void wt_rpc_server_destroy(wt_rpc_server *s) {
     poll_loop(s);
   }
   grpc_completion_queue_destroy(s->cq);
+  rpc_listener_destroy(s->listener);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   pools_free(s);
@@ -854,6 +881,11 @@ void wt_rpc_server_destroy(wt_rpc_server *s) {
   free(s->tls_ca);
   free(s);
   grpc_shutdown();
+}
+
+void wt_rpc_server_conn_counts(wt_rpc_server *s, wt_rpc_conn_counts *out) {
+  memset(out, 0, sizeof(*out));
+  if (s->listener != NULL) rpc_listener_counts(s->listener, out);
 }
 
 void wt_rpc_server_auth_counts(wt_rpc_server *s, wt_rpc_auth_counts *out) {

@@ -122,7 +122,7 @@ void rpc_stream_accept(wt_rpc_server *srv, const wt_rpc_method *m,
   s->method = m;
   s->pool = pool;
   s->call = call;
-  s->peer = grpc_call_get_peer(call);
+  s->peer = rpc_server_peer(srv, call);
   s->send_tag.kind = TAG_STREAM_SEND;
   s->send_tag.owner = s;
   s->close_tag.kind = TAG_STREAM_CLOSE;

@@ -94,6 +94,12 @@ typedef struct wt_server_options {
   const char *tls_ca;
   const char *token_file;
   bool insecure;
+  /* Connections (wt/rpc.h, wt_rpc_server_options; docs/trust.md): at most
+   * max_connections open (WT_RPC_DEFAULT_MAX_CONNECTIONS, lowered to what
+   * ulimit -n allows), each closed when it has made no authorized call
+   * within auth_grace_ms (WT_RPC_DEFAULT_AUTH_GRACE_MS). 0: the defaults. */
+  int max_connections;
+  int auth_grace_ms;
 } wt_server_options;
 
 typedef struct wt_server wt_server;
@@ -119,6 +125,8 @@ wt_param_store *wt_server_store(wt_server *srv, uint32_t rank);
 /* Calls refused for want of a valid token, or for a reader's token on a
  * trainer's call, since the server started. */
 void wt_server_auth_counts(wt_server *srv, wt_rpc_auth_counts *out);
+/* The control port's connections (wt_rpc_conn_counts); zeros for NULL. */
+void wt_server_conn_counts(wt_server *srv, wt_rpc_conn_counts *out);
 
 /* The service's admission classes (wt/rpc.h): the trainer's round calls,
  * the readers', and the watch streams. */

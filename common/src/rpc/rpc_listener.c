@@ -1,0 +1,634 @@
+/* rpc_listener.c: the plaintext listening sockets, owned here rather than
+ * by gRPC, so that descriptors are a budget no stranger can exhaust (see
+ * docs/trust.md, "Connections").
+ *
+ * gRPC 1.51's own listener stops accepting for good after one accept4()
+ * fails with EMFILE, never closes a plaintext connection that sends the
+ * HTTP/2 preface and then nothing, and has no connection cap. Here one
+ * thread accepts, and hands each connection to gRPC with
+ * grpc_server_add_channel_from_fd (plaintext only: gRPC 1.51 takes no
+ * credentials there, so a TLS server keeps gRPC's listener).
+ *
+ * Each connection is two descriptors: gRPC owns a dup, this file owns the
+ * original. Ours is never closed while its record lives, so shutting the
+ * socket down through it can never hit another file that reused a number
+ * (gRPC's copy may be closed at any time). gRPC shuts a socket down
+ * before it closes it (ev_epoll1's orphan path), which wakes our epoll
+ * with a hang-up; a check that gRPC's number still names the same socket
+ * catches any other way out.
+ *
+ * Policy: at most `max_connections` open. A new connection over the cap
+ * takes the place of the oldest connection that has made no authorized
+ * call, else of the one that made only reader calls longest ago; with
+ * neither it is closed at once (a trainer's connection is never closed to
+ * make room). A connection that has made no authorized call within the
+ * grace is closed. When descriptors run out anyway (EMFILE), a spare
+ * descriptor is given up to accept and close the waiting connection, so
+ * the listener never stalls.
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grpc/grpc_posix.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/string_util.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "wt/log.h"
+#include "wt/secure.h"
+
+#include "rpc_internal.h"
+
+#define MAX_LISTENERS 4
+/* Closing connections (shut down, their hang-up not yet seen) allowed on
+ * top of the cap before new ones are refused outright. */
+#define CLOSING_HEADROOM 64
+/* A connection shut down this long without its hang-up is let go. */
+#define CLOSING_GIVE_UP_MS 5000
+#define TICK_MS 100
+#define GONE_CHECK_MS 1000
+/* Accepting pauses this long after an error that is not about one
+ * connection (ENOBUFS, ENOMEM, a spare descriptor that cannot be had). */
+#define PAUSE_MS 100
+#define LOG_INTERVAL_MS 1000
+
+#define EV_WAKE UINT64_MAX
+#define EV_LISTEN(i) (UINT64_MAX - 1 - (uint64_t)(i))
+
+typedef struct rpc_conn {
+  int fd;      /* ours */
+  int grpc_fd; /* gRPC's dup; "fd:N" in its peer strings */
+  ino_t ino;
+  int64_t accepted_ms;
+  int64_t last_call_ms; /* the last authorized call */
+  int64_t closing_ms;   /* when we shut it down; 0: open */
+  uint32_t scope;       /* WT_SCOPE_* of its authorized calls; 0: none */
+  char peer[72];        /* as gRPC writes peers: "ipv4:127.0.0.1:5555" */
+} rpc_conn;
+
+struct rpc_listener {
+  grpc_server *gs;
+  grpc_server_credentials *creds;
+  int lfd[MAX_LISTENERS];
+  size_t nl;
+  int port;
+  int epfd, wakefd, spare;
+  pthread_t thread;
+  bool started;
+  int max_conns, grace_ms;
+
+  pthread_mutex_t mu; /* the table and the counts */
+  rpc_conn *conns;
+  size_t nconns, slots;
+  bool quit;
+  wt_rpc_conn_counts counts;
+
+  /* accept thread only */
+  bool paused;
+  int64_t resume_ms, next_gone_check, log_ms;
+  uint64_t unlogged;
+};
+
+/* ---- the table (under mu) ------------------------------------------------- */
+
+static size_t open_count_locked(const rpc_listener *l) {
+  size_t n = 0;
+  for (size_t i = 0; i < l->nconns; i++)
+    if (l->conns[i].closing_ms == 0) n++;
+  return n;
+}
+
+static void shut_locked(rpc_listener *l, rpc_conn *c, int64_t now) {
+  (void)l;
+  shutdown(c->fd, SHUT_RDWR);
+  c->closing_ms = now > 0 ? now : 1;
+}
+
+/* The place a new connection may take over the cap: the oldest without an
+ * authorized call, else the reader whose last call is oldest. */
+static rpc_conn *victim_locked(rpc_listener *l) {
+  rpc_conn *best = NULL;
+  for (size_t i = 0; i < l->nconns; i++) {
+    rpc_conn *c = &l->conns[i];
+    if (c->closing_ms != 0 || c->scope != 0) continue;
+    if (best == NULL || c->accepted_ms < best->accepted_ms) best = c;
+  }
+  if (best) return best;
+  for (size_t i = 0; i < l->nconns; i++) {
+    rpc_conn *c = &l->conns[i];
+    if (c->closing_ms != 0 || (c->scope & WT_SCOPE_TRAINER)) continue;
+    if (best == NULL || c->last_call_ms < best->last_call_ms) best = c;
+  }
+  return best;
+}
+
+/* Forgets record i: our descriptor leaves epoll and is closed. */
+static void drop_locked(rpc_listener *l, size_t i) {
+  rpc_conn *c = &l->conns[i];
+  epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+  close(c->fd);
+  l->conns[i] = l->conns[--l->nconns];
+}
+
+static rpc_conn *by_grpc_fd_locked(rpc_listener *l, int grpc_fd) {
+  for (size_t i = 0; i < l->nconns; i++)
+    if (l->conns[i].grpc_fd == grpc_fd) return &l->conns[i];
+  return NULL;
+}
+
+/* "fd:N" -> N; -1 for any other peer string. */
+static int grpc_fd_of(const char *peer) {
+  if (peer == NULL || strncmp(peer, "fd:", 3) != 0) return -1;
+  char *end = NULL;
+  long v = strtol(peer + 3, &end, 10);
+  return end && *end == 0 && v >= 0 && v < INT32_MAX ? (int)v : -1;
+}
+
+/* ---- logging --------------------------------------------------------------- */
+
+static void note(rpc_listener *l, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void note(rpc_listener *l, const char *fmt, ...) {
+  int64_t now = wt_mono_ms();
+  if (now - l->log_ms < LOG_INTERVAL_MS) {
+    l->unlogged++;
+    return;
+  }
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  WT_LOGW(RPC_MOD, "port %d: %s%s", l->port, msg,
+          l->unlogged ? " (and more not logged)" : "");
+  l->log_ms = now;
+  l->unlogged = 0;
+}
+
+/* ---- accepting ------------------------------------------------------------- */
+
+static void format_peer(const struct sockaddr_storage *a, char *out,
+                        size_t n) {
+  char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?";
+  getnameinfo((const struct sockaddr *)a, sizeof(*a), host, sizeof(host), serv,
+              sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV);
+  if (a->ss_family == AF_INET6)
+    snprintf(out, n, "ipv6:[%s]:%s", host, serv);
+  else
+    snprintf(out, n, "ipv4:%s:%s", host, serv);
+}
+
+static void pause_accepting(rpc_listener *l, int64_t now) {
+  if (l->paused) return;
+  for (size_t i = 0; i < l->nl; i++) {
+    struct epoll_event ev = {.events = 0, .data.u64 = EV_LISTEN(i)};
+    epoll_ctl(l->epfd, EPOLL_CTL_MOD, l->lfd[i], &ev);
+  }
+  l->paused = true;
+  l->resume_ms = now + PAUSE_MS;
+}
+
+static void resume_accepting(rpc_listener *l) {
+  for (size_t i = 0; i < l->nl; i++) {
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = EV_LISTEN(i)};
+    epoll_ctl(l->epfd, EPOLL_CTL_MOD, l->lfd[i], &ev);
+  }
+  l->paused = false;
+}
+
+/* Out of descriptors: gives up the spare one to take the waiting
+ * connection off the queue and close it, then takes the spare back. */
+static void shed(rpc_listener *l, int lfd, int err) {
+  int64_t now = wt_mono_ms();
+  if (l->spare < 0) l->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (l->spare < 0) {
+    note(l, "accept: %s, and no spare descriptor: pausing", strerror(err));
+    pause_accepting(l, now);
+    return;
+  }
+  close(l->spare);
+  l->spare = -1;
+  int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd >= 0) {
+    close(fd);
+    pthread_mutex_lock(&l->mu);
+    l->counts.shed++;
+    pthread_mutex_unlock(&l->mu);
+  }
+  l->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  note(l, "accept: %s: a new connection was closed at once (descriptors "
+       "ran short; raise ulimit -n or lower --max-connections)",
+       strerror(err));
+  if (l->spare < 0) pause_accepting(l, now);
+}
+
+static void admit(rpc_listener *l, int fd, const struct sockaddr_storage *a) {
+  int64_t now = wt_mono_ms();
+  rpc_conn c;
+  memset(&c, 0, sizeof(c));
+  c.fd = fd;
+  c.accepted_ms = now;
+  format_peer(a, c.peer, sizeof(c.peer));
+
+  pthread_mutex_lock(&l->mu);
+  const char *refused = NULL;
+  if (l->nconns >= l->slots) {
+    refused = "connections closed for strangers have not gone yet";
+  } else if (open_count_locked(l) >= (size_t)l->max_conns) {
+    rpc_conn *v = victim_locked(l);
+    if (v != NULL) {
+      shut_locked(l, v, now);
+      l->counts.evicted++;
+    } else {
+      refused = "every connection open made a trainer call";
+    }
+  }
+  if (refused) l->counts.refused++;
+  pthread_mutex_unlock(&l->mu);
+  if (refused) {
+    close(fd);
+    note(l, "%s refused: %d connections open (the limit; --max-connections) "
+         "and %s",
+         c.peer, l->max_conns, refused);
+    return;
+  }
+
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  struct stat st;
+  c.grpc_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (c.grpc_fd < 0 || fstat(fd, &st) != 0) {
+    int err = errno;
+    if (c.grpc_fd >= 0) close(c.grpc_fd);
+    close(fd);
+    pthread_mutex_lock(&l->mu);
+    l->counts.shed++;
+    pthread_mutex_unlock(&l->mu);
+    note(l, "%s closed at once: %s", c.peer, strerror(err));
+    return;
+  }
+  c.ino = st.st_ino;
+  struct epoll_event ev = {.events = EPOLLRDHUP, .data.u64 = (uint64_t)fd};
+  if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    int err = errno;
+    close(c.grpc_fd);
+    close(fd);
+    note(l, "%s closed at once: epoll: %s", c.peer, strerror(err));
+    return;
+  }
+  pthread_mutex_lock(&l->mu);
+  /* gRPC closed a connection whose number the dup just reused. */
+  for (size_t i = 0; i < l->nconns; i++)
+    if (l->conns[i].grpc_fd == c.grpc_fd) {
+      drop_locked(l, i);
+      break;
+    }
+  l->conns[l->nconns++] = c;
+  l->counts.accepted++;
+  pthread_mutex_unlock(&l->mu);
+  /* gRPC owns c.grpc_fd from here, closing it when the connection ends. */
+  grpc_server_add_channel_from_fd(l->gs, c.grpc_fd, l->creds);
+}
+
+static void accept_some(rpc_listener *l, int lfd) {
+  for (int k = 0; k < 64; k++) {
+    struct sockaddr_storage a;
+    socklen_t alen = sizeof(a);
+    int fd = accept4(lfd, (struct sockaddr *)&a, &alen,
+                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      admit(l, fd, &a);
+      continue;
+    }
+    switch (errno) {
+    case EAGAIN:
+#if EAGAIN != EWOULDBLOCK
+    case EWOULDBLOCK:
+#endif
+      return;
+    case EINTR:
+    case ECONNABORTED:
+    case EPROTO:
+      continue;
+    case EMFILE:
+    case ENFILE:
+      shed(l, lfd, errno);
+      return;
+    default:
+      note(l, "accept: %s: pausing for %d ms", strerror(errno), PAUSE_MS);
+      pause_accepting(l, wt_mono_ms());
+      return;
+    }
+  }
+}
+
+/* ---- closing ----------------------------------------------------------------- */
+
+/* Our descriptor's events: the socket was shut down both ways (by gRPC,
+ * which closes it next, or by us) or failed: forget it. The peer only
+ * half-closed: gRPC reads its last bytes and closes; the record stays until
+ * then, with nothing more to report (hang-ups and errors still are). */
+static void hung_up(rpc_listener *l, int fd, uint32_t events) {
+  pthread_mutex_lock(&l->mu);
+  for (size_t i = 0; i < l->nconns; i++)
+    if (l->conns[i].fd == fd) {
+      if (events & (EPOLLHUP | EPOLLERR)) {
+        drop_locked(l, i);
+      } else {
+        struct epoll_event ev = {.events = 0, .data.u64 = (uint64_t)fd};
+        epoll_ctl(l->epfd, EPOLL_CTL_MOD, fd, &ev);
+      }
+      break;
+    }
+  pthread_mutex_unlock(&l->mu);
+}
+
+static void reap(rpc_listener *l, int64_t now) {
+  bool gone_check = now >= l->next_gone_check;
+  if (gone_check) l->next_gone_check = now + GONE_CHECK_MS;
+  pthread_mutex_lock(&l->mu);
+  for (size_t i = 0; i < l->nconns;) {
+    rpc_conn *c = &l->conns[i];
+    if (c->closing_ms == 0 && c->scope == 0 &&
+        now - c->accepted_ms >= l->grace_ms) {
+      shut_locked(l, c, now);
+      l->counts.expired++;
+    }
+    bool drop = c->closing_ms != 0 && now - c->closing_ms >= CLOSING_GIVE_UP_MS;
+    if (!drop && gone_check) {
+      struct stat st;
+      drop = fstat(c->grpc_fd, &st) != 0 || st.st_ino != c->ino;
+    }
+    if (drop)
+      drop_locked(l, i);
+    else
+      i++;
+  }
+  pthread_mutex_unlock(&l->mu);
+}
+
+static void *listener_main(void *arg) {
+  rpc_listener *l = arg;
+  struct epoll_event evs[64];
+  int64_t next_reap = wt_mono_ms() + TICK_MS;
+  for (;;) {
+    pthread_mutex_lock(&l->mu);
+    bool quit = l->quit;
+    pthread_mutex_unlock(&l->mu);
+    if (quit) break;
+    int n = epoll_wait(l->epfd, evs, 64, TICK_MS);
+    for (int i = 0; i < n; i++) {
+      uint64_t tag = evs[i].data.u64;
+      if (tag == EV_WAKE) {
+        uint64_t v;
+        if (read(l->wakefd, &v, sizeof(v)) < 0) { /* nothing to do */
+        }
+      } else if (tag >= EV_LISTEN(MAX_LISTENERS - 1)) {
+        accept_some(l, l->lfd[EV_LISTEN(0) - tag]);
+      } else {
+        hung_up(l, (int)tag, evs[i].events);
+      }
+    }
+    int64_t now = wt_mono_ms();
+    if (l->paused && now >= l->resume_ms) resume_accepting(l);
+    if (now >= next_reap) {
+      reap(l, now);
+      next_reap = now + TICK_MS;
+    }
+  }
+  return NULL;
+}
+
+/* ---- binding ------------------------------------------------------------------ */
+
+/* Splits "host:port" / "[v6]:port" into host and port. */
+static bool split_listen(const char *listen, char *host, size_t hn,
+                         char *port, size_t pn) {
+  const char *colon = strrchr(listen, ':');
+  if (colon == NULL || colon[1] == 0) return false;
+  const char *h = listen;
+  size_t len = (size_t)(colon - listen);
+  if (len >= 2 && h[0] == '[' && h[len - 1] == ']') {
+    h++;
+    len -= 2;
+  }
+  if (len == 0 || len >= hn || strlen(colon + 1) >= pn) return false;
+  memcpy(host, h, len);
+  host[len] = 0;
+  snprintf(port, pn, "%s", colon + 1);
+  return true;
+}
+
+static wt_status *bind_all(rpc_listener *l, const char *addr) {
+  char host[256], port[16];
+  if (!split_listen(addr, host, sizeof(host), port, sizeof(port)))
+    return wt_status_new(WT_UNAVAILABLE,
+                         "listen address '%s': not host:port", addr);
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  int rc = getaddrinfo(host, port, &hints, &res);
+  if (rc != 0)
+    return wt_status_new(WT_UNAVAILABLE, "listen address '%s': %s", addr,
+                         gai_strerror(rc));
+  int err = 0;
+  for (struct addrinfo *ai = res; ai && l->nl < MAX_LISTENERS;
+       ai = ai->ai_next) {
+    struct sockaddr_storage a;
+    memcpy(&a, ai->ai_addr, ai->ai_addrlen);
+    if (l->port > 0) { /* port 0: every address on the one picked first */
+      if (a.ss_family == AF_INET)
+        ((struct sockaddr_in *)&a)->sin_port = htons((uint16_t)l->port);
+      else if (a.ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)&a)->sin6_port = htons((uint16_t)l->port);
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                    0);
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (ai->ai_family == AF_INET6) /* "[::]" takes IPv4 too, as gRPC's */
+      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &(int){0}, sizeof(int));
+    if (bind(fd, (struct sockaddr *)&a, ai->ai_addrlen) != 0 ||
+        listen(fd, SOMAXCONN) != 0) {
+      err = errno;
+      close(fd);
+      continue;
+    }
+    if (l->port == 0) {
+      struct sockaddr_storage b;
+      socklen_t blen = sizeof(b);
+      getsockname(fd, (struct sockaddr *)&b, &blen);
+      l->port = ntohs(b.ss_family == AF_INET6
+                          ? ((struct sockaddr_in6 *)&b)->sin6_port
+                          : ((struct sockaddr_in *)&b)->sin_port);
+    }
+    l->lfd[l->nl++] = fd;
+  }
+  freeaddrinfo(res);
+  if (l->nl == 0)
+    return wt_status_new(WT_UNAVAILABLE, "listen address '%s': cannot bind: %s",
+                         addr, err ? strerror(err) : "no address");
+  return NULL;
+}
+
+/* ---- the interface ---------------------------------------------------------------- */
+
+int rpc_listener_budget(int max_connections, int *limit_out) {
+  struct rlimit rl;
+  long nofile = 1024;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    nofile = (long)rl.rlim_cur;
+  else if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+    nofile = 1 << 20;
+  long room = (nofile - WT_RPC_FD_RESERVE) / 2;
+  if (limit_out) *limit_out = (int)(nofile < INT32_MAX ? nofile : INT32_MAX);
+  long cap = max_connections > 0 ? max_connections
+                                 : WT_RPC_DEFAULT_MAX_CONNECTIONS;
+  return (int)(cap < room ? cap : room);
+}
+
+wt_status *rpc_listener_start(grpc_server *gs, const char *listen,
+                              int max_connections, int grace_ms,
+                              rpc_listener **out, int *port) {
+  *out = NULL;
+  int nofile = 0;
+  int cap = rpc_listener_budget(max_connections, &nofile);
+  if (cap < 4)
+    return wt_status_new(
+        WT_FAILED_PRECONDITION,
+        "listen address '%s': the descriptor limit (ulimit -n %d) leaves no "
+        "room for connections after the %d kept for the server's own files "
+        "(each connection takes 2); raise it",
+        listen, nofile, WT_RPC_FD_RESERVE);
+  if (max_connections > 0 && cap < max_connections)
+    WT_LOGW(RPC_MOD,
+            "max_connections %d: the descriptor limit (ulimit -n %d) allows "
+            "%d (2 each, %d kept for the server's own files)",
+            max_connections, nofile, cap, WT_RPC_FD_RESERVE);
+
+  rpc_listener *l = calloc(1, sizeof(*l));
+  if (l == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+  l->gs = gs;
+  l->epfd = l->wakefd = l->spare = -1;
+  l->max_conns = cap;
+  l->grace_ms = grace_ms > 0 ? grace_ms : WT_RPC_DEFAULT_AUTH_GRACE_MS;
+  l->slots = (size_t)cap + CLOSING_HEADROOM;
+  l->counts.limit = cap;
+  pthread_mutex_init(&l->mu, NULL);
+  wt_status *st = NULL;
+  l->conns = calloc(l->slots, sizeof(*l->conns));
+  l->creds = grpc_insecure_server_credentials_create();
+  l->epfd = epoll_create1(EPOLL_CLOEXEC);
+  l->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  l->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (l->conns == NULL || l->creds == NULL || l->epfd < 0 || l->wakefd < 0 ||
+      l->spare < 0) {
+    st = wt_status_new(WT_RESOURCE_EXHAUSTED,
+                       "listen address '%s': cannot set up the listener: %s",
+                       listen, strerror(errno));
+    goto fail;
+  }
+  if ((st = bind_all(l, listen)) != NULL) goto fail;
+  struct epoll_event ev = {.events = EPOLLIN, .data.u64 = EV_WAKE};
+  epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->wakefd, &ev);
+  for (size_t i = 0; i < l->nl; i++) {
+    struct epoll_event lev = {.events = EPOLLIN, .data.u64 = EV_LISTEN(i)};
+    epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->lfd[i], &lev);
+  }
+  int rc = pthread_create(&l->thread, NULL, listener_main, l);
+  if (rc != 0) {
+    st = wt_status_new(WT_RESOURCE_EXHAUSTED,
+                       "listen address '%s': cannot start the accept thread: "
+                       "%s",
+                       listen, strerror(rc));
+    goto fail;
+  }
+  l->started = true;
+  *port = l->port;
+  *out = l;
+  return NULL;
+fail:
+  rpc_listener_destroy(l);
+  return st;
+}
+
+void rpc_listener_stop(rpc_listener *l) {
+  if (l == NULL || !l->started) return;
+  pthread_mutex_lock(&l->mu);
+  l->quit = true;
+  pthread_mutex_unlock(&l->mu);
+  uint64_t one = 1;
+  if (write(l->wakefd, &one, sizeof(one)) < 0) { /* it wakes within a tick */
+  }
+  pthread_join(l->thread, NULL);
+  l->started = false;
+  for (size_t i = 0; i < l->nl; i++) close(l->lfd[i]);
+  l->nl = 0;
+}
+
+void rpc_listener_destroy(rpc_listener *l) {
+  if (l == NULL) return;
+  rpc_listener_stop(l);
+  for (size_t i = 0; i < l->nl; i++) close(l->lfd[i]);
+  pthread_mutex_lock(&l->mu);
+  while (l->nconns > 0) drop_locked(l, l->nconns - 1);
+  pthread_mutex_unlock(&l->mu);
+  if (l->epfd >= 0) close(l->epfd);
+  if (l->wakefd >= 0) close(l->wakefd);
+  if (l->spare >= 0) close(l->spare);
+  if (l->creds) grpc_server_credentials_release(l->creds);
+  free(l->conns);
+  pthread_mutex_destroy(&l->mu);
+  free(l);
+}
+
+void rpc_listener_authorized(rpc_listener *l, const char *grpc_peer,
+                             uint32_t scope) {
+  int gfd = grpc_fd_of(grpc_peer);
+  if (l == NULL || gfd < 0) return;
+  pthread_mutex_lock(&l->mu);
+  rpc_conn *c = by_grpc_fd_locked(l, gfd);
+  if (c != NULL) {
+    c->scope |= scope;
+    c->last_call_ms = wt_mono_ms();
+  }
+  pthread_mutex_unlock(&l->mu);
+}
+
+char *rpc_listener_peer(rpc_listener *l, char *grpc_peer) {
+  int gfd = grpc_fd_of(grpc_peer);
+  if (l == NULL || gfd < 0) return grpc_peer;
+  char *named = NULL;
+  pthread_mutex_lock(&l->mu);
+  rpc_conn *c = by_grpc_fd_locked(l, gfd);
+  if (c != NULL) named = gpr_strdup(c->peer);
+  pthread_mutex_unlock(&l->mu);
+  if (named == NULL) return grpc_peer;
+  gpr_free(grpc_peer);
+  return named;
+}
+
+void rpc_listener_counts(rpc_listener *l, wt_rpc_conn_counts *out) {
+  pthread_mutex_lock(&l->mu);
+  *out = l->counts;
+  out->open = (int)open_count_locked(l);
+  pthread_mutex_unlock(&l->mu);
+}

@@ -88,7 +88,7 @@ declare -A saddr
 [ -n "$log_dir" ] && mkdir -p "$log_dir"
 for i in $(seq 1 "$max"); do
   start_bg "srv-$i" env UCX_TLS=tcp ip netns exec "wtfo-s$i" "$server_bin" \
-    --listen "$(addr_of "s$i"):0" --insecure --model "$model" \
+    --listen "$(addr_of "s$i"):0" --insecure --no-auth --model "$model" \
     --log-level "$([ -n "$log_dir" ] && echo debug || echo warn)"
   saddr[$i]=$bg_addr
 done

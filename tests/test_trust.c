@@ -6,6 +6,7 @@
  * is made with openssl at test time (tests/support/make-certs.sh). */
 
 #include <CUnit/CUnit.h>
+#include <errno.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -774,6 +775,119 @@ static void test_accept_after_emfile(void) {
   wt_server_stop(srv);
 }
 
+/* ---- secure by default ---------------------------------------------------- */
+
+/* wt-server with no trust flags (#20): fresh tokens in a 0600 file in a
+ * 0700 runtime directory; wt-ctl and the client library of the same user
+ * find them, a caller without a token is refused, another uid cannot read
+ * the file, it is gone after the stop; a runtime directory others may enter
+ * fails the start; --no-auth runs open and says so in its log and in
+ * GetServerInfo. */
+static void test_default_auth(void) {
+  char run[PATH_MAX], dir[PATH_MAX + 8], path[PATH_MAX + 32], log[PATH_MAX];
+  snprintf(run, sizeof(run), "%s/run", g_dir);
+  mkdir(run, 0700);
+  const char *was = getenv("XDG_RUNTIME_DIR");
+  char *saved = was ? strdup(was) : NULL;
+  setenv("XDG_RUNTIME_DIR", run, 1); /* the tools and the server read it */
+
+  wt_proc_server p;
+  const char *const extra[] = {"--auth", "--model", "synthetic:tiny", NULL};
+  CU_ASSERT_FATAL(wt_proc_server_start(&p, g_dir, "default-auth", extra));
+  int port = atoi(strrchr(p.addr, ':') + 1);
+  snprintf(dir, sizeof(dir), "%s/wt", run);
+  wt_runtime_token_path(dir, port, path, sizeof(path));
+  char *text = wt_proc_read_file(p.log);
+  CU_ASSERT_PTR_NOT_NULL(text ? strstr(text, path) : NULL); /* says where */
+  free(text);
+  struct stat sd, sf;
+  CU_ASSERT_FATAL(stat(dir, &sd) == 0 && stat(path, &sf) == 0);
+  CU_ASSERT_EQUAL(sd.st_mode & 0777, 0700);
+  CU_ASSERT_EQUAL(sf.st_mode & 0777, 0600);
+  CU_ASSERT_EQUAL(sf.st_uid, geteuid());
+
+  /* The tool finds the token; GetServerInfo says how calls are checked. */
+  snprintf(log, sizeof(log), "%s/default-auth-ctl.log", g_dir);
+  const char *const ctl[] = {WT_CTL_BIN, "--server", p.addr, "info", NULL};
+  char *out = NULL;
+  CU_ASSERT_EQUAL(wt_proc_run(ctl, log, 30000, &out), 0);
+  CU_ASSERT_PTR_NOT_NULL(out ? strstr(out, "auth:         generated") : NULL);
+  free(out);
+  /* So does the library, for the same user and a loopback target. */
+  const char *targets[] = {p.addr};
+  wt_client_options co = {.runtime_base = run};
+  wt_sync_client *c = NULL;
+  WT_ASSERT_OK(wt_sync_client_new(targets, 1, &co, &c));
+  uint32_t ws = 0;
+  WT_ASSERT_OK(wt_sync_client_world_size(c, &ws));
+  CU_ASSERT_EQUAL(ws, 2); /* the trainer and the server's one worker */
+  wt_sync_client_destroy(c);
+  /* A caller without it is refused. */
+  wt_rpc_channel *ch = channel(p.addr, NULL, NULL);
+  WT_ASSERT_ERR(info_call(ch), WT_UNAUTHENTICATED, "bearer token");
+  wt_rpc_channel_destroy(ch);
+  /* Another uid cannot read it (as root a child can become nobody). */
+  if (geteuid() == 0) {
+    pid_t kid = fork();
+    if (kid == 0) {
+      if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
+      int fd = open(path, O_RDONLY);
+      _exit(fd < 0 && errno == EACCES ? 0 : 1);
+    }
+    int status = -1;
+    CU_ASSERT_FATAL(kid > 0 && waitpid(kid, &status, 0) == kid);
+    CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  } else {
+    printf("\n  skipped: reading the token file as another uid (needs root "
+           "to become one; the modes 0700 and 0600 were checked)");
+  }
+  CU_ASSERT_EQUAL(wt_proc_server_stop(&p, 10000, NULL), 0);
+  CU_ASSERT(access(path, F_OK) != 0); /* removed at the stop */
+  /* A file left for a port no process of this user listens on (the server
+   * died; another user's may hold the port now) is never used, nor is one
+   * for a target off loopback. */
+  write_file(path, "trainer " TRAINER_TOKEN "\n", 0600);
+  char *found = NULL;
+  WT_ASSERT_OK(wt_token_discover(run, p.addr, &found));
+  CU_ASSERT_PTR_NULL(found);
+  char far[64];
+  snprintf(far, sizeof(far), "10.1.2.3:%d", port);
+  WT_ASSERT_OK(wt_token_discover(run, far, &found));
+  CU_ASSERT_PTR_NULL(found);
+  unlink(path);
+
+  /* A runtime directory others may enter: the start fails naming it. */
+  chmod(dir, 0755);
+  const char *const srv[] = {WT_SERVER_BIN, "--listen", "127.0.0.1:0", "--model",
+                             "synthetic:tiny", NULL};
+  snprintf(log, sizeof(log), "%s/default-auth-open-dir.log", g_dir);
+  out = NULL;
+  CU_ASSERT_EQUAL(wt_proc_run(srv, log, 30000, &out), 1);
+  CU_ASSERT_PTR_NOT_NULL(out ? strstr(out, "lets others in") : NULL);
+  free(out);
+  chmod(dir, 0700);
+
+  /* --no-auth: open, and said. */
+  const char *const open_extra[] = {"--model", "synthetic:tiny", NULL};
+  CU_ASSERT_FATAL(wt_proc_server_start(&p, g_dir, "no-auth", open_extra));
+  text = wt_proc_read_file(p.log);
+  CU_ASSERT_PTR_NOT_NULL(text ? strstr(text, "--no-auth: no tokens") : NULL);
+  free(text);
+  snprintf(log, sizeof(log), "%s/no-auth-ctl.log", g_dir);
+  const char *const ctl2[] = {WT_CTL_BIN, "--server", p.addr, "info", NULL};
+  out = NULL;
+  CU_ASSERT_EQUAL(wt_proc_run(ctl2, log, 30000, &out), 0);
+  CU_ASSERT_PTR_NOT_NULL(out ? strstr(out, "auth:         none") : NULL);
+  free(out);
+  wt_proc_server_stop(&p, 10000, NULL);
+  if (saved) {
+    setenv("XDG_RUNTIME_DIR", saved, 1);
+    free(saved);
+  } else {
+    unsetenv("XDG_RUNTIME_DIR");
+  }
+}
+
 /* Files that are not regular and signals at start-up (real processes): a
  * FIFO as wt-server's token file or model makes it exit at once naming
  * what the file is (before, the start hung with SIGTERM and SIGINT
@@ -839,4 +953,6 @@ void wt_test_suite_trust(void) {
   CU_add_test(s, "connections: a preface-only flood", test_connection_flood);
   CU_add_test(s, "connections: accepting after EMFILE",
               test_accept_after_emfile);
+  CU_add_test(s, "secure by default: generated tokens, --no-auth",
+              test_default_auth);
 }

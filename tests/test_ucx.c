@@ -1432,7 +1432,7 @@ static bool ns_server_start(wt_proc_server *s, const char *dir) {
       ip_bin(), "netns", "exec", NS, WT_SERVER_BIN, "--listen", "10.231.7.1:0",
       "--model", "synthetic:small", "--workers", "2", "--round-timeout", "2",
       /* a veth only this test's namespaces reach */
-      "--insecure", "--log-level", "debug", /* shown if the test fails */
+      "--insecure", "--no-auth", "--log-level", "debug", /* shown if the test fails */
       NULL};
   s->pid = wt_proc_spawn(argv, s->log, &s->out_fd);
   if (s->pid <= 0) return false;

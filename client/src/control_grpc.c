@@ -175,6 +175,7 @@ wt_status *wt_control_grpc_new(const char *const *targets, size_t n,
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory for a client");
   if (opts != NULL && opts->token_file != NULL)
     WT_CHECK(wt_token_read(opts->token_file, &token));
+  bool discover = token == NULL && !(opts && opts->no_token_discovery);
   int64_t timeout = opts && opts->timeout_ms > 0 ? opts->timeout_ms
                                                  : WT_CLIENT_DEFAULT_TIMEOUT_MS;
   wt_rpc_channel_options copts = {.default_deadline_ms = timeout,
@@ -184,7 +185,15 @@ wt_status *wt_control_grpc_new(const char *const *targets, size_t n,
     g->n = i + 1;
     if ((g->targets[i] = strdup(targets[i])) == NULL)
       WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory for a client");
-    WT_CHECK(wt_rpc_channel_new(targets[i], &copts, &g->channels[i]));
+    /* A server of this user on this host that generated its tokens. */
+    char *found = NULL;
+    if (discover)
+      WT_CHECK(wt_token_discover(opts ? opts->runtime_base : NULL, targets[i],
+                                 &found));
+    copts.token = found ? found : token;
+    st = wt_rpc_channel_new(targets[i], &copts, &g->channels[i]);
+    wt_secret_free(found);
+    if (st != NULL) goto out;
   }
   *out = (wt_control_plane){&grpc_ops, g};
   g = NULL;

@@ -95,6 +95,11 @@ static int cmd_info(wt_sync_client *c, int argc, char **argv) {
          info->store_complete ? "" : " (store INCOMPLETE: a round failed)");
   printf("world size:   %u\n", (unsigned)info->world_size);
   if (info->state && *info->state) printf("state:        %s\n", info->state);
+  if (info->auth && *info->auth)
+    printf("auth:         %s\n",
+           strcmp(info->auth, "none") == 0
+               ? "none (any process that reaches the port may call)"
+               : info->auth);
   printf("backends:    ");
   for (size_t i = 0; i < info->n_backends; i++)
     printf(" %s", info->backends[i]);

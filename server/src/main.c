@@ -39,6 +39,7 @@ typedef struct cli {
   wt_server_options opts;
   wt_backend_option engine_options[MAX_ENGINE_OPTIONS];
   char *engine_option_text[MAX_ENGINE_OPTIONS]; /* "KEY=VALUE" copies */
+  bool no_auth;
 } cli;
 
 /* A parser sets its field from `value` (NULL for a flag), or writes why
@@ -228,6 +229,13 @@ static bool opt_insecure(cli *c, const char *v, char *err) {
   return true;
 }
 
+static bool opt_no_auth(cli *c, const char *v, char *err) {
+  (void)v;
+  (void)err;
+  c->no_auth = true;
+  return true;
+}
+
 static bool opt_log_level(cli *c, const char *v, char *err) {
   (void)c;
   wt_log_level level;
@@ -305,6 +313,11 @@ static const option_row rows[] = {
     {"insecure", NULL,
      "allow a non-loopback --listen without\nTLS (refused otherwise)",
      opt_insecure, 0},
+    {"no-auth", NULL,
+     "no tokens: any process that reaches the\nport may call (by default "
+     "fresh tokens\nare generated, mode 0600, in the user's\nruntime "
+     "directory, where the tools\nfind them)",
+     opt_no_auth, 0},
     {"log-level", "LEVEL",
      "debug, info, warn, error or off\n(default: $WT_LOG, else info)",
      opt_log_level, 0},
@@ -466,6 +479,14 @@ int main(int argc, char **argv) {
   if (getenv("MALLOC_ARENA_MAX") == NULL) mallopt(M_ARENA_MAX, 2);
   int rc = parse_args(argc, argv, &c);
   if (rc != 0) return rc < 0 ? 0 : rc;
+  if (c.no_auth && c.opts.token_file != NULL)
+    return bad_option("--no-auth and --token-file: choose one");
+  /* Secure by default: tokens unless told otherwise. */
+  c.opts.generate_tokens = !c.no_auth && c.opts.token_file == NULL;
+  c.opts.runtime_base = getenv("XDG_RUNTIME_DIR");
+  if (c.no_auth)
+    WT_LOGW("server", "--no-auth: no tokens; any process that reaches the "
+                      "port may drive rounds and read the weights");
 
   raise_fd_limit();
   wt_server *srv = start_or_signal(&c.opts);

@@ -62,7 +62,8 @@ static wt_status *check_exposure(const wt_server_options *o, const char *host) {
         "the weights; give --tls-cert and --tls-key (and --token-file or "
         "--tls-ca), or --insecure to listen in plaintext anyway",
         o->listen);
-  if (!loopback_host(host) && o->token_file == NULL && o->tls_ca == NULL)
+  if (!loopback_host(host) && o->token_file == NULL && !o->generate_tokens &&
+      o->tls_ca == NULL)
     WT_LOGW("server",
             "--listen %s without --token-file or --tls-ca: every client that "
             "reaches the port may drive the weights",
@@ -196,6 +197,10 @@ static void server_free(wt_server *srv) {
   free(srv->workers);
   for (size_t i = 0; i < WT_VERSION_HISTORY; i++) free(srv->history[i].version);
   free(srv->abort_reason);
+  if (srv->token_path != NULL)
+    wt_tokens_unlink_if_ours(srv->token_path, srv->tokens, srv->ntokens);
+  free(srv->token_path);
+  free(srv->token_dir);
   wt_tokens_free(srv->tokens, srv->ntokens);
   free(srv->listen);
   free(srv->host);
@@ -357,6 +362,18 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
       st = wt_status_prefix(st, "--token-file");
       goto out;
     }
+    srv->auth = "tokens";
+  } else if (o.generate_tokens) {
+    /* Checked before the model loads: a runtime directory someone else
+     * made fails the start at once. */
+    char dir[4096];
+    WT_CHECK(wt_runtime_dir(o.runtime_base, true, dir, sizeof(dir)));
+    WT_CHECK(wt_tokens_generate(&srv->tokens, &srv->ntokens));
+    if ((srv->token_dir = strdup(dir)) == NULL)
+      WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
+    srv->auth = "generated";
+  } else {
+    srv->auth = "none";
   }
   srv->engines = o.engine_registry;
   if (srv->engines == NULL) WT_CHECK(wt_engine_registry(&srv->engines));
@@ -419,10 +436,25 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
   };
   WT_CHECK(wt_rpc_server_new(&ro, methods, nmethods, srv, &srv->rpc));
   WT_CHECK(wt_rpc_server_start(srv->rpc));
+  if (srv->token_dir != NULL) {
+    char path[4200];
+    wt_runtime_token_path(srv->token_dir, wt_rpc_server_port(srv->rpc), path,
+                          sizeof(path));
+    WT_CHECK(wt_tokens_write(path, srv->tokens, srv->ntokens));
+    if ((srv->token_path = strdup(path)) == NULL)
+      WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
+    WT_LOGI("server",
+            "tokens: generated in %s (trainer and reader, mode 0600); wt-push, "
+            "wt-ctl and the client library of this user on this host find "
+            "them (--token-file to give your own, --no-auth to run open)",
+            path);
+  }
   WT_LOGI("server", "serving wt.v1.WeightTransfer on %s (port %d; %s%s)",
           o.listen, wt_rpc_server_port(srv->rpc),
           o.tls_cert ? (o.tls_ca ? "mutual TLS" : "TLS") : "plaintext",
-          srv->ntokens ? ", bearer tokens" : ", no tokens");
+          srv->token_dir ? ", generated bearer tokens"
+          : srv->ntokens ? ", bearer tokens"
+                         : ", no tokens: any process that reaches the port may call");
   *out = srv;
   srv = NULL;
 out:

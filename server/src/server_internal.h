@@ -71,8 +71,11 @@ struct wt_server {
   wt_rpc_server *rpc;
   wt_rpc_class classes[3];
   uint64_t max_send_bytes; /* the largest reply gRPC will send */
-  wt_token *tokens;        /* the --token-file's, for the RPC server */
+  wt_token *tokens;        /* the --token-file's or generated, for the RPC server */
   size_t ntokens;
+  const char *auth;        /* "tokens", "generated" or "none" (ServerInfo) */
+  char *token_dir;         /* generated: the runtime directory */
+  char *token_path;        /* generated: the file written, removed at stop */
   pthread_t watchdog;
   bool watchdog_started;
 

@@ -161,6 +161,7 @@ static wt_status *get_server_info(wt_rpc_call *call,
   info.workers = wp;
   pthread_mutex_lock(&srv->mu);
   info.state = (char *)wt_srv_state_locked(srv);
+  info.auth = (char *)(srv->auth ? srv->auth : "none");
   info.weight_version =
       srv->sequence ? srv->history[srv->sequence % WT_VERSION_HISTORY].version
                     : (char *)"";

@@ -80,7 +80,7 @@ start_server() {
   shift 2
   [ $# -gt 0 ] && listen=10.231.9.1:0
   "$@" "$server_bin" --listen "$listen" --model synthetic:llama-256m --workers 2 \
-    --round-timeout 60 ${ns_insecure:+--insecure} \
+    --round-timeout 60 ${ns_insecure:+--insecure --no-auth} \
     >"$work/$name.out" 2>"$work/$name.log" &
   local pid=$! addr="" i
   pids+=("$pid")

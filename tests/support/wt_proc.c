@@ -166,7 +166,15 @@ bool wt_proc_server_start_bin(wt_proc_server *s, const char *bin,
                               const char *const extra[]) {
   const char *argv[32] = {bin, "--listen", "127.0.0.1:0"};
   size_t n = 3;
-  for (size_t i = 0; extra && extra[i] && n + 1 < 32; i++) argv[n++] = extra[i];
+  bool auth = false;
+  for (size_t i = 0; extra && extra[i]; i++)
+    if (strcmp(extra[i], "--token-file") == 0 || strcmp(extra[i], "--auth") == 0)
+      auth = true;
+  /* Tests that are not about who may call run servers open; the trust
+   * suite runs the default (generated tokens) on purpose ("--auth"). */
+  if (!auth) argv[n++] = "--no-auth";
+  for (size_t i = 0; extra && extra[i] && n + 1 < 32; i++)
+    if (strcmp(extra[i], "--auth") != 0) argv[n++] = extra[i];
   argv[n] = NULL;
   memset(s, 0, sizeof(*s));
   s->out_fd = -1;

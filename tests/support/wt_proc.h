@@ -44,7 +44,9 @@ int wt_proc_run(const char *const argv[], const char *log, int64_t timeout_ms,
 /* Starts wt-server (WT_SERVER_BIN) with `--listen 127.0.0.1:0` followed by
  * extra[] (NULL-terminated, may be NULL), logs to DIR/TAG.log, and waits up
  * to 60 s for its listening line. False (after printing its log) when it
- * exited or never said it was serving. */
+ * exited or never said it was serving. It runs with --no-auth unless
+ * extra[] has --token-file, or "--auth" (not passed on: the server's
+ * default, generated tokens). */
 bool wt_proc_server_start(wt_proc_server *s, const char *dir, const char *tag,
                           const char *const extra[]);
 /* The same with another wt-server binary (an installed one). */

@@ -79,6 +79,12 @@ typedef struct wt_client_options {
    * pass it here; the library reads no environment). Never a
    * token on a command line, where every user of the host can read it. */
   const char *token_file;
+  /* Without token_file, a server on loopback whose user is this process's
+   * gets the trainer token it generated (wt_token_discover: the runtime
+   * directory of runtime_base; tools pass $XDG_RUNTIME_DIR, NULL takes
+   * /run/user/UID or /tmp/wt-UID). no_token_discovery: never look. */
+  const char *runtime_base;
+  bool no_token_discovery;
 } wt_client_options;
 
 /* Progress of a transfer, reported by trainer engines. */

@@ -395,11 +395,11 @@ typedef struct wt_rpc_channel_options {
   int keepalive_timeout_ms;
 } wt_rpc_channel_options;
 
-#define WT_RPC_KEEPALIVE_TIME_MS 2000
-#define WT_RPC_KEEPALIVE_TIMEOUT_MS 5000
+#define WT_RPC_KEEPALIVE_TIME_MS 1000
+#define WT_RPC_KEEPALIVE_TIMEOUT_MS 1000
 /* A server takes a client's pings this often (a client that pings faster,
  * twice, gets GOAWAY); below WT_RPC_KEEPALIVE_TIME_MS. */
-#define WT_RPC_MIN_PING_INTERVAL_MS 1000
+#define WT_RPC_MIN_PING_INTERVAL_MS 500
 
 /* Creates a channel to `target` ("host:port", or any gRPC target URI), over
  * TLS when opts->tls is given. Connecting is lazy: a server that is not

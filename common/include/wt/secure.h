@@ -100,6 +100,54 @@ uint32_t wt_tokens_match(const wt_token *tokens, size_t n,
  * *out. */
 wt_status *wt_token_read(const char *path, char **out);
 
+/* ---- generated tokens (secure by default; docs/trust.md) -------------------
+ *
+ * wt-server without --token-file makes fresh tokens and writes them where
+ * clients of the same user on this host find them: DIR/tokens-PORT, mode
+ * 0600, in a runtime directory only its user can enter. */
+
+/* The runtime directory: BASE/wt when `base` is given (tools pass
+ * $XDG_RUNTIME_DIR; the library reads no environment), else
+ * /run/user/UID/wt when /run/user/UID is this user's, else /tmp/wt-UID.
+ * With `create` it is made (mode 0700) when missing. It must be a
+ * directory (not a link) owned by this user that no one else may enter:
+ * anything else is FAILED_PRECONDITION naming it (someone may have made it
+ * to read what a server writes there). */
+wt_status *wt_runtime_dir(const char *base, bool create, char *out,
+                          size_t cap);
+
+/* DIR/tokens-PORT. */
+void wt_runtime_token_path(const char *dir, int port, char *out, size_t cap);
+
+/* Two fresh tokens, a trainer's and a reader's (43 characters each, 256
+ * bits from the kernel's CSPRNG). The caller owns *out (wt_tokens_free). */
+wt_status *wt_tokens_generate(wt_token **out, size_t *n);
+
+/* Writes tokens[0..n) in wt_tokens_load's form to `path` (mode 0600; a
+ * temporary file beside it renamed over it, so a reader never sees half a
+ * file). Errors name the path. */
+wt_status *wt_tokens_write(const char *path, const wt_token *tokens, size_t n);
+
+/* Removes `path` when it still holds `tokens` (a newer server on the same
+ * port may have written its own); errors are ignored. */
+void wt_tokens_unlink_if_ours(const char *path, const wt_token *tokens,
+                              size_t n);
+
+/* Whether a socket of this user listens on TCP `port` on this host
+ * (/proc/net/tcp and tcp6). A generated token is sent only to such a
+ * server: after ours stopped, another user's server may hold the port. */
+bool wt_port_listener_is_mine(int port);
+
+/* For a client with no token file: the trainer token a server of this user
+ * on this host generated for `target` ("host:port" with a loopback host),
+ * from the runtime directory of `base` (as wt_runtime_dir). *out is NULL
+ * (and no error) when the target is not on loopback, no file is there, or
+ * the port's listener is not this user's; a file that is there but
+ * unreadable or malformed is an error naming it. The caller frees *out
+ * (wt_secret_free). */
+wt_status *wt_token_discover(const char *base, const char *target,
+                             char **out);
+
 #ifdef __cplusplus
 }
 #endif

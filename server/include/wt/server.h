@@ -94,6 +94,15 @@ typedef struct wt_server_options {
   const char *tls_ca;
   const char *token_file;
   bool insecure;
+  /* Secure by default (wt-server's default; docs/trust.md): without
+   * token_file, generate_tokens makes a fresh trainer and reader token and
+   * writes them, mode 0600, to tokens-PORT in the runtime directory of
+   * runtime_base (wt_runtime_dir; tools pass $XDG_RUNTIME_DIR), where
+   * clients of the same user on this host find them; the file is removed
+   * at stop. With neither every call is allowed, and GetServerInfo's
+   * `auth` says "none". */
+  bool generate_tokens;
+  const char *runtime_base;
   /* Connections (wt/rpc.h, wt_rpc_server_options; docs/trust.md): at most
    * max_connections open (WT_RPC_DEFAULT_MAX_CONNECTIONS, lowered to what
    * ulimit -n allows), each closed when it has made no authorized call

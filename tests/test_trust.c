@@ -13,7 +13,9 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -775,6 +777,202 @@ static void test_accept_after_emfile(void) {
   wt_server_stop(srv);
 }
 
+/* ---- readers: quotas per peer, and below rounds ---------------------------- */
+
+static wt_status *checksum_call(wt_rpc_channel *ch, int64_t deadline_ms) {
+  Wt__V1__ChecksumWeightsRequest req = WT__V1__CHECKSUM_WEIGHTS_REQUEST__INIT;
+  return wt_rpc_unary(ch, WTT_SVC "ChecksumWeights", &req.base,
+                      &wt__v1__checksum_weights_response__descriptor,
+                      deadline_ms, NULL);
+}
+
+/* Runs `argv` as uid/gid 65534 (setpriv), for a second peer on this host;
+ * false when this process cannot (not root, or no setpriv). */
+static bool as_nobody(const char *tag, const char *const *argv, int *code,
+                      char **out) {
+  if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0) return false;
+  const char *full[16] = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                          "--clear-groups"};
+  size_t n = 4;
+  for (size_t i = 0; argv[i] && n + 1 < 16; i++) full[n++] = argv[i];
+  full[n] = NULL;
+  char log[PATH_MAX];
+  snprintf(log, sizeof(log), "%s/%s.log", g_dir, tag);
+  *code = wt_proc_run(full, log, 30000, out);
+  return true;
+}
+
+/* #20, attack 8 and 7's share: one peer (a user on this host) may hold at
+ * most its quota of watch streams and of reader calls running or waiting;
+ * beyond it that peer is refused naming the limit, and another peer is
+ * still served. */
+static void test_reader_quotas(void) {
+  wtt_server s;
+  wt_server_options o = {.token_file = g_tokens,
+                         .max_watchers_per_peer = 4,
+                         .max_reader_calls_per_peer = 3,
+                         .reader_bytes_per_sec = 1 << 20};
+  wtt_server_start(&s, "small", &o);
+  wt_rpc_channel_destroy(s.ch);
+  s.ch = channel(s.target, NULL, TRAINER_TOKEN);
+  WT_ASSERT_OK(wtt_init_grpc(s.ch, 0, s.workers));
+  wtt_commit_round(&s, "v1", 1);
+  wt_rpc_channel *rd = channel(s.target, NULL, READER_TOKEN);
+  wt_rpc_server_stream *w[4];
+  for (int i = 0; i < 4; i++) w[i] = wtt_watch_open(rd);
+  WT_ASSERT_ERR(wtt_watch_open_status(rd), WT_RESOURCE_EXHAUSTED,
+                "server busy for this peer (uid:");
+  /* Reader calls: three slow checksums (1 MiB/s for 3.3 MiB) hold this
+   * peer's places; a fourth is refused at once. */
+  wtt_bg_call bg[3];
+  Wt__V1__ChecksumWeightsRequest creq = WT__V1__CHECKSUM_WEIGHTS_REQUEST__INIT;
+  for (int i = 0; i < 3; i++) {
+    bg[i] = (wtt_bg_call){.ch = rd,
+                          .method = "ChecksumWeights",
+                          .req = &creq.base,
+                          .type = &wt__v1__checksum_weights_response__descriptor,
+                          .deadline_ms = 1500};
+    wtt_bg_start(&bg[i]);
+  }
+  int running = 0;
+  for (int i = 0; i < 100 && running < 3; i++) {
+    wt_server_admission(s.srv, WT_SERVER_CLASS_READER, &running, NULL, NULL);
+    if (running < 3) wtt_sleep_ms(10);
+  }
+  CU_ASSERT_EQUAL(running, 3);
+  int64_t t0 = wt_mono_ms();
+  WT_ASSERT_ERR(checksum_call(rd, 5000), WT_RESOURCE_EXHAUSTED,
+                "--max-reader-calls-per-peer");
+  CU_ASSERT(wt_mono_ms() - t0 < 1000);
+  /* Another user on this host is another peer. */
+  char nd[] = "/tmp/wt-nobody-XXXXXX", tok[64];
+  CU_ASSERT_FATAL(mkdtemp(nd) != NULL && chmod(nd, 0711) == 0);
+  snprintf(tok, sizeof(tok), "%s/token", nd);
+  write_file(tok, "reader " READER_TOKEN "\n", 0600);
+  int code = -1;
+  char *out = NULL;
+  const char *const watch[] = {WT_CTL_BIN, "--server", s.target, "--token-file",
+                               tok, "watch", "--count", "1", NULL};
+  const char *const info[] = {WT_CTL_BIN, "--server", s.target, "--token-file",
+                              tok, "info", NULL};
+  if (chown(tok, 65534, 65534) == 0 &&
+      as_nobody("quota-nobody-watch", watch, &code, &out)) {
+    CU_ASSERT_EQUAL(code, 0);
+    CU_ASSERT_PTR_NOT_NULL(out ? strstr(out, "v1") : NULL);
+    free(out);
+    out = NULL;
+    CU_ASSERT(as_nobody("quota-nobody-info", info, &code, &out));
+    CU_ASSERT_EQUAL(code, 0);
+    free(out);
+    printf("\n  another uid on this host: a watch and a reader call served "
+           "beside this uid's full quotas");
+  } else {
+    printf("\n  skipped: a second peer (needs root and setpriv to run as "
+           "another uid)");
+  }
+  unlink(tok);
+  rmdir(nd);
+  for (int i = 0; i < 3; i++) wt_status_free(wtt_bg_join(&bg[i]));
+  for (int i = 0; i < 4; i++) wt_rpc_server_stream_destroy(w[i]);
+  /* The places come back as the calls end. */
+  int held = -1;
+  for (int i = 0; i < 200 && held != 0; i++) {
+    wt_server_admission(s.srv, WT_SERVER_CLASS_WATCH, &held, NULL, NULL);
+    if (held != 0) wtt_sleep_ms(10);
+  }
+  CU_ASSERT_EQUAL(held, 0);
+  WT_ASSERT_OK(wtt_watch_open_status(rd));
+  printf("\n");
+  wt_rpc_channel_destroy(rd);
+  wtt_server_stop(&s);
+}
+
+typedef struct checksum_loop {
+  const char *target;
+  atomic_bool *stop;
+  int calls, refused;
+  pthread_t th;
+} checksum_loop;
+
+static void *checksum_loop_main(void *arg) {
+  checksum_loop *l = arg;
+  wt_rpc_channel *ch = channel(l->target, NULL, READER_TOKEN);
+  while (!atomic_load(l->stop)) {
+    wt_status *st = checksum_call(ch, 30000);
+    l->calls++;
+    if (st != NULL) {
+      l->refused++;
+      wtt_sleep_ms(20);
+    }
+    wt_status_free(st);
+  }
+  wt_rpc_channel_destroy(ch);
+  return NULL;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Median of `n` rounds' ms (each start, push of the whole model, finish). */
+static int64_t median_round_ms(wtt_server *s, int n, uint64_t seed) {
+  int64_t t[16];
+  for (int i = 0; i < n && i < 16; i++) {
+    char v[32];
+    snprintf(v, sizeof(v), "r%llu-%d", (unsigned long long)seed, i);
+    int64_t t0 = wt_mono_ms();
+    wtt_commit_round(s, v, seed + (uint64_t)i);
+    t[i] = wt_mono_ms() - t0;
+  }
+  qsort(t, (size_t)n, sizeof(t[0]), cmp_i64);
+  return t[n / 2];
+}
+
+/* #20, attack 7: 16 loops of full-model SHA-256 checksums from one reader
+ * (a round went 0.18 s -> 2.24 s). Now that peer runs at most its quota of
+ * them, on threads niced below the rounds', each hashing in 1 MiB parts
+ * under the store's lock and paid for from the peer's budget: a round
+ * beside them stays within 1.5x of the round alone. */
+static void test_readers_below_rounds(void) {
+  wtt_server s;
+  wt_server_options o = {.token_file = g_tokens};
+  wtt_server_start(&s, "llama-256m", &o);
+  wt_rpc_channel_destroy(s.ch);
+  s.ch = channel(s.target, NULL, TRAINER_TOKEN);
+  WT_ASSERT_OK(wtt_init_grpc(s.ch, 0, s.workers));
+  wtt_commit_round(&s, "warm", 1);
+  int64_t alone = median_round_ms(&s, 5, 100);
+  atomic_bool stop;
+  atomic_init(&stop, false);
+  checksum_loop loops[16];
+  for (int i = 0; i < 16; i++) {
+    loops[i] = (checksum_loop){.target = s.target, .stop = &stop};
+    CU_ASSERT_FATAL(pthread_create(&loops[i].th, NULL, checksum_loop_main,
+                                   &loops[i]) == 0);
+  }
+  wtt_sleep_ms(500);
+  int64_t beside = median_round_ms(&s, 5, 200);
+  atomic_store(&stop, true);
+  int calls = 0, refused = 0;
+  for (int i = 0; i < 16; i++) {
+    pthread_join(loops[i].th, NULL);
+    calls += loops[i].calls;
+    refused += loops[i].refused;
+  }
+  wtt_assert_model_seed(&s, 204);
+  printf("\n  llama-256m round (median of 5): %lld ms alone, %lld ms beside "
+         "16 checksum loops of one peer (%d calls ended, %d refused or "
+         "aborted: its quota, or a commit); ratio %.2f\n",
+         (long long)alone, (long long)beside, calls, refused,
+         (double)beside / (double)(alone ? alone : 1));
+  /* The 1.5x of the issue is what this prints on a quiet machine (1.13 to
+   * 1.22 on the 2-core VM); the assertion leaves room for a CI machine's
+   * noise and still fails the old 12x at once. */
+  CU_ASSERT(beside <= alone * 2 + 20);
+  wtt_server_stop(&s);
+}
+
 /* ---- secure by default ---------------------------------------------------- */
 
 /* wt-server with no trust flags (#20): fresh tokens in a 0600 file in a
@@ -955,4 +1153,6 @@ void wt_test_suite_trust(void) {
               test_accept_after_emfile);
   CU_add_test(s, "secure by default: generated tokens, --no-auth",
               test_default_auth);
+  CU_add_test(s, "readers: quotas per peer", test_reader_quotas);
+  CU_add_test(s, "readers: below rounds", test_readers_below_rounds);
 }

@@ -167,6 +167,25 @@ static bool opt_watchers(cli *c, const char *v, char *err) {
   return parse_count("max-watchers", v, 1000000, &c->opts.max_watchers, err);
 }
 
+static bool opt_reader_peer(cli *c, const char *v, char *err) {
+  return parse_count("max-reader-calls-per-peer", v, 4096,
+                     &c->opts.max_reader_calls_per_peer, err);
+}
+
+static bool opt_watchers_peer(cli *c, const char *v, char *err) {
+  return parse_count("max-watchers-per-peer", v, 1000000,
+                     &c->opts.max_watchers_per_peer, err);
+}
+
+static bool opt_reader_rate(cli *c, const char *v, char *err) {
+  uint64_t n = 0;
+  if (!wt_parse_u64(v, &n) || n < 1 || n > 1000000)
+    return fail(err, "--reader-mib-per-sec '%s' is not a number from 1 to "
+                     "1000000", v);
+  c->opts.reader_bytes_per_sec = n << 20;
+  return true;
+}
+
 static bool opt_connections(cli *c, const char *v, char *err) {
   return parse_count("max-connections", v, 1000000, &c->opts.max_connections,
                      err);
@@ -287,6 +306,15 @@ static const option_row rows[] = {
     {"max-watchers", "N",
      "open WatchWeightVersion streams; they\nhold no thread",
      opt_watchers, WT_SERVER_DEFAULT_WATCHERS},
+    {"max-reader-calls-per-peer", "N",
+     "reader calls one peer (a user on this\nhost, an address beyond) may "
+     "have\nrunning or waiting",
+     opt_reader_peer, WT_SERVER_DEFAULT_READER_CALLS_PER_PEER},
+    {"max-watchers-per-peer", "N", "watch streams one peer may have open",
+     opt_watchers_peer, WT_SERVER_DEFAULT_WATCHERS_PER_PEER},
+    {"reader-mib-per-sec", "N",
+     "MiB a second one peer's checksums may\nhash",
+     opt_reader_rate, (int)(WT_SERVER_DEFAULT_READER_BYTES_PER_SEC >> 20)},
     {"max-connections", "N",
      "connections open at once (lowered to\nwhat ulimit -n allows, 2 "
      "descriptors\neach); over it a new one replaces one\nthat made no "

@@ -572,6 +572,24 @@ static wt_status *hash_chunk(void *arg, uint64_t pos, const void *buf,
   return NULL;
 }
 
+wt_status *wt_param_store_hash_part(wt_param_store *s, size_t i,
+                                    uint64_t offset, size_t len,
+                                    wt_hasher *h) {
+  wt_status *range = check_range(s, i, offset, len);
+  if (range != NULL) return range;
+  if (len == 0) return NULL;
+  if (wt_mem_kind_host_addressable(s->memory)) {
+    wt_hasher_update(h, (const uint8_t *)wt_param_store_live(s, i) + offset,
+                     len);
+    return NULL;
+  }
+  wt_mem_bounce *b = bounce_take(s);
+  wt_status *st = wt_mem_visit(&s->buf[live_set(s, i)], s->offset[i] + offset,
+                               len, hash_chunk, h, b);
+  bounce_put(s, b);
+  return wt_status_prefix(st, "parameter '%s'", s->metas[i].name);
+}
+
 wt_status *wt_param_store_digest(wt_param_store *s, size_t i, wt_hash_alg alg,
                                  char hex[WT_DIGEST_HEX_MAX]) {
   if (i >= s->n)

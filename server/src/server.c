@@ -213,6 +213,7 @@ static void server_free(wt_server *srv) {
   pthread_mutex_destroy(&srv->watch_mu);
   pthread_cond_destroy(&srv->cv);
   pthread_mutex_destroy(&srv->mu);
+  pthread_mutex_destroy(&srv->budget_mu);
   free(srv);
 }
 
@@ -307,6 +308,15 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
   if (o.max_reader_calls == 0)
     o.max_reader_calls = WT_SERVER_DEFAULT_READER_CALLS;
   if (o.max_watchers == 0) o.max_watchers = WT_SERVER_DEFAULT_WATCHERS;
+  if (o.max_reader_calls_per_peer == 0)
+    o.max_reader_calls_per_peer = WT_SERVER_DEFAULT_READER_CALLS_PER_PEER;
+  if (o.max_watchers_per_peer == 0)
+    o.max_watchers_per_peer = WT_SERVER_DEFAULT_WATCHERS_PER_PEER;
+  if (o.max_reader_calls_per_peer < 0 || o.max_watchers_per_peer < 0)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "max_reader_calls_per_peer %d, max_watchers_per_peer %d: at "
+            "least 1",
+            o.max_reader_calls_per_peer, o.max_watchers_per_peer);
   if (o.max_round_calls < 0 || o.max_round_calls > 4096)
     WT_FAIL(WT_INVALID_ARGUMENT, "max_round_calls is %d; 1 to 4096",
             o.max_round_calls);
@@ -336,6 +346,7 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
   srv = calloc(1, sizeof(*srv));
   if (srv == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
   pthread_mutex_init(&srv->mu, NULL);
+  pthread_mutex_init(&srv->budget_mu, NULL);
   pthread_mutex_init(&srv->watch_mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -348,6 +359,9 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
   srv->engine_timeout_ms = o.engine_timeout_ms;
   srv->header_timeout_ms = o.header_timeout_ms;
   srv->drain_ms = o.drain_ms;
+  srv->reader_bytes_per_sec = o.reader_bytes_per_sec
+                                  ? o.reader_bytes_per_sec
+                                  : WT_SERVER_DEFAULT_READER_BYTES_PER_SEC;
   srv->nworkers = ndevices;
   srv->listen = strdup(o.listen);
   srv->model_name = strdup(o.model);
@@ -409,14 +423,27 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
   }
   srv->watchdog_started = true;
 
-  srv->classes[WT_CLASS_ROUND] = (wt_rpc_class){
-      "round", o.max_round_calls, o.max_round_calls * ROUND_QUEUE_FACTOR,
-      "wt-server --max-round-calls"};
-  srv->classes[WT_CLASS_READER] = (wt_rpc_class){
-      "reader", o.max_reader_calls, o.max_reader_calls * READER_QUEUE_FACTOR,
-      "wt-server --max-reader-calls"};
+  srv->classes[WT_CLASS_ROUND] =
+      (wt_rpc_class){.name = "round",
+                     .max_running = o.max_round_calls,
+                     .max_queued = o.max_round_calls * ROUND_QUEUE_FACTOR,
+                     .option = "wt-server --max-round-calls"};
+  /* Readers: a quota per peer, and their threads (checksums) below the
+   * rounds' when the CPU is short. */
+  srv->classes[WT_CLASS_READER] =
+      (wt_rpc_class){.name = "reader",
+                     .max_running = o.max_reader_calls,
+                     .max_queued = o.max_reader_calls * READER_QUEUE_FACTOR,
+                     .option = "wt-server --max-reader-calls",
+                     .max_per_peer = o.max_reader_calls_per_peer,
+                     .option_per_peer = "wt-server --max-reader-calls-per-peer",
+                     .nice = WT_SERVER_READER_NICE};
   srv->classes[WT_CLASS_WATCH] =
-      (wt_rpc_class){"watch", o.max_watchers, 0, "wt-server --max-watchers"};
+      (wt_rpc_class){.name = "watch",
+                     .max_running = o.max_watchers,
+                     .option = "wt-server --max-watchers",
+                     .max_per_peer = o.max_watchers_per_peer,
+                     .option_per_peer = "wt-server --max-watchers-per-peer"};
   size_t nmethods = 0;
   const wt_rpc_method *methods = wt_srv_methods(&nmethods);
   wt_rpc_server_options ro = {

@@ -78,6 +78,10 @@ struct wt_server {
   char *token_path;        /* generated: the file written, removed at stop */
   pthread_t watchdog;
   bool watchdog_started;
+  /* Readers' hashing budgets (reader_budget.c), per peer. */
+  pthread_mutex_t budget_mu;
+  struct wt_reader_budget *budgets;
+  uint64_t reader_bytes_per_sec;
 
   pthread_mutex_t mu;
   pthread_cond_t cv; /* broadcast on every change below */
@@ -259,5 +263,19 @@ WT_HIDDEN void wt_srv_notify_watchers(wt_server *srv);
 
 /* Ends every watch stream (shutdown). */
 WT_HIDDEN void wt_srv_end_watchers(wt_server *srv);
+
+/* --- reader_budget.c ------------------------------------------------------ */
+
+typedef struct wt_reader_budget wt_reader_budget;
+/* The budget of peer `key` (made on first use), held until released; NULL
+ * when out of memory (the call then goes unmetered). */
+WT_HIDDEN wt_reader_budget *wt_srv_budget_take(wt_server *srv,
+                                                const char *key);
+WT_HIDDEN void wt_srv_budget_release(wt_server *srv, wt_reader_budget *b);
+/* Takes `bytes` from the budget, sleeping while it is overdrawn; false
+ * when stop(arg) said to give up while waiting. */
+WT_HIDDEN bool wt_srv_budget_spend(wt_server *srv, wt_reader_budget *b,
+                                   uint64_t bytes, bool (*stop)(void *arg),
+                                   void *arg);
 
 #endif /* WT_SERVER_INTERNAL_H */

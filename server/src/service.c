@@ -525,10 +525,25 @@ static wt_status *version_changed(size_t done, size_t total) {
 /* The fewest names ChecksumWeights accepts however small the model. */
 #define WT_CHECKSUM_MIN_NAME_CAP 1024
 
+/* A part of a tensor hashed under one hold of the read lock. */
+#define CHECKSUM_PART (1u << 20)
+
+typedef struct halt_arg {
+  wt_server *srv;
+  wt_rpc_call *call;
+} halt_arg;
+
+static bool halted(void *arg) {
+  halt_arg *a = arg;
+  return wt_rpc_call_cancelled(a->call) || stopping(a->srv);
+}
+
 static wt_status *checksum_weights(wt_rpc_call *call,
                                    const ProtobufCMessage *request,
                                    void *user) {
   wt_server *srv = user;
+  wt_reader_budget *budget = NULL;
+  wt_hasher *h = NULL;
   const Wt__V1__ChecksumWeightsRequest *req =
       (const Wt__V1__ChecksumWeightsRequest *)request;
   wt_status *st = NULL;
@@ -600,24 +615,46 @@ static wt_status *checksum_weights(wt_rpc_call *call,
    * than one digest; a commit landing after the first digest makes the
    * call fail with ABORTED rather than mix two versions (one before it is
    * simply not seen). */
+  /* Each tensor is hashed in parts of CHECKSUM_PART bytes, the read lock
+   * held per part: a commit waits for one part, and the reader's thread
+   * (niced below rounds') never holds the lock through a large tensor.
+   * Every part is paid for from the peer's budget (reader_budget.c). */
+  char key[80];
+  wt_rpc_call_peer_key(call, key, sizeof(key));
+  budget = wt_srv_budget_take(srv, key);
+  WT_CHECK(wt_hasher_new(alg, &h));
+  halt_arg ha = {srv, call};
   for (uint32_t w = 0; w < nw; w++) {
     wt_param_store *s = wt_worker_store(srv->workers[w]);
     for (size_t k = 0; k < n && st == NULL; k++) {
-      /* A pass over a large model takes a while: a client that left, or a
-       * server stopping, ends it between digests. */
-      if (wt_rpc_call_cancelled(call) || stopping(srv)) {
-        st = wt_status_new(WT_CANCELLED,
-                           "ChecksumWeights: stopped after %zu of %zu digests: "
-                           "the client left or the server is stopping",
-                           (size_t)w * n + k, total);
-        break;
-      }
-      wt_param_store_read_lock(s);
-      if (k == 0) commits[w] = wt_param_store_commits(s);
-      bool same = wt_param_store_commits(s) == commits[w];
-      if (same) st = wt_param_store_digest(s, idx[k], alg, hex[w * n + k]);
-      wt_param_store_read_unlock(s);
-      if (!same) st = version_changed((size_t)w * n + k, total);
+      uint64_t size = wt_param_store_meta(s, idx[k])->nbytes;
+      wt_hasher_reset(h);
+      uint64_t off = 0;
+      do {
+        /* A pass over a large model takes a while: a client that left, or
+         * a server stopping, ends it between parts. */
+        if (halted(&ha)) {
+          st = wt_status_new(WT_CANCELLED,
+                             "ChecksumWeights: stopped after %zu of %zu "
+                             "digests: the client left or the server is "
+                             "stopping",
+                             (size_t)w * n + k, total);
+          break;
+        }
+        size_t part = size - off < CHECKSUM_PART ? (size_t)(size - off)
+                                                 : CHECKSUM_PART;
+        wt_param_store_read_lock(s);
+        if (k == 0 && off == 0) commits[w] = wt_param_store_commits(s);
+        bool same = wt_param_store_commits(s) == commits[w];
+        if (same) st = wt_param_store_hash_part(s, idx[k], off, part, h);
+        wt_param_store_read_unlock(s);
+        if (!same) st = version_changed((size_t)w * n + k, total);
+        off += part;
+        /* Halted while it waits: the next part's check says so. */
+        if (st == NULL && part > 0)
+          wt_srv_budget_spend(srv, budget, part, halted, &ha);
+      } while (st == NULL && off < size);
+      if (st == NULL) wt_hasher_final_hex(h, hex[w * n + k]);
     }
     if (st != NULL) goto out;
     for (size_t k = 0; k < n; k++) {
@@ -639,6 +676,8 @@ static wt_status *checksum_weights(wt_rpc_call *call,
   resp.checksums = pp;
   st = wt_rpc_call_respond(call, &resp.base);
 out:
+  wt_hasher_free(h);
+  wt_srv_budget_release(srv, budget);
   free(idx);
   free(seen);
   free(commits);

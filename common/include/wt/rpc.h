@@ -76,6 +76,14 @@ typedef struct wt_rpc_class {
   int max_queued;     /* >= 0 */
   const char *option; /* what raises the limit, e.g. "wt-server
                          --max-reader-calls"; NULL: nothing said */
+  /* Calls running and waiting (streams open, for WT_RPC_WATCH) of one
+   * peer: a user id for a connection from this host (the socket's owner,
+   * from /proc/net/tcp), else an IP address. 0: no limit per peer. */
+  int max_per_peer;
+  const char *option_per_peer; /* what raises it, as `option` */
+  /* The niceness (0..19) of the class's handler threads: readers' work
+   * (checksums) runs below rounds' when the CPU is short. 0: unchanged. */
+  int nice;
 } wt_rpc_class;
 
 /* A handler. `request` is the unpacked request for WT_RPC_UNARY and
@@ -278,6 +286,10 @@ const char *wt_rpc_call_method(const wt_rpc_call *call);
 
 /* The peer, e.g. "ipv4:127.0.0.1:53412"; owned by the call. */
 const char *wt_rpc_call_peer(const wt_rpc_call *call);
+
+/* Who the peer is for quotas (wt_rpc_class.max_per_peer): "uid:N" for a
+ * connection from this host, "ip:ADDR" otherwise; into key[0..n). */
+void wt_rpc_call_peer_key(const wt_rpc_call *call, char *key, size_t n);
 
 /* True once the client cancelled, went away, or the deadline passed (or the
  * server is shutting down and cancelled the call). Thread-safe. */

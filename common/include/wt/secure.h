@@ -138,6 +138,13 @@ void wt_tokens_unlink_if_ours(const char *path, const wt_token *tokens,
  * server: after ours stopped, another user's server may hold the port. */
 bool wt_port_listener_is_mine(int port);
 
+/* The owner (uid) of the TCP socket on this host, in this network
+ * namespace, whose local port is `local_port`, remote port `remote_port`
+ * (0: any) and kernel state `state` (1 established, 10 listening), from
+ * /proc/net/tcp and tcp6; false when there is none. */
+bool wt_tcp_socket_uid(int local_port, int remote_port, unsigned state,
+                       unsigned *uid);
+
 /* For a client with no token file: the trainer token a server of this user
  * on this host generated for `target` ("host:port" with a loopback host),
  * from the runtime directory of `base` (as wt_runtime_dir). *out is NULL

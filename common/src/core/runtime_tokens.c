@@ -169,19 +169,19 @@ void wt_tokens_unlink_if_ours(const char *path, const wt_token *tokens,
   if (same) unlink(path);
 }
 
-bool wt_port_listener_is_mine(int port) {
+bool wt_tcp_socket_uid(int local_port, int remote_port, unsigned want,
+                       unsigned *uid_out) {
   static const char *const tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
-  uid_t me = geteuid();
   for (size_t k = 0; k < 2; k++) {
     FILE *f = fopen(tables[k], "re");
     if (f == NULL) continue;
     char line[512];
-    bool mine = false;
+    bool found = false;
     if (fgets(line, sizeof(line), f) == NULL) { /* the header */
       fclose(f);
       continue;
     }
-    while (!mine && fgets(line, sizeof(line), f) != NULL) {
+    while (!found && fgets(line, sizeof(line), f) != NULL) {
       /* "  0: 0100007F:C351 00000000:0000 0A ... uid ..." */
       char local[64], remote[64];
       unsigned state = 0, uid = 0, tr = 0;
@@ -189,15 +189,23 @@ bool wt_port_listener_is_mine(int port) {
       if (sscanf(line, " %*d: %63s %63s %x %lx:%lx %x:%lx %lx %u", local,
                  remote, &state, &tx, &rx, &tr, &when, &retr, &uid) != 9)
         continue;
-      const char *colon = strrchr(local, ':');
-      if (colon == NULL || state != 0x0A) continue; /* TCP_LISTEN */
-      if ((int)strtol(colon + 1, NULL, 16) == port && uid == (unsigned)me)
-        mine = true;
+      const char *lc = strrchr(local, ':'), *rc = strrchr(remote, ':');
+      if (lc == NULL || rc == NULL || state != want) continue;
+      if ((int)strtol(lc + 1, NULL, 16) != local_port) continue;
+      if (remote_port != 0 && (int)strtol(rc + 1, NULL, 16) != remote_port)
+        continue;
+      *uid_out = uid;
+      found = true;
     }
     fclose(f);
-    if (mine) return true;
+    if (found) return true;
   }
   return false;
+}
+
+bool wt_port_listener_is_mine(int port) {
+  unsigned uid = 0;
+  return wt_tcp_socket_uid(port, 0, 0x0A, &uid) && uid == (unsigned)geteuid();
 }
 
 /* The port of `target` when its host is loopback; -1 otherwise. */

@@ -224,6 +224,10 @@ const char *wt_rpc_call_method(const wt_rpc_call *call) {
   return call->method->path;
 }
 
+void wt_rpc_call_peer_key(const wt_rpc_call *call, char *key, size_t n) {
+  rpc_server_peer_key(call->server, call->call, key, n);
+}
+
 const char *wt_rpc_call_peer(const wt_rpc_call *call) {
   return call->peer ? call->peer : "";
 }

@@ -68,6 +68,15 @@ typedef enum rpc_state {
 
 /* One admission class: its limits, its queue of calls waiting for a thread,
  * and its threads. Under the server's mu. */
+/* What one peer holds of one admission class (max_per_peer). Under the
+ * server's mu; freed when it holds nothing. */
+typedef struct rpc_peer {
+  struct rpc_peer *next;
+  size_t cls;
+  int held;
+  char key[80]; /* "uid:1000", "ip:10.0.0.5" */
+} rpc_peer;
+
 /* The plaintext listening sockets and their connections (rpc_listener.c). */
 typedef struct rpc_listener rpc_listener;
 
@@ -119,6 +128,7 @@ struct wt_rpc_server {
   int max_connections, auth_grace_ms, idle_ms;
   rpc_listener *listener; /* plaintext only */
   atomic_uint_fast64_t unauthenticated, denied;
+  rpc_peer *peers; /* under mu */
   int64_t auth_log_ms; /* polling thread only: the last refusal logged */
   uint64_t auth_unlogged;
 };
@@ -132,6 +142,7 @@ struct wt_rpc_call {
   char *peer;            /* gpr_malloc'd */
   ProtobufCMessage *request;
   grpc_byte_buffer *response;
+  rpc_peer *peer_slot; /* its place in its peer's quota, or NULL */
   rpc_tag op_tag;
   rpc_tag close_tag;
   rpc_tag status_tag;
@@ -197,9 +208,18 @@ WT_HIDDEN void rpc_listener_authorized(rpc_listener *l, const char *grpc_peer,
  * connections, else grpc_peer itself. l may be NULL. */
 WT_HIDDEN char *rpc_listener_peer(rpc_listener *l, char *grpc_peer);
 WT_HIDDEN void rpc_listener_counts(rpc_listener *l, wt_rpc_conn_counts *out);
+/* The quota key of the connection gRPC names `grpc_peer` (see rpc_peer),
+ * worked out on its first use and kept; false when l does not know it. */
+WT_HIDDEN bool rpc_listener_peer_key(rpc_listener *l, const char *grpc_peer,
+                                      char *key, size_t n);
+/* A peer leaves its place in a class (slot may be NULL). Under s->mu. */
+WT_HIDDEN void rpc_peer_release_locked(wt_rpc_server *s, rpc_peer *slot);
 /* grpc_call_get_peer, with the address for a connection the listener
  * accepted (gpr_malloc'd). */
 WT_HIDDEN char *rpc_server_peer(wt_rpc_server *s, grpc_call *call);
+/* The quota key of the call's peer (see rpc_peer). */
+WT_HIDDEN void rpc_server_peer_key(wt_rpc_server *s, grpc_call *call,
+                                    char *key, size_t n);
 
 /* --- rpc_tls.c ------------------------------------------------------------ */
 
@@ -243,7 +263,8 @@ WT_HIDDEN void rpc_call_on_status(wt_rpc_call *c, int ok);
  * Counts in the pool until the call is over. */
 WT_HIDDEN void rpc_stream_accept(wt_rpc_server *s, const wt_rpc_method *m,
                                   rpc_pool *pool, grpc_call *call,
-                                  ProtobufCMessage *request);
+                                  ProtobufCMessage *request,
+                                  rpc_peer *peer_slot);
 /* Completions, on the polling thread. */
 WT_HIDDEN void rpc_stream_on_send(wt_rpc_stream *st, int ok);
 WT_HIDDEN void rpc_stream_on_close(wt_rpc_stream *st);

@@ -18,6 +18,9 @@
 #include <grpc/support/time.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,9 +120,64 @@ static void reject_done(reject_call *r) {
 
 /* ---- pools --------------------------------------------------------------- */
 
+/* ---- peers' quotas --------------------------------------------------------- */
+
+/* A place for `key` in class cls: NULL when it holds `limit` already
+ * (*held says how many) or out of memory (*held -1). */
+static rpc_peer *peer_take_locked(wt_rpc_server *s, const char *key,
+                                  size_t cls, int limit, int *held) {
+  rpc_peer *e = s->peers;
+  while (e != NULL && (e->cls != cls || strcmp(e->key, key) != 0)) e = e->next;
+  if (e == NULL) {
+    if ((e = calloc(1, sizeof(*e))) == NULL) {
+      *held = -1;
+      return NULL;
+    }
+    e->cls = cls;
+    snprintf(e->key, sizeof(e->key), "%s", key);
+    e->next = s->peers;
+    s->peers = e;
+  }
+  *held = e->held;
+  if (e->held >= limit) return NULL;
+  e->held++;
+  return e;
+}
+
+void rpc_peer_release_locked(wt_rpc_server *s, rpc_peer *slot) {
+  if (slot == NULL || --slot->held > 0) return;
+  for (rpc_peer **pp = &s->peers; *pp != NULL; pp = &(*pp)->next)
+    if (*pp == slot) {
+      *pp = slot->next;
+      free(slot);
+      return;
+    }
+}
+
+void rpc_server_peer_key(wt_rpc_server *s, grpc_call *call, char *key,
+                         size_t n) {
+  char *peer = grpc_call_get_peer(call);
+  if (!rpc_listener_peer_key(s->listener, peer, key, n)) {
+    /* "ipv4:10.0.0.5:41234" -> "ip:10.0.0.5" */
+    const char *p = peer ? peer : "?";
+    const char *colon = strchr(p, ':');
+    const char *last = strrchr(p, ':');
+    const char *from = colon ? colon + 1 : p;
+    int len = last && last > from ? (int)(last - from) : (int)strlen(from);
+    snprintf(key, n, "ip:%.*s", len, from);
+  }
+  gpr_free(peer);
+}
+
 static void *pool_main(void *arg) {
   rpc_pool *p = arg;
   wt_rpc_server *s = p->server;
+  /* Below the other classes' threads when the CPU is short (Linux: the
+   * niceness is a thread's own). */
+  if (p->cfg.nice > 0 &&
+      setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), p->cfg.nice) != 0)
+    WT_LOGD(RPC_MOD, "class %s: cannot lower the threads' priority: %s",
+            p->cfg.name, strerror(errno));
   pthread_mutex_lock(&s->mu);
   for (;;) {
     while (p->head == NULL && !s->pools_quit) {
@@ -139,6 +197,8 @@ static void *pool_main(void *arg) {
      * again the moment it has its answer finds it free. */
     pthread_mutex_lock(&s->mu);
     p->running--;
+    rpc_peer_release_locked(s, c->peer_slot);
+    c->peer_slot = NULL;
     p->finishing++;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -406,16 +466,36 @@ static void admit_call(wt_rpc_server *s, const wt_rpc_method *m,
                        grpc_call *call, gpr_timespec deadline,
                        ProtobufCMessage *request) {
   rpc_pool *p = &s->pools[m->admission];
+  char key[80] = "";
+  if (p->cfg.max_per_peer > 0) rpc_server_peer_key(s, call, key, sizeof(key));
   pthread_mutex_lock(&s->mu);
   rpc_state state = s->state;
   int running = p->running, queued = p->queued;
   bool admit = state == STATE_RUNNING && pool_admit_locked(p);
+  rpc_peer *slot = NULL;
+  int held = 0;
+  bool peer_full = false;
+  if (admit && p->cfg.max_per_peer > 0) {
+    slot = peer_take_locked(s, key, m->admission, p->cfg.max_per_peer, &held);
+    admit = slot != NULL;
+    peer_full = !admit;
+  }
   if (admit && m->kind == WT_RPC_WATCH) p->running++;
   pthread_mutex_unlock(&s->mu);
   if (!admit) {
     wt_pb_free(request);
     if (state != STATE_RUNNING)
       reject(call, WT_UNAVAILABLE, "%s: the server is shutting down", m->path);
+    else if (peer_full && held < 0)
+      reject(call, WT_RESOURCE_EXHAUSTED, "%s: out of memory", m->path);
+    else if (peer_full)
+      reject(call, WT_RESOURCE_EXHAUSTED,
+             "%s: server busy for this peer (%s): it has %d %s %s open (the "
+             "limit per peer%s%s)",
+             m->path, key, held, p->cfg.name,
+             m->kind == WT_RPC_WATCH ? "streams" : "calls running or waiting",
+             p->cfg.option_per_peer ? "; raise it with " : "",
+             p->cfg.option_per_peer ? p->cfg.option_per_peer : "");
     else if (m->kind == WT_RPC_WATCH)
       reject(call, WT_RESOURCE_EXHAUSTED,
              "%s: server busy: %d %s streams open (the limit%s%s)", m->path,
@@ -431,15 +511,19 @@ static void admit_call(wt_rpc_server *s, const wt_rpc_method *m,
     return;
   }
   if (m->kind == WT_RPC_WATCH) {
-    rpc_stream_accept(s, m, p, call, request);
+    rpc_stream_accept(s, m, p, call, request, slot);
     return;
   }
   wt_rpc_call *c = rpc_call_new(s, m, p, call, deadline, request);
   if (c == NULL) {
     wt_pb_free(request);
+    pthread_mutex_lock(&s->mu);
+    rpc_peer_release_locked(s, slot);
+    pthread_mutex_unlock(&s->mu);
     reject(call, WT_RESOURCE_EXHAUSTED, "%s: out of memory", m->path);
     return;
   }
+  c->peer_slot = slot;
   pthread_mutex_lock(&s->mu);
   pool_enqueue_locked(p, c);
   pthread_mutex_unlock(&s->mu);
@@ -547,11 +631,10 @@ static void pools_free(wt_rpc_server *s) {
 }
 
 static wt_status *pools_new(wt_rpc_server *s, const wt_rpc_server_options *o) {
-  wt_rpc_class fallback = {"default",
-                           o->max_handler_threads > 0
-                               ? o->max_handler_threads
-                               : DEFAULT_MAX_HANDLER_THREADS,
-                           0, NULL};
+  wt_rpc_class fallback = {.name = "default",
+                           .max_running = o->max_handler_threads > 0
+                                              ? o->max_handler_threads
+                                              : DEFAULT_MAX_HANDLER_THREADS};
   const wt_rpc_class *classes = o->classes ? o->classes : &fallback;
   size_t n = o->classes ? o->nclasses : 1;
   if (n == 0)
@@ -874,6 +957,11 @@ void wt_rpc_server_destroy(wt_rpc_server *s) {
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   pools_free(s);
+  while (s->peers != NULL) { /* none when every call ended */
+    rpc_peer *e = s->peers;
+    s->peers = e->next;
+    free(e);
+  }
   free(s->registered);
   free(s->listen);
   free(s->tls_cert);

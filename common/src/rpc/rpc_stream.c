@@ -25,6 +25,7 @@ struct wt_rpc_stream {
   wt_rpc_server *server;
   const wt_rpc_method *method;
   rpc_pool *pool;
+  rpc_peer *peer_slot; /* its place in its peer's quota, or NULL */
   grpc_call *call;
   char *peer; /* gpr_malloc'd */
   rpc_tag send_tag;
@@ -105,7 +106,7 @@ static void pump_locked(wt_rpc_stream *s) {
 
 void rpc_stream_accept(wt_rpc_server *srv, const wt_rpc_method *m,
                        rpc_pool *pool, grpc_call *call,
-                       ProtobufCMessage *request) {
+                       ProtobufCMessage *request, rpc_peer *peer_slot) {
   wt_rpc_stream *s = calloc(1, sizeof(*s));
   if (s == NULL) {
     grpc_call_cancel_with_status(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
@@ -114,6 +115,7 @@ void rpc_stream_accept(wt_rpc_server *srv, const wt_rpc_method *m,
     wt_pb_free(request);
     pthread_mutex_lock(&srv->mu);
     pool->running--;
+    rpc_peer_release_locked(srv, peer_slot);
     pthread_cond_broadcast(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
     return;
@@ -121,6 +123,7 @@ void rpc_stream_accept(wt_rpc_server *srv, const wt_rpc_method *m,
   s->server = srv;
   s->method = m;
   s->pool = pool;
+  s->peer_slot = peer_slot;
   s->call = call;
   s->peer = rpc_server_peer(srv, call);
   s->send_tag.kind = TAG_STREAM_SEND;
@@ -146,6 +149,7 @@ void rpc_stream_accept(wt_rpc_server *srv, const wt_rpc_method *m,
     s->closed = true;
     pthread_mutex_lock(&srv->mu);
     pool->running--;
+    rpc_peer_release_locked(srv, peer_slot);
     pthread_cond_broadcast(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
     pthread_mutex_lock(&s->mu);
@@ -192,6 +196,8 @@ void rpc_stream_on_close(wt_rpc_stream *s) {
   wt_rpc_server *srv = s->server;
   pthread_mutex_lock(&srv->mu);
   s->pool->running--;
+  rpc_peer_release_locked(srv, s->peer_slot);
+  s->peer_slot = NULL;
   pthread_cond_broadcast(&srv->cv);
   pthread_mutex_unlock(&srv->mu);
   pthread_mutex_lock(&s->mu);

@@ -221,6 +221,14 @@ wt_status *wt_param_store_read(wt_param_store *s, size_t i, uint64_t offset,
 wt_status *wt_param_store_digest(wt_param_store *s, size_t i, wt_hash_alg alg,
                                  char hex[WT_DIGEST_HEX_MAX]);
 
+/* Feeds bytes [offset, offset + len) of tensor `i`'s committed contents to
+ * `h`, under the read lock (a caller hashing a large tensor in parts holds
+ * the lock per part, so a commit waits for one part, not a tensor, and
+ * checks wt_param_store_commits between parts). OUT_OF_RANGE naming the
+ * parameter when the range is not inside it. */
+wt_status *wt_param_store_hash_part(wt_param_store *s, size_t i,
+                                    uint64_t offset, size_t len, wt_hasher *h);
+
 #ifdef __cplusplus
 }
 #endif

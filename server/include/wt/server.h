@@ -36,6 +36,14 @@ extern "C" {
 #define WT_SERVER_DEFAULT_ROUND_CALLS 16
 #define WT_SERVER_DEFAULT_READER_CALLS 16
 #define WT_SERVER_DEFAULT_WATCHERS 16384
+/* One peer's share (a user on this host, an address beyond it): reader
+ * calls running or waiting, watch streams open, and the bytes a second its
+ * checksums may hash. */
+#define WT_SERVER_DEFAULT_READER_CALLS_PER_PEER 8
+#define WT_SERVER_DEFAULT_WATCHERS_PER_PEER 1024
+#define WT_SERVER_DEFAULT_READER_BYTES_PER_SEC (256ull << 20)
+/* The niceness of reader threads: below rounds when the CPU is short. */
+#define WT_SERVER_READER_NICE 19
 
 /* Zero in any field means its default. Strings are copied at start. */
 typedef struct wt_server_options {
@@ -73,6 +81,12 @@ typedef struct wt_server_options {
   int max_round_calls;
   int max_reader_calls;
   int max_watchers;
+  /* One peer's share of them (a user id for a connection from this host,
+   * else an IP address), and the bytes a second one peer's checksums may
+   * hash (its budget; 0: the defaults above). */
+  int max_reader_calls_per_peer;
+  int max_watchers_per_peer;
+  uint64_t reader_bytes_per_sec;
   /* Worker-engine registry to create engines from (borrowed; must outlive
    * the server). NULL: the process's registry of built-in backends. An
    * embedder adds its own backends with wt_engine_register_builtins() and

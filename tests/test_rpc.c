@@ -985,6 +985,30 @@ static void test_handler_cap(void) {
   stop();
 }
 
+/* What admitted calls' requests hold is bounded (#20, attack 2's second
+ * half): past max_held_bytes a call is refused RESOURCE_EXHAUSTED at once,
+ * not buffered, and a call with no request bytes still runs. */
+static void test_requests_held_bounded(void) {
+  wt_rpc_server_options opts;
+  memset(&opts, 0, sizeof(opts));
+  opts.max_handler_threads = 4;
+  opts.max_held_bytes = 100;
+  start_with(&opts, NULL);
+  wt_rpc_pending *p = NULL;
+  WT_ASSERT_OK(update_start(10000, &p)); /* holds its few bytes */
+  CU_ASSERT_TRUE_FATAL(wait_for(one_blocked, 5000));
+  char big[300];
+  memset(big, 'v', sizeof(big) - 1);
+  big[sizeof(big) - 1] = 0;
+  WT_ASSERT_ERR(finish_call(big, 2000, NULL), WT_RESOURCE_EXHAUSTED,
+                "the requests of calls in progress hold");
+  assert_serving();
+  release_blocked();
+  WT_ASSERT_OK(wt_rpc_pending_wait(p, NULL));
+  assert_serving();
+  stop();
+}
+
 /* A client that calls again the moment it has its answer is served by the
  * thread that answered, which counts as about to be idle while it sends
  * the status: once warm, clients calling back to back start no more
@@ -1125,6 +1149,7 @@ void wt_test_suite_rpc(void) {
   CU_add_test(s, "idle shutdown", test_idle_shutdown_is_quick);
   CU_add_test(s, "no server", test_no_server);
   CU_add_test(s, "handler cap", test_handler_cap);
+  CU_add_test(s, "requests held are bounded", test_requests_held_bounded);
   CU_add_test(s, "back-to-back calls start one thread",
               test_back_to_back_calls_one_thread);
   CU_add_test(s, "configuration errors", test_server_config_errors);

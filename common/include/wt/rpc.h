@@ -205,7 +205,18 @@ typedef struct wt_rpc_server_options {
   int max_connections;
   int auth_grace_ms;
   int idle_ms;
+  /* Authorized calls' requests: at most max_reads being read at once (the
+   * others wait their turn, their bodies unread, up to 4096), and at most
+   * max_held_bytes of requests held by calls read and not yet handled
+   * (queued or running); beyond that a call is refused RESOURCE_EXHAUSTED,
+   * not buffered. 0: WT_RPC_DEFAULT_MAX_READS,
+   * WT_RPC_DEFAULT_MAX_HELD_BYTES. */
+  int max_reads;
+  int64_t max_held_bytes;
 } wt_rpc_server_options;
+
+#define WT_RPC_DEFAULT_MAX_READS 64
+#define WT_RPC_DEFAULT_MAX_HELD_BYTES (256ll << 20)
 
 #define WT_RPC_DEFAULT_MAX_CONNECTIONS 1024
 /* A gRPC client sends its first call's headers right behind the

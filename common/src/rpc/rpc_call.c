@@ -27,6 +27,7 @@ static void call_unref(wt_rpc_call *c) {
   grpc_call_unref(c->call);
   if (c->peer) gpr_free(c->peer);
   wt_pb_free(c->request);
+  if (c->held_bytes) atomic_fetch_sub(&c->server->held_bytes, c->held_bytes);
   if (c->response) grpc_byte_buffer_destroy(c->response);
   grpc_slice_unref(c->status_details);
   pthread_mutex_destroy(&c->mu);
@@ -189,6 +190,8 @@ void rpc_call_finish(wt_rpc_call *c, wt_status *st) {
   wt_status_free(st);
   wt_pb_free(c->request);
   c->request = NULL;
+  atomic_fetch_sub(&c->server->held_bytes, c->held_bytes);
+  c->held_bytes = 0;
   pthread_mutex_lock(&c->cb_mu);
   c->cancel_fn = NULL;
   pthread_mutex_unlock(&c->cb_mu);

@@ -129,6 +129,13 @@ struct wt_rpc_server {
   rpc_listener *listener; /* plaintext only */
   atomic_uint_fast64_t unauthenticated, denied;
   rpc_peer *peers; /* under mu */
+  int max_reads;
+  int64_t max_held_bytes;
+  /* Polling thread only: requests being read, and those waiting their
+   * turn (rpc_server.c's request_read). */
+  int reads, read_waiting;
+  struct request_read *read_head, *read_tail;
+  atomic_int_fast64_t held_bytes;  /* requests held by admitted calls */
   int64_t auth_log_ms; /* polling thread only: the last refusal logged */
   uint64_t auth_unlogged;
 };
@@ -143,6 +150,7 @@ struct wt_rpc_call {
   ProtobufCMessage *request;
   grpc_byte_buffer *response;
   rpc_peer *peer_slot; /* its place in its peer's quota, or NULL */
+  int64_t held_bytes;  /* its request's share of server->held_bytes */
   rpc_tag op_tag;
   rpc_tag close_tag;
   rpc_tag status_tag;

@@ -376,11 +376,44 @@ typedef struct request_read {
   grpc_call *call;
   gpr_timespec deadline;
   grpc_byte_buffer *payload;
+  struct request_read *next; /* waiting for its turn to be read */
 } request_read;
+
+/* Requests that wait for a read to start (a call's body stays in HTTP/2's
+ * flow-control window meanwhile): past this the call is refused. */
+#define MAX_WAITING_READS 4096
+
+/* Starts reading r's request; polling thread only. */
+static void read_start(wt_rpc_server *s, request_read *r) {
+  s->reads++;
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_RECV_MESSAGE;
+  op.data.recv_message.recv_message = &r->payload;
+  grpc_call_error err =
+      grpc_call_start_batch(r->call, &op, 1, &r->tag, NULL);
+  if (err != GRPC_CALL_OK) {
+    s->reads--;
+    reject(r->call, WT_INTERNAL, "%s: cannot read the request: %s",
+           r->method->path, grpc_call_error_to_string(err));
+    free(r);
+  }
+}
+
+/* A read ended: the next waiting request's turn. */
+static void read_next(wt_rpc_server *s) {
+  while (s->reads < s->max_reads && s->read_head != NULL) {
+    request_read *r = s->read_head;
+    s->read_head = r->next;
+    if (s->read_head == NULL) s->read_tail = NULL;
+    s->read_waiting--;
+    read_start(s, r);
+  }
+}
 
 static void admit_call(wt_rpc_server *s, const wt_rpc_method *m,
                        grpc_call *call, gpr_timespec deadline,
-                       ProtobufCMessage *request);
+                       ProtobufCMessage *request, int64_t held);
 
 static void on_request(request_slot *slot, int ok) {
   if (!ok) {
@@ -406,10 +439,19 @@ static void on_request(request_slot *slot, int ok) {
     gpr_free(peer);
   }
   if (m->kind == WT_RPC_CLIENT_STREAM) {
-    admit_call(s, m, call, deadline, NULL);
+    admit_call(s, m, call, deadline, NULL, 0);
     return;
   }
-  /* Now, and only now, the request message. */
+  /* Now, and only now, the request message; only max_reads at once (gRPC
+   * buffers a whole message before it hands it over), the rest wait their
+   * turn with their bodies unread. */
+  if (s->reads >= s->max_reads && s->read_waiting >= MAX_WAITING_READS) {
+    reject(call, WT_RESOURCE_EXHAUSTED,
+           "%s: server busy: %d requests being read and %d waiting (the "
+           "limit)",
+           m->path, s->reads, s->read_waiting);
+    return;
+  }
   request_read *r = calloc(1, sizeof(*r));
   if (r == NULL) {
     reject(call, WT_RESOURCE_EXHAUSTED, "%s: out of memory", m->path);
@@ -421,16 +463,14 @@ static void on_request(request_slot *slot, int ok) {
   r->method = m;
   r->call = call;
   r->deadline = deadline;
-  grpc_op op;
-  memset(&op, 0, sizeof(op));
-  op.op = GRPC_OP_RECV_MESSAGE;
-  op.data.recv_message.recv_message = &r->payload;
-  grpc_call_error err = grpc_call_start_batch(call, &op, 1, &r->tag, NULL);
-  if (err != GRPC_CALL_OK) {
-    free(r);
-    reject(call, WT_INTERNAL, "%s: cannot read the request: %s", m->path,
-           grpc_call_error_to_string(err));
+  if (s->reads < s->max_reads) {
+    read_start(s, r);
+    return;
   }
+  if (s->read_tail) s->read_tail->next = r;
+  else s->read_head = r;
+  s->read_tail = r;
+  s->read_waiting++;
 }
 
 /* The request of an authorized call arrived (ok: the read completed; a
@@ -442,6 +482,8 @@ static void on_read(request_read *r, int ok) {
   grpc_byte_buffer *payload = r->payload;
   gpr_timespec deadline = r->deadline;
   free(r);
+  s->reads--;
+  read_next(s);
   ProtobufCMessage *request = NULL;
   if (!ok || payload == NULL) {
     if (payload) grpc_byte_buffer_destroy(payload);
@@ -450,21 +492,35 @@ static void on_read(request_read *r, int ok) {
            m->request->name);
     return;
   }
+  /* What it will hold until its handler is done: its unpacked request is
+   * about the size of its bytes. */
+  int64_t size = (int64_t)grpc_byte_buffer_length(payload);
+  int64_t held = atomic_fetch_add(&s->held_bytes, size) + size;
+  if (held > s->max_held_bytes && size > 0) {
+    atomic_fetch_sub(&s->held_bytes, size);
+    grpc_byte_buffer_destroy(payload);
+    reject(call, WT_RESOURCE_EXHAUSTED,
+           "%s: server busy: the requests of calls in progress hold %lld "
+           "bytes (the limit is %lld)",
+           m->path, (long long)(held - size), (long long)s->max_held_bytes);
+    return;
+  }
   wt_status *st = wt_pb_unpack(payload, m->request, &request);
   grpc_byte_buffer_destroy(payload);
   if (st != NULL) {
+    atomic_fetch_sub(&s->held_bytes, size);
     reject(call, wt_status_code(st), "request %s", wt_status_message(st));
     wt_status_free(st);
     return;
   }
-  admit_call(s, m, call, deadline, request);
+  admit_call(s, m, call, deadline, request, size);
 }
 
 /* An authorized call with its request (NULL for a client stream): into
  * its class's pool, or refused when the class is full. */
 static void admit_call(wt_rpc_server *s, const wt_rpc_method *m,
                        grpc_call *call, gpr_timespec deadline,
-                       ProtobufCMessage *request) {
+                       ProtobufCMessage *request, int64_t request_bytes) {
   rpc_pool *p = &s->pools[m->admission];
   char key[80] = "";
   if (p->cfg.max_per_peer > 0) rpc_server_peer_key(s, call, key, sizeof(key));
@@ -484,6 +540,7 @@ static void admit_call(wt_rpc_server *s, const wt_rpc_method *m,
   pthread_mutex_unlock(&s->mu);
   if (!admit) {
     wt_pb_free(request);
+    atomic_fetch_sub(&s->held_bytes, request_bytes);
     if (state != STATE_RUNNING)
       reject(call, WT_UNAVAILABLE, "%s: the server is shutting down", m->path);
     else if (peer_full && held < 0)
@@ -511,12 +568,14 @@ static void admit_call(wt_rpc_server *s, const wt_rpc_method *m,
     return;
   }
   if (m->kind == WT_RPC_WATCH) {
-    rpc_stream_accept(s, m, p, call, request, slot);
+    rpc_stream_accept(s, m, p, call, request, slot); /* frees request */
+    atomic_fetch_sub(&s->held_bytes, request_bytes);
     return;
   }
   wt_rpc_call *c = rpc_call_new(s, m, p, call, deadline, request);
   if (c == NULL) {
     wt_pb_free(request);
+    atomic_fetch_sub(&s->held_bytes, request_bytes);
     pthread_mutex_lock(&s->mu);
     rpc_peer_release_locked(s, slot);
     pthread_mutex_unlock(&s->mu);
@@ -524,6 +583,7 @@ static void admit_call(wt_rpc_server *s, const wt_rpc_method *m,
     return;
   }
   c->peer_slot = slot;
+  c->held_bytes = request_bytes;
   pthread_mutex_lock(&s->mu);
   pool_enqueue_locked(p, c);
   pthread_mutex_unlock(&s->mu);
@@ -710,6 +770,10 @@ wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
                                 ? opts->handshake_timeout_ms
                                 : DEFAULT_HANDSHAKE_TIMEOUT_MS;
   s->max_connections = opts->max_connections;
+  s->max_reads = opts->max_reads > 0 ? opts->max_reads : WT_RPC_DEFAULT_MAX_READS;
+  s->max_held_bytes = opts->max_held_bytes > 0 ? opts->max_held_bytes
+                                               : WT_RPC_DEFAULT_MAX_HELD_BYTES;
+  atomic_init(&s->held_bytes, 0);
   s->auth_grace_ms = opts->auth_grace_ms;
   s->idle_ms = opts->idle_ms != 0 ? opts->idle_ms : WT_RPC_DEFAULT_IDLE_MS;
   s->shutdown_tag.kind = TAG_SHUTDOWN;
@@ -957,6 +1021,12 @@ void wt_rpc_server_destroy(wt_rpc_server *s) {
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   pools_free(s);
+  while (s->read_head != NULL) { /* none once the queue drained */
+    request_read *r = s->read_head;
+    s->read_head = r->next;
+    grpc_call_unref(r->call);
+    free(r);
+  }
   while (s->peers != NULL) { /* none when every call ended */
     rpc_peer *e = s->peers;
     s->peers = e->next;

@@ -43,25 +43,68 @@ static void hello_done(void *req, ucs_status_t status, size_t length,
   if (status == UCS_OK) p->hello_len = length;
 }
 
+/* The client's address of a connection request ("?" when UCX cannot say). */
+static void request_addr(ucp_conn_request_h req, char *out, size_t n) {
+  ucp_conn_request_attr_t a = {.field_mask =
+                                   UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR};
+  snprintf(out, n, "?");
+  if (ucp_conn_request_query(req, &a) != UCS_OK) return;
+  const struct sockaddr *sa = (const struct sockaddr *)&a.client_address;
+  const void *ip = sa->sa_family == AF_INET6
+                       ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
+                       : (const void *)&((const struct sockaddr_in *)sa)->sin_addr;
+  if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6) return;
+  if (inet_ntop(sa->sa_family, ip, out, (socklen_t)n) == NULL) snprintf(out, n, "?");
+}
+
+static bool owes_hello(const peer *p) {
+  return p->used && !p->authed && !p->closing && !p->evicted;
+}
+
 void wt_ucxe_on_conn(ucp_conn_request_h req, void *arg) {
   wt_engine *e = arg;
   peer *p = NULL;
-  size_t pending = 0;
-  for (size_t i = 0; i < e->npeers; i++)
-    pending += e->peers[i].used && !e->peers[i].authed && !e->peers[i].closing;
+  char addr[64];
+  request_addr(req, addr, sizeof(addr));
+  /* Who owes a hello, in all and from this address, and the oldest of
+   * each. */
+  size_t pending = 0, same = 0;
+  peer *oldest = NULL, *oldest_same = NULL;
+  for (size_t i = 0; i < e->npeers; i++) {
+    peer *q = &e->peers[i];
+    if (!owes_hello(q)) continue;
+    pending++;
+    if (oldest == NULL || q->hello_deadline_ms < oldest->hello_deadline_ms)
+      oldest = q;
+    if (strcmp(q->addr, addr) != 0) continue;
+    same++;
+    if (oldest_same == NULL ||
+        q->hello_deadline_ms < oldest_same->hello_deadline_ms)
+      oldest_same = q;
+  }
   for (size_t i = 0; i < e->npeers && p == NULL; i++)
     if (!e->peers[i].used) p = &e->peers[i];
   if (p == NULL && e->npeers < e->cap) p = &e->peers[e->npeers++];
-  if (p == NULL || pending >= UCX_MAX_PENDING) {
+  if (p == NULL) {
     e->refused++;
     WT_LOGW("ucx",
-            "%s: refusing a connection (%zu owing their hello, %zu slots; "
-            "%" PRIu64 " refused so far)",
-            e->where, pending, e->cap, e->refused);
+            "%s: refusing a connection from %s (all %zu slots taken, %zu "
+            "owing their hello; %" PRIu64 " refused so far)",
+            e->where, addr, e->cap, pending, e->refused);
     ucp_listener_reject(e->listener, req);
     return;
   }
+  /* Room for the newcomer: the oldest that owes its hello goes (closed at
+   * the next check, outside UCX's callbacks). */
+  peer *evict = same >= UCX_MAX_PENDING_PER_ADDR ? oldest_same
+                : pending >= UCX_MAX_PENDING     ? oldest
+                                                 : NULL;
+  if (evict != NULL) {
+    evict->evicted = true;
+    e->evicted++;
+  }
   memset(p, 0, sizeof(*p));
+  snprintf(p->addr, sizeof(p->addr), "%s", addr);
   ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
                                       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                                       UCP_EP_PARAM_FIELD_ERR_HANDLER,
@@ -132,7 +175,11 @@ void wt_ucxe_check_hellos(wt_engine *e) {
     }
     ucs_status_t us =
         p->hello_req == NULL ? UCS_OK : ucp_request_check_status(p->hello_req);
-    if (p->failed) {
+    if (p->evicted && us == UCS_INPROGRESS) {
+      drop_stranger(e, p,
+                    "it owed its hello when a newer connection needed its "
+                    "place (at most 16 owing, 8 per address)");
+    } else if (p->failed) {
       drop_stranger(e, p, "it broke before its hello");
     } else if (us == UCS_INPROGRESS) {
       if (now >= p->hello_deadline_ms)

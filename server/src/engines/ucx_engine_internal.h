@@ -39,6 +39,11 @@
  * its time is up. Strangers thus never take a trainer's place. */
 #define UCX_HELLO_MS 2000
 #define UCX_MAX_PENDING 16
+/* Of those, from one client address. Past either limit a new connection
+ * takes the place of the oldest one owing its hello (of its address, or of
+ * all): a trainer's connection sends its hello at once, so strangers that
+ * never do cannot keep it out. */
+#define UCX_MAX_PENDING_PER_ADDR 8
 
 /* A connection from the trainer (normally one per init), or one still
  * owing its hello. */
@@ -54,6 +59,8 @@ typedef struct peer {
   void *hello_req; /* the stream receive of the hello, while pending */
   size_t hello_len;
   int64_t hello_deadline_ms;
+  bool evicted; /* owing its hello, it made room for a newer one */
+  char addr[64]; /* the client's address, "?" when UCX cannot say */
   uint8_t hello[WT_UCX_HELLO_BYTES];
 } peer;
 
@@ -81,6 +88,7 @@ struct wt_engine {
   uint8_t hello[WT_UCX_HELLO_BYTES];   /* what a connection must send */
   uint64_t refused;  /* connections refused: too many owing a hello */
   uint64_t rejected; /* connections closed: no or a wrong hello */
+  uint64_t evicted;  /* of those, closed to make room for a newer one */
   wt_ucx *ucx;
   ucp_listener_h listener;
   peer *peers;

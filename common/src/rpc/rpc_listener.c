@@ -52,8 +52,9 @@
 #include "rpc_internal.h"
 
 #define MAX_LISTENERS 4
-/* Closing connections (shut down, their hang-up not yet seen) allowed on
- * top of the cap before new ones are refused outright. */
+/* Closing connections (shut down, their hang-up not yet seen) kept on top
+ * of the cap; past it the oldest is forgotten (its socket is shut down
+ * already; gRPC closes its copy when it gets to it). */
 #define CLOSING_HEADROOM 64
 /* A connection shut down this long without its hang-up is let go. */
 #define CLOSING_GIVE_UP_MS 5000
@@ -246,8 +247,18 @@ static void admit(rpc_listener *l, int fd, const struct sockaddr_storage *a) {
   pthread_mutex_lock(&l->mu);
   const char *refused = NULL;
   if (l->nconns >= l->slots) {
-    refused = "connections closed for strangers have not gone yet";
-  } else if (open_count_locked(l) >= (size_t)l->max_conns) {
+    /* The connections shut down for strangers linger until gRPC closes its
+     * copies (slowly, on a loaded machine): the oldest record goes, its
+     * socket already shut down, so that they never keep a newcomer out. */
+    size_t oldest = l->nconns;
+    for (size_t i = 0; i < l->nconns; i++)
+      if (l->conns[i].closing_ms != 0 &&
+          (oldest == l->nconns ||
+           l->conns[i].closing_ms < l->conns[oldest].closing_ms))
+        oldest = i;
+    if (oldest < l->nconns) drop_locked(l, oldest);
+  }
+  if (open_count_locked(l) >= (size_t)l->max_conns) {
     rpc_conn *v = victim_locked(l);
     if (v != NULL) {
       shut_locked(l, v, now);

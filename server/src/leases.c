@@ -1,0 +1,198 @@
+/* leases.c: see leases.h. A small table (bounded by max_total) under one
+ * mutex; a writer waiting for a set marks it, and every drop broadcasts. */
+
+#include "leases.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "wt/clock.h"
+#include "wt/secure.h"
+
+#define POLL_MS 20
+/* Sets a store has: shadow staging's two, in-place staging's one. */
+#define MAX_SETS 2
+
+struct wt_leases {
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* a lease ended, or a writer's wait ended */
+  wt_lease_info *held;
+  size_t n, cap;
+  uint32_t max_per_consumer;
+  unsigned writers[MAX_SETS]; /* rounds waiting to write each set */
+  uint64_t last_id;
+};
+
+wt_status *wt_leases_new(const wt_lease_limits *limits, wt_leases **out) {
+  *out = NULL;
+  wt_leases *t = calloc(1, sizeof(*t));
+  if (t == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "leases: out of memory");
+  t->cap = limits && limits->max_total ? limits->max_total
+                                       : WT_LEASES_DEFAULT_MAX_TOTAL;
+  t->max_per_consumer = limits && limits->max_per_consumer
+                            ? limits->max_per_consumer
+                            : WT_LEASES_DEFAULT_MAX_PER_CONSUMER;
+  t->held = calloc(t->cap, sizeof(*t->held));
+  if (t->held == NULL) {
+    free(t);
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "leases: out of memory");
+  }
+  pthread_mutex_init(&t->mu, NULL);
+  pthread_condattr_t a;
+  pthread_condattr_init(&a);
+  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+  pthread_cond_init(&t->cv, &a);
+  pthread_condattr_destroy(&a);
+  *out = t;
+  return NULL;
+}
+
+void wt_leases_free(wt_leases *t) {
+  if (t == NULL) return;
+  pthread_mutex_destroy(&t->mu);
+  pthread_cond_destroy(&t->cv);
+  free(t->held);
+  free(t);
+}
+
+wt_status *wt_leases_take(wt_leases *t, uint64_t consumer, int pid,
+                          unsigned uid, uint64_t sequence, const char *version,
+                          uint32_t set, uint64_t *id) {
+  *id = 0;
+  if (set >= MAX_SETS)
+    return wt_status_new(WT_INVALID_ARGUMENT, "lease: buffer set %u of %d",
+                         set, MAX_SETS);
+  pthread_mutex_lock(&t->mu);
+  wt_status *st = NULL;
+  size_t mine = 0;
+  for (size_t i = 0; i < t->n; i++) mine += t->held[i].consumer == consumer;
+  if (t->writers[set] > 0) {
+    st = wt_status_new(WT_UNAVAILABLE,
+                       "version '%s' (sequence %llu) is about to be "
+                       "overwritten by a round; acquire again once it "
+                       "commits",
+                       version ? version : "",
+                       (unsigned long long)sequence);
+  } else if (mine >= t->max_per_consumer) {
+    st = wt_status_new(WT_RESOURCE_EXHAUSTED,
+                       "this consumer (pid %d) holds %zu leases, the limit "
+                       "per consumer; release one first",
+                       pid, mine);
+  } else if (t->n >= t->cap) {
+    st = wt_status_new(WT_RESOURCE_EXHAUSTED,
+                       "the server holds %zu leases, its limit; try again "
+                       "once consumers release theirs",
+                       t->n);
+  } else {
+    wt_lease_info *l = &t->held[t->n++];
+    memset(l, 0, sizeof(*l));
+    l->id = wt_random_u64(t->last_id);
+    t->last_id = l->id;
+    l->consumer = consumer;
+    l->pid = pid;
+    l->uid = uid;
+    l->sequence = sequence;
+    snprintf(l->version, sizeof(l->version), "%s", version ? version : "");
+    l->set = set;
+    l->since_unix_ms = wt_unix_ms();
+    *id = l->id;
+  }
+  pthread_mutex_unlock(&t->mu);
+  return st;
+}
+
+/* Removes entry i, keeping the rest in age order. Under mu. */
+static void remove_locked(wt_leases *t, size_t i) {
+  memmove(&t->held[i], &t->held[i + 1], (t->n - i - 1) * sizeof(*t->held));
+  t->n--;
+}
+
+wt_status *wt_leases_drop(wt_leases *t, uint64_t consumer, uint64_t id) {
+  pthread_mutex_lock(&t->mu);
+  for (size_t i = 0; i < t->n; i++)
+    if (t->held[i].id == id && t->held[i].consumer == consumer) {
+      remove_locked(t, i);
+      pthread_cond_broadcast(&t->cv);
+      pthread_mutex_unlock(&t->mu);
+      return NULL;
+    }
+  pthread_mutex_unlock(&t->mu);
+  return wt_status_new(WT_NOT_FOUND, "lease %llu: this consumer holds no such "
+                                     "lease",
+                       (unsigned long long)id);
+}
+
+size_t wt_leases_drop_consumer(wt_leases *t, uint64_t consumer) {
+  pthread_mutex_lock(&t->mu);
+  size_t dropped = 0;
+  for (size_t i = 0; i < t->n;)
+    if (t->held[i].consumer == consumer) {
+      remove_locked(t, i);
+      dropped++;
+    } else {
+      i++;
+    }
+  if (dropped) pthread_cond_broadcast(&t->cv);
+  pthread_mutex_unlock(&t->mu);
+  return dropped;
+}
+
+static const wt_lease_info *oldest_on_locked(const wt_leases *t,
+                                             uint32_t set) {
+  for (size_t i = 0; i < t->n; i++)
+    if (t->held[i].set == set) return &t->held[i];
+  return NULL;
+}
+
+wt_status *wt_leases_wait_free(wt_leases *t, uint32_t set, int64_t deadline_ms,
+                               const char *option, bool (*cancelled)(void *),
+                               void *arg) {
+  if (set >= MAX_SETS)
+    return wt_status_new(WT_INVALID_ARGUMENT, "lease: buffer set %u of %d",
+                         set, MAX_SETS);
+  pthread_mutex_lock(&t->mu);
+  t->writers[set]++;
+  wt_status *st = NULL;
+  const wt_lease_info *h;
+  while ((h = oldest_on_locked(t, set)) != NULL) {
+    int64_t now = wt_mono_ms();
+    if (cancelled != NULL && cancelled(arg)) {
+      st = wt_status_new(WT_CANCELLED,
+                         "waiting for leases on buffer set %u: cancelled",
+                         set);
+      break;
+    }
+    if (now >= deadline_ms) {
+      st = wt_status_new(
+          WT_FAILED_PRECONDITION,
+          "buffer set %u is held by a consumer's lease: pid %d (uid %u) has "
+          "held version '%s' (sequence %llu) for %lld ms%s%s",
+          set, h->pid, h->uid, h->version, (unsigned long long)h->sequence,
+          (long long)(wt_unix_ms() - h->since_unix_ms),
+          option ? "; a round waits for it up to " : "", option ? option : "");
+      break;
+    }
+    int64_t step = deadline_ms - now < POLL_MS ? deadline_ms - now : POLL_MS;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += (long)(step % 1000) * 1000000L;
+    ts.tv_sec += step / 1000 + ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+  }
+  t->writers[set]--;
+  pthread_cond_broadcast(&t->cv);
+  pthread_mutex_unlock(&t->mu);
+  return st;
+}
+
+size_t wt_leases_list(wt_leases *t, wt_lease_info *out, size_t cap) {
+  pthread_mutex_lock(&t->mu);
+  size_t n = t->n;
+  for (size_t i = 0; i < n && i < cap; i++) out[i] = t->held[i];
+  pthread_mutex_unlock(&t->mu);
+  return n;
+}

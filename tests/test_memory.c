@@ -138,6 +138,19 @@ static void test_host_and_shared(void) {
   CU_ASSERT_EQUAL(errno, EACCES);
   munmap((void *)view, r.len);
   close(ro);
+  /* Nor can a reopen for writing (as the same user could make through
+   * /proc) map it writable or write it: sealed against future writes,
+   * while the owner's own mapping keeps writing. */
+  CU_ASSERT(seals & F_SEAL_FUTURE_WRITE);
+  int rw = open(path, O_RDWR | O_CLOEXEC);
+  CU_ASSERT_FATAL(rw >= 0);
+  CU_ASSERT_EQUAL(mmap(NULL, r.len, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0),
+                  MAP_FAILED);
+  CU_ASSERT_EQUAL(errno, EPERM);
+  CU_ASSERT_EQUAL(pwrite(rw, "x", 1, 0), -1);
+  CU_ASSERT_EQUAL(errno, EPERM);
+  close(rw);
+  roundtrip(&r, 8192, 1 << 20);
   wt_mem_free(&r);
   CU_ASSERT_EQUAL(r.fd, -1);
 

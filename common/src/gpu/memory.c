@@ -193,8 +193,11 @@ static wt_status *shared_available(wt_device device) {
   return need_cpu(WT_MEM_SHARED, device);
 }
 
-/* A memfd of fixed size (sealed against growing and shrinking, so a process
- * that maps it can rely on its length), mapped shared. */
+/* A memfd of fixed size, mapped shared, then sealed: against growing and
+ * shrinking (a process that maps it can rely on its length) and against
+ * any write but through this mapping (F_SEAL_FUTURE_WRITE: no one handed
+ * the memfd, nor a reopen of it, can map it writable or write(2) it; the
+ * server's own mapping keeps writing). */
 static wt_status *shared_alloc(wt_device device, size_t len, const char *what,
                                wt_mem_region *out) {
   (void)device;
@@ -208,15 +211,18 @@ static wt_status *shared_alloc(wt_device device, size_t len, const char *what,
     close(fd);
     return st;
   }
-  if (fcntl(fd, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
-    wt_status *st = wt_status_from_errno(errno, "%s: sealing a memfd", what);
-    close(fd);
-    return st;
-  }
   void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     wt_status *st =
         wt_status_from_errno(errno, "%s: mapping a %zu-byte memfd", what, len);
+    close(fd);
+    return st;
+  }
+  if (fcntl(fd, F_ADD_SEALS,
+            F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) !=
+      0) {
+    wt_status *st = wt_status_from_errno(errno, "%s: sealing a memfd", what);
+    munmap(p, len);
     close(fd);
     return st;
   }

@@ -18,8 +18,8 @@ static void test_take_and_drop(void) {
   wt_leases *t = NULL;
   WT_ASSERT_OK(wt_leases_new(NULL, &t));
   uint64_t a = 0, b = 0;
-  WT_ASSERT_OK(wt_leases_take(t, 1, 100, 1000, 7, "v7", 0, &a));
-  WT_ASSERT_OK(wt_leases_take(t, 1, 100, 1000, 7, "v7", 0, &b));
+  WT_ASSERT_OK(wt_leases_take(t, 1, 100, 1000, 7, "v7", &a));
+  WT_ASSERT_OK(wt_leases_take(t, 1, 100, 1000, 7, "v7", &b));
   CU_ASSERT(a != 0 && b != 0 && a != b);
   wt_lease_info info[4];
   CU_ASSERT_EQUAL(wt_leases_list(t, info, 4), 2);
@@ -34,8 +34,6 @@ static void test_take_and_drop(void) {
   CU_ASSERT_EQUAL(wt_leases_list(t, info, 4), 1);
   CU_ASSERT_EQUAL(wt_leases_drop_consumer(t, 1), 1);
   CU_ASSERT_EQUAL(wt_leases_list(t, info, 4), 0);
-  WT_ASSERT_ERR(wt_leases_take(t, 1, 100, 1000, 7, "v7", 2, &a),
-                WT_INVALID_ARGUMENT, "buffer set 2");
   wt_leases_free(t);
 }
 
@@ -45,23 +43,23 @@ static void test_limits(void) {
   WT_ASSERT_OK(wt_leases_new(&lim, &t));
   uint64_t id = 0;
   for (int i = 0; i < 3; i++)
-    WT_ASSERT_OK(wt_leases_take(t, 1, 100, 0, 1, "v1", 0, &id));
-  WT_ASSERT_ERR(wt_leases_take(t, 1, 100, 0, 1, "v1", 0, &id),
+    WT_ASSERT_OK(wt_leases_take(t, 1, 100, 0, 1, "v1", &id));
+  WT_ASSERT_ERR(wt_leases_take(t, 1, 100, 0, 1, "v1", &id),
                 WT_RESOURCE_EXHAUSTED, "(pid 100) holds 3 leases, the limit");
   CU_ASSERT_EQUAL(id, 0);
-  WT_ASSERT_OK(wt_leases_take(t, 2, 200, 0, 1, "v1", 0, &id));
-  WT_ASSERT_OK(wt_leases_take(t, 2, 200, 0, 1, "v1", 0, &id));
-  WT_ASSERT_ERR(wt_leases_take(t, 3, 300, 0, 1, "v1", 0, &id),
+  WT_ASSERT_OK(wt_leases_take(t, 2, 200, 0, 1, "v1", &id));
+  WT_ASSERT_OK(wt_leases_take(t, 2, 200, 0, 1, "v1", &id));
+  WT_ASSERT_ERR(wt_leases_take(t, 3, 300, 0, 1, "v1", &id),
                 WT_RESOURCE_EXHAUSTED, "the server holds 5 leases");
   /* A consumer that goes frees its places. */
   CU_ASSERT_EQUAL(wt_leases_drop_consumer(t, 1), 3);
-  WT_ASSERT_OK(wt_leases_take(t, 3, 300, 0, 1, "v1", 0, &id));
+  WT_ASSERT_OK(wt_leases_take(t, 3, 300, 0, 1, "v1", &id));
   wt_leases_free(t);
 }
 
 typedef struct waiter {
   wt_leases *t;
-  uint32_t set;
+  uint64_t below;
   int64_t wait_ms;
   atomic_bool cancel;
   wt_status *st;
@@ -76,63 +74,64 @@ static bool is_cancelled(void *arg) {
 static void *waiter_main(void *arg) {
   waiter *w = arg;
   int64_t t0 = wt_mono_ms();
-  w->st = wt_leases_wait_free(w->t, w->set, t0 + w->wait_ms,
+  w->st = wt_leases_wait_free(w->t, w->below, t0 + w->wait_ms,
                               "--lease-wait", is_cancelled, w);
   w->took_ms = wt_mono_ms() - t0;
   return NULL;
 }
 
-static void waiter_start(waiter *w, wt_leases *t, uint32_t set,
+static void waiter_start(waiter *w, wt_leases *t, uint64_t below,
                          int64_t wait_ms) {
   memset(w, 0, sizeof(*w));
   w->t = t;
-  w->set = set;
+  w->below = below;
   w->wait_ms = wait_ms;
   atomic_init(&w->cancel, false);
   CU_ASSERT_FATAL(pthread_create(&w->th, NULL, waiter_main, w) == 0);
 }
 
-/* Shadow staging: a round writes the set before the live one. A lease on
- * the live set never delays it; one on the set it writes does, until it
- * is released, and new leases there are refused while the round waits. */
+/* Shadow staging: a round writes the copies that are not live, which hold
+ * older versions' bytes. A lease on the live version never delays it; one
+ * on an older version does, until it is released, and new leases on older
+ * versions are refused while the round waits. */
 static void test_round_waits_for_its_set(void) {
   wt_leases *t = NULL;
   WT_ASSERT_OK(wt_leases_new(NULL, &t));
   uint64_t live = 0, old = 0, id = 0;
-  WT_ASSERT_OK(wt_leases_take(t, 1, 100, 0, 8, "v8", 1, &live));
+  WT_ASSERT_OK(wt_leases_take(t, 1, 100, 0, 8, "v8", &live));
   waiter w;
-  waiter_start(&w, t, 0, 5000);
+  waiter_start(&w, t, 8, 5000); /* v8 is live: the round waits for below */
   pthread_join(w.th, NULL);
   WT_ASSERT_OK(w.st);
   CU_ASSERT(w.took_ms < 100);
 
-  WT_ASSERT_OK(wt_leases_take(t, 2, 200, 0, 7, "v7", 0, &old));
-  waiter_start(&w, t, 0, 5000);
+  WT_ASSERT_OK(wt_leases_take(t, 2, 200, 0, 7, "v7", &old));
+  waiter_start(&w, t, 8, 5000);
   wtt_sleep_ms(100);
-  WT_ASSERT_ERR(wt_leases_take(t, 3, 300, 0, 7, "v7", 0, &id), WT_UNAVAILABLE,
+  WT_ASSERT_ERR(wt_leases_take(t, 3, 300, 0, 7, "v7", &id), WT_UNAVAILABLE,
                 "about to be overwritten by a round");
-  WT_ASSERT_OK(wt_leases_take(t, 3, 300, 0, 8, "v8", 1, &id)); /* the live */
+  WT_ASSERT_OK(wt_leases_take(t, 3, 300, 0, 8, "v8", &id)); /* the live */
   WT_ASSERT_OK(wt_leases_drop(t, 2, old));
   pthread_join(w.th, NULL);
   WT_ASSERT_OK(w.st);
   CU_ASSERT(w.took_ms >= 90 && w.took_ms < 1000);
-  printf("\n  a round waited %lld ms for the lease on its set\n",
+  printf("\n  a round waited %lld ms for the lease on an older version\n",
          (long long)w.took_ms);
-  /* The round's wait is over: leases on that set are taken again. */
-  WT_ASSERT_OK(wt_leases_take(t, 3, 300, 0, 9, "v9", 0, &id));
+  /* The round's wait is over: any version may be leased again. */
+  WT_ASSERT_OK(wt_leases_take(t, 3, 300, 0, 7, "v7", &id));
   wt_leases_free(t);
 }
 
-/* In-place staging (one set): a held lease makes the round fail at its
+/* In-place staging (one copy): a held lease makes the round fail at its
  * deadline, naming the holder; a consumer that dies (its connection's
  * leases dropped) lets it through at once; a cancelled wait says so. */
 static void test_wait_deadline_and_death(void) {
   wt_leases *t = NULL;
   WT_ASSERT_OK(wt_leases_new(NULL, &t));
   uint64_t id = 0;
-  WT_ASSERT_OK(wt_leases_take(t, 1, 4242, 1000, 3, "step-3", 0, &id));
+  WT_ASSERT_OK(wt_leases_take(t, 1, 4242, 1000, 3, "step-3", &id));
   waiter w;
-  waiter_start(&w, t, 0, 300);
+  waiter_start(&w, t, UINT64_MAX, 300);
   pthread_join(w.th, NULL);
   WT_ASSERT_ERR(w.st, WT_FAILED_PRECONDITION,
                 "pid 4242 (uid 1000) has held version 'step-3' (sequence 3)");
@@ -140,15 +139,15 @@ static void test_wait_deadline_and_death(void) {
   printf("\n  a held lease failed the round after %lld ms (deadline 300)",
          (long long)w.took_ms);
 
-  waiter_start(&w, t, 0, 10000);
+  waiter_start(&w, t, UINT64_MAX, 10000);
   wtt_sleep_ms(50);
   CU_ASSERT_EQUAL(wt_leases_drop_consumer(t, 1), 1);
   pthread_join(w.th, NULL);
   WT_ASSERT_OK(w.st);
   CU_ASSERT(w.took_ms < 1000);
 
-  WT_ASSERT_OK(wt_leases_take(t, 1, 4242, 1000, 4, "step-4", 0, &id));
-  waiter_start(&w, t, 0, 10000);
+  WT_ASSERT_OK(wt_leases_take(t, 1, 4242, 1000, 4, "step-4", &id));
+  waiter_start(&w, t, UINT64_MAX, 10000);
   wtt_sleep_ms(50);
   atomic_store(&w.cancel, true);
   pthread_join(w.th, NULL);
@@ -162,7 +161,7 @@ void wt_test_suite_leases(void) {
   CU_pSuite s = CU_add_suite("leases", NULL, NULL);
   CU_add_test(s, "take and drop", test_take_and_drop);
   CU_add_test(s, "limits per consumer and in all", test_limits);
-  CU_add_test(s, "a round waits for the set it writes",
+  CU_add_test(s, "a round waits for leases on older versions",
               test_round_waits_for_its_set);
   CU_add_test(s, "deadline, death, cancel", test_wait_deadline_and_death);
 }

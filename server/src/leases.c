@@ -13,8 +13,6 @@
 #include "wt/secure.h"
 
 #define POLL_MS 20
-/* Sets a store has: shadow staging's two, in-place staging's one. */
-#define MAX_SETS 2
 
 struct wt_leases {
   pthread_mutex_t mu;
@@ -22,7 +20,9 @@ struct wt_leases {
   wt_lease_info *held;
   size_t n, cap;
   uint32_t max_per_consumer;
-  unsigned writers[MAX_SETS]; /* rounds waiting to write each set */
+  /* A round waits for the leases on versions below this to end (0: no
+   * round waits). */
+  uint64_t writer_below;
   uint64_t last_id;
 };
 
@@ -60,16 +60,13 @@ void wt_leases_free(wt_leases *t) {
 
 wt_status *wt_leases_take(wt_leases *t, uint64_t consumer, int pid,
                           unsigned uid, uint64_t sequence, const char *version,
-                          uint32_t set, uint64_t *id) {
+                          uint64_t *id) {
   *id = 0;
-  if (set >= MAX_SETS)
-    return wt_status_new(WT_INVALID_ARGUMENT, "lease: buffer set %u of %d",
-                         set, MAX_SETS);
   pthread_mutex_lock(&t->mu);
   wt_status *st = NULL;
   size_t mine = 0;
   for (size_t i = 0; i < t->n; i++) mine += t->held[i].consumer == consumer;
-  if (t->writers[set] > 0) {
+  if (sequence < t->writer_below) {
     st = wt_status_new(WT_UNAVAILABLE,
                        "version '%s' (sequence %llu) is about to be "
                        "overwritten by a round; acquire again once it "
@@ -96,7 +93,6 @@ wt_status *wt_leases_take(wt_leases *t, uint64_t consumer, int pid,
     l->uid = uid;
     l->sequence = sequence;
     snprintf(l->version, sizeof(l->version), "%s", version ? version : "");
-    l->set = set;
     l->since_unix_ms = wt_unix_ms();
     *id = l->id;
   }
@@ -140,37 +136,33 @@ size_t wt_leases_drop_consumer(wt_leases *t, uint64_t consumer) {
   return dropped;
 }
 
-static const wt_lease_info *oldest_on_locked(const wt_leases *t,
-                                             uint32_t set) {
+static const wt_lease_info *oldest_below_locked(const wt_leases *t,
+                                                uint64_t below) {
   for (size_t i = 0; i < t->n; i++)
-    if (t->held[i].set == set) return &t->held[i];
+    if (t->held[i].sequence < below) return &t->held[i];
   return NULL;
 }
 
-wt_status *wt_leases_wait_free(wt_leases *t, uint32_t set, int64_t deadline_ms,
-                               const char *option, bool (*cancelled)(void *),
-                               void *arg) {
-  if (set >= MAX_SETS)
-    return wt_status_new(WT_INVALID_ARGUMENT, "lease: buffer set %u of %d",
-                         set, MAX_SETS);
+wt_status *wt_leases_wait_free(wt_leases *t, uint64_t below,
+                               int64_t deadline_ms, const char *option,
+                               bool (*cancelled)(void *), void *arg) {
   pthread_mutex_lock(&t->mu);
-  t->writers[set]++;
+  t->writer_below = below;
   wt_status *st = NULL;
   const wt_lease_info *h;
-  while ((h = oldest_on_locked(t, set)) != NULL) {
+  while ((h = oldest_below_locked(t, below)) != NULL) {
     int64_t now = wt_mono_ms();
     if (cancelled != NULL && cancelled(arg)) {
       st = wt_status_new(WT_CANCELLED,
-                         "waiting for leases on buffer set %u: cancelled",
-                         set);
+                         "waiting for consumers' leases to end: cancelled");
       break;
     }
     if (now >= deadline_ms) {
       st = wt_status_new(
           WT_FAILED_PRECONDITION,
-          "buffer set %u is held by a consumer's lease: pid %d (uid %u) has "
-          "held version '%s' (sequence %llu) for %lld ms%s%s",
-          set, h->pid, h->uid, h->version, (unsigned long long)h->sequence,
+          "a consumer's lease holds the bytes this round would write: pid %d "
+          "(uid %u) has held version '%s' (sequence %llu) for %lld ms%s%s",
+          h->pid, h->uid, h->version, (unsigned long long)h->sequence,
           (long long)(wt_unix_ms() - h->since_unix_ms),
           option ? "; a round waits for it up to " : "", option ? option : "");
       break;
@@ -183,7 +175,7 @@ wt_status *wt_leases_wait_free(wt_leases *t, uint32_t set, int64_t deadline_ms,
     ts.tv_nsec %= 1000000000L;
     pthread_cond_timedwait(&t->cv, &t->mu, &ts);
   }
-  t->writers[set]--;
+  t->writer_below = 0;
   pthread_cond_broadcast(&t->cv);
   pthread_mutex_unlock(&t->mu);
   return st;

@@ -2,14 +2,15 @@
  * a round write (issue #21, the inference-side export; the socket that hands
  * them out builds on this). Private to libwt_server.
  *
- * A lease pins the buffer set its version lives in. A round waits, with a
- * deadline, until no lease pins the set it is about to write: with shadow
- * staging that is the set before the live one (a lease on the live version
- * never delays a round), with in-place staging the one set (every lease
- * delays the next round's first write). While a round waits for a set, new
- * leases on it are refused, so that readers arriving one after another
- * cannot hold a writer off for ever. Consumers are bounded: leases per
- * consumer and in all.
+ * A lease pins the bytes of the version it was taken on. A round waits,
+ * with a deadline, until no lease pins bytes it may write: with shadow
+ * staging those are the versions older than the live one (a round writes,
+ * tensor by tensor, the copy that is not live, which holds an older
+ * version's bytes; a lease on the live version never delays a round), with
+ * in-place staging every version (every lease delays the next round's
+ * first write). While a round waits, new leases it waits for are refused,
+ * so that readers arriving one after another cannot hold a writer off for
+ * ever. Consumers are bounded: leases per consumer and in all.
  *
  * Thread-safe: every function takes the table's own lock. */
 #ifndef WT_SERVER_LEASES_H
@@ -41,7 +42,6 @@ typedef struct wt_lease_info {
   unsigned uid;
   uint64_t sequence; /* the version's commit sequence */
   char version[128]; /* its name, cut to fit */
-  uint32_t set;      /* the buffer set it pins */
   int64_t since_unix_ms;
 } wt_lease_info;
 
@@ -52,14 +52,13 @@ WT_HIDDEN wt_status *wt_leases_new(const wt_lease_limits *limits,
  * ignored. */
 WT_HIDDEN void wt_leases_free(wt_leases *t);
 
-/* A lease for `consumer` on version (sequence, name) held in buffer set
- * `set`; its id (random, never 0) in *id. RESOURCE_EXHAUSTED naming the
- * limit when the consumer or the table holds its most; UNAVAILABLE when a
- * round is waiting to write `set` (acquire again once it committed). */
+/* A lease for `consumer` on version (sequence, name); its id (random,
+ * never 0) in *id. RESOURCE_EXHAUSTED naming the limit when the consumer or
+ * the table holds its most; UNAVAILABLE when a round waits for leases on
+ * that version to end (acquire again once it committed). */
 WT_HIDDEN wt_status *wt_leases_take(wt_leases *t, uint64_t consumer, int pid,
                                      unsigned uid, uint64_t sequence,
-                                     const char *version, uint32_t set,
-                                     uint64_t *id);
+                                     const char *version, uint64_t *id);
 
 /* Ends lease `id` of `consumer`; NOT_FOUND (naming the id) when that
  * consumer holds no such lease, another consumer's included. */
@@ -70,12 +69,13 @@ WT_HIDDEN wt_status *wt_leases_drop(wt_leases *t, uint64_t consumer,
  * returns how many. */
 WT_HIDDEN size_t wt_leases_drop_consumer(wt_leases *t, uint64_t consumer);
 
-/* Waits until no lease pins `set`, refusing new leases on it meanwhile.
- * NULL once it is free; FAILED_PRECONDITION at `deadline_ms` (monotonic
- * ms) naming the holder of the oldest lease on it (pid, uid, since when,
- * which version) and `option` (what lengthens the wait); CANCELLED when
- * `cancelled(arg)` (may be NULL; polled every 20 ms) says so. */
-WT_HIDDEN wt_status *wt_leases_wait_free(wt_leases *t, uint32_t set,
+/* Waits until no lease is on a version of sequence below `below`
+ * (UINT64_MAX: any version), refusing such leases meanwhile. NULL once
+ * there is none; FAILED_PRECONDITION at `deadline_ms` (monotonic ms) naming
+ * the holder of the oldest (pid, uid, since when, which version) and
+ * `option` (what lengthens the wait); CANCELLED when `cancelled(arg)` (may
+ * be NULL; polled every 20 ms) says so. One writer at a time. */
+WT_HIDDEN wt_status *wt_leases_wait_free(wt_leases *t, uint64_t below,
                                           int64_t deadline_ms,
                                           const char *option,
                                           bool (*cancelled)(void *arg),

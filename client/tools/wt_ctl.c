@@ -95,6 +95,15 @@ static int cmd_info(wt_sync_client *c, int argc, char **argv) {
          info->store_complete ? "" : " (store INCOMPLETE: a round failed)");
   printf("world size:   %u\n", (unsigned)info->world_size);
   if (info->state && *info->state) printf("state:        %s\n", info->state);
+  if (info->export_path && *info->export_path) {
+    printf("export:       %s, %u lease(s) open\n", info->export_path,
+           (unsigned)info->lease_count);
+    for (size_t i = 0; i < info->n_leases; i++)
+      printf("  lease:      pid %u (uid %u) on '%s' (sequence %" PRIu64
+             ")\n",
+             (unsigned)info->leases[i]->pid, (unsigned)info->leases[i]->uid,
+             info->leases[i]->version, info->leases[i]->sequence);
+  }
   if (info->auth && *info->auth)
     printf("auth:         %s\n",
            strcmp(info->auth, "none") == 0

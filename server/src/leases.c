@@ -181,6 +181,14 @@ wt_status *wt_leases_wait_free(wt_leases *t, uint64_t below,
   return st;
 }
 
+bool wt_leases_any_below(wt_leases *t, uint64_t below, wt_lease_info *holder) {
+  pthread_mutex_lock(&t->mu);
+  const wt_lease_info *h = oldest_below_locked(t, below);
+  if (h != NULL && holder != NULL) *holder = *h;
+  pthread_mutex_unlock(&t->mu);
+  return h != NULL;
+}
+
 size_t wt_leases_list(wt_leases *t, wt_lease_info *out, size_t cap) {
   pthread_mutex_lock(&t->mu);
   size_t n = t->n;

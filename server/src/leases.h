@@ -81,6 +81,12 @@ WT_HIDDEN wt_status *wt_leases_wait_free(wt_leases *t, uint64_t below,
                                           bool (*cancelled)(void *arg),
                                           void *arg);
 
+/* Whether a lease is on a version of sequence below `below` (the oldest
+ * such into *holder, may be NULL): a round checks it under the server's
+ * lock, where acquires take their leases, right before it begins. */
+WT_HIDDEN bool wt_leases_any_below(wt_leases *t, uint64_t below,
+                                    wt_lease_info *holder);
+
 /* Leases held now: up to `cap` of them into out[], the oldest first;
  * returns how many there are in all. */
 WT_HIDDEN size_t wt_leases_list(wt_leases *t, wt_lease_info *out, size_t cap);

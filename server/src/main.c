@@ -33,6 +33,7 @@
 
 /* At most this many --engine-option settings. */
 #define MAX_ENGINE_OPTIONS 64
+#define MAX_ALLOW 64
 
 /* What the command line builds. */
 typedef struct cli {
@@ -40,6 +41,7 @@ typedef struct cli {
   wt_backend_option engine_options[MAX_ENGINE_OPTIONS];
   char *engine_option_text[MAX_ENGINE_OPTIONS]; /* "KEY=VALUE" copies */
   bool no_auth;
+  unsigned allow_uids[MAX_ALLOW], allow_gids[MAX_ALLOW];
 } cli;
 
 /* A parser sets its field from `value` (NULL for a flag), or writes why
@@ -186,6 +188,39 @@ static bool opt_reader_rate(cli *c, const char *v, char *err) {
   return true;
 }
 
+static bool opt_export(cli *c, const char *v, char *err) {
+  if (*v != '/')
+    return fail(err, "--export '%s' is not an absolute path", v);
+  c->opts.export_path = v;
+  return true;
+}
+
+static bool add_id(const char *name, const char *v, unsigned *ids, size_t *n,
+                   char *err) {
+  uint64_t id = 0;
+  if (!wt_parse_u64(v, &id) || id > 0xfffffffeu)
+    return fail(err, "--%s '%s' is not a numeric id", name, v);
+  if (*n == MAX_ALLOW) return fail(err, "--%s: at most %d", name, MAX_ALLOW);
+  ids[(*n)++] = (unsigned)id;
+  return true;
+}
+
+static bool opt_allow_uid(cli *c, const char *v, char *err) {
+  c->opts.export_allow_uids = c->allow_uids;
+  return add_id("export-allow-uid", v, c->allow_uids,
+                &c->opts.n_export_allow_uids, err);
+}
+
+static bool opt_allow_gid(cli *c, const char *v, char *err) {
+  c->opts.export_allow_gids = c->allow_gids;
+  return add_id("export-allow-gid", v, c->allow_gids,
+                &c->opts.n_export_allow_gids, err);
+}
+
+static bool opt_lease_wait(cli *c, const char *v, char *err) {
+  return parse_seconds("lease-wait", v, &c->opts.lease_wait_ms, err);
+}
+
 static bool opt_connections(cli *c, const char *v, char *err) {
   return parse_count("max-connections", v, 1000000, &c->opts.max_connections,
                      err);
@@ -315,6 +350,19 @@ static const option_row rows[] = {
     {"reader-mib-per-sec", "N",
      "MiB a second one peer's checksums may\nhash",
      opt_reader_rate, (int)(WT_SERVER_DEFAULT_READER_BYTES_PER_SEC >> 20)},
+    {"export", "PATH",
+     "hand committed versions to consumers on\nthis host over a Unix "
+     "socket (mode 0600;\nneeds --memory shared; docs/export.md)",
+     opt_export, 0},
+    {"export-allow-uid", "UID",
+     "also let this uid's consumers in\n(repeatable)", opt_allow_uid, 0},
+    {"export-allow-gid", "GID",
+     "also let consumers of this primary gid\nin (repeatable)",
+     opt_allow_gid, 0},
+    {"lease-wait", "SEC",
+     "how long a round waits for consumers'\nleases on the bytes it would "
+     "write",
+     opt_lease_wait, WT_SERVER_DEFAULT_LEASE_WAIT_MS / 1000},
     {"max-connections", "N",
      "connections open at once (lowered to\nwhat ulimit -n allows, 2 "
      "descriptors\neach); over it a new one replaces one\nthat made no "

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "leases.h"
 #include "server_internal.h"
 #include "wt/init_info.h"
 #include "wt/log.h"
@@ -358,13 +359,51 @@ out:
 
 /* --- start ---------------------------------------------------------------- */
 
+static bool server_stopping(void *arg) {
+  wt_server *srv = arg;
+  pthread_mutex_lock(&srv->mu);
+  bool stop = srv->stopping;
+  pthread_mutex_unlock(&srv->mu);
+  return stop;
+}
+
+/* The leases a round must outwait (export.c): every lease with in-place
+ * staging, those on versions older than the live one with shadow staging
+ * (the copies a round writes hold older versions' bytes). Under mu. */
+static uint64_t leases_below_locked(const wt_server *srv) {
+  wt_param_store *s = wt_worker_store(srv->workers[0]);
+  return wt_param_store_staging(s) == WT_STAGING_INPLACE ? UINT64_MAX
+                                                         : srv->sequence;
+}
+
 wt_status *wt_srv_start(wt_server *srv, uint64_t *round_id) {
   wt_status *st = NULL;
   wt_worker_op *ops = ops_new(srv);
   if (ops == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED,
                          "StartWeightUpdate: out of memory");
+  int64_t lease_deadline = wt_mono_ms() + srv->lease_wait_ms;
+lease_wait:
+  if (srv->leases != NULL) {
+    pthread_mutex_lock(&srv->mu);
+    uint64_t below = leases_below_locked(srv);
+    pthread_mutex_unlock(&srv->mu);
+    st = wt_leases_wait_free(srv->leases, below, lease_deadline,
+                             "--lease-wait", server_stopping, srv);
+    if (st != NULL) {
+      free(ops);
+      return wt_status_prefix(st, "StartWeightUpdate");
+    }
+  }
   pthread_mutex_lock(&srv->mu);
+  /* A consumer may have taken a lease since the wait: acquires take theirs
+   * under mu, so this check and the round's start are one step for them. */
+  if (srv->leases != NULL &&
+      wt_leases_any_below(srv->leases, leases_below_locked(srv), NULL) &&
+      srv->round_id == 0) {
+    pthread_mutex_unlock(&srv->mu);
+    goto lease_wait;
+  }
   WT_CHECK(need_init_locked(srv, "StartWeightUpdate"));
   if (srv->round_id != 0)
     WT_FAIL(WT_FAILED_PRECONDITION,

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "leases.h"
 #include "server_internal.h"
 #include "wt/log.h"
 #include "wt/safetensors.h"
@@ -192,6 +193,9 @@ static void on_shutdown(void *user) {
 
 static void server_free(wt_server *srv) {
   wt_rpc_server_destroy(srv->rpc);
+  wt_export_stop(srv->export); /* its consumers' leases end with it */
+  wt_leases_free(srv->leases);
+  free(srv->export_path);
   for (uint32_t i = 0; srv->workers != NULL && i < srv->nworkers; i++)
     wt_worker_destroy(srv->workers[i]);
   free(srv->workers);
@@ -422,6 +426,15 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
     goto out;
   }
   srv->watchdog_started = true;
+  if (o.export_path != NULL) {
+    wt_lease_limits lim = {0};
+    WT_CHECK(wt_leases_new(&lim, &srv->leases));
+    srv->lease_wait_ms =
+        o.lease_wait_ms ? o.lease_wait_ms : WT_SERVER_DEFAULT_LEASE_WAIT_MS;
+    WT_CHECK(wt_export_start(srv, &o, &srv->export));
+    if ((srv->export_path = strdup(o.export_path)) == NULL)
+      WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
+  }
 
   srv->classes[WT_CLASS_ROUND] =
       (wt_rpc_class){.name = "round",

@@ -78,6 +78,12 @@ struct wt_server {
   char *token_path;        /* generated: the file written, removed at stop */
   pthread_t watchdog;
   bool watchdog_started;
+  /* The export (export.c) and its consumers' leases (leases.c); NULL
+   * without --export. */
+  struct wt_export *export;
+  struct wt_leases *leases;
+  uint32_t lease_wait_ms;
+  char *export_path;
   /* Readers' hashing budgets (reader_budget.c), per peer. */
   pthread_mutex_t budget_mu;
   struct wt_reader_budget *budgets;
@@ -263,6 +269,20 @@ WT_HIDDEN void wt_srv_notify_watchers(wt_server *srv);
 
 /* Ends every watch stream (shutdown). */
 WT_HIDDEN void wt_srv_end_watchers(wt_server *srv);
+
+/* --- export.c ------------------------------------------------------------- */
+
+typedef struct wt_export wt_export;
+/* Serves o->export_path (the worker 0 store must be shared memory); the
+ * caller owns *out (wt_export_stop). Errors name --export and why. */
+WT_HIDDEN wt_status *wt_export_start(wt_server *srv,
+                                     const wt_server_options *o,
+                                     wt_export **out);
+/* Closes every consumer (their leases end), the socket, its path. */
+WT_HIDDEN void wt_export_stop(wt_export *e);
+/* Consumers refused (another user, too many) and closed for misbehaving. */
+WT_HIDDEN void wt_export_counts(wt_export *e, uint64_t *refused,
+                                uint64_t *dropped);
 
 /* --- reader_budget.c ------------------------------------------------------ */
 

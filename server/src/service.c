@@ -17,6 +17,7 @@
 #include <sys/uio.h>
 #include <time.h>
 
+#include "leases.h"
 #include "server_internal.h"
 #include "wt/checksum.h"
 #include "wt/chunk.h"
@@ -159,6 +160,27 @@ static wt_status *get_server_info(wt_rpc_call *call,
   }
   info.n_workers = n;
   info.workers = wp;
+  /* The export's leases: who holds what, for an operator to see. */
+  wt_lease_info held[64];
+  Wt__V1__LeaseInfo li[64];
+  Wt__V1__LeaseInfo *lp[64];
+  if (srv->leases != NULL) {
+    size_t total = wt_leases_list(srv->leases, held, 64);
+    size_t shown = total < 64 ? total : 64;
+    for (size_t i = 0; i < shown; i++) {
+      wt__v1__lease_info__init(&li[i]);
+      li[i].pid = (uint32_t)held[i].pid;
+      li[i].uid = held[i].uid;
+      li[i].version = held[i].version;
+      li[i].sequence = held[i].sequence;
+      li[i].since_unix_ms = held[i].since_unix_ms;
+      lp[i] = &li[i];
+    }
+    info.n_leases = shown;
+    info.leases = lp;
+    info.lease_count = (uint32_t)total;
+    info.export_path = srv->export_path;
+  }
   pthread_mutex_lock(&srv->mu);
   info.state = (char *)wt_srv_state_locked(srv);
   info.auth = (char *)(srv->auth ? srv->auth : "none");

@@ -36,6 +36,7 @@ extern "C" {
 #define WT_SERVER_DEFAULT_ROUND_CALLS 16
 #define WT_SERVER_DEFAULT_READER_CALLS 16
 #define WT_SERVER_DEFAULT_WATCHERS 16384
+#define WT_SERVER_DEFAULT_LEASE_WAIT_MS 10000u
 /* One peer's share (a user on this host, an address beyond it): reader
  * calls running or waiting, watch streams open, and the bytes a second its
  * checksums may hash. */
@@ -117,6 +118,18 @@ typedef struct wt_server_options {
    * `auth` says "none". */
   bool generate_tokens;
   const char *runtime_base;
+  /* The inference-side export (docs/export.md): a Unix-domain socket at
+   * export_path (mode 0600, in a directory others cannot write) handing
+   * committed versions of worker 0's store (memory WT_MEM_SHARED) to
+   * consumers of this user, or of the uids/gids listed (borrowed during
+   * start). A round waits at most lease_wait_ms (10 s) for the leases that
+   * pin bytes it would write, then fails naming the holder. */
+  const char *export_path;
+  const unsigned *export_allow_uids;
+  size_t n_export_allow_uids;
+  const unsigned *export_allow_gids;
+  size_t n_export_allow_gids;
+  uint32_t lease_wait_ms;
   /* Connections (wt/rpc.h, wt_rpc_server_options; docs/trust.md): at most
    * max_connections open (WT_RPC_DEFAULT_MAX_CONNECTIONS, lowered to what
    * ulimit -n allows), each closed when it has made no authorized call

@@ -17,7 +17,7 @@ BUILD_DIR=${BUILD_DIR:-$ROOT/build-fuzz}
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 FUZZ_JOBS=${FUZZ_JOBS:-$(nproc)}
 TARGETS=("$@")
-if [ ${#TARGETS[@]} -eq 0 ]; then TARGETS=(safetensors proto); fi
+if [ ${#TARGETS[@]} -eq 0 ]; then TARGETS=(safetensors proto export); fi
 
 CC_BIN=${CC:-clang}
 case "$(basename "$CC_BIN")" in

@@ -26,6 +26,7 @@
 #include "support/fixture.h"
 #include "wt/checksum.h"
 #include "wt/frame.h"
+#include "wt/param_store.h"
 #include "wt/pb.h"
 #include "wt/server.h"
 #include "wt/v1/export.pb-c.h"
@@ -490,6 +491,72 @@ static void test_views_during_rounds(void) {
   wtt_server_stop(&s);
 }
 
+/* Eight consumer processes acquiring the same version at once: each maps
+ * the one host copy (the server's RSS does not grow per consumer) and
+ * every hash is the trainer's. */
+static void test_eight_consumers(void) {
+  wtt_server s;
+  start(&s, WT_STAGING_SHADOW, 0);
+  wtt_commit_round(&s, "v1", 1);
+  long rss0 = wtt_rss_kib();
+  int go[2], done[2], end[2];
+  CU_ASSERT_FATAL(pipe(go) == 0 && pipe(done) == 0 && pipe(end) == 0);
+  pid_t kids[8];
+  for (int k = 0; k < 8; k++) {
+    kids[k] = fork();
+    if (kids[k] == 0) {
+      char b;
+      if (read(go[0], &b, 1) != 1) _exit(3);
+      int fd = consumer_connect();
+      int fds[4];
+      size_t nfd = 0;
+      Wt__V1__ExportResponse *r = acquire(fd, NULL, 0, 0, fds, &nfd);
+      if (r == NULL || r->manifest == NULL) _exit(2);
+      uint64_t seeds[] = {1};
+      uint64_t got = mapped_seed(r->manifest, fds, nfd, &s, seeds, 1);
+      /* Holding the lease (and the mapping) until the parent looked. */
+      char ok = got == 1 ? 'y' : 'n';
+      if (write(done[1], &ok, 1) != 1) _exit(3);
+      if (read(end[0], &b, 1) != 1) _exit(3);
+      _exit(got == 1 ? 0 : 1);
+    }
+  }
+  if (write(go[1], "gggggggg", 8) != 8) CU_FAIL("cannot start the consumers");
+  int good = 0;
+  for (int k = 0; k < 8; k++) {
+    char ok = 0;
+    if (read(done[0], &ok, 1) == 1 && ok == 'y') good++;
+  }
+  Wt__V1__ServerInfo *info = wtt_info(s.ch);
+  CU_ASSERT_FATAL(info != NULL);
+  uint32_t leases = info->lease_count;
+  wt_pb_free(&info->base);
+  long rss1 = wtt_rss_kib();
+  if (write(end[1], "eeeeeeee", 8) != 8) CU_FAIL("cannot end the consumers");
+  int exited = 0;
+  for (int k = 0; k < 8; k++) {
+    int status = -1;
+    waitpid(kids[k], &status, 0);
+    exited += WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  close(go[0]);
+  close(go[1]);
+  close(done[0]);
+  close(done[1]);
+  close(end[0]);
+  close(end[1]);
+  printf("\n  8 consumers on one version: %d hashed the trainer's bytes, %u "
+         "leases at once; server RSS %ld -> %ld MiB (the model: %.1f MiB)\n",
+         good, leases, rss0 / 1024, rss1 / 1024,
+         (double)wt_param_store_total_bytes(wt_server_store(s.srv, 0)) /
+             (1 << 20));
+  CU_ASSERT_EQUAL(good, 8);
+  CU_ASSERT_EQUAL(exited, 8);
+  CU_ASSERT_EQUAL(leases, 8);
+  CU_ASSERT(rss1 - rss0 < 2 * 1024); /* no copy per consumer */
+  wtt_server_stop(&s);
+}
+
 /* Strangers on the socket: garbage, a 4 GiB length, a frame cut short,
  * a second request before the first was answered, 100 connections; and,
  * as root, a consumer of another uid. Each gets a closed connection; the
@@ -657,6 +724,7 @@ void wt_test_suite_export(void) {
   CU_add_test(s, "in place: leases, a killed consumer", test_inplace_leases);
   CU_add_test(s, "views during 50 rounds are never torn",
               test_views_during_rounds);
+  CU_add_test(s, "eight consumers, one host copy", test_eight_consumers);
   CU_add_test(s, "strangers on the socket", test_strangers);
   CU_add_test(s, "start-up refusals", test_refusals);
   CU_add_test(s, "--export-allow-uid", test_allow_uid);

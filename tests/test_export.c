@@ -7,6 +7,7 @@
 
 #include <CUnit/CUnit.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 #include "support/fixture.h"
+#include "support/wt_proc.h"
 #include "wt/checksum.h"
 #include "wt/frame.h"
 #include "wt/param_store.h"
@@ -697,6 +699,55 @@ static void test_allow_uid(void) {
   snprintf(g_sock, sizeof(g_sock), "%s", saved);
 }
 
+/* A consumer in Python, from the proto and the framing alone (stdlib and
+ * google.protobuf; tests/fixtures/export_consumer.py): the contract is
+ * language-neutral. Skipped, saying why, without grpc_tools. */
+static void test_python_consumer(void) {
+  if (system("python3 -c 'import grpc_tools.protoc, google.protobuf' "
+             ">/dev/null 2>&1") != 0) {
+    wt_test_skip("export: a Python consumer",
+                 "python3 has no grpc_tools/protobuf (pip install grpcio-tools)");
+    return;
+  }
+  char gen[300], out_arg[340], log[340], script[PATH_MAX];
+  snprintf(gen, sizeof(gen), "%s/py", g_dir);
+  mkdir(gen, 0700);
+  snprintf(out_arg, sizeof(out_arg), "--python_out=%s", gen);
+  const char *const protoc[] = {"/usr/bin/env", "python3", "-m",
+                                "grpc_tools.protoc",
+                                "-I" WT_PROTO_DIR, out_arg,
+                                WT_PROTO_DIR "/wt/v1/export.proto", NULL};
+  snprintf(log, sizeof(log), "%s/protoc.log", g_dir);
+  CU_ASSERT_FATAL(wt_proc_run(protoc, log, 120000, NULL) == 0);
+  wtt_server s;
+  start(&s, WT_STAGING_SHADOW, 0);
+  wtt_commit_round(&s, "py-3", 3);
+  snprintf(script, sizeof(script), "%s/fixtures/export_consumer.py",
+           wt_test_source_dir());
+  const char *const argv[] = {"/usr/bin/env", "python3", script, gen,
+                              g_sock, NULL};
+  snprintf(log, sizeof(log), "%s/export-consumer.log", g_dir);
+  char *out = NULL;
+  CU_ASSERT_EQUAL(wt_proc_run(argv, log, 120000, &out), 0);
+  CU_ASSERT_FATAL(out != NULL);
+  CU_ASSERT_PTR_NOT_NULL(strstr(out, "version py-3 1"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(out, "write-map refused"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(out, "released True"));
+  size_t matched = 0;
+  for (size_t i = 0; i < s.n; i++) {
+    char want[WT_DIGEST_HEX_MAX], line[512];
+    wtt_expected_digest(&s.metas[i], 3, WT_HASH_SHA256, want);
+    snprintf(line, sizeof(line), "tensor %s %s\n", s.metas[i].name, want);
+    matched += strstr(out, line) != NULL;
+  }
+  CU_ASSERT_EQUAL(matched, s.n);
+  printf("\n  a Python consumer (stdlib + protobuf) hashed %zu of %zu tensors "
+         "as the trainer's\n",
+         matched, s.n);
+  free(out);
+  wtt_server_stop(&s);
+}
+
 /* Start-up refusals: no shared memory, a directory others may write. */
 static void test_refusals(void) {
   wt_server_options o = {.model = "synthetic:tiny",
@@ -726,6 +777,7 @@ void wt_test_suite_export(void) {
               test_views_during_rounds);
   CU_add_test(s, "eight consumers, one host copy", test_eight_consumers);
   CU_add_test(s, "strangers on the socket", test_strangers);
+  CU_add_test(s, "a Python consumer from the proto", test_python_consumer);
   CU_add_test(s, "start-up refusals", test_refusals);
   CU_add_test(s, "--export-allow-uid", test_allow_uid);
 }

@@ -304,7 +304,9 @@ static void test_shadow_leases(void) {
   r = acquire(fd, NULL, 0, 0, fds, &nfd);
   CU_ASSERT_FATAL(r && r->manifest);
   uint64_t seq = r->manifest->sequence;
-  CU_ASSERT(release(fd, r->manifest->lease_id) != NULL);
+  Wt__V1__ExportResponse *rel = release(fd, r->manifest->lease_id);
+  CU_ASSERT_PTR_NOT_NULL(rel);
+  if (rel) wt__v1__export_response__free_unpacked(rel, NULL);
   wt__v1__export_response__free_unpacked(r, NULL);
   close_fds(fds, nfd);
   /* The commit comes from this thread once the acquire is waiting. */

@@ -750,6 +750,33 @@ static void test_python_consumer(void) {
   wtt_server_stop(&s);
 }
 
+/* wt-ctl export-info PATH: what a consumer sees, and the lease given back. */
+static void test_ctl_export_info(void) {
+  wtt_server s;
+  start(&s, WT_STAGING_SHADOW, 0);
+  wtt_commit_round(&s, "ctl-1", 1);
+  char log[340];
+  snprintf(log, sizeof(log), "%s/export-info.log", g_dir);
+  const char *const argv[] = {WT_CTL_BIN, "export-info", g_sock, NULL};
+  char *out = NULL;
+  CU_ASSERT_EQUAL(wt_proc_run(argv, log, 30000, &out), 0);
+  CU_ASSERT_PTR_NOT_NULL(out ? strstr(out, "version:      ctl-1 (sequence 1)")
+                             : NULL);
+  CU_ASSERT_PTR_NOT_NULL(out ? strstr(out, "lease:        released") : NULL);
+  CU_ASSERT_PTR_NOT_NULL(out ? strstr(out, "(descriptor received)") : NULL);
+  free(out);
+  Wt__V1__ServerInfo *info = wtt_info(s.ch);
+  CU_ASSERT_FATAL(info != NULL);
+  CU_ASSERT_EQUAL(info->lease_count, 0);
+  wt_pb_free(&info->base);
+  wtt_server_stop(&s);
+  /* No server there: said, exit 1. */
+  out = NULL;
+  CU_ASSERT_EQUAL(wt_proc_run(argv, log, 30000, &out), 1);
+  CU_ASSERT_PTR_NOT_NULL(out ? strstr(out, "cannot connect") : NULL);
+  free(out);
+}
+
 /* Start-up refusals: no shared memory, a directory others may write. */
 static void test_refusals(void) {
   wt_server_options o = {.model = "synthetic:tiny",
@@ -780,6 +807,7 @@ void wt_test_suite_export(void) {
   CU_add_test(s, "eight consumers, one host copy", test_eight_consumers);
   CU_add_test(s, "strangers on the socket", test_strangers);
   CU_add_test(s, "a Python consumer from the proto", test_python_consumer);
+  CU_add_test(s, "wt-ctl export-info", test_ctl_export_info);
   CU_add_test(s, "start-up refusals", test_refusals);
   CU_add_test(s, "--export-allow-uid", test_allow_uid);
 }

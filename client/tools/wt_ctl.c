@@ -23,6 +23,9 @@
 
 #include "tool_format.h"
 
+/* export_info.c: wt-ctl export-info PATH; an exit code. */
+int wt_ctl_export_info(const char *path);
+
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2
 /* 30 days, as wt-server's --round-timeout. */
@@ -42,6 +45,8 @@ static void usage(FILE *f) {
           "(the current first, if any)\n"
           "  checksum [--algo sha256|xxh3] [--all-workers] [NAME...]\n"
           "                             digests of the committed bytes\n"
+          "  export-info PATH           what a consumer of wt-server --export\n"
+          "                             PATH sees (acquires, then releases)\n"
           "\n"
           "  --server HOST:PORT         default 127.0.0.1:50051\n"
           "  --timeout SECONDS          deadline of each call (default 30; "
@@ -340,13 +345,21 @@ int main(int argc, char **argv) {
   const char *name = argv[i++];
   int nargs = argc - i;
   char **args = argv + i;
+  /* The export's socket, not the gRPC port: no client. */
+  if (strcmp(name, "export-info") == 0) {
+    if (nargs != 1) {
+      fprintf(stderr, "wt-ctl: export-info: one argument, the socket path\n");
+      return EXIT_USAGE;
+    }
+    return wt_ctl_export_info(args[0]);
+  }
   const command *cmd = NULL;
   for (size_t j = 0; j < sizeof(commands) / sizeof(commands[0]); j++)
     if (strcmp(name, commands[j].name) == 0) cmd = &commands[j];
   if (cmd == NULL) {
     fprintf(stderr,
             "wt-ctl: unknown command '%s' (info, params, version, "
-            "watch, checksum)\n",
+            "watch, checksum, export-info)\n",
             name);
     return EXIT_USAGE;
   }

@@ -145,6 +145,15 @@ bool wt_port_listener_is_mine(int port);
 bool wt_tcp_socket_uid(int local_port, int remote_port, unsigned state,
                        unsigned *uid);
 
+/* The owner (uid) of the client's end of a TCP connection on this host:
+ * `client` is the peer's address as the server's socket sees it, `server`
+ * the server's own. One kernel lookup by the 4-tuple (netlink sock_diag),
+ * not a scan of every socket; false when the client's end is not in this
+ * network namespace (another host) or the lookup is refused. */
+struct sockaddr;
+bool wt_tcp_peer_uid(const struct sockaddr *client,
+                     const struct sockaddr *server, unsigned *uid);
+
 /* For a client with no token file: the trainer token a server of this user
  * on this host generated for `target` ("host:port" with a loopback host),
  * from the runtime directory of `base` (as wt_runtime_dir). *out is NULL

@@ -9,6 +9,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +207,66 @@ bool wt_tcp_socket_uid(int local_port, int remote_port, unsigned want,
     if (found) return true;
   }
   return false;
+}
+
+bool wt_tcp_peer_uid(const struct sockaddr *client,
+                     const struct sockaddr *server, unsigned *uid) {
+  if (client->sa_family != server->sa_family ||
+      (client->sa_family != AF_INET && client->sa_family != AF_INET6))
+    return false;
+  struct {
+    struct nlmsghdr nh;
+    struct inet_diag_req_v2 r;
+  } req;
+  memset(&req, 0, sizeof(req));
+  req.nh.nlmsg_len = sizeof(req);
+  req.nh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  req.nh.nlmsg_flags = NLM_F_REQUEST;
+  req.r.sdiag_family = (uint8_t)client->sa_family;
+  req.r.sdiag_protocol = IPPROTO_TCP;
+  req.r.idiag_states = ~0u;
+  req.r.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+  req.r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+  /* The client's socket: its own end is `client`, its peer `server`. */
+  if (client->sa_family == AF_INET) {
+    const struct sockaddr_in *c = (const struct sockaddr_in *)client;
+    const struct sockaddr_in *s = (const struct sockaddr_in *)server;
+    req.r.id.idiag_sport = c->sin_port;
+    req.r.id.idiag_dport = s->sin_port;
+    memcpy(req.r.id.idiag_src, &c->sin_addr, 4);
+    memcpy(req.r.id.idiag_dst, &s->sin_addr, 4);
+  } else {
+    const struct sockaddr_in6 *c = (const struct sockaddr_in6 *)client;
+    const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)server;
+    req.r.id.idiag_sport = c->sin6_port;
+    req.r.id.idiag_dport = s->sin6_port;
+    memcpy(req.r.id.idiag_src, &c->sin6_addr, 16);
+    memcpy(req.r.id.idiag_dst, &s->sin6_addr, 16);
+  }
+  int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+  if (fd < 0) return false;
+  struct timeval tv = {0, 200000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  struct sockaddr_nl nl = {.nl_family = AF_NETLINK};
+  bool found = false;
+  if (sendto(fd, &req, sizeof(req), 0, (struct sockaddr *)&nl, sizeof(nl)) ==
+      (ssize_t)sizeof(req)) {
+    union {
+      struct nlmsghdr h;
+      char buf[8192];
+    } resp;
+    ssize_t n = recv(fd, &resp, sizeof(resp), 0);
+    for (struct nlmsghdr *h = &resp.h; n > 0 && NLMSG_OK(h, (size_t)n);
+         h = NLMSG_NEXT(h, n)) {
+      if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY) break; /* an error, done */
+      const struct inet_diag_msg *m = NLMSG_DATA(h);
+      *uid = m->idiag_uid;
+      found = true;
+      break;
+    }
+  }
+  close(fd);
+  return found;
 }
 
 bool wt_port_listener_is_mine(int port) {

@@ -77,6 +77,7 @@ typedef struct rpc_conn {
   int64_t closing_ms;   /* when we shut it down; 0: open */
   uint32_t scope;       /* WT_SCOPE_* of its authorized calls; 0: none */
   char key[80];         /* the quota key once worked out; "" before */
+  struct sockaddr_storage addr, local; /* the peer's and ours */
   char peer[72];        /* as gRPC writes peers: "ipv4:127.0.0.1:5555" */
 } rpc_conn;
 
@@ -242,6 +243,9 @@ static void admit(rpc_listener *l, int fd, const struct sockaddr_storage *a) {
   memset(&c, 0, sizeof(c));
   c.fd = fd;
   c.accepted_ms = now;
+  c.addr = *a;
+  socklen_t llen = sizeof(c.local);
+  getsockname(fd, (struct sockaddr *)&c.local, &llen);
   format_peer(a, c.peer, sizeof(c.peer));
 
   pthread_mutex_lock(&l->mu);
@@ -639,22 +643,26 @@ char *rpc_listener_peer(rpc_listener *l, char *grpc_peer) {
 }
 
 /* "uid:N" for a peer on this host (the owner of its end of the
- * connection), else "ip:ADDR". */
-static void work_out_key(const char *peer, int server_port, char *key,
-                         size_t n) {
+ * connection, by one netlink lookup of the 4-tuple; /proc/net/tcp when
+ * netlink is refused), else "ip:ADDR". */
+static void work_out_key(const char *peer, const struct sockaddr_storage *addr,
+                         const struct sockaddr_storage *local, int server_port,
+                         char *key, size_t n) {
   /* peer: "ipv4:127.0.0.1:41234" or "ipv6:[::1]:41234" */
-  const char *addr = strchr(peer, ':');
+  const char *at = strchr(peer, ':');
   const char *last = strrchr(peer, ':');
-  addr = addr ? addr + 1 : peer;
-  int alen = last && last > addr ? (int)(last - addr) : (int)strlen(addr);
+  at = at ? at + 1 : peer;
+  int alen = last && last > at ? (int)(last - at) : (int)strlen(at);
   char a[64];
-  snprintf(a, sizeof(a), "%.*s", alen, addr);
-  bool local = strncmp(a, "127.", 4) == 0 || strcmp(a, "[::1]") == 0 ||
-               strncmp(a, "[::ffff:127.", 12) == 0;
+  snprintf(a, sizeof(a), "%.*s", alen, at);
+  bool here = strncmp(a, "127.", 4) == 0 || strcmp(a, "[::1]") == 0 ||
+              strncmp(a, "[::ffff:127.", 12) == 0;
   unsigned uid = 0;
-  if (local && last != NULL &&
-      wt_tcp_socket_uid(atoi(last + 1), server_port, 1 /* established */,
-                        &uid))
+  if (here && (wt_tcp_peer_uid((const struct sockaddr *)addr,
+                               (const struct sockaddr *)local, &uid) ||
+               (last != NULL &&
+                wt_tcp_socket_uid(atoi(last + 1), server_port,
+                                  1 /* established */, &uid))))
     snprintf(key, n, "uid:%u", uid);
   else
     snprintf(key, n, "ip:%s", a);
@@ -665,16 +673,21 @@ bool rpc_listener_peer_key(rpc_listener *l, const char *grpc_peer, char *key,
   int gfd = grpc_fd_of(grpc_peer);
   if (l == NULL || gfd < 0) return false;
   char peer[sizeof(((rpc_conn *)0)->peer)] = "";
+  struct sockaddr_storage addr, local;
   pthread_mutex_lock(&l->mu);
   rpc_conn *c = by_grpc_fd_locked(l, gfd);
   if (c != NULL && c->key[0] != 0) snprintf(key, n, "%s", c->key);
   bool known = c != NULL && c->key[0] != 0, found = c != NULL;
-  if (found) snprintf(peer, sizeof(peer), "%s", c->peer);
+  if (found) {
+    snprintf(peer, sizeof(peer), "%s", c->peer);
+    addr = c->addr;
+    local = c->local;
+  }
   pthread_mutex_unlock(&l->mu);
   if (known || !found) return known;
-  /* Once per connection, outside the lock: it reads the kernel's tables. */
+  /* Once per connection, outside the lock: it asks the kernel. */
   char k[80];
-  work_out_key(peer, l->port, k, sizeof(k));
+  work_out_key(peer, &addr, &local, l->port, k, sizeof(k));
   pthread_mutex_lock(&l->mu);
   c = by_grpc_fd_locked(l, gfd);
   if (c != NULL && strcmp(c->peer, peer) == 0) snprintf(c->key, sizeof(c->key), "%s", k);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "leases.h"
@@ -196,6 +197,7 @@ static void server_free(wt_server *srv) {
   wt_export_stop(srv->export); /* its consumers' leases end with it */
   wt_leases_free(srv->leases);
   free(srv->export_path);
+  wt_hash_pool_free(srv->hashers);
   for (uint32_t i = 0; srv->workers != NULL && i < srv->nworkers; i++)
     wt_worker_destroy(srv->workers[i]);
   free(srv->workers);
@@ -426,6 +428,12 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
     goto out;
   }
   srv->watchdog_started = true;
+  {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned nh = cpus > 1 ? (unsigned)(cpus / 2) : 1;
+    WT_CHECK(wt_hash_pool_new(nh > 8 ? 8 : nh, WT_SERVER_READER_NICE,
+                              &srv->hashers));
+  }
   if (o.export_path != NULL) {
     wt_lease_limits lim = {0};
     WT_CHECK(wt_leases_new(&lim, &srv->leases));
@@ -441,16 +449,15 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
                      .max_running = o.max_round_calls,
                      .max_queued = o.max_round_calls * ROUND_QUEUE_FACTOR,
                      .option = "wt-server --max-round-calls"};
-  /* Readers: a quota per peer, and their threads (checksums) below the
-   * rounds' when the CPU is short. */
+  /* Readers: a quota per peer (their hashing runs on srv->hashers, below
+   * the rounds' threads when the CPU is short). */
   srv->classes[WT_CLASS_READER] =
       (wt_rpc_class){.name = "reader",
                      .max_running = o.max_reader_calls,
                      .max_queued = o.max_reader_calls * READER_QUEUE_FACTOR,
                      .option = "wt-server --max-reader-calls",
                      .max_per_peer = o.max_reader_calls_per_peer,
-                     .option_per_peer = "wt-server --max-reader-calls-per-peer",
-                     .nice = WT_SERVER_READER_NICE};
+                     .option_per_peer = "wt-server --max-reader-calls-per-peer"};
   srv->classes[WT_CLASS_WATCH] =
       (wt_rpc_class){.name = "watch",
                      .max_running = o.max_watchers,

@@ -84,7 +84,9 @@ struct wt_server {
   struct wt_leases *leases;
   uint32_t lease_wait_ms;
   char *export_path;
-  /* Readers' hashing budgets (reader_budget.c), per peer. */
+  /* Readers' hashing: the low-priority threads that do it (hash_pool.c)
+   * and the budgets, per peer (reader_budget.c). */
+  struct wt_hash_pool *hashers;
   pthread_mutex_t budget_mu;
   struct wt_reader_budget *budgets;
   uint64_t reader_bytes_per_sec;
@@ -283,6 +285,20 @@ WT_HIDDEN void wt_export_stop(wt_export *e);
 /* Consumers refused (another user, too many) and closed for misbehaving. */
 WT_HIDDEN void wt_export_counts(wt_export *e, uint64_t *refused,
                                 uint64_t *dropped);
+
+/* --- hash_pool.c ---------------------------------------------------------- */
+
+/* Threads at a lower priority (niceness `nice`) that run readers' hashing,
+ * one part at a time, so that reader calls that hash nothing keep their
+ * normal priority. The caller owns *out (wt_hash_pool_free). */
+typedef struct wt_hash_pool wt_hash_pool;
+WT_HIDDEN wt_status *wt_hash_pool_new(unsigned threads, int nice,
+                                      wt_hash_pool **out);
+WT_HIDDEN void wt_hash_pool_free(wt_hash_pool *p);
+/* Runs fn(arg) on one of the pool's threads and returns once it did (on
+ * this thread when p is NULL). */
+WT_HIDDEN void wt_hash_pool_run(wt_hash_pool *p, void (*fn)(void *),
+                                void *arg);
 
 /* --- reader_budget.c ------------------------------------------------------ */
 

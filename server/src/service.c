@@ -550,6 +550,21 @@ static wt_status *version_changed(size_t done, size_t total) {
 /* A part of a tensor hashed under one hold of the read lock. */
 #define CHECKSUM_PART (1u << 20)
 
+/* One part's hashing, on a low-priority thread (hash_pool.c). */
+typedef struct hash_part_job {
+  wt_param_store *s;
+  size_t i;
+  uint64_t off;
+  size_t len;
+  wt_hasher *h;
+  wt_status *st;
+} hash_part_job;
+
+static void hash_part_run(void *arg) {
+  hash_part_job *j = arg;
+  j->st = wt_param_store_hash_part(j->s, j->i, j->off, j->len, j->h);
+}
+
 typedef struct halt_arg {
   wt_server *srv;
   wt_rpc_call *call;
@@ -630,13 +645,12 @@ static wt_status *checksum_weights(wt_rpc_call *call,
   if (hex == NULL || pc == NULL || pp == NULL || commits == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "ChecksumWeights: out of memory");
   /* Every digest of the reply describes one version: each worker's store's
-   * commit count is noted under the read lock of its first digest, checked
-   * under the lock of every later one, and checked once more for every
-   * worker at the end (a commit between two workers' passes). The read
-   * lock is held for one tensor at a time, so a commit never waits longer
-   * than one digest; a commit landing after the first digest makes the
-   * call fail with ABORTED rather than mix two versions (one before it is
-   * simply not seen). */
+   * commit count is noted under the read lock of its first part, checked
+   * under the lock of every later one, and the earlier workers' counts are
+   * checked once more under the last worker's first lock (a commit between
+   * two workers' passes). A commit landing during the pass makes the call
+   * fail with ABORTED rather than mix two versions (one before it is
+   * simply not seen, nor one after its last part). */
   /* Each tensor is hashed in parts of CHECKSUM_PART bytes, the read lock
    * held per part: a commit waits for one part, and the reader's thread
    * (niced below rounds') never holds the lock through a large tensor.
@@ -668,7 +682,17 @@ static wt_status *checksum_weights(wt_rpc_call *call,
         wt_param_store_read_lock(s);
         if (k == 0 && off == 0) commits[w] = wt_param_store_commits(s);
         bool same = wt_param_store_commits(s) == commits[w];
-        if (same) st = wt_param_store_hash_part(s, idx[k], off, part, h);
+        /* At the last worker's first part, under its lock (a commit takes
+         * every worker's write lock): no commit landed since the earlier
+         * workers' passes. One after the last part does not matter: what
+         * was hashed was whole. */
+        for (uint32_t e = 0; same && w == nw - 1 && k == 0 && off == 0 && e < w;
+             e++)
+          same = wt_param_store_commits(wt_worker_store(srv->workers[e])) ==
+                 commits[e];
+        hash_part_job job = {s, idx[k], off, part, h, NULL};
+        if (same) wt_hash_pool_run(srv->hashers, hash_part_run, &job);
+        if (same) st = job.st;
         wt_param_store_read_unlock(s);
         if (!same) st = version_changed((size_t)w * n + k, total);
         off += part;
@@ -688,9 +712,7 @@ static wt_status *checksum_weights(wt_rpc_call *call,
       pp[w * n + k] = c;
     }
   }
-  for (uint32_t w = 0; w < nw && n > 0; w++)
-    if (wt_param_store_commits(wt_worker_store(srv->workers[w])) != commits[w])
-      WT_CHECK(version_changed(total, total));
+
   Wt__V1__ChecksumWeightsResponse resp =
       WT__V1__CHECKSUM_WEIGHTS_RESPONSE__INIT;
   resp.algorithm = req->algorithm;

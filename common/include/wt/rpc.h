@@ -81,9 +81,6 @@ typedef struct wt_rpc_class {
    * from /proc/net/tcp), else an IP address. 0: no limit per peer. */
   int max_per_peer;
   const char *option_per_peer; /* what raises it, as `option` */
-  /* The niceness (0..19) of the class's handler threads: readers' work
-   * (checksums) runs below rounds' when the CPU is short. 0: unchanged. */
-  int nice;
 } wt_rpc_class;
 
 /* A handler. `request` is the unpacked request for WT_RPC_UNARY and

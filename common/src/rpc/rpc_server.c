@@ -18,9 +18,6 @@
 #include <grpc/support/time.h>
 #include <limits.h>
 #include <pthread.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,12 +169,6 @@ void rpc_server_peer_key(wt_rpc_server *s, grpc_call *call, char *key,
 static void *pool_main(void *arg) {
   rpc_pool *p = arg;
   wt_rpc_server *s = p->server;
-  /* Below the other classes' threads when the CPU is short (Linux: the
-   * niceness is a thread's own). */
-  if (p->cfg.nice > 0 &&
-      setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), p->cfg.nice) != 0)
-    WT_LOGD(RPC_MOD, "class %s: cannot lower the threads' priority: %s",
-            p->cfg.name, strerror(errno));
   pthread_mutex_lock(&s->mu);
   for (;;) {
     while (p->head == NULL && !s->pools_quit) {

@@ -43,7 +43,9 @@ extern "C" {
 #define WT_SERVER_DEFAULT_READER_CALLS_PER_PEER 8
 #define WT_SERVER_DEFAULT_WATCHERS_PER_PEER 1024
 #define WT_SERVER_DEFAULT_READER_BYTES_PER_SEC (256ull << 20)
-/* The niceness of reader threads: below rounds when the CPU is short. */
+/* The niceness of the threads that hash for readers (ChecksumWeights):
+ * below every other thread of the server when the CPU is short, while the
+ * reader calls that hash nothing keep their normal priority. */
 #define WT_SERVER_READER_NICE 19
 
 /* Zero in any field means its default. Strings are copied at start. */

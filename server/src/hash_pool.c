@@ -1,0 +1,111 @@
+/* hash_pool.c: the threads that hash for readers (ChecksumWeights), below
+ * every other thread of the server when the CPU is short (see
+ * server_internal.h). A handler hands over one part at a time and waits:
+ * parts of different callers interleave in arrival order, and the reader
+ * calls that hash nothing (GetServerInfo, GetWeightVersion, ...) keep
+ * their handler threads' normal priority. */
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "server_internal.h"
+#include "wt/log.h"
+
+typedef struct hash_job {
+  struct hash_job *next;
+  void (*fn)(void *arg);
+  void *arg;
+  bool done;
+} hash_job;
+
+struct wt_hash_pool {
+  pthread_mutex_t mu;
+  pthread_cond_t work, done;
+  hash_job *head, *tail;
+  bool quit;
+  pthread_t *threads;
+  unsigned n;
+  int nice;
+};
+
+static void *hasher_main(void *arg) {
+  wt_hash_pool *p = arg;
+  if (p->nice > 0 &&
+      setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), p->nice) != 0)
+    WT_LOGD("server", "hash threads: cannot lower their priority: %s",
+            strerror(errno));
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    while (p->head == NULL && !p->quit) pthread_cond_wait(&p->work, &p->mu);
+    if (p->head == NULL) break;
+    hash_job *j = p->head;
+    p->head = j->next;
+    if (p->head == NULL) p->tail = NULL;
+    pthread_mutex_unlock(&p->mu);
+    j->fn(j->arg);
+    pthread_mutex_lock(&p->mu);
+    j->done = true;
+    pthread_cond_broadcast(&p->done);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+wt_status *wt_hash_pool_new(unsigned threads, int nice, wt_hash_pool **out) {
+  *out = NULL;
+  wt_hash_pool *p = calloc(1, sizeof(*p));
+  if (p == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+  p->threads = calloc(threads ? threads : 1, sizeof(*p->threads));
+  if (p->threads == NULL) {
+    free(p);
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->work, NULL);
+  pthread_cond_init(&p->done, NULL);
+  p->nice = nice;
+  for (unsigned i = 0; i < (threads ? threads : 1); i++) {
+    int rc = pthread_create(&p->threads[i], NULL, hasher_main, p);
+    if (rc != 0) {
+      wt_hash_pool_free(p);
+      return wt_status_from_errno(rc, "server: starting a hash thread");
+    }
+    p->n++;
+  }
+  *out = p;
+  return NULL;
+}
+
+void wt_hash_pool_free(wt_hash_pool *p) {
+  if (p == NULL) return;
+  pthread_mutex_lock(&p->mu);
+  p->quit = true;
+  pthread_cond_broadcast(&p->work);
+  pthread_mutex_unlock(&p->mu);
+  for (unsigned i = 0; i < p->n; i++) pthread_join(p->threads[i], NULL);
+  pthread_mutex_destroy(&p->mu);
+  pthread_cond_destroy(&p->work);
+  pthread_cond_destroy(&p->done);
+  free(p->threads);
+  free(p);
+}
+
+void wt_hash_pool_run(wt_hash_pool *p, void (*fn)(void *), void *arg) {
+  if (p == NULL) {
+    fn(arg);
+    return;
+  }
+  hash_job j = {.fn = fn, .arg = arg};
+  pthread_mutex_lock(&p->mu);
+  if (p->tail) p->tail->next = &j;
+  else p->head = &j;
+  p->tail = &j;
+  pthread_cond_signal(&p->work);
+  while (!j.done) pthread_cond_wait(&p->done, &p->mu);
+  pthread_mutex_unlock(&p->mu);
+}

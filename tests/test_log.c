@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <regex.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -100,6 +101,27 @@ static void test_parse(void) {
   }
   wt_log_level lv = WT_LOG_ERROR;
   CU_ASSERT_EQUAL(wt_log_level_parse(NULL, &lv), -1);
+}
+
+/* What strangers can repeat: one line a second, the rest counted and said
+ * with the next. */
+static void test_limited(void) {
+  wt_log_set_level(WT_LOG_INFO);
+  wt_log_limit lim = {0};
+  capture c;
+  capture_begin(&c);
+  for (int i = 0; i < 50; i++)
+    wt_log_limited(&lim, WT_LOG_WARN, "test", "refused %d", i);
+  struct timespec pause = {1, 100 * 1000000L};
+  nanosleep(&pause, NULL);
+  wt_log_limited(&lim, WT_LOG_WARN, "test", "refused %d", 50);
+  char *text = capture_end(&c);
+  CU_ASSERT_FATAL(text != NULL);
+  CU_ASSERT_EQUAL(count_lines(text), 2);
+  CU_ASSERT(matches(text, "WARN  \\[test\\] refused 0\n"));
+  CU_ASSERT(matches(text, "refused 50 \\(and 49 more not logged\\)"));
+  free(text);
+  wt_log_set_level(saved_level);
 }
 
 static void test_level_names(void) {
@@ -263,6 +285,7 @@ static void test_threads(void) {
 
 void wt_test_suite_log(void) {
   CU_pSuite s = CU_add_suite("log", suite_init, suite_clean);
+  CU_add_test(s, "limited: one line a second", test_limited);
   CU_add_test(s, "level parsing, good and bad names", test_parse);
   CU_add_test(s, "level names", test_level_names);
   CU_add_test(s, "set, get, enabled", test_set_get_enabled);

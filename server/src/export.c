@@ -34,7 +34,6 @@
 #define EXPORT_MAX_CONNS 64
 #define EXPORT_TICK_MS 20
 #define EXPORT_SEND_MS 10000
-#define EXPORT_LOG_MS 1000
 
 typedef struct export_conn {
   int fd;
@@ -67,28 +66,12 @@ struct wt_export {
   size_t nuids, ngids;
   atomic_bool quit;
   atomic_uint_fast64_t refused, dropped;
-  int64_t log_ms;
-  uint64_t unlogged;
+  wt_log_limit log_limit; /* the export thread's */
 };
 
-static void note(wt_export *e, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void note(wt_export *e, const char *fmt, ...) {
-  int64_t now = wt_mono_ms();
-  if (now - e->log_ms < EXPORT_LOG_MS) {
-    e->unlogged++;
-    return;
-  }
-  char msg[320];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  WT_LOGW("export", "%s: %s%s", e->path, msg,
-          e->unlogged ? " (and more not logged)" : "");
-  e->log_ms = now;
-  e->unlogged = 0;
-}
+#define note(e, fmt, ...)                                                      \
+  wt_log_limited(&(e)->log_limit, WT_LOG_WARN, "export", "%s: " fmt,         \
+                 (e)->path, __VA_ARGS__)
 
 /* ---- connections ------------------------------------------------------------ */
 

@@ -9,6 +9,8 @@
 #ifndef WT_LOG_H
 #define WT_LOG_H
 
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -39,6 +41,19 @@ int wt_log_enabled(wt_log_level level);
 
 void wt_log(wt_log_level level, const char *module, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* A complaint strangers can repeat at will (refused connections, bad
+ * frames) as at most one line a second: the lines held back are counted and
+ * said with the next ("(and 41 more not logged)"). Zero-initialize one per
+ * complaint site; not thread-safe: use it from one thread or under the
+ * caller's lock. */
+typedef struct wt_log_limit {
+  int64_t last_ms;
+  uint64_t held_back;
+} wt_log_limit;
+void wt_log_limited(wt_log_limit *limit, wt_log_level level,
+                    const char *module, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #define WT_LOGD(module, ...) wt_log(WT_LOG_DEBUG, (module), __VA_ARGS__)
 #define WT_LOGI(module, ...) wt_log(WT_LOG_INFO, (module), __VA_ARGS__)

@@ -88,3 +88,28 @@ void wt_log_level_from(const char *name, const char *what) {
   }
   wt_log_set_level(level);
 }
+
+#define LOG_LIMIT_MS 1000
+
+void wt_log_limited(wt_log_limit *limit, wt_log_level level,
+                    const char *module, const char *fmt, ...) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  if (limit->last_ms != 0 && now - limit->last_ms < LOG_LIMIT_MS) {
+    limit->held_back++;
+    return;
+  }
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  if (limit->held_back)
+    wt_log(level, module, "%s (and %llu more not logged)", msg,
+           (unsigned long long)limit->held_back);
+  else
+    wt_log(level, module, "%s", msg);
+  limit->last_ms = now;
+  limit->held_back = 0;
+}

@@ -63,7 +63,6 @@
 /* Accepting pauses this long after an error that is not about one
  * connection (ENOBUFS, ENOMEM, a spare descriptor that cannot be had). */
 #define PAUSE_MS 100
-#define LOG_INTERVAL_MS 1000
 
 #define EV_WAKE UINT64_MAX
 #define EV_LISTEN(i) (UINT64_MAX - 1 - (uint64_t)(i))
@@ -100,8 +99,8 @@ struct rpc_listener {
 
   /* accept thread only */
   bool paused;
-  int64_t resume_ms, next_gone_check, log_ms;
-  uint64_t unlogged;
+  int64_t resume_ms, next_gone_check;
+  wt_log_limit log_limit;
 };
 
 /* ---- the table (under mu) ------------------------------------------------- */
@@ -161,24 +160,9 @@ static int grpc_fd_of(const char *peer) {
 
 /* ---- logging --------------------------------------------------------------- */
 
-static void note(rpc_listener *l, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void note(rpc_listener *l, const char *fmt, ...) {
-  int64_t now = wt_mono_ms();
-  if (now - l->log_ms < LOG_INTERVAL_MS) {
-    l->unlogged++;
-    return;
-  }
-  char msg[256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  WT_LOGW(RPC_MOD, "port %d: %s%s", l->port, msg,
-          l->unlogged ? " (and more not logged)" : "");
-  l->log_ms = now;
-  l->unlogged = 0;
-}
+#define note(l, fmt, ...)                                                      \
+  wt_log_limited(&(l)->log_limit, WT_LOG_WARN, RPC_MOD, "port %d: " fmt,      \
+                 (l)->port, __VA_ARGS__)
 
 /* ---- accepting ------------------------------------------------------------- */
 

@@ -18,6 +18,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define MAX_FRAME 65536
 
+/* protobuf-c keeps an overlong tag of field number 0 (0x80 0x00) as an
+ * unknown field, which pack writes as 0x00 and unpack then refuses (the
+ * quirk fuzz_proto.c describes). wt never sends a received request back,
+ * so such inputs skip the re-pack check. */
+static int has_field_zero(const ProtobufCMessage *m) {
+  if (m == NULL) return 0;
+  for (unsigned i = 0; i < m->n_unknown_fields; i++)
+    if (m->unknown_fields[i].tag == 0) return 1;
+  return 0;
+}
+
+static int request_has_field_zero(const Wt__V1__ExportRequest *r) {
+  return has_field_zero(&r->base) ||
+         (r->op_case == WT__V1__EXPORT_REQUEST__OP_ACQUIRE &&
+          has_field_zero(&r->acquire->base)) ||
+         (r->op_case == WT__V1__EXPORT_REQUEST__OP_RELEASE &&
+          has_field_zero(&r->release->base));
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size == 0) return 0;
   size_t step = 1 + data[0] % 64;
@@ -44,6 +63,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     Wt__V1__ExportRequest *req =
         wt__v1__export_request__unpack(NULL, len, body);
     if (req == NULL) continue;
+    if (request_has_field_zero(req)) {
+      wt__v1__export_request__free_unpacked(req, NULL);
+      continue;
+    }
     size_t n = wt__v1__export_request__get_packed_size(req);
     uint8_t *out = malloc(n ? n : 1);
     wt__v1__export_request__pack(req, out);

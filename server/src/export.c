@@ -26,6 +26,7 @@
 
 #include "leases.h"
 #include "server_internal.h"
+#include "wt/cuda.h"
 #include "wt/frame.h"
 #include "wt/log.h"
 #include "wt/v1/export.pb-c.h"
@@ -45,6 +46,7 @@ typedef struct export_conn {
   /* An acquire waiting for a commit (or for an in-place round to end). */
   bool waiting;
   uint64_t wait_request, wait_after;
+  uint32_t wait_worker;
   int64_t wait_deadline;
   char *wait_version;
   /* An answer not yet all sent; its descriptors went with its first byte. */
@@ -53,8 +55,27 @@ typedef struct export_conn {
   int64_t out_since;
 } export_conn;
 
+/* How a consumer maps one region of one worker's store: fixed from the
+ * store's creation to its destruction, so worked out once at start. */
+typedef struct export_region {
+  Wt__V1__ExportRegion__Kind kind;
+  uint64_t size;
+  int fd; /* HOST_MEMFD: the store's memfd (not ours to close) */
+  uint8_t id[16];
+  unsigned char handle[WT_CUDA_IPC_HANDLE_BYTES]; /* DEVICE_CUDA_IPC */
+  uint64_t handle_offset;
+  char uuid[WT_CUDA_UUID_MAX];
+} export_region;
+
+typedef struct export_worker {
+  export_region regions[WT_PARAM_STORE_MAX_REGIONS];
+  size_t nregions;
+  char device[WT_DEVICE_NAME_MAX];
+} export_worker;
+
 struct wt_export {
   wt_server *srv;
+  export_worker *workers; /* srv->nworkers */
   char *path;
   int lfd, wakefd;
   pthread_t th;
@@ -242,9 +263,19 @@ typedef enum { ACQ_DONE, ACQ_WAIT, ACQ_CLOSE } acq_result;
  * when it can be had now: ACQ_WAIT when the caller should wait (nothing
  * newer than `after` yet, or an in-place round is writing). */
 static acq_result try_acquire(wt_export *e, export_conn *c, uint64_t rid,
-                              const char *want, uint64_t after, bool may_wait) {
+                              const char *want, uint64_t after, uint32_t worker,
+                              bool may_wait) {
   wt_server *srv = e->srv;
-  wt_param_store *s = wt_worker_store(srv->workers[0]);
+  if (worker >= srv->nworkers) {
+    char msg[128];
+    snprintf(msg, sizeof(msg),
+             "worker %" PRIu32 " does not exist: the server has %" PRIu32
+             " (0 to %" PRIu32 ")",
+             worker, srv->nworkers, srv->nworkers - 1);
+    return answer_error(c, rid, WT_OUT_OF_RANGE, msg) ? ACQ_DONE : ACQ_CLOSE;
+  }
+  const export_worker *ew = &e->workers[worker];
+  wt_param_store *s = wt_worker_store(srv->workers[worker]);
   bool inplace = wt_param_store_staging(s) == WT_STAGING_INPLACE;
   wt_param_store_read_lock(s);
   pthread_mutex_lock(&srv->mu);
@@ -294,29 +325,30 @@ static acq_result try_acquire(wt_export *e, export_conn *c, uint64_t rid,
     return answer_status(c, rid, st) ? ACQ_DONE : ACQ_CLOSE;
   }
 
-  wt_param_region regions[WT_PARAM_STORE_MAX_REGIONS];
-  size_t nr = wt_param_store_regions(s, regions);
+  size_t nr = ew->nregions, nfd = 0;
   size_t n = wt_param_store_count(s);
   Wt__V1__ExportRegion reg[WT_PARAM_STORE_MAX_REGIONS];
   Wt__V1__ExportRegion *regp[WT_PARAM_STORE_MAX_REGIONS];
   int fds[WT_PARAM_STORE_MAX_REGIONS];
-  uint8_t ids[WT_PARAM_STORE_MAX_REGIONS][16];
   for (size_t r = 0; r < nr; r++) {
-    struct stat sb;
-    memset(&sb, 0, sizeof(sb));
-    fstat(regions[r].fd, &sb);
-    uint64_t dev = (uint64_t)sb.st_dev, ino = (uint64_t)sb.st_ino;
-    memcpy(ids[r], &dev, 8);
-    memcpy(ids[r] + 8, &ino, 8);
+    const export_region *er = &ew->regions[r];
     wt__v1__export_region__init(&reg[r]);
     reg[r].index = (uint32_t)r;
-    reg[r].kind = WT__V1__EXPORT_REGION__KIND__HOST_MEMFD;
-    reg[r].size = regions[r].len;
-    reg[r].fd_index = (int32_t)r;
-    reg[r].region_id.data = ids[r];
-    reg[r].region_id.len = 16;
+    reg[r].kind = er->kind;
+    reg[r].size = er->size;
+    reg[r].region_id.data = (uint8_t *)er->id;
+    reg[r].region_id.len = sizeof(er->id);
+    if (er->kind == WT__V1__EXPORT_REGION__KIND__HOST_MEMFD) {
+      reg[r].fd_index = (int32_t)nfd;
+      fds[nfd++] = er->fd;
+    } else {
+      reg[r].fd_index = -1;
+      reg[r].ipc_handle.data = (uint8_t *)er->handle;
+      reg[r].ipc_handle.len = sizeof(er->handle);
+      reg[r].gpu_uuid = (char *)er->uuid;
+      reg[r].handle_offset = er->handle_offset;
+    }
     regp[r] = &reg[r];
-    fds[r] = regions[r].fd;
   }
   Wt__V1__ExportTensor *ts = calloc(n ? n : 1, sizeof(*ts));
   Wt__V1__ExportTensor **tp = calloc(n ? n : 1, sizeof(*tp));
@@ -353,13 +385,15 @@ static acq_result try_acquire(wt_export *e, export_conn *c, uint64_t rid,
   man.regions = regp;
   man.n_tensors = n;
   man.tensors = tp;
+  man.worker = worker;
+  man.device = (char *)ew->device;
   Wt__V1__ExportResponse resp = WT__V1__EXPORT_RESPONSE__INIT;
   resp.request_id = rid;
   resp.result_case = WT__V1__EXPORT_RESPONSE__RESULT_MANIFEST;
   resp.manifest = &man;
   /* The read lock is held until the manifest is packed: its locations are
    * the live ones of this sequence, and the lease keeps them so. */
-  bool ok = answer(c, &resp, fds, nr);
+  bool ok = answer(c, &resp, fds, nfd);
   wt_param_store_read_unlock(s);
   free(ts);
   free(tp);
@@ -386,11 +420,12 @@ static bool handle(wt_export *e, export_conn *c, const uint8_t *body,
   } else if (req->op_case == WT__V1__EXPORT_REQUEST__OP_ACQUIRE) {
     const Wt__V1__AcquireRequest *a = req->acquire;
     acq_result r = try_acquire(e, c, req->request_id, a->version,
-                               a->after_sequence, a->timeout_ms > 0);
+                               a->after_sequence, a->worker, a->timeout_ms > 0);
     if (r == ACQ_WAIT) {
       c->waiting = true;
       c->wait_request = req->request_id;
       c->wait_after = a->after_sequence;
+      c->wait_worker = a->worker;
       c->wait_deadline = wt_mono_ms() + a->timeout_ms;
       c->wait_version = strdup(a->version ? a->version : "");
       if (c->wait_version == NULL) ok = false;
@@ -501,7 +536,7 @@ static void *export_main(void *arg) {
       } else if (c->waiting) {
         bool last = now >= c->wait_deadline;
         acq_result r = try_acquire(e, c, c->wait_request, c->wait_version,
-                                   c->wait_after, !last);
+                                   c->wait_after, c->wait_worker, !last);
         if (r != ACQ_WAIT) {
           c->waiting = false;
           free(c->wait_version);
@@ -598,16 +633,75 @@ static wt_status *open_socket(wt_export *e) {
   return NULL;
 }
 
+/* Works out, once, how a consumer maps each worker's regions: a memfd's
+ * id from its inode; a device region's CUDA IPC handle of the allocation
+ * that holds it and the GPU's UUID. */
+static wt_status *describe_workers(wt_export *e) {
+  wt_server *srv = e->srv;
+  e->workers = calloc(srv->nworkers ? srv->nworkers : 1, sizeof(*e->workers));
+  if (e->workers == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "--export: out of memory");
+  for (uint32_t w = 0; w < srv->nworkers; w++) {
+    export_worker *ew = &e->workers[w];
+    wt_param_store *s = wt_worker_store(srv->workers[w]);
+    wt_device dev = wt_param_store_device(s);
+    wt_device_format(dev, ew->device);
+    wt_param_region regions[WT_PARAM_STORE_MAX_REGIONS];
+    ew->nregions = wt_param_store_regions(s, regions);
+    for (size_t r = 0; r < ew->nregions; r++) {
+      export_region *er = &ew->regions[r];
+      er->size = regions[r].len;
+      er->fd = -1;
+      if (regions[r].kind == WT_MEM_SHARED) {
+        struct stat sb;
+        if (fstat(regions[r].fd, &sb) != 0)
+          return wt_status_from_errno(errno, "--export: worker %" PRIu32
+                                             " region %zu: fstat", w, r);
+        uint64_t d = (uint64_t)sb.st_dev, ino = (uint64_t)sb.st_ino;
+        memcpy(er->id, &d, 8);
+        memcpy(er->id + 8, &ino, 8);
+        er->kind = WT__V1__EXPORT_REGION__KIND__HOST_MEMFD;
+        er->fd = regions[r].fd;
+        continue;
+      }
+      const wt_cuda_api *api = NULL;
+      void *base = NULL;
+      size_t size = 0;
+      wt_status *st = wt_cuda_api_get(&api);
+      if (st == NULL) st = wt_cuda_bind(dev.index);
+      if (st == NULL) st = api->ipc_export(regions[r].base, &base, &size,
+                                           er->handle);
+      if (st == NULL) st = api->device_uuid(dev.index, er->uuid);
+      if (st != NULL)
+        return wt_status_prefix(st, "--export: worker %" PRIu32 " (%s) region %zu",
+                                w, ew->device, r);
+      er->kind = WT__V1__EXPORT_REGION__KIND__DEVICE_CUDA_IPC;
+      er->handle_offset =
+          (uint64_t)((uintptr_t)regions[r].base - (uintptr_t)base);
+      /* The same allocation gives the same handle: its bytes are its id. */
+      uint64_t h = 1469598103934665603ull, o = er->handle_offset;
+      for (size_t i = 0; i < sizeof(er->handle); i++)
+        h = (h ^ er->handle[i]) * 1099511628211ull;
+      memcpy(er->id, &h, 8);
+      memcpy(er->id + 8, &o, 8);
+    }
+  }
+  return NULL;
+}
+
 wt_status *wt_export_start(wt_server *srv, const wt_server_options *o,
                            wt_export **out) {
   *out = NULL;
-  wt_param_store *s = wt_worker_store(srv->workers[0]);
-  if (wt_param_store_memory(s) != WT_MEM_SHARED)
-    return wt_status_new(WT_FAILED_PRECONDITION,
-                         "--export %s: needs --memory shared (a consumer maps "
-                         "the worker's memfd; this worker holds %s memory)",
-                         o->export_path,
-                         wt_mem_kind_name(wt_param_store_memory(s)));
+  for (uint32_t w = 0; w < srv->nworkers; w++) {
+    wt_mem_kind k = wt_param_store_memory(wt_worker_store(srv->workers[w]));
+    if (k != WT_MEM_SHARED && k != WT_MEM_DEVICE)
+      return wt_status_new(
+          WT_FAILED_PRECONDITION,
+          "--export %s: needs --memory shared (a consumer maps the worker's "
+          "memfd) or device (a consumer opens its CUDA IPC handle); worker "
+          "%" PRIu32 " holds %s memory",
+          o->export_path, w, wt_mem_kind_name(k));
+  }
   wt_status *dir = check_dir(o->export_path);
   if (dir != NULL) return dir;
   wt_export *e = calloc(1, sizeof(*e));
@@ -632,6 +726,7 @@ wt_status *wt_export_start(wt_server *srv, const wt_server_options *o,
   e->ngids = o->n_export_allow_gids;
   if (e->nuids) memcpy(e->uids, o->export_allow_uids, e->nuids * sizeof(unsigned));
   if (e->ngids) memcpy(e->gids, o->export_allow_gids, e->ngids * sizeof(unsigned));
+  if ((st = describe_workers(e)) != NULL) goto fail;
   if ((st = open_socket(e)) != NULL) goto fail;
   e->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   int rc = e->wakefd < 0 ? errno : pthread_create(&e->th, NULL, export_main, e);
@@ -671,6 +766,7 @@ void wt_export_stop(wt_export *e) {
   free(e->path);
   free(e->uids);
   free(e->gids);
+  free(e->workers);
   free(e);
 }
 

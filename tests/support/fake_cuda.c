@@ -2,11 +2,14 @@
 
 #include "fake_cuda.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct fake_alloc {
@@ -15,6 +18,8 @@ typedef struct fake_alloc {
   unsigned char *mirror; /* PROT_READ | PROT_WRITE: what copies use */
   size_t len;
   uint64_t gen; /* its IPC handle's: the same for every export of it */
+  int fd;       /* the memfd, kept open so another process can open it */
+  int imported; /* opened from another process's handle */
   struct fake_alloc *next;
 } fake_alloc;
 
@@ -68,10 +73,11 @@ static wt_status *f_device_alloc(int device, size_t len, void **ptr) {
   }
   a->dev = mmap(NULL, len, PROT_NONE, MAP_SHARED, fd, 0);
   a->mirror = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
+  a->fd = fd;
   if (a->dev == MAP_FAILED || a->mirror == MAP_FAILED) {
     if (a->dev != MAP_FAILED) munmap(a->dev, len);
     if (a->mirror != MAP_FAILED) munmap(a->mirror, len);
+    close(fd);
     free(a);
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "fake cudaMalloc(%zu): mmap",
                          len);
@@ -98,6 +104,7 @@ static void f_device_free(int device, void *ptr) {
     stats.device_bytes[a->device] -= a->len;
     munmap(a->dev, a->len);
     munmap(a->mirror, a->len);
+    close(a->fd);
     free(a);
     break;
   }
@@ -223,8 +230,44 @@ typedef struct fake_handle {
   uint64_t dev;
   uint64_t len;
   uint64_t gen;
-  unsigned char pad[WT_CUDA_IPC_HANDLE_BYTES - 32];
+  /* Another process opens the memfd through /proc/PID/fd/FD, as a real
+   * handle opens the allocation of another process on the same GPU. */
+  int32_t pid;
+  int32_t fd;
+  unsigned char pad[WT_CUDA_IPC_HANDLE_BYTES - 40];
 } fake_handle;
+
+/* Another process's allocation, opened through its memfd, under mu. */
+static fake_alloc *import_locked(const fake_handle *h, int device) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)h->pid, (int)h->fd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  struct stat sb;
+  fake_alloc *a = calloc(1, sizeof(*a));
+  if (a == NULL || fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != h->len) {
+    free(a);
+    close(fd);
+    return NULL;
+  }
+  a->dev = mmap(NULL, h->len, PROT_NONE, MAP_SHARED, fd, 0);
+  a->mirror = mmap(NULL, h->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (a->dev == MAP_FAILED || a->mirror == MAP_FAILED) {
+    if (a->dev != MAP_FAILED) munmap(a->dev, h->len);
+    if (a->mirror != MAP_FAILED) munmap(a->mirror, h->len);
+    free(a);
+    close(fd);
+    return NULL;
+  }
+  a->fd = fd;
+  a->device = device;
+  a->len = h->len;
+  a->gen = h->gen;
+  a->imported = 1;
+  a->next = allocs;
+  allocs = a;
+  return a;
+}
 
 static wt_status *f_ipc_export(const void *ptr, void **base, size_t *size,
                                unsigned char handle[WT_CUDA_IPC_HANDLE_BYTES]) {
@@ -237,6 +280,8 @@ static wt_status *f_ipc_export(const void *ptr, void **base, size_t *size,
     h.dev = (uint64_t)(uintptr_t)a->dev;
     h.len = a->len;
     h.gen = a->gen;
+    h.pid = (int32_t)getpid();
+    h.fd = a->fd;
     *base = a->dev;
     *size = a->len;
     stats.ipc_exports++;
@@ -258,11 +303,17 @@ static wt_status *f_ipc_open(
   fake_handle h;
   memcpy(&h, handle, sizeof(h));
   pthread_mutex_lock(&mu);
-  fake_alloc *a = memcmp(h.magic, "wtfkipc", 8) == 0
-                      ? alloc_of_locked((void *)(uintptr_t)h.dev, h.len)
-                      : NULL;
-  if (a != NULL && (uint64_t)(uintptr_t)a->dev == h.dev && a->len == h.len &&
-      a->gen == h.gen) {
+  bool magic = memcmp(h.magic, "wtfkipc", 8) == 0;
+  fake_alloc *a = NULL;
+  if (magic && h.pid != (int32_t)getpid()) {
+    a = import_locked(&h, device);
+  } else if (magic) {
+    a = alloc_of_locked((void *)(uintptr_t)h.dev, h.len);
+    if (a != NULL && ((uint64_t)(uintptr_t)a->dev != h.dev ||
+                      a->len != h.len || a->gen != h.gen))
+      a = NULL;
+  }
+  if (a != NULL) {
     stats.ipc_opens++;
     stats.ipc_open_now++;
   } else {
@@ -279,9 +330,18 @@ static wt_status *f_ipc_open(
 
 static void f_ipc_close(int device, void *base) {
   (void)device;
-  (void)base;
   pthread_mutex_lock(&mu);
   stats.ipc_open_now--;
+  for (fake_alloc **p = &allocs; *p; p = &(*p)->next) {
+    fake_alloc *a = *p;
+    if (a->dev != base || !a->imported) continue;
+    *p = a->next; /* an import ends with its close */
+    munmap(a->dev, a->len);
+    munmap(a->mirror, a->len);
+    close(a->fd);
+    free(a);
+    break;
+  }
   pthread_mutex_unlock(&mu);
 }
 
@@ -419,6 +479,26 @@ void fake_cuda_hold_copies(int hold) {
   pthread_mutex_unlock(&mu);
 }
 
+/* Registration only counts: emulated copies read host memory directly. */
+static wt_status *f_host_register(void *ptr, size_t len, int read_only) {
+  if (ptr == NULL || len == 0)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "fake cudaHostRegister(%p, %zu): invalid argument",
+                         ptr, len);
+  pthread_mutex_lock(&mu);
+  stats.host_registered++;
+  if (read_only) stats.host_registered_read_only++;
+  pthread_mutex_unlock(&mu);
+  return NULL;
+}
+
+static void f_host_unregister(void *ptr) {
+  if (ptr == NULL) return;
+  pthread_mutex_lock(&mu);
+  stats.host_registered--;
+  pthread_mutex_unlock(&mu);
+}
+
 static const wt_cuda_api fake_api = {
     .version = WT_CUDA_API_VERSION,
     .name = "fake",
@@ -441,6 +521,8 @@ static const wt_cuda_api fake_api = {
     .stream_destroy = f_stream_destroy,
     .copy_async = f_copy_async,
     .stream_query = f_stream_query,
+    .host_register = f_host_register,
+    .host_unregister = f_host_unregister,
 };
 
 void fake_cuda_install(int devices) {

@@ -26,6 +26,8 @@ typedef struct fake_cuda_stats {
   uint64_t ipc_opens;      /* handles opened */
   int64_t ipc_open_now;    /* opened and not closed */
   uint64_t copies_d2d;     /* copy_async calls */
+  int64_t host_registered; /* host_register calls not yet unregistered */
+  uint64_t host_registered_read_only; /* of them, read-only (ever) */
 } fake_cuda_stats;
 
 /* Streams and events: pass a pointer to an int as the cudaStream_t or

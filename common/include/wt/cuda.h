@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define WT_CUDA_API_VERSION 2u
+#define WT_CUDA_API_VERSION 3u
 /* sizeof(cudaIpcMemHandle_t). */
 #define WT_CUDA_IPC_HANDLE_BYTES 64
 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" plus NUL. */
@@ -91,6 +91,15 @@ typedef struct wt_cuda_api {
    * false while it runs; an error the stream hit is returned. Never
    * blocks, so a caller can poll it against a deadline. */
   wt_status *(*stream_query)(void *stream, int *done);
+
+  /* --- version 3: registered host memory (the export's consumers) --- */
+
+  /* Page-locks host memory [ptr, ptr + len) that this process mapped, for
+   * every device (cudaHostRegister, cudaHostRegisterPortable, and
+   * cudaHostRegisterReadOnly when read_only: a read-only mapping, which the
+   * GPU then only reads), so that copies from it run at pinned speed. */
+  wt_status *(*host_register)(void *ptr, size_t len, int read_only);
+  void (*host_unregister)(void *ptr);
 } wt_cuda_api;
 
 /* The process's table: the override if one is set, else the module,

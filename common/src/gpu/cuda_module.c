@@ -206,6 +206,18 @@ static wt_status *m_stream_query(void *stream, int *done) {
   return cuda_error(err, "cudaStreamQuery");
 }
 
+static wt_status *m_host_register(void *ptr, size_t len, int read_only) {
+  unsigned flags = cudaHostRegisterPortable;
+  if (read_only) flags |= cudaHostRegisterReadOnly;
+  cudaError_t err = cudaHostRegister(ptr, len, flags);
+  if (err != cudaSuccess) return cuda_error(err, "cudaHostRegister");
+  return NULL;
+}
+
+static void m_host_unregister(void *ptr) {
+  if (ptr != NULL) cudaHostUnregister(ptr);
+}
+
 static char name[64];
 
 static const wt_cuda_api api = {
@@ -230,6 +242,8 @@ static const wt_cuda_api api = {
     .stream_destroy = m_stream_destroy,
     .copy_async = m_copy_async,
     .stream_query = m_stream_query,
+    .host_register = m_host_register,
+    .host_unregister = m_host_unregister,
 };
 
 /* Exported for cuda_loader.c (declared here for -Wmissing-declarations). */

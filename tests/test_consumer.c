@@ -294,6 +294,27 @@ static void test_device_second_process(void) {
   wtt_server_stop(&h);
 }
 
+/* docs/export.md's example, as a user runs it; and no gRPC in it. */
+static void test_example(void) {
+  wtt_server s;
+  start(&s, WT_STAGING_SHADOW, NULL);
+  wtt_commit_round(&s, "ex-2", 2);
+  char log[460];
+  snprintf(log, sizeof(log), "%s/example.log", g_dir);
+  const char *const argv[] = {WT_LIST_TENSORS_BIN, g_sock, NULL};
+  char *out = NULL;
+  CU_ASSERT_EQUAL(wt_proc_run(argv, log, 30000, &out), 0);
+  char head[64];
+  snprintf(head, sizeof(head), "version ex-2: %zu tensors\n", s.n);
+  CU_ASSERT_PTR_NOT_NULL(out ? strstr(out, head) : NULL);
+  CU_ASSERT_PTR_NOT_NULL(out ? strstr(out, s.metas[0].name) : NULL);
+  free(out);
+  wtt_server_stop(&s);
+  char cmd[600];
+  snprintf(cmd, sizeof(cmd), "ldd '%s' | grep -q grpc", WT_LIST_TENSORS_BIN);
+  CU_ASSERT_NOT_EQUAL(system(cmd), 0); /* libwt_consumer pulls no gRPC in */
+}
+
 void wt_test_suite_consumer(void);
 void wt_test_suite_consumer(void) {
   CU_pSuite s = CU_add_suite("consumer", suite_init, suite_clean);
@@ -305,4 +326,5 @@ void wt_test_suite_consumer(void) {
               test_stranger_server);
   CU_add_test(s, "device regions reach a second process (emulated GPUs)",
               test_device_second_process);
+  CU_add_test(s, "the docs' example, without gRPC", test_example);
 }

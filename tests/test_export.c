@@ -757,13 +757,15 @@ static void test_ctl_export_info(void) {
   wtt_commit_round(&s, "ctl-1", 1);
   char log[340];
   snprintf(log, sizeof(log), "%s/export-info.log", g_dir);
-  const char *const argv[] = {WT_CTL_BIN, "export-info", g_sock, NULL};
+  const char *const argv[] = {WT_CTL_BIN, "export-info", "--export", g_sock,
+                              NULL};
   char *out = NULL;
   CU_ASSERT_EQUAL(wt_proc_run(argv, log, 30000, &out), 0);
   CU_ASSERT_PTR_NOT_NULL(out ? strstr(out, "version:      ctl-1 (sequence 1)")
                              : NULL);
   CU_ASSERT_PTR_NOT_NULL(out ? strstr(out, "lease:        released") : NULL);
-  CU_ASSERT_PTR_NOT_NULL(out ? strstr(out, "(descriptor received)") : NULL);
+  CU_ASSERT_PTR_NOT_NULL(out ? strstr(out, "regions:      2 mapped") : NULL);
+  CU_ASSERT_PTR_NOT_NULL(out ? strstr(out, "worker:       0 on cpu") : NULL);
   free(out);
   Wt__V1__ServerInfo *info = wtt_info(s.ch);
   CU_ASSERT_FATAL(info != NULL);

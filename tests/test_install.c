@@ -56,6 +56,16 @@ static void test_install_tree(void) {
            prefix, wt_test_source_dir(), dir, dir, prefix);
   CU_ASSERT_EQUAL(sh(dir, "pkg-config", cmd, NULL), 0);
 
+  /* The consumer's example (docs/export.md): wt-consumer, and no gRPC. */
+  snprintf(cmd, sizeof(cmd),
+           "PKG_CONFIG_PATH='%s/lib/pkgconfig' && export PKG_CONFIG_PATH && "
+           "cc -std=c11 -Wall -Wextra -Werror "
+           "'%s/../consumer/examples/list_tensors.c' "
+           "$(pkg-config --cflags --libs wt-consumer) -o '%s/list-tensors' && "
+           "! ldd '%s/list-tensors' | grep -q grpc",
+           prefix, wt_test_source_dir(), dir, dir);
+  CU_ASSERT_EQUAL(sh(dir, "pkg-config-consumer", cmd, NULL), 0);
+
   /* CMake's find_package(wt) and the imported target wt::client. */
   snprintf(cmd, sizeof(cmd),
            "cmake -S '%s/install' -B '%s/cmake-build' "
@@ -76,7 +86,10 @@ static void test_install_tree(void) {
   /* Both run rounds against the installed wt-server. */
   char bin[PATH_MAX + 32];
   snprintf(bin, sizeof(bin), "%s/bin/wt-server", prefix);
-  const char *const extra[] = {"--model", "synthetic:tiny", NULL};
+  char sock[PATH_MAX + 32];
+  snprintf(sock, sizeof(sock), "%s/export.sock", dir);
+  const char *const extra[] = {"--model", "synthetic:tiny", "--memory",
+                               "shared", "--export", sock, NULL};
   wt_proc_server srv;
   CU_ASSERT_FATAL(wt_proc_server_start_bin(&srv, bin, dir, "server", extra));
   static const struct {
@@ -94,6 +107,14 @@ static void test_install_tree(void) {
     CU_ASSERT_EQUAL(sh(dir, tag, cmd, &out), 0);
     CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "7 of 7 digests verified"));
     if (out) printf("\n  %s: %s", runs[i].exe, out);
+    free(out);
+  }
+  {
+    char *out = NULL;
+    snprintf(cmd, sizeof(cmd), "'%s/list-tensors' '%s'", dir, sock);
+    CU_ASSERT_EQUAL(sh(dir, "list-tensors", cmd, &out), 0);
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, ": 7 tensors"));
+    if (out) printf("\n  list-tensors: %.*s", (int)strcspn(out, "\n") + 1, out);
     free(out);
   }
   if (had_cuda) {

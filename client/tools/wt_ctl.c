@@ -23,8 +23,8 @@
 
 #include "tool_format.h"
 
-/* export_info.c: wt-ctl export-info PATH; an exit code. */
-int wt_ctl_export_info(const char *path);
+/* export_info.c: wt-ctl export-info PATH [--worker W]; an exit code. */
+int wt_ctl_export_info(const char *path, uint32_t worker);
 
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2
@@ -45,7 +45,8 @@ static void usage(FILE *f) {
           "(the current first, if any)\n"
           "  checksum [--algo sha256|xxh3] [--all-workers] [NAME...]\n"
           "                             digests of the committed bytes\n"
-          "  export-info PATH           what a consumer of wt-server --export\n"
+          "  export-info [--export] PATH [--worker W]\n"
+          "                             what a consumer of wt-server --export\n"
           "                             PATH sees (acquires, then releases)\n"
           "\n"
           "  --server HOST:PORT         default 127.0.0.1:50051\n"
@@ -347,11 +348,34 @@ int main(int argc, char **argv) {
   char **args = argv + i;
   /* The export's socket, not the gRPC port: no client. */
   if (strcmp(name, "export-info") == 0) {
-    if (nargs != 1) {
-      fprintf(stderr, "wt-ctl: export-info: one argument, the socket path\n");
+    const char *path = NULL;
+    uint32_t worker = 0;
+    for (int k = 0; k < nargs; k++) {
+      if (strcmp(args[k], "--worker") == 0 && k + 1 < nargs) {
+        char *end = NULL;
+        unsigned long w = strtoul(args[++k], &end, 10);
+        if (end == args[k] || *end != '\0' || w > UINT32_MAX) {
+          fprintf(stderr, "wt-ctl: export-info: --worker '%s' is not a worker "
+                          "index\n", args[k]);
+          return EXIT_USAGE;
+        }
+        worker = (uint32_t)w;
+      } else if (strcmp(args[k], "--export") == 0 && k + 1 < nargs &&
+                 path == NULL) {
+        path = args[++k];
+      } else if (args[k][0] != '-' && path == NULL) {
+        path = args[k];
+      } else {
+        path = NULL;
+        break;
+      }
+    }
+    if (path == NULL) {
+      fprintf(stderr, "wt-ctl: export-info: usage: export-info [--export] "
+                      "PATH [--worker W]\n");
       return EXIT_USAGE;
     }
-    return wt_ctl_export_info(args[0]);
+    return wt_ctl_export_info(path, worker);
   }
   const command *cmd = NULL;
   for (size_t j = 0; j < sizeof(commands) / sizeof(commands[0]); j++)

@@ -40,6 +40,10 @@ struct wt_param_store {
   /* One region per buffer set, each holding one copy of every tensor;
    * buf[1] only for shadow staging. */
   wt_mem_region buf[2];
+  /* Embedded (wt_store_embedding): the caller's buffers, never freed here. */
+  wt_store_embedding embed;
+  bool has_embed;
+  int embedded_sets;
   unsigned char *live; /* per tensor: which of buf[] is live (shadow) */
   /* Open-addressing name index: slots hold tensor index + 1, 0 is empty. */
   size_t *slots;
@@ -126,6 +130,39 @@ static wt_status *build_index(wt_param_store *s) {
   return NULL;
 }
 
+/* The caller's buffers for an embedded store (wt_store_embedding). */
+static wt_status *embed_buffers(wt_param_store *s, size_t len, int nsets) {
+  if (s->embed.buffers == NULL)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "param store '%s': embed.buffers is NULL", s->name);
+  if (s->memory == WT_MEM_SHARED)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "param store '%s': embedded buffers cannot be of the "
+                         "'shared' kind (a memfd the store makes itself); give "
+                         "host, pinned or device memory",
+                         s->name);
+  void *bufs[2] = {NULL, NULL};
+  wt_status *st = s->embed.buffers(s->embed.user, s->name, (uint64_t)len,
+                                   nsets, bufs);
+  if (st != NULL)
+    return wt_status_prefix(st, "param store '%s': embed.buffers", s->name);
+  for (int b = 0; b < nsets; b++) {
+    s->buf[b].base = bufs[b];
+    s->buf[b].len = len;
+    s->buf[b].kind = s->memory;
+    s->buf[b].device = s->device;
+    s->buf[b].fd = -1;
+  }
+  s->embedded_sets = nsets;
+  for (int b = 0; b < nsets; b++)
+    if (len > 0 && (bufs[b] == NULL || ((uintptr_t)bufs[b] & (ALIGN - 1)) != 0))
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "param store '%s': embed.buffers gave set %d at %p: "
+                           "NULL or not %u-byte aligned",
+                           s->name, b, bufs[b], ALIGN);
+  return NULL;
+}
+
 wt_status *wt_param_store_new(const wt_tensor_meta *metas, size_t n,
                               const wt_store_config *cfg,
                               wt_param_store **out) {
@@ -180,7 +217,13 @@ wt_status *wt_param_store_new(const wt_tensor_meta *metas, size_t n,
   if (len > SIZE_MAX)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "param store: %" PRIu64 " bytes is too much",
             len);
-  for (int b = 0; b < (c.staging == WT_STAGING_SHADOW ? 2 : 1); b++) {
+  int nsets = c.staging == WT_STAGING_SHADOW ? 2 : 1;
+  if (c.embed != NULL) {
+    s->embed = *c.embed;
+    s->has_embed = true;
+    WT_CHECK(embed_buffers(s, (size_t)len, nsets));
+  }
+  for (int b = 0; b < (c.embed != NULL ? 0 : nsets); b++) {
     char what[96];
     snprintf(what, sizeof(what), "%s%sparams-%d", s->name, *s->name ? "-" : "",
              b);
@@ -212,8 +255,14 @@ out:
 void wt_param_store_destroy(wt_param_store *s) {
   if (s == NULL) return;
   if (s->has_lock) pthread_rwlock_destroy(&s->lock);
-  wt_mem_free(&s->buf[0]);
-  wt_mem_free(&s->buf[1]);
+  if (s->embedded_sets > 0) {
+    void *bufs[2] = {s->buf[0].base, s->buf[1].base};
+    if (s->embed.release != NULL)
+      s->embed.release(s->embed.user, s->name, bufs, s->embedded_sets);
+  } else {
+    wt_mem_free(&s->buf[0]);
+    wt_mem_free(&s->buf[1]);
+  }
   wt_mem_bounce_free(&s->bounce);
   pthread_mutex_destroy(&s->bounce_mu);
   free(s->name);
@@ -333,6 +382,8 @@ size_t wt_param_store_regions(const wt_param_store *s,
     if (s->buf[i].base != NULL && s->buf[i].len > 0) out[n++] = s->buf[i];
   return n;
 }
+
+const char *wt_param_store_name(const wt_param_store *s) { return s->name; }
 
 wt_staging wt_param_store_staging(const wt_param_store *s) {
   return s->staging;
@@ -499,6 +550,8 @@ void wt_param_store_commit_locked(wt_param_store *s) {
     if (s->state[i] == T_STAGED) s->state[i] = T_UNTOUCHED;
   }
   round_reset(s);
+  if (s->has_embed && s->embed.on_commit != NULL)
+    s->embed.on_commit(s->embed.user, s);
 }
 
 void wt_param_store_abort(wt_param_store *s) {

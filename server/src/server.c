@@ -90,6 +90,7 @@ static wt_status *load_store(wt_worker *w, void *arg) {
       .memory = dev.type == WT_DEVICE_CUDA ? WT_MEM_DEVICE : a->srv->memory,
       .device = dev,
       .name = name,
+      .embed = a->srv->embed,
   };
   wt_param_store *store = NULL;
   wt_status *st =
@@ -361,6 +362,7 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
   pthread_condattr_destroy(&ca);
   srv->staging = o.staging;
   srv->memory = o.memory;
+  srv->embed = o.embed;
   srv->round_timeout_ms = o.round_timeout_ms;
   srv->engine_timeout_ms = o.engine_timeout_ms;
   srv->header_timeout_ms = o.header_timeout_ms;

@@ -61,6 +61,7 @@ struct wt_server {
   size_t n_engine_options;
   wt_staging staging;
   wt_mem_kind memory;
+  const wt_store_embedding *embed; /* the embedding engine's (borrowed) */
   uint32_t round_timeout_ms;
   uint32_t engine_timeout_ms;
   uint32_t header_timeout_ms;

@@ -60,6 +60,38 @@ wt_status *wt_staging_parse(const char *name, wt_staging *out);
 
 typedef struct wt_param_store wt_param_store;
 
+/* Embedding, the other way round (docs/embedding.md): an engine that links
+ * libwt_server gives a store its own memory, so rounds land in the
+ * engine's buffers with no copy and no socket, and learns of each commit.
+ * The layout is wt's: one buffer per set holding every tensor at the
+ * 64-byte aligned offset wt_param_store_locate() says (the same offsets in
+ * both sets). An engine whose weights are fused or sharded does not hand
+ * those over: it gives wt flat buffers and, in on_commit, does its own
+ * load_weights from them (the names, dtypes, shapes and pointers are the
+ * store's: wt_param_store_meta and wt_param_store_live). */
+typedef struct wt_store_embedding {
+  /* Gives the store `nsets` buffers (1 in place, 2 shadow) of `set_bytes`
+   * each, 64-byte aligned, of the config's memory kind on its device
+   * (host, pinned or device memory; a memfd's `shared` kind is the
+   * server's own), into out[0..nsets). They stay the caller's: the store
+   * writes the model into them at creation and every round after, and
+   * never frees them. Called once, from wt_param_store_new; an error ends
+   * the creation with it. `store` is the store's name ("worker-0"). */
+  wt_status *(*buffers)(void *user, const char *store, uint64_t set_bytes,
+                        int nsets, void *out[2]);
+  /* Called by wt_param_store_destroy (or a failed creation) once the store
+   * no longer touches the buffers: the caller may free them. May be NULL. */
+  void (*release)(void *user, const char *store, void *bufs[2], int nsets);
+  /* Called after every commit on the thread that commits (a worker's),
+   * shadow staging with the store's write lock held, so no reader sees the
+   * flip half done: which set is live is per tensor
+   * (wt_param_store_locate). It must be short, and must not call what
+   * takes the store's lock (read, digest, hash_part, read_lock); the
+   * layout functions and wt_param_store_live are fine. May be NULL. */
+  void (*on_commit)(void *user, wt_param_store *s);
+  void *user;
+} wt_store_embedding;
+
 /* How a store holds its bytes. Zero is the default of every field: shadow
  * staging in host memory on the cpu. */
 typedef struct wt_store_config {
@@ -67,6 +99,9 @@ typedef struct wt_store_config {
   wt_mem_kind memory; /* wt/memory.h; `device` needs a cuda:N device */
   wt_device device;   /* where the memory is: cpu, or cuda:N */
   const char *name;   /* names the store in errors and its memfds; NULL: "" */
+  /* NULL: the store allocates its memory. Else the caller's (borrowed;
+   * must outlive the store). */
+  const wt_store_embedding *embed;
 } wt_store_config;
 
 /* A store for `metas[0..n)` (copied; names must be unique, else
@@ -102,6 +137,8 @@ const wt_tensor_meta *wt_param_store_meta(const wt_param_store *s, size_t i);
 /* Sum of every tensor's nbytes (one version; shadow holds twice this). */
 uint64_t wt_param_store_total_bytes(const wt_param_store *s);
 wt_staging wt_param_store_staging(const wt_param_store *s);
+/* The config's name ("" when none), owned by the store. */
+const char *wt_param_store_name(const wt_param_store *s);
 wt_mem_kind wt_param_store_memory(const wt_param_store *s);
 wt_device wt_param_store_device(const wt_param_store *s);
 /* Bytes of memory the store's regions hold (shadow: both buffer sets). */

@@ -122,7 +122,8 @@ typedef struct wt_server_options {
   const char *runtime_base;
   /* The inference-side export (docs/export.md): a Unix-domain socket at
    * export_path (mode 0600, in a directory others cannot write) handing
-   * committed versions of worker 0's store (memory WT_MEM_SHARED) to
+   * committed versions of the workers' stores (memory WT_MEM_SHARED, or
+   * cuda:N workers' device memory through CUDA IPC handles) to
    * consumers of this user, or of the uids/gids listed (borrowed during
    * start). A round waits at most lease_wait_ms (10 s) for the leases that
    * pin bytes it would write, then fails naming the holder. */
@@ -138,6 +139,12 @@ typedef struct wt_server_options {
    * within auth_grace_ms (WT_RPC_DEFAULT_AUTH_GRACE_MS). 0: the defaults. */
   int max_connections;
   int auth_grace_ms;
+  /* Embedding (docs/embedding.md): an engine that links libwt_server gives
+   * every worker's store its own buffers and learns of each commit
+   * (wt/param_store.h, wt_store_embedding; the store's name, "worker-N",
+   * says whose). Borrowed: it must outlive the server. NULL: the server
+   * allocates. */
+  const wt_store_embedding *embed;
 } wt_server_options;
 
 typedef struct wt_server wt_server;

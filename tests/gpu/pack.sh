@@ -29,13 +29,15 @@ fi
 cmake -S . -B "$build" -DWT_WERROR=ON -DWT_WITH_CUDA=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j "$(nproc)" --target wt_tests wt-server wt-push \
-  wt-ctl wt_cuda wt_nccl wt-bench-ipc-ref wt-bench-nccl-ref >/dev/null
+  wt-ctl wt_cuda wt_nccl wt-bench-ipc-ref wt-bench-nccl-ref \
+  wt_consumer_check wt-bench-export >/dev/null
 
 rm -rf "$pack"
 mkdir -p "$pack/bin" "$pack/lib"
 bins=("$build/tests/wt_tests" "$build/server/wt-server"
       "$build/client/wt-push" "$build/client/wt-ctl"
-      "$build/bench/wt-bench-ipc-ref" "$build/bench/wt-bench-nccl-ref")
+      "$build/bench/wt-bench-ipc-ref" "$build/bench/wt-bench-nccl-ref"
+      "$build/tests/wt_consumer_check" "$build/bench/wt-bench-export")
 for b in "${bins[@]}"; do strip --strip-unneeded -o "$pack/bin/$(basename "$b")" "$b"; done
 strip --strip-unneeded -o "$pack/lib/libwt_cuda.so" "$build/common/libwt_cuda.so"
 strip --strip-unneeded -o "$pack/lib/libwt_nccl.so" "$build/common/libwt_nccl.so"

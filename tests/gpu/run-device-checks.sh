@@ -6,8 +6,11 @@
 # SHA-256 verified, then a trainer SIGKILLed mid-run and the next trainer's
 # round), a ucx round from GPU memory into a device store (UCX 1.22), nccl
 # rounds between two processes on the GPU (NCCL 2.30 from ../shared/gpu)
-# and a SIGKILLed nccl trainer, runs bench/gpu_bench.sh, bench/ipc_bench.sh
-# and bench/nccl_bench.sh, prints a table. The gpu suite's NCCL checks use
+# and a SIGKILLed nccl trainer, the export of a device store to a second
+# process through CUDA IPC (libwt_consumer, SHA-256 against wt-ctl
+# checksum), runs bench/gpu_bench.sh, bench/ipc_bench.sh,
+# bench/nccl_bench.sh and bench/export_bench.sh (host-to-device from a
+# registered mapping), prints a table. The gpu suite's NCCL checks use
 # the NCCL in /usr/local/cuda (2.28).
 # Where no device answers, the suite prints "skipped: no CUDA device (...)"
 # and the bench is not run; the table says so.
@@ -41,6 +44,8 @@ if [ "${USE_DEVPACK:-0}" != 1 ] && command -v cmake >/dev/null &&
   fi
   tests=build-gpu/tests/wt_tests
   bindir=$root/build-gpu
+  consumer_check=$bindir/tests/wt_consumer_check
+  export_ref=$bindir/bench/wt-bench-export
   server=$bindir/server/wt-server
   push=$bindir/client/wt-push
   ctl=$bindir/client/wt-ctl
@@ -53,6 +58,8 @@ elif [ -x .devpack/bin/wt_tests ]; then
   push=$root/.devpack/bin/wt-push
   ctl=$root/.devpack/bin/wt-ctl
   REF_BIN=$root/.devpack/bin/wt-bench-ipc-ref
+  consumer_check=$root/.devpack/bin/wt_consumer_check
+  export_ref=$root/.devpack/bin/wt-bench-export
   NCCL_REF_BIN=$root/.devpack/bin/wt-bench-nccl-ref
   # The pack's UCX (1.22) loads its CUDA transports from here.
   [ -d .devpack/lib/ucx ] && export UCX_MODULE_DIR=$root/.devpack/lib/ucx
@@ -260,6 +267,63 @@ nccl_checks() {
   unset NCCL_MULTI_RANK_GPU_ENABLE NCCL_MAX_CTAS
 }
 
+# The export of a device store (docs/export.md, device regions): a
+# wt-server worker on cuda:0 with --export, an ipc round committed, then a
+# second process (wt_consumer_check, libwt_consumer) acquires the version
+# through its CUDA IPC handle and hashes every tensor; the hashes must be
+# wt-ctl checksum's (the server's own digests of its store). Then the
+# export benchmark's host-to-device part from a registered mapping.
+export_rc=0
+export_checks() {
+  local dir=$logs/export
+  mkdir -p "$dir" && chmod 700 "$dir"
+  "$server" --listen 127.0.0.1:0 --device cuda:0 --model synthetic:llama-256m \
+    --export "$dir/export.sock" >"$logs/export-server.out" 2>"$logs/export-server.log" &
+  spid=$!
+  addr=""
+  local i
+  for ((i = 0; i < 600; i++)); do
+    addr=$(sed -n 's/.* listening on //p' "$logs/export-server.out" 2>/dev/null | head -n1 || true)
+    [ -n "$addr" ] && break
+    kill -0 "$spid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ -z "$addr" ]; then
+    step "export device version" "FAILED: wt-server did not serve (export-server.log)"
+    export_rc=1
+    return
+  fi
+  if timeout 120 "$push" --server "$addr" --backend ipc --device cuda:0 \
+       --verify --quiet --data-timeout 10 >"$logs/export-push.log" 2>&1 &&
+     timeout 60 "$consumer_check" "$dir/export.sock" --acquires 3 \
+       >"$logs/export-consumer.log" 2>&1 &&
+     "$ctl" --server "$addr" checksum --algo sha256 >"$logs/export-checksum.log" 2>&1; then
+    local want got
+    want=$(awk '{print $2, $1}' "$logs/export-checksum.log" | sort)
+    got=$(awk '$1 == "tensor" {print $2, $3}' "$logs/export-consumer.log" | sort)
+    if [ -n "$got" ] && [ "$want" = "$got" ]; then
+      step "export device version (CUDA IPC)" "$(wc -l <<<"$got") tensors hashed by a second process = wt-ctl checksum; $(tail -n1 "$logs/export-consumer.log")"
+    else
+      step "export device version (CUDA IPC)" "FAILED: hashes differ (export-consumer.log, export-checksum.log)"
+      export_rc=1
+    fi
+  else
+    step "export device version (CUDA IPC)" "FAILED (export-push.log, export-consumer.log: $(tail -n1 "$logs/export-consumer.log" 2>/dev/null | cut -c1-80))"
+    export_rc=1
+  fi
+  kill -TERM "$spid" 2>/dev/null
+  wait "$spid" 2>/dev/null
+  if [ -x "$export_ref" ]; then
+    BUILD_DIR=${bindir:-$root/.devpack-none} DEVICE=cuda:0 MODEL=bench-1g \
+      SERVER_BIN=$server PUSH_BIN=$push EXPORT_REF_BIN=$export_ref \
+      timeout 120 bash bench/export_bench.sh >"$logs/export-bench.log" 2>&1
+    local erc=$?
+    cat "$logs/export-bench.log"
+    step "export bench h2d registered/pinned" "$(sed -n 's/^| ratio registered\/pinned *| \(.*\) |$/\1/p' "$logs/export-bench.log") (rc $erc)"
+    step "export bench read mapping/private" "$(sed -n 's/^| ratio mapping\/private *| \(.*\) |$/\1/p' "$logs/export-bench.log")"
+  fi
+}
+
 # The gpu suite.
 timeout 180 "$tests" --suite gpu >"$logs/gpu-suite.log" 2>&1
 rc=$?
@@ -279,6 +343,7 @@ else
   step "gpu bench (device/host, median)" "${ratio:-no ratio} (rc $bench_rc)"
   ipc_checks
   ucx_device_checks
+  export_checks
   nccl_checks
   if [ -n "${REF_BIN:-}" ] || [ -x "${bindir:-/nonexistent}/bench/wt-bench-ipc-ref" ]; then
     REF_BIN=${REF_BIN:-$bindir/bench/wt-bench-ipc-ref} SERVER_BIN=$server \
@@ -297,4 +362,4 @@ step "wall time" "$(( $(date +%s) - t_start )) s"
 echo
 cat "$logs/table.txt"
 [ "$rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] && [ "$ipc_rc" -eq 0 ] &&
-  [ "$ucx_rc" -eq 0 ] && [ "$nccl_rc" -eq 0 ]
+  [ "$ucx_rc" -eq 0 ] && [ "$nccl_rc" -eq 0 ] && [ "$export_rc" -eq 0 ]

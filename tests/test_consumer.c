@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "support/fake_cuda.h"
@@ -24,6 +25,8 @@
 #include "wt/checksum.h"
 #include "wt/clock.h"
 #include "wt/consumer.h"
+#include "wt/frame.h"
+#include "wt/v1/export.pb-c.h"
 #include "wt/pb.h"
 #include "wt/server.h"
 #include "wt_test.h"
@@ -294,6 +297,144 @@ static void test_device_second_process(void) {
   wtt_server_stop(&h);
 }
 
+/* ---- a server that lies ---------------------------------------------------- */
+
+typedef enum {
+  LIE_OUTSIDE,    /* a tensor past its region's end */
+  LIE_NO_FD,      /* a memfd region without its descriptor */
+  LIE_REQUEST_ID, /* an answer to another request */
+  LIE_SILENCE,    /* no answer */
+  LIE_HUGE,       /* a frame of 4 GiB announced */
+  LIE_GARBAGE,    /* a frame that is not an ExportResponse */
+} lie;
+
+typedef struct liar {
+  int lfd;
+  lie how;
+} liar;
+
+static void *liar_main(void *p) {
+  liar *l = p;
+  int fd = accept(l->lfd, NULL, NULL);
+  if (fd < 0) return NULL;
+  uint8_t req[256];
+  ssize_t n = read(fd, req, sizeof(req)); /* one small request */
+  uint64_t rid = 0;
+  if (n > 4) {
+    Wt__V1__ExportRequest *r =
+        wt__v1__export_request__unpack(NULL, (size_t)n - 4, req + 4);
+    if (r) rid = r->request_id;
+    wt__v1__export_request__free_unpacked(r, NULL);
+  }
+  int memfd = memfd_create("liar", MFD_CLOEXEC);
+  if (ftruncate(memfd, 4096) != 0) rid = 0;
+  Wt__V1__ExportRegion reg = WT__V1__EXPORT_REGION__INIT;
+  uint8_t id[16] = {1};
+  reg.kind = WT__V1__EXPORT_REGION__KIND__HOST_MEMFD;
+  reg.size = 4096;
+  reg.region_id.data = id;
+  reg.region_id.len = sizeof(id);
+  reg.fd_index = l->how == LIE_NO_FD ? 3 : 0;
+  Wt__V1__ExportRegion *regp = &reg;
+  Wt__V1__ExportTensor t = WT__V1__EXPORT_TENSOR__INIT;
+  t.name = "w";
+  t.dtype = "F32";
+  t.offset = l->how == LIE_OUTSIDE ? 4000 : 0;
+  t.nbytes = 1024;
+  Wt__V1__ExportTensor *tp = &t;
+  Wt__V1__Manifest m = WT__V1__MANIFEST__INIT;
+  m.lease_id = 1;
+  m.version = "lie";
+  m.n_regions = 1;
+  m.regions = &regp;
+  m.n_tensors = 1;
+  m.tensors = &tp;
+  Wt__V1__ExportResponse resp = WT__V1__EXPORT_RESPONSE__INIT;
+  resp.request_id = l->how == LIE_REQUEST_ID ? rid + 100 : rid;
+  resp.result_case = WT__V1__EXPORT_RESPONSE__RESULT_MANIFEST;
+  resp.manifest = &m;
+  uint8_t buf[1024];
+  size_t len = wt__v1__export_response__get_packed_size(&resp);
+  wt_frame_header((uint32_t)len, buf);
+  wt__v1__export_response__pack(&resp, buf + 4);
+  if (l->how == LIE_HUGE) wt_frame_header(0xffffffffu, buf);
+  if (l->how == LIE_GARBAGE) memset(buf + 4, 0xff, len);
+  if (l->how == LIE_SILENCE) {
+    usleep(1500 * 1000);
+  } else {
+    union {
+      struct cmsghdr h;
+      char space[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof(ctl));
+    struct iovec iov = {buf, 4 + len};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (l->how != LIE_NO_FD) {
+      mh.msg_control = ctl.space;
+      mh.msg_controllen = sizeof(ctl.space);
+      struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
+      h->cmsg_level = SOL_SOCKET;
+      h->cmsg_type = SCM_RIGHTS;
+      h->cmsg_len = CMSG_LEN(sizeof(int));
+      memcpy(CMSG_DATA(h), &memfd, sizeof(int));
+    }
+    if (sendmsg(fd, &mh, MSG_NOSIGNAL) < 0) rid = 0;
+    usleep(300 * 1000); /* the consumer reads before the close */
+  }
+  close(memfd);
+  close(fd);
+  return NULL;
+}
+
+/* A server (of this user: trusted to connect) whose answers lie: the
+ * consumer says what was wrong and builds no pointer from it. */
+static void test_lying_server(void) {
+  static const struct {
+    lie how;
+    wt_code code;
+    const char *needle;
+  } cases[] = {
+      {LIE_OUTSIDE, WT_INTERNAL, "lie outside its region"},
+      {LIE_NO_FD, WT_INTERNAL, "descriptor 3 of the 0 that came"},
+      {LIE_REQUEST_ID, WT_INTERNAL, "an answer to request"},
+      {LIE_SILENCE, WT_DEADLINE_EXCEEDED, "no answer in time"},
+      {LIE_HUGE, WT_INVALID_ARGUMENT, "liar.sock"},
+      {LIE_GARBAGE, WT_INTERNAL, "not an ExportResponse"},
+  };
+  char path[460];
+  snprintf(path, sizeof(path), "%s/liar.sock", g_dir);
+  for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+    unlink(path);
+    liar l = {.how = cases[k].how};
+    l.lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    CU_ASSERT_FATAL(bind(l.lfd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+                    listen(l.lfd, 4) == 0);
+    pthread_t th;
+    pthread_create(&th, NULL, liar_main, &l);
+    wt_consumer_options o = {.reply_timeout_ms = 300};
+    wt_consumer *c = NULL;
+    WT_ASSERT_OK(wt_consumer_connect(path, &o, &c));
+    wt_consumer_version *v = NULL;
+    wt_status *st = wt_consumer_acquire(c, NULL, &v);
+    CU_ASSERT_PTR_NULL(v);
+    CU_ASSERT_EQUAL(wt_status_code(st), cases[k].code);
+    CU_ASSERT_PTR_NOT_NULL(st ? strstr(wt_status_message(st), cases[k].needle)
+                              : NULL);
+    if (st && !strstr(wt_status_message(st), cases[k].needle))
+      printf("\n  case %zu: %s", k, wt_status_message(st));
+    wt_status_free(st);
+    size_t held = 9;
+    wt_consumer_region_counts(c, NULL, &held);
+    CU_ASSERT_EQUAL(held, cases[k].how == LIE_OUTSIDE ? 1u : 0u);
+    wt_consumer_close(c);
+    pthread_join(th, NULL);
+    close(l.lfd);
+  }
+  unlink(path);
+}
+
 /* docs/export.md's example, as a user runs it; and no gRPC in it. */
 static void test_example(void) {
   wtt_server s;
@@ -327,4 +468,6 @@ void wt_test_suite_consumer(void) {
   CU_add_test(s, "device regions reach a second process (emulated GPUs)",
               test_device_second_process);
   CU_add_test(s, "the docs' example, without gRPC", test_example);
+  CU_add_test(s, "a server that lies gets an error, not a pointer",
+              test_lying_server);
 }

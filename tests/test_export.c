@@ -27,6 +27,7 @@
 #include "support/fixture.h"
 #include "support/wt_proc.h"
 #include "wt/checksum.h"
+#include "wt/clock.h"
 #include "wt/frame.h"
 #include "wt/param_store.h"
 #include "wt/pb.h"
@@ -634,6 +635,39 @@ static void test_strangers(void) {
     printf("\n  skipped: a consumer of another uid (needs root to become "
            "one)");
   }
+  /* 10,000 acquires on one connection, none released, no descriptor
+   * closed: 16 leases, the rest refused; the server's lease count stays
+   * bounded and it goes on. */
+  fd = consumer_connect();
+  static int kept[64];
+  size_t nkept = 0, granted = 0, refused = 0;
+  int64_t t0 = wt_mono_ms();
+  for (int i = 0; i < 10000; i++) {
+    int got[4];
+    size_t ngot = 0;
+    Wt__V1__ExportResponse *x = acquire(fd, NULL, 0, 0, got, &ngot);
+    if (x == NULL) break;
+    if (x->result_case == WT__V1__EXPORT_RESPONSE__RESULT_MANIFEST) granted++;
+    if (x->result_case == WT__V1__EXPORT_RESPONSE__RESULT_ERROR &&
+        x->error->code == WT_RESOURCE_EXHAUSTED)
+      refused++;
+    for (size_t k = 0; k < ngot; k++) {
+      if (nkept < 64) kept[nkept++] = got[k];
+      else close(got[k]);
+    }
+    wt__v1__export_response__free_unpacked(x, NULL);
+  }
+  CU_ASSERT_EQUAL(granted, 16);
+  CU_ASSERT_EQUAL(refused, 10000 - 16);
+  printf("\n  10,000 acquires without release: %zu granted, %zu refused in "
+         "%" PRId64 " ms",
+         granted, refused, wt_mono_ms() - t0);
+  Wt__V1__ServerInfo *flood = wtt_info(s.ch);
+  CU_ASSERT_FATAL(flood != NULL);
+  CU_ASSERT_EQUAL(flood->lease_count, 16);
+  wt_pb_free(&flood->base);
+  close_fds(kept, nkept);
+  close(fd);
   /* Still serving: a consumer and a round. */
   wtt_commit_round(&s, "v2", 2);
   fd = consumer_connect();

@@ -277,6 +277,110 @@ static void test_unpack_allocation_failures(void) {
   grpc_byte_buffer_destroy(bb);
 }
 
+
+/* JSON both ways: a ucx init info (a oneof, bytes, a map, unsigned and
+ * signed numbers) and an update info (repeated strings and messages) come
+ * back from their JSON field for field; the wire bytes are equal. */
+static void test_json_round_trip(void) {
+  Wt__V1__UcxInitInfo ucx = WT__V1__UCX_INIT_INFO__INIT;
+  ucx.trainer_address = "127.0.0.1";
+  ucx.trainer_port = 4242;
+  uint8_t addr[5] = {0, 1, 2, 0xfe, 0xff};
+  ucx.trainer_worker_address.data = addr;
+  ucx.trainer_worker_address.len = sizeof(addr);
+  Wt__V1__WeightTransferInitInfo__OptionsEntry e =
+      WT__V1__WEIGHT_TRANSFER_INIT_INFO__OPTIONS_ENTRY__INIT;
+  e.key = "chain";
+  e.value = "1";
+  Wt__V1__WeightTransferInitInfo__OptionsEntry *ep = &e;
+  Wt__V1__WeightTransferInitInfo in = WT__V1__WEIGHT_TRANSFER_INIT_INFO__INIT;
+  in.backend = "ucx";
+  in.backend_init_case = WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX;
+  in.ucx = &ucx;
+  in.n_options = 1;
+  in.options = &ep;
+  in.rank_offset = 1;
+  in.world_size = 3;
+  char *json = NULL;
+  WT_ASSERT_OK(wt_pb_to_json(&in.base, &json));
+  CU_ASSERT_FATAL(json != NULL);
+  CU_ASSERT_PTR_NOT_NULL(strstr(json, "\"trainer_worker_address\":\"AAEC/v8=\""));
+  CU_ASSERT_PTR_NOT_NULL(strstr(json, "\"options\":{\"chain\":\"1\"}"));
+  CU_ASSERT_PTR_NULL(strstr(json, "timeout_ms")); /* defaults are left out */
+  ProtobufCMessage *back = NULL;
+  WT_ASSERT_OK(wt_pb_from_json(&wt__v1__weight_transfer_init_info__descriptor,
+                               json, "init_info", &back));
+  CU_ASSERT_FATAL(back != NULL);
+  size_t a = protobuf_c_message_get_packed_size(&in.base);
+  size_t b = protobuf_c_message_get_packed_size(back);
+  CU_ASSERT_EQUAL_FATAL(a, b);
+  uint8_t *pa = malloc(a), *pb = malloc(b);
+  protobuf_c_message_pack(&in.base, pa);
+  protobuf_c_message_pack(back, pb);
+  CU_ASSERT_EQUAL(memcmp(pa, pb, a), 0);
+  free(pa);
+  free(pb);
+  wt_pb_free(back);
+  free(json);
+
+  const char *upd =
+      "{\"names\":[\"a\",\"b\"],\"dtype_names\":[\"bfloat16\",\"float32\"],"
+      "\"shapes\":[{\"dims\":[2,3]},{\"dims\":[\"7\"]}],"
+      "\"packed_tensor_sizes\":[\"18446744073709551615\", 5]}";
+  WT_ASSERT_OK(wt_pb_from_json(&wt__v1__weight_transfer_update_info__descriptor,
+                               upd, "update_info", &back));
+  Wt__V1__WeightTransferUpdateInfo *u = (Wt__V1__WeightTransferUpdateInfo *)back;
+  CU_ASSERT_EQUAL(u->n_names, 2);
+  CU_ASSERT_STRING_EQUAL(u->dtype_names[1], "float32");
+  CU_ASSERT_EQUAL(u->shapes[1]->dims[0], 7);
+  CU_ASSERT_EQUAL(u->packed_tensor_sizes[0], UINT64_MAX);
+  WT_ASSERT_OK(wt_pb_to_json(back, &json));
+  CU_ASSERT_PTR_NOT_NULL(strstr(json, "\"18446744073709551615\""));
+  free(json);
+  wt_pb_free(back);
+}
+
+/* What does not fit is refused, naming the field's path; nothing leaks
+ * from a half-built message. */
+static void test_json_refusals(void) {
+  static const struct {
+    const char *json, *needle;
+  } cases[] = {
+      {"[1]", "init_info: expected an object, got an array"},
+      {"{\"bogus\":1}", "init_info.bogus: wt.v1.WeightTransferInitInfo has no such field"},
+      {"{\"ucx\":{\"trainer_port\":\"x\"}}", "init_info.ucx.trainer_port: expected an unsigned integer, got a string"},
+      {"{\"ucx\":{\"trainer_port\":-1}}", "init_info.ucx.trainer_port: -1 is negative"},
+      {"{\"ucx\":{\"trainer_port\":4294967296}}", "does not fit 32 bits"},
+      {"{\"ucx\":{},\"nccl\":{}}", "another member of its oneof is set"},
+      {"{\"nccl\":{\"nccl_unique_id\":\"!!!!\"}}", "init_info.nccl.nccl_unique_id"},
+      {"{\"options\":{\"a\":1}}", "init_info.options.a: expected a string"},
+      {"{\"world_size\":true}", "init_info.world_size: expected an unsigned integer, got true"},
+      {"{\"backend\":\"\\u00ff\\u0000x\"}", "init_info: not JSON"},
+      {"{\"backend\":1", "init_info: not JSON"},
+      {"{\"ucx\":{\"trainer_address\":\"a\"},\"ucx\":{}}", "not JSON"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    ProtobufCMessage *m = NULL;
+    wt_status *st = wt_pb_from_json(&wt__v1__weight_transfer_init_info__descriptor,
+                                    cases[i].json, "init_info", &m);
+    CU_ASSERT_EQUAL(wt_status_code(st), WT_INVALID_ARGUMENT);
+    CU_ASSERT_PTR_NULL(m);
+    if (st == NULL || strstr(wt_status_message(st), cases[i].needle) == NULL) {
+      printf("\n  case %zu: %s", i, st ? wt_status_message(st) : "(ok)");
+      CU_FAIL("message");
+    }
+    wt_status_free(st);
+  }
+  /* Nesting past 32 is refused, not recursed into. */
+  char deep[4096] = "";
+  size_t n = 0;
+  for (int i = 0; i < 40; i++) n += (size_t)snprintf(deep + n, sizeof(deep) - n, "{\"dims\":[],\"x\":");
+  (void)n;
+  ProtobufCMessage *m = NULL;
+  WT_ASSERT_ERR(wt_pb_from_json(&wt__v1__shape__descriptor, deep, "shape", &m),
+                WT_INVALID_ARGUMENT, "shape");
+}
+
 void wt_test_suite_pb(void) {
   CU_pSuite s = CU_add_suite("pb", suite_init, suite_cleanup);
   CU_add_test(s, "round trip", test_round_trip);
@@ -288,4 +392,6 @@ void wt_test_suite_pb(void) {
   CU_add_test(s, "wrong type", test_wrong_type);
   CU_add_test(s, "pack an invalid message", test_pack_invalid_message);
   CU_add_test(s, "unpack allocation failures", test_unpack_allocation_failures);
+  CU_add_test(s, "JSON both ways", test_json_round_trip);
+  CU_add_test(s, "JSON refusals name the field", test_json_refusals);
 }

@@ -69,6 +69,27 @@ void wt_pb_free(ProtobufCMessage *msg);
  * gives the empty slice. */
 wt_status *wt_pb_flatten(grpc_byte_buffer *bb, grpc_slice *out);
 
+/* JSON (common/src/core/pb_json.c), for the language bindings and the
+ * control planes that speak dicts: proto3's JSON mapping with the proto's
+ * own field names (not lowerCamelCase). Scalars are JSON numbers and
+ * booleans (64-bit integers above 2^63 as strings; strings accepted on
+ * input), bytes are standard base64, enums their value's name, map<string,
+ * string> an object, repeated fields arrays, messages objects; fields at
+ * their default are left out.
+ *
+ * wt_pb_to_json: *out is a malloc'd NUL-terminated compact JSON object (the
+ * caller frees it with free()).
+ * wt_pb_from_json: a new message of type `desc` from the JSON object `text`;
+ * the caller frees *out with wt_pb_free(). An unknown field, a value of the
+ * wrong type or range, two members of one oneof, bad base64 or invalid
+ * UTF-8 is INVALID_ARGUMENT naming the field's path, starting at `what`
+ * (NULL: the message's name): "init_info.ucx.trainer_port: expected an
+ * unsigned integer, got a string". Input is at most 64 MiB, 32 deep. */
+wt_status *wt_pb_to_json(const ProtobufCMessage *msg, char **out);
+wt_status *wt_pb_from_json(const ProtobufCMessageDescriptor *desc,
+                           const char *text, const char *what,
+                           ProtobufCMessage **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "wt/bindings.h"
 #include "wt/client.h"
 #include "wt/control.h"
 #include "wt/pb.h"
@@ -1111,11 +1112,190 @@ static void test_caller_control_plane(void) {
   wtt_servers_stop(&s);
 }
 
+/* ---- a control plane over a JSON callback (wt/bindings.h) ------------------ */
+
+typedef enum { CB_VLLM, CB_FORWARD, CB_SILENT, CB_ERROR, CB_SLOW, CB_GARBAGE } cb_mode;
+
+typedef struct cb_state {
+  cb_mode mode;
+  pthread_mutex_t mu;
+  int calls[WT_CONTROL_METHODS];
+  char last[WT_CONTROL_METHODS][4096];
+  wt_control_plane inner; /* CB_FORWARD: wt's own, to real servers */
+} cb_state;
+
+static const ProtobufCMessageDescriptor *request_type(int m) {
+  switch (m) {
+    case WT_CONTROL_WORLD_SIZE: return &wt__v1__get_world_size_request__descriptor;
+    case WT_CONTROL_INIT: return &wt__v1__init_weight_transfer_engine_request__descriptor;
+    case WT_CONTROL_START: return &wt__v1__start_weight_update_request__descriptor;
+    case WT_CONTROL_UPDATE: return &wt__v1__update_weights_request__descriptor;
+    case WT_CONTROL_FINISH: return &wt__v1__finish_weight_update_request__descriptor;
+    case WT_CONTROL_ABORT: return &wt__v1__abort_weight_update_request__descriptor;
+    default: return &wt__v1__get_server_info_request__descriptor;
+  }
+}
+
+static void cb_fn(void *user, size_t k, int m, const char *req,
+                  wt_control_reply *reply) {
+  cb_state *st = user;
+  pthread_mutex_lock(&st->mu);
+  st->calls[m]++;
+  snprintf(st->last[m], sizeof(st->last[m]), "%s", req);
+  pthread_mutex_unlock(&st->mu);
+  switch (st->mode) {
+    case CB_VLLM: /* answers nothing, as vLLM's client returns None */
+      wt_control_reply_ok(reply, NULL);
+      return;
+    case CB_SILENT:
+      return;
+    case CB_ERROR:
+      wt_control_reply_error(reply, WT_FAILED_PRECONDITION, "the engine said no");
+      return;
+    case CB_SLOW:
+      usleep(700 * 1000);
+      wt_control_reply_ok(reply, "{}");
+      return;
+    case CB_GARBAGE:
+      wt_control_reply_ok(reply, "{\"round_id\": \"seven\"}");
+      return;
+    case CB_FORWARD:
+      break;
+  }
+  ProtobufCMessage *in = NULL, *out = NULL;
+  wt_control_call *call = NULL;
+  wt_status *e = wt_pb_from_json(request_type(m), req, NULL, &in);
+  if (e == NULL)
+    e = st->inner.ops->call_start(st->inner.self, k, (wt_control_method)m, in,
+                                  20000, &call);
+  if (e == NULL) e = st->inner.ops->call_wait(st->inner.self, call, &out);
+  char *json = NULL;
+  if (e == NULL) e = wt_pb_to_json(out, &json);
+  if (e == NULL)
+    wt_control_reply_ok(reply, json);
+  else
+    wt_control_reply_error(reply, (int)wt_status_code(e), wt_status_message(e));
+  wt_status_free(e);
+  free(json);
+  wt_pb_free(in);
+  wt_pb_free(out);
+}
+
+static wt_sync_client *cb_client(cb_state *st, cb_mode mode, size_t n,
+                                 const char *const *targets, uint32_t methods,
+                                 int64_t timeout_ms) {
+  st->mode = mode;
+  wt_control_plane cp;
+  WT_ASSERT_OK(wt_control_callback_new(targets, n, methods, cb_fn, st, &cp));
+  wt_sync_client *c = NULL;
+  WT_ASSERT_OK(wt_bindings_client_new_with(&cp, timeout_ms, timeout_ms, &c));
+  return c;
+}
+
+/* A plane of vLLM's shape (four calls, answers with nothing): the requests
+ * it gets as JSON carry the init info, the update info and the version; a
+ * round id of the plane's own holds the round together; the bindings'
+ * JSON refusals name the field. Then a callback that forwards to real
+ * servers: a ucx round whose bytes land. And the callback's failures:
+ * an error with the target and method, no answer, a slow answer, an
+ * answer that is not the response. */
+static void test_callback_control_plane(void) {
+  static cb_state st;
+  memset(&st, 0, sizeof(st));
+  pthread_mutex_init(&st.mu, NULL);
+  const char *one[] = {"http://vllm:8000"};
+  wt_sync_client *c = cb_client(&st, CB_VLLM, 1, one, WT_CONTROL_REQUIRED, 5000);
+  WT_ASSERT_OK(wt_bindings_init_transfer(
+      c, "{\"backend\":\"ucx\",\"ucx\":{\"trainer_port\":7}}", false, NULL));
+  CU_ASSERT_PTR_NOT_NULL(strstr(st.last[WT_CONTROL_INIT], "\"trainer_port\":7"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(st.last[WT_CONTROL_INIT], "\"world_size\":2"));
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  CU_ASSERT_EQUAL(wt_sync_client_round_id(c, 0), 1); /* the plane's own */
+  WT_ASSERT_OK(wt_bindings_update_info(
+      c, "{\"names\":[\"w\"],\"dtype_names\":[\"float32\"],\"shapes\":[{\"dims\":[4]}]}"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(st.last[WT_CONTROL_UPDATE], "\"names\":[\"w\"]"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(st.last[WT_CONTROL_UPDATE], "\"round_id\":1"));
+  WT_ASSERT_OK(wt_sync_client_finish(c, "step-1"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(st.last[WT_CONTROL_FINISH], "\"weight_version\":\"step-1\""));
+  WT_ASSERT_ERR(wt_bindings_init_transfer(c, "{\"backend\":7}", false, NULL),
+                WT_INVALID_ARGUMENT, "init_info.backend: expected a string");
+  WT_ASSERT_ERR(wt_bindings_update_info(c, "{\"names\":[\"w\"]}"),
+                WT_FAILED_PRECONDITION, "no round in progress");
+  wt_sync_client_destroy(c);
+
+  static const struct {
+    cb_mode mode;
+    wt_code code;
+    const char *needle;
+  } bad[] = {
+      {CB_ERROR, WT_FAILED_PRECONDITION, "http://vllm:8000 StartWeightUpdate: the engine said no"},
+      {CB_SILENT, WT_INTERNAL, "returned without an answer"},
+      {CB_SLOW, WT_DEADLINE_EXCEEDED, "no answer from the control plane in time"},
+      {CB_GARBAGE, WT_INVALID_ARGUMENT, "the control plane's answer: field response.round_id"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    c = cb_client(&st, bad[i].mode, 1, one, WT_CONTROL_REQUIRED, 300);
+    WT_ASSERT_ERR(wt_sync_client_start(c), bad[i].code, bad[i].needle);
+    wt_sync_client_destroy(c); /* waits for the slow callback */
+  }
+  WT_ASSERT_ERR(wt_control_callback_new(one, 1, WT_CONTROL_BIT(WT_CONTROL_INIT),
+                                        cb_fn, &st, &(wt_control_plane){0}),
+                WT_INVALID_ARGUMENT, "init, start, update and finish");
+
+#ifdef WT_WITH_UCX
+  wtt_servers s;
+  const char *models[] = {"synthetic:tiny", "synthetic:tiny"};
+  const uint32_t workers[] = {1, 2};
+  wtt_servers_start(&s, 2, models, workers, WT_STAGING_SHADOW, NULL);
+  wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
+  WT_ASSERT_OK(wt_control_grpc_new(s.targets, s.n, &o, &st.inner));
+  c = cb_client(&st, CB_FORWARD, s.n, s.targets, (1u << WT_CONTROL_METHODS) - 1,
+                20000);
+  wt_source *src = NULL;
+  wt_trainer *t = NULL;
+  char *json = NULL;
+  WT_ASSERT_OK(wt_source_synthetic("tiny", 77, &src));
+  char *init = NULL;
+  WT_ASSERT_OK(wt_bindings_trainer_init_info("ucx", "{\"transports\":\"tcp\"}", &init));
+  CU_ASSERT_PTR_NOT_NULL(init ? strstr(init, "\"auth_secret\":") : NULL);
+  WT_ASSERT_ERR(wt_bindings_trainer_init_info("ucx", "{\"bogus\":\"1\"}", &json),
+                WT_INVALID_ARGUMENT, "bogus");
+  WT_ASSERT_ERR(wt_bindings_trainer_init_info("nope", NULL, &json), WT_NOT_FOUND,
+                "nope");
+  WT_ASSERT_OK(wt_bindings_init_transfer(c, init, true, &t));
+  wt_bindings_free(init);
+  CU_ASSERT_FATAL(t != NULL);
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  WT_ASSERT_OK(wt_sync_client_update(c, t, src, NULL, NULL));
+  WT_ASSERT_OK(wt_sync_client_finish(c, "json-1"));
+  WT_ASSERT_OK(wt_bindings_server_info(c, 1, &json)); /* through the callback */
+  CU_ASSERT_PTR_NOT_NULL(json ? strstr(json, "\"weight_version\":\"json-1\"") : NULL);
+  wt_bindings_free(json);
+  json = NULL;
+  wt_trainer_destroy(t);
+  wt_sync_client_destroy(c);
+  /* The bytes landed: checked through wt's own client. */
+  wt_sync_client *check = NULL;
+  WT_ASSERT_OK(wt_sync_client_new(s.targets, s.n, &o, &check));
+  uint32_t ws = 0;
+  WT_ASSERT_OK(wt_sync_client_world_size(check, &ws));
+  CU_ASSERT_EQUAL(ws, 4);
+  wtt_assert_servers_hold(check, src, WT_HASH_SHA256);
+  WT_ASSERT_OK(wt_bindings_server_info(check, 0, &json));
+  CU_ASSERT_PTR_NOT_NULL(json ? strstr(json, "\"weight_version\":\"json-1\"") : NULL);
+  wt_bindings_free(json);
+  wt_sync_client_destroy(check);
+  wt_source_destroy(src);
+  wtt_servers_stop(&s);
+#endif
+}
+
 void wt_test_suite_client(void);
 void wt_test_suite_client(void) {
   CU_pSuite s = CU_add_suite("client", NULL, NULL);
   CU_add_test(s, "a caller's own control plane drives the rounds",
               test_caller_control_plane);
+  CU_add_test(s, "a control plane over a JSON callback", test_callback_control_plane);
   CU_add_test(s, "grpc push from memory the caller frees at once",
               test_grpc_push_from_memory_freed);
   CU_add_test(s, "grpc push gives up waiting for gRPC's hold (ASan)",

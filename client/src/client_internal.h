@@ -79,6 +79,11 @@ WT_HIDDEN wt_status *wt_fan_around(const wt_control_plane *cp,
 
 /* ---- the client (sync_client.c) ------------------------------------------ */
 
+/* UpdateWeights with `info` on every server of the client's round, waited
+ * for; the round is aborted on a failure (wt/bindings.h). */
+WT_HIDDEN wt_status *wt_sync_client_update_plain(
+    wt_sync_client *c, const Wt__V1__WeightTransferUpdateInfo *info);
+
 /* Server k's channel for the reader call `method`: INVALID_ARGUMENT for an
  * index out of range, UNIMPLEMENTED when the control plane has none. */
 WT_HIDDEN wt_status *wt_sync_client_reader_channel(wt_sync_client *c, size_t k,

@@ -556,6 +556,42 @@ out:
   return st;
 }
 
+/* ---- the protocol's update_weights ------------------------------------------ */
+
+wt_status *wt_sync_client_update_plain(wt_sync_client *c,
+                                       const Wt__V1__WeightTransferUpdateInfo *info) {
+  wt_status *st = NULL;
+  wt_fan f = {0};
+  Wt__V1__UpdateWeightsRequest *reqs = NULL;
+  for (size_t k = 0; k < c->n; k++)
+    if (c->round_ids[k] == 0)
+      return wt_status_new(WT_FAILED_PRECONDITION,
+                           "UpdateWeights on %s: this client has no round in "
+                           "progress there (start one first)",
+                           c->targets[k]);
+  WT_CHECK(wt_fan_alloc(c->n, &f));
+  reqs = calloc(c->n, sizeof(*reqs));
+  if (reqs == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t k = 0; k < c->n; k++) {
+    wt__v1__update_weights_request__init(&reqs[k]);
+    reqs[k].update_info = (Wt__V1__WeightTransferUpdateInfo *)info;
+    reqs[k].round_id = c->round_ids[k];
+    f.reqs[k] = &reqs[k].base;
+  }
+  st = wt_fan_out(&c->cp, WT_CONTROL_UPDATE, c->ctx.data_timeout_ms, &f);
+  if (st != NULL) {
+    wt_status *ast = abort_rounds(c, wt_status_message(st), NULL);
+    if (ast != NULL) {
+      WT_LOGW("client", "aborting the failed round: %s", wt_status_message(ast));
+      wt_status_free(ast);
+    }
+  }
+out:
+  wt_fan_free(&f);
+  free(reqs);
+  return st;
+}
+
 /* ---- update --------------------------------------------------------------- */
 
 /* Per-server update info from the source's metadata, plus the backend's

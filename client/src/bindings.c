@@ -1,0 +1,99 @@
+/* bindings.c: wt/bindings.h's JSON wrappers over the sync client. */
+
+#include "wt/bindings.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_internal.h"
+#include "wt/pb.h"
+#include "wt/trainer.h"
+
+void wt_bindings_free(void *p) { free(p); }
+
+wt_status *wt_bindings_client_new(const char *const *targets, size_t n,
+                                  int64_t timeout_ms, int64_t data_timeout_ms,
+                                  const char *token_file,
+                                  const char *runtime_base,
+                                  bool no_token_discovery,
+                                  wt_sync_client **out) {
+  wt_client_options o = {.timeout_ms = timeout_ms,
+                         .data_timeout_ms = data_timeout_ms,
+                         .token_file = token_file,
+                         .runtime_base = runtime_base,
+                         .no_token_discovery = no_token_discovery};
+  return wt_sync_client_new(targets, n, &o, out);
+}
+
+wt_status *wt_bindings_client_new_with(wt_control_plane *cp, int64_t timeout_ms,
+                                       int64_t data_timeout_ms,
+                                       wt_sync_client **out) {
+  wt_client_options o = {.timeout_ms = timeout_ms,
+                         .data_timeout_ms = data_timeout_ms};
+  return wt_sync_client_new_with(cp, &o, out);
+}
+
+wt_status *wt_bindings_init_transfer(wt_sync_client *c, const char *init_info_json,
+                                     bool make_trainer, wt_trainer **trainer) {
+  if (trainer) *trainer = NULL;
+  ProtobufCMessage *m = NULL;
+  wt_status *st = wt_pb_from_json(&wt__v1__weight_transfer_init_info__descriptor,
+                                  init_info_json, "init_info", &m);
+  if (st != NULL) return st;
+  st = wt_sync_client_init_transfer(c, (const Wt__V1__WeightTransferInitInfo *)m,
+                                    NULL, make_trainer ? trainer : NULL);
+  wt_pb_free(m);
+  return st;
+}
+
+wt_status *wt_bindings_update_info(wt_sync_client *c, const char *update_info_json) {
+  ProtobufCMessage *m = NULL;
+  wt_status *st = wt_pb_from_json(&wt__v1__weight_transfer_update_info__descriptor,
+                                  update_info_json, "update_info", &m);
+  if (st != NULL) return st;
+  st = wt_sync_client_update_plain(c, (const Wt__V1__WeightTransferUpdateInfo *)m);
+  wt_pb_free(m);
+  return st;
+}
+
+wt_status *wt_bindings_server_info(wt_sync_client *c, size_t k, char **json) {
+  *json = NULL;
+  Wt__V1__ServerInfo *info = NULL;
+  wt_status *st = wt_sync_client_server_info(c, k, &info);
+  if (st == NULL) st = wt_pb_to_json(&info->base, json);
+  if (info) wt_pb_free(&info->base);
+  return st;
+}
+
+wt_status *wt_bindings_trainer_init_info(const char *backend,
+                                         const char *options_json, char **json) {
+  *json = NULL;
+  /* The options as an init info's map: {"options": {...}}. */
+  size_t n = options_json ? strlen(options_json) : 0;
+  char *wrapped = malloc(n + 16);
+  if (wrapped == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+  snprintf(wrapped, n + 16, "{\"options\":%s}", n ? options_json : "{}");
+  ProtobufCMessage *m = NULL;
+  wt_status *st = wt_pb_from_json(&wt__v1__weight_transfer_init_info__descriptor,
+                                  wrapped, "config", &m);
+  free(wrapped);
+  if (st != NULL) return st;
+  const Wt__V1__WeightTransferInitInfo *w = (const Wt__V1__WeightTransferInitInfo *)m;
+  wt_backend_option *opts = calloc(w->n_options ? w->n_options : 1, sizeof(*opts));
+  Wt__V1__WeightTransferInitInfo *info = NULL;
+  if (opts == NULL) {
+    st = wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+  } else {
+    for (size_t i = 0; i < w->n_options; i++) {
+      opts[i].key = w->options[i]->key;
+      opts[i].value = w->options[i]->value;
+    }
+    st = wt_trainer_init_info(backend, opts, w->n_options, &info);
+  }
+  if (st == NULL) st = wt_pb_to_json(&info->base, json);
+  if (info) wt_pb_free(&info->base);
+  free(opts);
+  wt_pb_free(m);
+  return st;
+}

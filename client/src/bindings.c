@@ -8,6 +8,7 @@
 
 #include "client_internal.h"
 #include "wt/pb.h"
+#include "wt/dtype.h"
 #include "wt/trainer.h"
 
 void wt_bindings_free(void *p) { free(p); }
@@ -95,5 +96,38 @@ wt_status *wt_bindings_trainer_init_info(const char *backend,
   if (info) wt_pb_free(&info->base);
   free(opts);
   wt_pb_free(m);
+  return st;
+}
+
+wt_status *wt_bindings_list_parameters(wt_sync_client *c, size_t k,
+                                       const char *prefix, char **json) {
+  *json = NULL;
+  wt_tensor_meta *metas = NULL;
+  size_t n = 0;
+  wt_status *st = wt_sync_client_list_parameters(c, k, prefix, &metas, &n);
+  if (st != NULL) return st;
+  Wt__V1__ParameterInfo *ps = calloc(n ? n : 1, sizeof(*ps));
+  Wt__V1__ParameterInfo **pp = calloc(n ? n : 1, sizeof(*pp));
+  if (ps == NULL || pp == NULL) {
+    st = wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      wt__v1__parameter_info__init(&ps[i]);
+      ps[i].name = metas[i].name;
+      ps[i].dtype = (char *)wt_dtype_torch_name(metas[i].dtype);
+      ps[i].n_shape = (size_t)metas[i].ndim;
+      ps[i].shape = (int64_t *)metas[i].shape;
+      ps[i].nbytes = metas[i].nbytes;
+      pp[i] = &ps[i];
+    }
+    Wt__V1__ListParametersResponse r = WT__V1__LIST_PARAMETERS_RESPONSE__INIT;
+    r.n_parameters = n;
+    r.parameters = pp;
+    r.total_count = n;
+    st = wt_pb_to_json(&r.base, json);
+  }
+  free(ps);
+  free(pp);
+  wt_tensor_meta_array_free(metas, n);
   return st;
 }

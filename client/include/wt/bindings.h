@@ -66,6 +66,11 @@ wt_status *wt_bindings_update_info(wt_sync_client *c, const char *update_info_js
 /* Server k's GetServerInfo as JSON (a ServerInfo object) into *json. */
 wt_status *wt_bindings_server_info(wt_sync_client *c, size_t k, char **json);
 
+/* Server k's parameters whose names start with `prefix` (NULL: all) as a
+ * ListParametersResponse object in JSON (dtype: PyTorch's names). */
+wt_status *wt_bindings_list_parameters(wt_sync_client *c, size_t k,
+                                       const char *prefix, char **json);
+
 /* --- a control plane over a synchronous callback ---------------------------- */
 
 /* The answer a callback gives, through one of the two calls below; owned

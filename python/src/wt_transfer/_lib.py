@@ -1,0 +1,192 @@
+"""ctypes bindings to libwt_client (wt/bindings.h, wt/client.h, wt/source.h).
+
+The C libraries are found, in order: the package's own lib/ (pip install
+built them), the installed tree pip install was pointed at
+(WT_PYTHON_PREFIX, recorded in _prefix.py), or the directory in the
+environment variable WT_TRANSFER_LIB_DIR (a build tree's, for development).
+Nothing else here reads the environment.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pathlib
+import threading
+from ctypes import (CFUNCTYPE, POINTER, c_bool, c_char_p, c_int, c_int64,
+                    c_size_t, c_uint32, c_uint64, c_void_p)
+
+from . import errors
+
+_HERE = pathlib.Path(__file__).resolve().parent
+
+
+def _candidates():
+    yield _HERE / "lib"
+    try:
+        from . import _prefix  # written by pip install with WT_PYTHON_PREFIX
+
+        yield pathlib.Path(_prefix.PREFIX) / "lib"
+    except ImportError:
+        pass
+    env = os.environ.get("WT_TRANSFER_LIB_DIR")
+    if env:
+        yield pathlib.Path(env)
+
+
+def _find(name: str) -> pathlib.Path:
+    tried = []
+    for d in _candidates():
+        p = d / name
+        tried.append(str(p))
+        if p.exists():
+            return p
+    raise ImportError(
+        f"wt_transfer: {name} not found (looked in {', '.join(tried)}); "
+        "reinstall with `pip install ./python`, or set WT_TRANSFER_LIB_DIR "
+        "to a directory holding it")
+
+
+def lib_dir() -> pathlib.Path:
+    """The directory the C libraries are loaded from."""
+    return _find("libwt_client.so").parent
+
+
+def bin_dir() -> pathlib.Path | None:
+    """The directory holding wt-server, when the package has one."""
+    for d in (lib_dir().parent / "bin", lib_dir().parent / "server"):
+        if (d / "wt-server").exists():
+            return d
+    return None
+
+
+class SourceTensor(ctypes.Structure):
+    """wt_source_tensor (wt/source.h)."""
+    _fields_ = [
+        ("name", c_char_p),
+        ("dtype", c_int),
+        ("ndim", c_int),
+        ("shape", POINTER(c_int64)),
+        ("data", c_void_p),
+        ("nbytes", c_uint64),
+        ("kind", c_int),
+        ("device_type", c_int),  # wt_device: type, index
+        ("device_index", c_int),
+        ("cuda_stream", c_void_p),
+        ("cuda_event", c_void_p),
+    ]
+
+
+class WeightVersion(ctypes.Structure):
+    """wt_weight_version (wt/client.h)."""
+    _fields_ = [("version", c_char_p), ("sequence", c_uint64),
+                ("committed_unix_ms", c_int64)]
+
+
+class ParamChecksum(ctypes.Structure):
+    """wt_param_checksum (wt/client.h); WT_DIGEST_HEX_MAX is 65."""
+    _fields_ = [("name", c_char_p), ("digest", ctypes.c_char * 65),
+                ("worker", c_uint32)]
+
+
+class ControlPlane(ctypes.Structure):
+    """wt_control_plane (wt/control.h)."""
+    _fields_ = [("ops", c_void_p), ("self", c_void_p)]
+
+
+# void (*)(void *user, size_t server, int method, const char *request_json,
+#          wt_control_reply *reply)
+CONTROL_CALLBACK = CFUNCTYPE(None, c_void_p, c_size_t, c_int, c_char_p,
+                             c_void_p)
+# bool (*)(const wt_weight_version *v, void *user)
+VERSION_CALLBACK = CFUNCTYPE(c_bool, POINTER(WeightVersion), c_void_p)
+
+_lock = threading.Lock()
+_lib = None
+
+
+def _proto(lib, name, res, *args):
+    f = getattr(lib, name)
+    f.restype = res
+    f.argtypes = list(args)
+
+
+def lib():
+    """The loaded libwt_client, its functions typed."""
+    global _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        path = _find("libwt_client.so")
+        L = ctypes.CDLL(str(path))
+        st = c_void_p  # wt_status *
+        _proto(L, "wt_status_code", c_int, st)
+        _proto(L, "wt_status_message", c_char_p, st)
+        _proto(L, "wt_status_free", None, st)
+        _proto(L, "wt_bindings_free", None, c_void_p)
+        _proto(L, "wt_bindings_client_new", st, POINTER(c_char_p), c_size_t,
+               c_int64, c_int64, c_char_p, c_char_p, c_bool, POINTER(c_void_p))
+        _proto(L, "wt_bindings_client_new_with", st, POINTER(ControlPlane),
+               c_int64, c_int64, POINTER(c_void_p))
+        _proto(L, "wt_bindings_init_transfer", st, c_void_p, c_char_p, c_bool,
+               POINTER(c_void_p))
+        _proto(L, "wt_bindings_update_info", st, c_void_p, c_char_p)
+        _proto(L, "wt_bindings_server_info", st, c_void_p, c_size_t,
+               POINTER(c_void_p))
+        _proto(L, "wt_bindings_trainer_init_info", st, c_char_p, c_char_p,
+               POINTER(c_void_p))
+        _proto(L, "wt_control_callback_new", st, POINTER(c_char_p), c_size_t,
+               c_uint32, CONTROL_CALLBACK, c_void_p, POINTER(ControlPlane))
+        _proto(L, "wt_control_reply_ok", None, c_void_p, c_char_p)
+        _proto(L, "wt_control_reply_error", None, c_void_p, c_int, c_char_p)
+        _proto(L, "wt_sync_client_destroy", None, c_void_p)
+        _proto(L, "wt_sync_client_server_count", c_size_t, c_void_p)
+        _proto(L, "wt_sync_client_world_size", st, c_void_p, POINTER(c_uint32))
+        _proto(L, "wt_sync_client_start", st, c_void_p)
+        _proto(L, "wt_sync_client_round_id", c_uint64, c_void_p, c_size_t)
+        _proto(L, "wt_sync_client_update", st, c_void_p, c_void_p, c_void_p,
+               c_void_p, c_void_p)
+        _proto(L, "wt_sync_client_finish", st, c_void_p, c_char_p)
+        _proto(L, "wt_sync_client_abort", st, c_void_p, c_char_p)
+        _proto(L, "wt_sync_client_get_version", st, c_void_p, c_size_t,
+               POINTER(WeightVersion))
+        _proto(L, "wt_weight_version_clear", None, POINTER(WeightVersion))
+        _proto(L, "wt_sync_client_watch", st, c_void_p, c_size_t, c_int64,
+               VERSION_CALLBACK, c_void_p)
+        _proto(L, "wt_sync_client_checksums", st, c_void_p, c_size_t,
+               POINTER(c_char_p), c_size_t, c_int, c_bool,
+               POINTER(POINTER(ParamChecksum)), POINTER(c_size_t))
+        _proto(L, "wt_param_checksums_free", None, POINTER(ParamChecksum),
+               c_size_t)
+        _proto(L, "wt_trainer_destroy", None, c_void_p)
+        _proto(L, "wt_trainer_names", st, POINTER(c_void_p))
+        _proto(L, "wt_source_memory", st, POINTER(SourceTensor), c_size_t,
+               POINTER(c_void_p))
+        _proto(L, "wt_source_destroy", None, c_void_p)
+        _proto(L, "wt_dtype_from_name", st, c_char_p, POINTER(c_int))
+        _lib = L
+        return L
+
+
+def check(st) -> None:
+    """Raises the WtError subclass of a returned status (and frees it)."""
+    if not st:
+        return
+    L = lib()
+    code = L.wt_status_code(st)
+    msg = L.wt_status_message(st).decode("utf-8", "replace")
+    L.wt_status_free(st)
+    raise errors.from_code(code, msg)
+
+
+def take_string(p: c_void_p) -> str:
+    """A malloc'd C string handed out by wt/bindings.h, freed."""
+    if not p.value:
+        return ""
+    try:
+        return ctypes.string_at(p.value).decode("utf-8")
+    finally:
+        lib().wt_bindings_free(p)
+
+
+WT_HASH = {"sha256": 0, "xxh3": 1}

@@ -1,0 +1,145 @@
+"""wt's C trainer engines, as vLLM's TrainerWeightTransferEngine.
+
+`trainer_init(config, init_info, *, client, source)` builds the backend's
+init info in C (its secrets and rendezvous, from `config`'s options),
+merges the caller's `init_info` over it, and runs the sync client's
+init_transfer: every server's InitWeightTransferEngine, the trainer
+engine's connect beside them. `send_weights()` then runs one round of the
+source: start, the C engine's sends (and UpdateWeights where the backend
+needs it), finish. The client is wt's `Client` or any object with vLLM's
+four methods; the C orchestration (fan-out, deadlines, abort on the first
+failure) is the same for both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from ctypes import byref, c_void_p
+
+from . import _lib
+from .client import client_handle
+from .sources import CSource
+
+
+def _options(config) -> dict:
+    """A backend's options (strings) from a dict, a dataclass or None."""
+    if config is None:
+        return {}
+    if dataclasses.is_dataclass(config):
+        config = dataclasses.asdict(config)
+    elif not isinstance(config, dict):
+        config = {k: v for k, v in vars(config).items() if not k.startswith("_")}
+    out = {}
+    for k, v in config.items():
+        if k == "backend" or v is None:
+            continue
+        out[str(k)] = ("true" if v else "false") if isinstance(v, bool) else str(v)
+    return out
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+class CTrainerEngine:
+    """A trainer engine of libwt_client (the backend named `backend`)."""
+
+    backend: str = ""
+
+    def __init__(self, handle, owner, owned, trainer, source, init_info):
+        self._client = handle
+        self._owner = owner  # keeps wt's Client or the foreign plane alive
+        self._owned = owned
+        self._trainer = trainer
+        self.source = source
+        self.init_info = init_info
+        self.is_sender = True
+        self.rounds = 0
+
+    @classmethod
+    def trainer_init(cls, config, init_info, *, client, source, timeout=None,
+                     data_timeout=None):
+        """Rendezvous with every server and return a ready engine."""
+        if init_info is not None and not isinstance(init_info, dict):
+            if dataclasses.is_dataclass(init_info):
+                init_info = dataclasses.asdict(init_info)
+            else:
+                raise ValueError("init_info: a dict of wt's WeightTransferInitInfo "
+                                 "fields (or None)")
+        if source is None or not hasattr(source, "metadata"):
+            raise ValueError("source: a WeightSource (metadata() and iteration)")
+        L = _lib.lib()
+        p = c_void_p()
+        _lib.check(L.wt_bindings_trainer_init_info(
+            cls.backend.encode(), json.dumps(_options(config)).encode(), byref(p)))
+        info = _merge(json.loads(_lib.take_string(p)), init_info or {})
+        info["backend"] = cls.backend
+        handle, owner, owned = client_handle(client, timeout, data_timeout)
+        trainer = c_void_p()
+        try:
+            _lib.check(L.wt_bindings_init_transfer(
+                handle, json.dumps(info).encode(), True, byref(trainer)))
+        except BaseException:
+            if owned:
+                L.wt_sync_client_destroy(handle)
+            raise
+        return cls(handle, owner, owned, trainer, source, info)
+
+    def send_weights(self, weight_version: str | None = None) -> str:
+        """One round of the source to every server: start, send, finish.
+        Returns the committed version's name (default "round-N", N counting
+        this engine's rounds from 1). Any failure aborts the round on every
+        server and raises the WtError naming the server at fault."""
+        if not self._trainer:
+            raise ValueError("trainer engine: shut down")
+        L = _lib.lib()
+        with CSource(self.source) as src:  # checked before any byte moves
+            version = weight_version or f"round-{self.rounds + 1}"
+            _lib.check(L.wt_sync_client_start(self._client))
+            _lib.check(L.wt_sync_client_update(self._client, self._trainer,
+                                               src.handle, None, None))
+            _lib.check(L.wt_sync_client_finish(self._client, version.encode()))
+        self.rounds += 1
+        return version
+
+    def shutdown(self) -> None:
+        L = _lib.lib()
+        if self._trainer:
+            L.wt_trainer_destroy(self._trainer)
+            self._trainer = c_void_p()
+        if self._owned and self._client:
+            L.wt_sync_client_destroy(self._client)
+        self._client = c_void_p()
+
+    def __del__(self):
+        try:
+            self.shutdown()
+        except Exception:
+            pass
+
+
+class GrpcTrainerEngine(CTrainerEngine):
+    """`grpc`: the bytes over wt's own gRPC channel (PushWeights)."""
+    backend = "grpc"
+
+
+class UcxTrainerEngine(CTrainerEngine):
+    """`ucx`: UCX (shared memory, TCP, RDMA), parallel or a chain."""
+    backend = "ucx"
+
+
+class NcclTrainerEngine(CTrainerEngine):
+    """`nccl`: NCCL broadcast from rank 0, GPU memory."""
+    backend = "nccl"
+
+
+class IpcTrainerEngine(CTrainerEngine):
+    """`ipc`: CUDA IPC handles on one host's GPUs."""
+    backend = "ipc"

@@ -1,0 +1,316 @@
+"""Weight sources: the trainer's tensors, handed to the C engines as pointers.
+
+The seed's contract (vLLM's `WeightSource`): `metadata()` first, a list of
+`(name, dtype, shape)`, then iteration yields `(name, tensor)` pairs in that
+order, a fresh pass each round. Any object with those two works; this
+module adds `ArraySource` over a dict or a list of pairs.
+
+A tensor is anything that offers `__cuda_array_interface__` (a GPU tensor:
+torch, cupy), `__array_interface__` (numpy, and what wraps it), DLPack
+(`__dlpack__` and `__dlpack_device__`: torch, jax, cupy), or torch's
+`data_ptr()`. Its bytes are never copied: the C engines get its address,
+and the tensor is kept alive until the round that sends it ends. A tensor
+that is not contiguous, or that differs from the metadata (name, order,
+dtype, shape), is a ValueError naming it before any byte moves.
+
+numpy has no bfloat16: wrap a uint16 array as `view(array, "bfloat16")` (or
+use ml_dtypes' bfloat16, which is recognised by name).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections import namedtuple
+from ctypes import byref, c_int, c_void_p
+
+from . import _lib
+
+ParamMeta = namedtuple("ParamMeta", ["name", "dtype", "shape"])
+
+# typestr (without byte order) -> wt's (PyTorch's) dtype name
+_TYPESTR = {
+    "f2": "float16", "f4": "float32", "f8": "float64",
+    "i1": "int8", "i2": "int16", "i4": "int32", "i8": "int64",
+    "u1": "uint8", "u2": "uint16", "u4": "uint32", "u8": "uint64",
+    "b1": "bool",
+}
+_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8,
+             "int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint8": 1,
+             "uint16": 2, "uint32": 4, "uint64": 8, "bool": 1,
+             "float8_e4m3fn": 1, "float8_e5m2": 1}
+# DLPack type codes (dlpack.h): kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4,
+# kDLBool 6
+_DLPACK = {(0, 8): "int8", (0, 16): "int16", (0, 32): "int32", (0, 64): "int64",
+           (1, 8): "uint8", (1, 16): "uint16", (1, 32): "uint32",
+           (1, 64): "uint64", (2, 16): "float16", (2, 32): "float32",
+           (2, 64): "float64", (4, 16): "bfloat16", (6, 8): "bool"}
+
+WT_MEM_HOST, WT_MEM_DEVICE = 0, 3
+WT_DEVICE_CPU, WT_DEVICE_CUDA = 0, 1
+
+
+def dtype_name(dt) -> str:
+    """wt's name for a dtype given as a string, a torch dtype or a numpy dtype."""
+    if isinstance(dt, str):
+        s = dt
+    else:
+        s = getattr(dt, "name", None) or str(dt)
+    if s.startswith("torch."):
+        s = s[len("torch."):]
+    aliases = {"float": "float32", "half": "float16", "double": "float64",
+               "long": "int64", "int": "int32", "bool_": "bool"}
+    return aliases.get(s, s)
+
+
+class view:
+    """An array whose bytes are declared another dtype of the same size:
+    `view(np_uint16_array, "bfloat16")`."""
+
+    def __init__(self, array, dtype: str):
+        self.array = array
+        self.dtype = dtype_name(dtype)
+
+
+class _Described:
+    """What the C side needs of one tensor, and what keeps it alive."""
+
+    __slots__ = ("name", "dtype", "shape", "data", "nbytes", "kind",
+                 "device", "stream", "keep")
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", c_void_p), ("device", _DLDevice),
+                ("ndim", ctypes.c_int32), ("dtype", _DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+_PyCapsule_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
+_PyCapsule_GetPointer.restype = c_void_p
+_PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def _contiguous(shape, strides, itemsize) -> bool:
+    if strides is None:
+        return True
+    want = itemsize
+    for dim, stride in zip(reversed(shape), reversed(strides)):
+        if dim != 1 and stride != want:
+            return False
+        want *= dim
+    return True
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _device_index(obj) -> int:
+    dev = getattr(obj, "device", None)
+    for attr in ("index", "id"):
+        v = getattr(dev, attr, None)
+        if isinstance(v, int):
+            return v
+    return 0
+
+
+def describe(name: str, obj) -> _Described:
+    """Where `obj`'s bytes are, without copying them; ValueError naming the
+    tensor when it cannot be sent as it is."""
+    declared = None
+    if isinstance(obj, view):
+        declared, obj = obj.dtype, obj.array
+    d = _Described()
+    d.name, d.keep, d.stream, d.kind, d.device = name, [obj], None, WT_MEM_HOST, 0
+    dt = None
+    if hasattr(obj, "__cuda_array_interface__"):
+        cai = obj.__cuda_array_interface__
+        shape = tuple(cai["shape"])
+        dt = _TYPESTR.get(cai["typestr"][1:])
+        itemsize = int(cai["typestr"][2:])
+        if not _contiguous(shape, cai.get("strides"), itemsize):
+            raise ValueError(f"tensor '{name}': not contiguous (strides "
+                             f"{cai.get('strides')}); send .contiguous()")
+        d.data = cai["data"][0]
+        d.kind, d.device = WT_MEM_DEVICE, _device_index(obj)
+        stream = cai.get("stream")
+        d.stream = stream if isinstance(stream, int) and stream > 2 else None
+    elif hasattr(obj, "__array_interface__"):
+        ai = obj.__array_interface__
+        shape = tuple(ai["shape"])
+        ts = ai["typestr"]
+        dt = _TYPESTR.get(ts[1:])
+        if dt is None and getattr(getattr(obj, "dtype", None), "name", "") == "bfloat16":
+            dt = "bfloat16"  # ml_dtypes
+        itemsize = int(ts[2:]) if ts[2:].isdigit() else 0
+        if not _contiguous(shape, ai.get("strides"), itemsize):
+            raise ValueError(f"tensor '{name}': not contiguous (strides "
+                             f"{ai.get('strides')}); send a contiguous copy")
+        d.data = ai["data"][0]
+    elif hasattr(obj, "__dlpack__"):
+        dev_type, dev_id = obj.__dlpack_device__()
+        cap = obj.__dlpack__()
+        d.keep.append(cap)  # its destructor frees the tensor when we drop it
+        p = _PyCapsule_GetPointer(cap, b"dltensor")
+        t = _DLTensor.from_address(p)
+        shape = tuple(t.shape[i] for i in range(t.ndim))
+        dt = _DLPACK.get((t.dtype.code, t.dtype.bits))
+        strides = (None if not t.strides else
+                   tuple(t.strides[i] * (t.dtype.bits // 8) for i in range(t.ndim)))
+        if not _contiguous(shape, strides, max(t.dtype.bits // 8, 1)):
+            raise ValueError(f"tensor '{name}': not contiguous (DLPack strides)")
+        d.data = (t.data or 0) + t.byte_offset
+        if dev_type == 2:  # kDLCUDA
+            d.kind, d.device = WT_MEM_DEVICE, int(dev_id)
+        elif dev_type not in (1, 3):  # kDLCPU, kDLCUDAHost
+            raise ValueError(f"tensor '{name}': DLPack device type {dev_type} "
+                             "is neither the host nor a CUDA GPU")
+    elif hasattr(obj, "data_ptr"):  # torch without the interfaces
+        shape = tuple(obj.shape)
+        dt = dtype_name(obj.dtype)
+        if not obj.is_contiguous():
+            raise ValueError(f"tensor '{name}': not contiguous; send .contiguous()")
+        d.data = obj.data_ptr()
+        if getattr(obj, "is_cuda", False):
+            d.kind, d.device = WT_MEM_DEVICE, _device_index(obj)
+    else:
+        raise ValueError(f"tensor '{name}': a {type(obj).__name__} offers no "
+                         "DLPack, __array_interface__ or __cuda_array_interface__")
+    if declared is not None:
+        if dt is not None and _ITEMSIZE.get(dt) != _ITEMSIZE.get(declared):
+            raise ValueError(f"tensor '{name}': view as {declared} needs "
+                             f"{_ITEMSIZE.get(declared)}-byte items, the array "
+                             f"holds {dt}")
+        dt = declared
+    if dt is None:
+        raise ValueError(f"tensor '{name}': its element type is not one wt "
+                         "sends (numpy has no bfloat16: use view(a, 'bfloat16'))")
+    d.dtype, d.shape = dt, shape
+    d.nbytes = _numel(shape) * _ITEMSIZE[dt]
+    if d.data is None or (d.data == 0 and d.nbytes > 0):
+        raise ValueError(f"tensor '{name}': no data pointer")
+    return d
+
+
+def _meta(m) -> ParamMeta:
+    if isinstance(m, ParamMeta):
+        return ParamMeta(m.name, dtype_name(m.dtype), tuple(int(x) for x in m.shape))
+    if isinstance(m, dict):
+        return ParamMeta(m["name"], dtype_name(m["dtype"]),
+                         tuple(int(x) for x in m["shape"]))
+    name, dt, shape = m.name, m.dtype, m.shape  # vLLM's ParamMeta
+    return ParamMeta(name, dtype_name(dt), tuple(int(x) for x in shape))
+
+
+class ArraySource:
+    """A source over a dict {name: tensor} or a list of (name, tensor): the
+    metadata is the tensors' own, in that order; each round sends what the
+    mapping holds then (replace its values between rounds, same layout)."""
+
+    def __init__(self, tensors):
+        self._tensors = tensors
+
+    def _pairs(self):
+        t = self._tensors
+        return list(t.items()) if isinstance(t, dict) else list(t)
+
+    def metadata(self):
+        out = []
+        for name, obj in self._pairs():
+            d = describe(name, obj)
+            out.append(ParamMeta(name, d.dtype, d.shape))
+        return out
+
+    def __iter__(self):
+        return iter(self._pairs())
+
+
+class CSource:
+    """One round of a Python source as a C wt_source over the tensors'
+    memory; checked against the source's metadata first. A context manager:
+    the C source and the tensors are released on exit."""
+
+    def __init__(self, source):
+        if not (hasattr(source, "metadata") and hasattr(source, "__iter__")):
+            raise ValueError("source: needs metadata() and iteration (vLLM's "
+                             "WeightSource); wrap a dict in ArraySource")
+        metas = [_meta(m) for m in source.metadata()]
+        names = set()
+        for m in metas:
+            if m.name in names:
+                raise ValueError(f"source: tensor '{m.name}' is declared twice")
+            names.add(m.name)
+        described = []
+        it = iter(source)
+        for i, m in enumerate(metas):
+            try:
+                name, obj = next(it)
+            except StopIteration:
+                raise ValueError(f"source: the round ended after {i} tensors; "
+                                 f"the metadata declares {len(metas)} (next: "
+                                 f"'{m.name}')") from None
+            if name != m.name:
+                raise ValueError(f"source: tensor '{name}' came where '{m.name}'"
+                                 f" is declared (position {i})")
+            d = describe(name, obj)
+            if d.dtype != m.dtype:
+                raise ValueError(f"tensor '{name}': dtype {d.dtype}, the metadata "
+                                 f"says {m.dtype}")
+            if d.shape != m.shape:
+                raise ValueError(f"tensor '{name}': shape {list(d.shape)}, the "
+                                 f"metadata says {list(m.shape)}")
+            described.append(d)
+        extra = next(it, None)
+        if extra is not None:
+            raise ValueError(f"source: tensor '{extra[0]}' beyond the "
+                             f"{len(metas)} the metadata declares")
+        self.tensors = described
+        self.metas = metas
+        self.handle = c_void_p()
+        L = _lib.lib()
+        n = len(described)
+        arr = (_lib.SourceTensor * max(n, 1))()
+        self._keep = [arr]
+        for i, d in enumerate(described):
+            code = c_int()
+            _lib.check(L.wt_dtype_from_name(d.dtype.encode(), byref(code)))
+            shape = (ctypes.c_int64 * max(len(d.shape), 1))(*d.shape)
+            nm = d.name.encode()
+            self._keep += [shape, nm]
+            arr[i].name = nm
+            arr[i].dtype = code.value
+            arr[i].ndim = len(d.shape)
+            arr[i].shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+            arr[i].data = d.data if d.nbytes else (d.data or 1)
+            arr[i].nbytes = d.nbytes
+            arr[i].kind = d.kind
+            arr[i].device_type = WT_DEVICE_CUDA if d.kind == WT_MEM_DEVICE else WT_DEVICE_CPU
+            arr[i].device_index = d.device if d.kind == WT_MEM_DEVICE else 0
+            arr[i].cuda_stream = d.stream
+        _lib.check(L.wt_source_memory(arr, n, byref(self.handle)))
+
+    def close(self):
+        if self.handle:
+            _lib.lib().wt_source_destroy(self.handle)
+            self.handle = c_void_p()
+        self.tensors = []
+        self._keep = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -58,29 +58,7 @@ cmake --build "$build" -j 2 --target wt-server wt-push >/dev/null
 
 if [ ! -f "$ckpt" ]; then
   echo "ucx_bench: writing $ckpt (1 GiB, once)" >&2
-  python3 - "$ckpt" <<'EOF'
-import sys
-import numpy as np
-from safetensors.numpy import save_file
-# 1 GiB of float16: per layer 4 x 8 MiB (attention) + 3 x 32 MiB (mlp),
-# 7 layers, plus two 64 MiB embeddings = 1024 MiB; random bytes.
-rng = np.random.default_rng(1)
-t = {}
-def add(name, shape):
-    n = int(np.prod(shape))
-    t[name] = rng.integers(0, 1 << 16, n, dtype=np.uint16).view(
-        np.float16).reshape(shape)
-add("model.embed_tokens.weight", (32768, 1024))
-for i in range(7):
-    p = f"model.layers.{i}."
-    for w in ("q", "k", "v", "o"):
-        add(p + f"self_attn.{w}_proj.weight", (2048, 2048))
-    for w in ("gate", "up"):
-        add(p + f"mlp.{w}_proj.weight", (8192, 2048))
-    add(p + "mlp.down_proj.weight", (2048, 8192))
-add("lm_head.weight", (32768, 1024))
-save_file(t, sys.argv[1])
-EOF
+  python3 bench/make_ckpt.py 1g "$ckpt"
 fi
 bench=ucx_bench
 . bench/lib.sh

@@ -2,7 +2,9 @@
 # The whole test suite: installs what it needs, builds with warnings as
 # errors, runs every CUnit suite through ctest and prints CUnit's summaries.
 #
-#   scripts/test.sh              normal build in build/
+#   scripts/test.sh              normal build in build/, then the Python
+#                                package's pytest suite (python/tests)
+#                                against it, pip-installed in a venv
 #   scripts/test.sh --sanitize   AddressSanitizer + UBSan build in build-asan/
 #   scripts/test.sh --ucx-current  against a current UCX (1.22, PyPI's
 #                                libucx-cu13; scripts/ucx-current.sh) in
@@ -72,6 +74,31 @@ fi
 status=0
 (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 600 ${only[@]+"${only[@]}"}) || status=$?
 
+# The Python package (python/, docs/python.md), in the normal build only (the
+# sanitizer builds' libraries need their runtime preloaded into Python):
+# installed as a user installs it against an installed tree (pip, in a venv
+# that sees the system's numpy and grpcio), then its pytest suite.
+pytest_line=""
+if [ "$mode" = normal ]; then
+  PY=${PYTHON:-python3}
+  prefix=$PWD/$build/prefix
+  venv=$PWD/$build/py-venv
+  cmake --install "$build" --prefix "$prefix" >/dev/null
+  [ -x "$venv/bin/python" ] || "$PY" -m venv --system-site-packages "$venv"
+  if "$venv/bin/python" -m pip install -q --disable-pip-version-check ./python \
+       -Ccmake.define.WT_PYTHON_PREFIX="$prefix" >"$build/pip-install.log" 2>&1; then
+    py_status=0
+    WT_SERVER_BIN=$prefix/bin/wt-server "$venv/bin/python" -m pytest -q -rs \
+      -p no:cacheprovider python/tests 2>&1 | tee "$build/pytest.log" || py_status=$?
+    pytest_line=$(grep -E '[0-9]+ (passed|failed)' "$build/pytest.log" | tail -n1)
+    [ "$py_status" -eq 0 ] || status=$py_status
+  else
+    cat "$build/pip-install.log"
+    pytest_line="pytest: not run: pip install ./python failed (see above)"
+    status=1
+  fi
+fi
+
 # ctest keeps each suite's output; show CUnit's own counts, suite by suite,
 # and the total as the closing line.
 log="$build/Testing/Temporary/LastTest.log"
@@ -84,4 +111,5 @@ if [ -f "$log" ]; then
                          ran+=$3; pass+=$4; fail+=$5}
        END{printf "CUnit: %d passed, %d failed (%d tests run)\n", pass, fail, ran}' "$log"
 fi
+[ -z "$pytest_line" ] || echo "pytest (python/tests): $pytest_line"
 exit $status

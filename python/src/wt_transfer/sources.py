@@ -136,7 +136,19 @@ def describe(name: str, obj) -> _Described:
     d = _Described()
     d.name, d.keep, d.stream, d.kind, d.device = name, [obj], None, WT_MEM_HOST, 0
     dt = None
-    if hasattr(obj, "__cuda_array_interface__"):
+    ai = getattr(obj, "__array_interface__", None)
+    if ai is not None:  # numpy first: the common case, and the cheapest
+        shape = tuple(ai["shape"])
+        ts = ai["typestr"]
+        dt = _TYPESTR.get(ts[1:])
+        if dt is None and getattr(getattr(obj, "dtype", None), "name", "") == "bfloat16":
+            dt = "bfloat16"  # ml_dtypes
+        itemsize = int(ts[2:]) if ts[2:].isdigit() else 0
+        if not _contiguous(shape, ai.get("strides"), itemsize):
+            raise ValueError(f"tensor '{name}': not contiguous (strides "
+                             f"{ai.get('strides')}); send a contiguous copy")
+        d.data = ai["data"][0]
+    elif hasattr(obj, "__cuda_array_interface__"):
         cai = obj.__cuda_array_interface__
         shape = tuple(cai["shape"])
         dt = _TYPESTR.get(cai["typestr"][1:])
@@ -148,18 +160,6 @@ def describe(name: str, obj) -> _Described:
         d.kind, d.device = WT_MEM_DEVICE, _device_index(obj)
         stream = cai.get("stream")
         d.stream = stream if isinstance(stream, int) and stream > 2 else None
-    elif hasattr(obj, "__array_interface__"):
-        ai = obj.__array_interface__
-        shape = tuple(ai["shape"])
-        ts = ai["typestr"]
-        dt = _TYPESTR.get(ts[1:])
-        if dt is None and getattr(getattr(obj, "dtype", None), "name", "") == "bfloat16":
-            dt = "bfloat16"  # ml_dtypes
-        itemsize = int(ts[2:]) if ts[2:].isdigit() else 0
-        if not _contiguous(shape, ai.get("strides"), itemsize):
-            raise ValueError(f"tensor '{name}': not contiguous (strides "
-                             f"{ai.get('strides')}); send a contiguous copy")
-        d.data = ai["data"][0]
     elif hasattr(obj, "__dlpack__"):
         dev_type, dev_id = obj.__dlpack_device__()
         cap = obj.__dlpack__()
@@ -206,6 +206,9 @@ def describe(name: str, obj) -> _Described:
 
 
 def _meta(m) -> ParamMeta:
+    if type(m) is ParamMeta and type(m.dtype) is str and m.dtype in _ITEMSIZE \
+            and type(m.shape) is tuple:
+        return m  # already wt's (ArraySource's own)
     if isinstance(m, ParamMeta):
         return ParamMeta(m.name, dtype_name(m.dtype), tuple(int(x) for x in m.shape))
     if isinstance(m, dict):
@@ -222,20 +225,71 @@ class ArraySource:
 
     def __init__(self, tensors):
         self._tensors = tensors
+        self._cached = None  # (the objects' ids, their metadata)
 
     def _pairs(self):
         t = self._tensors
         return list(t.items()) if isinstance(t, dict) else list(t)
 
     def metadata(self):
+        pairs = self._pairs()
+        ids = [(n, id(o)) for n, o in pairs]
+        if self._cached is not None and self._cached[0] == ids:
+            return self._cached[1]  # the same tensors: the same layout
         out = []
-        for name, obj in self._pairs():
+        for name, obj in pairs:
             d = describe(name, obj)
             out.append(ParamMeta(name, d.dtype, d.shape))
+        self._cached = (ids, out)
         return out
 
     def __iter__(self):
         return iter(self._pairs())
+
+
+class _Layout:
+    """The C tensor table of one layout (names, dtypes, shapes, sizes),
+    built once and copied for each round, which sets only the pointers."""
+
+    def __init__(self, metas):
+        L = _lib.lib()
+        n = len(metas)
+        self.n = n
+        self.template = (_lib.SourceTensor * max(n, 1))()
+        self._keep = []
+        codes = {}
+        for i, m in enumerate(metas):
+            if m.dtype not in codes:
+                code = c_int()
+                _lib.check(L.wt_dtype_from_name(m.dtype.encode(), byref(code)))
+                codes[m.dtype] = code.value
+            shape = (ctypes.c_int64 * max(len(m.shape), 1))(*m.shape)
+            nm = m.name.encode()
+            self._keep += [shape, nm]
+            t = self.template[i]
+            t.name = nm
+            t.dtype = codes[m.dtype]
+            t.ndim = len(m.shape)
+            t.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+            t.nbytes = _numel(m.shape) * _ITEMSIZE[m.dtype]
+
+    def table(self):
+        arr = (_lib.SourceTensor * max(self.n, 1))()
+        ctypes.memmove(arr, self.template, ctypes.sizeof(arr))
+        return arr
+
+
+_layouts: dict = {}
+
+
+def _layout(metas) -> _Layout:
+    key = tuple(metas)
+    lay = _layouts.get(key)
+    if lay is None:
+        if len(_layouts) >= 8:
+            _layouts.pop(next(iter(_layouts)))
+        lay = _layouts[key] = _Layout(metas)
+    return lay
 
 
 class CSource:
@@ -282,24 +336,16 @@ class CSource:
         self.handle = c_void_p()
         L = _lib.lib()
         n = len(described)
-        arr = (_lib.SourceTensor * max(n, 1))()
+        arr = _layout(metas).table()
         self._keep = [arr]
         for i, d in enumerate(described):
-            code = c_int()
-            _lib.check(L.wt_dtype_from_name(d.dtype.encode(), byref(code)))
-            shape = (ctypes.c_int64 * max(len(d.shape), 1))(*d.shape)
-            nm = d.name.encode()
-            self._keep += [shape, nm]
-            arr[i].name = nm
-            arr[i].dtype = code.value
-            arr[i].ndim = len(d.shape)
-            arr[i].shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
-            arr[i].data = d.data if d.nbytes else (d.data or 1)
-            arr[i].nbytes = d.nbytes
-            arr[i].kind = d.kind
-            arr[i].device_type = WT_DEVICE_CUDA if d.kind == WT_MEM_DEVICE else WT_DEVICE_CPU
-            arr[i].device_index = d.device if d.kind == WT_MEM_DEVICE else 0
-            arr[i].cuda_stream = d.stream
+            t = arr[i]
+            t.data = d.data if d.nbytes else (d.data or 1)
+            if d.kind == WT_MEM_DEVICE:
+                t.kind = d.kind
+                t.device_type = WT_DEVICE_CUDA
+                t.device_index = d.device
+                t.cuda_stream = d.stream
         _lib.check(L.wt_source_memory(arr, n, byref(self.handle)))
 
     def close(self):

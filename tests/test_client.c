@@ -1118,6 +1118,7 @@ typedef enum { CB_VLLM, CB_FORWARD, CB_SILENT, CB_ERROR, CB_SLOW, CB_GARBAGE } c
 
 typedef struct cb_state {
   cb_mode mode;
+  uint32_t flags; /* wt_control_callback_new's */
   pthread_mutex_t mu;
   int calls[WT_CONTROL_METHODS];
   char last[WT_CONTROL_METHODS][4096];
@@ -1186,7 +1187,7 @@ static wt_sync_client *cb_client(cb_state *st, cb_mode mode, size_t n,
                                  int64_t timeout_ms) {
   st->mode = mode;
   wt_control_plane cp;
-  WT_ASSERT_OK(wt_control_callback_new(targets, n, methods, cb_fn, st, &cp));
+  WT_ASSERT_OK(wt_control_callback_new(targets, n, methods, st->flags, cb_fn, st, &cp));
   wt_sync_client *c = NULL;
   WT_ASSERT_OK(wt_bindings_client_new_with(&cp, timeout_ms, timeout_ms, &c));
   return c;
@@ -1238,7 +1239,7 @@ static void test_callback_control_plane(void) {
     WT_ASSERT_ERR(wt_sync_client_start(c), bad[i].code, bad[i].needle);
     wt_sync_client_destroy(c); /* waits for the slow callback */
   }
-  WT_ASSERT_ERR(wt_control_callback_new(one, 1, WT_CONTROL_BIT(WT_CONTROL_INIT),
+  WT_ASSERT_ERR(wt_control_callback_new(one, 1, WT_CONTROL_BIT(WT_CONTROL_INIT), 0,
                                         cb_fn, &st, &(wt_control_plane){0}),
                 WT_INVALID_ARGUMENT, "init, start, update and finish");
 

@@ -10,6 +10,11 @@
 #include "support/fake_cuda.h"
 #include "support/fake_nccl.h"
 #include "support/fixture.h"
+#include <jansson.h>
+
+#include "wt/bindings.h"
+#include "wt/checksum.h"
+#include "wt/clock.h"
 #include "wt/memory.h"
 #include "wt/nccl.h"
 #include "wt/pb.h"
@@ -557,6 +562,236 @@ static void test_init_strangers(void) {
   wtt_server_stop(&S);
 }
 
+/* ---- an unmodified vLLM worker's dicts ----------------------------------------- */
+
+/* A stand-in for a vLLM worker behind vLLM's routes: it takes the dicts a
+ * vLLM worker takes, joins the NCCL group from nccl_unique_id_b64 as rank
+ * rank_offset of world_size (with the warm-up all-reduce), and receives
+ * each tensor of update_info by broadcast from rank 0, as vLLM's unpacked
+ * receive does; it hashes what arrived. */
+typedef struct vllm_stand_in {
+  pthread_mutex_t mu;
+  json_t *init, *update, *finish;
+  rank_arg a;
+  const wtt_server *layout;
+  uint64_t seed;
+  size_t received, right;
+} vllm_stand_in;
+
+#define TRY(x)                   \
+  do {                           \
+    wt_status *e_ = (x);         \
+    if (e_ != NULL) return e_;   \
+  } while (0)
+
+static wt_status *stand_in_receive(vllm_stand_in *w, json_t *info) {
+  const wt_nccl_api *nccl = NULL;
+  const wt_cuda_api *cuda = NULL;
+  TRY(wt_nccl_api_get(&nccl));
+  TRY(wt_cuda_api_get(&cuda));
+  TRY(wt_cuda_bind(w->a.device));
+  json_t *names = json_object_get(info, "names");
+  json_t *dtypes = json_object_get(info, "dtype_names");
+  json_t *shapes = json_object_get(info, "shapes");
+  for (size_t i = 0; i < json_array_size(names); i++) {
+    const char *name = json_string_value(json_array_get(names, i));
+    size_t idx = wtt_layout_index(w->layout, name);
+    wt_dtype dt;
+    TRY(wt_dtype_from_torch_name(
+        json_string_value(json_array_get(dtypes, i)), &dt));
+    uint64_t n = wt_dtype_itemsize(dt);
+    json_t *dims = json_array_get(shapes, i);
+    for (size_t d = 0; d < json_array_size(dims); d++)
+      n *= (uint64_t)json_integer_value(json_array_get(dims, d));
+    wt_mem_region buf;
+    wt_device dev = {.type = WT_DEVICE_CUDA, .index = w->a.device};
+    TRY(wt_mem_alloc(WT_MEM_DEVICE, dev, n ? n : 1, "stand-in", &buf));
+    wt_status *st = nccl->broadcast(buf.base, buf.base, n, 0, w->a.comm, w->a.stream);
+    if (st == NULL)
+      st = wt_nccl_wait(nccl, cuda, &w->a.comm, w->a.stream, wt_mono_ms() + 5000,
+                        NULL, "stand-in: a tensor");
+    unsigned char *host = malloc(n ? n : 1);
+    if (st == NULL) st = wt_mem_read(&buf, 0, host, n, NULL);
+    if (st == NULL && idx != (size_t)-1) {
+      char got[WT_DIGEST_HEX_MAX], want[WT_DIGEST_HEX_MAX];
+      wt_status_free(wt_digest_hex(WT_HASH_SHA256, host, n, got));
+      wtt_expected_digest(&w->layout->metas[idx], w->seed, WT_HASH_SHA256, want);
+      w->right += strcmp(got, want) == 0;
+    }
+    w->received++;
+    free(host);
+    wt_mem_free(&buf);
+    if (st != NULL) return st;
+  }
+  return NULL;
+}
+
+static void stand_in_cb(void *user, size_t k, int m, const char *req,
+                        wt_control_reply *reply) {
+  (void)k;
+  vllm_stand_in *w = user;
+  json_t *j = json_loads(req, 0, NULL);
+  wt_status *st = NULL;
+  pthread_mutex_lock(&w->mu);
+  if (m == WT_CONTROL_INIT) {
+    json_decref(w->init);
+    w->init = json_incref(json_object_get(j, "init_info"));
+    size_t n = 0;
+    st = wt_base64_decode(json_string_value(json_object_get(w->init, "nccl_unique_id_b64")),
+                          w->a.id, sizeof(w->a.id), &n, "nccl_unique_id_b64");
+    w->a.rank = (int)json_integer_value(json_object_get(w->init, "rank_offset"));
+    w->a.nranks = (int)json_integer_value(json_object_get(w->init, "world_size"));
+    w->a.device = 1;
+    w->a.warm_up = true;
+    w->a.bytes = 0;
+    w->a.deadline_ms = wt_mono_ms() + 5000;
+    if (st == NULL) {
+      run_rank(&w->a); /* joins beside the trainer's connect */
+      st = w->a.st;
+      w->a.st = NULL;
+    }
+  } else if (m == WT_CONTROL_UPDATE) {
+    json_decref(w->update);
+    w->update = json_incref(json_object_get(j, "update_info"));
+    st = stand_in_receive(w, w->update);
+  } else if (m == WT_CONTROL_FINISH) {
+    json_decref(w->finish);
+    w->finish = json_incref(j);
+  }
+  pthread_mutex_unlock(&w->mu);
+  json_decref(j);
+  if (st == NULL)
+    wt_control_reply_ok(reply, NULL); /* vLLM's routes answer nothing */
+  else
+    wt_control_reply_error(reply, (int)wt_status_code(st), wt_status_message(st));
+  wt_status_free(st);
+}
+
+/* The keys and JSON types of a vLLM dict, as vLLM's dataclasses declare
+ * them (nccl_common.NCCLWeightTransferInitInfo, kw_only, with the
+ * unique-id rendezvous: master_address and master_port left out;
+ * nccl_engine.NCCLWeightTransferUpdateInfo). */
+static const struct {
+  const char *key;
+  json_type type;
+} vllm_init_fields[] = {{"nccl_unique_id_b64", JSON_STRING},
+                        {"rank_offset", JSON_INTEGER},
+                        {"world_size", JSON_INTEGER},
+                        {"packed", JSON_TRUE},
+                        {"packed_buffer_size_bytes", JSON_INTEGER},
+                        {"packed_num_buffers", JSON_INTEGER}},
+  vllm_update_fields[] = {{"names", JSON_ARRAY},
+                          {"dtype_names", JSON_ARRAY},
+                          {"shapes", JSON_ARRAY}};
+
+static bool has_fields(json_t *o, const void *table, size_t n) {
+  const struct { const char *key; json_type type; } *t = table;
+  if (!json_is_object(o) || json_object_size(o) != n) return false;
+  for (size_t i = 0; i < n; i++) {
+    json_t *v = json_object_get(o, t[i].key);
+    json_type ty = v ? json_typeof(v) : JSON_NULL;
+    if (ty == JSON_FALSE) ty = JSON_TRUE;
+    if (v == NULL || ty != t[i].type) return false;
+  }
+  return true;
+}
+
+/* wt's nccl trainer engine driven through a control plane of vLLM's shape
+ * (its routes' dicts, answers of nothing): the dicts have exactly vLLM's
+ * fields and types, the unique id is vLLM's base64, the ranks are vLLM's;
+ * a stand-in worker that reads only those dicts joins, receives every
+ * tensor, and hashes the trainer's bytes. A backend vLLM cannot receive is
+ * refused by name, and a wrong NCCL version too. */
+static void test_vllm_dicts(void) {
+  wtt_server L;
+  wt_server_options one = {.devices = "cuda:0"};
+  wtt_server_start(&L, "tiny", &one); /* for the layout only */
+  static vllm_stand_in w;
+  memset(&w, 0, sizeof(w));
+  pthread_mutex_init(&w.mu, NULL);
+  w.layout = &L;
+  w.seed = 61;
+  const char *targets[] = {"http://vllm-stand-in:8000"};
+  wt_control_plane cp;
+  WT_ASSERT_OK(wt_control_callback_new(targets, 1, WT_CONTROL_REQUIRED,
+                                       WT_CONTROL_VLLM_DICTS, stand_in_cb, &w, &cp));
+  wt_sync_client *c = NULL;
+  WT_ASSERT_OK(wt_bindings_client_new_with(&cp, 10000, 10000, &c));
+  Wt__V1__WeightTransferInitInfo *info = NULL;
+  WT_ASSERT_OK(wt_trainer_init_info("nccl", NULL, 0, &info));
+  info->timeout_ms = 2000;
+  wt_trainer *t = NULL;
+  WT_ASSERT_OK(wt_cuda_bind(0));
+  WT_ASSERT_OK(wt_sync_client_init_transfer(c, info, NULL, &t));
+  wt_pb_free(&info->base);
+  CU_ASSERT(has_fields(w.init, vllm_init_fields, 6));
+  CU_ASSERT_EQUAL(json_integer_value(json_object_get(w.init, "rank_offset")), 1);
+  CU_ASSERT_EQUAL(json_integer_value(json_object_get(w.init, "world_size")), 2);
+  CU_ASSERT_EQUAL(strlen(json_string_value(json_object_get(w.init, "nccl_unique_id_b64"))), 172);
+  CU_ASSERT_EQUAL(json_integer_value(json_object_get(w.init, "packed_buffer_size_bytes")),
+                  1073741824);
+  dev_model d = {0};
+  dev_model_fill(&d, &L, w.seed);
+  wt_source *src = NULL;
+  WT_ASSERT_OK(wt_source_memory(d.t, d.n, &src));
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  WT_ASSERT_OK(wt_sync_client_update(c, t, src, NULL, NULL));
+  WT_ASSERT_OK(wt_sync_client_finish(c, "vllm-1"));
+  CU_ASSERT(has_fields(w.update, vllm_update_fields, 3));
+  json_t *shape0 = json_array_get(json_object_get(w.update, "shapes"), 0);
+  CU_ASSERT(json_is_array(shape0) && json_is_integer(json_array_get(shape0, 0)));
+  CU_ASSERT_STRING_EQUAL(json_string_value(json_array_get(
+                             json_object_get(w.update, "dtype_names"), 0)),
+                         "bfloat16");
+  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(w.finish, "weight_version")),
+                         "vllm-1");
+  CU_ASSERT_EQUAL(w.received, L.n);
+  CU_ASSERT_EQUAL(w.right, L.n); /* the stand-in received the trainer's bytes */
+  printf("\n  a vLLM stand-in joined from vLLM's dicts and hashed %zu of %zu "
+         "tensors as the trainer's\n", w.right, L.n);
+  wt_source_destroy(src);
+  wt_trainer_destroy(t);
+  t = NULL;
+  /* A backend a vLLM worker cannot receive, refused by name. */
+  Wt__V1__WeightTransferInitInfo *ipc = NULL;
+  WT_ASSERT_OK(wt_trainer_init_info("ipc", NULL, 0, &ipc));
+  WT_ASSERT_ERR(wt_sync_client_init_transfer(c, ipc, NULL, &t), WT_INVALID_ARGUMENT,
+                "backend 'ipc' to a vLLM control plane: a vLLM worker receives "
+                "only nccl");
+  wt_pb_free(&ipc->base);
+  wt_sync_client_destroy(c);
+  if (w.a.comm) {
+    const wt_nccl_api *nccl = NULL;
+    WT_ASSERT_OK(wt_nccl_api_get(&nccl));
+    WT_ASSERT_OK(wt_cuda_bind(1));
+    nccl->comm_destroy(w.a.comm);
+  }
+  if (w.a.stream) {
+    const wt_cuda_api *cuda = NULL;
+    WT_ASSERT_OK(wt_cuda_api_get(&cuda));
+    cuda->stream_destroy(w.a.stream);
+  }
+  json_decref(w.init);
+  json_decref(w.update);
+  json_decref(w.finish);
+  wt_mem_free(&d.r);
+  wtt_server_stop(&L);
+
+  /* The NCCL a trainer loads must be its peers': a mismatch is named. */
+  int code = 0;
+  WT_ASSERT_OK(wt_nccl_version_parse("2.27.3", &code));
+  CU_ASSERT_EQUAL(code, 22703);
+  WT_ASSERT_ERR(wt_nccl_version_parse("2.27", &code), WT_INVALID_ARGUMENT,
+                "nccl_version '2.27'");
+  fake_nccl_set_version(22809);
+  WT_ASSERT_OK(wt_nccl_select(NULL, "2.28.9"));
+  WT_ASSERT_ERR(wt_nccl_select(NULL, "2.27.3"), WT_FAILED_PRECONDITION,
+                "NCCL 2.28.9 is loaded here (fake), the peers run 2.27.3");
+  WT_ASSERT_ERR(wt_nccl_select("/nonexistent/libnccl.so.2", NULL),
+                WT_FAILED_PRECONDITION, "nccl_library /nonexistent/libnccl.so.2");
+  fake_nccl_set_version(0);
+}
+
 /* The real module, where this build has one: it loads lazily, names its
  * NCCL, and draws a unique id (which needs no GPU); elsewhere the error
  * says why. */
@@ -597,6 +832,7 @@ void wt_test_suite_nccl(void) {
   CU_add_test(s, "init info: ranks, unique id, buffers", test_check_init);
   CU_add_test(s, "the broadcast schedule of a plan", test_schedule);
   CU_add_test(s, "vLLM's base64 of the unique id", test_base64);
+  CU_add_test(s, "vLLM's dicts from the nccl trainer engine", test_vllm_dicts);
   CU_add_test(s, "rendezvous, warm-up, broadcast, a peer gone",
               test_wait_rendezvous_and_broadcast);
   CU_add_test(s, "a wait's deadline and cancel abort",

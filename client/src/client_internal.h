@@ -77,6 +77,14 @@ WT_HIDDEN wt_status *wt_fan_around(const wt_control_plane *cp,
                                    int64_t deadline_ms,
                                    const wt_fan_sender *s);
 
+/* ---- vLLM's dicts (control_vllm.c) ---------------------------------------- */
+
+/* Request `req` of method `m` as the JSON an unmodified vLLM worker's route
+ * takes (wt/bindings.h, WT_CONTROL_VLLM_DICTS); *out malloc'd. */
+WT_HIDDEN wt_status *wt_vllm_request_json(wt_control_method m,
+                                          const ProtobufCMessage *req,
+                                          char **out);
+
 /* ---- the client (sync_client.c) ------------------------------------------ */
 
 /* UpdateWeights with `info` on every server of the client's round, waited

@@ -17,12 +17,14 @@
 
 #include "wt/bindings.h"
 #include "wt/clock.h"
+#include "client_internal.h"
 #include "wt/pb.h"
 
 typedef struct cb_plane {
   char **targets;
   size_t n;
   uint32_t methods;
+  uint32_t flags; /* WT_CONTROL_VLLM_DICTS */
   wt_control_callback fn;
   void *user;
   pthread_mutex_t mu;
@@ -122,7 +124,9 @@ static wt_status *cb_call_start(void *self, size_t k, wt_control_method m,
                          wt_control_method_name(m));
   wt_control_call *c = calloc(1, sizeof(*c));
   if (c == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
-  wt_status *st = wt_pb_to_json(request, &c->request);
+  wt_status *st = (p->flags & WT_CONTROL_VLLM_DICTS)
+                      ? wt_vllm_request_json(m, request, &c->request)
+                      : wt_pb_to_json(request, &c->request);
   if (st != NULL) {
     free(c);
     return st;
@@ -287,8 +291,9 @@ static void cb_tables_init(void) {
 }
 
 wt_status *wt_control_callback_new(const char *const *targets, size_t n,
-                                   uint32_t methods, wt_control_callback fn,
-                                   void *user, wt_control_plane *out) {
+                                   uint32_t methods, uint32_t flags,
+                                   wt_control_callback fn, void *user,
+                                   wt_control_plane *out) {
   out->ops = NULL;
   out->self = NULL;
   if (fn == NULL)
@@ -310,6 +315,7 @@ wt_status *wt_control_callback_new(const char *const *targets, size_t n,
   p->fn = fn;
   p->user = user;
   p->methods = methods;
+  p->flags = flags;
   for (size_t k = 0; p->targets && k < n; k++) {
     p->targets[k] = strdup(targets[k] ? targets[k] : "");
     if (p->targets[k] == NULL) {

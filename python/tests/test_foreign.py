@@ -144,3 +144,36 @@ def test_vllm_shaped_client_gets_plain_dicts():
     assert kind == "init"
     assert info["backend"] == "ucx" and info["rank_offset"] == 1
     assert info["world_size"] == 2 and "ucx" in info
+
+
+def test_vllm_dialect_refuses_what_vllm_cannot_receive():
+    """A vLLM client gets vLLM's dicts (client/src/control_vllm.c; the
+    nccl round itself runs on emulated GPUs in the C suite nccl, "vLLM's
+    dicts from the nccl trainer engine"): ucx and grpc are refused by name,
+    before any call reaches vLLM."""
+    c = VllmLike()
+    with pytest.raises(wt.InvalidArgument, match="backend 'ucx' to a vLLM control plane"):
+        wt.WeightTransferTrainerFactory.trainer_init(
+            "ucx", {"transports": "tcp"}, None, client=wt.VllmClient(c, world_size=2),
+            source=wt.ArraySource({}))
+    assert c.seen == []
+
+
+def test_nccl_version_is_checked_by_name():
+    """The NCCL wt would load must be the peers': asked for another version
+    the engine refuses, naming both, before any collective (or says why
+    NCCL is unavailable here)."""
+    with pytest.raises(wt.FailedPrecondition) as e:
+        wt.WeightTransferTrainerFactory.trainer_init(
+            "nccl", {"nccl_version": "1.0.0"}, None, client=VllmLike(),
+            source=wt.ArraySource({}))
+    msg = str(e.value)
+    assert ("the peers run 1.0.0" in msg) or ("NCCL is unavailable" in msg), msg
+    with pytest.raises(wt.InvalidArgument, match="nccl_version '2.x'"):
+        wt.WeightTransferTrainerFactory.trainer_init(
+            "nccl", {"nccl_version": "2.x"}, None, client=VllmLike(),
+            source=wt.ArraySource({}))
+    with pytest.raises(wt.FailedPrecondition, match="nccl_library /nonexistent"):
+        wt.WeightTransferTrainerFactory.trainer_init(
+            "nccl", {"nccl_library": "/nonexistent/libnccl.so.2"}, None,
+            client=VllmLike(), source=wt.ArraySource({}))

@@ -49,8 +49,12 @@ static fworld *worlds;
 static fake_nccl_stats stats;
 static uint64_t next_id;
 
+static int version_code;
+
+void fake_nccl_set_version(int code) { version_code = code; }
+
 static int f_version(void) {
-  return 0;
+  return version_code;
 }
 
 static wt_status *f_unique_id(unsigned char id[WT_NCCL_UNIQUE_ID_BYTES]) {

@@ -33,5 +33,7 @@ void fake_nccl_install(void);
 /* Back to the module (every communicator must be gone by then). */
 void fake_nccl_uninstall(void);
 fake_nccl_stats fake_nccl_get_stats(void);
+/* What version_code (ncclGetVersion) answers; 0 by default. */
+void fake_nccl_set_version(int code);
 
 #endif

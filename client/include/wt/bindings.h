@@ -98,14 +98,25 @@ typedef void (*wt_control_callback)(void *user, size_t server, int method,
 /* A control plane (wt/control.h) of `n` servers named `targets[0..n)`
  * (copied; names in messages) whose calls are `fn`'s, for the methods in
  * `methods` (WT_CONTROL_BIT set; at least WT_CONTROL_REQUIRED). A
+ * `flags` (below) chooses the dicts. A
  * StartWeightUpdate answered without a round id (a control plane that has
  * none, as vLLM's) gets one of the plane's own, so the orchestration's
  * rules hold; an InitWeightTransferEngine answered with neither `ready` nor
  * a `message` (a plane that raises on failure) is ready. Destroying the plane waits for the callbacks still running.
  * The caller owns *out (wt_sync_client_new_with takes it). */
 wt_status *wt_control_callback_new(const char *const *targets, size_t n,
-                                   uint32_t methods, wt_control_callback fn,
-                                   void *user, wt_control_plane *out);
+                                   uint32_t methods, uint32_t flags,
+                                   wt_control_callback fn, void *user,
+                                   wt_control_plane *out);
+
+/* flags: the requests are the dicts an unmodified vLLM worker's routes take
+ * instead of wt.v1's (client/src/control_vllm.c says which release):
+ * InitWeightTransferEngine {"init_info": {nccl_unique_id_b64, rank_offset,
+ * world_size, packed, packed_buffer_size_bytes, packed_num_buffers}},
+ * UpdateWeights {"update_info": {names, dtype_names, shapes}},
+ * FinishWeightUpdate {"weight_version"}; a backend other than nccl is
+ * INVALID_ARGUMENT naming it before any call. */
+#define WT_CONTROL_VLLM_DICTS 1u
 
 #ifdef __cplusplus
 }

@@ -10,7 +10,7 @@
         engine.send_weights(f"step-{step}")
 """
 
-from .client import Client, Version
+from .client import Client, Version, VllmClient
 from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss,
                      DeadlineExceeded, FailedPrecondition, Internal,
                      InvalidArgument, NotFound, OutOfRange, PermissionDenied,
@@ -21,7 +21,7 @@ from .sources import ArraySource, ParamMeta, view
 from ._lib import bin_dir, lib_dir
 
 __all__ = [
-    "Client", "Version", "WeightTransferTrainerFactory", "ArraySource",
+    "Client", "Version", "VllmClient", "WeightTransferTrainerFactory", "ArraySource",
     "ParamMeta", "view", "WtError", "Cancelled", "Unknown", "InvalidArgument",
     "DeadlineExceeded", "NotFound", "AlreadyExists", "PermissionDenied",
     "ResourceExhausted", "FailedPrecondition", "Aborted", "OutOfRange",

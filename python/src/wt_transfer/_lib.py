@@ -136,7 +136,9 @@ def lib():
         _proto(L, "wt_bindings_trainer_init_info", st, c_char_p, c_char_p,
                POINTER(c_void_p))
         _proto(L, "wt_control_callback_new", st, POINTER(c_char_p), c_size_t,
-               c_uint32, CONTROL_CALLBACK, c_void_p, POINTER(ControlPlane))
+               c_uint32, c_uint32, CONTROL_CALLBACK, c_void_p,
+               POINTER(ControlPlane))
+        _proto(L, "wt_nccl_select", st, c_char_p, c_char_p)
         _proto(L, "wt_control_reply_ok", None, c_void_p, c_char_p)
         _proto(L, "wt_control_reply_error", None, c_void_p, c_int, c_char_p)
         _proto(L, "wt_sync_client_destroy", None, c_void_p)

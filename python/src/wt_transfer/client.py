@@ -261,10 +261,40 @@ def _error_code(e: BaseException) -> int:
     return 2
 
 
+VLLM_DICTS = 1  # WT_CONTROL_VLLM_DICTS (wt/bindings.h)
+
+
+class VllmClient:
+    """Marks a client as vLLM's (its routes take vLLM's dicts): wrap a
+    framework's own wrapper of vLLM's routes in it, and say the inference
+    side's world size when the client cannot (vLLM's TP x PP x DP; without
+    it each server counts one rank). vLLM's own clients (their class comes
+    from a `vllm` module) are recognised without it."""
+
+    def __init__(self, client, world_size: int | None = None):
+        self.client = client
+        self.world_size = world_size
+        for m in ("init_weight_transfer_engine", "start_weight_update",
+                  "update_weights", "finish_weight_update"):
+            setattr(self, m, getattr(client, m))
+        if world_size is not None:
+            self.get_world_size = lambda: int(world_size)
+        elif callable(getattr(client, "get_world_size", None)):
+            self.get_world_size = client.get_world_size
+        self.base_url = getattr(client, "base_url", None)
+
+
+def _is_vllm(obj) -> bool:
+    return isinstance(obj, VllmClient) or \
+        (type(obj).__module__ or "").split(".")[0] == "vllm"
+
+
 class _ForeignPlane:
     """A C control plane whose calls are a Python object's methods (vLLM's
     four, and `get_world_size` / `abort_weight_update` when it has them).
-    The dicts it is given are wt.v1's messages as dicts (wt/pb.h's JSON)."""
+    The dicts it is given are wt.v1's messages as dicts (wt/pb.h's JSON),
+    or, for vLLM's clients (VllmClient), the dicts vLLM's routes take
+    (client/src/control_vllm.c)."""
 
     def __init__(self, obj, name: str | None = None):
         for m in ("init_weight_transfer_engine", "start_weight_update",
@@ -279,11 +309,13 @@ class _ForeignPlane:
             methods |= 1 << WORLD_SIZE
         if callable(getattr(obj, "abort_weight_update", None)):
             methods |= 1 << ABORT
+        self.vllm = _is_vllm(obj)
         self._cb = _lib.CONTROL_CALLBACK(self._call)
         names = (c_char_p * 1)(str(self.name).encode())
         self.plane = _lib.ControlPlane()
         _lib.check(_lib.lib().wt_control_callback_new(
-            names, 1, methods, self._cb, None, byref(self.plane)))
+            names, 1, methods, VLLM_DICTS if self.vllm else 0, self._cb, None,
+            byref(self.plane)))
 
     def _dispatch(self, method: int, req: dict):
         o = self.obj

@@ -135,9 +135,41 @@ class UcxTrainerEngine(CTrainerEngine):
     backend = "ucx"
 
 
+def _wheel_nccl() -> str:
+    """The nvidia-nccl wheel's libnccl.so.2 (the NCCL vLLM runs)."""
+    import importlib.util
+    import pathlib
+    spec = importlib.util.find_spec("nvidia.nccl")
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        p = pathlib.Path(base) / "lib" / "libnccl.so.2"
+        if p.exists():
+            return str(p)
+    raise ValueError("nccl_library='wheel': no nvidia-nccl wheel here "
+                     "(pip install nvidia-nccl-cu12, as vLLM has it)")
+
+
 class NcclTrainerEngine(CTrainerEngine):
-    """`nccl`: NCCL broadcast from rank 0, GPU memory."""
+    """`nccl`: NCCL broadcast from rank 0, GPU memory. Beside the backend's
+    options, `config` may say which NCCL to load: `nccl_library` (a path to
+    a libnccl.so.2, or "wheel": the nvidia-nccl wheel's, which vLLM runs)
+    and `nccl_version` (the peers' "2.27.3": another version is refused by
+    name before any collective, as NCCL would refuse the peer)."""
     backend = "nccl"
+
+    @classmethod
+    def trainer_init(cls, config, init_info, *, client, source, timeout=None,
+                     data_timeout=None):
+        opts = _options(config)
+        library = opts.pop("nccl_library", None)
+        version = opts.pop("nccl_version", None)
+        if library == "wheel":
+            library = _wheel_nccl()
+        if library or version:
+            _lib.check(_lib.lib().wt_nccl_select(
+                library.encode() if library else None,
+                version.encode() if version else None))
+        return super().trainer_init(opts, init_info, client=client, source=source,
+                                    timeout=timeout, data_timeout=data_timeout)
 
 
 class IpcTrainerEngine(CTrainerEngine):

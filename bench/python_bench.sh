@@ -33,7 +33,7 @@ bench_build "$build" "" wt-server wt-push wt_client
 [ -f "$ckpt10k" ] || python3 bench/make_ckpt.py 10k "$ckpt10k"
 work=$(mktemp -d /tmp/wt-python-bench.XXXXXX)
 trap bench_cleanup EXIT
-export WT_TRANSFER_LIB_DIR=$PWD/$build/client PYTHONPATH=$PWD/python/src${PYTHONPATH:+:$PYTHONPATH}
+export WT_TRANSFER_LIB_DIR=$PWD/$build/client:$PWD/$build/consumer PYTHONPATH=$PWD/python/src${PYTHONPATH:+:$PYTHONPATH}
 
 c_rounds() { # ADDR CKPT -> "first median"
   local out

@@ -3,7 +3,8 @@
 The C libraries are found, in order: the package's own lib/ (pip install
 built them), the installed tree pip install was pointed at
 (WT_PYTHON_PREFIX, recorded in _prefix.py), or the directory in the
-environment variable WT_TRANSFER_LIB_DIR (a build tree's, for development).
+environment variable WT_TRANSFER_LIB_DIR (directories separated as in
+PATH: a build tree's build/client and build/consumer, for development).
 Nothing else here reads the environment.
 """
 
@@ -29,9 +30,10 @@ def _candidates():
         yield pathlib.Path(_prefix.PREFIX) / "lib"
     except ImportError:
         pass
-    env = os.environ.get("WT_TRANSFER_LIB_DIR")
-    if env:
-        yield pathlib.Path(env)
+    env = os.environ.get("WT_TRANSFER_LIB_DIR")  # a list, as PATH is
+    for d in (env or "").split(os.pathsep):
+        if d:
+            yield pathlib.Path(d)
 
 
 def _find(name: str) -> pathlib.Path:

@@ -1,0 +1,306 @@
+"""The inference side: what wt-server's export hands an inference process
+(docs/export.md), through libwt_consumer (wt/consumer.h; no gRPC).
+
+    import wt_transfer.consumer as wtc
+    with wtc.open("/run/user/1000/wt/export.sock") as c:
+        with c.acquire() as tensors:          # a lease on the newest version
+            print(tensors.version, len(tensors))
+            for name, array in tensors.items():
+                load(name, array)             # read-only numpy views, no copy
+
+Host regions come as numpy arrays over the server's memory, read-only
+(numpy refuses writes; the mapping itself is read-only). bfloat16 and the
+float8 types come as uint16 / uint8 arrays with the real dtype in
+`tensors.dtypes`. Device regions come as objects with
+`__cuda_array_interface__` and DLPack (`torch.from_dlpack` works), opened
+through their CUDA IPC handles. The lease ends when the `with` block ends,
+whatever happens inside it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import weakref
+from ctypes import (POINTER, byref, c_bool, c_char_p, c_int, c_int64, c_size_t,
+                    c_uint32, c_uint64, c_void_p)
+
+from . import _lib, errors
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [("name", c_char_p), ("dtype", c_char_p),
+                ("shape", POINTER(c_int64)), ("ndim", c_size_t),
+                ("nbytes", c_uint64), ("data", c_void_p), ("on_device", c_bool),
+                ("cuda_device", c_int)]
+
+
+class _Version(ctypes.Structure):
+    _fields_ = [("lease_id", c_uint64), ("version", c_char_p),
+                ("sequence", c_uint64), ("committed_unix_ms", c_int64),
+                ("worker", c_uint32), ("device", c_char_p),
+                ("n_tensors", c_size_t), ("tensors", POINTER(_Tensor))]
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [("reply_timeout_ms", c_uint32), ("register_host", c_bool),
+                ("server_uid", c_int64)]
+
+
+class _Acquire(ctypes.Structure):
+    _fields_ = [("version", c_char_p), ("after_sequence", c_uint64),
+                ("timeout_ms", c_uint32), ("worker", c_uint32)]
+
+
+_lock = threading.Lock()
+_L = None
+
+
+def _lib_consumer():
+    global _L
+    with _lock:
+        if _L is not None:
+            return _L
+        L = ctypes.CDLL(str(_lib._find("libwt_consumer.so")))
+        st = c_void_p
+        for name, res, args in (
+                ("wt_status_code", c_int, [st]),
+                ("wt_status_message", c_char_p, [st]),
+                ("wt_status_free", None, [st]),
+                ("wt_consumer_connect", st, [c_char_p, POINTER(_Options), POINTER(c_void_p)]),
+                ("wt_consumer_close", None, [c_void_p]),
+                ("wt_consumer_acquire", st, [c_void_p, POINTER(_Acquire),
+                                             POINTER(POINTER(_Version))]),
+                ("wt_consumer_release", st, [c_void_p, POINTER(_Version)]),
+                ("wt_consumer_region_counts", None, [c_void_p, POINTER(c_uint64),
+                                                     POINTER(c_size_t)])):
+            f = getattr(L, name)
+            f.restype, f.argtypes = res, args
+        _L = L
+        return L
+
+
+def _check(st):
+    if not st:
+        return
+    L = _lib_consumer()
+    code = L.wt_status_code(st)
+    msg = L.wt_status_message(st).decode("utf-8", "replace")
+    L.wt_status_free(st)
+    raise errors.from_code(code, msg)
+
+
+# safetensors' dtype -> (numpy typestr of the array handed out, itemsize)
+_NP = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8",
+       "I32": "<i4", "I16": "<i2", "I8": "|i1", "U8": "|u1", "U16": "<u2",
+       "U32": "<u4", "U64": "<u8", "BOOL": "|b1", "F8_E4M3": "|u1",
+       "F8_E5M2": "|u1"}
+# safetensors' dtype -> PyTorch's name
+TORCH_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16",
+               "BF16": "bfloat16", "I64": "int64", "I32": "int32",
+               "I16": "int16", "I8": "int8", "U8": "uint8", "U16": "uint16",
+               "U32": "uint32", "U64": "uint64", "BOOL": "bool",
+               "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+# DLPack (code, bits) per safetensors' dtype
+_DL = {"F64": (2, 64), "F32": (2, 32), "F16": (2, 16), "BF16": (4, 16),
+       "I64": (0, 64), "I32": (0, 32), "I16": (0, 16), "I8": (0, 8),
+       "U8": (1, 8), "U16": (1, 16), "U32": (1, 32), "U64": (1, 64),
+       "BOOL": (6, 8), "F8_E4M3": (1, 8), "F8_E5M2": (1, 8)}
+
+
+class _HostView:
+    """What numpy makes a read-only array from (the memory is the mapping)."""
+
+    def __init__(self, ptr, shape, typestr, owner):
+        self.__array_interface__ = {"shape": shape, "typestr": typestr,
+                                    "data": (ptr, True), "version": 3}
+        self._owner = owner  # the lease
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", POINTER(c_int64)),
+                ("strides", POINTER(c_int64)), ("byte_offset", c_uint64)]
+
+
+class _DLManaged(ctypes.Structure):
+    pass
+
+
+_DELETER = ctypes.CFUNCTYPE(None, POINTER(_DLManaged))
+_DLManaged._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", c_void_p),
+                       ("deleter", _DELETER)]
+_live_dl: dict = {}  # id -> (managed struct, shape, owner) until the deleter runs
+
+
+@_DELETER
+def _dl_deleter(p):
+    _live_dl.pop(ctypes.addressof(p.contents), None)
+
+
+_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
+_PyCapsule_New.restype = ctypes.py_object
+_PyCapsule_New.argtypes = [c_void_p, c_char_p, c_void_p]
+
+
+class DeviceTensor:
+    """A tensor in a device region: `__cuda_array_interface__` (read-only)
+    and DLPack, so `torch.from_dlpack(t)` or `cupy.asarray(t)` sees the
+    server's GPU memory without a copy. Valid while its lease is held."""
+
+    def __init__(self, name, dtype, shape, ptr, nbytes, device, owner):
+        self.name, self.dtype, self.shape = name, dtype, tuple(shape)
+        self.ptr, self.nbytes, self.device, self._owner = ptr, nbytes, device, owner
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": _NP[self.dtype],
+                "data": (self.ptr, True), "version": 3, "strides": None,
+                "stream": None}
+
+    def __dlpack_device__(self):
+        return (2, self.device)  # kDLCUDA
+
+    def __dlpack__(self, stream=None):
+        m = _DLManaged()
+        shape = (c_int64 * max(len(self.shape), 1))(*self.shape)
+        code, bits = _DL[self.dtype]
+        m.dl_tensor.data = self.ptr
+        m.dl_tensor.device = _DLDevice(2, self.device)
+        m.dl_tensor.ndim = len(self.shape)
+        m.dl_tensor.dtype = _DLDataType(code, bits, 1)
+        m.dl_tensor.shape = ctypes.cast(shape, POINTER(c_int64))
+        m.dl_tensor.strides = None
+        m.dl_tensor.byte_offset = 0
+        m.deleter = _dl_deleter
+        _live_dl[ctypes.addressof(m)] = (m, shape, self._owner)
+        return _PyCapsule_New(ctypes.addressof(m), b"dltensor", None)
+
+
+class Tensors(dict):
+    """A version's tensors {name: array} in the model's order, under a lease.
+    `version`, `sequence`, `committed_unix_ms`, `worker`, `device`, and
+    `dtypes` ({name: PyTorch's dtype name}) say what they are."""
+
+    version: str
+    sequence: int
+
+
+class Lease:
+    """A context manager: entering yields the Tensors; leaving releases."""
+
+    def __init__(self, consumer, vp):
+        self._c = consumer
+        self._vp = vp
+        v = vp.contents
+        t = Tensors()
+        t.version = (v.version or b"").decode()
+        t.sequence = v.sequence
+        t.committed_unix_ms = v.committed_unix_ms
+        t.worker = v.worker
+        t.device = (v.device or b"").decode()
+        t.lease_id = v.lease_id
+        t.dtypes = {}
+        import numpy as np
+        for i in range(v.n_tensors):
+            x = v.tensors[i]
+            name = x.name.decode()
+            dt = x.dtype.decode()
+            shape = tuple(x.shape[k] for k in range(x.ndim))
+            t.dtypes[name] = TORCH_NAMES.get(dt, dt.lower())
+            if x.on_device:
+                t[name] = DeviceTensor(name, dt, shape, x.data, x.nbytes,
+                                       x.cuda_device, self)
+            else:
+                if dt not in _NP:
+                    raise errors.Unimplemented(f"tensor '{name}': dtype {dt}")
+                ptr = x.data if x.nbytes else None
+                if ptr is None:
+                    t[name] = np.zeros(shape, dtype=_NP[dt])
+                    t[name].flags.writeable = False
+                else:
+                    t[name] = np.asarray(_HostView(ptr, shape, _NP[dt], self))
+        self.tensors = t
+
+    def release(self):
+        if self._vp is not None:
+            vp, self._vp = self._vp, None
+            self.tensors = None
+            _check(_lib_consumer().wt_consumer_release(self._c._h, vp))
+
+    def __enter__(self) -> Tensors:
+        return self.tensors
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+class Consumer:
+    """A connection to a wt-server's export socket."""
+
+    def __init__(self, path, *, register_host=False, server_uid=0,
+                 reply_timeout=None):
+        o = _Options(int(reply_timeout * 1000) if reply_timeout else 0,
+                     bool(register_host), int(server_uid))
+        self._h = c_void_p()
+        self.path = str(path)
+        self._leases = weakref.WeakSet()
+        _check(_lib_consumer().wt_consumer_connect(self.path.encode(), byref(o),
+                                                   byref(self._h)))
+
+    def acquire(self, version: str | None = None, *, after_sequence: int = 0,
+                timeout: float = 0.0, worker: int = 0) -> Lease:
+        """A lease on the newest committed version (or `version`, which must
+        be the one held: NotFound naming it otherwise), waiting up to
+        `timeout` seconds for one after `after_sequence`."""
+        if not self._h:
+            raise errors.FailedPrecondition(f"export {self.path}: closed")
+        a = _Acquire(version.encode() if version else None, int(after_sequence),
+                     int(timeout * 1000), int(worker))
+        vp = POINTER(_Version)()
+        _check(_lib_consumer().wt_consumer_acquire(self._h, byref(a), byref(vp)))
+        lease = Lease(self, vp)
+        self._leases.add(lease)
+        return lease
+
+    def regions(self):
+        """(regions mapped since connecting, regions held now)."""
+        m, h = c_uint64(), c_size_t()
+        _lib_consumer().wt_consumer_region_counts(self._h, byref(m), byref(h))
+        return m.value, h.value
+
+    def close(self):
+        """Ends every lease and unmaps: arrays of this consumer must not be
+        read after it (their memory is gone)."""
+        if self._h:
+            for lease in list(self._leases):
+                lease._vp = None  # freed by the close below
+            _lib_consumer().wt_consumer_close(self._h)
+            self._h = c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def open(path, **kw) -> Consumer:  # noqa: A001 (the issue's name)
+    """Connects to the export socket at `path` (see Consumer)."""
+    return Consumer(os.fspath(path), **kw)

@@ -31,6 +31,7 @@
 #include "wt/secure.h"
 #include "wt/server.h"
 #include "wt/synthetic.h"
+#include "grpc/health/v1/health.pb-c.h"
 #include "wt_test.h"
 
 #define TRAINER_TOKEN "trainer-0123456789abcdef0123456789"
@@ -640,6 +641,97 @@ static void test_http2_attacks(void) {
   wt_server_stop(srv);
 }
 
+static wt_status *health_check(wt_rpc_channel *ch, const char *service,
+                               int *status);
+
+typedef struct health_flood {
+  const char *target;
+  atomic_bool *stop;
+} health_flood;
+
+static void *health_flood_main(void *p) {
+  health_flood *a = p;
+  wt_rpc_channel *ch = channel(a->target, NULL, NULL);
+  while (!atomic_load(a->stop)) {
+    int status = 0;
+    wt_status_free(health_check(ch, "", &status));
+  }
+  wt_rpc_channel_destroy(ch);
+  return NULL;
+}
+
+/* ---- health: public, and nothing more ------------------------------------------ */
+
+static wt_status *health_check(wt_rpc_channel *ch, const char *service,
+                               int *status) {
+  Grpc__Health__V1__HealthCheckRequest req =
+      GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+  req.service = (char *)service;
+  ProtobufCMessage *resp = NULL;
+  wt_status *st = wt_rpc_unary(ch, "/grpc.health.v1.Health/Check", &req.base,
+                               &grpc__health__v1__health_check_response__descriptor,
+                               2000, &resp);
+  if (st == NULL)
+    *status = ((Grpc__Health__V1__HealthCheckResponse *)resp)->status;
+  wt_pb_free(resp);
+  return st;
+}
+
+/* The health service answers without a token (probes carry none) and
+ * that opens nothing else: a token-less caller's other calls are still
+ * UNAUTHENTICATED; a connection that makes only health calls is still
+ * closed at the auth grace (it never counts as authorized, so strangers
+ * cannot hold connections with it); a flood of health checks from one peer
+ * leaves a trainer's round committing. */
+static void test_health_is_public_only(void) {
+  wtt_server s;
+  wt_server_options o = {.token_file = g_tokens, .auth_grace_ms = 300};
+  wtt_server_start(&s, "tiny", &o);
+  wt_rpc_channel *anon = channel(s.target, NULL, NULL);
+  int status = -1;
+  WT_ASSERT_OK(health_check(anon, "", &status));
+  CU_ASSERT_EQUAL(status,
+                  GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
+  WT_ASSERT_ERR(health_check(anon, "wt.v1.Other", &status), WT_NOT_FOUND,
+                "no service 'wt.v1.Other' here");
+  WT_ASSERT_ERR(info_call(anon), WT_UNAUTHENTICATED, "");
+  /* Health calls past the grace: the connection is closed all the same. */
+  wt_rpc_conn_counts c0, c1;
+  wt_server_conn_counts(s.srv, &c0);
+  int64_t t0 = wt_mono_ms();
+  int answered = 0;
+  while (wt_mono_ms() - t0 < 1200) {
+    wt_status *st = health_check(anon, "", &status);
+    answered += st == NULL;
+    wt_status_free(st);
+    wtt_sleep_ms(20);
+  }
+  wt_server_conn_counts(s.srv, &c1);
+  CU_ASSERT(c1.expired > c0.expired);
+  CU_ASSERT(answered > 0);
+  /* Eight threads of health checks; a round commits beside them. */
+  atomic_bool stop;
+  atomic_init(&stop, false);
+  health_flood fa = {s.target, &stop};
+  pthread_t th[8];
+  for (int i = 0; i < 8; i++)
+    pthread_create(&th[i], NULL, health_flood_main, &fa);
+  wt_rpc_channel_destroy(s.ch);
+  s.ch = channel(s.target, NULL, TRAINER_TOKEN);
+  WT_ASSERT_OK(wtt_init_grpc(s.ch, 0, s.workers));
+  int64_t r0 = wt_mono_ms();
+  wtt_commit_round(&s, "beside-health", 5);
+  int64_t took = wt_mono_ms() - r0;
+  atomic_store(&stop, true);
+  for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
+  CU_ASSERT(took < 5000);
+  printf("\n  health without a token; its connection closed at the grace (%"
+         PRIu64 " expired); a round beside 8 health floods: %" PRId64 " ms\n",
+         c1.expired - c0.expired, took);
+  wt_rpc_channel_destroy(anon);
+  wtt_server_stop(&s);
+}
+
 /* ---- connections: descriptors are a budget --------------------------------- */
 
 /* A trainer's round on a new connection (its own channel, token and all):
@@ -1158,6 +1250,7 @@ void wt_test_suite_trust(void) {
   CU_add_test(s, "strings are UTF-8", test_strings_are_utf8);
   CU_add_test(s, "listen beyond loopback", test_listen_beyond_loopback);
   CU_add_test(s, "HTTP/2 attacks", test_http2_attacks);
+  CU_add_test(s, "health: public, and nothing more", test_health_is_public_only);
   CU_add_test(s, "connections: a preface-only flood", test_connection_flood);
   CU_add_test(s, "connections: accepting after EMFILE",
               test_accept_after_emfile);

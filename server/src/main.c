@@ -151,6 +151,10 @@ static bool opt_round_timeout(cli *c, const char *v, char *err) {
   return parse_seconds("round-timeout", v, &c->opts.round_timeout_ms, err);
 }
 
+static bool opt_health_grace(cli *c, const char *v, char *err) {
+  return parse_seconds("health-grace", v, &c->opts.health_grace_ms, err);
+}
+
 static bool opt_header_timeout(cli *c, const char *v, char *err) {
   return parse_seconds("header-timeout", v, &c->opts.header_timeout_ms, err);
 }
@@ -327,6 +331,10 @@ static const option_row rows[] = {
     {"round-timeout", "SEC",
      "abort a round idle longer than this\nbetween calls or chunks",
      opt_round_timeout, WT_SERVER_DEFAULT_ROUND_TIMEOUT_MS / 1000},
+    {"health-grace", "SEC",
+     "on SIGTERM, answer health probes\nNOT_SERVING this long before the "
+     "drain\n(default 0: at once)",
+     opt_health_grace, 0},
     {"header-timeout", "SEC",
      "end a PushWeights stream that sends no\nheader this long",
      opt_header_timeout, WT_SERVER_DEFAULT_HEADER_TIMEOUT_MS / 1000},

@@ -171,6 +171,10 @@ static void *watchdog_main(void *p) {
                idle, srv->round_timeout_ms);
       wt_srv_abort_round_locked(srv, why);
     }
+    /* Health watchers learn a change at the latest at the next tick. */
+    pthread_mutex_unlock(&srv->mu);
+    wt_srv_health_changed(srv);
+    pthread_mutex_lock(&srv->mu);
   }
   pthread_mutex_unlock(&srv->mu);
   return NULL;
@@ -191,6 +195,8 @@ static void on_shutdown(void *user) {
   pthread_cond_broadcast(&srv->cv);
   pthread_mutex_unlock(&srv->mu);
   wt_srv_end_watchers(srv);
+  wt_srv_health_changed(srv); /* NOT_SERVING, then the streams end */
+  wt_srv_health_end(srv);
 }
 
 static void server_free(wt_server *srv) {
@@ -218,6 +224,7 @@ static void server_free(wt_server *srv) {
   }
   free(srv->engine_options);
   pthread_mutex_destroy(&srv->watch_mu);
+  pthread_mutex_destroy(&srv->health_mu);
   pthread_cond_destroy(&srv->cv);
   pthread_mutex_destroy(&srv->mu);
   pthread_mutex_destroy(&srv->budget_mu);
@@ -355,6 +362,8 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
   pthread_mutex_init(&srv->mu, NULL);
   pthread_mutex_init(&srv->budget_mu, NULL);
   pthread_mutex_init(&srv->watch_mu, NULL);
+  pthread_mutex_init(&srv->health_mu, NULL);
+  srv->health_grace_ms = o.health_grace_ms;
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -460,6 +469,9 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
                      .option = "wt-server --max-reader-calls",
                      .max_per_peer = o.max_reader_calls_per_peer,
                      .option_per_peer = "wt-server --max-reader-calls-per-peer"};
+  srv->classes[WT_CLASS_HEALTH] =
+      (wt_rpc_class){.name = "health", .max_running = 2, .max_queued = 64,
+                     .max_per_peer = 8};
   srv->classes[WT_CLASS_WATCH] =
       (wt_rpc_class){.name = "watch",
                      .max_running = o.max_watchers,
@@ -473,7 +485,7 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
       .max_receive_message_bytes = o.max_receive_message_bytes,
       .max_send_message_bytes = o.max_send_message_bytes,
       .classes = srv->classes,
-      .nclasses = 3,
+      .nclasses = 4,
       .on_shutdown = on_shutdown,
       .tls = &(wt_rpc_tls){.cert_file = o.tls_cert,
                            .key_file = o.tls_key,
@@ -549,6 +561,16 @@ void wt_server_admission(wt_server *srv, wt_server_class cls, int *running,
 
 void wt_server_stop(wt_server *srv) {
   if (srv == NULL) return;
+  if (srv->rpc != NULL && srv->health_grace_ms > 0) {
+    /* Probes see NOT_SERVING while every call is still served. */
+    pthread_mutex_lock(&srv->mu);
+    srv->health_down = true;
+    pthread_mutex_unlock(&srv->mu);
+    wt_srv_health_changed(srv);
+    struct timespec ts = {srv->health_grace_ms / 1000,
+                          (long)(srv->health_grace_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
   if (srv->rpc != NULL) wt_rpc_server_shutdown(srv->rpc, srv->drain_ms);
   /* Also when the RPC server never started, so the watchdog ends. */
   on_shutdown(srv);

@@ -45,10 +45,12 @@ typedef struct wt_version_entry {
 enum {
   WT_CLASS_ROUND = WT_SERVER_CLASS_ROUND,
   WT_CLASS_READER = WT_SERVER_CLASS_READER,
-  WT_CLASS_WATCH = WT_SERVER_CLASS_WATCH
+  WT_CLASS_WATCH = WT_SERVER_CLASS_WATCH,
+  WT_CLASS_HEALTH = 3 /* Health.Check: probes never wait behind readers */
 };
 
 typedef struct wt_watcher wt_watcher;
+typedef struct wt_health_watcher wt_health_watcher;
 
 struct wt_server {
   /* Fixed after start. */
@@ -70,7 +72,7 @@ struct wt_server {
   uint32_t nworkers;
   wt_worker **workers;
   wt_rpc_server *rpc;
-  wt_rpc_class classes[3];
+  wt_rpc_class classes[4];
   uint64_t max_send_bytes; /* the largest reply gRPC will send */
   wt_token *tokens;        /* the --token-file's or generated, for the RPC server */
   size_t ntokens;
@@ -132,6 +134,11 @@ struct wt_server {
   pthread_mutex_t watch_mu;
   wt_watcher *watchers;
   size_t nwatchers;
+  /* Health.Watch streams (health.c), under health_mu (taken before mu). */
+  pthread_mutex_t health_mu;
+  wt_health_watcher *health_watchers;
+  bool health_down;       /* NOT_SERVING before the drain (under mu) */
+  int64_t health_grace_ms; /* how long NOT_SERVING shows before the drain */
 };
 
 /* Marks the round active now (any thread). */
@@ -269,6 +276,21 @@ WT_HIDDEN void wt_srv_watch_closed(wt_rpc_stream *s, void *user);
 /* Sends every committed version a watcher has not seen yet; after each
  * commit, outside mu. */
 WT_HIDDEN void wt_srv_notify_watchers(wt_server *srv);
+
+/* ---- health (health.c) ------------------------------------------------------ */
+
+WT_HIDDEN wt_status *wt_srv_health_check(wt_rpc_call *call,
+                                         const ProtobufCMessage *request,
+                                         void *user);
+WT_HIDDEN wt_status *wt_srv_health_watch_open(wt_rpc_stream *s,
+                                              const ProtobufCMessage *request,
+                                              void *user);
+WT_HIDDEN void wt_srv_health_watch_closed(wt_rpc_stream *s, void *user);
+/* Tells every Health.Watch stream the status, when it changed. Takes
+ * health_mu and mu: call it holding neither. */
+WT_HIDDEN void wt_srv_health_changed(wt_server *srv);
+/* Ends every Health.Watch stream (the stop). */
+WT_HIDDEN void wt_srv_health_end(wt_server *srv);
 
 /* Ends every watch stream (shutdown). */
 WT_HIDDEN void wt_srv_end_watchers(wt_server *srv);

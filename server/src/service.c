@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "leases.h"
+#include "grpc/health/v1/health.pb-c.h"
 #include "server_internal.h"
 #include "wt/checksum.h"
 #include "wt/chunk.h"
@@ -785,6 +786,15 @@ static const wt_rpc_method methods[] = {
      &wt__v1__checksum_weights_request__descriptor,
      &wt__v1__checksum_weights_response__descriptor, checksum_weights, READER,
      NULL, NULL, WT_SCOPE_READER},
+    /* The standard health service (health.c): no token, its own class. */
+    {"/grpc.health.v1.Health/Check", WT_RPC_UNARY,
+     &grpc__health__v1__health_check_request__descriptor,
+     &grpc__health__v1__health_check_response__descriptor, wt_srv_health_check,
+     WT_CLASS_HEALTH, NULL, NULL, WT_SCOPE_PUBLIC},
+    {"/grpc.health.v1.Health/Watch", WT_RPC_WATCH,
+     &grpc__health__v1__health_check_request__descriptor,
+     &grpc__health__v1__health_check_response__descriptor, NULL, WT_CLASS_WATCH,
+     wt_srv_health_watch_open, wt_srv_health_watch_closed, WT_SCOPE_PUBLIC},
 };
 
 const wt_rpc_method *wt_srv_methods(size_t *n) {

@@ -67,6 +67,12 @@ void wt_secret_free(char *s);
 #define WT_SCOPE_READER 1u  /* info, list, versions, watch, checksums */
 #define WT_SCOPE_TRAINER 2u /* init and every call of a round */
 #define WT_SCOPE_ALL (WT_SCOPE_READER | WT_SCOPE_TRAINER)
+/* A method anyone may call without a token (the health probes: Kubernetes'
+ * carry none). It reveals nothing but a serving status, and such a call
+ * never counts as the connection's authorized one (wt/rpc.h): a stranger's
+ * connection making only these stays evictable and is closed at the
+ * grace. */
+#define WT_SCOPE_PUBLIC 4u
 
 /* The fewest characters a token may have: a guessable token is none. */
 #define WT_TOKEN_MIN_CHARS 16

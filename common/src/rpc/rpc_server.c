@@ -319,7 +319,7 @@ static void on_generic(request_slot *slot, int ok) {
 static wt_code authorize(wt_rpc_server *s, const wt_rpc_method *m,
                          const grpc_metadata_array *md, uint32_t *scope) {
   *scope = WT_SCOPE_ALL;
-  if (s->ntokens == 0) return WT_OK;
+  if (s->ntokens == 0 || m->scope == WT_SCOPE_PUBLIC) return WT_OK;
   bool presented;
   *scope = rpc_token_scope(s->tokens, s->ntokens, md, &presented);
   uint32_t need = m->scope ? m->scope : WT_SCOPE_TRAINER;
@@ -424,7 +424,8 @@ static void on_request(request_slot *slot, int ok) {
     refuse(s, call, m, refused);
     return;
   }
-  if (s->listener != NULL) { /* the connection may stay past the grace */
+  if (s->listener != NULL && m->scope != WT_SCOPE_PUBLIC) {
+    /* the connection may stay past the grace */
     char *peer = grpc_call_get_peer(call);
     rpc_listener_authorized(s->listener, peer, m->scope ? m->scope : scope);
     gpr_free(peer);

@@ -145,6 +145,10 @@ typedef struct wt_server_options {
    * says whose). Borrowed: it must outlive the server. NULL: the server
    * allocates. */
   const wt_store_embedding *embed;
+  /* On wt_server_stop, the health service (grpc.health.v1) answers
+   * NOT_SERVING this long, still serving every call, before the drain, so
+   * that load balancers and probes move away first. 0: at once. */
+  uint32_t health_grace_ms;
 } wt_server_options;
 
 typedef struct wt_server wt_server;

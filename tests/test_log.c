@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "wt/log.h"
 #include "wt_test.h"
 
@@ -248,6 +250,47 @@ static void test_long_message(void) {
   wt_log_set_level(saved_level);
 }
 
+/* --log-format json: one object per line, time, level, component and the
+ * message escaped (quotes, backslashes, newlines, control bytes), parsed
+ * back by jansson; a long message stays one object. */
+static void test_json_format(void) {
+  wt_log_set_level(WT_LOG_INFO);
+  wt_log_format f;
+  CU_ASSERT_EQUAL(wt_log_format_parse("json", &f), 0);
+  CU_ASSERT_EQUAL(f, WT_LOG_JSON);
+  CU_ASSERT_EQUAL(wt_log_format_parse("xml", &f), -1);
+  wt_log_set_format(WT_LOG_JSON);
+  capture c;
+  capture_begin(&c);
+  WT_LOGW("ex\"port", "peer \"%s\" said \\ no\nand\tthen \x01 bye", "a b");
+  char big[6000];
+  memset(big, 'q', sizeof(big) - 1);
+  big[sizeof(big) - 1] = '\0';
+  WT_LOGI("m", "%s", big);
+  char *text = capture_end(&c);
+  wt_log_set_format(WT_LOG_TEXT);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+  CU_ASSERT_EQUAL(count_lines(text), 2);
+  char *nl = strchr(text, '\n');
+  CU_ASSERT_FATAL(nl != NULL);
+  *nl = '\0';
+  json_error_t err;
+  json_t *o = json_loads(text, 0, &err);
+  CU_ASSERT_FATAL(o != NULL);
+  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o, "level")), "warn");
+  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o, "component")), "ex\"port");
+  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o, "message")),
+                         "peer \"a b\" said \\ no\nand\tthen \x01 bye");
+  CU_ASSERT_TRUE(matches(json_string_value(json_object_get(o, "time")),
+                         "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{12}Z$"));
+  json_decref(o);
+  json_t *o2 = json_loads(nl + 1, JSON_DISABLE_EOF_CHECK, &err);
+  CU_ASSERT_PTR_NOT_NULL(o2); /* cut, still an object */
+  json_decref(o2);
+  free(text);
+  wt_log_set_level(saved_level);
+}
+
 enum { THREADS = 4, LINES = 200 };
 
 static void *log_many(void *arg) {
@@ -292,5 +335,6 @@ void wt_test_suite_log(void) {
   CU_add_test(s, "a line has timestamp, level and [module]", test_line_format);
   CU_add_test(s, "messages below the level are dropped", test_level_filters);
   CU_add_test(s, "a long message stays one line", test_long_message);
+  CU_add_test(s, "--log-format json: one object a line", test_json_format);
   CU_add_test(s, "threads do not interleave lines", test_threads);
 }

@@ -304,6 +304,15 @@ static bool opt_log_level(cli *c, const char *v, char *err) {
   return true;
 }
 
+static bool opt_log_format(cli *c, const char *v, char *err) {
+  (void)c;
+  wt_log_format f;
+  if (wt_log_format_parse(v, &f) != 0)
+    return fail(err, "--log-format '%s' is not text or json", v);
+  wt_log_set_format(f);
+  return true;
+}
+
 static const option_row rows[] = {
     {"listen", "HOST:PORT",
      "address to serve on (default " WT_SERVER_DEFAULT_LISTEN
@@ -405,6 +414,9 @@ static const option_row rows[] = {
     {"log-level", "LEVEL",
      "debug, info, warn, error or off\n(default: $WT_LOG, else info)",
      opt_log_level, 0},
+    {"log-format", "FORMAT",
+     "text (default) or json: one object a line,\nfor log shippers",
+     opt_log_format, 0},
 };
 #define NROWS (sizeof(rows) / sizeof(rows[0]))
 

@@ -24,6 +24,20 @@ typedef enum wt_log_level {
 } wt_log_level;
 
 void wt_log_set_level(wt_log_level level);
+
+/* How lines look (process-wide, as the level; tools set it from their
+ * options): text, "2026-12-02T05:00:00.000Z WARN  [export] message", or
+ * JSON, one object per line for log shippers:
+ * {"time":"2026-12-02T05:00:00.000Z","level":"warn","component":"export",
+ *  "message":"..."} with the message escaped as JSON requires. */
+typedef enum wt_log_format {
+  WT_LOG_TEXT = 0,
+  WT_LOG_JSON = 1,
+} wt_log_format;
+void wt_log_set_format(wt_log_format format);
+wt_log_format wt_log_get_format(void);
+/* "text" or "json"; 0, or -1 for anything else. */
+int wt_log_format_parse(const char *name, wt_log_format *out);
 /* Sets the level from its name (a tool's WT_LOG, `what` for the message);
  * NULL or "" leaves it; a bad name says so on stderr and sets info. */
 void wt_log_level_from(const char *name, const char *what);

@@ -14,6 +14,55 @@
 
 /* The log level is one of the two kinds of global state wt allows. */
 static atomic_int log_level = WT_LOG_INFO;
+static atomic_int log_format = WT_LOG_TEXT;
+
+void wt_log_set_format(wt_log_format format) {
+  atomic_store(&log_format, (int)format);
+}
+
+wt_log_format wt_log_get_format(void) {
+  return (wt_log_format)atomic_load(&log_format);
+}
+
+int wt_log_format_parse(const char *name, wt_log_format *out) {
+  if (name != NULL && strcmp(name, "text") == 0) {
+    *out = WT_LOG_TEXT;
+    return 0;
+  }
+  if (name != NULL && strcmp(name, "json") == 0) {
+    *out = WT_LOG_JSON;
+    return 0;
+  }
+  return -1;
+}
+
+/* Appends `s` to out[*n..cap) as the inside of a JSON string: quotes,
+ * backslashes and control bytes escaped; invalid UTF-8 passes as it is
+ * (the messages are wt's own, with names already checked). Stops short of
+ * cap, leaving room for the closing of the object. */
+static void json_escape(char *out, size_t *n, size_t cap, const char *s) {
+  static const char hex[] = "0123456789abcdef";
+  for (; *s != '\0' && *n + 8 < cap; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') {
+      out[(*n)++] = '\\';
+      out[(*n)++] = (char)c;
+    } else if (c == '\n') {
+      out[(*n)++] = '\\';
+      out[(*n)++] = 'n';
+    } else if (c == '\t') {
+      out[(*n)++] = '\\';
+      out[(*n)++] = 't';
+    } else if (c < 0x20 || c == 0x7f) {
+      memcpy(out + *n, "\\u00", 4);
+      *n += 4;
+      out[(*n)++] = hex[c >> 4];
+      out[(*n)++] = hex[c & 15];
+    } else {
+      out[(*n)++] = (char)c;
+    }
+  }
+}
 
 static const char *const level_names[] = {"debug", "info", "warn", "error",
                                           "off"};
@@ -52,28 +101,41 @@ int wt_log_enabled(wt_log_level level) {
 
 void wt_log(wt_log_level level, const char *module, const char *fmt, ...) {
   if (!wt_log_enabled(level)) return;
-  char line[2048];
+  char line[4096], msg[2048];
   struct timespec ts;
   struct tm tm;
   clock_gettime(CLOCK_REALTIME, &ts);
   gmtime_r(&ts.tv_sec, &tm);
-  int n = snprintf(line, sizeof(line),
-                   "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s [%s] ",
-                   tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                   tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
-                   level_tags[level], module ? module : "-");
-  if (n < 0) return;
-  if ((size_t)n < sizeof(line)) {
-    va_list ap;
-    va_start(ap, fmt);
-    int m = vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
-    va_end(ap);
-    if (m > 0) n += m;
+  char when[64];
+  snprintf(when, sizeof(when), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ",
+           tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+           tm.tm_sec, ts.tv_nsec / 1000000);
+  va_list ap;
+  va_start(ap, fmt);
+  int m = vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  if (m < 0) msg[0] = '\0';
+  size_t n = 0;
+  if (wt_log_get_format() == WT_LOG_JSON) {
+    int k = snprintf(line, sizeof(line),
+                     "{\"time\":\"%s\",\"level\":\"%s\",\"component\":\"", when,
+                     level_names[level]);
+    n = k > 0 ? (size_t)k : 0;
+    json_escape(line, &n, sizeof(line), module ? module : "-");
+    memcpy(line + n, "\",\"message\":\"", 13);
+    n += 13;
+    json_escape(line, &n, sizeof(line) - 4, msg);
+    memcpy(line + n, "\"}\n", 3);
+    n += 3;
+  } else {
+    int k = snprintf(line, sizeof(line), "%s %s [%s] %s", when, level_tags[level],
+                     module ? module : "-", msg);
+    if (k < 0) return;
+    n = (size_t)k >= sizeof(line) - 1 ? sizeof(line) - 2 : (size_t)k; /* cut */
+    line[n++] = '\n';
   }
-  if ((size_t)n >= sizeof(line) - 1) n = (int)sizeof(line) - 2; /* truncated */
-  line[n++] = '\n';
   /* One write per line keeps lines whole across threads and processes. */
-  ssize_t w = write(STDERR_FILENO, line, (size_t)n);
+  ssize_t w = write(STDERR_FILENO, line, n);
   (void)w;
 }
 

@@ -32,13 +32,33 @@ _consumers: dict = {}
 _consumers_lock = threading.Lock()
 
 
-def _consumer_for(path: str, register_host: bool):
-    """One consumer per export and process: mappings made once, kept."""
-    key = (path, register_host)
+def _gpu_here() -> bool:
+    try:
+        import torch
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return False
+
+
+def _consumer_for(path: str, register_host):
+    """One consumer per export and process: mappings made once, kept. Host
+    mappings are registered with CUDA (read-only, cudaHostRegister) where
+    this process has a GPU ("auto"), so load_weights' copies to it run at
+    pinned speed; where registering is not possible, it goes on without."""
+    if register_host == "auto":
+        register_host = _gpu_here()
+    key = (path, bool(register_host))
     with _consumers_lock:
         c = _consumers.get(key)
         if c is None or not c._h:
-            c = _consumers[key] = _consumer.open(path, register_host=register_host)
+            try:
+                c = _consumer.open(path, register_host=bool(register_host))
+            except errors.FailedPrecondition as e:
+                if not register_host:
+                    raise
+                warnings.warn(f"wt: host mappings not registered ({e})")
+                c = _consumer.open(path)
+            _consumers[key] = c
         return c
 
 
@@ -93,7 +113,7 @@ class WtWorkerExtension:
         """Loads a committed version (collective_rpc passes strings). Returns
         {"version", "sequence", "tensors", "bytes", "seconds"}."""
         t0 = time.perf_counter()
-        c = _consumer_for(str(path), register_host=False)
+        c = _consumer_for(str(path), register_host="auto")
         lease = c.acquire(version or None, worker=int(worker),
                           timeout=float(timeout))
         with lease as tensors:  # released whatever load_weights does

@@ -200,6 +200,34 @@ def test_eight_ranks_load_the_same_host_copy(exported):
     assert client.server_info().get("lease_count", 0) == 0
 
 
+def test_threads_of_one_process_share_a_consumer(exported):
+    """Workers that are threads of one process share the process's consumer
+    (its mappings); their calls take turns, their leases overlap."""
+    s, client, params, sock = exported
+    want = push(client, params, 6, "v6")
+    errs, loads = [], []
+
+    def run():
+        w = StandInWorker(StandInModel())
+        try:
+            for _ in range(20):
+                w.update_weights_from_wt(sock, to_torch="0")
+            loads.append(w.model_runner.model.loaded[-len(params):])
+        except Exception as e:  # noqa: BLE001
+            errs.append(e)
+
+    ts = [threading.Thread(target=run) for _ in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert not errs, errs[0]
+    assert len(loads) == 8
+    for loaded in loads:
+        assert loaded == [(p["name"], want[p["name"]]) for p in params]
+    assert client.server_info().get("lease_count", 0) == 0
+
+
 class StandInVllm(ThreadingHTTPServer):
     """vLLM's POST /collective_rpc as its route is written (vLLM with
     VLLM_SERVER_DEV_MODE=1): {"method", "args", "kwargs", "timeout"} in,

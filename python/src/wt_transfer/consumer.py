@@ -233,7 +233,9 @@ class Lease:
         self.tensors = t
 
     def release(self):
-        if self._vp is not None:
+        with self._c._mu:  # under the consumer's lock: close may free it
+            if self._vp is None:
+                return
             vp, self._vp = self._vp, None
             self.tensors = None
             _check(_lib_consumer().wt_consumer_release(self._c._h, vp))
@@ -255,6 +257,10 @@ class Consumer:
         self._h = c_void_p()
         self.path = str(path)
         self._leases = weakref.WeakSet()
+        # libwt_consumer serves one call at a time per consumer: threads of
+        # this process (a server's workers in one process) take turns for
+        # each call; leases of several threads may be held at once.
+        self._mu = threading.Lock()
         _check(_lib_consumer().wt_consumer_connect(self.path.encode(), byref(o),
                                                    byref(self._h)))
 
@@ -268,7 +274,8 @@ class Consumer:
         a = _Acquire(version.encode() if version else None, int(after_sequence),
                      int(timeout * 1000), int(worker))
         vp = POINTER(_Version)()
-        _check(_lib_consumer().wt_consumer_acquire(self._h, byref(a), byref(vp)))
+        with self._mu:
+            _check(_lib_consumer().wt_consumer_acquire(self._h, byref(a), byref(vp)))
         lease = Lease(self, vp)
         self._leases.add(lease)
         return lease
@@ -276,17 +283,19 @@ class Consumer:
     def regions(self):
         """(regions mapped since connecting, regions held now)."""
         m, h = c_uint64(), c_size_t()
-        _lib_consumer().wt_consumer_region_counts(self._h, byref(m), byref(h))
+        with self._mu:
+            _lib_consumer().wt_consumer_region_counts(self._h, byref(m), byref(h))
         return m.value, h.value
 
     def close(self):
         """Ends every lease and unmaps: arrays of this consumer must not be
         read after it (their memory is gone)."""
-        if self._h:
-            for lease in list(self._leases):
-                lease._vp = None  # freed by the close below
-            _lib_consumer().wt_consumer_close(self._h)
-            self._h = c_void_p()
+        with self._mu:
+            if self._h:
+                for lease in list(self._leases):
+                    lease._vp = None  # freed by the close below
+                _lib_consumer().wt_consumer_close(self._h)
+                self._h = c_void_p()
 
     def __enter__(self):
         return self

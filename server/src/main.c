@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <math.h>
@@ -27,6 +28,7 @@
 #include "wt/log.h"
 #include "wt/parse.h"
 #include "wt/rpc.h"
+#include "wt/secure.h"
 #include "wt/server.h"
 #include "wt/signals.h"
 #include "wt/synthetic.h"
@@ -304,6 +306,25 @@ static bool opt_log_level(cli *c, const char *v, char *err) {
   return true;
 }
 
+/* --config is read before the command line (read_config); here it only
+ * has to be accepted. */
+static bool opt_config(cli *c, const char *v, char *err) {
+  (void)c;
+  (void)v;
+  (void)err;
+  return true;
+}
+
+static bool print_config;
+
+static bool opt_print_config(cli *c, const char *v, char *err) {
+  (void)c;
+  (void)v;
+  (void)err;
+  print_config = true;
+  return true;
+}
+
 static bool opt_log_format(cli *c, const char *v, char *err) {
   (void)c;
   wt_log_format f;
@@ -414,6 +435,13 @@ static const option_row rows[] = {
     {"log-level", "LEVEL",
      "debug, info, warn, error or off\n(default: $WT_LOG, else info)",
      opt_log_level, 0},
+    {"config", "FILE",
+     "read options from a JSON file first\n(docs/operations.md); options "
+     "on the\ncommand line override it",
+     opt_config, 0},
+    {"print-config", NULL,
+     "print the options set (file and command\nline) as JSON, and exit",
+     opt_print_config, 0},
     {"log-format", "FORMAT",
      "text (default) or json: one object a line,\nfor log shippers",
      opt_log_format, 0},
@@ -462,6 +490,159 @@ static void raise_fd_limit(void) {
             (unsigned long long)was, (unsigned long long)rl.rlim_cur);
 }
 
+/* --- the configuration file and what was set ---------------------------- */
+
+/* Every option set, in order (the file's, then the command line's), for
+ * --print-config; and the strings a file gave the parsers, which keep
+ * pointers to them until the process ends. */
+static json_t *set_options;
+static char **kept;
+static size_t nkept;
+
+/* The options that add up when given again (their help says
+ * "repeatable"); any other given again replaces. */
+static bool repeatable(const char *name) {
+  for (size_t i = 0; i < NROWS; i++)
+    if (strcmp(rows[i].name, name) == 0)
+      return strstr(rows[i].help, "repeatable") != NULL;
+  return false;
+}
+
+static void record(const char *name, const char *value) {
+  if (set_options == NULL) set_options = json_object();
+  json_t *v = value ? json_string(value) : json_true();
+  json_t *old = json_object_get(set_options, name);
+  if (old == NULL || !value || !repeatable(name)) {
+    json_object_set_new(set_options, name, v);
+  } else if (json_is_array(old)) {
+    json_array_append_new(old, v);
+  } else {
+    json_t *a = json_array();
+    json_array_append(a, old);
+    json_array_append_new(a, v);
+    json_object_set_new(set_options, name, a);
+  }
+}
+
+static const option_row *row_named(const char *name) {
+  for (size_t i = 0; i < NROWS; i++)
+    if (strcmp(rows[i].name, name) == 0) return &rows[i];
+  return NULL;
+}
+
+/* The line of the first `"key"` in the file's text (jansson keeps no
+ * positions for keys): enough to point a person at it. */
+static int key_line(const char *text, const char *key) {
+  char needle[160];
+  snprintf(needle, sizeof(needle), "\"%s\"", key);
+  const char *at = strstr(text, needle);
+  int line = 1;
+  for (const char *p = text; at && p < at; p++) line += *p == '\n';
+  return at ? line : 0;
+}
+
+static char *keep(const char *s) {
+  char **k = realloc(kept, (nkept + 1) * sizeof(*kept));
+  if (k == NULL) return NULL;
+  kept = k;
+  return kept[nkept++] = strdup(s);
+}
+
+/* One value of key `name` as the command line would give it. */
+static bool apply_value(cli *c, const option_row *r, json_t *v, char *err) {
+  char buf[64];
+  const char *text = NULL;
+  if (json_is_string(v)) {
+    text = json_string_value(v);
+  } else if (json_is_integer(v)) {
+    snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(v));
+    text = buf;
+  } else if (json_is_real(v)) {
+    snprintf(buf, sizeof(buf), "%.17g", json_real_value(v));
+    text = buf;
+  } else if (json_is_boolean(v) && r->value == NULL) {
+    if (!json_is_true(v)) return true; /* false: not set */
+    record(r->name, NULL);
+    return r->parse(c, NULL, err);
+  } else {
+    return fail(err, "expected %s", r->value ? "a string or a number"
+                                             : "true or false");
+  }
+  if (r->value == NULL)
+    return fail(err, "is a flag: true or false");
+  char *copy = keep(text);
+  if (copy == NULL) return fail(err, "out of memory");
+  record(r->name, copy);
+  return r->parse(c, copy, err);
+}
+
+static int bad_option(const char *msg);
+
+/* --config FILE (or --config=FILE) anywhere on the command line: a JSON
+ * object whose keys are the long options' names; a flag takes true, a
+ * repeatable option an array. 0, or the exit code after saying why. */
+static int read_config(int argc, char **argv, cli *c) {
+  const char *path = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) path = argv[++i];
+    else if (strncmp(argv[i], "--config=", 9) == 0) path = argv[i] + 9;
+  }
+  if (path == NULL) return 0;
+  char err[ERR_MAX + 256], why[ERR_MAX];
+  wt_status *st = NULL;
+  char *text = NULL;
+  st = wt_read_small_file("--config", path, 1 << 20, false, &text);
+  size_t len = text ? strlen(text) : 0;
+  if (st != NULL) {
+    snprintf(err, sizeof(err), "%s", wt_status_message(st));
+    wt_status_free(st);
+    return bad_option(err);
+  }
+  json_error_t je;
+  json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+  int rc = 0;
+  if (o == NULL || !json_is_object(o)) {
+    snprintf(err, sizeof(err), "--config %s line %d: %s", path,
+             o ? 1 : je.line, o ? "not a JSON object" : je.text);
+    rc = bad_option(err);
+  }
+  const char *key;
+  json_t *v;
+  if (rc == 0) {
+    json_object_foreach(o, key, v) {
+      const option_row *r = row_named(key);
+      bool ok = true;
+      why[0] = '\0';
+      if (r == NULL || r->parse == opt_config || r->parse == opt_print_config) {
+        snprintf(why, sizeof(why), "unknown key (a long option's name, "
+                                   "without --)");
+        ok = false;
+      } else if (json_is_array(v)) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(v, i, e) if (ok) ok = apply_value(c, r, e, why);
+      } else {
+        ok = apply_value(c, r, v, why);
+      }
+      if (!ok) {
+        snprintf(err, sizeof(err), "--config %s line %d: key '%s': %s", path,
+                 key_line(text, key), key, why);
+        rc = bad_option(err);
+        break;
+      }
+    }
+  }
+  json_decref(o);
+  free(text);
+  return rc;
+}
+
+static void config_free(void) {
+  for (size_t i = 0; i < nkept; i++) free(kept[i]);
+  free(kept);
+  json_decref(set_options);
+}
+
 static int bad_option(const char *msg) {
   fprintf(stderr, "wt-server: %s\n(try wt-server --help)\n", msg);
   return 2;
@@ -494,6 +675,8 @@ static int parse_args(int argc, char **argv, cli *c) {
       snprintf(err, sizeof(err), "unknown option '%s'", argv[optind - 1]);
       return bad_option(err);
     }
+    if (rows[ch - 256].parse == opt_config) continue; /* read first */
+    record(rows[ch - 256].name, optarg);
     if (!rows[ch - 256].parse(c, optarg, err)) return bad_option(err);
   }
   if (optind < argc) {
@@ -573,8 +756,20 @@ int main(int argc, char **argv) {
    * (+0.1%) at no cost measured to a round (llama-256m, grpc, steady
    * median); MALLOC_ARENA_MAX, when set, wins. */
   if (getenv("MALLOC_ARENA_MAX") == NULL) mallopt(M_ARENA_MAX, 2);
-  int rc = parse_args(argc, argv, &c);
-  if (rc != 0) return rc < 0 ? 0 : rc;
+  int rc = read_config(argc, argv, &c);
+  if (rc == 0) rc = parse_args(argc, argv, &c);
+  if (rc == 0 && print_config) {
+    json_object_del(set_options ? set_options : json_object(), "print-config");
+    char *out = json_dumps(set_options ? set_options : json_object(),
+                           JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    printf("%s\n", out ? out : "{}");
+    free(out);
+    rc = -1;
+  }
+  if (rc != 0) {
+    config_free();
+    return rc < 0 ? 0 : rc;
+  }
   if (c.no_auth && c.opts.token_file != NULL)
     return bad_option("--no-auth and --token-file: choose one");
   /* Secure by default: tokens unless told otherwise. */
@@ -603,5 +798,6 @@ int main(int argc, char **argv) {
 out:
   for (size_t i = 0; i < c.opts.n_engine_options; i++)
     free(c.engine_option_text[i]);
+  config_free();
   return rc;
 }

@@ -122,9 +122,7 @@ def lib():
         path = _find("libwt_client.so")
         L = ctypes.CDLL(str(path))
         st = c_void_p  # wt_status *
-        _proto(L, "wt_status_code", c_int, st)
-        _proto(L, "wt_status_message", c_char_p, st)
-        _proto(L, "wt_status_free", None, st)
+        errors.type_status_calls(L)
         _proto(L, "wt_bindings_free", None, c_void_p)
         _proto(L, "wt_bindings_client_new", st, POINTER(c_char_p), c_size_t,
                c_int64, c_int64, c_char_p, c_char_p, c_bool, POINTER(c_void_p))
@@ -174,13 +172,7 @@ def lib():
 
 def check(st) -> None:
     """Raises the WtError subclass of a returned status (and frees it)."""
-    if not st:
-        return
-    L = lib()
-    code = L.wt_status_code(st)
-    msg = L.wt_status_message(st).decode("utf-8", "replace")
-    L.wt_status_free(st)
-    raise errors.from_code(code, msg)
+    errors.raise_status(lib(), st)
 
 
 def take_string(p: c_void_p) -> str:

@@ -64,10 +64,8 @@ def _lib_consumer():
             return _L
         L = ctypes.CDLL(str(_lib._find("libwt_consumer.so")))
         st = c_void_p
+        errors.type_status_calls(L)
         for name, res, args in (
-                ("wt_status_code", c_int, [st]),
-                ("wt_status_message", c_char_p, [st]),
-                ("wt_status_free", None, [st]),
                 ("wt_consumer_connect", st, [c_char_p, POINTER(_Options), POINTER(c_void_p)]),
                 ("wt_consumer_close", None, [c_void_p]),
                 ("wt_consumer_acquire", st, [c_void_p, POINTER(_Acquire),
@@ -82,13 +80,7 @@ def _lib_consumer():
 
 
 def _check(st):
-    if not st:
-        return
-    L = _lib_consumer()
-    code = L.wt_status_code(st)
-    msg = L.wt_status_message(st).decode("utf-8", "replace")
-    L.wt_status_free(st)
-    raise errors.from_code(code, msg)
+    errors.raise_status(_lib_consumer(), st)
 
 
 # safetensors' dtype -> (numpy typestr of the array handed out, itemsize)

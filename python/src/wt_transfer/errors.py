@@ -64,3 +64,25 @@ def from_code(code: int, message: str) -> WtError:
     """The exception for a status code (UNKNOWN's for a code wt lacks)."""
     cls = BY_CODE.get(code, Unknown)
     return cls(message, code if code in BY_CODE else 2)
+
+
+def type_status_calls(lib) -> None:
+    """Types libwt_base's status calls on a loaded library (libwt_client and
+    libwt_consumer both reach them)."""
+    import ctypes
+    for name, res in (("wt_status_code", ctypes.c_int),
+                      ("wt_status_message", ctypes.c_char_p),
+                      ("wt_status_free", None)):
+        f = getattr(lib, name)
+        f.restype, f.argtypes = res, [ctypes.c_void_p]
+
+
+def raise_status(lib, st) -> None:
+    """Raises the WtError subclass of a status `lib` returned, and frees it;
+    nothing for NULL (OK)."""
+    if not st:
+        return
+    code = lib.wt_status_code(st)
+    msg = lib.wt_status_message(st).decode("utf-8", "replace")
+    lib.wt_status_free(st)
+    raise from_code(code, msg)

@@ -781,9 +781,18 @@ static void test_connection_flood(void) {
                               "8", "256", NULL};
   pid_t pid = wt_proc_spawn(argv, log, NULL);
   CU_ASSERT_FATAL(pid > 0);
-  wtt_sleep_ms(2000); /* the flood holds the cap */
-  wt_rpc_conn_counts during;
-  wt_server_conn_counts(s.srv, &during);
+  /* The flood holds the cap. One look at the count can land between an
+   * eviction and the attacker's reopen (CI saw 10 of 64 once on a busy
+   * machine), so the count is read every 50 ms for 2 s: no look may
+   * exceed the cap, and the fullest must show the flood took the places. */
+  int peak = 0, over = 0, looks = 0;
+  for (int64_t t0 = wt_mono_ms(); wt_mono_ms() - t0 < 2000; looks++) {
+    wt_rpc_conn_counts during;
+    wt_server_conn_counts(s.srv, &during);
+    if (during.open > peak) peak = during.open;
+    over += during.open > 64;
+    wtt_sleep_ms(50);
+  }
   int64_t worst = 0;
   for (int i = 0; i < 3; i++) {
     char v[16];
@@ -812,17 +821,18 @@ static void test_connection_flood(void) {
     fclose(f);
   }
   line[strcspn(line, "\n")] = 0;
-  printf("\n  %s\n  server: cap %d, %d open during the flood; %" PRIu64
+  printf("\n  %s\n  server: cap %d, at most %d open in %d looks during the "
+         "flood (%d over the cap); %" PRIu64
          " accepted, %" PRIu64 " evicted, %" PRIu64 " expired, %" PRIu64
          " refused, %" PRIu64 " shed; rounds on a new connection: worst %lld ms "
          "during, %lld ms just after; descriptors %d -> %d, RSS %ld -> %ld "
          "MiB\n",
-         line, cc.limit, during.open, cc.accepted, cc.evicted, cc.expired,
+         line, cc.limit, peak, looks, over, cc.accepted, cc.evicted, cc.expired,
          cc.refused, cc.shed, (long long)worst, (long long)after, fds0, fds1,
          rss0 / 1024, wtt_rss_kib() / 1024);
   CU_ASSERT_EQUAL(cc.limit, 64);
-  CU_ASSERT(during.open <= 64);
-  CU_ASSERT(during.open >= 32); /* the flood did hold the server's places */
+  CU_ASSERT_EQUAL(over, 0);
+  CU_ASSERT(peak >= 32); /* the flood did hold the server's places */
   CU_ASSERT(cc.evicted + cc.expired > 0);
   CU_ASSERT(worst < 3000);
   CU_ASSERT(after < 1000);

@@ -17,12 +17,12 @@ from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss,
                      ResourceExhausted, Unauthenticated, Unavailable,
                      Unimplemented, Unknown, WtError)
 from .factory import WeightTransferTrainerFactory
-from .sources import ArraySource, ParamMeta, view
+from .sources import ArraySource, OnTheFly, ParamMeta, view
 from ._lib import bin_dir, lib_dir
 
 __all__ = [
     "Client", "Version", "VllmClient", "WeightTransferTrainerFactory", "ArraySource",
-    "ParamMeta", "view", "WtError", "Cancelled", "Unknown", "InvalidArgument",
+    "OnTheFly", "ParamMeta", "view", "WtError", "Cancelled", "Unknown", "InvalidArgument",
     "DeadlineExceeded", "NotFound", "AlreadyExists", "PermissionDenied",
     "ResourceExhausted", "FailedPrecondition", "Aborted", "OutOfRange",
     "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated",

@@ -19,7 +19,7 @@ from ctypes import byref, c_void_p
 
 from . import _lib
 from .client import client_handle
-from .sources import CSource
+from .sources import CSource, ended, source_metas, yielded
 
 
 def _options(config) -> dict:
@@ -100,14 +100,52 @@ class CTrainerEngine:
         if not self._trainer:
             raise ValueError("trainer engine: shut down")
         L = _lib.lib()
-        with CSource(self.source) as src:  # checked before any byte moves
-            version = weight_version or f"round-{self.rounds + 1}"
-            _lib.check(L.wt_sync_client_start(self._client))
-            _lib.check(L.wt_sync_client_update(self._client, self._trainer,
-                                               src.handle, None, None))
-            _lib.check(L.wt_sync_client_finish(self._client, version.encode()))
+        version = weight_version or f"round-{self.rounds + 1}"
+        hold = getattr(self.source, "hold_bytes", None)
+        if hold is None:
+            with CSource(self.source) as src:  # checked before any byte moves
+                _lib.check(L.wt_sync_client_start(self._client))
+                _lib.check(L.wt_sync_client_update(self._client, self._trainer,
+                                                   src.handle, None, None))
+        else:
+            self._send_on_the_fly(hold)
+        _lib.check(L.wt_sync_client_finish(self._client, version.encode()))
         self.rounds += 1
         return version
+
+    def _update(self, metas, described):
+        with CSource.over(metas, described) as src:
+            _lib.check(_lib.lib().wt_sync_client_update(
+                self._client, self._trainer, src.handle, None, None))
+
+    def _send_on_the_fly(self, hold: int) -> None:
+        """One round in parts of about `hold` bytes, each an update of the
+        round; a part's tensors are let go before the next is asked for.
+        A bad tensor, or any exception from the source, aborts the round
+        (a failed update has aborted it already; a second abort is a
+        no-op)."""
+        L = _lib.lib()
+        metas = source_metas(self.source)
+        it = iter(self.source)
+        _lib.check(L.wt_sync_client_start(self._client))
+        try:
+            first, part, held = 0, [], 0
+            for i in range(len(metas)):
+                d = yielded(metas, it, i)
+                part.append(d)
+                held += d.nbytes
+                d = None
+                if held >= hold:
+                    self._update(metas[first:i + 1], part)
+                    first, part, held = i + 1, [], 0
+            ended(metas, it)
+            if part or first == 0:
+                self._update(metas[first:], part)
+            part = None
+        except BaseException as e:
+            L.wt_sync_client_abort(self._client,
+                                   f"the source failed: {e}"[:512].encode())
+            raise
 
     def shutdown(self) -> None:
         L = _lib.lib()

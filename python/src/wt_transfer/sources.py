@@ -286,55 +286,84 @@ def _layout(metas) -> _Layout:
     key = tuple(metas)
     lay = _layouts.get(key)
     if lay is None:
-        if len(_layouts) >= 8:
+        if len(_layouts) >= 64:  # an on-the-fly round has one per part
             _layouts.pop(next(iter(_layouts)))
         lay = _layouts[key] = _Layout(metas)
     return lay
 
 
-class CSource:
-    """One round of a Python source as a C wt_source over the tensors'
-    memory; checked against the source's metadata first. A context manager:
-    the C source and the tensors are released on exit."""
+def source_metas(source) -> list:
+    """The source's metadata in wt's form, names unique; ValueError else."""
+    if not (hasattr(source, "metadata") and hasattr(source, "__iter__")):
+        raise ValueError("source: needs metadata() and iteration (vLLM's "
+                         "WeightSource); wrap a dict in ArraySource")
+    metas = [_meta(m) for m in source.metadata()]
+    names = set()
+    for m in metas:
+        if m.name in names:
+            raise ValueError(f"source: tensor '{m.name}' is declared twice")
+        names.add(m.name)
+    return metas
 
-    def __init__(self, source):
-        if not (hasattr(source, "metadata") and hasattr(source, "__iter__")):
-            raise ValueError("source: needs metadata() and iteration (vLLM's "
-                             "WeightSource); wrap a dict in ArraySource")
-        metas = [_meta(m) for m in source.metadata()]
-        names = set()
-        for m in metas:
-            if m.name in names:
-                raise ValueError(f"source: tensor '{m.name}' is declared twice")
-            names.add(m.name)
-        described = []
+
+def yielded(metas, it, i: int) -> _Described:
+    """Tensor i of a round from the iterator `it`, checked against
+    metas[i] (name, order, dtype, shape); ValueError naming it else."""
+    m = metas[i]
+    try:
+        name, obj = next(it)
+    except StopIteration:
+        raise ValueError(f"source: the round ended after {i} tensors; "
+                         f"the metadata declares {len(metas)} (next: "
+                         f"'{m.name}')") from None
+    if name != m.name:
+        raise ValueError(f"source: tensor '{name}' came where '{m.name}'"
+                         f" is declared (position {i})")
+    d = describe(name, obj)
+    if d.dtype != m.dtype:
+        raise ValueError(f"tensor '{name}': dtype {d.dtype}, the metadata "
+                         f"says {m.dtype}")
+    if d.shape != m.shape:
+        raise ValueError(f"tensor '{name}': shape {list(d.shape)}, the "
+                         f"metadata says {list(m.shape)}")
+    return d
+
+
+def ended(metas, it) -> None:
+    """ValueError when the iterator yields more than the metadata declares."""
+    extra = next(it, None)
+    if extra is not None:
+        raise ValueError(f"source: tensor '{extra[0]}' beyond the "
+                         f"{len(metas)} the metadata declares")
+
+
+class CSource:
+    """A C wt_source over tensors' memory: one round of a Python source
+    (`CSource(source)`: every tensor checked against the metadata first),
+    or a part of one (`CSource.over(metas, described)`). A context manager:
+    the C source and the references to the tensors go on exit."""
+
+    def __init__(self, source=None):
+        self.handle = c_void_p()
+        self.tensors, self.metas, self._keep = [], [], []
+        if source is None:
+            return
+        metas = source_metas(source)
         it = iter(source)
-        for i, m in enumerate(metas):
-            try:
-                name, obj = next(it)
-            except StopIteration:
-                raise ValueError(f"source: the round ended after {i} tensors; "
-                                 f"the metadata declares {len(metas)} (next: "
-                                 f"'{m.name}')") from None
-            if name != m.name:
-                raise ValueError(f"source: tensor '{name}' came where '{m.name}'"
-                                 f" is declared (position {i})")
-            d = describe(name, obj)
-            if d.dtype != m.dtype:
-                raise ValueError(f"tensor '{name}': dtype {d.dtype}, the metadata "
-                                 f"says {m.dtype}")
-            if d.shape != m.shape:
-                raise ValueError(f"tensor '{name}': shape {list(d.shape)}, the "
-                                 f"metadata says {list(m.shape)}")
-            described.append(d)
-        extra = next(it, None)
-        if extra is not None:
-            raise ValueError(f"source: tensor '{extra[0]}' beyond the "
-                             f"{len(metas)} the metadata declares")
+        described = [yielded(metas, it, i) for i in range(len(metas))]
+        ended(metas, it)
+        self._build(metas, described)
+
+    @classmethod
+    def over(cls, metas, described) -> "CSource":
+        """A C source over tensors already checked (yielded())."""
+        cs = cls()
+        cs._build(metas, described)
+        return cs
+
+    def _build(self, metas, described):
         self.tensors = described
         self.metas = metas
-        self.handle = c_void_p()
-        L = _lib.lib()
         n = len(described)
         arr = _layout(metas).table()
         self._keep = [arr]
@@ -346,7 +375,7 @@ class CSource:
                 t.device_type = WT_DEVICE_CUDA
                 t.device_index = d.device
                 t.cuda_stream = d.stream
-        _lib.check(L.wt_source_memory(arr, n, byref(self.handle)))
+        _lib.check(_lib.lib().wt_source_memory(arr, n, byref(self.handle)))
 
     def close(self):
         if self.handle:
@@ -360,3 +389,31 @@ class CSource:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class OnTheFly:
+    """Marks a source whose tensors are made as it is iterated (FSDP's
+    `full_tensor()`, a dequantised copy): a round takes them `hold_bytes`
+    at a time (at least one tensor), sends those as one update of the
+    round, and lets go of them before it asks for more, so the trainer
+    holds about `hold_bytes` of them, not the model. Each tensor is still
+    checked against the metadata before it is sent; a bad one ends the
+    round (aborted on every server, ValueError naming it) after the parts
+    before it moved, and the committed version stays. Any source may
+    instead have a `hold_bytes` attribute of its own."""
+
+    def __init__(self, source, hold_bytes: int = 256 << 20):
+        if not (hasattr(source, "metadata") and hasattr(source, "__iter__")):
+            raise ValueError("source: needs metadata() and iteration (vLLM's "
+                             "WeightSource)")
+        if not isinstance(hold_bytes, int) or hold_bytes < 1:
+            raise ValueError(f"hold_bytes: {hold_bytes!r}, a positive number "
+                             "of bytes")
+        self.source = source
+        self.hold_bytes = hold_bytes
+
+    def metadata(self):
+        return self.source.metadata()
+
+    def __iter__(self):
+        return iter(self.source)

@@ -8,10 +8,11 @@ set -euo pipefail
 DEBS=(
   build-essential cmake pkg-config clang libclang-rt-dev
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
-  libcunit1-dev libucx-dev ucx-utils libjansson-dev libssl-dev libxxhash-dev
+  libcunit1-dev libucx-dev ucx-utils libjansson-dev libssl-dev libxxhash-dev libmicrohttpd-dev
   python3 python3-pip python3-venv iproute2 procps openssl
 )
-PIP=(safetensors numpy grpcio grpcio-tools protobuf h2 pytest grpcio-health-checking)
+PIP=(safetensors numpy grpcio grpcio-tools protobuf h2 pytest grpcio-health-checking
+     prometheus_client)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -29,7 +30,7 @@ fi
 
 PY=${PYTHON:-python3}
 if command -v "$PY" >/dev/null 2>&1; then
-  if ! "$PY" -c 'import safetensors, numpy, grpc, grpc_tools, h2, pytest, grpc_health.v1' >/dev/null 2>&1; then
+  if ! "$PY" -c 'import safetensors, numpy, grpc, grpc_tools, h2, pytest, grpc_health.v1, prometheus_client' >/dev/null 2>&1; then
     echo "install-deps: pip install ${PIP[*]}"
     "$PY" -m pip install -q --disable-pip-version-check "${PIP[@]}" 2>/dev/null ||
       "$PY" -m pip install -q --disable-pip-version-check --break-system-packages "${PIP[@]}" ||

@@ -291,6 +291,49 @@ static void test_json_format(void) {
   wt_log_set_level(saved_level);
 }
 
+/* The thread's context (wt_log_context) as fields of their own, in JSON
+ * only; gone once cleared; the peer escaped like the message. */
+static void test_json_context(void) {
+  wt_log_set_level(WT_LOG_INFO);
+  wt_log_set_format(WT_LOG_JSON);
+  capture c;
+  capture_begin(&c);
+  wt_log_context old = wt_log_context_set(
+      (wt_log_context){42, 3, "ipv4:127.0.0.1:5 \"x\""});
+  WT_LOGI("server", "with");
+  wt_log_context_set((wt_log_context){0, 0, NULL});
+  WT_LOGI("server", "worker zero");
+  wt_log_context_set(WT_LOG_NO_CONTEXT);
+  WT_LOGI("server", "without");
+  char *text = capture_end(&c);
+  wt_log_context_set(old);
+  wt_log_set_format(WT_LOG_TEXT);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+  CU_ASSERT_EQUAL(count_lines(text), 3);
+  json_error_t err;
+  char *line = text;
+  json_t *o[3] = {NULL, NULL, NULL};
+  for (int i = 0; i < 3 && line; i++) {
+    char *nl = strchr(line, '\n');
+    if (nl) *nl = '\0';
+    o[i] = json_loads(line, 0, &err);
+    line = nl ? nl + 1 : NULL;
+  }
+  CU_ASSERT_FATAL(o[0] && o[1] && o[2]);
+  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[0], "round")), "42");
+  CU_ASSERT_EQUAL(json_integer_value(json_object_get(o[0], "worker")), 3);
+  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[0], "peer")),
+                         "ipv4:127.0.0.1:5 \"x\"");
+  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[0], "message")), "with");
+  CU_ASSERT_PTR_NULL(json_object_get(o[1], "round"));
+  CU_ASSERT_EQUAL(json_integer_value(json_object_get(o[1], "worker")), 0);
+  CU_ASSERT_PTR_NULL(json_object_get(o[2], "worker"));
+  CU_ASSERT_PTR_NULL(json_object_get(o[2], "peer"));
+  for (int i = 0; i < 3; i++) json_decref(o[i]);
+  free(text);
+  wt_log_set_level(saved_level);
+}
+
 enum { THREADS = 4, LINES = 200 };
 
 static void *log_many(void *arg) {
@@ -336,5 +379,7 @@ void wt_test_suite_log(void) {
   CU_add_test(s, "messages below the level are dropped", test_level_filters);
   CU_add_test(s, "a long message stays one line", test_long_message);
   CU_add_test(s, "--log-format json: one object a line", test_json_format);
+  CU_add_test(s, "--log-format json: round, worker and peer fields",
+              test_json_context);
   CU_add_test(s, "threads do not interleave lines", test_threads);
 }

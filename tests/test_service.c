@@ -3,9 +3,14 @@
  * method, WatchWeightVersion, ChecksumWeights, calls answered during a
  * push, stopping in the middle of things, checkpoints as models, start
  * errors, long client strings, and readers against a finish. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "support/fixture.h"
 #include "wt/checksum.h"
@@ -566,6 +571,104 @@ static void test_stop_during_long_checksum(void) {
   wtt_server_stop(&S);
 }
 
+/* An HTTP/1.0 request `req` to 127.0.0.1:port; the whole answer (status
+ * line, headers, body) into buf, NUL-terminated. Returns its length. */
+static size_t http_ask(int port, const char *req, char *buf, size_t cap) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  size_t n = 0;
+  if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+      write(fd, req, strlen(req)) == (ssize_t)strlen(req)) {
+    ssize_t r;
+    while (n + 1 < cap && (r = read(fd, buf + n, cap - 1 - n)) > 0)
+      n += (size_t)r;
+  }
+  if (fd >= 0) close(fd);
+  buf[n] = 0;
+  return n;
+}
+
+/* The value of the sample line that starts with `series` ("name{...}"). */
+static double sample(const char *text, const char *series) {
+  char want[256];
+  snprintf(want, sizeof(want), "\n%s ", series);
+  const char *p = strstr(text, want);
+  return p ? strtod(p + strlen(want), NULL) : -1;
+}
+
+/* #24: the metrics, in-process and over HTTP: counts that move by the
+ * rounds, a failure by cause, the endpoint's answers to what it does not
+ * serve, and the start errors naming --metrics-listen. */
+static void test_metrics(void) {
+  wtt_server s;
+  wt_server_options o = {.metrics_listen = "127.0.0.1:0"};
+  wtt_server_start(&s, "tiny", &o);
+  int port = wt_server_metrics_port(s.srv);
+  CU_ASSERT_FATAL(port > 0);
+  WT_ASSERT_OK(wtt_init_grpc(s.ch, 0, s.workers));
+  uint64_t total = 0;
+  for (size_t i = 0; i < s.n; i++) total += s.metas[i].nbytes;
+  wtt_commit_round(&s, "m1", 1);
+  wtt_commit_round(&s, "m2", 2);
+  uint64_t id = 0;
+  WT_ASSERT_OK(wtt_start(s.ch, &id));
+  bool aborted = false;
+  WT_ASSERT_OK(wtt_abort(s.ch, id, &aborted));
+  CU_ASSERT(aborted);
+  static char buf[1 << 16];
+  size_t n = http_ask(port, "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+  CU_ASSERT(n > 0);
+  CU_ASSERT(strncmp(buf, "HTTP/1.0 200", 12) == 0 || strncmp(buf, "HTTP/1.1 200", 12) == 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(buf, "text/plain; version=0.0.4"));
+  CU_ASSERT_EQUAL(sample(buf, "wt_rounds_total{outcome=\"committed\"}"), 2);
+  CU_ASSERT_EQUAL(sample(buf, "wt_rounds_total{outcome=\"failed\"}"), 1);
+  CU_ASSERT_EQUAL(
+      sample(buf, "wt_round_failures_total{cause=\"trainer_abort\"}"), 1);
+  CU_ASSERT_EQUAL(sample(buf, "wt_committed_sequence"), 2);
+  CU_ASSERT_EQUAL(sample(buf, "wt_round_duration_seconds_count"), 2);
+  char series[128];
+  snprintf(series, sizeof(series),
+           "wt_received_bytes_total{worker=\"0\",device=\"cpu\",backend=\"grpc\"}");
+  CU_ASSERT_EQUAL(sample(buf, series), (double)(2 * total));
+  /* What it does not serve. */
+  http_ask(port, "POST /metrics HTTP/1.0\r\nContent-Length: 5\r\n\r\nhello",
+           buf, sizeof(buf));
+  CU_ASSERT_PTR_NOT_NULL(strstr(buf, " 405 "));
+  http_ask(port, "GET /tokens HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+  CU_ASSERT_PTR_NOT_NULL(strstr(buf, " 404 "));
+  http_ask(port, "\x16\x03\x01 garbage\r\n\r\n", buf, sizeof(buf));
+  CU_ASSERT_PTR_NULL(strstr(buf, "wt_rounds_total"));
+  /* The text the endpoint serves, in-process. */
+  char *text = NULL;
+  size_t len = 0;
+  WT_ASSERT_OK(wt_server_metrics_text(s.srv, &text, &len));
+  CU_ASSERT(len == strlen(text) && strstr(text, "# TYPE wt_rounds_total counter"));
+  free(text);
+  /* Its port taken: the start fails naming it. */
+  char taken[32];
+  snprintf(taken, sizeof(taken), "127.0.0.1:%d", port);
+  wt_server *other = NULL;
+  wt_server_options bad = {.listen = "127.0.0.1:0", .model = "synthetic:tiny",
+                           .metrics_listen = taken};
+  wt_status *st = wt_server_start(&bad, &other);
+  CU_ASSERT_EQUAL(wt_status_code(st), WT_UNAVAILABLE);
+  CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), "--metrics-listen"));
+  wt_status_free(st);
+  CU_ASSERT_PTR_NULL(other);
+  wtt_server_stop(&s);
+  const char *refused[] = {"0.0.0.0:0", "127.0.0.1:x", "nocolon"};
+  for (size_t i = 0; i < 3; i++) {
+    bad.metrics_listen = refused[i];
+    st = wt_server_start(&bad, &other);
+    CU_ASSERT_EQUAL(wt_status_code(st), WT_INVALID_ARGUMENT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), "--metrics-listen"));
+    wt_status_free(st);
+    CU_ASSERT_PTR_NULL(other);
+  }
+}
+
 void wt_test_suite_service(void) {
   CU_pSuite s = CU_add_suite("service", NULL, NULL);
   CU_add_test(s, "server info, world size, parameters",
@@ -584,4 +687,5 @@ void wt_test_suite_service(void) {
               test_commit_does_not_wait_for_checksums);
   CU_add_test(s, "ChecksumWeights limits and duplicates", test_checksum_limits);
   CU_add_test(s, "stop during a long checksum", test_stop_during_long_checksum);
+  CU_add_test(s, "metrics: counts, the endpoint, its errors", test_metrics);
 }

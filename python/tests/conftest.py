@@ -50,9 +50,10 @@ class Server:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.05)
+        self.err.flush()
+        why = pathlib.Path(self.err.name).read_text()[-2000:]
         self.stop()
-        raise RuntimeError("wt-server did not serve: " +
-                           pathlib.Path(self.err.name).read_text()[-2000:])
+        raise RuntimeError("wt-server did not serve: " + why)
 
     def rss_kib(self) -> int:
         for line in pathlib.Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():

@@ -194,6 +194,14 @@ static bool opt_reader_rate(cli *c, const char *v, char *err) {
   return true;
 }
 
+static bool opt_metrics_listen(cli *c, const char *v, char *err) {
+  const char *colon = strrchr(v, ':');
+  if (colon == NULL || colon == v || colon[1] == '\0')
+    return fail(err, "--metrics-listen '%s' is not HOST:PORT", v);
+  c->opts.metrics_listen = v;
+  return true;
+}
+
 static bool opt_export(cli *c, const char *v, char *err) {
   if (*v != '/')
     return fail(err, "--export '%s' is not an absolute path", v);
@@ -361,6 +369,10 @@ static const option_row rows[] = {
     {"round-timeout", "SEC",
      "abort a round idle longer than this\nbetween calls or chunks",
      opt_round_timeout, WT_SERVER_DEFAULT_ROUND_TIMEOUT_MS / 1000},
+    {"metrics-listen", "HOST:PORT",
+     "serve Prometheus metrics at\nhttp://HOST:PORT/metrics (loopback\nunless "
+     "--insecure; docs/operations.md)",
+     opt_metrics_listen, 0},
     {"health-grace", "SEC",
      "on SIGTERM, answer health probes\nNOT_SERVING this long before the "
      "drain\n(default 0: at once)",

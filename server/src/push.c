@@ -104,7 +104,7 @@ static void fail_round_locked(wt_server *srv, const wt_srv_push *p,
   else
     snprintf(reason, sizeof(reason), "PushWeights from %s failed: %s",
              p->peer, why);
-  wt_srv_abort_round_locked(srv, reason);
+  wt_srv_abort_round_locked(srv, WT_CAUSE_RECEIVE, reason);
 }
 
 static void push_free(wt_srv_push *p) {
@@ -124,6 +124,7 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
   wt_srv_push *p = calloc(1, sizeof(*p));
   bool locked = false;
   *out = NULL;
+  wt_srv_log_round(round_id);
   if (ops == NULL || p == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "PushWeights: out of memory");
   pthread_mutex_init(&p->mu, NULL);

@@ -21,6 +21,12 @@
 #include "wt/log.h"
 #include "wt/secure.h"
 
+void wt_srv_log_round(uint64_t round_id) {
+  wt_log_context c = wt_log_context_get();
+  c.round = round_id;
+  wt_log_context_set(c);
+}
+
 void wt_srv_touch(wt_server *srv) {
   atomic_store(&srv->last_activity_ms, wt_mono_ms());
 }
@@ -221,9 +227,11 @@ wt_status *wt_srv_aborted_error(const wt_server *srv, const char *call,
 
 /* --- abort ---------------------------------------------------------------- */
 
-bool wt_srv_abort_round_locked(wt_server *srv, const char *reason) {
+bool wt_srv_abort_round_locked(wt_server *srv, wt_srv_cause cause,
+                               const char *reason) {
   if (srv->round_id == 0 || srv->committing) return false;
   uint64_t id = srv->round_id;
+  srv->rounds.failed[cause < WT_CAUSE_COUNT ? cause : WT_CAUSE_RECEIVE]++;
   char *why = strdup(reason ? reason : "aborted");
   free(srv->abort_reason);
   srv->abort_reason = why;
@@ -253,6 +261,7 @@ wt_status *wt_srv_abort(wt_server *srv, uint64_t round_id, const char *reason,
                         bool *aborted) {
   wt_status *st = NULL;
   *aborted = false;
+  wt_srv_log_round(round_id);
   pthread_mutex_lock(&srv->mu);
   WT_CHECK(need_init_locked(srv, "AbortWeightUpdate"));
   /* The round already failed (a trainer aborts what failed under it): it
@@ -268,7 +277,7 @@ wt_status *wt_srv_abort(wt_server *srv, uint64_t round_id, const char *reason,
   char why[256];
   snprintf(why, sizeof(why), "AbortWeightUpdate%s%.200s",
            reason && *reason ? ": " : "", reason ? reason : "");
-  *aborted = wt_srv_abort_round_locked(srv, why);
+  *aborted = wt_srv_abort_round_locked(srv, WT_CAUSE_TRAINER_ABORT, why);
 out:
   pthread_mutex_unlock(&srv->mu);
   return st;
@@ -321,7 +330,7 @@ wt_status *wt_srv_init_engine(wt_server *srv,
             "InitWeightTransferEngine: FinishWeightUpdate is committing the "
             "current round; try again when it returns");
   if (srv->round_id != 0)
-    wt_srv_abort_round_locked(srv,
+    wt_srv_abort_round_locked(srv, WT_CAUSE_REINIT,
                               "replaced by a new InitWeightTransferEngine");
   srv->initializing = true;
   srv->initialized = false;
@@ -419,6 +428,7 @@ lease_wait:
   /* Unguessable: a round is driven only by whoever StartWeightUpdate
    * answered (under TLS, nobody else ever sees the id). */
   uint64_t id = wt_random_u64(srv->last_round_id);
+  wt_srv_log_round(id);
   srv->last_round_id = id;
   srv->round_id = id;
   srv->busy = "StartWeightUpdate";
@@ -427,9 +437,10 @@ lease_wait:
   st = run_round_op(srv, ops, &proto, "StartWeightUpdate");
   if (st != NULL && srv->round_id == id) {
     st = wt_status_prefix(st, "StartWeightUpdate");
-    wt_srv_abort_round_locked(srv, wt_status_message(st));
+    wt_srv_abort_round_locked(srv, WT_CAUSE_START, wt_status_message(st));
   } else if (st == NULL) {
     srv->busy = NULL;
+    srv->rounds.started_ms = wt_mono_ms();
     *round_id = id;
     WT_LOGD("server", "round %" PRIu64 " started", id);
   }
@@ -448,6 +459,7 @@ wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
   wt_status *st = NULL;
   uint64_t round = 0;
   wt_srv_resolved r = {0};
+  wt_srv_log_round(round_id);
   wt_worker_op *ops = ops_new(srv);
   if (ops == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "UpdateWeights: out of memory");
@@ -482,7 +494,7 @@ out:
       snprintf(why, sizeof(why), "UpdateWeights%s%s failed: %s",
                call ? " from " : "", call ? wt_rpc_call_peer(call) : "",
                wt_status_message(st));
-    wt_srv_abort_round_locked(srv, why);
+    wt_srv_abort_round_locked(srv, WT_CAUSE_RECEIVE, why);
   }
   pthread_cond_broadcast(&srv->cv);
   pthread_mutex_unlock(&srv->mu);
@@ -498,6 +510,7 @@ wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
   wt_status *st = NULL;
   char *copy = NULL;
   wt_worker_op *ops = NULL;
+  wt_srv_log_round(round_id);
   if (version == NULL || *version == '\0')
     return wt_status_new(WT_INVALID_ARGUMENT,
                          "FinishWeightUpdate: weight_version is empty; name "
@@ -534,7 +547,7 @@ wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
     srv->busy = NULL;
     st = wt_status_prefix(st, "FinishWeightUpdate");
     /* Nothing of a round that cannot commit is kept. */
-    wt_srv_abort_round_locked(srv, wt_status_message(st));
+    wt_srv_abort_round_locked(srv, WT_CAUSE_FINISH, wt_status_message(st));
     goto out;
   }
   /* Every worker is ready to commit. A reader (ChecksumWeights) may hold a
@@ -576,6 +589,7 @@ wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
   copy = NULL;
   e->sequence = seq;
   e->committed_unix_ms = wt_unix_ms();
+  wt_srv_count_commit_locked(srv, wt_mono_ms() - srv->rounds.started_ms);
   WT_LOGI("server",
           "round %" PRIu64 " committed version '%s' (sequence %" PRIu64 ")",
           round, version, seq);

@@ -169,7 +169,7 @@ static void *watchdog_main(void *p) {
                "idle for %" PRId64
                " ms, longer than the round timeout of %u ms",
                idle, srv->round_timeout_ms);
-      wt_srv_abort_round_locked(srv, why);
+      wt_srv_abort_round_locked(srv, WT_CAUSE_TIMEOUT, why);
     }
     /* Health watchers learn a change at the latest at the next tick. */
     pthread_mutex_unlock(&srv->mu);
@@ -187,7 +187,8 @@ static void on_shutdown(void *user) {
   pthread_mutex_lock(&srv->mu);
   if (!srv->stopping) {
     srv->stopping = true;
-    wt_srv_abort_round_locked(srv, "the server is shutting down");
+    wt_srv_abort_round_locked(srv, WT_CAUSE_SHUTDOWN,
+                              "the server is shutting down");
     /* An init or a commit waiting on the engines returns too. */
     for (uint32_t i = 0; i < srv->nworkers; i++)
       if (srv->workers[i] != NULL) wt_worker_cancel(srv->workers[i]);
@@ -200,6 +201,7 @@ static void on_shutdown(void *user) {
 }
 
 static void server_free(wt_server *srv) {
+  wt_srv_metrics_stop(srv->metrics_http); /* it reads everything below */
   wt_rpc_server_destroy(srv->rpc);
   wt_export_stop(srv->export); /* its consumers' leases end with it */
   wt_leases_free(srv->leases);
@@ -364,6 +366,7 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
   pthread_mutex_init(&srv->watch_mu, NULL);
   pthread_mutex_init(&srv->health_mu, NULL);
   srv->health_grace_ms = o.health_grace_ms;
+  srv->started_unix_ms = wt_unix_ms();
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -497,6 +500,27 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
   };
   WT_CHECK(wt_rpc_server_new(&ro, methods, nmethods, srv, &srv->rpc));
   WT_CHECK(wt_rpc_server_start(srv->rpc));
+  if (o.metrics_listen != NULL) {
+    char *mhost = NULL;
+    st = listen_host(o.metrics_listen, &mhost);
+    if (st != NULL) {
+      st = wt_status_prefix(st, "--metrics-listen");
+      goto out;
+    }
+    if (!loopback_host(mhost) && !o.insecure) {
+      st = wt_status_new(
+          WT_INVALID_ARGUMENT,
+          "--metrics-listen %s: not a loopback address; the metrics are "
+          "plaintext HTTP without tokens: give --insecure to serve them "
+          "beyond this host anyway",
+          o.metrics_listen);
+      free(mhost);
+      goto out;
+    }
+    st = wt_srv_metrics_start(srv, o.metrics_listen, mhost, &srv->metrics_http);
+    free(mhost);
+    if (st != NULL) goto out;
+  }
   if (srv->token_dir != NULL) {
     char path[4200];
     wt_runtime_token_path(srv->token_dir, wt_rpc_server_port(srv->rpc), path,
@@ -522,6 +546,10 @@ out:
   free(devices);
   if (srv != NULL) wt_server_stop(srv);
   return st;
+}
+
+int wt_server_metrics_port(const wt_server *srv) {
+  return srv ? wt_srv_metrics_port(srv->metrics_http) : 0;
 }
 
 int wt_server_port(const wt_server *srv) {

@@ -49,6 +49,31 @@ enum {
   WT_CLASS_HEALTH = 3 /* Health.Check: probes never wait behind readers */
 };
 
+/* Why a round ended without a commit (metrics.c names them). */
+typedef enum wt_srv_cause {
+  WT_CAUSE_TRAINER_ABORT, /* AbortWeightUpdate */
+  WT_CAUSE_REINIT,        /* a new InitWeightTransferEngine */
+  WT_CAUSE_START,         /* StartWeightUpdate failed on a worker */
+  WT_CAUSE_RECEIVE,       /* UpdateWeights or PushWeights failed */
+  WT_CAUSE_FINISH,        /* FinishWeightUpdate's prepare failed */
+  WT_CAUSE_TIMEOUT,       /* idle past the round timeout */
+  WT_CAUSE_SHUTDOWN,      /* the server stopped */
+  WT_CAUSE_COUNT
+} wt_srv_cause;
+
+/* Round durations (start to commit) are counted into these upper bounds,
+ * in seconds, and one more for +Inf. */
+#define WT_METRICS_BUCKETS 12
+
+/* What the metrics report of rounds; under the server's mu. */
+typedef struct wt_srv_round_metrics {
+  uint64_t committed;
+  uint64_t failed[WT_CAUSE_COUNT];
+  uint64_t duration_counts[WT_METRICS_BUCKETS + 1];
+  double duration_sum_s;
+  int64_t started_ms; /* the open round's start */
+} wt_srv_round_metrics;
+
 typedef struct wt_watcher wt_watcher;
 typedef struct wt_health_watcher wt_health_watcher;
 
@@ -138,8 +163,17 @@ struct wt_server {
   pthread_mutex_t health_mu;
   wt_health_watcher *health_watchers;
   bool health_down;       /* NOT_SERVING before the drain (under mu) */
+  /* Metrics (metrics.c): the rounds' (under mu) and the HTTP endpoint
+   * (--metrics-listen; NULL without). */
+  wt_srv_round_metrics rounds;
+  struct wt_metrics_http *metrics_http;
+  int64_t started_unix_ms;
   int64_t health_grace_ms; /* how long NOT_SERVING shows before the drain */
 };
+
+/* The calling thread's log lines name round `round_id` from now on (the
+ * RPC layer restores a handler thread's context after each call). */
+WT_HIDDEN void wt_srv_log_round(uint64_t round_id);
 
 /* Marks the round active now (any thread). */
 WT_HIDDEN void wt_srv_touch(wt_server *srv);
@@ -195,9 +229,11 @@ WT_HIDDEN wt_status *wt_srv_abort(wt_server *srv, uint64_t round_id,
                                   const char *reason, bool *aborted);
 
 /* Aborts the open round (if any, and unless it is committing) for
- * `reason`: ends the push stream, cancels the engines and queues an ABORT
- * on every worker. Never waits. Under mu. Returns whether it aborted. */
-WT_HIDDEN bool wt_srv_abort_round_locked(wt_server *srv, const char *reason);
+ * `reason`, counted under `cause` (the metrics' wt_round_failures_total):
+ * ends the push stream, cancels the engines and queues an ABORT on every
+ * worker. Never waits. Under mu. Returns whether it aborted. */
+WT_HIDDEN bool wt_srv_abort_round_locked(wt_server *srv, wt_srv_cause cause,
+                                         const char *reason);
 
 /* Preconditions of a round's calls, under mu: FAILED_PRECONDITION naming
  * `call` and the state when there is no open round `round_id` (0: the
@@ -291,6 +327,21 @@ WT_HIDDEN void wt_srv_health_watch_closed(wt_rpc_stream *s, void *user);
 WT_HIDDEN void wt_srv_health_changed(wt_server *srv);
 /* Ends every Health.Watch stream (the stop). */
 WT_HIDDEN void wt_srv_health_end(wt_server *srv);
+
+/* --- metrics.c -------------------------------------------------------------
+ */
+
+/* A round committed `took_ms` after its start: into the histogram. */
+WT_HIDDEN void wt_srv_count_commit_locked(wt_server *srv, int64_t took_ms);
+
+/* Serves GET /metrics on `listen` ("HOST:PORT", HOST as listen_host gives
+ * it in `host`; port 0: an ephemeral one) until wt_srv_metrics_stop.
+ * UNAVAILABLE naming the address when it cannot bind. */
+WT_HIDDEN wt_status *wt_srv_metrics_start(wt_server *srv, const char *listen,
+                                          const char *host,
+                                          struct wt_metrics_http **out);
+WT_HIDDEN int wt_srv_metrics_port(const struct wt_metrics_http *h);
+WT_HIDDEN void wt_srv_metrics_stop(struct wt_metrics_http *h);
 
 /* Ends every watch stream (shutdown). */
 WT_HIDDEN void wt_srv_end_watchers(wt_server *srv);

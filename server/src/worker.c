@@ -45,6 +45,8 @@ struct wt_worker {
   wt_status *start_st;
   int aborts_pending; /* ABORT ops queued or running */
   wt_worker_status pub;
+  wt_worker_totals totals[WT_WORKER_MAX_TOTALS]; /* under mu */
+  size_t ntotals;
 
   /* The worker's thread only (ops, engine_mu for the engine pointer). */
   pthread_mutex_t engine_mu;
@@ -89,7 +91,32 @@ static void count_stats(wt_worker *w, const wt_receive_stats *s) {
   pthread_mutex_lock(&w->mu);
   w->pub.bytes_received += s->bytes;
   w->pub.bytes_forwarded += s->forwarded_bytes;
+  size_t i = 0;
+  while (i < w->ntotals && strcmp(w->totals[i].backend, w->pub.backend) != 0)
+    i++;
+  if (i == w->ntotals) {
+    if (w->ntotals < WT_WORKER_MAX_TOTALS) {
+      w->ntotals++;
+      snprintf(w->totals[i].backend, sizeof(w->totals[i].backend), "%s",
+               w->pub.backend);
+    } else {
+      i = WT_WORKER_MAX_TOTALS - 1;
+    }
+  }
+  w->totals[i].tensors_received += s->tensors;
+  w->totals[i].bytes_received += s->bytes;
+  w->totals[i].bytes_forwarded += s->forwarded_bytes;
   pthread_mutex_unlock(&w->mu);
+}
+
+size_t wt_worker_get_totals(const wt_worker *w, wt_worker_totals *out,
+                            size_t cap) {
+  wt_worker *m = (wt_worker *)w; /* the lock only */
+  pthread_mutex_lock(&m->mu);
+  size_t n = w->ntotals;
+  for (size_t i = 0; i < n && i < cap; i++) out[i] = w->totals[i];
+  pthread_mutex_unlock(&m->mu);
+  return n;
 }
 
 static void set_state(wt_worker *w, wt_worker_state state) {
@@ -369,6 +396,7 @@ static void *worker_main(void *arg) {
       st = wt_status_prefix(wt_cuda_bind(w->device.index), "device '%s'",
                             w->device_name);
   }
+  wt_log_context_set((wt_log_context){0, (int)w->rank, NULL});
   pthread_mutex_lock(&w->mu);
   w->start_st = st;
   w->started = true;
@@ -386,6 +414,7 @@ static void *worker_main(void *arg) {
     if (w->head == NULL) w->tail = NULL;
     pthread_mutex_unlock(&w->mu);
 
+    wt_log_context_set((wt_log_context){op->round_id, (int)w->rank, NULL});
     wt_status *rst = run_op(w, op);
 
     pthread_mutex_lock(&w->mu);

@@ -36,6 +36,24 @@ typedef enum wt_log_format {
 } wt_log_format;
 void wt_log_set_format(wt_log_format format);
 wt_log_format wt_log_get_format(void);
+
+/* What the calling thread works for, carried by its JSON lines as fields
+ * of their own beside the message: "round" (a round id, 0: none),
+ * "worker" (a worker's rank, -1: none) and "peer" (the client of the call
+ * it handles, NULL: none; borrowed until the context changes). Text lines
+ * are unchanged (the message says what matters). The server sets it:
+ * a worker's thread its rank and the round of the op it runs, a handler
+ * thread the call's peer and the round it acts in. */
+typedef struct wt_log_context {
+  uint64_t round;
+  int worker;
+  const char *peer;
+} wt_log_context;
+#define WT_LOG_NO_CONTEXT ((wt_log_context){0, -1, NULL})
+/* Sets the calling thread's context and returns the one it replaces, for
+ * the caller to put back. */
+wt_log_context wt_log_context_set(wt_log_context ctx);
+wt_log_context wt_log_context_get(void);
 /* "text" or "json"; 0, or -1 for anything else. */
 int wt_log_format_parse(const char *name, wt_log_format *out);
 /* Sets the level from its name (a tool's WT_LOG, `what` for the message);

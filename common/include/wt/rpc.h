@@ -277,12 +277,14 @@ void wt_rpc_server_shutdown(wt_rpc_server *server, int64_t deadline_ms);
 void wt_rpc_server_destroy(wt_rpc_server *server);
 
 /* What an admission class holds now: calls running (or streams open) and
- * calls waiting for a thread; handler threads alive. For tests and
- * GetServerInfo-style reports. */
+ * calls waiting for a thread; handler threads alive; and calls refused
+ * RESOURCE_EXHAUSTED for want of room (the class's or the peer's quota)
+ * since the server started. For tests and the metrics. */
 typedef struct wt_rpc_class_load {
   int running;
   int queued;
   int threads;
+  uint64_t refused;
 } wt_rpc_class_load;
 void wt_rpc_server_class_load(wt_rpc_server *server, size_t cls,
                               wt_rpc_class_load *out);

@@ -2,6 +2,7 @@
 
 #include "wt/log.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -99,6 +100,23 @@ int wt_log_enabled(wt_log_level level) {
   return level != WT_LOG_OFF && level >= wt_log_get_level();
 }
 
+/* worker + 1, so that a thread's zeroed context means "none" */
+static _Thread_local uint64_t ctx_round;
+static _Thread_local int ctx_worker1;
+static _Thread_local const char *ctx_peer;
+
+wt_log_context wt_log_context_get(void) {
+  return (wt_log_context){ctx_round, ctx_worker1 - 1, ctx_peer};
+}
+
+wt_log_context wt_log_context_set(wt_log_context ctx) {
+  wt_log_context old = wt_log_context_get();
+  ctx_round = ctx.round;
+  ctx_worker1 = ctx.worker < 0 ? 0 : ctx.worker + 1;
+  ctx_peer = ctx.peer;
+  return old;
+}
+
 void wt_log(wt_log_level level, const char *module, const char *fmt, ...) {
   if (!wt_log_enabled(level)) return;
   char line[4096], msg[2048];
@@ -122,8 +140,25 @@ void wt_log(wt_log_level level, const char *module, const char *fmt, ...) {
                      level_names[level]);
     n = k > 0 ? (size_t)k : 0;
     json_escape(line, &n, sizeof(line), module ? module : "-");
-    memcpy(line + n, "\",\"message\":\"", 13);
-    n += 13;
+    line[n++] = '"';
+    int c = 0;
+    if (ctx_round != 0)
+      c = snprintf(line + n, sizeof(line) - n, ",\"round\":\"%" PRIu64 "\"",
+                   ctx_round);
+    if (c > 0) n += (size_t)c;
+    if (ctx_worker1 > 0 &&
+        (c = snprintf(line + n, sizeof(line) - n, ",\"worker\":%d",
+                      ctx_worker1 - 1)) > 0)
+      n += (size_t)c;
+    if (ctx_peer != NULL) {
+      memcpy(line + n, ",\"peer\":\"", 9);
+      n += 9;
+      json_escape(line, &n, n + 256 < sizeof(line) ? n + 256 : sizeof(line),
+                  ctx_peer); /* a peer is short */
+      line[n++] = '"';
+    }
+    memcpy(line + n, ",\"message\":\"", 12);
+    n += 12;
     json_escape(line, &n, sizeof(line) - 4, msg);
     memcpy(line + n, "\"}\n", 3);
     n += 3;

@@ -90,6 +90,7 @@ typedef struct rpc_pool {
   /* Threads sending the status of a call they handled: about to take the
    * next call, so no new thread is started for it. */
   int finishing;
+  uint64_t refused; /* calls refused for want of room, since start */
   wt_rpc_call *head, *tail;
   pthread_cond_t work_cv;
   pthread_t *threads;

@@ -238,6 +238,7 @@ void wt_rpc_server_class_load(wt_rpc_server *s, size_t cls,
   out->running = s->pools[cls].running;
   out->queued = s->pools[cls].queued;
   out->threads = s->pools[cls].nthreads;
+  out->refused = s->pools[cls].refused;
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -529,6 +530,7 @@ static void admit_call(wt_rpc_server *s, const wt_rpc_method *m,
     peer_full = !admit;
   }
   if (admit && m->kind == WT_RPC_WATCH) p->running++;
+  if (!admit && state == STATE_RUNNING) p->refused++;
   pthread_mutex_unlock(&s->mu);
   if (!admit) {
     wt_pb_free(request);

@@ -149,6 +149,11 @@ typedef struct wt_server_options {
    * NOT_SERVING this long, still serving every call, before the drain, so
    * that load balancers and probes move away first. 0: at once. */
   uint32_t health_grace_ms;
+  /* Prometheus metrics (docs/operations.md) over HTTP at
+   * http://metrics_listen/metrics, "HOST:PORT" (port 0: an ephemeral one);
+   * NULL: none. A host beyond loopback needs `insecure`, as `listen` does
+   * without TLS (the metrics are plaintext and carry no token). */
+  const char *metrics_listen;
 } wt_server_options;
 
 typedef struct wt_server wt_server;
@@ -189,6 +194,14 @@ typedef enum wt_server_class {
  * threads (each may be NULL); for tests and monitoring. */
 void wt_server_admission(wt_server *srv, wt_server_class cls, int *running,
                          int *queued, int *threads);
+
+/* The Prometheus text exposition (format 0.0.4) of the server's metrics,
+ * as GET /metrics serves it (docs/operations.md lists them). The caller
+ * frees *text; *len (may be NULL) is its length. */
+wt_status *wt_server_metrics_text(wt_server *srv, char **text, size_t *len);
+
+/* The metrics endpoint's bound port; 0 without metrics_listen. */
+int wt_server_metrics_port(const wt_server *srv);
 
 /* Stops serving: aborts a running round, ends watch streams, gives
  * in-flight calls drain_ms to finish, cancels the rest, and frees the

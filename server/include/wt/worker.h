@@ -102,6 +102,22 @@ typedef struct wt_worker_status {
 } wt_worker_status;
 void wt_worker_get_status(const wt_worker *w, wt_worker_status *out);
 
+/* What the worker's engines of one backend moved since the worker started
+ * (rounds that failed included): for the metrics, by backend. */
+typedef struct wt_worker_totals {
+  char backend[64];
+  uint64_t tensors_received;
+  uint64_t bytes_received;
+  uint64_t bytes_forwarded;
+} wt_worker_totals;
+#define WT_WORKER_MAX_TOTALS 8
+
+/* Copies up to `cap` of the worker's totals, one per backend it has run,
+ * into out[] and returns how many there are (at most
+ * WT_WORKER_MAX_TOTALS; later backends are added to the last). */
+size_t wt_worker_get_totals(const wt_worker *w, wt_worker_totals *out,
+                            size_t cap);
+
 /* The engine's table, NULL without an engine; for the server's checks
  * (e.g. whether it has stream ops). Only between ops that replace it. */
 const wt_engine_ops *wt_worker_engine_ops(const wt_worker *w);

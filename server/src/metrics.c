@@ -1,0 +1,408 @@
+/* metrics.c: the server's Prometheus metrics (text exposition 0.0.4) and
+ * the HTTP endpoint that serves them (--metrics-listen), on libmicrohttpd.
+ *
+ * Every value is read when a scrape asks: rounds from the server's own
+ * counts (under mu), bytes from the workers' totals, admission, auth and
+ * connections from the RPC server, the process from /proc. A scrape takes
+ * mu once, briefly, and never a store's lock, so it cannot hold a round
+ * up. The endpoint is one thread with at most METRICS_CONNECTIONS
+ * connections, each closed after METRICS_TIMEOUT_S of silence, with
+ * METRICS_CONNECTION_MEMORY bytes for its request: garbage, floods and
+ * silent connections cost that endpoint, never the control port. */
+
+#include <dirent.h>
+#include <inttypes.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "leases.h"
+#include "server_internal.h"
+#include "wt/log.h"
+
+#define METRICS_CONNECTIONS 64
+#define METRICS_TIMEOUT_S 5
+#define METRICS_CONNECTION_MEMORY (32u << 10)
+
+/* Upper bounds of the round duration histogram, in seconds. */
+static const double k_buckets[WT_METRICS_BUCKETS] = {
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+
+static const char *const k_causes[WT_CAUSE_COUNT] = {
+    [WT_CAUSE_TRAINER_ABORT] = "trainer_abort",
+    [WT_CAUSE_REINIT] = "reinit",
+    [WT_CAUSE_START] = "start",
+    [WT_CAUSE_RECEIVE] = "receive",
+    [WT_CAUSE_FINISH] = "finish",
+    [WT_CAUSE_TIMEOUT] = "timeout",
+    [WT_CAUSE_SHUTDOWN] = "shutdown",
+};
+
+void wt_srv_count_commit_locked(wt_server *srv, int64_t took_ms) {
+  wt_srv_round_metrics *m = &srv->rounds;
+  double s = took_ms > 0 ? (double)took_ms / 1000.0 : 0.0;
+  size_t b = 0;
+  while (b < WT_METRICS_BUCKETS && s > k_buckets[b]) b++;
+  m->duration_counts[b]++;
+  m->duration_sum_s += s;
+  m->committed++;
+}
+
+/* ---- the exposition ------------------------------------------------------ */
+
+/* A label value as the format wants it: \, " and newline escaped. */
+static void put_label(FILE *f, const char *v) {
+  for (; v && *v; v++) {
+    if (*v == '\\') fputs("\\\\", f);
+    else if (*v == '"') fputs("\\\"", f);
+    else if (*v == '\n') fputs("\\n", f);
+    else fputc(*v, f);
+  }
+}
+
+static void head(FILE *f, const char *name, const char *type,
+                 const char *help) {
+  fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void one(FILE *f, const char *name, const char *type, const char *help,
+                double v) {
+  head(f, name, type, help);
+  fprintf(f, "%s %.17g\n", name, v);
+}
+
+static long proc_rss_bytes(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long pages = 0, rss = 0;
+  if (f == NULL) return 0;
+  if (fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = 0;
+  fclose(f);
+  return rss * sysconf(_SC_PAGESIZE);
+}
+
+static long proc_open_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  long n = 0;
+  if (d == NULL) return 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n - 1; /* the directory's own descriptor */
+}
+
+static const char *const k_classes[] = {"round", "reader", "watch", "health"};
+
+static void render(wt_server *srv, FILE *f) {
+  /* Rounds and versions: one look under mu. */
+  pthread_mutex_lock(&srv->mu);
+  wt_srv_round_metrics r = srv->rounds;
+  uint64_t seq = srv->sequence;
+  int64_t committed_ms = seq ? srv->history[seq % WT_VERSION_HISTORY]
+                                   .committed_unix_ms
+                             : 0;
+  bool open = srv->round_id != 0;
+  char backend[64];
+  snprintf(backend, sizeof(backend), "%s", srv->backend);
+  pthread_mutex_unlock(&srv->mu);
+
+  head(f, "wt_server_info", "gauge",
+       "The server: its model, backend (empty before an init) and auth.");
+  fputs("wt_server_info{model=\"", f);
+  put_label(f, srv->model_name);
+  fputs("\",backend=\"", f);
+  put_label(f, backend);
+  fprintf(f, "\",auth=\"%s\",workers=\"%u\"} 1\n", srv->auth, srv->nworkers);
+
+  uint64_t failed = 0;
+  for (int c = 0; c < WT_CAUSE_COUNT; c++) failed += r.failed[c];
+  head(f, "wt_rounds_total", "counter",
+       "Rounds ended since start, by outcome (committed, or failed: aborted "
+       "for any cause).");
+  fprintf(f, "wt_rounds_total{outcome=\"committed\"} %" PRIu64 "\n",
+          r.committed);
+  fprintf(f, "wt_rounds_total{outcome=\"failed\"} %" PRIu64 "\n", failed);
+  head(f, "wt_round_failures_total", "counter",
+       "Rounds that ended without a commit, by cause.");
+  for (int c = 0; c < WT_CAUSE_COUNT; c++)
+    fprintf(f, "wt_round_failures_total{cause=\"%s\"} %" PRIu64 "\n",
+            k_causes[c], r.failed[c]);
+  head(f, "wt_round_duration_seconds", "histogram",
+       "Committed rounds, StartWeightUpdate to the commit.");
+  uint64_t cum = 0;
+  for (int b = 0; b < WT_METRICS_BUCKETS; b++) {
+    cum += r.duration_counts[b];
+    fprintf(f, "wt_round_duration_seconds_bucket{le=\"%g\"} %" PRIu64 "\n",
+            k_buckets[b], cum);
+  }
+  cum += r.duration_counts[WT_METRICS_BUCKETS];
+  fprintf(f, "wt_round_duration_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n",
+          cum);
+  fprintf(f, "wt_round_duration_seconds_sum %.6f\n", r.duration_sum_s);
+  fprintf(f, "wt_round_duration_seconds_count %" PRIu64 "\n", cum);
+  one(f, "wt_round_in_progress", "gauge", "1 while a round is open.",
+      open ? 1 : 0);
+  one(f, "wt_committed_sequence", "gauge",
+      "Sequence of the committed version (0: none yet).", (double)seq);
+  one(f, "wt_committed_timestamp_seconds", "gauge",
+      "When the committed version was committed (Unix time; 0: none yet).",
+      (double)committed_ms / 1000.0);
+
+  /* Workers. */
+  static const char *const k_bytes[3][3] = {
+      {"wt_received_bytes_total", "counter",
+       "Bytes the worker's engines received, by backend (failed rounds "
+       "included)."},
+      {"wt_received_tensors_total", "counter",
+       "Tensors the worker's engines received, by backend."},
+      {"wt_forwarded_bytes_total", "counter",
+       "Bytes the worker forwarded to the next server (the ucx chain)."}};
+  for (int k = 0; k < 3; k++) {
+    head(f, k_bytes[k][0], k_bytes[k][1], k_bytes[k][2]);
+    for (uint32_t i = 0; i < srv->nworkers; i++) {
+      wt_worker_totals t[WT_WORKER_MAX_TOTALS];
+      size_t n = wt_worker_get_totals(srv->workers[i], t, WT_WORKER_MAX_TOTALS);
+      for (size_t j = 0; j < n && j < WT_WORKER_MAX_TOTALS; j++) {
+        uint64_t v = k == 0   ? t[j].bytes_received
+                     : k == 1 ? t[j].tensors_received
+                              : t[j].bytes_forwarded;
+        fprintf(f, "%s{worker=\"%u\",device=\"%s\",backend=\"", k_bytes[k][0],
+                i, wt_worker_device_name(srv->workers[i]));
+        put_label(f, t[j].backend);
+        fprintf(f, "\"} %" PRIu64 "\n", v);
+      }
+    }
+  }
+  head(f, "wt_worker_state", "gauge",
+       "1 for each worker's state now (uninitialized, initializing, ready, "
+       "updating, aborting, needs_init).");
+  for (uint32_t i = 0; i < srv->nworkers; i++) {
+    wt_worker_status ws;
+    wt_worker_get_status(srv->workers[i], &ws);
+    fprintf(f, "wt_worker_state{worker=\"%u\",device=\"%s\",state=\"%s\"} 1\n",
+            i, wt_worker_device_name(srv->workers[i]),
+            wt_worker_state_name(ws.state));
+  }
+
+  /* Admission. */
+  static const char *const k_adm[3][2] = {
+      {"wt_admission_running", "Calls of the class running (watch: streams open)."},
+      {"wt_admission_queued", "Calls of the class waiting for a thread."},
+      {"wt_admission_refused_total",
+       "Calls of the class refused RESOURCE_EXHAUSTED (the class or the "
+       "peer's quota full)."}};
+  wt_rpc_class_load load[4] = {{0}};
+  for (size_t c = 0; c < 4; c++)
+    if (srv->rpc) wt_rpc_server_class_load(srv->rpc, c, &load[c]);
+  for (int k = 0; k < 3; k++) {
+    head(f, k_adm[k][0], k == 2 ? "counter" : "gauge", k_adm[k][1]);
+    for (size_t c = 0; c < 4; c++)
+      fprintf(f, "%s{class=\"%s\"} %" PRIu64 "\n", k_adm[k][0], k_classes[c],
+              k == 0   ? (uint64_t)load[c].running
+              : k == 1 ? (uint64_t)load[c].queued
+                       : load[c].refused);
+  }
+  pthread_mutex_lock(&srv->watch_mu);
+  size_t watchers = srv->nwatchers;
+  pthread_mutex_unlock(&srv->watch_mu);
+  one(f, "wt_watch_streams", "gauge", "Open WatchWeightVersion streams.",
+      (double)watchers);
+  if (srv->leases != NULL)
+    one(f, "wt_export_leases", "gauge",
+        "Leases consumers of the export hold now.",
+        (double)wt_leases_list(srv->leases, NULL, 0));
+
+  /* Trust and connections. */
+  wt_rpc_auth_counts ac = {0};
+  wt_rpc_conn_counts cc = {0};
+  if (srv->rpc) {
+    wt_rpc_server_auth_counts(srv->rpc, &ac);
+    wt_rpc_server_conn_counts(srv->rpc, &cc);
+  }
+  head(f, "wt_auth_refusals_total", "counter",
+       "Calls refused before admission: no or a wrong token "
+       "(unauthenticated), a token of too narrow a scope (denied).");
+  fprintf(f, "wt_auth_refusals_total{reason=\"unauthenticated\"} %" PRIu64 "\n",
+          ac.unauthenticated);
+  fprintf(f, "wt_auth_refusals_total{reason=\"denied\"} %" PRIu64 "\n",
+          ac.denied);
+  one(f, "wt_connections_open", "gauge",
+      "Connections open on the control port (plaintext servers).",
+      (double)cc.open);
+  one(f, "wt_connections_limit", "gauge",
+      "The cap on them (--max-connections; 0 for TLS).", (double)cc.limit);
+  head(f, "wt_connections_total", "counter",
+       "Control-port connections since start: accepted, and closed by the "
+       "server (evicted to make room, expired without an authorized call, "
+       "refused over the cap, shed when descriptors ran out).");
+  const uint64_t ev[5] = {cc.accepted, cc.evicted, cc.expired, cc.refused,
+                          cc.shed};
+  static const char *const k_ev[5] = {"accepted", "evicted", "expired",
+                                      "refused", "shed"};
+  for (int k = 0; k < 5; k++)
+    fprintf(f, "wt_connections_total{event=\"%s\"} %" PRIu64 "\n", k_ev[k],
+            ev[k]);
+
+  /* The process (the names Prometheus' own clients use). */
+  one(f, "process_resident_memory_bytes", "gauge", "Resident memory.",
+      (double)proc_rss_bytes());
+  one(f, "process_open_fds", "gauge", "Open file descriptors.",
+      (double)proc_open_fds());
+  one(f, "process_start_time_seconds", "gauge",
+      "When the server started (Unix time).",
+      (double)srv->started_unix_ms / 1000.0);
+}
+
+wt_status *wt_server_metrics_text(wt_server *srv, char **text, size_t *len) {
+  *text = NULL;
+  if (len) *len = 0;
+  if (srv == NULL)
+    return wt_status_new(WT_INVALID_ARGUMENT, "metrics: no server");
+  char *buf = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&buf, &n);
+  if (f == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "metrics: out of memory");
+  render(srv, f);
+  bool bad = ferror(f) != 0;
+  fclose(f);
+  if (bad) {
+    free(buf);
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "metrics: out of memory");
+  }
+  *text = buf;
+  if (len) *len = n;
+  return NULL;
+}
+
+/* ---- the endpoint ---------------------------------------------------------- */
+
+struct wt_metrics_http {
+  struct MHD_Daemon *daemon;
+  wt_server *srv;
+  int port;
+  char error[256]; /* libmicrohttpd's last message, for a failed start */
+};
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+  struct wt_metrics_http *h = cls;
+  vsnprintf(h->error, sizeof(h->error), fmt, ap);
+  h->error[strcspn(h->error, "\n")] = '\0';
+  WT_LOGD("metrics", "%s", h->error);
+}
+
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned code,
+                             const char *text, const char *allow) {
+  struct MHD_Response *r = MHD_create_response_from_buffer(
+      strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
+  if (r == NULL) return MHD_NO;
+  MHD_add_response_header(r, "Content-Type", "text/plain; charset=utf-8");
+  if (allow) MHD_add_response_header(r, "Allow", allow);
+  enum MHD_Result ok = MHD_queue_response(c, code, r);
+  MHD_destroy_response(r);
+  return ok;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
+                                  const char *url, const char *method,
+                                  const char *version, const char *upload,
+                                  size_t *upload_size, void **req) {
+  (void)version;
+  (void)upload;
+  (void)req;
+  struct wt_metrics_http *h = cls;
+  bool get = strcmp(method, "GET") == 0, headm = strcmp(method, "HEAD") == 0;
+  if (!get && !headm) {
+    *upload_size = 0; /* the body is not read */
+    return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET /metrics\n",
+                 "GET, HEAD");
+  }
+  if (strcmp(url, "/metrics") != 0)
+    return reply(c, MHD_HTTP_NOT_FOUND, "not found: the metrics are at /metrics\n",
+                 NULL);
+  char *text = NULL;
+  size_t len = 0;
+  wt_status *st = wt_server_metrics_text(h->srv, &text, &len);
+  if (st != NULL) {
+    wt_status_free(st);
+    return reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "metrics: out of memory\n",
+                 NULL);
+  }
+  struct MHD_Response *r =
+      MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+  if (r == NULL) {
+    free(text);
+    return MHD_NO;
+  }
+  MHD_add_response_header(r, "Content-Type",
+                          "text/plain; version=0.0.4; charset=utf-8");
+  enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
+  MHD_destroy_response(r);
+  return ok;
+}
+
+wt_status *wt_srv_metrics_start(wt_server *srv, const char *listen,
+                                const char *host, struct wt_metrics_http **out) {
+  *out = NULL;
+  const char *colon = strrchr(listen, ':');
+  const char *port = colon ? colon + 1 : "";
+  char *endp = NULL;
+  long pn = strtol(port, &endp, 10);
+  if (*port == '\0' || *endp != '\0' || pn < 0 || pn > 65535)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "--metrics-listen '%s': not HOST:PORT", listen);
+  struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                           .ai_socktype = SOCK_STREAM,
+                           .ai_flags = AI_PASSIVE};
+  struct addrinfo *ai = NULL;
+  int rc = getaddrinfo(host, port, &hints, &ai);
+  if (rc != 0)
+    return wt_status_new(WT_INVALID_ARGUMENT, "--metrics-listen '%s': %s",
+                         listen, gai_strerror(rc));
+  struct wt_metrics_http *h = calloc(1, sizeof(*h));
+  if (h == NULL) {
+    freeaddrinfo(ai);
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "metrics: out of memory");
+  }
+  h->srv = srv;
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
+                   MHD_USE_ERROR_LOG;
+  if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+  h->daemon = MHD_start_daemon(
+      flags, (uint16_t)pn, NULL, NULL, on_request, h,
+      MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_CONNECTIONS,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_TIMEOUT_S,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)METRICS_CONNECTION_MEMORY,
+      MHD_OPTION_END);
+  freeaddrinfo(ai);
+  if (h->daemon == NULL) {
+    wt_status *st = wt_status_new(WT_UNAVAILABLE,
+                                  "--metrics-listen '%s': cannot serve: %s",
+                                  listen, h->error[0] ? h->error : "bind failed");
+    free(h);
+    return st;
+  }
+  const union MHD_DaemonInfo *di =
+      MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
+  h->port = di ? di->port : (int)pn;
+  WT_LOGI("server", "metrics on http://%s%s%s:%d/metrics", strchr(host, ':') ? "[" : "",
+          host, strchr(host, ':') ? "]" : "", h->port);
+  *out = h;
+  return NULL;
+}
+
+int wt_srv_metrics_port(const struct wt_metrics_http *h) {
+  return h ? h->port : 0;
+}
+
+void wt_srv_metrics_stop(struct wt_metrics_http *h) {
+  if (h == NULL) return;
+  MHD_stop_daemon(h->daemon);
+  free(h);
+}

@@ -95,7 +95,8 @@ static long proc_open_fds(void) {
   return n - 1; /* the directory's own descriptor */
 }
 
-static const char *const k_classes[] = {"round", "reader", "watch", "health"};
+static const char *const k_classes[WT_NCLASSES] = {"round", "reader", "watch",
+                                                   "health", "reflection"};
 
 static void render(wt_server *srv, FILE *f) {
   /* Rounds and versions: one look under mu. */
@@ -195,12 +196,12 @@ static void render(wt_server *srv, FILE *f) {
       {"wt_admission_refused_total",
        "Calls of the class refused RESOURCE_EXHAUSTED (the class or the "
        "peer's quota full)."}};
-  wt_rpc_class_load load[4] = {{0}};
-  for (size_t c = 0; c < 4; c++)
+  wt_rpc_class_load load[WT_NCLASSES] = {{0}};
+  for (size_t c = 0; c < WT_NCLASSES; c++)
     if (srv->rpc) wt_rpc_server_class_load(srv->rpc, c, &load[c]);
   for (int k = 0; k < 3; k++) {
     head(f, k_adm[k][0], k == 2 ? "counter" : "gauge", k_adm[k][1]);
-    for (size_t c = 0; c < 4; c++)
+    for (size_t c = 0; c < WT_NCLASSES; c++)
       fprintf(f, "%s{class=\"%s\"} %" PRIu64 "\n", k_adm[k][0], k_classes[c],
               k == 0   ? (uint64_t)load[c].running
               : k == 1 ? (uint64_t)load[c].queued

@@ -475,6 +475,11 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
   srv->classes[WT_CLASS_HEALTH] =
       (wt_rpc_class){.name = "health", .max_running = 2, .max_queued = 64,
                      .max_per_peer = 8};
+  /* Reflection (grpcurl): a stream holds its thread, so few at once and
+   * two per peer; one silent for 10 s is ended (reflection.c). */
+  srv->classes[WT_CLASS_REFLECTION] =
+      (wt_rpc_class){.name = "reflection", .max_running = 4, .max_queued = 16,
+                     .max_per_peer = 2};
   srv->classes[WT_CLASS_WATCH] =
       (wt_rpc_class){.name = "watch",
                      .max_running = o.max_watchers,
@@ -488,7 +493,7 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
       .max_receive_message_bytes = o.max_receive_message_bytes,
       .max_send_message_bytes = o.max_send_message_bytes,
       .classes = srv->classes,
-      .nclasses = 4,
+      .nclasses = WT_NCLASSES,
       .on_shutdown = on_shutdown,
       .tls = &(wt_rpc_tls){.cert_file = o.tls_cert,
                            .key_file = o.tls_key,

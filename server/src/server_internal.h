@@ -46,7 +46,9 @@ enum {
   WT_CLASS_ROUND = WT_SERVER_CLASS_ROUND,
   WT_CLASS_READER = WT_SERVER_CLASS_READER,
   WT_CLASS_WATCH = WT_SERVER_CLASS_WATCH,
-  WT_CLASS_HEALTH = 3 /* Health.Check: probes never wait behind readers */
+  WT_CLASS_HEALTH = 3, /* Health.Check: probes never wait behind readers */
+  WT_CLASS_REFLECTION = 4, /* reflection streams hold a thread each */
+  WT_NCLASSES = 5
 };
 
 /* Why a round ended without a commit (metrics.c names them). */
@@ -97,7 +99,7 @@ struct wt_server {
   uint32_t nworkers;
   wt_worker **workers;
   wt_rpc_server *rpc;
-  wt_rpc_class classes[4];
+  wt_rpc_class classes[WT_NCLASSES];
   uint64_t max_send_bytes; /* the largest reply gRPC will send */
   wt_token *tokens;        /* the --token-file's or generated, for the RPC server */
   size_t ntokens;
@@ -327,6 +329,15 @@ WT_HIDDEN void wt_srv_health_watch_closed(wt_rpc_stream *s, void *user);
 WT_HIDDEN void wt_srv_health_changed(wt_server *srv);
 /* Ends every Health.Watch stream (the stop). */
 WT_HIDDEN void wt_srv_health_end(wt_server *srv);
+
+/* --- reflection.c ------------------------------------------------------------
+ */
+
+/* grpc.reflection.v1(alpha).ServerReflection/ServerReflectionInfo: answers
+ * each request of the stream from the build's descriptor set. */
+WT_HIDDEN wt_status *wt_srv_reflection(wt_rpc_call *call,
+                                       const ProtobufCMessage *request,
+                                       void *user);
 
 /* --- metrics.c -------------------------------------------------------------
  */

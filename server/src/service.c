@@ -19,6 +19,7 @@
 
 #include "leases.h"
 #include "grpc/health/v1/health.pb-c.h"
+#include "grpc/reflection/v1/reflection.pb-c.h"
 #include "server_internal.h"
 #include "wt/checksum.h"
 #include "wt/chunk.h"
@@ -795,6 +796,18 @@ static const wt_rpc_method methods[] = {
      &grpc__health__v1__health_check_request__descriptor,
      &grpc__health__v1__health_check_response__descriptor, NULL, WT_CLASS_WATCH,
      wt_srv_health_watch_open, wt_srv_health_watch_closed, WT_SCOPE_PUBLIC},
+    /* Server reflection (reflection.c): v1 and v1alpha are the same
+     * messages, read and written with v1's descriptors. A reader's token. */
+    {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+     WT_RPC_BIDI_STREAM,
+     &grpc__reflection__v1__server_reflection_request__descriptor,
+     &grpc__reflection__v1__server_reflection_response__descriptor,
+     wt_srv_reflection, WT_CLASS_REFLECTION, NULL, NULL, WT_SCOPE_READER},
+    {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+     WT_RPC_BIDI_STREAM,
+     &grpc__reflection__v1__server_reflection_request__descriptor,
+     &grpc__reflection__v1__server_reflection_response__descriptor,
+     wt_srv_reflection, WT_CLASS_REFLECTION, NULL, NULL, WT_SCOPE_READER},
 };
 
 const wt_rpc_method *wt_srv_methods(size_t *n) {

@@ -59,6 +59,9 @@ typedef enum wt_rpc_kind {
   WT_RPC_CLIENT_STREAM = 1,
   WT_RPC_SERVER_STREAM = 2, /* a handler thread writes with wt_rpc_call_write */
   WT_RPC_WATCH = 3, /* a server stream without a thread: wt_rpc_stream */
+  /* Both ways (gRPC reflection): the handler reads with wt_rpc_call_read*
+   * and writes with wt_rpc_call_write, holding its thread throughout. */
+  WT_RPC_BIDI_STREAM = 4,
 } wt_rpc_kind;
 
 typedef struct wt_rpc_server wt_rpc_server;
@@ -85,7 +88,8 @@ typedef struct wt_rpc_class {
 
 /* A handler. `request` is the unpacked request for WT_RPC_UNARY and
  * WT_RPC_SERVER_STREAM (owned by the layer, freed after the handler returns)
- * and NULL for WT_RPC_CLIENT_STREAM (read the stream with wt_rpc_call_read).
+ * and NULL for WT_RPC_CLIENT_STREAM and WT_RPC_BIDI_STREAM (read the stream
+ * with wt_rpc_call_read).
  * `user` is the server's user pointer. The returned status is sent to the
  * client (NULL: OK) and freed by the layer. A unary or client-stream handler
  * that returns OK sends the message given to wt_rpc_call_respond(), or the

@@ -141,7 +141,8 @@ static void call_send_status(wt_rpc_call *c, const wt_status *st) {
   size_t n = 0;
   memset(ops, 0, sizeof(ops));
   if (!c->initial_metadata_sent) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-  if (st == NULL && c->method->kind != WT_RPC_SERVER_STREAM) {
+  if (st == NULL && c->method->kind != WT_RPC_SERVER_STREAM &&
+      c->method->kind != WT_RPC_BIDI_STREAM) {
     if (c->response == NULL) /* the default message encodes as no bytes */
       c->response = grpc_raw_byte_buffer_create(NULL, 0);
     ops[n].op = GRPC_OP_SEND_MESSAGE;
@@ -278,7 +279,8 @@ wt_status *wt_rpc_call_read_raw_within(wt_rpc_call *c, int64_t timeout_ms,
                                        const char *what,
                                        grpc_byte_buffer **bb) {
   *bb = NULL;
-  if (c->method->kind != WT_RPC_CLIENT_STREAM)
+  if (c->method->kind != WT_RPC_CLIENT_STREAM &&
+      c->method->kind != WT_RPC_BIDI_STREAM)
     return wt_status_new(WT_INTERNAL, "%s: read on a %s method",
                          c->method->path, rpc_kind_name(c->method->kind));
   if (wt_rpc_call_cancelled(c)) return call_failed(c, "read");
@@ -344,7 +346,8 @@ static wt_status *check_response_type(wt_rpc_call *c,
 wt_status *wt_rpc_call_write(wt_rpc_call *c, const ProtobufCMessage *msg) {
   wt_status *st = NULL;
   grpc_byte_buffer *bb = NULL;
-  if (c->method->kind != WT_RPC_SERVER_STREAM)
+  if (c->method->kind != WT_RPC_SERVER_STREAM &&
+      c->method->kind != WT_RPC_BIDI_STREAM)
     WT_FAIL(WT_INTERNAL, "%s: write on a %s method", c->method->path,
             rpc_kind_name(c->method->kind));
   WT_CHECK(check_response_type(c, msg));
@@ -372,7 +375,8 @@ out:
 wt_status *wt_rpc_call_respond(wt_rpc_call *c, const ProtobufCMessage *msg) {
   wt_status *st = NULL;
   grpc_byte_buffer *bb = NULL;
-  if (c->method->kind == WT_RPC_SERVER_STREAM)
+  if (c->method->kind == WT_RPC_SERVER_STREAM ||
+      c->method->kind == WT_RPC_BIDI_STREAM)
     WT_FAIL(WT_INTERNAL, "%s: respond on a server stream (use write)",
             c->method->path);
   WT_CHECK(check_response_type(c, msg));

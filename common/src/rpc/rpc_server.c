@@ -431,7 +431,7 @@ static void on_request(request_slot *slot, int ok) {
     rpc_listener_authorized(s->listener, peer, m->scope ? m->scope : scope);
     gpr_free(peer);
   }
-  if (m->kind == WT_RPC_CLIENT_STREAM) {
+  if (m->kind == WT_RPC_CLIENT_STREAM || m->kind == WT_RPC_BIDI_STREAM) {
     admit_call(s, m, call, deadline, NULL, 0);
     return;
   }
@@ -652,7 +652,8 @@ static wt_status *validate_methods(const wt_rpc_method *methods, size_t n,
                            "Method\"",
                            i, m->path ? m->path : "(null)");
     if (m->kind != WT_RPC_UNARY && m->kind != WT_RPC_CLIENT_STREAM &&
-        m->kind != WT_RPC_SERVER_STREAM && m->kind != WT_RPC_WATCH)
+        m->kind != WT_RPC_SERVER_STREAM && m->kind != WT_RPC_WATCH &&
+        m->kind != WT_RPC_BIDI_STREAM)
       return wt_status_new(WT_INVALID_ARGUMENT, "method %s: unknown kind %d",
                            m->path, (int)m->kind);
     if (m->kind == WT_RPC_WATCH ? m->open == NULL : m->handler == NULL)

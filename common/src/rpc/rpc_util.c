@@ -41,6 +41,8 @@ const char *rpc_kind_name(wt_rpc_kind kind) {
       return "server stream";
     case WT_RPC_WATCH:
       return "watch stream";
+    case WT_RPC_BIDI_STREAM:
+      return "bidirectional stream";
   }
   return "unknown kind";
 }

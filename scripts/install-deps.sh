@@ -12,7 +12,7 @@ DEBS=(
   python3 python3-pip python3-venv iproute2 procps openssl
 )
 PIP=(safetensors numpy grpcio grpcio-tools protobuf h2 pytest grpcio-health-checking
-     prometheus_client grpcio-reflection)
+     prometheus_client grpcio-reflection kubernetes-validate pyyaml)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -30,7 +30,7 @@ fi
 
 PY=${PYTHON:-python3}
 if command -v "$PY" >/dev/null 2>&1; then
-  if ! "$PY" -c 'import safetensors, numpy, grpc, grpc_tools, h2, pytest, grpc_health.v1, prometheus_client, grpc_reflection.v1alpha' >/dev/null 2>&1; then
+  if ! "$PY" -c 'import safetensors, numpy, grpc, grpc_tools, h2, pytest, grpc_health.v1, prometheus_client, grpc_reflection.v1alpha, kubernetes_validate, yaml' >/dev/null 2>&1; then
     echo "install-deps: pip install ${PIP[*]}"
     "$PY" -m pip install -q --disable-pip-version-check "${PIP[@]}" 2>/dev/null ||
       "$PY" -m pip install -q --disable-pip-version-check --break-system-packages "${PIP[@]}" ||

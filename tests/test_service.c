@@ -4,6 +4,7 @@
  * push, stopping in the middle of things, checkpoints as models, start
  * errors, long client strings, and readers against a finish. */
 #include <arpa/inet.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -617,6 +618,37 @@ static void test_metrics(void) {
   bool aborted = false;
   WT_ASSERT_OK(wtt_abort(s.ch, id, &aborted));
   CU_ASSERT(aborted);
+  /* The same rounds in GetServerInfo, for monitors (wt-ctl top): the
+   * newest first, bytes per round, no round id anywhere. */
+  Wt__V1__ServerInfo *info = wtt_info(s.ch);
+  CU_ASSERT_FATAL(info != NULL);
+  CU_ASSERT_EQUAL_FATAL(info->n_recent_rounds, 3);
+  CU_ASSERT_STRING_EQUAL(info->recent_rounds[0]->outcome, "failed");
+  CU_ASSERT_STRING_EQUAL(info->recent_rounds[0]->cause, "trainer_abort");
+  CU_ASSERT_EQUAL(info->recent_rounds[0]->bytes_received, 0);
+  CU_ASSERT_STRING_EQUAL(info->recent_rounds[1]->outcome, "committed");
+  CU_ASSERT_STRING_EQUAL(info->recent_rounds[1]->version, "m2");
+  CU_ASSERT_EQUAL(info->recent_rounds[1]->sequence, 2);
+  CU_ASSERT_EQUAL(info->recent_rounds[1]->bytes_received, total);
+  CU_ASSERT(info->recent_rounds[1]->ended_unix_ms >=
+            info->recent_rounds[1]->started_unix_ms);
+  CU_ASSERT_EQUAL(info->round_started_unix_ms, 0);
+  CU_ASSERT_EQUAL(info->n_admission, 5);
+  {
+    uint8_t packed[1 << 14];
+    size_t plen = protobuf_c_message_get_packed_size(&info->base);
+    CU_ASSERT_FATAL(plen <= sizeof(packed));
+    protobuf_c_message_pack(&info->base, packed);
+    char idtext[32];
+    snprintf(idtext, sizeof(idtext), "%" PRIu64, id);
+    uint8_t varint[10];
+    size_t vlen = 0;
+    for (uint64_t v = id; vlen == 0 || v; v >>= 7)
+      varint[vlen++] = (uint8_t)((v & 0x7f) | (v >> 7 ? 0x80 : 0));
+    CU_ASSERT_PTR_NULL(memmem(packed, plen, varint, vlen));
+    CU_ASSERT_PTR_NULL(memmem(packed, plen, idtext, strlen(idtext)));
+  }
+  wt_pb_free(&info->base);
   static char buf[1 << 16];
   size_t n = http_ask(port, "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
   CU_ASSERT(n > 0);

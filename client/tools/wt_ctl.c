@@ -6,6 +6,7 @@
  *     version                   the committed version
  *     watch [--count N]         print each version as it commits
  *     checksum [--algo sha256|xxh3] [--all-workers] [NAME...]
+ *     top [--interval SEC] [--count N]   a live view (top.c)
  *
  * Exit codes: 0 ok, 1 the server call failed, 2 usage. */
 
@@ -25,6 +26,8 @@
 
 /* export_info.c: wt-ctl export-info PATH [--worker W]; an exit code. */
 int wt_ctl_export_info(const char *path, uint32_t worker);
+/* top.c: wt-ctl top [--interval SEC] [--count N]; an exit code. */
+int wt_ctl_top(wt_sync_client *c, int argc, char **argv);
 
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2
@@ -45,6 +48,11 @@ static void usage(FILE *f) {
           "(the current first, if any)\n"
           "  checksum [--algo sha256|xxh3] [--all-workers] [NAME...]\n"
           "                             digests of the committed bytes\n"
+          "  top [--interval SEC] [--count N]\n"
+          "                             a live view: version, the round in\n"
+          "                             progress per worker, last rounds,\n"
+          "                             admission (q or Ctrl-C ends it; not on\n"
+          "                             a terminal: N plain frames, default 1)\n"
           "  export-info [--export] PATH [--worker W]\n"
           "                             what a consumer of wt-server --export\n"
           "                             PATH sees (acquires, then releases)\n"
@@ -292,6 +300,7 @@ static const command commands[] = {
     {"version", 0, cmd_version},
     {"watch", 2, cmd_watch},
     {"checksum", 1 << 20, cmd_checksum},
+    {"top", 4, wt_ctl_top},
 };
 
 int main(int argc, char **argv) {
@@ -383,7 +392,7 @@ int main(int argc, char **argv) {
   if (cmd == NULL) {
     fprintf(stderr,
             "wt-ctl: unknown command '%s' (info, params, version, "
-            "watch, checksum, export-info)\n",
+            "watch, checksum, top, export-info)\n",
             name);
     return EXIT_USAGE;
   }

@@ -43,14 +43,71 @@ static const char *const k_causes[WT_CAUSE_COUNT] = {
     [WT_CAUSE_SHUTDOWN] = "shutdown",
 };
 
-void wt_srv_count_commit_locked(wt_server *srv, int64_t took_ms) {
+const char *wt_srv_cause_name(wt_srv_cause cause) {
+  return cause < WT_CAUSE_COUNT ? k_causes[cause] : "receive";
+}
+
+void wt_srv_round_began_locked(wt_server *srv) {
   wt_srv_round_metrics *m = &srv->rounds;
-  double s = took_ms > 0 ? (double)took_ms / 1000.0 : 0.0;
-  size_t b = 0;
-  while (b < WT_METRICS_BUCKETS && s > k_buckets[b]) b++;
-  m->duration_counts[b]++;
-  m->duration_sum_s += s;
-  m->committed++;
+  m->started_ms = wt_mono_ms();
+  m->started_unix_ms = wt_unix_ms();
+  if (m->base_bytes == NULL)
+    m->base_bytes = calloc(srv->nworkers ? srv->nworkers : 1,
+                           sizeof(*m->base_bytes));
+  for (uint32_t i = 0; m->base_bytes && i < srv->nworkers; i++) {
+    wt_worker_status ws;
+    wt_worker_get_status(srv->workers[i], &ws);
+    m->base_bytes[i] = ws.bytes_received;
+  }
+}
+
+uint64_t wt_srv_round_bytes_locked(wt_server *srv, uint32_t i,
+                                   uint64_t received_now) {
+  const wt_srv_round_metrics *m = &srv->rounds;
+  if (srv->round_id == 0 || m->base_bytes == NULL || i >= srv->nworkers ||
+      received_now < m->base_bytes[i])
+    return 0;
+  return received_now - m->base_bytes[i];
+}
+
+void wt_srv_round_ended_locked(wt_server *srv, bool committed,
+                               wt_srv_cause cause, const char *version,
+                               uint64_t seq) {
+  wt_srv_round_metrics *m = &srv->rounds;
+  int64_t took_ms = wt_mono_ms() - m->started_ms;
+  if (committed) {
+    double s = took_ms > 0 ? (double)took_ms / 1000.0 : 0.0;
+    size_t b = 0;
+    while (b < WT_METRICS_BUCKETS && s > k_buckets[b]) b++;
+    m->duration_counts[b]++;
+    m->duration_sum_s += s;
+    m->committed++;
+  } else {
+    m->failed[cause < WT_CAUSE_COUNT ? cause : WT_CAUSE_RECEIVE]++;
+  }
+  wt_srv_round_record *r = &m->recent[m->ended % WT_RECENT_ROUNDS];
+  free(r->version);
+  uint64_t bytes = 0;
+  for (uint32_t i = 0; i < srv->nworkers; i++) {
+    wt_worker_status ws;
+    wt_worker_get_status(srv->workers[i], &ws);
+    bytes += wt_srv_round_bytes_locked(srv, i, ws.bytes_received);
+  }
+  *r = (wt_srv_round_record){
+      .committed = committed,
+      .cause = cause,
+      .version = committed && version ? strdup(version) : NULL,
+      .sequence = committed ? seq : 0,
+      .started_unix_ms = m->started_unix_ms,
+      .ended_unix_ms = wt_unix_ms(),
+      .bytes = bytes,
+  };
+  m->ended++;
+}
+
+void wt_srv_rounds_free(wt_server *srv) {
+  for (size_t i = 0; i < WT_RECENT_ROUNDS; i++) free(srv->rounds.recent[i].version);
+  free(srv->rounds.base_bytes);
 }
 
 /* ---- the exposition ------------------------------------------------------ */

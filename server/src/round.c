@@ -231,7 +231,7 @@ bool wt_srv_abort_round_locked(wt_server *srv, wt_srv_cause cause,
                                const char *reason) {
   if (srv->round_id == 0 || srv->committing) return false;
   uint64_t id = srv->round_id;
-  srv->rounds.failed[cause < WT_CAUSE_COUNT ? cause : WT_CAUSE_RECEIVE]++;
+  wt_srv_round_ended_locked(srv, false, cause, NULL, 0);
   char *why = strdup(reason ? reason : "aborted");
   free(srv->abort_reason);
   srv->abort_reason = why;
@@ -431,6 +431,7 @@ lease_wait:
   wt_srv_log_round(id);
   srv->last_round_id = id;
   srv->round_id = id;
+  wt_srv_round_began_locked(srv);
   srv->busy = "StartWeightUpdate";
   wt_srv_touch(srv);
   wt_worker_op proto = {.kind = WT_WORKER_OP_START, .round_id = id};
@@ -440,7 +441,6 @@ lease_wait:
     wt_srv_abort_round_locked(srv, WT_CAUSE_START, wt_status_message(st));
   } else if (st == NULL) {
     srv->busy = NULL;
-    srv->rounds.started_ms = wt_mono_ms();
     *round_id = id;
     WT_LOGD("server", "round %" PRIu64 " started", id);
   }
@@ -589,7 +589,7 @@ wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
   copy = NULL;
   e->sequence = seq;
   e->committed_unix_ms = wt_unix_ms();
-  wt_srv_count_commit_locked(srv, wt_mono_ms() - srv->rounds.started_ms);
+  wt_srv_round_ended_locked(srv, true, WT_CAUSE_COUNT, version, seq);
   WT_LOGI("server",
           "round %" PRIu64 " committed version '%s' (sequence %" PRIu64 ")",
           round, version, seq);

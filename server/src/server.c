@@ -202,6 +202,7 @@ static void on_shutdown(void *user) {
 
 static void server_free(wt_server *srv) {
   wt_srv_metrics_stop(srv->metrics_http); /* it reads everything below */
+  wt_srv_rounds_free(srv);
   wt_rpc_server_destroy(srv->rpc);
   wt_export_stop(srv->export); /* its consumers' leases end with it */
   wt_leases_free(srv->leases);

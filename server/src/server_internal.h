@@ -67,13 +67,28 @@ typedef enum wt_srv_cause {
  * in seconds, and one more for +Inf. */
 #define WT_METRICS_BUCKETS 12
 
-/* What the metrics report of rounds; under the server's mu. */
+/* A round that ended, as GetServerInfo's recent_rounds lists it. */
+typedef struct wt_srv_round_record {
+  bool committed;
+  wt_srv_cause cause; /* failed rounds */
+  char *version;      /* committed rounds; malloc'd */
+  uint64_t sequence;
+  int64_t started_unix_ms, ended_unix_ms;
+  uint64_t bytes; /* received by every worker in the round */
+} wt_srv_round_record;
+#define WT_RECENT_ROUNDS 16
+
+/* What the metrics and monitors report of rounds; under the server's mu. */
 typedef struct wt_srv_round_metrics {
   uint64_t committed;
   uint64_t failed[WT_CAUSE_COUNT];
   uint64_t duration_counts[WT_METRICS_BUCKETS + 1];
   double duration_sum_s;
-  int64_t started_ms; /* the open round's start */
+  int64_t started_ms;      /* the open round's start */
+  int64_t started_unix_ms; /* the same, on the wall clock */
+  uint64_t *base_bytes;    /* each worker's bytes_received at that start */
+  wt_srv_round_record recent[WT_RECENT_ROUNDS]; /* a ring, by `ended` */
+  uint64_t ended;                               /* rounds recorded */
 } wt_srv_round_metrics;
 
 typedef struct wt_watcher wt_watcher;
@@ -342,8 +357,19 @@ WT_HIDDEN wt_status *wt_srv_reflection(wt_rpc_call *call,
 /* --- metrics.c -------------------------------------------------------------
  */
 
-/* A round committed `took_ms` after its start: into the histogram. */
-WT_HIDDEN void wt_srv_count_commit_locked(wt_server *srv, int64_t took_ms);
+/* The open round began: its clocks and each worker's bytes so far. */
+WT_HIDDEN void wt_srv_round_began_locked(wt_server *srv);
+/* The open round ended: committed as `version` (sequence `seq`; into the
+ * duration histogram too) or failed for `cause`; into recent_rounds. */
+WT_HIDDEN void wt_srv_round_ended_locked(wt_server *srv, bool committed,
+                                         wt_srv_cause cause,
+                                         const char *version, uint64_t seq);
+/* Bytes worker i received in the open round (0 without one). */
+WT_HIDDEN uint64_t wt_srv_round_bytes_locked(wt_server *srv, uint32_t i,
+                                             uint64_t received_now);
+WT_HIDDEN void wt_srv_rounds_free(wt_server *srv);
+/* The name of a cause ("timeout"). Static. */
+WT_HIDDEN const char *wt_srv_cause_name(wt_srv_cause cause);
 
 /* Serves GET /metrics on `listen` ("HOST:PORT", HOST as listen_host gives
  * it in `host`; port 0: an ephemeral one) until wt_srv_metrics_stop.

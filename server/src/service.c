@@ -183,7 +183,50 @@ static wt_status *get_server_info(wt_rpc_call *call,
     info.lease_count = (uint32_t)total;
     info.export_path = srv->export_path;
   }
+  /* The admission classes now, for monitors. */
+  static const char *const class_names[WT_NCLASSES] = {
+      "round", "reader", "watch", "health", "reflection"};
+  Wt__V1__AdmissionInfo ai[WT_NCLASSES];
+  Wt__V1__AdmissionInfo *ap[WT_NCLASSES];
+  for (size_t c = 0; c < WT_NCLASSES; c++) {
+    wt_rpc_class_load l;
+    wt_rpc_server_class_load(srv->rpc, c, &l);
+    wt__v1__admission_info__init(&ai[c]);
+    ai[c].name = (char *)class_names[c];
+    ai[c].running = (uint32_t)l.running;
+    ai[c].queued = (uint32_t)l.queued;
+    ai[c].refused = l.refused;
+    ap[c] = &ai[c];
+  }
+  info.n_admission = WT_NCLASSES;
+  info.admission = ap;
+  Wt__V1__RoundRecord rr[WT_RECENT_ROUNDS];
+  Wt__V1__RoundRecord *rp[WT_RECENT_ROUNDS];
   pthread_mutex_lock(&srv->mu);
+  /* The open round and the last ones (never their ids). */
+  if (srv->round_id != 0) {
+    info.round_started_unix_ms = srv->rounds.started_unix_ms;
+    for (uint32_t i = 0; i < n; i++)
+      wi[i].round_bytes_received =
+          wt_srv_round_bytes_locked(srv, i, ws[i].bytes_received);
+  }
+  uint64_t ended = srv->rounds.ended;
+  size_t nrec = ended < WT_RECENT_ROUNDS ? (size_t)ended : WT_RECENT_ROUNDS;
+  for (size_t k = 0; k < nrec; k++) {
+    const wt_srv_round_record *r =
+        &srv->rounds.recent[(ended - 1 - k) % WT_RECENT_ROUNDS];
+    wt__v1__round_record__init(&rr[k]);
+    rr[k].outcome = (char *)(r->committed ? "committed" : "failed");
+    rr[k].cause = (char *)(r->committed ? "" : wt_srv_cause_name(r->cause));
+    rr[k].version = r->version ? r->version : (char *)"";
+    rr[k].sequence = r->sequence;
+    rr[k].started_unix_ms = r->started_unix_ms;
+    rr[k].ended_unix_ms = r->ended_unix_ms;
+    rr[k].bytes_received = r->bytes;
+    rp[k] = &rr[k];
+  }
+  info.n_recent_rounds = nrec;
+  info.recent_rounds = rp;
   info.state = (char *)wt_srv_state_locked(srv);
   info.auth = (char *)(srv->auth ? srv->auth : "none");
   info.weight_version =

@@ -1006,6 +1006,12 @@ static void test_needs_init(void) {
     wtt_sleep_ms(10);
   Wt__V1__ServerInfo *info = wtt_info(S.ch);
   CU_ASSERT_STRING_EQUAL(info->state, "needs_init");
+  /* Probes see it: NOT_SERVING for the server and the service (#24). */
+  int health = 0;
+  WT_ASSERT_OK(wtt_health_check(S.ch, "", &health));
+  CU_ASSERT_EQUAL(health, 2);
+  WT_ASSERT_OK(wtt_health_check(S.ch, "wt.v1.WeightTransfer", &health));
+  CU_ASSERT_EQUAL(health, 2);
   for (size_t w = 0; w < 2; w++) {
     CU_ASSERT_STRING_EQUAL(info->workers[w]->state, "needs_init");
     CU_ASSERT_STRING_EQUAL(info->workers[w]->backend, "");
@@ -1028,6 +1034,8 @@ static void test_needs_init(void) {
   /* Init again: ready, and rounds work. */
   WT_ASSERT_OK(fake_engine_init(S.ch, "fake-fragile", "3", 5000, NULL));
   CU_ASSERT_STRING_EQUAL(worker0_state(), "ready");
+  WT_ASSERT_OK(wtt_health_check(S.ch, "", &health));
+  CU_ASSERT_EQUAL(health, 1); /* SERVING again */
   WT_ASSERT_OK(wtt_start(S.ch, &id));
   WT_ASSERT_OK(wtt_update(S.ch, &u.info, id));
   WT_ASSERT_OK(wtt_finish(S.ch, "v2", id));

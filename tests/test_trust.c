@@ -641,9 +641,6 @@ static void test_http2_attacks(void) {
   wt_server_stop(srv);
 }
 
-static wt_status *health_check(wt_rpc_channel *ch, const char *service,
-                               int *status);
-
 typedef struct health_flood {
   const char *target;
   atomic_bool *stop;
@@ -654,28 +651,13 @@ static void *health_flood_main(void *p) {
   wt_rpc_channel *ch = channel(a->target, NULL, NULL);
   while (!atomic_load(a->stop)) {
     int status = 0;
-    wt_status_free(health_check(ch, "", &status));
+    wt_status_free(wtt_health_check(ch, "", &status));
   }
   wt_rpc_channel_destroy(ch);
   return NULL;
 }
 
 /* ---- health: public, and nothing more ------------------------------------------ */
-
-static wt_status *health_check(wt_rpc_channel *ch, const char *service,
-                               int *status) {
-  Grpc__Health__V1__HealthCheckRequest req =
-      GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
-  req.service = (char *)service;
-  ProtobufCMessage *resp = NULL;
-  wt_status *st = wt_rpc_unary(ch, "/grpc.health.v1.Health/Check", &req.base,
-                               &grpc__health__v1__health_check_response__descriptor,
-                               2000, &resp);
-  if (st == NULL)
-    *status = ((Grpc__Health__V1__HealthCheckResponse *)resp)->status;
-  wt_pb_free(resp);
-  return st;
-}
 
 /* The health service answers without a token (probes carry none) and
  * that opens nothing else: a token-less caller's other calls are still
@@ -689,10 +671,10 @@ static void test_health_is_public_only(void) {
   wtt_server_start(&s, "tiny", &o);
   wt_rpc_channel *anon = channel(s.target, NULL, NULL);
   int status = -1;
-  WT_ASSERT_OK(health_check(anon, "", &status));
+  WT_ASSERT_OK(wtt_health_check(anon, "", &status));
   CU_ASSERT_EQUAL(status,
                   GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
-  WT_ASSERT_ERR(health_check(anon, "wt.v1.Other", &status), WT_NOT_FOUND,
+  WT_ASSERT_ERR(wtt_health_check(anon, "wt.v1.Other", &status), WT_NOT_FOUND,
                 "no service 'wt.v1.Other' here");
   WT_ASSERT_ERR(info_call(anon), WT_UNAUTHENTICATED, "");
   /* Health calls past the grace: the connection is closed all the same. */
@@ -701,7 +683,7 @@ static void test_health_is_public_only(void) {
   int64_t t0 = wt_mono_ms();
   int answered = 0;
   while (wt_mono_ms() - t0 < 1200) {
-    wt_status *st = health_check(anon, "", &status);
+    wt_status *st = wtt_health_check(anon, "", &status);
     answered += st == NULL;
     wt_status_free(st);
     wtt_sleep_ms(20);

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "grpc/health/v1/health.pb-c.h"
 #include "wt/cuda.h"
 #include "wt/dtype.h"
 #include "wt/pb.h"
@@ -619,4 +620,19 @@ void wtt_device_model_fill(wtt_device_model *d, const wtt_server *s,
     off += (m->nbytes + align - 1) / align * align;
   }
   d->n = s->n;
+}
+
+wt_status *wtt_health_check(wt_rpc_channel *ch, const char *service,
+                            int *status) {
+  Grpc__Health__V1__HealthCheckRequest req =
+      GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+  req.service = (char *)service;
+  ProtobufCMessage *resp = NULL;
+  wt_status *st = wt_rpc_unary(ch, "/grpc.health.v1.Health/Check", &req.base,
+                               &grpc__health__v1__health_check_response__descriptor,
+                               2000, &resp);
+  if (st == NULL)
+    *status = ((Grpc__Health__V1__HealthCheckResponse *)resp)->status;
+  wt_pb_free(resp);
+  return st;
 }

@@ -111,6 +111,10 @@ void wtt_assert_version(wt_rpc_channel *ch, const char *want,
                         uint64_t want_seq);
 /* The caller wt_pb_frees it. */
 Wt__V1__ServerInfo *wtt_info(wt_rpc_channel *ch);
+/* grpc.health.v1.Health/Check of `service` ("" for the server): *status
+ * is the answer's ServingStatus (1 SERVING, 2 NOT_SERVING). */
+wt_status *wtt_health_check(wt_rpc_channel *ch, const char *service,
+                            int *status);
 /* GetWorldSize answers `workers`. */
 void wtt_assert_serving(wt_rpc_channel *ch, uint32_t workers);
 

@@ -663,7 +663,7 @@ static void test_init_info_from_options(void) {
   WT_ASSERT_ERR(wt_trainer_init_info("grpc", bad, 1, &info),
                 WT_INVALID_ARGUMENT,
                 "backend 'grpc' has no option 'fanout' (its options: "
-                "chunk_size, bucket_size)");
+                "chunk_size, bucket_size, delta)");
   CU_ASSERT_PTR_NULL(info);
   wt_backend_option zero[] = {{"chunk_size", "0"}};
   WT_ASSERT_ERR(wt_trainer_init_info("grpc", zero, 1, &info),

@@ -554,7 +554,16 @@ static void test_stop_during_long_checksum(void) {
   sum = ls.call;
   int64_t started = wt_mono_ms();
   wtt_bg_start(&sum);
-  wtt_sleep_ms(full_ms / 5);
+  /* Stop once the checksum runs, a little into it: the first one's time
+   * says little on a loaded machine (CI saw 23 s, then 4 s; a stop after
+   * a fifth of the first came after the second had ended). */
+  int running = 0;
+  while (running == 0 && wt_mono_ms() - started < 10000) {
+    wt_server_admission(S.srv, WT_SERVER_CLASS_READER, &running, NULL, NULL);
+    if (running == 0) wtt_sleep_ms(2);
+  }
+  CU_ASSERT(running > 0);
+  wtt_sleep_ms(full_ms / 20 < 100 ? (int)(full_ms / 20) : 100);
   t0 = wt_mono_ms();
   wt_server_stop(S.srv); /* drains for 300 ms, then cancels */
   S.srv = NULL;

@@ -29,6 +29,8 @@ struct wt_sync_client {
   uint32_t *world_sizes;      /* as last asked; 0 before */
   uint32_t *rank_offsets;     /* 1 + the world sizes before */
   uint64_t *round_ids;        /* 0: no round of ours in progress */
+  uint64_t *base_sequences;   /* the start's committed version (delta.md) */
+  uint64_t *base_digests;
   wt_trainer_ctx ctx;
   /* The last successful init, for a re-init the client makes by itself:
    * its info (owned), a weak hold on the trainer engine it made, and that
@@ -60,8 +62,10 @@ wt_status *wt_sync_client_new_with(wt_control_plane *cp,
   c->world_sizes = calloc(n, sizeof(*c->world_sizes));
   c->rank_offsets = calloc(n, sizeof(*c->rank_offsets));
   c->round_ids = calloc(n, sizeof(*c->round_ids));
+  c->base_sequences = calloc(n, sizeof(*c->base_sequences));
+  c->base_digests = calloc(n, sizeof(*c->base_digests));
   if (!c->targets || !c->channels || !c->world_sizes || !c->rank_offsets ||
-      !c->round_ids)
+      !c->round_ids || !c->base_sequences || !c->base_digests)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory for a client");
   for (size_t k = 0; k < n; k++) {
     c->targets[k] = c->cp.ops->target(c->cp.self, k);
@@ -76,6 +80,8 @@ wt_status *wt_sync_client_new_with(wt_control_plane *cp,
       .world_sizes = c->world_sizes,
       .rank_offsets = c->rank_offsets,
       .round_ids = c->round_ids,
+      .base_sequences = c->base_sequences,
+      .base_digests = c->base_digests,
       .timeout_ms = opts && opts->timeout_ms > 0 ? opts->timeout_ms
                                                  : WT_CLIENT_DEFAULT_TIMEOUT_MS,
       .data_timeout_ms = opts && opts->data_timeout_ms > 0
@@ -116,6 +122,8 @@ void wt_sync_client_destroy(wt_sync_client *c) {
   free(c->world_sizes);
   free(c->rank_offsets);
   free(c->round_ids);
+  free(c->base_sequences);
+  free(c->base_digests);
   free(c);
 }
 
@@ -455,9 +463,13 @@ static wt_status *start_once(wt_sync_client *c, bool *reinit, char *why,
   for (size_t k = 0; k < c->n; k++) f.reqs[k] = &req.base;
   st = wt_fan_out(&c->cp, WT_CONTROL_START, c->ctx.timeout_ms, &f);
   for (size_t k = 0; k < c->n; k++)
-    if (f.errs[k] == NULL && f.resps[k] != NULL)
-      c->round_ids[k] =
-          ((Wt__V1__StartWeightUpdateResponse *)f.resps[k])->round_id;
+    if (f.errs[k] == NULL && f.resps[k] != NULL) {
+      const Wt__V1__StartWeightUpdateResponse *r =
+          (const Wt__V1__StartWeightUpdateResponse *)f.resps[k];
+      c->round_ids[k] = r->round_id;
+      c->base_sequences[k] = r->committed_sequence;
+      c->base_digests[k] = r->committed_digest;
+    }
   if (st != NULL) {
     started = calloc(c->n, sizeof(*started));
     bool any = false;

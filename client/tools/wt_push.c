@@ -37,6 +37,7 @@
 #include "wt/trainer.h"
 
 #include "tool_format.h"
+#include "update_step.h"
 
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2
@@ -67,6 +68,8 @@ typedef struct options {
   wt_hash_alg verify_alg;
   bool quiet;
   uint64_t rounds;    /* rounds on one init (default 1) */
+  double change;      /* --change: the fraction a step changes; 0: none */
+  bool delta_set;     /* --delta given (its stats are printed) */
   const char *device; /* --device: the source in this GPU's memory */
   wt_tool_security sec;
 } options;
@@ -226,6 +229,25 @@ static int opt_rounds(options *o, const char *name, const char *v) {
   return 0;
 }
 
+static int opt_delta(options *o, const char *name, const char *v) {
+  const char *mode = v ? v : "on";
+  if (strcmp(mode, "on") != 0 && strcmp(mode, "off") != 0 &&
+      strcmp(mode, "auto") != 0)
+    return usage_error("--%s: '%s' is not on, off or auto", name, mode);
+  o->delta_set = true;
+  return add_option(o, "delta", mode);
+}
+
+static int opt_change(options *o, const char *name, const char *v) {
+  char *end = NULL;
+  double f = strtod(v, &end);
+  if (end == v || *end || !(f > 0 && f <= 1))
+    return usage_error("--%s: '%s' is not a fraction above 0, at most 1", name,
+                       v);
+  o->change = f;
+  return 0;
+}
+
 static int opt_device(options *o, const char *name, const char *v) {
   wt_device d;
   wt_status *st = wt_device_parse(v, &d);
@@ -287,6 +309,17 @@ static const option_row rows[] = {
      "or ucx where its UCX moves\nGPU memory); packed (ipc's ring, nccl's "
      "buffers):\n--option packed=1",
      opt_device},
+    {"delta", optional_argument, "--delta[=MODE]",
+     "grpc: rounds after the first send what changed to servers\nthat hold "
+     "the last one (on, the default of the flag;\nauto; off); prints what "
+     "went on the wire (docs/delta.md)",
+     opt_delta},
+    {"change", required_argument, "--change FRACTION",
+     "with --rounds: each round after the first changes this\nfraction of "
+     "the elements as an optimizer step does (one\nulp or a few, at random "
+     "places; 1: every byte) instead of\nnew contents; the model is held "
+     "in memory",
+     opt_change},
     {"rounds", required_argument, "--rounds N",
      "N rounds on one init, as a trainer that stays up does\n(default 1); "
      "prints the first round and the steady state",
@@ -599,7 +632,53 @@ typedef struct run {
   char *version;         /* the default version to commit */
   char *layout;
   int usage_exit; /* EXIT_USAGE when a step found a usage error */
+  /* --change: the model in host memory, which each step changes. */
+  unsigned char *held;
+  wt_source_tensor *held_tensors;
+  wt_source *held_src;
 } run;
+
+/* --change: a copy of the source in one host buffer, and a memory source
+ * over it that the rounds push (wt_update_step changes it in place). */
+static wt_status *hold_in_memory(run *r) {
+  wt_status *st = NULL;
+  size_t n = 0;
+  const wt_tensor_meta *metas = wt_source_metas(r->src, &n);
+  uint64_t total = wt_source_total_bytes(r->src);
+  r->held = malloc(total ? total : 1);
+  r->held_tensors = calloc(n ? n : 1, sizeof(*r->held_tensors));
+  if (r->held == NULL || r->held_tensors == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "--change: out of memory for the model (%"
+            PRIu64 " bytes)", total);
+  WT_CHECK(wt_source_rewind(r->src));
+  uint64_t off = 0;
+  for (size_t i = 0; i < n; i++) {
+    wt_source_tensor t;
+    bool done = false;
+    WT_CHECK(wt_source_next(r->src, &t, &done));
+    if (done) WT_FAIL(WT_INTERNAL, "--change: the source ended early");
+    if (t.nbytes) WT_CHECK(wt_source_read(r->src, &t, 0, r->held + off, t.nbytes));
+    r->held_tensors[i] = (wt_source_tensor){.name = metas[i].name,
+                                            .dtype = metas[i].dtype,
+                                            .ndim = metas[i].ndim,
+                                            .shape = metas[i].shape,
+                                            .data = r->held + off,
+                                            .nbytes = metas[i].nbytes};
+    off += metas[i].nbytes;
+  }
+  WT_CHECK(wt_source_memory(r->held_tensors, n, &r->held_src));
+out:
+  return st;
+}
+
+/* --change: step `i` of the trainer changes the held model. */
+static void change_held(run *r, uint64_t i) {
+  size_t n = 0;
+  const wt_tensor_meta *metas = wt_source_metas(r->held_src, &n);
+  for (size_t k = 0; k < n; k++)
+    wt_update_step(&metas[k], (void *)r->held_tensors[k].data, r->o.change,
+                   r->o.have_seed ? r->o.seed : 1, i);
+}
 
 /* Step 1: the client, and what server 0 holds (it decides the defaults). */
 static wt_status *run_connect(run *r) {
@@ -643,6 +722,7 @@ static wt_status *run_source(run *r) {
   else
     WT_CHECK(wt_source_synthetic(o->synthetic, o->have_seed ? o->seed : next_seq,
                                  &r->src));
+  if (o->change > 0) WT_CHECK(hold_in_memory(r));
   if (o->device != NULL && strcmp(o->device, "cpu") != 0) {
     wt_device dev;
     wt_status_free(wt_device_parse(o->device, &dev)); /* checked already */
@@ -660,7 +740,7 @@ out:
 
 /* The source rounds push from: the GPU copy when there is one. */
 static wt_source *push_source(const run *r) {
-  return r->dev_src ? r->dev_src : r->src;
+  return r->dev_src ? r->dev_src : r->held_src ? r->held_src : r->src;
 }
 
 /* Step 3: the backend builds its init info from the options; every server
@@ -708,6 +788,7 @@ static wt_status *run_round(run *r, uint64_t i, double *secs) {
   wt_status *st = NULL;
   progress_state ps = {.tty = isatty(STDERR_FILENO) == 1,
                        .quiet = r->o.quiet || r->o.rounds > 1};
+  if (r->held_src != NULL && i > 0) change_held(r, i);
   double t0 = now_s();
   WT_CHECK(wt_sync_client_start(r->c));
   ps.start = now_s();
@@ -729,6 +810,20 @@ static wt_status *run_round(run *r, uint64_t i, double *secs) {
            r->o.rounds > 1 ? "round " : "", wt_source_count(r->src), bytes,
            wt_tool_human_bytes(bytes, a, sizeof(a)), r->o.nservers, t_push,
            t_push > 0 ? (double)bytes / t_push / 1e9 : 0.0, *secs, commit);
+    wt_grpc_delta_stats ds;
+    wt_status *dst = wt_grpc_trainer_delta_stats(r->trainer, &ds);
+    if (dst == NULL && r->o.delta_set) {
+      char w[32];
+      printf("  delta: %u server(s) took %" PRIu64 " bytes (%s) on the wire "
+             "(%.1fx fewer than %" PRIu64 "), %u full; encode %.3f s\n",
+             (unsigned)ds.delta_servers, ds.delta_wire_bytes,
+             wt_tool_human_bytes(ds.delta_wire_bytes, w, sizeof(w)),
+             ds.delta_wire_bytes
+                 ? (double)ds.raw_bytes / (double)ds.delta_wire_bytes
+                 : 0.0,
+             ds.raw_bytes, (unsigned)ds.full_servers, ds.encode_s);
+    }
+    wt_status_free(dst);
     fflush(stdout);
   }
 out:
@@ -775,6 +870,9 @@ static void run_close(run *r) {
   wt_source_destroy(r->dev_src);
   free(r->dev_tensors);
   if (r->dev_region.len != 0) wt_mem_free(&r->dev_region);
+  wt_source_destroy(r->held_src);
+  free(r->held_tensors);
+  free(r->held);
   wt_source_destroy(r->src);
   wt_pb_free(r->info ? &r->info->base : NULL);
   wt_pb_free(r->init ? &r->init->base : NULL);
@@ -794,7 +892,7 @@ int main(int argc, char **argv) {
   if ((st = run_connect(&r)) == NULL && (st = run_source(&r)) == NULL &&
       (st = run_init(&r)) == NULL && (st = run_rounds(&r)) == NULL &&
       r.o.verify) {
-    long bad = verify(r.c, r.src, r.o.verify_alg, &st);
+    long bad = verify(r.c, r.held_src ? r.held_src : r.src, r.o.verify_alg, &st);
     if (bad != 0) exit_code = EXIT_FAIL;
   }
   if (st != NULL) {

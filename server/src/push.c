@@ -117,7 +117,9 @@ static void push_free(wt_srv_push *p) {
 wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
                              uint64_t round_id,
                              const Wt__V1__WeightTransferUpdateInfo *info,
-                             uint64_t packed_buffer_bytes, wt_srv_push **out) {
+                             uint64_t packed_buffer_bytes,
+                             const Wt__V1__DeltaBase *delta_base,
+                             wt_srv_push **out) {
   wt_status *st = NULL;
   wt_srv_resolved r = {0};
   wt_worker_op *ops = calloc(srv->nworkers, sizeof(*ops));
@@ -135,9 +137,29 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
   locked = true;
   WT_CHECK(wt_srv_need_round_locked(srv, "PushWeights", round_id));
   WT_CHECK(wt_srv_need_idle_locked(srv, "PushWeights"));
+  const wt_engine_ops *eops = wt_worker_engine_ops(srv->workers[0]);
+  if (delta_base != NULL) {
+    /* A delta against another version is refused before the push is the
+     * round's: the trainer sends this server the full bytes instead, in
+     * the same round (docs/delta.md). */
+    if (eops == NULL || eops->push_delta == NULL)
+      WT_FAIL(WT_FAILED_PRECONDITION,
+              "PushWeights: delta base refused: backend '%s' takes no delta "
+              "pushes; send the full bytes",
+              srv->backend);
+    if (srv->committed_digest == 0 || delta_base->digest != srv->committed_digest ||
+        delta_base->sequence != srv->sequence)
+      WT_FAIL(WT_FAILED_PRECONDITION,
+              "PushWeights: delta base refused: the push is relative to "
+              "sequence %" PRIu64 " (digest %016" PRIx64
+              "), this server holds sequence %" PRIu64 " (digest %s%016" PRIx64
+              "%s); send the full bytes",
+              delta_base->sequence, delta_base->digest, srv->sequence,
+              srv->committed_digest ? "" : "unknown, ",
+              srv->committed_digest, "");
+  }
   /* From here on the push is the round's: its failure fails the round. */
   p->round_id = srv->round_id;
-  const wt_engine_ops *eops = wt_worker_engine_ops(srv->workers[0]);
   if (eops == NULL || eops->push_chunk == NULL)
     WT_FAIL(WT_FAILED_PRECONDITION,
             "PushWeights: backend '%s' does not take PushWeights; its data "
@@ -145,6 +167,7 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
             srv->backend);
   WT_CHECK(wt_srv_resolve_update(srv, info, &r));
   r.u.packed_buffer_bytes = packed_buffer_bytes;
+  r.u.delta = delta_base != NULL;
   p->total_bytes = r.u.total_bytes;
   p->resolved = true;
   p->push_id = ++srv->next_push_id;
@@ -201,9 +224,11 @@ out:
   return st;
 }
 
-wt_status *wt_srv_push_chunk(wt_srv_push *p, uint32_t bucket, uint64_t offset,
-                             const struct iovec *iov, size_t iovcnt,
-                             void (*release)(void *owner), void *owner) {
+static wt_status *push_submit(wt_srv_push *p, uint32_t bucket, uint64_t offset,
+                              const struct iovec *iov, size_t iovcnt,
+                              bool delta, uint64_t raw_len,
+                              uint64_t base_digest,
+                              void (*release)(void *owner), void *owner) {
   wt_server *srv = p->srv;
   wt_status *st = NULL;
   push_chunk *c = NULL;
@@ -247,6 +272,9 @@ wt_status *wt_srv_push_chunk(wt_srv_push *p, uint32_t bucket, uint64_t offset,
                                .offset = offset,
                                .iov = c->iov,
                                .iovcnt = c->iovcnt,
+                               .delta = delta,
+                               .raw_len = raw_len,
+                               .base_digest = base_digest,
                                .on_done = chunk_done,
                                .user = c};
     wt_status *e = wt_worker_submit(srv->workers[i], &c->ops[i]);
@@ -257,6 +285,29 @@ wt_status *wt_srv_push_chunk(wt_srv_push *p, uint32_t bucket, uint64_t offset,
 fail:
   if (release) release(owner);
   return st;
+}
+
+wt_status *wt_srv_push_chunk(wt_srv_push *p, uint32_t bucket, uint64_t offset,
+                             const struct iovec *iov, size_t iovcnt,
+                             void (*release)(void *owner), void *owner) {
+  return push_submit(p, bucket, offset, iov, iovcnt, false, 0, 0, release,
+                     owner);
+}
+
+wt_status *wt_srv_push_delta(wt_srv_push *p, uint32_t bucket, uint64_t offset,
+                             uint64_t raw_len, uint64_t base_digest,
+                             const void *frame, size_t len,
+                             void (*release)(void *owner), void *owner) {
+  struct iovec iov = {(void *)frame, len};
+  return push_submit(p, bucket, offset, &iov, 1, true, raw_len, base_digest,
+                     release, owner);
+}
+
+void wt_srv_committed(wt_server *srv, uint64_t *sequence, uint64_t *digest) {
+  pthread_mutex_lock(&srv->mu);
+  *sequence = srv->sequence;
+  *digest = srv->committed_digest;
+  pthread_mutex_unlock(&srv->mu);
 }
 
 wt_status *wt_srv_push_end(wt_srv_push *p, const wt_status *cause,
@@ -301,6 +352,14 @@ wt_status *wt_srv_push_end(wt_srv_push *p, const wt_status *cause,
    * the stream, then what the end found missing. */
   const wt_status *why = p->error ? p->error : cause ? cause : st;
   if (why != NULL) fail_round_locked(srv, p, wt_status_message(why));
+  if (why == NULL && srv->round_id == p->round_id) {
+    /* The version this round makes has a digest when its one update was
+     * this push and it covered the store on every worker alike. */
+    uint64_t d = ops[0].stats.digest;
+    for (uint32_t i = 1; i < srv->nworkers; i++)
+      if (ops[i].stats.digest != d) d = 0;
+    srv->round_digest = ++srv->round_updates == 1 ? d : 0;
+  }
   wt_srv_touch(srv);
   pthread_cond_broadcast(&srv->cv);
   pthread_mutex_unlock(&srv->mu);

@@ -232,6 +232,8 @@ bool wt_srv_abort_round_locked(wt_server *srv, wt_srv_cause cause,
   if (srv->round_id == 0 || srv->committing) return false;
   uint64_t id = srv->round_id;
   wt_srv_round_ended_locked(srv, false, cause, NULL, 0);
+  /* In place, the live bytes may be part written: no base for a delta. */
+  if (srv->staging == WT_STAGING_INPLACE) srv->committed_digest = 0;
   char *why = strdup(reason ? reason : "aborted");
   free(srv->abort_reason);
   srv->abort_reason = why;
@@ -431,6 +433,8 @@ lease_wait:
   wt_srv_log_round(id);
   srv->last_round_id = id;
   srv->round_id = id;
+  srv->round_digest = 0;
+  srv->round_updates = 0;
   wt_srv_round_began_locked(srv);
   srv->busy = "StartWeightUpdate";
   wt_srv_touch(srv);
@@ -475,6 +479,8 @@ wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
             srv->backend);
   WT_CHECK(wt_srv_resolve_update(srv, info, &r));
   srv->busy = "UpdateWeights";
+  srv->round_updates++; /* bytes without a digest: the version has none */
+  srv->round_digest = 0;
   wt_worker_op proto = {
       .kind = WT_WORKER_OP_RECEIVE, .round_id = round, .update = &r.u};
   st = run_round_op(srv, ops, &proto, "UpdateWeights");
@@ -583,6 +589,7 @@ wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
   }
   wt_srv_touch(srv);
   uint64_t seq = ++srv->sequence;
+  srv->committed_digest = srv->round_updates == 1 ? srv->round_digest : 0;
   wt_version_entry *e = &srv->history[seq % WT_VERSION_HISTORY];
   free(e->version);
   e->version = copy;

@@ -170,6 +170,12 @@ struct wt_server {
 
   /* Committed versions. */
   uint64_t sequence;
+  /* Delta rounds (docs/delta.md): the committed version's digest (0:
+   * unknown), and the open round's: its updates so far and the digest of
+   * its one push that covered the store. */
+  uint64_t committed_digest;
+  uint64_t round_digest;
+  unsigned round_updates;
   wt_version_entry history[WT_VERSION_HISTORY]; /* by sequence % size */
 
   /* Open WatchWeightVersion streams (service.c). */
@@ -291,7 +297,21 @@ typedef struct wt_srv_push wt_srv_push;
 WT_HIDDEN wt_status *wt_srv_push_begin(
     wt_server *srv, wt_rpc_call *call, uint64_t round_id,
     const Wt__V1__WeightTransferUpdateInfo *info, uint64_t packed_buffer_bytes,
-    wt_srv_push **out);
+    const Wt__V1__DeltaBase *delta_base, wt_srv_push **out);
+
+/* As wt_srv_push_chunk for a DeltaChunk: frame[0..len) (owner's) covers
+ * raw_len bytes at `offset` of `bucket`, against base bytes that hash to
+ * base_digest (wt/delta.h). */
+WT_HIDDEN wt_status *wt_srv_push_delta(wt_srv_push *p, uint32_t bucket,
+                                       uint64_t offset, uint64_t raw_len,
+                                       uint64_t base_digest, const void *frame,
+                                       size_t len, void (*release)(void *owner),
+                                       void *owner);
+
+/* The committed version a delta round may name: its sequence and digest
+ * (0: none known). */
+WT_HIDDEN void wt_srv_committed(wt_server *srv, uint64_t *sequence,
+                                uint64_t *digest);
 
 /* Hands one chunk (iov[0..iovcnt) of bucket `bucket` at `offset`) to every
  * worker's thread and returns without waiting for the copies, unless a few

@@ -367,6 +367,8 @@ static wt_status *start_update(wt_rpc_call *call,
   Wt__V1__StartWeightUpdateResponse resp =
       WT__V1__START_WEIGHT_UPDATE_RESPONSE__INIT;
   WT_CHECK(wt_srv_start(user, &resp.round_id));
+  /* The round is this caller's now: nobody commits before its finish. */
+  wt_srv_committed(user, &resp.committed_sequence, &resp.committed_digest);
   st = wt_rpc_call_respond(call, &resp.base);
 out:
   return st;
@@ -500,7 +502,8 @@ static wt_status *push_weights(wt_rpc_call *call,
                 ": a second header; one PushWeights call carries one header",
                 nmsg);
       WT_CHECK(wt_srv_push_begin(srv, call, h->round_id, h->update_info,
-                                 h->packed_buffer_size_bytes, &push));
+                                 h->packed_buffer_size_bytes, h->delta_base,
+                                 &push));
     } else if (msg->payload_case == WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_CHUNK) {
       const Wt__V1__BucketChunk *c = msg->chunk;
       if (push == NULL)
@@ -512,6 +515,20 @@ static wt_status *push_weights(wt_rpc_call *call,
       Wt__V1__PushWeightsChunk *owned = msg;
       msg = NULL;
       WT_CHECK(wt_srv_push_chunk(push, c->bucket, c->offset, &iov, 1,
+                                 release_msg, owned));
+      continue;
+    } else if (msg->payload_case == WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_DELTA) {
+      const Wt__V1__DeltaChunk *c = msg->delta;
+      if (push == NULL)
+        WT_FAIL(WT_INVALID_ARGUMENT,
+                "PushWeights message %" PRIu64 " is a delta chunk (bucket %"
+                PRIu32 " offset %" PRIu64 "); the first message must be a "
+                "header",
+                nmsg, c->bucket, c->offset);
+      Wt__V1__PushWeightsChunk *owned = msg;
+      msg = NULL;
+      WT_CHECK(wt_srv_push_delta(push, c->bucket, c->offset, c->raw_length,
+                                 c->base_digest, c->data.data, c->data.len,
                                  release_msg, owned));
       continue;
     } else {

@@ -290,6 +290,17 @@ static wt_status *op_push_chunk(wt_worker *w, wt_worker_op *op) {
                          "%s: bucket %" PRIu32 " offset %" PRIu64
                          ": push %" PRIu64 " is no longer open",
                          w->where, op->bucket, op->offset, op->push_id);
+  if (op->delta) {
+    if (w->ops->push_delta == NULL || op->iovcnt != 1)
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "%s: bucket %" PRIu32 " offset %" PRIu64
+                           ": backend '%s' takes no delta chunks",
+                           w->where, op->bucket, op->offset,
+                           w->ops->header.name);
+    return w->ops->push_delta(w->engine, op->bucket, op->offset, op->raw_len,
+                              op->base_digest, op->iov[0].iov_base,
+                              op->iov[0].iov_len);
+  }
   return w->ops->push_chunk(w->engine, op->bucket, op->offset, op->iov,
                             op->iovcnt);
 }

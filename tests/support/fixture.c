@@ -424,6 +424,31 @@ void wtt_upd_init(wtt_upd *u, const wt_tensor_meta *metas, const size_t *idx,
 wt_status *wtt_push_open(wtt_pusher *p, wt_rpc_channel *ch, const wtt_upd *u,
                          uint64_t round_id, uint64_t packed_buffer,
                          size_t chunk, uint64_t seed) {
+  return wtt_push_open_delta(p, ch, u, round_id, packed_buffer, chunk, seed,
+                             NULL);
+}
+
+wt_status *wtt_push_delta_chunk(wtt_pusher *p, uint32_t bucket,
+                                uint64_t offset, uint64_t raw_len,
+                                uint64_t base_digest, const void *frame,
+                                size_t len) {
+  Wt__V1__DeltaChunk c = WT__V1__DELTA_CHUNK__INIT;
+  c.bucket = bucket;
+  c.offset = offset;
+  c.raw_length = raw_len;
+  c.base_digest = base_digest;
+  c.data.data = (uint8_t *)frame;
+  c.data.len = len;
+  Wt__V1__PushWeightsChunk msg = WT__V1__PUSH_WEIGHTS_CHUNK__INIT;
+  msg.payload_case = WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_DELTA;
+  msg.delta = &c;
+  return wt_rpc_client_stream_write(p->s, &msg.base);
+}
+
+wt_status *wtt_push_open_delta(wtt_pusher *p, wt_rpc_channel *ch,
+                               const wtt_upd *u, uint64_t round_id,
+                               uint64_t packed_buffer, size_t chunk,
+                               uint64_t seed, const Wt__V1__DeltaBase *base) {
   memset(p, 0, sizeof(*p));
   p->chunk = chunk;
   size_t n = u->info.n_names;
@@ -451,6 +476,7 @@ wt_status *wtt_push_open(wtt_pusher *p, wt_rpc_channel *ch, const wtt_upd *u,
   h.update_info = (Wt__V1__WeightTransferUpdateInfo *)&u->info;
   h.round_id = round_id;
   h.packed_buffer_size_bytes = packed_buffer;
+  h.delta_base = (Wt__V1__DeltaBase *)base;
   Wt__V1__PushWeightsChunk msg = WT__V1__PUSH_WEIGHTS_CHUNK__INIT;
   msg.payload_case = WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_HEADER;
   msg.header = &h;

@@ -63,7 +63,7 @@ extern "C" {
 #endif
 
 /* Version of wt_trainer_ops; a table that says otherwise is refused. */
-#define WT_TRAINER_ABI_VERSION 4u
+#define WT_TRAINER_ABI_VERSION 5u
 
 /* wt_trainer_ops.flags */
 enum {
@@ -90,6 +90,11 @@ typedef struct wt_trainer_ctx {
   /* Server k's round id in the round in progress (0: none); current during
    * send_weights and the part calls. */
   const uint64_t *round_ids;
+  /* Server k's committed version when the round started: its sequence
+   * and digest (wt/delta.h; 0: unknown), the base a delta round may name
+   * (docs/delta.md). Current during send_weights. */
+  const uint64_t *base_sequences;
+  const uint64_t *base_digests;
   /* Deadline of a data wait when the init info's timeout_ms is 0, and of
    * the control calls, in ms. */
   int64_t data_timeout_ms;
@@ -252,6 +257,25 @@ void wt_update_lists_apply(const wt_update_lists *l,
 
 /* The `grpc` backend's table (client/src/trainers/grpc_trainer.c). */
 extern const wt_trainer_ops wt_grpc_trainer_ops;
+
+/* What the last round of a `grpc` trainer engine sent (docs/delta.md):
+ * the model's bytes, the bytes of the chunk messages' data on the wire
+ * per server (frames or raw bytes), how many servers took a delta push
+ * and how many a full one, and the seconds spent encoding (XOR, zstd and
+ * digests) on the calling thread. */
+typedef struct wt_grpc_delta_stats {
+  uint64_t raw_bytes;
+  uint64_t delta_wire_bytes; /* of the delta push (0 without one) */
+  uint32_t delta_servers;
+  uint32_t full_servers;
+  double encode_s;
+  double round_s;
+} wt_grpc_delta_stats;
+
+/* Fills *out for a trainer of the `grpc` backend; FAILED_PRECONDITION
+ * naming the backend for any other. */
+wt_status *wt_grpc_trainer_delta_stats(const wt_trainer *t,
+                                       wt_grpc_delta_stats *out);
 /* The `ipc` backend's table (client/src/trainers/ipc_trainer.c): CUDA IPC,
  * unpacked; the trainer's device tensors must not change until the update
  * returns. */

@@ -17,7 +17,18 @@
  * gRPC hold one longer than the release wait (the init info's timeout_ms,
  * else 30 s), send_weights gives up and says so, and the late release then
  * lands in the heap count those slices share (`borrows`), never in a
- * returned frame. */
+ * returned frame.
+ *
+ * Delta rounds (option delta=on|auto, docs/delta.md, wt/delta.h): the
+ * trainer keeps the bytes it last sent (`base`, the model's size, in plan
+ * order) and their digest. A server whose committed digest at the round's
+ * start (StartWeightUpdateResponse) is that digest took them: it gets a
+ * delta push, each chunk a zstd frame of new XOR base, or the raw bytes
+ * where the frame would not be smaller. Every other server gets a full
+ * push of the same round first. The base is overwritten as the round is
+ * sent, so a failed round leaves no server holding it, and the next round
+ * is full; nothing can apply a delta to the wrong base, because the server
+ * checks the digest of every chunk's base range before applying it. */
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -32,6 +43,7 @@
 
 #include "wt/chunk.h"
 #include "wt/clock.h"
+#include "wt/delta.h"
 #include "wt/client.h"
 #include "wt/log.h"
 #include "wt/packing.h"
@@ -47,13 +59,33 @@
  * when the init info gives no data deadline. */
 #define DEFAULT_RELEASE_WAIT_MS 30000
 
+enum { DELTA_OFF, DELTA_ON, DELTA_AUTO };
+/* delta=auto tries the other way this often, so that a changed link or
+ * update is noticed. */
+#define DELTA_PROBE_ROUNDS 16
+
 typedef struct grpc_trainer {
   const wt_trainer_ctx *ctx; /* the servers; borrowed */
   uint64_t chunk_bytes;
   uint64_t buffer_bytes;
   int64_t release_wait_ms;
   unsigned pushes; /* numbers transfer ids */
+  /* Delta rounds. */
+  int delta_mode;
+  unsigned char *base;  /* the bytes last sent, plan order; base_bytes long */
+  uint64_t base_bytes;
+  uint64_t base_layout; /* digest of the names and sizes they were sent as */
+  uint64_t base_digest; /* of base; 0: base holds no complete round */
+  wt_delta_hasher *hash;
+  wt_delta_codec *codec;
+  unsigned char *new_buf, *xor_buf;
+  /* auto: nanoseconds per byte of the model, last measured each way */
+  double full_ns, delta_ns;
+  unsigned since_probe;
+  wt_grpc_delta_stats stats;
 } grpc_trainer;
+
+static void grpc_trainer_destroy(void *self);
 
 static wt_status *grpc_trainer_init(const wt_trainer_init_args *args,
                                     void **self) {
@@ -81,15 +113,41 @@ static wt_status *grpc_trainer_init(const wt_trainer_init_args *args,
                                       &set));
   g->chunk_bytes = set.chunk_bytes;
   g->buffer_bytes = set.buffer_bytes;
+  const char *delta = info && info->grpc && info->grpc->delta ? info->grpc->delta : "";
+  if (*delta == '\0' || strcmp(delta, "off") == 0)
+    g->delta_mode = DELTA_OFF;
+  else if (strcmp(delta, "on") == 0)
+    g->delta_mode = DELTA_ON;
+  else if (strcmp(delta, "auto") == 0)
+    g->delta_mode = DELTA_AUTO;
+  else
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "init info grpc.delta: '%.40s' is not on, off or auto", delta);
+  if (g->delta_mode != DELTA_OFF) {
+    WT_CHECK(wt_delta_hasher_new(&g->hash));
+    g->codec = wt_delta_codec_new();
+    g->new_buf = malloc(g->chunk_bytes);
+    g->xor_buf = malloc(g->chunk_bytes);
+    if (g->codec == NULL || g->new_buf == NULL || g->xor_buf == NULL)
+      WT_FAIL(WT_RESOURCE_EXHAUSTED, "grpc trainer: out of memory for delta "
+                                     "buffers");
+  }
   *self = g;
   g = NULL;
 out:
-  free(g);
+  grpc_trainer_destroy(g);
   return st;
 }
 
 static void grpc_trainer_destroy(void *self) {
-  free(self);
+  grpc_trainer *g = self;
+  if (g == NULL) return;
+  free(g->base);
+  wt_delta_hasher_free(g->hash);
+  wt_delta_codec_free(g->codec);
+  free(g->new_buf);
+  free(g->xor_buf);
+  free(g);
 }
 
 /* ---- one push ----------------------------------------------------------- */
@@ -268,6 +326,25 @@ out:
   return st;
 }
 
+/* Zero-size tensors after the last byte still belong to the round: the
+ * source yields them to their end. */
+static wt_status *cursor_finish(cursor *c) {
+  wt_status *st = NULL;
+  for (;;) {
+    bool done = false;
+    if (c->have) {
+      c->prog.tensors_done++;
+      c->have = false;
+    }
+    WT_CHECK(wt_source_next(c->src, &c->t, &done));
+    if (done) break;
+    c->have = true;
+    c->offset = 0;
+  }
+out:
+  return st;
+}
+
 /* gRPC let go of a slice over the source's memory: it touches only the
  * shared count, which outlives the push. */
 static void borrowed_done(void *arg) {
@@ -334,18 +411,7 @@ static wt_status *produce(push *p, cursor *c, const wt_pack_plan *plan,
       if (progress) progress(&c->prog, user);
     }
   }
-  /* Zero-size tensors after the last byte still belong to the round. */
-  for (;;) {
-    bool done = false;
-    if (c->have) {
-      c->prog.tensors_done++;
-      c->have = false;
-    }
-    WT_CHECK(wt_source_next(c->src, &c->t, &done));
-    if (done) break;
-    c->have = true;
-    c->offset = 0;
-  }
+  st = cursor_finish(c);
 out:
   return st;
 }
@@ -409,32 +475,169 @@ out:
   return st;
 }
 
-static wt_status *grpc_send_weights(void *self, wt_source *src,
-                                    wt_progress_fn progress, void *user) {
+/* ---- delta rounds --------------------------------------------------------- */
+
+/* What a pass that keeps the base does beside sending. */
+typedef struct base_pass {
+  grpc_trainer *g;
+  const wt_pack_plan *plan;
+  bool encode;     /* DeltaChunks against the base (else the raw bytes) */
+  uint64_t wire;   /* data bytes of the chunk messages */
+  int64_t encode_ns;
+} base_pass;
+
+/* Copies bytes [cursor, +len) of the round into dst, tensor by tensor. */
+static wt_status *gather(cursor *c, unsigned char *dst, uint64_t len) {
   wt_status *st = NULL;
-  grpc_trainer *g = self;
+  for (uint64_t filled = 0; filled < len;) {
+    WT_CHECK(cursor_advance(c));
+    uint64_t take = c->t.nbytes - c->offset;
+    if (take > len - filled) take = len - filled;
+    if (c->t.data != NULL && c->t.kind != WT_MEM_DEVICE)
+      memcpy(dst + filled, (const unsigned char *)c->t.data + c->offset,
+             (size_t)take);
+    else
+      WT_CHECK(wt_source_read(c->src, &c->t, c->offset, dst + filled,
+                              (size_t)take));
+    c->offset += take;
+    filled += take;
+    if (c->offset == c->t.nbytes) {
+      c->prog.tensors_done++;
+      c->have = false;
+    }
+  }
+out:
+  return st;
+}
+
+/* produce()'s twin for a pass that keeps the base: every chunk's new bytes
+ * go through the base buffer (and the digest); with `encode` a chunk goes
+ * out as a delta frame against the base's old bytes where that is
+ * smaller, else (and without `encode`) as a slice over the base's new
+ * bytes. */
+static wt_status *produce_base(push *p, cursor *c, base_pass *bp,
+                               uint64_t chunk_bytes, wt_progress_fn progress,
+                               void *user) {
+  wt_status *st = NULL;
+  grpc_trainer *g = bp->g;
+  const wt_pack_plan *plan = bp->plan;
+  wt_delta_hasher_reset(g->hash);
+  uint64_t at = 0; /* the chunk's place in the round's bytes (= in base) */
+  for (size_t b = 0; b < plan->nbuckets; b++) {
+    uint64_t nbytes = plan->buckets[b].nbytes;
+    for (uint64_t off = 0; off < nbytes;) {
+      uint64_t len = nbytes - off < chunk_bytes ? nbytes - off : chunk_bytes;
+      unsigned char *base = g->base + at;
+      chunk_msg m = {.n = 1};
+      if (bp->encode) {
+        WT_CHECK(gather(c, g->new_buf, len));
+        int64_t t0 = (wt_mono_us() * 1000);
+        uint64_t base_digest = wt_delta_digest(base, (size_t)len);
+        size_t bound = wt_delta_frame_bound((size_t)len);
+        grpc_slice slice = grpc_slice_malloc(WT_DELTA_PREFIX_MAX + bound);
+        uint8_t *q = GRPC_SLICE_START_PTR(slice);
+        size_t flen =
+            wt_delta_encode(g->codec, g->new_buf, base, (size_t)len, g->xor_buf,
+                            q + WT_DELTA_PREFIX_MAX, bound);
+        size_t prefix = 0;
+        if (flen > 0) {
+          prefix = wt_delta_chunk_prefix((uint32_t)b, off, len, base_digest,
+                                         flen, NULL);
+          /* The framing right before the frame, the slice cut to fit. */
+          wt_delta_chunk_prefix((uint32_t)b, off, len, base_digest, flen,
+                                q + WT_DELTA_PREFIX_MAX - prefix);
+          m.s[0] = grpc_slice_sub(slice, WT_DELTA_PREFIX_MAX - prefix,
+                                  WT_DELTA_PREFIX_MAX + flen);
+          bp->wire += flen;
+        } else { /* not smaller: the new bytes as they are */
+          prefix = wt_chunk_prefix((uint32_t)b, off, len, NULL);
+          m.s[0] = grpc_slice_sub(slice, 0, prefix + (size_t)len);
+          uint8_t *r = GRPC_SLICE_START_PTR(m.s[0]);
+          wt_chunk_prefix((uint32_t)b, off, len, r);
+          memcpy(r + prefix, g->new_buf, (size_t)len);
+          bp->wire += len;
+        }
+        grpc_slice_unref(slice);
+        memcpy(base, g->new_buf, (size_t)len);
+        wt_delta_hasher_update(g->hash, base, (size_t)len);
+        bp->encode_ns += (wt_mono_us() * 1000) - t0;
+      } else {
+        /* The new bytes land in the base, and the message refers to them
+         * there (stable until the next round). */
+        WT_CHECK(gather(c, base, len));
+        int64_t t0 = (wt_mono_us() * 1000);
+        wt_delta_hasher_update(g->hash, base, (size_t)len);
+        bp->encode_ns += (wt_mono_us() * 1000) - t0;
+        size_t prefix = wt_chunk_prefix((uint32_t)b, off, len, NULL);
+        m.n = 2;
+        m.s[0] = grpc_slice_malloc(prefix);
+        wt_chunk_prefix((uint32_t)b, off, len, GRPC_SLICE_START_PTR(m.s[0]));
+        atomic_fetch_add(&p->borrowed->refs, 1);
+        m.s[1] = grpc_slice_new_with_user_data(base, (size_t)len,
+                                               borrowed_done, p->borrowed);
+        bp->wire += len;
+      }
+      if (!publish(p, m)) goto out; /* a sender has the error */
+      off += len;
+      at += len;
+      c->prog.bytes_done += len;
+      if (progress) progress(&c->prog, user);
+    }
+  }
+  st = cursor_finish(c);
+out:
+  return st;
+}
+
+/* A digest of the round's layout (names, dtypes, sizes in order): a base
+ * is only a base for the same layout. */
+static uint64_t layout_digest(const wt_tensor_meta *metas, size_t n) {
+  wt_delta_hasher *h = NULL;
+  if (wt_delta_hasher_new(&h) != NULL) return 0;
+  for (size_t i = 0; i < n; i++) {
+    wt_delta_hasher_update(h, metas[i].name, strlen(metas[i].name) + 1);
+    int32_t dt = (int32_t)metas[i].dtype;
+    wt_delta_hasher_update(h, &dt, sizeof(dt));
+    wt_delta_hasher_update(h, &metas[i].nbytes, sizeof(metas[i].nbytes));
+  }
+  uint64_t d = wt_delta_hasher_digest(h);
+  wt_delta_hasher_free(h);
+  return d;
+}
+
+/* ---- a round ------------------------------------------------------------------ */
+
+/* One push of the round to the servers in mask[] (all when NULL): full
+ * (bp NULL: produce(), zero copy), or through the base (bp). */
+static wt_status *push_to(grpc_trainer *g, wt_source *src,
+                          const wt_pack_plan *plan, const wt_update_lists *l,
+                          const bool *mask, base_pass *bp,
+                          wt_progress_fn progress, void *user) {
+  wt_status *st = NULL;
   const wt_trainer_ctx *ctx = g->ctx;
   size_t ns = ctx->nservers;
   size_t n = 0;
-  const wt_tensor_meta *metas = wt_source_metas(src, &n);
-  wt_pack_plan *plan = NULL;
-  wt_update_lists l = {0};
+  wt_source_metas(src, &n);
   push p = {0};
   cursor cur = {.src = src};
   bool sync_init = false;
+  Wt__V1__DeltaBase *bases = NULL;
 
   cur.prog.tensors_total = n;
   cur.prog.bytes_total = wt_source_total_bytes(src);
-  if (n == 0) goto out; /* nothing to send is a finished push */
-  WT_CHECK(wt_pack_plan_from_metas(metas, n, g->buffer_bytes, &plan));
-  if (plan->nbuckets > UINT32_MAX)
-    WT_FAIL(WT_INVALID_ARGUMENT, "%zu buckets: more than the wire allows",
-            plan->nbuckets);
-  WT_CHECK(wt_update_lists_build(src, &l));
-  p.n = ns;
   p.total_bytes = plan->total_bytes;
   p.total_tensors = n;
-  WT_CHECK(headers_build(g, &l, &p.headers));
+  WT_CHECK(headers_build(g, l, &p.headers));
+  if (bp != NULL && bp->encode) {
+    bases = calloc(ns, sizeof(*bases));
+    if (bases == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+    for (size_t k = 0; k < ns; k++) {
+      wt__v1__delta_base__init(&bases[k]);
+      bases[k].sequence = ctx->base_sequences ? ctx->base_sequences[k] : 0;
+      bases[k].digest = g->base_digest;
+      p.headers[k].header->delta_base = &bases[k];
+    }
+  }
   p.borrowed = calloc(1, sizeof(*p.borrowed));
   if (p.borrowed != NULL) atomic_init(&p.borrowed->refs, 1); /* the push's */
   p.senders = calloc(ns, sizeof(*p.senders));
@@ -447,43 +650,45 @@ static wt_status *grpc_send_weights(void *self, wt_source *src,
   sync_init = true;
   WT_CHECK(wt_source_rewind(src));
   for (size_t k = 0; k < ns; k++) {
-    sender *s = &p.senders[k];
+    if (mask && !mask[k]) continue;
+    sender *s = &p.senders[p.n++];
     s->p = &p;
     s->k = k;
     s->target = ctx->targets[k];
     WT_CHECK(wt_rpc_client_stream_open(ctx->channels[k], PUSH_METHOD,
                                        ctx->data_timeout_ms, &s->stream));
   }
-  for (size_t k = 0; k < ns; k++) {
+  for (size_t j = 0; j < p.n; j++) {
     int rc =
-        pthread_create(&p.senders[k].thread, NULL, sender_main, &p.senders[k]);
+        pthread_create(&p.senders[j].thread, NULL, sender_main, &p.senders[j]);
     if (rc != 0) {
       st = wt_status_from_errno(rc, "cannot start the sender for %s",
-                                p.senders[k].target);
+                                p.senders[j].target);
       goto out;
     }
-    p.senders[k].started = true;
+    p.senders[j].started = true;
   }
-  st = produce(&p, &cur, plan, g->chunk_bytes, progress, user);
+  st = bp ? produce_base(&p, &cur, bp, g->chunk_bytes, progress, user)
+          : produce(&p, &cur, plan, g->chunk_bytes, progress, user);
   pthread_mutex_lock(&p.mu);
   p.done = true;
   pthread_cond_broadcast(&p.produced_cv);
   pthread_mutex_unlock(&p.mu);
 out:
   if (st != NULL && p.senders != NULL) push_fail(&p);
-  for (size_t k = 0; p.senders && k < ns; k++)
-    if (p.senders[k].started) pthread_join(p.senders[k].thread, NULL);
+  for (size_t j = 0; p.senders && j < p.n; j++)
+    if (p.senders[j].started) pthread_join(p.senders[j].thread, NULL);
   /* The first server to fail explains the push; the others were cancelled
    * on its account. A source error (st) comes before both. */
-  for (size_t k = 0; p.senders && k < ns; k++) {
-    sender *s = &p.senders[k];
+  for (size_t j = 0; p.senders && j < p.n; j++) {
+    sender *s = &p.senders[j];
     if (st == NULL && s->st != NULL && wt_status_code(s->st) != WT_CANCELLED) {
       st = s->st;
       s->st = NULL;
     }
   }
-  for (size_t k = 0; p.senders && k < ns; k++) {
-    sender *s = &p.senders[k];
+  for (size_t j = 0; p.senders && j < p.n; j++) {
+    sender *s = &p.senders[j];
     if (st == NULL && s->st != NULL) {
       st = s->st;
       s->st = NULL;
@@ -518,17 +723,147 @@ out:
   if (st == NULL && progress) progress(&cur.prog, user);
   if (p.borrowed != NULL) borrows_put(p.borrowed);
   free(p.senders);
+  if (p.headers && bases)
+    for (size_t k = 0; k < ns; k++) p.headers[k].header->delta_base = NULL;
+  free(bases);
   headers_free(p.headers, ns);
+  return st;
+}
+
+/* This round's way: whether to send deltas where a server holds the base
+ * (*try_delta), and whether to keep the base for the next round (*keep).
+ * delta=on always does both. delta=auto measures a round each way first,
+ * then takes the faster way per byte of the last rounds; every
+ * DELTA_PROBE_ROUNDS it tries the other once, keeping the base the round
+ * before so that the probe can be a delta. While full rounds win, no base
+ * is kept: those rounds cost what delta=off costs. */
+static void plan_round(grpc_trainer *g, bool usable, bool *try_delta,
+                       bool *keep) {
+  if (g->delta_mode == DELTA_ON) {
+    *try_delta = usable;
+    *keep = true;
+    return;
+  }
+  bool delta_wins = g->delta_ns <= 0 ||
+                    (g->full_ns > 0 && g->delta_ns < g->full_ns);
+  bool probe = ++g->since_probe >= DELTA_PROBE_ROUNDS;
+  if (probe) g->since_probe = 0;
+  *try_delta = usable && (delta_wins != probe);
+  *keep = delta_wins || g->since_probe + 1 >= DELTA_PROBE_ROUNDS;
+}
+
+static wt_status *grpc_send_weights(void *self, wt_source *src,
+                                    wt_progress_fn progress, void *user) {
+  wt_status *st = NULL;
+  grpc_trainer *g = self;
+  const wt_trainer_ctx *ctx = g->ctx;
+  size_t ns = ctx->nservers;
+  size_t n = 0;
+  const wt_tensor_meta *metas = wt_source_metas(src, &n);
+  wt_pack_plan *plan = NULL;
+  wt_update_lists l = {0};
+  bool *delta_to = NULL;
+  if (n == 0) goto out; /* nothing to send is a finished push */
+  WT_CHECK(wt_pack_plan_from_metas(metas, n, g->buffer_bytes, &plan));
+  if (plan->nbuckets > UINT32_MAX)
+    WT_FAIL(WT_INVALID_ARGUMENT, "%zu buckets: more than the wire allows",
+            plan->nbuckets);
+  WT_CHECK(wt_update_lists_build(src, &l));
+  if (g->delta_mode == DELTA_OFF) {
+    WT_CHECK(push_to(g, src, plan, &l, NULL, NULL, progress, user));
+    goto out;
+  }
+
+  /* Delta rounds: which servers hold what the base holds. */
+  int64_t t0 = (wt_mono_us() * 1000);
+  uint64_t layout = layout_digest(metas, n);
+  if (g->base == NULL || g->base_bytes != plan->total_bytes) {
+    free(g->base);
+    g->base = malloc(plan->total_bytes ? plan->total_bytes : 1);
+    g->base_bytes = g->base ? plan->total_bytes : 0;
+    g->base_digest = 0;
+    if (g->base == NULL)
+      WT_FAIL(WT_RESOURCE_EXHAUSTED,
+              "grpc trainer: out of memory for the delta base (%" PRIu64
+              " bytes, the model's size; delta=off needs none)",
+              plan->total_bytes);
+  }
+  bool try_delta = false, keep = true;
+  plan_round(g,
+             g->base_digest != 0 && g->base_layout == layout &&
+                 ctx->base_digests != NULL,
+             &try_delta, &keep);
+  delta_to = calloc(ns, sizeof(*delta_to));
+  bool *full_to = calloc(ns, sizeof(*full_to));
+  if (delta_to == NULL || full_to == NULL) {
+    free(full_to);
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  uint32_t nd = 0, nf = 0;
+  for (size_t k = 0; k < ns; k++) {
+    delta_to[k] = try_delta && ctx->base_digests[k] == g->base_digest;
+    full_to[k] = !delta_to[k];
+    nd += delta_to[k];
+    nf += full_to[k];
+  }
+  uint64_t digest = g->base_digest;
+  g->base_digest = 0; /* overwritten below: a base again once all is sent */
+  g->stats = (wt_grpc_delta_stats){.raw_bytes = plan->total_bytes,
+                                   .delta_servers = nd,
+                                   .full_servers = nf};
+  base_pass bp = {.g = g, .plan = plan};
+  /* The servers that hold another version first, straight from the
+   * source; they keep the base only when no delta pass follows. */
+  if (nf > 0)
+    st = push_to(g, src, plan, &l, full_to, nd || !keep ? NULL : &bp, progress,
+                 user);
+  free(full_to);
+  if (st == NULL && nd > 0) {
+    g->base_digest = digest; /* named in the delta headers */
+    bp.encode = true;
+    bp.wire = 0;
+    st = push_to(g, src, plan, &l, delta_to, &bp, progress, user);
+    g->stats.delta_wire_bytes = bp.wire;
+    g->base_digest = 0;
+  }
+  if (st != NULL) goto out;
+  if (nd > 0 || keep) {
+    g->base_digest = wt_delta_hasher_digest(g->hash);
+    g->base_layout = layout;
+  }
+  double took = (double)((wt_mono_us() * 1000) - t0);
+  g->stats.encode_s = (double)bp.encode_ns / 1e9;
+  g->stats.round_s = took / 1e9;
+  double per_byte = took / (double)(plan->total_bytes ? plan->total_bytes : 1);
+  if (nd > 0)
+    g->delta_ns = per_byte;
+  else
+    g->full_ns = per_byte;
+out:
+  free(delta_to);
   wt_update_lists_free(&l);
   wt_pack_plan_free(plan);
   return st;
+}
+
+wt_status *wt_grpc_trainer_delta_stats(const wt_trainer *t,
+                                       wt_grpc_delta_stats *out) {
+  const wt_trainer_ops *ops = t ? wt_trainer_get_ops(t) : NULL;
+  if (ops != &wt_grpc_trainer_ops)
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "delta stats: backend '%s' is not grpc",
+                         ops ? ops->header.name : "(none)");
+  const grpc_trainer *g = wt_trainer_self(t);
+  *out = g->stats;
+  return NULL;
 }
 
 /* Options: chunk_size (bytes per PushWeights message), bucket_size (the
  * shared plan's bucket). */
 static wt_status *grpc_init_info(const wt_backend_option *opts, size_t n,
                                  Wt__V1__WeightTransferInitInfo *info) {
-  static const char *const known[] = {"chunk_size", "bucket_size", NULL};
+  static const char *const known[] = {"chunk_size", "bucket_size", "delta",
+                                      NULL};
   wt_status *st = NULL;
   Wt__V1__GrpcInitInfo *g = malloc(sizeof(*g));
   if (g == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
@@ -537,6 +872,16 @@ static wt_status *grpc_init_info(const wt_backend_option *opts, size_t n,
       WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC;
   info->grpc = g;
   for (size_t i = 0; i < n; i++) {
+    if (strcmp(opts[i].key, "delta") == 0) {
+      const char *v = opts[i].value;
+      if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0 &&
+          strcmp(v, "auto") != 0)
+        WT_FAIL(WT_INVALID_ARGUMENT,
+                "option delta: '%s' is not on, off or auto", v);
+      if ((g->delta = strdup(v)) == NULL)
+        WT_FAIL(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
+      continue;
+    }
     bool chunk = strcmp(opts[i].key, "chunk_size") == 0;
     if (!chunk && strcmp(opts[i].key, "bucket_size") != 0)
       WT_CHECK(wt_option_unknown("grpc", &opts[i], known));

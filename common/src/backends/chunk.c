@@ -6,50 +6,27 @@
 
 #include <grpc/slice.h>
 
+#include "varint.h"
+
 /* Wire tags of PushWeightsChunk and BucketChunk. */
 #define TAG_CHUNK ((2u << 3) | 2u)  /* PushWeightsChunk.chunk, bytes */
 #define TAG_BUCKET ((1u << 3) | 0u) /* BucketChunk.bucket, varint */
 #define TAG_OFFSET ((2u << 3) | 0u) /* BucketChunk.offset, varint */
 #define TAG_DATA ((3u << 3) | 2u)   /* BucketChunk.data, bytes */
 
-static size_t varint_len(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    n++;
-  }
-  return n;
-}
-
-static uint8_t *varint_put(uint8_t *p, uint64_t v) {
-  while (v >= 0x80) {
-    *p++ = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  *p++ = (uint8_t)v;
-  return p;
-}
-
 size_t wt_chunk_prefix(uint32_t bucket, uint64_t offset, uint64_t len,
                        uint8_t *out) {
-  uint64_t inner = 1 + varint_len(len) + len;
-  if (bucket) inner += 1 + varint_len(bucket);
-  if (offset) inner += 1 + varint_len(offset);
-  size_t prefix = 1 + varint_len(inner) + (size_t)(inner - len);
+  uint64_t inner = 1 + wt_varint_len(len) + len + wt_varint_field_len(bucket) +
+                   wt_varint_field_len(offset);
+  size_t prefix = 1 + wt_varint_len(inner) + (size_t)(inner - len);
   if (out != NULL) {
     uint8_t *p = out;
     *p++ = TAG_CHUNK;
-    p = varint_put(p, inner);
-    if (bucket) {
-      *p++ = TAG_BUCKET;
-      p = varint_put(p, bucket);
-    }
-    if (offset) {
-      *p++ = TAG_OFFSET;
-      p = varint_put(p, offset);
-    }
+    p = wt_varint_put(p, inner);
+    p = wt_varint_field_put(p, TAG_BUCKET, bucket);
+    p = wt_varint_field_put(p, TAG_OFFSET, offset);
     *p++ = TAG_DATA;
-    varint_put(p, len);
+    wt_varint_put(p, len);
   }
   return prefix;
 }

@@ -164,8 +164,19 @@ class CTrainerEngine:
 
 
 class GrpcTrainerEngine(CTrainerEngine):
-    """`grpc`: the bytes over wt's own gRPC channel (PushWeights)."""
+    """`grpc`: the bytes over wt's own gRPC channel (PushWeights). With
+    config {"delta": "on"|"auto"}, rounds after the first send only what
+    changed to servers that hold the last one (docs/delta.md)."""
     backend = "grpc"
+
+    def delta_stats(self) -> dict:
+        """What the last round sent: raw_bytes (the model), delta_wire_bytes
+        (the delta push's data bytes), delta_servers, full_servers, encode_s,
+        round_s."""
+        out = _lib.DeltaStats()
+        _lib.check(_lib.lib().wt_grpc_trainer_delta_stats(self._trainer,
+                                                          byref(out)))
+        return {f: getattr(out, f) for f, _ in out._fields_}
 
 
 class UcxTrainerEngine(CTrainerEngine):

@@ -86,7 +86,7 @@ extern "C" {
 
 /* Bumped whenever wt_engine_ops, wt_worker_ctx, wt_update or
  * wt_engine_endpoint change layout or meaning. */
-#define WT_ENGINE_ABI_VERSION 5u
+#define WT_ENGINE_ABI_VERSION 6u
 
 /* wt_engine_ops.caps */
 enum {
@@ -152,6 +152,9 @@ typedef struct wt_update {
   uint64_t packed_buffer_bytes;
   /* The request's update info: the backend's own extras. */
   const Wt__V1__WeightTransferUpdateInfo *info;
+  /* A delta push (docs/delta.md): its header named a base the server
+   * checked is its committed version, so push_delta chunks may come. */
+  bool delta;
 } wt_update;
 
 /* What a receive or a push moved: tensors and bytes landed in this
@@ -161,6 +164,10 @@ typedef struct wt_receive_stats {
   uint64_t tensors;
   uint64_t bytes;
   uint64_t forwarded_bytes;
+  /* The digest (wt/delta.h) of every byte the push landed, in its order,
+   * when it covered the whole store; 0 otherwise (the version then has
+   * no digest and the next round is full). */
+  uint64_t digest;
 } wt_receive_stats;
 
 typedef struct wt_engine_ops {
@@ -251,6 +258,17 @@ typedef struct wt_engine_ops {
    * then finds them in wt_worker_ctx.options. NULL: the backend takes
    * none, and any is refused. */
   wt_status *(*check_options)(const wt_backend_option *opts, size_t n);
+
+  /* Optional (ABI 6), with the stream ops: a DeltaChunk of a delta push
+   * (u->delta): bytes [offset, offset + raw_len) of bucket `bucket` are
+   * the committed ones XOR the zstd frame frame[0..len) decodes to, and
+   * the committed ones there hash to base_digest (wt/delta.h). Checks all
+   * of it (order and bounds as push_chunk, the frame's claimed size, the
+   * base's digest) before any byte of staging changes. NULL: the backend
+   * takes no delta pushes, and the server refuses their headers. */
+  wt_status *(*push_delta)(wt_engine *e, uint32_t bucket, uint64_t offset,
+                           uint64_t raw_len, uint64_t base_digest,
+                           const void *frame, size_t len);
 } wt_engine_ops;
 
 /* The process's worker-engine registry, created (with every built-in

@@ -178,6 +178,11 @@ struct wt_worker_op {
   uint64_t offset;
   const struct iovec *iov;
   size_t iovcnt;
+  /* A delta chunk (engine push_delta): iov[0] is its zstd frame, raw_len
+   * the bucket bytes it covers, base_digest their committed digest. */
+  bool delta;
+  uint64_t raw_len;
+  uint64_t base_digest;
   bool stream_ended;      /* PUSH_END */
   const char *reason;     /* ABORT: why (copied into needs_init's reason) */
   wt_receive_stats stats; /* RECEIVE, PUSH_END: filled */

@@ -10,14 +10,23 @@
  * packed_buffer_size_bytes (unset: 64 MiB) is the bucket size a push uses
  * when its header says 0. There is no receive op: UpdateWeights is for
  * backends that move data outside the control channel.
+ *
+ * Delta pushes (docs/delta.md, wt/delta.h): a DeltaChunk is decoded into a
+ * scratch buffer of its raw length (the frame's claimed size checked
+ * first), the committed bytes of its range are read and their digest
+ * checked, and only then is their XOR written to staging through the same
+ * path as a BucketChunk's bytes. A push that covers the whole store
+ * digests every byte it lands, for the version's base digest.
  */
 
 #include <inttypes.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "wt/chunk.h"
+#include "wt/delta.h"
 #include "wt/engine.h"
 #include "wt/log.h"
 
@@ -37,6 +46,13 @@ struct wt_engine {
   size_t next;     /* first tensor not yet complete */
   bool begun;      /* tensor `next` is staged (its buffer handed out) */
   uint64_t bytes;  /* bytes landed in this push */
+  bool delta;      /* the header named a checked base */
+  bool hashing;    /* the push covers the store: digest what lands */
+  wt_delta_hasher *hash;
+  /* Delta chunks: the codec, the decoded chunk and the base's bytes
+   * (chunk_limit each, made on the first delta chunk). */
+  wt_delta_codec *codec;
+  unsigned char *scratch, *base;
 };
 
 static wt_status *grpc_create(const Wt__V1__WeightTransferInitInfo *init,
@@ -82,6 +98,8 @@ static void push_reset(wt_engine *e) {
   e->next = 0;
   e->begun = false;
   e->bytes = 0;
+  e->delta = false;
+  e->hashing = false;
 }
 
 static wt_status *grpc_start_update(wt_engine *e, uint64_t round_id) {
@@ -107,6 +125,10 @@ static void grpc_cancel(wt_engine *e) {
 static void grpc_destroy(wt_engine *e) {
   if (e == NULL) return;
   push_reset(e);
+  wt_delta_hasher_free(e->hash);
+  wt_delta_codec_free(e->codec);
+  free(e->scratch);
+  free(e->base);
   free(e);
 }
 
@@ -149,6 +171,14 @@ static wt_status *grpc_push_begin(wt_engine *e, const wt_update *u) {
   if (u->n) memcpy(e->index, u->index, u->n * sizeof(*e->index));
   e->n = u->n;
   e->pushing = true;
+  e->delta = u->delta;
+  /* Every tensor of the store once (the server refuses duplicates): the
+   * version this push makes has a digest. */
+  if (u->n == wt_param_store_count(e->ctx.store)) {
+    if (e->hash == NULL) WT_CHECK(wt_delta_hasher_new(&e->hash));
+    wt_delta_hasher_reset(e->hash);
+    e->hashing = true;
+  }
   settle(e);
 out:
   if (st != NULL) push_reset(e);
@@ -162,6 +192,7 @@ out:
 static wt_status *copy_in(wt_engine *e, uint64_t pos, const unsigned char *src,
                           size_t left) {
   const wt_pack_plan *p = e->plan;
+  if (e->hashing) wt_delta_hasher_update(e->hash, src, left);
   while (left > 0) {
     /* In order and in bounds, so tensor `next` covers `pos`. */
     size_t k = e->next;
@@ -194,12 +225,12 @@ static wt_status *copy_in(wt_engine *e, uint64_t pos, const unsigned char *src,
   return NULL;
 }
 
-static wt_status *grpc_push_chunk(wt_engine *e, uint32_t bucket,
-                                  uint64_t offset, const struct iovec *iov,
-                                  size_t iovcnt) {
+/* The checks every chunk passes before a byte of it lands: a push in
+ * progress, not cancelled, in the plan, in order, in bounds, at most a
+ * chunk's worth of `len` bytes. */
+static wt_status *check_chunk(wt_engine *e, uint32_t bucket, uint64_t offset,
+                              size_t len) {
   const wt_pack_plan *p = e->plan;
-  size_t len = 0;
-  for (size_t i = 0; i < iovcnt; i++) len += iov[i].iov_len;
   if (!e->pushing)
     return wt_status_new(WT_FAILED_PRECONDITION,
                          "bucket %" PRIu32 " offset %" PRIu64
@@ -239,7 +270,16 @@ static wt_status *grpc_push_chunk(wt_engine *e, uint32_t bucket,
                          ": %zu bytes run past the bucket's end (%" PRIu64
                          " bytes)",
                          bucket, offset, len, size);
+  return NULL;
+}
 
+static wt_status *grpc_push_chunk(wt_engine *e, uint32_t bucket,
+                                  uint64_t offset, const struct iovec *iov,
+                                  size_t iovcnt) {
+  size_t len = 0;
+  for (size_t i = 0; i < iovcnt; i++) len += iov[i].iov_len;
+  wt_status *cst = check_chunk(e, bucket, offset, len);
+  if (cst != NULL) return cst;
   uint64_t pos = offset;
   for (size_t i = 0; i < iovcnt; i++) {
     wt_status *st = copy_in(e, pos, iov[i].iov_base, iov[i].iov_len);
@@ -254,6 +294,88 @@ static wt_status *grpc_push_chunk(wt_engine *e, uint32_t bucket,
   return NULL;
 }
 
+/* Reads the committed bytes of [pos, pos + len) of the current bucket
+ * into out, tensor by tensor from `next` (which covers pos). */
+static wt_status *read_base(wt_engine *e, uint64_t pos, unsigned char *out,
+                            size_t len) {
+  const wt_pack_plan *p = e->plan;
+  size_t k = e->next;
+  while (len > 0 && k < e->n) {
+    size_t idx = e->index[k];
+    uint64_t t_off = p->tensor_offset[k];
+    uint64_t t_end = t_off + wt_param_store_meta(e->ctx.store, idx)->nbytes;
+    if (pos >= t_end) {
+      k++;
+      continue;
+    }
+    uint64_t take = t_end - pos < len ? t_end - pos : len;
+    wt_status *st = wt_param_store_read(e->ctx.store, idx, pos - t_off, out,
+                                        (size_t)take);
+    if (st != NULL) return st;
+    out += take;
+    pos += take;
+    len -= (size_t)take;
+  }
+  return NULL;
+}
+
+static wt_status *grpc_push_delta(wt_engine *e, uint32_t bucket,
+                                  uint64_t offset, uint64_t raw_len,
+                                  uint64_t base_digest, const void *frame,
+                                  size_t len) {
+  wt_status *st = NULL;
+  char where[96];
+  snprintf(where, sizeof(where), "worker %u: bucket %" PRIu32 " offset %" PRIu64,
+           e->ctx.rank, bucket, offset);
+  if (e->pushing && !e->delta)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "%s: a delta chunk in a push whose header names no "
+                         "delta_base",
+                         where);
+  if (raw_len > SIZE_MAX) raw_len = SIZE_MAX;
+  WT_CHECK(check_chunk(e, bucket, offset, (size_t)raw_len));
+  if (len > e->chunk_limit)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "%s: a delta frame of %zu bytes exceeds the chunk size of %" PRIu64
+            " bytes",
+            where, len, e->chunk_limit);
+  if (e->codec == NULL) {
+    e->codec = wt_delta_codec_new();
+    e->scratch = malloc(e->chunk_limit);
+    e->base = malloc(e->chunk_limit);
+    if (e->codec == NULL || e->scratch == NULL || e->base == NULL) {
+      wt_delta_codec_free(e->codec);
+      free(e->scratch);
+      free(e->base);
+      e->codec = NULL;
+      e->scratch = e->base = NULL;
+      WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory for delta buffers",
+              where);
+    }
+  }
+  /* Everything checked before staging changes: the frame decodes to
+   * exactly the range, and the committed bytes there are the base. */
+  WT_CHECK(wt_delta_decode(e->codec, frame, len, raw_len, e->scratch, where));
+  WT_CHECK(read_base(e, offset, e->base, (size_t)raw_len));
+  uint64_t have = wt_delta_digest(e->base, (size_t)raw_len);
+  if (have != base_digest)
+    WT_FAIL(WT_FAILED_PRECONDITION,
+            "%s: the committed bytes there (digest %016" PRIx64
+            ") are not the delta's base (%016" PRIx64 ")",
+            where, have, base_digest);
+  wt_delta_xor(e->scratch, e->base, (size_t)raw_len);
+  st = copy_in(e, offset, e->scratch, (size_t)raw_len);
+  if (st != NULL) {
+    st = wt_status_prefix(st, "%s", where);
+    goto out;
+  }
+  e->offset = offset + raw_len;
+  e->bytes += raw_len;
+  settle(e);
+out:
+  return st;
+}
+
 static wt_status *grpc_push_end(wt_engine *e, bool stream_ended,
                                 wt_receive_stats *stats) {
   wt_status *st = NULL;
@@ -264,6 +386,9 @@ static wt_status *grpc_push_end(wt_engine *e, bool stream_ended,
   if (stats != NULL) {
     stats->tensors = e->next;
     stats->bytes = e->bytes;
+    stats->digest = e->hashing && e->bucket >= e->plan->nbuckets
+                        ? wt_delta_hasher_digest(e->hash)
+                        : 0;
   }
   if (e->bucket < e->plan->nbuckets)
     st = wt_status_new(
@@ -290,4 +415,5 @@ const wt_engine_ops wt_grpc_engine_ops = {
     .push_begin = grpc_push_begin,
     .push_chunk = grpc_push_chunk,
     .push_end = grpc_push_end,
+    .push_delta = grpc_push_delta,
 };

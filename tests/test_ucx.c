@@ -977,6 +977,91 @@ static void test_strangers_by_address(void) {
   free(dir);
 }
 
+/* Row 6 of docs/trust.md: a stranger who knows a worker's address opens
+ * UCX endpoints to it, each a connection the server accepts with no
+ * callback to wt. Past ucx.max_peer_connections the next round's start
+ * gives the engine up, which closes them all; the client inits again (a
+ * new worker, a new address) and the round commits; the descriptors come
+ * back. (Before: one descriptor each, no limit; at 19,978 the trainer's
+ * re-init failed.) */
+static void test_stranger_endpoints_reclaimed(void) {
+  char *dir = wt_test_tmpdir();
+  wt_registry *reg = NULL;
+  WT_ASSERT_OK(wt_registry_new("worker engine", WT_ENGINE_ABI_VERSION, &reg));
+  spy_engine_ops = wt_ucx_engine_ops;
+  spy_engine_ops.init_transfer = spy_init;
+  WT_ASSERT_OK(wt_registry_register(reg, "ucx", &spy_engine_ops));
+  wt_backend_option eo[1] = {{"ucx.max_peer_connections", "16"}};
+  wt_server_options so = {.listen = "127.0.0.1:0",
+                          .model = "synthetic:small",
+                          .workers = 1,
+                          .drain_ms = 200,
+                          .engine_registry = reg,
+                          .engine_options = eo,
+                          .n_engine_options = 1};
+  wt_server *srv = NULL;
+  WT_ASSERT_OK(wt_server_start(&so, &srv));
+  char target[32];
+  snprintf(target, sizeof(target), "127.0.0.1:%d", wt_server_port(srv));
+  const char *targets[] = {target};
+  wt_client_options co = {.timeout_ms = 10000, .data_timeout_ms = 20000};
+  wt_sync_client *c = NULL;
+  WT_ASSERT_OK(wt_sync_client_new(targets, 1, &co, &c));
+  wt_trainer *t = NULL;
+  wt_source *src = NULL;
+  ucx_info ui;
+  spy_addr[0] = '\0';
+  WT_ASSERT_OK(wt_sync_client_init_transfer(
+      c, ucx_info_make(&ui, "tcp", NULL, 256 << 10, 5000), NULL, &t));
+  CU_ASSERT_FATAL(spy_addr[0] != '\0');
+  char old_addr[sizeof(spy_addr)];
+  snprintf(old_addr, sizeof(old_addr), "%s", spy_addr);
+  WT_ASSERT_OK(wt_source_synthetic("small", 7, &src));
+  round_ok(c, t, src, "e-7");
+  int fds0 = wtt_open_fds();
+  const char *args[] = {"idle", "6", spy_addr, "64", NULL};
+  char log[PATH_MAX];
+  pid_t pid = attack_start(dir, "endpoints", args, log, sizeof(log));
+  int during = fds0;
+  for (int i = 0; i < 40 && during < fds0 + 32; i++) {
+    wtt_sleep_ms(100);
+    during = wtt_open_fds();
+  }
+  /* The next round: the engine is given up, the client inits again. */
+  WT_ASSERT_OK(wt_source_synthetic_set_seed(src, 8));
+  int64_t t0 = wt_mono_ms();
+  wt_status *st = wt_sync_client_start(c);
+  if (st == NULL) st = wt_sync_client_update(c, t, src, NULL, NULL);
+  if (st == NULL) st = wt_sync_client_finish(c, "e-8");
+  WT_ASSERT_OK(st);
+  int64_t took = wt_mono_ms() - t0;
+  assert_servers_hold(c, "small", 8, "e-8");
+  int after = wtt_open_fds();
+  for (int i = 0; i < 30 && after > fds0 + 4; i++) {
+    wtt_sleep_ms(100);
+    after = wtt_open_fds();
+  }
+  const char *report = attack_end(pid, log, "idle");
+  printf("\n  %s; server descriptors %d -> %d during -> %d after the round "
+         "(%lld ms, with the re-init); a new worker address: %s\n",
+         report, fds0, during, after, (long long)took,
+         strcmp(old_addr, spy_addr) != 0 ? "yes" : "no");
+  CU_ASSERT(during >= fds0 + 16); /* the strangers did hold descriptors */
+  CU_ASSERT(after <= fds0 + 4);
+  CU_ASSERT(strcmp(old_addr, spy_addr) != 0);
+  /* And rounds go on, on the new engine. */
+  WT_ASSERT_OK(wt_source_synthetic_set_seed(src, 9));
+  round_ok(c, t, src, "e-9");
+  assert_servers_hold(c, "small", 9, "e-9");
+  wt_trainer_destroy(t);
+  wt_source_destroy(src);
+  wt_sync_client_destroy(c);
+  wt_server_stop(srv);
+  wt_registry_destroy(reg);
+  wt_test_rmtree(dir);
+  free(dir);
+}
+
 /* The listening TCP ports of process `pid` other than `skip`, from its
  * socket fds and the kernel's tables. */
 static size_t listening_ports(pid_t pid, int skip, int *ports, size_t cap) {
@@ -1312,7 +1397,9 @@ static void test_server_transports_option(void) {
     const char *option, *expect;
   } bad[] = {
       {"ucx.nope=1", "backend 'ucx' has no option 'nope' (its options: "
-                     "transports)"},
+                     "transports, max_peer_connections)"},
+      {"ucx.max_peer_connections=lots",
+       "option max_peer_connections: 'lots' is not a count"},
       {"nosuch.transports=tcp", "engine option 'nosuch.transports'"},
       {"transports=tcp", "not BACKEND.KEY=VALUE"},
       {"ucx.transports=", "option transports: empty"},
@@ -1656,6 +1743,8 @@ void wt_test_suite_ucx(void) {
               test_two_hosts_link_cut);
   CU_add_test(s, "strangers who know a worker's address",
               test_strangers_by_address);
+  CU_add_test(s, "strangers' endpoints to a worker are reclaimed",
+              test_stranger_endpoints_reclaimed);
   CU_add_test(s, "raw bytes to every UCX port (real process)",
               test_strangers_raw_bytes);
 }

@@ -131,7 +131,7 @@ static void detached_done(wt_worker_op *op, wt_status *st, void *user) {
   free(op);
 }
 
-static void submit_detached(wt_server *srv, wt_worker_op_kind kind,
+void wt_srv_submit_detached(wt_server *srv, wt_worker_op_kind kind,
                             uint64_t round, const char *reason) {
   for (uint32_t i = 0; i < srv->nworkers; i++) {
     detached_abort *d = calloc(1, sizeof(*d));
@@ -252,7 +252,7 @@ bool wt_srv_abort_round_locked(wt_server *srv, wt_srv_cause cause,
   /* Blocked engine calls return at once; the ABORT ops run after them. */
   for (uint32_t i = 0; i < srv->nworkers; i++)
     wt_worker_cancel(srv->workers[i]);
-  submit_detached(srv, WT_WORKER_OP_ABORT, id, why);
+  wt_srv_submit_detached(srv, WT_WORKER_OP_ABORT, id, why);
   pthread_cond_broadcast(&srv->cv);
   WT_LOGW("server", "round %" PRIu64 " aborted: %s", id,
           why ? why : "(out of memory)");
@@ -358,7 +358,7 @@ wt_status *wt_srv_init_engine(wt_server *srv,
             srv->nworkers);
   } else {
     /* Workers whose init succeeded give their engine up again. */
-    submit_detached(srv, WT_WORKER_OP_RELEASE, 0, NULL);
+    wt_srv_submit_detached(srv, WT_WORKER_OP_RELEASE, 0, NULL);
   }
 out:
   if (marked) pthread_cond_broadcast(&srv->cv);

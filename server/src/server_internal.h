@@ -255,6 +255,11 @@ WT_HIDDEN wt_status *wt_srv_abort(wt_server *srv, uint64_t round_id,
  * `reason`, counted under `cause` (the metrics' wt_round_failures_total):
  * ends the push stream, cancels the engines and queues an ABORT on every
  * worker. Never waits. Under mu. Returns whether it aborted. */
+/* Queues an op of `kind` on every worker without waiting for it (its memory
+ * is freed when it is done). */
+WT_HIDDEN void wt_srv_submit_detached(wt_server *srv, wt_worker_op_kind kind,
+                                      uint64_t round, const char *reason);
+
 WT_HIDDEN bool wt_srv_abort_round_locked(wt_server *srv, wt_srv_cause cause,
                                          const char *reason);
 

@@ -233,9 +233,32 @@ out:
   return st;
 }
 
+/* Whether the ready worker's engine must be given up (needs_reinit); if
+ * so it is dropped, the worker goes to needs_init, and *reason (n bytes)
+ * says why. */
+static bool give_up_engine(wt_worker *w, char *reason, size_t n) {
+  char why[400];
+  if (w->ops == NULL || w->ops->needs_reinit == NULL ||
+      !w->ops->needs_reinit(w->engine, why, sizeof(why)))
+    return false;
+  snprintf(reason, n,
+           "backend '%s' gave its engine up (%s); call "
+           "InitWeightTransferEngine again",
+           w->ops->header.name, why);
+  drop_engine(w);
+  w->state = WT_WORKER_NEEDS_INIT;
+  publish(w, reason);
+  WT_LOGW("server", "%s: %s", w->where, reason);
+  return true;
+}
+
 static wt_status *op_start(wt_worker *w, wt_worker_op *op) {
   wt_status *st = NULL;
   WT_CHECK(need_state(w, WT_WORKER_READY, "start"));
+  char reason[512];
+  if (give_up_engine(w, reason, sizeof(reason)))
+    WT_FAIL(WT_FAILED_PRECONDITION, "%s needs a new InitWeightTransferEngine: %s",
+            w->where, reason);
   wt_param_store_begin(w->store);
   st = w->ops->start_update(w->engine, op->round_id);
   if (st != NULL) {

@@ -91,6 +91,10 @@ void wt_ucx_reset_cancel(wt_ucx *u);
  * their bounds: the same on both sides. */
 #define WT_UCX_DEFAULT_BUFFER_BYTES (64ull << 20)
 #define WT_UCX_DEFAULT_NUM_BUFFERS 2u
+/* A worker's UCX connections a round start tolerates before the engine
+ * gives itself up (wt-server --engine-option ucx.max_peer_connections):
+ * a trainer needs one or two; the rest are strangers' (docs/trust.md). */
+#define WT_UCX_DEFAULT_MAX_PEER_CONNECTIONS 256u
 #define WT_UCX_MAX_NUM_BUFFERS 64u
 
 /* What both halves read of an init info: the ucx message's packing and

@@ -269,6 +269,13 @@ typedef struct wt_engine_ops {
   wt_status *(*push_delta)(wt_engine *e, uint32_t bucket, uint64_t offset,
                            uint64_t raw_len, uint64_t base_digest,
                            const void *frame, size_t len);
+
+  /* Optional (ABI 6): asked before each round's start_update. True (with
+   * why[0..n) saying why) when the engine must be given up, for example
+   * because strangers hold more of its connections than it tolerates:
+   * the worker destroys it (its resources reclaimed) and goes to
+   * needs_init, and the trainer's client inits again. */
+  bool (*needs_reinit)(wt_engine *e, char *why, size_t n);
 } wt_engine_ops;
 
 /* The process's worker-engine registry, created (with every built-in

@@ -124,9 +124,13 @@ static wt_status *ucx_create(const Wt__V1__WeightTransferInitInfo *init,
   /* The server's default (wt-server --engine-option ucx.transports=LIST)
    * when the init info names none; UCX_TLS applies below both. */
   const char *server_tls = NULL;
-  for (size_t i = 0; i < ctx->n_options; i++)
+  e->max_peers = WT_UCX_DEFAULT_MAX_PEER_CONNECTIONS;
+  for (size_t i = 0; i < ctx->n_options; i++) {
     if (strcmp(ctx->options[i].key, "transports") == 0)
       server_tls = ctx->options[i].value;
+    if (strcmp(ctx->options[i].key, "max_peer_connections") == 0)
+      e->max_peers = (uint32_t)strtoul(ctx->options[i].value, NULL, 10);
+  }
   e->ctx.options = NULL; /* borrowed for create only */
   e->ctx.n_options = 0;
   if (e->transports == NULL && server_tls != NULL && *server_tls != '\0') {
@@ -148,10 +152,18 @@ out:
   return st;
 }
 
+/* Held while a worker's UCX opens its listening sockets, so that the
+ * sockets that appear are that worker's (ucx_socks.c). */
+static pthread_mutex_t g_listen_mu = PTHREAD_MUTEX_INITIALIZER;
+
 static wt_status *ucx_init_transfer(wt_engine *e,
                                     const Wt__V1__WeightTransferInitInfo *init,
                                     wt_engine_endpoint *endpoint) {
   wt_status *st = NULL;
+  uint16_t before[64];
+  size_t nbefore = 0;
+  pthread_mutex_lock(&g_listen_mu);
+  nbefore = wt_ucxe_listening_ports(before, 64);
   struct sockaddr_storage ss;
   socklen_t len = 0;
   ucs_status_t us;
@@ -233,7 +245,43 @@ address:
           host, (unsigned)endpoint->port,
           e->transports ? e->transports : "default");
 out:
+  {
+    /* This worker's listeners: what appeared since `before`. */
+    uint16_t after[64];
+    size_t nafter = wt_ucxe_listening_ports(after, 64);
+    e->nown = 0;
+    for (size_t i = 0; i < nafter && e->nown < 16; i++) {
+      bool old = false;
+      for (size_t j = 0; j < nbefore && !old; j++) old = before[j] == after[i];
+      if (!old) e->own_ports[e->nown++] = after[i];
+    }
+  }
+  pthread_mutex_unlock(&g_listen_mu);
   return st;
+}
+
+/* Strangers who know the worker's address make UCX accept a connection per
+ * endpoint, unbounded (row 6 of docs/trust.md): past max_peers, the
+ * engine is given up at the next round's start, which closes them all, and
+ * the trainer's client inits again (a new worker, a new address). */
+static bool ucx_needs_reinit(wt_engine *e, char *why, size_t n) {
+  if (e->ucx == NULL || e->max_peers == 0) return false;
+  size_t peers = wt_ucxe_count_peers(e->own_ports, e->nown);
+  if (peers <= e->max_peers) return false;
+  if (peers == SIZE_MAX) {
+    snprintf(why, n,
+             "the process ran out of descriptors while %s's UCX ports are "
+             "open: strangers who know its address may hold them; a new "
+             "init closes them and gives a new address",
+             e->where);
+    return true;
+  }
+  snprintf(why, n,
+           "%zu connections to the UCX ports of %s, more than the %u a trainer "
+           "needs (ucx.max_peer_connections): strangers who know its "
+           "address; a new init closes them and gives a new address",
+           peers, e->where, e->max_peers);
+  return true;
 }
 
 static wt_status *ucx_start_update(wt_engine *e, uint64_t round_id) {
@@ -549,8 +597,20 @@ static wt_status *ucx_probe_memory(wt_mem_kind kind) {
 /* The server's settings of this backend: transports=LIST, the workers'
  * UCX transports when an init info names none. */
 static wt_status *ucx_check_options(const wt_backend_option *opts, size_t n) {
-  static const char *const known[] = {"transports", NULL};
+  static const char *const known[] = {"transports", "max_peer_connections",
+                                      NULL};
   for (size_t i = 0; i < n; i++) {
+    if (strcmp(opts[i].key, "max_peer_connections") == 0) {
+      char *end = NULL;
+      unsigned long v = strtoul(opts[i].value ? opts[i].value : "", &end, 10);
+      if (opts[i].value == NULL || end == opts[i].value || *end != '\0' ||
+          v > 1000000)
+        return wt_status_new(WT_INVALID_ARGUMENT,
+                             "option max_peer_connections: '%s' is not a "
+                             "count from 0 (no limit) to 1000000",
+                             opts[i].value ? opts[i].value : "");
+      continue;
+    }
     if (strcmp(opts[i].key, "transports") != 0)
       return wt_option_unknown("ucx", &opts[i], known);
     if (opts[i].value == NULL || *opts[i].value == '\0')
@@ -577,4 +637,5 @@ const wt_engine_ops wt_ucx_engine_ops = {
     .cancel = ucx_cancel,
     .destroy = ucx_destroy,
     .check_options = ucx_check_options,
+    .needs_reinit = ucx_needs_reinit,
 };

@@ -87,6 +87,12 @@ struct wt_engine {
   uint8_t secret[WT_UCX_SECRET_BYTES]; /* init_info.ucx.auth_secret */
   uint8_t hello[WT_UCX_HELLO_BYTES];   /* what a connection must send */
   uint64_t refused;  /* connections refused: too many owing a hello */
+  /* The ports this engine's UCX worker listens on (its TCP transport, its
+   * listener), and how many connections to them a round start tolerates
+   * before the engine gives itself up (ucx.max_peer_connections). */
+  uint16_t own_ports[16];
+  size_t nown;
+  uint32_t max_peers;
   uint64_t rejected; /* connections closed: no or a wrong hello */
   uint64_t evicted;  /* of those, closed to make room for a newer one */
   wt_ucx *ucx;
@@ -219,5 +225,15 @@ WT_HIDDEN wt_status *wt_ucxe_fwd_bucket(wt_engine *e, const slot *s,
 /* Waits for the forwarded sends (reqs[0..n)) and frees them. */
 WT_HIDDEN wt_status *wt_ucxe_fwd_finish(wt_engine *e, void **reqs,
                                              size_t n, int64_t timeout);
+
+/* --- ucx_socks.c: strangers' connections (docs/trust.md, row 6) --------- */
+
+/* The TCP ports this process listens on, up to `cap` of them into
+ * ports[]; returns how many. */
+WT_HIDDEN size_t wt_ucxe_listening_ports(uint16_t *ports, size_t cap);
+/* This process's established TCP connections whose local port is one of
+ * ports[0..n): the peers connected to those listeners; SIZE_MAX when the
+ * process has no descriptor left to look with. */
+WT_HIDDEN size_t wt_ucxe_count_peers(const uint16_t *ports, size_t n);
 
 #endif /* WT_UCX_ENGINE_INTERNAL_H */

@@ -863,6 +863,17 @@ static pid_t attack_start(const char *dir, const char *tag,
   return pid;
 }
 
+/* A registry whose ucx engine is the real one, its init spied on: the
+ * worker address lands in spy_addr. */
+static wt_registry *spy_registry(void) {
+  wt_registry *reg = NULL;
+  WT_ASSERT_OK(wt_registry_new("worker engine", WT_ENGINE_ABI_VERSION, &reg));
+  spy_engine_ops = wt_ucx_engine_ops;
+  spy_engine_ops.init_transfer = spy_init;
+  WT_ASSERT_OK(wt_registry_register(reg, "ucx", &spy_engine_ops));
+  return reg;
+}
+
 /* Waits for the attacker and returns its report line (static): the one
  * that starts with "MODE:" (a sanitizer's summary may follow it). */
 static const char *attack_end(pid_t pid, const char *log, const char *mode) {
@@ -887,11 +898,7 @@ static const char *attack_end(pid_t pid, const char *log, const char *mode) {
  * connections. */
 static void test_strangers_by_address(void) {
   char *dir = wt_test_tmpdir();
-  wt_registry *reg = NULL;
-  WT_ASSERT_OK(wt_registry_new("worker engine", WT_ENGINE_ABI_VERSION, &reg));
-  spy_engine_ops = wt_ucx_engine_ops;
-  spy_engine_ops.init_transfer = spy_init;
-  WT_ASSERT_OK(wt_registry_register(reg, "ucx", &spy_engine_ops));
+  wt_registry *reg = spy_registry();
   wt_sync_client *c = NULL;
   wt_server *srv = registry_server(reg, 1, &c);
   wt_trainer *t = NULL;
@@ -986,11 +993,7 @@ static void test_strangers_by_address(void) {
  * re-init failed.) */
 static void test_stranger_endpoints_reclaimed(void) {
   char *dir = wt_test_tmpdir();
-  wt_registry *reg = NULL;
-  WT_ASSERT_OK(wt_registry_new("worker engine", WT_ENGINE_ABI_VERSION, &reg));
-  spy_engine_ops = wt_ucx_engine_ops;
-  spy_engine_ops.init_transfer = spy_init;
-  WT_ASSERT_OK(wt_registry_register(reg, "ucx", &spy_engine_ops));
+  wt_registry *reg = spy_registry();
   wt_backend_option eo[1] = {{"ucx.max_peer_connections", "16"}};
   wt_server_options so = {.listen = "127.0.0.1:0",
                           .model = "synthetic:small",

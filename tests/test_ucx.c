@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "wt/client.h"
+#include "wt/control.h"
 #include "wt/engine.h"
 #include "wt/server.h"
 #include "wt/source.h"
@@ -1231,6 +1232,129 @@ static void test_strangers_raw_bytes(void) {
   free(dir);
 }
 
+/* ---- a trainer behind strangers on a listener ---------------------------- */
+
+/* wt's own control plane, except that the answer to an init waits until
+ * strangers have connected to the worker's UCX listener it names: the
+ * trainer's connection then comes behind theirs. */
+typedef struct behind_plane {
+  wt_control_plane inner;
+  const char *dir;
+  pid_t attacker;
+  char log[PATH_MAX];
+} behind_plane;
+
+static size_t bh_count(void *s) {
+  behind_plane *b = s;
+  return b->inner.ops->server_count(b->inner.self);
+}
+static const char *bh_target(void *s, size_t k) {
+  behind_plane *b = s;
+  return b->inner.ops->target(b->inner.self, k);
+}
+static wt_status *bh_start(void *s, size_t k, wt_control_method m,
+                           const ProtobufCMessage *req, int64_t deadline_ms,
+                           wt_control_call **call) {
+  behind_plane *b = s;
+  return b->inner.ops->call_start(b->inner.self, k, m, req, deadline_ms, call);
+}
+static bool bh_done(void *s, wt_control_call *call, int64_t wait_ms) {
+  behind_plane *b = s;
+  return b->inner.ops->call_done(b->inner.self, call, wait_ms);
+}
+static void bh_cancel(void *s, wt_control_call *call) {
+  behind_plane *b = s;
+  b->inner.ops->call_cancel(b->inner.self, call);
+}
+static wt_status *bh_wait(void *s, wt_control_call *call,
+                          ProtobufCMessage **response) {
+  behind_plane *b = s;
+  ProtobufCMessage *r = NULL;
+  wt_status *st = b->inner.ops->call_wait(b->inner.self, call, &r);
+  if (st == NULL && r != NULL && b->attacker == 0 &&
+      r->descriptor == &wt__v1__init_weight_transfer_engine_response__descriptor) {
+    const Wt__V1__InitWeightTransferEngineResponse *ir = (const void *)r;
+    if (ir->n_endpoints > 0 && ir->endpoints[0]->port != 0) {
+      char target[300];
+      snprintf(target, sizeof(target), "%s:%u", ir->endpoints[0]->address,
+               (unsigned)ir->endpoints[0]->port);
+      const char *args[] = {"idle", "6", target, "64", NULL};
+      b->attacker = attack_start(b->dir, "behind", args, b->log, sizeof(b->log));
+      wtt_sleep_ms(1500); /* their 64 connections are made */
+    }
+  }
+  if (response) *response = r;
+  else wt_pb_free(r);
+  return st;
+}
+static wt_rpc_channel *bh_channel(void *s, size_t k) {
+  behind_plane *b = s;
+  return b->inner.ops->channel(b->inner.self, k);
+}
+static wt_control_ops behind_ops = {
+    .name = "behind",
+    .server_count = bh_count,
+    .target = bh_target,
+    .call_start = bh_start,
+    .call_done = bh_done,
+    .call_cancel = bh_cancel,
+    .call_wait = bh_wait,
+    .channel = bh_channel,
+};
+
+/* Row 4 of docs/trust.md, the case the strangers test could not make: 64
+ * strangers connect to a worker's listener first and never send a hello;
+ * the trainer's connection comes after them. It sends its hello at once,
+ * takes the place of the oldest owing one, and its rounds commit while the
+ * strangers hold on. */
+static void test_trainer_behind_strangers(void) {
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  if (major == 1 && minor < 14) {
+    wt_test_skip("a trainer behind strangers on a listener",
+                 "UCX 1.13 runs no listener (wt refuses to open one)");
+    return;
+  }
+  char *dir = wt_test_tmpdir();
+  wt_registry *reg = spy_registry();
+  wt_sync_client *plain = NULL;
+  wt_server *srv = registry_server(reg, 1, &plain);
+  behind_plane b = {.dir = dir};
+  const char *targets[] = {wt_sync_client_target(plain, 0)};
+  wt_client_options co = {.timeout_ms = 10000, .data_timeout_ms = 20000};
+  WT_ASSERT_OK(wt_control_grpc_new(targets, 1, &co, &b.inner));
+  behind_ops.methods = b.inner.ops->methods;
+  wt_control_plane cp = {&behind_ops, &b};
+  wt_sync_client *c = NULL;
+  WT_ASSERT_OK(wt_sync_client_new_with(&cp, &co, &c));
+  wt_trainer *t = NULL;
+  wt_source *src = NULL;
+  ucx_info ui;
+  WT_ASSERT_OK(wt_sync_client_init_transfer(
+      c, ucx_info_make(&ui, "tcp", "sockaddr", 256 << 10, 5000), NULL, &t));
+  CU_ASSERT_FATAL(b.attacker > 0);
+  WT_ASSERT_OK(wt_source_synthetic("small", 11, &src));
+  int64_t t0 = wt_mono_ms();
+  round_ok(c, t, src, "behind-11");
+  int64_t first = wt_mono_ms() - t0;
+  assert_servers_hold(c, "small", 11, "behind-11");
+  WT_ASSERT_OK(wt_source_synthetic_set_seed(src, 12));
+  round_ok(c, t, src, "behind-12");
+  assert_servers_hold(c, "small", 12, "behind-12");
+  const char *report = attack_end(b.attacker, b.log, "idle");
+  printf("\n  %s; the trainer's first round behind them took %lld ms\n",
+         report, (long long)first);
+  CU_ASSERT_PTR_NOT_NULL(strstr(report, "idle: 64 connections"));
+  wt_trainer_destroy(t);
+  wt_source_destroy(src);
+  wt_sync_client_destroy(c);
+  wt_sync_client_destroy(plain);
+  wt_server_stop(srv);
+  wt_registry_destroy(reg);
+  wt_test_rmtree(dir);
+  free(dir);
+}
+
 /* ---- real processes ------------------------------------------------------ */
 
 /* wt-push (a real trainer process) killed mid-round: the workers' receive
@@ -1748,6 +1872,8 @@ void wt_test_suite_ucx(void) {
               test_strangers_by_address);
   CU_add_test(s, "strangers' endpoints to a worker are reclaimed",
               test_stranger_endpoints_reclaimed);
+  CU_add_test(s, "a trainer behind strangers on a listener",
+              test_trainer_behind_strangers);
   CU_add_test(s, "raw bytes to every UCX port (real process)",
               test_strangers_raw_bytes);
 }

@@ -85,7 +85,7 @@ static wt_status *ucx_create(const Wt__V1__WeightTransferInitInfo *init,
   wt_engine *e = calloc(1, sizeof(*e));
   if (e == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "ucx engine: out of memory");
   e->ctx = *ctx;
-  e->cap = 64; /* open connections: one per trainer (re)connect */
+  e->cap = UCX_MAX_PEERS; /* open connections, strangers' included */
   snprintf(e->where, sizeof(e->where), "ucx worker %u", ctx->rank);
   const Wt__V1__UcxInitInfo *x =
       init->backend_init_case ==

@@ -44,6 +44,14 @@
  * all): a trainer's connection sends its hello at once, so strangers that
  * never do cannot keep it out. */
 #define UCX_MAX_PENDING_PER_ADDR 8
+/* Connection slots of a worker. A connection that made room for a newer
+ * one keeps its slot until it is closed, outside UCX's callbacks, and a
+ * burst of connection requests is handled inside one progress call: 64
+ * strangers arriving at once filled 64 slots and the trainer's request
+ * behind them was refused ("a trainer behind strangers on a listener").
+ * The slots absorb a burst this large; a larger one between two progress
+ * calls still refuses a newcomer (docs/trust.md, row 4). */
+#define UCX_MAX_PEERS 1024
 
 /* A connection from the trainer (normally one per init), or one still
  * owing its hello. */

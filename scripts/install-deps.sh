@@ -9,7 +9,7 @@ DEBS=(
   build-essential cmake pkg-config clang libclang-rt-dev
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
   libcunit1-dev libucx-dev ucx-utils libjansson-dev libssl-dev libxxhash-dev libmicrohttpd-dev libzstd-dev
-  python3 python3-pip python3-venv iproute2 procps openssl
+  python3 python3-pip python3-venv iproute2 procps openssl tmux systemd
 )
 PIP=(safetensors numpy grpcio grpcio-tools protobuf h2 pytest grpcio-health-checking
      prometheus_client grpcio-reflection kubernetes-validate pyyaml)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # delta_bench.sh: delta rounds (docs/delta.md) against full rounds in the
-# same run, over the grpc backend, on rate-limited links and on loopback.
+# same run, over the grpc or the ucx backend (BACKEND), on rate-limited
+# links and on loopback.
 #
 # For each link (RATES: tc tbf on a veth pair between two network
 # namespaces made here, wtdl-t and wtdl-s, addresses 10.78.0.0/24, never
@@ -11,14 +12,16 @@
 # off (the reference), on, and auto. Reported: the steady-state median
 # round of each, the ratios against off, and the bytes the delta push put
 # on the wire against the model's (the last round's), with the encode rate
-# on the trainer's one thread. Targets (issue #25): at 2 percent on
+# on the trainer's one thread; then the codec alone, encode and decode per
+# core (bench/delta_codec.c). Targets (issue #25): at 2 percent on
 # 1 Gbit/s at least 8x fewer bytes and 5x faster; auto within 1.1x of off
 # at 100 percent and on loopback.
 #
 # Needs root, ip netns and tc for the links (loopback alone needs
 # neither). Settings: BUILD_DIR (build), MODEL (synthetic:llama-256m; the
 # 1 GiB model is synthetic:bench-1g), RATES ("1gbit 10gbit loopback"),
-# FRACTIONS ("0.005 0.02 0.1 0.5 1"), ROUNDS (3). Not a test.
+# FRACTIONS ("0.005 0.02 0.1 0.5 1"), ROUNDS (3), BACKEND (grpc; ucx runs
+# over TCP, UCX_TLS=tcp). Not a test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -27,6 +30,7 @@ model=${MODEL:-synthetic:llama-256m}
 rates=${RATES:-1gbit 10gbit loopback}
 fractions=${FRACTIONS:-0.005 0.02 0.1 0.5 1}
 rounds=${ROUNDS:-3}
+backend=${BACKEND:-grpc}
 bench=delta_bench
 work=$(mktemp -d /tmp/wt-delta.XXXXXX)
 # shellcheck source=bench/lib.sh
@@ -48,8 +52,8 @@ link() {
   work=$(mktemp -d /tmp/wt-delta.XXXXXX)
   pids=()
   if [ "$rate" = loopback ]; then
-    start_bg srv "$server_bin" --listen 127.0.0.1:0 --no-auth --model "$model" \
-      --log-level warn
+    start_bg srv env UCX_TLS=tcp "$server_bin" --listen 127.0.0.1:0 --no-auth \
+      --model "$model" --log-level warn
     in_t=()
     return
   fi
@@ -67,7 +71,8 @@ link() {
     ip netns exec "wtdl-$n" tc qdisc add dev "wtdl-$([ $n = t ] && echo a || echo b)" \
       root tbf rate "$rate" burst 256kb latency 100ms
   done
-  start_bg srv ip netns exec wtdl-s "$server_bin" --listen 10.78.0.2:0 \
+  start_bg srv ip netns exec wtdl-s env UCX_TLS=tcp "$server_bin" \
+    --listen 10.78.0.2:0 \
     --insecure --no-auth --model "$model" --log-level warn
   in_t=(ip netns exec wtdl-t)
 }
@@ -75,7 +80,8 @@ link() {
 # push FRACTION MODE: "median wire raw encode_s" of one wt-push run.
 push() {
   local f=$1 mode=$2 out
-  out=$("${in_t[@]}" "$push_bin" --server "$bg_addr" --rounds $((rounds + 1)) \
+  out=$("${in_t[@]}" env UCX_TLS=tcp "$push_bin" --server "$bg_addr" \
+    --backend "$backend" --rounds $((rounds + 1)) \
     --change "$f" --delta="$mode" --data-timeout 300 2>&1) || {
     echo "$bench: wt-push (--change $f --delta=$mode): $out" >&2
     exit 1
@@ -88,7 +94,7 @@ push() {
   echo "$med ${wire:-0} ${raw:-0} ${enc:-0}"
 }
 
-echo "delta rounds (grpc) against full rounds in the same run; $model;" \
+echo "delta rounds ($backend) against full rounds in the same run; $model;" \
   "steady median of $rounds rounds; $(nproc) CPUs; $(date -u +%Y-%m-%d)"
 printf '%-9s %-6s %9s %9s %9s %8s %8s %12s %10s\n' link changed off_s on_s auto_s \
   on/off auto/off wire_ratio encode_MB/s
@@ -105,3 +111,8 @@ for rate in $rates; do
         (e > 0 ? r / e / 1e6 : 0) }'
   done
 done
+
+# The codec's rate per core apart from any link: encode (the trainer's
+# work per byte) and decode (a worker's), against memcpy in the same run.
+echo
+"$build/bench/wt-bench-delta-codec" 256 $fractions

@@ -23,7 +23,9 @@
 # (synthetic:llama-256m), ROUNDS (2), MTU (1500), BUCKET (4 MiB: the chain pipelines
 # bucket by bucket, so a round is about (buckets + N - 1) bucket times),
 # LOG_DIR (unset: where to keep each server's log, at debug level: every
-# worker's round times, hop by hop). Not a test.
+# worker's round times, hop by hop), DELTA (unset: full rounds; on or auto:
+# delta rounds, docs/delta.md) with CHANGE (0.02: the fraction of elements
+# each step changes, wt-push --change). Not a test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -37,6 +39,10 @@ rounds=${ROUNDS:-2}
 bucket=${BUCKET:-4194304}
 mtu=${MTU:-1500}
 log_dir=${LOG_DIR:-}
+delta=${DELTA:-}
+change=${CHANGE:-0.02}
+delta_args=()
+[ -n "$delta" ] && delta_args=(--delta="$delta" --change "$change")
 bench=fanout_bench
 work=$(mktemp -d /tmp/wt-fanout.XXXXXX)
 # shellcheck source=bench/lib.sh
@@ -99,7 +105,8 @@ round() {
   for i in $(seq 1 "$n"); do args+=(--server "${saddr[$i]}"); done
   out=$(ip netns exec wtfo-t env UCX_TLS=tcp WT_UCX_FANOUT="$mode" \
     "$push_bin" "${args[@]}" --backend ucx --bucket-size "$bucket" \
-    --rounds $((rounds + 1)) --quiet --data-timeout 120 2>&1) || {
+    --rounds $((rounds + 1)) --quiet --data-timeout 120 \
+    ${delta_args[@]+"${delta_args[@]}"} 2>&1) || {
     echo "$bench: wt-push (N=$n, $mode): $out" >&2
     exit 1
   }
@@ -107,7 +114,8 @@ round() {
 }
 
 declare -A t
-echo "ucx fan-out over TCP, each host's link limited to $rate both ways" \
+echo "ucx fan-out over TCP${delta:+, delta=$delta at $change changed}," \
+  "each host's link limited to $rate both ways" \
   "(MTU $mtu); $model; steady median of $rounds rounds on one init;" \
   "$(nproc) CPUs"
 printf '%-6s' N

@@ -810,8 +810,8 @@ static wt_status *run_round(run *r, uint64_t i, double *secs) {
            r->o.rounds > 1 ? "round " : "", wt_source_count(r->src), bytes,
            wt_tool_human_bytes(bytes, a, sizeof(a)), r->o.nservers, t_push,
            t_push > 0 ? (double)bytes / t_push / 1e9 : 0.0, *secs, commit);
-    wt_grpc_delta_stats ds;
-    wt_status *dst = wt_grpc_trainer_delta_stats(r->trainer, &ds);
+    wt_delta_stats ds;
+    wt_status *dst = wt_trainer_delta_stats(r->trainer, &ds);
     if (dst == NULL && r->o.delta_set) {
       char w[32];
       printf("  delta: %u server(s) took %" PRIu64 " bytes (%s) on the wire "

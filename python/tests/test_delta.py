@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import wt_transfer as wt
-from conftest import digests, model_tensors
+from conftest import digests, has_backend, model_tensors
 
 
 def step(tensors, rng, fraction=0.02):
@@ -19,14 +19,22 @@ def step(tensors, rng, fraction=0.02):
         flat[idx] ^= 1
 
 
-@pytest.mark.parametrize("staging", ["shadow", "inplace"])
-def test_delta_rounds(start_server, staging):
+@pytest.mark.parametrize("backend,staging", [("grpc", "shadow"),
+                                             ("grpc", "inplace"),
+                                             ("ucx", "shadow"),
+                                             ("ucx", "inplace")])
+def test_delta_rounds(start_server, backend, staging):
     s = start_server("--model", "synthetic:small", "--no-auth", "--workers", "2",
                      "--staging", staging)
     with wt.Client(s.addr) as client:
+        if not has_backend(client, backend):
+            pytest.skip(f"this wt-server was built without {backend}")
         tensors = model_tensors(client.parameters(), 1)
+        config = {"delta": "on"}
+        if backend == "ucx":
+            config["transports"] = "tcp"
         engine = wt.WeightTransferTrainerFactory.trainer_init(
-            "grpc", {"delta": "on"}, None, client=client,
+            backend, config, None, client=client,
             source=wt.ArraySource(tensors))
         rng = np.random.default_rng(0)
         try:

@@ -470,22 +470,59 @@ wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
   pthread_mutex_lock(&srv->mu);
   WT_CHECK(wt_srv_need_round_locked(srv, "UpdateWeights", round_id));
   WT_CHECK(wt_srv_need_idle_locked(srv, "UpdateWeights"));
+  const wt_engine_ops *eops = wt_worker_engine_ops(srv->workers[0]);
+  const Wt__V1__DeltaBase *delta_base =
+      info != NULL &&
+              info->backend_update_case ==
+                  WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_UCX &&
+              info->ucx != NULL
+          ? info->ucx->delta_base
+          : NULL;
+  /* A delta against another version is refused before the call is the
+   * round's, naming both versions (docs/delta.md). */
+  if (delta_base != NULL) {
+    if (eops == NULL || !(eops->caps & WT_ENGINE_RECEIVES_DELTA))
+      WT_FAIL(WT_FAILED_PRECONDITION,
+              "UpdateWeights: delta base refused: backend '%s' takes no "
+              "delta rounds; send the full bytes",
+              srv->backend);
+    if (srv->committed_digest == 0 ||
+        delta_base->digest != srv->committed_digest ||
+        delta_base->sequence != srv->sequence)
+      WT_FAIL(WT_FAILED_PRECONDITION,
+              "UpdateWeights: delta base refused: the update is relative to "
+              "sequence %" PRIu64 " (digest %016" PRIx64
+              "), this server holds sequence %" PRIu64 " (digest %s%016" PRIx64
+              "); send the full bytes",
+              delta_base->sequence, delta_base->digest, srv->sequence,
+              srv->committed_digest ? "" : "unknown, ", srv->committed_digest);
+  }
   /* From here on the call is the round's: its failure fails the round. */
   round = srv->round_id;
-  const wt_engine_ops *eops = wt_worker_engine_ops(srv->workers[0]);
   if (eops == NULL || eops->receive == NULL)
     WT_FAIL(WT_FAILED_PRECONDITION,
             "UpdateWeights: backend '%s' receives weights through PushWeights",
             srv->backend);
   WT_CHECK(wt_srv_resolve_update(srv, info, &r));
+  r.u.delta = delta_base != NULL;
   srv->busy = "UpdateWeights";
-  srv->round_updates++; /* bytes without a digest: the version has none */
+  srv->round_updates++;
   srv->round_digest = 0;
   wt_worker_op proto = {
       .kind = WT_WORKER_OP_RECEIVE, .round_id = round, .update = &r.u};
   st = run_round_op(srv, ops, &proto, "UpdateWeights");
   if (srv->round_id == round) srv->busy = NULL;
-  if (st == NULL) *stats = ops[0].stats;
+  if (st == NULL) {
+    *stats = ops[0].stats;
+    /* The version has a digest when this was its one update and every
+     * worker landed the same bytes in full (an engine that does not say
+     * reports 0: the version then has none). */
+    uint64_t d = ops[0].stats.digest;
+    for (uint32_t i = 1; i < srv->nworkers; i++)
+      if (ops[i].stats.digest != d) d = 0;
+    if (srv->round_id == round && srv->round_updates == 1)
+      srv->round_digest = d;
+  }
 out:
   if (st != NULL && round != 0 && srv->round_id == round) {
     char why[1024];

@@ -272,8 +272,14 @@ typedef struct wt_grpc_delta_stats {
   double round_s;
 } wt_grpc_delta_stats;
 
-/* Fills *out for a trainer of the `grpc` backend; FAILED_PRECONDITION
+/* The same figures for every backend that sends delta rounds. */
+typedef wt_grpc_delta_stats wt_delta_stats;
+
+/* Fills *out with the last round's delta figures for a trainer of a
+ * backend that sends delta rounds (`grpc`, `ucx`); FAILED_PRECONDITION
  * naming the backend for any other. */
+wt_status *wt_trainer_delta_stats(const wt_trainer *t, wt_delta_stats *out);
+/* The same, under its first name (it has taken `ucx` too since). */
 wt_status *wt_grpc_trainer_delta_stats(const wt_trainer *t,
                                        wt_grpc_delta_stats *out);
 /* The `ipc` backend's table (client/src/trainers/ipc_trainer.c): CUDA IPC,

@@ -44,6 +44,7 @@
 #include "wt/chunk.h"
 #include "wt/clock.h"
 #include "wt/delta.h"
+#include "delta_state.h"
 #include "wt/client.h"
 #include "wt/log.h"
 #include "wt/packing.h"
@@ -59,11 +60,6 @@
  * when the init info gives no data deadline. */
 #define DEFAULT_RELEASE_WAIT_MS 30000
 
-enum { DELTA_OFF, DELTA_ON, DELTA_AUTO };
-/* delta=auto tries the other way this often, so that a changed link or
- * update is noticed. */
-#define DELTA_PROBE_ROUNDS 16
-
 typedef struct grpc_trainer {
   const wt_trainer_ctx *ctx; /* the servers; borrowed */
   uint64_t chunk_bytes;
@@ -71,17 +67,8 @@ typedef struct grpc_trainer {
   int64_t release_wait_ms;
   unsigned pushes; /* numbers transfer ids */
   /* Delta rounds. */
-  int delta_mode;
-  unsigned char *base;  /* the bytes last sent, plan order; base_bytes long */
-  uint64_t base_bytes;
-  uint64_t base_layout; /* digest of the names and sizes they were sent as */
-  uint64_t base_digest; /* of base; 0: base holds no complete round */
-  wt_delta_hasher *hash;
-  wt_delta_codec *codec;
+  wt_delta_state d;
   unsigned char *new_buf, *xor_buf;
-  /* auto: nanoseconds per byte of the model, last measured each way */
-  double full_ns, delta_ns;
-  unsigned since_probe;
   wt_grpc_delta_stats stats;
 } grpc_trainer;
 
@@ -113,22 +100,13 @@ static wt_status *grpc_trainer_init(const wt_trainer_init_args *args,
                                       &set));
   g->chunk_bytes = set.chunk_bytes;
   g->buffer_bytes = set.buffer_bytes;
-  const char *delta = info && info->grpc && info->grpc->delta ? info->grpc->delta : "";
-  if (*delta == '\0' || strcmp(delta, "off") == 0)
-    g->delta_mode = DELTA_OFF;
-  else if (strcmp(delta, "on") == 0)
-    g->delta_mode = DELTA_ON;
-  else if (strcmp(delta, "auto") == 0)
-    g->delta_mode = DELTA_AUTO;
-  else
-    WT_FAIL(WT_INVALID_ARGUMENT,
-            "init info grpc.delta: '%.40s' is not on, off or auto", delta);
-  if (g->delta_mode != DELTA_OFF) {
-    WT_CHECK(wt_delta_hasher_new(&g->hash));
-    g->codec = wt_delta_codec_new();
+  WT_CHECK(wt_delta_state_init(
+      &g->d, info && info->grpc ? info->grpc->delta : NULL,
+      "init info grpc.delta"));
+  if (g->d.mode != WT_DELTA_OFF) {
     g->new_buf = malloc(g->chunk_bytes);
     g->xor_buf = malloc(g->chunk_bytes);
-    if (g->codec == NULL || g->new_buf == NULL || g->xor_buf == NULL)
+    if (g->new_buf == NULL || g->xor_buf == NULL)
       WT_FAIL(WT_RESOURCE_EXHAUSTED, "grpc trainer: out of memory for delta "
                                      "buffers");
   }
@@ -142,9 +120,7 @@ out:
 static void grpc_trainer_destroy(void *self) {
   grpc_trainer *g = self;
   if (g == NULL) return;
-  free(g->base);
-  wt_delta_hasher_free(g->hash);
-  wt_delta_codec_free(g->codec);
+  wt_delta_state_clear(&g->d);
   free(g->new_buf);
   free(g->xor_buf);
   free(g);
@@ -521,13 +497,13 @@ static wt_status *produce_base(push *p, cursor *c, base_pass *bp,
   wt_status *st = NULL;
   grpc_trainer *g = bp->g;
   const wt_pack_plan *plan = bp->plan;
-  wt_delta_hasher_reset(g->hash);
+  wt_delta_hasher_reset(g->d.hash);
   uint64_t at = 0; /* the chunk's place in the round's bytes (= in base) */
   for (size_t b = 0; b < plan->nbuckets; b++) {
     uint64_t nbytes = plan->buckets[b].nbytes;
     for (uint64_t off = 0; off < nbytes;) {
       uint64_t len = nbytes - off < chunk_bytes ? nbytes - off : chunk_bytes;
-      unsigned char *base = g->base + at;
+      unsigned char *base = g->d.base + at;
       chunk_msg m = {.n = 1};
       if (bp->encode) {
         WT_CHECK(gather(c, g->new_buf, len));
@@ -537,7 +513,7 @@ static wt_status *produce_base(push *p, cursor *c, base_pass *bp,
         grpc_slice slice = grpc_slice_malloc(WT_DELTA_PREFIX_MAX + bound);
         uint8_t *q = GRPC_SLICE_START_PTR(slice);
         size_t flen =
-            wt_delta_encode(g->codec, g->new_buf, base, (size_t)len, g->xor_buf,
+            wt_delta_encode(g->d.codec, g->new_buf, base, (size_t)len, g->xor_buf,
                             q + WT_DELTA_PREFIX_MAX, bound);
         size_t prefix = 0;
         if (flen > 0) {
@@ -559,14 +535,14 @@ static wt_status *produce_base(push *p, cursor *c, base_pass *bp,
         }
         grpc_slice_unref(slice);
         memcpy(base, g->new_buf, (size_t)len);
-        wt_delta_hasher_update(g->hash, base, (size_t)len);
+        wt_delta_hasher_update(g->d.hash, base, (size_t)len);
         bp->encode_ns += (wt_mono_us() * 1000) - t0;
       } else {
         /* The new bytes land in the base, and the message refers to them
          * there (stable until the next round). */
         WT_CHECK(gather(c, base, len));
         int64_t t0 = (wt_mono_us() * 1000);
-        wt_delta_hasher_update(g->hash, base, (size_t)len);
+        wt_delta_hasher_update(g->d.hash, base, (size_t)len);
         bp->encode_ns += (wt_mono_us() * 1000) - t0;
         size_t prefix = wt_chunk_prefix((uint32_t)b, off, len, NULL);
         m.n = 2;
@@ -587,22 +563,6 @@ static wt_status *produce_base(push *p, cursor *c, base_pass *bp,
   st = cursor_finish(c);
 out:
   return st;
-}
-
-/* A digest of the round's layout (names, dtypes, sizes in order): a base
- * is only a base for the same layout. */
-static uint64_t layout_digest(const wt_tensor_meta *metas, size_t n) {
-  wt_delta_hasher *h = NULL;
-  if (wt_delta_hasher_new(&h) != NULL) return 0;
-  for (size_t i = 0; i < n; i++) {
-    wt_delta_hasher_update(h, metas[i].name, strlen(metas[i].name) + 1);
-    int32_t dt = (int32_t)metas[i].dtype;
-    wt_delta_hasher_update(h, &dt, sizeof(dt));
-    wt_delta_hasher_update(h, &metas[i].nbytes, sizeof(metas[i].nbytes));
-  }
-  uint64_t d = wt_delta_hasher_digest(h);
-  wt_delta_hasher_free(h);
-  return d;
 }
 
 /* ---- a round ------------------------------------------------------------------ */
@@ -634,7 +594,7 @@ static wt_status *push_to(grpc_trainer *g, wt_source *src,
     for (size_t k = 0; k < ns; k++) {
       wt__v1__delta_base__init(&bases[k]);
       bases[k].sequence = ctx->base_sequences ? ctx->base_sequences[k] : 0;
-      bases[k].digest = g->base_digest;
+      bases[k].digest = g->d.base_digest;
       p.headers[k].header->delta_base = &bases[k];
     }
   }
@@ -730,28 +690,6 @@ out:
   return st;
 }
 
-/* This round's way: whether to send deltas where a server holds the base
- * (*try_delta), and whether to keep the base for the next round (*keep).
- * delta=on always does both. delta=auto measures a round each way first,
- * then takes the faster way per byte of the last rounds; every
- * DELTA_PROBE_ROUNDS it tries the other once, keeping the base the round
- * before so that the probe can be a delta. While full rounds win, no base
- * is kept: those rounds cost what delta=off costs. */
-static void plan_round(grpc_trainer *g, bool usable, bool *try_delta,
-                       bool *keep) {
-  if (g->delta_mode == DELTA_ON) {
-    *try_delta = usable;
-    *keep = true;
-    return;
-  }
-  bool delta_wins = g->delta_ns <= 0 ||
-                    (g->full_ns > 0 && g->delta_ns < g->full_ns);
-  bool probe = ++g->since_probe >= DELTA_PROBE_ROUNDS;
-  if (probe) g->since_probe = 0;
-  *try_delta = usable && (delta_wins != probe);
-  *keep = delta_wins || g->since_probe + 1 >= DELTA_PROBE_ROUNDS;
-}
-
 static wt_status *grpc_send_weights(void *self, wt_source *src,
                                     wt_progress_fn progress, void *user) {
   wt_status *st = NULL;
@@ -769,28 +707,18 @@ static wt_status *grpc_send_weights(void *self, wt_source *src,
     WT_FAIL(WT_INVALID_ARGUMENT, "%zu buckets: more than the wire allows",
             plan->nbuckets);
   WT_CHECK(wt_update_lists_build(src, &l));
-  if (g->delta_mode == DELTA_OFF) {
+  if (g->d.mode == WT_DELTA_OFF) {
     WT_CHECK(push_to(g, src, plan, &l, NULL, NULL, progress, user));
     goto out;
   }
 
   /* Delta rounds: which servers hold what the base holds. */
   int64_t t0 = (wt_mono_us() * 1000);
-  uint64_t layout = layout_digest(metas, n);
-  if (g->base == NULL || g->base_bytes != plan->total_bytes) {
-    free(g->base);
-    g->base = malloc(plan->total_bytes ? plan->total_bytes : 1);
-    g->base_bytes = g->base ? plan->total_bytes : 0;
-    g->base_digest = 0;
-    if (g->base == NULL)
-      WT_FAIL(WT_RESOURCE_EXHAUSTED,
-              "grpc trainer: out of memory for the delta base (%" PRIu64
-              " bytes, the model's size; delta=off needs none)",
-              plan->total_bytes);
-  }
+  uint64_t layout = wt_delta_layout_digest(metas, n);
+  WT_CHECK(wt_delta_state_reserve(&g->d, plan->total_bytes, "grpc trainer"));
   bool try_delta = false, keep = true;
-  plan_round(g,
-             g->base_digest != 0 && g->base_layout == layout &&
+  wt_delta_plan_round(&g->d,
+             g->d.base_digest != 0 && g->d.base_layout == layout &&
                  ctx->base_digests != NULL,
              &try_delta, &keep);
   delta_to = calloc(ns, sizeof(*delta_to));
@@ -801,13 +729,13 @@ static wt_status *grpc_send_weights(void *self, wt_source *src,
   }
   uint32_t nd = 0, nf = 0;
   for (size_t k = 0; k < ns; k++) {
-    delta_to[k] = try_delta && ctx->base_digests[k] == g->base_digest;
+    delta_to[k] = try_delta && ctx->base_digests[k] == g->d.base_digest;
     full_to[k] = !delta_to[k];
     nd += delta_to[k];
     nf += full_to[k];
   }
-  uint64_t digest = g->base_digest;
-  g->base_digest = 0; /* overwritten below: a base again once all is sent */
+  uint64_t digest = g->d.base_digest;
+  g->d.base_digest = 0; /* overwritten below: a base again once all is sent */
   g->stats = (wt_grpc_delta_stats){.raw_bytes = plan->total_bytes,
                                    .delta_servers = nd,
                                    .full_servers = nf};
@@ -819,26 +747,23 @@ static wt_status *grpc_send_weights(void *self, wt_source *src,
                  user);
   free(full_to);
   if (st == NULL && nd > 0) {
-    g->base_digest = digest; /* named in the delta headers */
+    g->d.base_digest = digest; /* named in the delta headers */
     bp.encode = true;
     bp.wire = 0;
     st = push_to(g, src, plan, &l, delta_to, &bp, progress, user);
     g->stats.delta_wire_bytes = bp.wire;
-    g->base_digest = 0;
+    g->d.base_digest = 0;
   }
   if (st != NULL) goto out;
   if (nd > 0 || keep) {
-    g->base_digest = wt_delta_hasher_digest(g->hash);
-    g->base_layout = layout;
+    g->d.base_digest = wt_delta_hasher_digest(g->d.hash);
+    g->d.base_layout = layout;
   }
   double took = (double)((wt_mono_us() * 1000) - t0);
   g->stats.encode_s = (double)bp.encode_ns / 1e9;
   g->stats.round_s = took / 1e9;
   double per_byte = took / (double)(plan->total_bytes ? plan->total_bytes : 1);
-  if (nd > 0)
-    g->delta_ns = per_byte;
-  else
-    g->full_ns = per_byte;
+  wt_delta_measured(&g->d, nd > 0, per_byte);
 out:
   free(delta_to);
   wt_update_lists_free(&l);
@@ -846,16 +771,28 @@ out:
   return st;
 }
 
+wt_status *wt_trainer_delta_stats(const wt_trainer *t, wt_delta_stats *out) {
+  const wt_trainer_ops *ops = t ? wt_trainer_get_ops(t) : NULL;
+  if (ops == &wt_grpc_trainer_ops) {
+    const grpc_trainer *g = wt_trainer_self(t);
+    *out = g->stats;
+    return NULL;
+  }
+#ifdef WT_WITH_UCX
+  if (ops == &wt_ucx_trainer_ops) {
+    *out = *wt_ucxt_delta_stats(wt_trainer_self(t));
+    return NULL;
+  }
+#endif
+  return wt_status_new(WT_FAILED_PRECONDITION,
+                       "delta stats: backend '%s' sends no delta rounds "
+                       "(grpc and ucx do)",
+                       ops ? ops->header.name : "(none)");
+}
+
 wt_status *wt_grpc_trainer_delta_stats(const wt_trainer *t,
                                        wt_grpc_delta_stats *out) {
-  const wt_trainer_ops *ops = t ? wt_trainer_get_ops(t) : NULL;
-  if (ops != &wt_grpc_trainer_ops)
-    return wt_status_new(WT_FAILED_PRECONDITION,
-                         "delta stats: backend '%s' is not grpc",
-                         ops ? ops->header.name : "(none)");
-  const grpc_trainer *g = wt_trainer_self(t);
-  *out = g->stats;
-  return NULL;
+  return wt_trainer_delta_stats(t, out);
 }
 
 /* Options: chunk_size (bytes per PushWeights message), bucket_size (the
@@ -873,13 +810,7 @@ static wt_status *grpc_init_info(const wt_backend_option *opts, size_t n,
   info->grpc = g;
   for (size_t i = 0; i < n; i++) {
     if (strcmp(opts[i].key, "delta") == 0) {
-      const char *v = opts[i].value;
-      if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0 &&
-          strcmp(v, "auto") != 0)
-        WT_FAIL(WT_INVALID_ARGUMENT,
-                "option delta: '%s' is not on, off or auto", v);
-      if ((g->delta = strdup(v)) == NULL)
-        WT_FAIL(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
+      WT_CHECK(wt_delta_option_set(opts[i].value, &g->delta));
       continue;
     }
     bool chunk = strcmp(opts[i].key, "chunk_size") == 0;

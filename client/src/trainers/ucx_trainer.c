@@ -84,6 +84,7 @@ static void ucx_trainer_destroy(void *self) {
     for (size_t j = 0; t->bufs[i].reqs && j < t->npeers; j++)
       wt_ucx_request_drop(t->ucx, t->bufs[i].reqs[j], UCX_GRACE_MS);
     free(t->bufs[i].reqs);
+    free(t->bufs[i].enc);
     wt_ucxt_sbuf_free(t, &t->bufs[i]);
   }
   free(t->bufs);
@@ -98,6 +99,11 @@ static void ucx_trainer_destroy(void *self) {
   }
   free(t->peers);
   wt_ucx_destroy(t->ucx);
+  wt_delta_state_clear(&t->d);
+  free(t->delta_to);
+  free(t->xor_buf);
+  free(t->uinfo);
+  free(t->ubase);
   free(t);
 }
 
@@ -208,9 +214,19 @@ static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
   t->bufs = calloc(t->num_buffers, sizeof(*t->bufs));
   for (uint32_t i = 0; t->bufs != NULL && i < t->num_buffers; i++)
     t->bufs[i].device = -1;
-  t->route = malloc(WT_UCX_ROUTE_MAX);
-  if (t->bufs == NULL || t->route == NULL)
+  t->route = malloc(2 * WT_UCX_ROUTE_MAX); /* a route per group */
+  size_t ns = t->ctx->nservers ? t->ctx->nservers : 1;
+  t->uinfo = calloc(ns, sizeof(*t->uinfo));
+  t->ubase = calloc(ns, sizeof(*t->ubase));
+  t->delta_to = calloc(ns, sizeof(*t->delta_to));
+  if (t->bufs == NULL || t->route == NULL || t->uinfo == NULL ||
+      t->ubase == NULL || t->delta_to == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
+  WT_CHECK(wt_delta_state_init(&t->d, x ? x->delta : NULL,
+                               "init_info.ucx.delta"));
+  if (t->d.mode != WT_DELTA_OFF &&
+      (t->xor_buf = malloc(WT_UCX_DELTA_SEGMENT_BYTES)) == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory for delta buffers");
   *self = t;
   t = NULL;
 out:
@@ -218,13 +234,60 @@ out:
   return st;
 }
 
+/* The round's way (docs/delta.md), asked once per round (the first
+ * server's update info): delta to the servers whose committed digest is
+ * the base's, and whether the base is kept. Device sources send full
+ * rounds: the encoder reads host memory. */
+static wt_status *plan_delta(ucx_trainer *t, wt_source *source) {
+  wt_status *st = NULL;
+  const wt_trainer_ctx *ctx = t->ctx;
+  t->try_delta = t->keep_base = false;
+  memset(t->delta_to, 0, ctx->nservers * sizeof(*t->delta_to));
+  if (t->d.mode == WT_DELTA_OFF) return NULL;
+  size_t n = 0;
+  const wt_tensor_meta *metas = wt_source_metas(source, &n);
+  WT_CHECK(wt_source_rewind(source));
+  for (;;) {
+    wt_source_tensor x;
+    bool done = false;
+    WT_CHECK(wt_source_next(source, &x, &done));
+    if (done) break;
+    if (x.kind == WT_MEM_DEVICE) {
+      WT_LOGD("ucx", "trainer: a device source ('%s' on cuda:%d): a full "
+                     "round (delta rounds encode host memory)",
+              x.name, x.device.index);
+      t->d.base_digest = 0;
+      WT_CHECK(wt_source_rewind(source));
+      goto out;
+    }
+  }
+  WT_CHECK(wt_source_rewind(source));
+  t->layout = wt_delta_layout_digest(metas, n);
+  wt_delta_plan_round(&t->d,
+                      t->d.base_digest != 0 && t->d.base_layout == t->layout &&
+                          ctx->base_digests != NULL,
+                      &t->try_delta, &t->keep_base);
+  for (size_t k = 0; k < ctx->nservers; k++)
+    t->delta_to[k] =
+        t->try_delta && ctx->base_digests[k] == t->d.base_digest;
+  WT_CHECK(wt_delta_state_reserve(&t->d, wt_source_total_bytes(source),
+                                  "ucx trainer"));
+out:
+  return st;
+}
+
 static wt_status *ucx_update_info(void *self, wt_source *source, size_t k,
                                   Wt__V1__WeightTransferUpdateInfo *info) {
   ucx_trainer *t = self;
-  wt__v1__ucx_update_info__init(&t->uinfo);
+  if (k == 0) {
+    wt_status *st = plan_delta(t, source);
+    if (st != NULL) return st;
+  }
+  Wt__V1__UcxUpdateInfo *ui = &t->uinfo[k];
+  wt__v1__ucx_update_info__init(ui);
   wt__v1__uint64_value__init(&t->ubuf);
   t->ubuf.value = t->buffer_bytes;
-  t->uinfo.packed_buffer_size_bytes = &t->ubuf;
+  ui->packed_buffer_size_bytes = &t->ubuf;
   /* Split unless asked not to, or so small a buffer would make more
    * buckets than a worker takes (then vLLM's plan: as many at most as
    * tensors). */
@@ -237,11 +300,24 @@ static wt_status *ucx_update_info(void *self, wt_source *source, size_t k,
             "-byte buffers would cut the round's %" PRIu64
             " bytes into more than %u buckets",
             t->buffer_bytes, total, WT_PACK_SPLIT_MAX_BUCKETS);
-  t->uinfo.split_tensors = t->split;
+  ui->split_tensors = t->split;
+  ui->digest = t->keep_base || t->try_delta;
+  if (t->delta_to[k]) {
+    wt__v1__delta_base__init(&t->ubase[k]);
+    t->ubase[k].sequence =
+        t->ctx->base_sequences ? t->ctx->base_sequences[k] : 0;
+    t->ubase[k].digest = t->d.base_digest;
+    ui->delta_base = &t->ubase[k];
+  }
   info->backend_update_case =
       WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_UCX;
-  info->ucx = &t->uinfo;
+  info->ucx = ui;
   return NULL;
+}
+
+const wt_delta_stats *wt_ucxt_delta_stats(const void *self) {
+  const ucx_trainer *t = self;
+  return &t->stats;
 }
 
 static void ucx_trainer_cancel(void *self) {
@@ -307,6 +383,11 @@ static wt_status *opt_transports(const wt_backend_option *o,
   return NULL;
 }
 
+static wt_status *opt_delta(const wt_backend_option *o,
+                            Wt__V1__WeightTransferInitInfo *info) {
+  return wt_delta_option_set(o->value, &info->ucx->delta);
+}
+
 /* connect, peer_errors, fanout, split_tensors: options["ucx_<key>"]. */
 static wt_status *opt_map(const wt_backend_option *o,
                           Wt__V1__WeightTransferInitInfo *info) {
@@ -323,6 +404,7 @@ static const struct {
     {"transports", opt_transports},    {"connect_timeout_ms", opt_connect_timeout},
     {"connect", opt_map},              {"peer_errors", opt_map},
     {"fanout", opt_map},               {"split_tensors", opt_map},
+    {"delta", opt_delta},
 };
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
 

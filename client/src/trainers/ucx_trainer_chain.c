@@ -22,12 +22,13 @@ uint64_t wt_ucxt_round_of(ucx_trainer *t, const peer *p) {
 /* Sends the round's route message to every worker the trainer sends to:
  * the rest of the chain to the first worker (chain fan-out), an empty
  * route to every worker otherwise. */
-wt_status *wt_ucxt_send_routes(ucx_trainer *t) {
+wt_status *wt_ucxt_send_routes(ucx_trainer *t, size_t j0, size_t j1) {
   wt_status *st = NULL;
   wt_ucx_hop *hops = NULL;
   bool chain = t->fanout == FANOUT_CHAIN;
-  size_t ntargets = chain ? 1 : t->npeers;
-  size_t nhops = chain ? t->npeers - 1 : 0;
+  if (j1 <= j0) return NULL;
+  size_t ntargets = chain ? 1 : j1 - j0;
+  size_t nhops = chain ? j1 - j0 - 1 : 0;
   uint32_t flags = (t->by_sockaddr ? 0 : WT_UCX_ROUTE_BY_ADDRESS) |
                    (t->peer_errors ? WT_UCX_ROUTE_PEER_ERRORS : 0);
   if (nhops > 0) {
@@ -35,31 +36,34 @@ wt_status *wt_ucxt_send_routes(ucx_trainer *t) {
     if (hops == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
   }
   for (size_t i = 0; i < nhops; i++) {
-    const peer *p = t->peers[i + 1];
+    const peer *p = t->peers[j0 + i + 1];
     hops[i].round = wt_ucxt_round_of(t, p);
     snprintf(hops[i].host, sizeof(hops[i].host), "%s", p->host);
     hops[i].port = p->port;
     hops[i].worker_address = p->worker_address;
     hops[i].worker_address_len = p->worker_address_len;
   }
-  size_t len =
-      wt_ucx_route_pack(t->route, WT_UCX_ROUTE_MAX, flags, hops, nhops);
+  /* Each group's route in its own buffer: the first group's may still be
+   * in flight while the second's is sent. */
+  unsigned char *route = j0 == 0 ? t->route : t->route + WT_UCX_ROUTE_MAX;
+  size_t len = wt_ucx_route_pack(route, WT_UCX_ROUTE_MAX, flags, hops, nhops);
   if (len == 0)
     WT_FAIL(WT_INVALID_ARGUMENT,
             "backend 'ucx': a chain of %zu workers does not fit in one route "
             "message (at most %d hops)",
-            t->npeers, WT_UCX_ROUTE_HOPS);
-  for (size_t j = 0; j < ntargets; j++) {
+            j1 - j0, WT_UCX_ROUTE_HOPS);
+  for (size_t j = j0; j < j0 + ntargets; j++) {
     peer *p = t->peers[j];
     ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
                               .datatype = ucp_dt_make_contig(1)};
     void *req = ucp_tag_send_nbx(
-        p->ep, t->route, len,
+        p->ep, route, len,
         wt_ucx_tag(t->secret, wt_ucxt_round_of(t, p), WT_UCX_ROUTE_BUCKET), &rp);
     if (UCS_PTR_IS_ERR(req))
       WT_FAIL(WT_UNAVAILABLE, "%s: sending the round's route: %s", p->name,
               ucs_status_string(UCS_PTR_STATUS(req)));
     t->route_reqs[j] = req;
+    WT_LOGD("ucx", "trainer: the route (%zu hop(s)) to %s", nhops, p->name);
   }
 out:
   free(hops);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "delta_state.h"
 #include "wt/cuda.h"
 #include "wt/trainer.h"
 #include "wt/ucx_common.h"
@@ -47,6 +48,10 @@ typedef struct sbuf {
   bool busy;
   size_t j0, j1; /* the peers it goes to: [j0, j1) */
   void **reqs;   /* one per peer */
+  /* A delta pass: the bucket's delta message (wt/ucx_common.h), host
+   * memory of enc_cap bytes. */
+  unsigned char *enc;
+  uint64_t enc_cap;
 } sbuf;
 
 enum { FANOUT_PARALLEL, FANOUT_SEQUENTIAL, FANOUT_CHAIN, FANOUT_AUTO };
@@ -77,8 +82,22 @@ typedef struct ucx_trainer {
   uint8_t hello[WT_UCX_HELLO_BYTES];
   unsigned char *route; /* the route message being sent */
   void **route_reqs;    /* its sends, one per peer */
-  Wt__V1__UcxUpdateInfo uinfo;
+  /* Per server: its update info, and the base a delta round names. */
+  Wt__V1__UcxUpdateInfo *uinfo;
+  Wt__V1__DeltaBase *ubase;
   Wt__V1__UInt64Value ubuf;
+  /* Delta rounds (docs/delta.md): the state both delta backends keep, this
+   * round's choice per server (delta_to, of ctx->nservers), whether the
+   * round keeps the base, and the last round's figures. The peers are
+   * ordered full first, then delta (nfull), each group in server order. */
+  wt_delta_state d;
+  bool *delta_to;
+  bool try_delta, keep_base;
+  uint64_t layout;
+  size_t nfull;
+  unsigned char *xor_buf; /* one segment */
+  int64_t encode_ns;
+  wt_delta_stats stats;
   /* Device sources: the round's GPU (-1: host), CUDA, the packing stream. */
   int device;
   const wt_cuda_api *cuda;
@@ -109,9 +128,10 @@ WT_HIDDEN wt_status *wt_ucxt_init_response(
 WT_HIDDEN int wt_ucxt_round_fanout(const ucx_trainer *t);
 /* The round id of p's server in the round in progress. */
 WT_HIDDEN uint64_t wt_ucxt_round_of(ucx_trainer *t, const peer *p);
-/* Sends each worker the trainer sends to its route message; waits for
- * those sends. */
-WT_HIDDEN wt_status *wt_ucxt_send_routes(ucx_trainer *t);
+/* Sends each worker the trainer sends to its route message: in a chain,
+ * the rest of the group [j0, j1) to its first worker; otherwise an empty
+ * route to each of them. */
+WT_HIDDEN wt_status *wt_ucxt_send_routes(ucx_trainer *t, size_t j0, size_t j1);
 WT_HIDDEN wt_status *wt_ucxt_drain_routes(ucx_trainer *t);
 
 /* ---- the data path (ucx_trainer_send.c) ---- */

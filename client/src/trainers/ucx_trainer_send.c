@@ -259,6 +259,16 @@ static wt_status *round_buffers(ucx_trainer *t, const wt_pack_plan *plan) {
       b->reqs = calloc(t->npeers, sizeof(*b->reqs));
       if (b->reqs == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
     }
+    uint64_t enc = wt_ucx_delta_bound(plan->max_bucket_bytes);
+    if (t->nfull < t->npeers && b->enc_cap < enc) {
+      free(b->enc);
+      b->enc_cap = 0;
+      if ((b->enc = malloc(enc ? (size_t)enc : 1)) == NULL)
+        WT_FAIL(WT_RESOURCE_EXHAUSTED,
+                "out of memory for a delta send buffer of %" PRIu64 " bytes",
+                enc);
+      b->enc_cap = enc;
+    }
     if (b->cap >= plan->max_bucket_bytes && b->device == t->device) continue;
     wt_ucxt_sbuf_free(t, b);
     size_t len = plan->max_bucket_bytes ? plan->max_bucket_bytes : 1;
@@ -284,10 +294,9 @@ out:
 
 /* Bucket `bkt`, at `bytes` (b's data, or the source's own memory), to the
  * workers [j0, j1), each with its server's round in the tag. */
-static wt_status *send_bucket(ucx_trainer *t, sbuf *b, const wt_pack_plan *plan,
-                              size_t bkt, const void *bytes, size_t j0,
+static wt_status *send_bucket(ucx_trainer *t, sbuf *b, size_t bkt,
+                              const void *bytes, size_t len, size_t j0,
                               size_t j1) {
-  const wt_bucket *bk = &plan->buckets[bkt];
   b->bucket = bkt;
   b->busy = true;
   b->j0 = j0;
@@ -309,7 +318,7 @@ static wt_status *send_bucket(ucx_trainer *t, sbuf *b, const wt_pack_plan *plan,
       }
     }
     void *req = ucp_tag_send_nbx(
-        p->ep, bytes, bk->nbytes,
+        p->ep, bytes, len,
         wt_ucx_tag(t->secret, wt_ucxt_round_of(t, p), bkt), &rp);
     if (UCS_PTR_IS_ERR(req))
       return wt_status_new(WT_UNAVAILABLE, "%s: sending bucket %zu: %s",
@@ -337,15 +346,59 @@ static void bucket_sent(round_progress *rp, const wt_bucket *bk, bool report) {
   if (report && rp->fn) rp->fn(&rp->pr, rp->user);
 }
 
+/* What a pass does with the base (docs/delta.md): nothing, keep the new
+ * bytes as the next round's base, or send delta buckets against it (and
+ * keep the new bytes). */
+enum { PASS_PLAIN, PASS_KEEP, PASS_DELTA };
+
+/* Bucket bytes[0..n) at byte `at` of the round: with PASS_DELTA its delta
+ * message (wt/ucx_common.h) into b->enc, *len its size; the new bytes
+ * replace the base's there and go into the round's digest. */
+static void through_base(ucx_trainer *t, sbuf *b, int mode,
+                         const unsigned char *bytes, uint64_t n, uint64_t at,
+                         size_t *len) {
+  int64_t t0 = wt_mono_us();
+  unsigned char *q = b->enc;
+  for (uint64_t pos = 0; pos < n;) {
+    size_t seg = n - pos < WT_UCX_DELTA_SEGMENT_BYTES
+                     ? (size_t)(n - pos)
+                     : WT_UCX_DELTA_SEGMENT_BYTES;
+    unsigned char *base = t->d.base + at + pos;
+    const unsigned char *nb = bytes + pos;
+    if (mode == PASS_DELTA) {
+      uint64_t digest = wt_delta_digest(base, seg);
+      size_t flen =
+          wt_delta_encode(t->d.codec, nb, base, seg, t->xor_buf,
+                          q + WT_UCX_DELTA_HEADER_BYTES, seg);
+      if (flen > 0) {
+        wt_ucx_delta_header_put(q, seg, digest, flen);
+      } else { /* not smaller: the new bytes as they are */
+        flen = seg;
+        wt_ucx_delta_header_put(q, seg, 0, seg);
+        memcpy(q + WT_UCX_DELTA_HEADER_BYTES, nb, seg);
+      }
+      q += WT_UCX_DELTA_HEADER_BYTES + flen;
+      t->stats.delta_wire_bytes += flen;
+    }
+    memcpy(base, nb, seg);
+    wt_delta_hasher_update(t->d.hash, nb, seg);
+    pos += seg;
+  }
+  *len = mode == PASS_DELTA ? (size_t)(q - b->enc) : (size_t)n;
+  t->encode_ns += (wt_mono_us() - t0) * 1000;
+}
+
 /* One pass over the source to the workers [j0, j1): each bucket packed
  * (or sent in place) into the next buffer once that buffer's last sends
  * completed, then the buffers still in flight, oldest first. */
 static wt_status *send_pass(ucx_trainer *t, wt_source *source,
                             const wt_pack_plan *plan, size_t j0, size_t j1,
-                            round_progress *rp) {
+                            int mode, round_progress *rp) {
   wt_status *st = NULL;
   WT_CHECK(wt_source_rewind(source));
   t->held_index = SIZE_MAX;
+  if (mode != PASS_PLAIN) wt_delta_hasher_reset(t->d.hash);
+  uint64_t at = 0; /* the bucket's place in the round's bytes (= in base) */
   for (size_t bkt = 0; bkt < plan->nbuckets; bkt++) {
     sbuf *b = &t->bufs[bkt % t->num_buffers];
     if (b->busy) {
@@ -353,8 +406,14 @@ static wt_status *send_pass(ucx_trainer *t, wt_source *source,
       bucket_sent(rp, &plan->buckets[b->bucket], true);
     }
     const void *bytes = NULL;
+    uint64_t nbytes = plan->buckets[bkt].nbytes;
     WT_CHECK(pack(t, source, plan, bkt, b->data, &bytes));
-    WT_CHECK(send_bucket(t, b, plan, bkt, bytes, j0, j1));
+    size_t len = (size_t)nbytes;
+    if (mode != PASS_PLAIN)
+      through_base(t, b, mode, bytes, nbytes, at, &len);
+    if (mode == PASS_DELTA) bytes = b->enc;
+    WT_CHECK(send_bucket(t, b, bkt, bytes, len, j0, j1));
+    at += nbytes;
   }
   size_t inflight =
       plan->nbuckets < t->num_buffers ? plan->nbuckets : t->num_buffers;
@@ -411,6 +470,29 @@ static void round_failed(ucx_trainer *t) {
   }
 }
 
+/* Orders the peers for the round: the workers of servers that get a full
+ * round first, then those that get a delta (t->nfull: where they start),
+ * each group in server order. The peer structs do not move (UCX's
+ * callbacks point at them), only the array of pointers. */
+static void order_peers(ucx_trainer *t) {
+  size_t ns = t->ctx->nservers;
+#define PEER_KEY(p)                                                   \
+  (((uint64_t)((p)->server < ns && t->delta_to[(p)->server]) << 63) | \
+   ((uint64_t)(p)->server << 32) | (p)->rank)
+  for (size_t j = 1; j < t->npeers; j++) { /* insertion sort: few peers */
+    peer *p = t->peers[j];
+    uint64_t key = PEER_KEY(p);
+    size_t i = j;
+    for (; i > 0 && PEER_KEY(t->peers[i - 1]) > key; i--)
+      t->peers[i] = t->peers[i - 1];
+    t->peers[i] = p;
+  }
+  t->nfull = 0;
+  while (t->nfull < t->npeers && !(PEER_KEY(t->peers[t->nfull]) >> 63))
+    t->nfull++;
+#undef PEER_KEY
+}
+
 /* The round, in steps: begin (fan-out, connections), the source's memory,
  * the plan, the buffers, the routes, every pass (parallel: one pass to
  * every worker; sequential: one per worker, the source read once each;
@@ -427,21 +509,57 @@ wt_status *wt_ucxt_send_weights(void *self, wt_source *source,
                               .bytes_total = wt_source_total_bytes(source)},
                        .fn = progress,
                        .user = user};
+  int64_t t0 = wt_mono_us();
   WT_CHECK(round_begin(t));
+  order_peers(t);
   WT_CHECK(round_memory(t, source));
   WT_CHECK(t->split
                ? wt_pack_plan_split_from_metas(metas, n, t->buffer_bytes, &plan)
                : wt_pack_plan_from_metas(metas, n, t->buffer_bytes, &plan));
   WT_CHECK(round_buffers(t, plan));
+  size_t nf = t->nfull, nd = t->npeers - nf;
+  t->stats = (wt_delta_stats){.raw_bytes = plan->total_bytes};
+  for (size_t k = 0; k < t->ctx->nservers; k++) {
+    t->stats.delta_servers += t->delta_to[k];
+    t->stats.full_servers += !t->delta_to[k];
+  }
+  t->encode_ns = 0;
+  /* The base is rewritten as the round goes: a base again only once the
+   * round was sent whole. */
+  t->d.base_digest = 0;
+  bool keep = t->d.mode != WT_DELTA_OFF && t->device < 0 &&
+              (nd > 0 || t->keep_base) &&
+              t->d.base_bytes == plan->total_bytes;
   bool seq = t->fanout == FANOUT_SEQUENTIAL;
-  rp.npasses = seq ? t->npeers : 1;
-  WT_CHECK(wt_ucxt_send_routes(t));
-  for (size_t pass = 0; pass < rp.npasses; pass++) {
-    size_t j0 = seq ? pass : 0;
-    size_t j1 = seq ? pass + 1 : t->fanout == FANOUT_CHAIN ? 1 : t->npeers;
-    WT_CHECK(send_pass(t, source, plan, j0, j1, &rp));
+  bool chain = t->fanout == FANOUT_CHAIN;
+  /* Passes: the full group (workers that hold another version) first,
+   * then the delta group, which a sequential fan-out serves as one
+   * parallel pass (the base is rewritten as it is encoded). */
+  rp.npasses = (seq ? nf : nf > 0) + (nd > 0);
+  WT_CHECK(wt_ucxt_send_routes(t, 0, nf));
+  WT_CHECK(wt_ucxt_send_routes(t, nf, t->npeers));
+  for (size_t j = 0; j < nf; j = seq ? j + 1 : nf) {
+    size_t j1 = seq ? j + 1 : chain ? 1 : nf;
+    int mode = keep && nd == 0 && j == 0 ? PASS_KEEP : PASS_PLAIN;
+    WT_CHECK(send_pass(t, source, plan, j, j1, mode, &rp));
+  }
+  if (nd > 0) {
+    size_t j1 = chain ? nf + 1 : t->npeers;
+    WT_CHECK(send_pass(t, source, plan, nf, j1, PASS_DELTA, &rp));
   }
   WT_CHECK(wt_ucxt_drain_routes(t));
+  if (keep) {
+    t->d.base_digest = wt_delta_hasher_digest(t->d.hash);
+    t->d.base_layout = t->layout;
+  }
+  if (t->d.mode != WT_DELTA_OFF) {
+    double took = (double)(wt_mono_us() - t0) * 1000.0;
+    double per_byte =
+        took / (double)(plan->total_bytes ? plan->total_bytes : 1);
+    wt_delta_measured(&t->d, nd > 0, per_byte);
+    t->stats.encode_s = (double)t->encode_ns / 1e9;
+    t->stats.round_s = took / 1e9;
+  }
   log_lanes(t);
   rp.pr.tensors_done = rp.pr.tensors_total;
   rp.pr.bytes_done = rp.pr.bytes_total;

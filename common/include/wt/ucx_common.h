@@ -225,6 +225,49 @@ size_t wt_ucx_discard_unexpected(wt_ucx *u);
 #define WT_UCX_ROUTE_BY_ADDRESS 1u  /* connect with the worker address */
 #define WT_UCX_ROUTE_PEER_ERRORS 2u /* with peer-failure handling */
 
+/* Delta rounds (docs/delta.md; wt/delta.h for the codec): a round whose
+ * update info names a delta_base sends every bucket as a delta bucket, one
+ * tagged message as a full bucket is: the bucket's raw bytes cut into
+ * segments of WT_UCX_DELTA_SEGMENT_BYTES (the last shorter), each a
+ * WT_UCX_DELTA_HEADER_BYTES header (little-endian u64 raw_len, u64
+ * base_digest, u64 data_len) and data_len bytes: with base_digest 0 the
+ * new bytes themselves (data_len == raw_len), else a zstd frame of new XOR
+ * base, base_digest being the xxh3-64 of the base's bytes there, which the
+ * worker checks before it applies the segment. The encoder sends raw
+ * segments whenever the frame would not be smaller, so a delta bucket is
+ * at most wt_ucx_delta_bound(raw) bytes. A chain hop forwards the message
+ * as it received it and decodes it for itself. */
+#define WT_UCX_DELTA_SEGMENT_BYTES (1u << 20)
+#define WT_UCX_DELTA_HEADER_BYTES 24u
+
+/* The largest delta bucket message for a bucket of `raw` bytes. */
+uint64_t wt_ucx_delta_bound(uint64_t raw);
+
+/* Writes / reads one segment header (WT_UCX_DELTA_HEADER_BYTES). */
+void wt_ucx_delta_header_put(unsigned char *out, uint64_t raw_len,
+                             uint64_t base_digest, uint64_t data_len);
+void wt_ucx_delta_header_get(const unsigned char *in, uint64_t *raw_len,
+                             uint64_t *base_digest, uint64_t *data_len);
+
+/* One segment of a delta bucket, as wt_ucx_delta_walk hands it on:
+ * bytes [pos, pos + raw_len) of the bucket, data[0..data_len) the raw
+ * bytes (base_digest 0) or the zstd frame. */
+typedef wt_status *(*wt_ucx_delta_segment_fn)(void *arg, uint64_t pos,
+                                              uint64_t raw_len,
+                                              uint64_t base_digest,
+                                              const unsigned char *data,
+                                              size_t data_len);
+
+/* Walks the delta message msg[0..len) of a bucket of `raw` bytes, checking
+ * each segment before `seg` sees it: its header is whole, it covers the
+ * plan's next WT_UCX_DELTA_SEGMENT_BYTES (or the rest), its data lies in
+ * the message, a raw segment holds exactly its bytes; and that nothing
+ * follows the last. Stops at the first error, its own (INVALID_ARGUMENT
+ * or DATA_LOSS naming `where` and the byte) or seg's. */
+wt_status *wt_ucx_delta_walk(const unsigned char *msg, size_t len,
+                             uint64_t raw, const char *where,
+                             wt_ucx_delta_segment_fn seg, void *arg);
+
 /* One worker of a route; `worker_address` borrowed (NULL: connect to
  * host:port through its listener). */
 typedef struct wt_ucx_hop {

@@ -4,6 +4,7 @@
 #include "wt/ucx_common.h"
 
 #include <ifaddrs.h>
+#include <inttypes.h>
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -541,5 +542,82 @@ wt_status *wt_ucx_route_parse(const unsigned char *buf, size_t len,
     hops[i].worker_address_len = alen;
     off += padded;
   }
+  return NULL;
+}
+
+/* ---- delta buckets (wt/ucx_common.h) ---- */
+
+uint64_t wt_ucx_delta_bound(uint64_t raw) {
+  uint64_t segs = (raw + WT_UCX_DELTA_SEGMENT_BYTES - 1) /
+                  WT_UCX_DELTA_SEGMENT_BYTES;
+  return raw + segs * WT_UCX_DELTA_HEADER_BYTES;
+}
+
+static void put64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+void wt_ucx_delta_header_put(unsigned char *out, uint64_t raw_len,
+                             uint64_t base_digest, uint64_t data_len) {
+  put64(out, raw_len);
+  put64(out + 8, base_digest);
+  put64(out + 16, data_len);
+}
+
+void wt_ucx_delta_header_get(const unsigned char *in, uint64_t *raw_len,
+                             uint64_t *base_digest, uint64_t *data_len) {
+  *raw_len = get64(in);
+  *base_digest = get64(in + 8);
+  *data_len = get64(in + 16);
+}
+
+wt_status *wt_ucx_delta_walk(const unsigned char *msg, size_t len,
+                             uint64_t raw, const char *where,
+                             wt_ucx_delta_segment_fn seg, void *arg) {
+  size_t left = len;
+  uint64_t pos = 0;
+  while (pos < raw) {
+    if (left < WT_UCX_DELTA_HEADER_BYTES)
+      return wt_status_new(WT_DATA_LOSS,
+                           "%s at byte %" PRIu64 ": the message (%zu bytes) "
+                           "ends before the segment's header",
+                           where, pos, len);
+    uint64_t n = 0, base = 0, dlen = 0;
+    wt_ucx_delta_header_get(msg, &n, &base, &dlen);
+    msg += WT_UCX_DELTA_HEADER_BYTES;
+    left -= WT_UCX_DELTA_HEADER_BYTES;
+    uint64_t want = raw - pos < WT_UCX_DELTA_SEGMENT_BYTES
+                        ? raw - pos
+                        : WT_UCX_DELTA_SEGMENT_BYTES;
+    if (n != want)
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "%s at byte %" PRIu64 ": a segment of %" PRIu64
+                           " bytes; the plan's is %" PRIu64,
+                           where, pos, n, want);
+    if (dlen > left)
+      return wt_status_new(WT_DATA_LOSS,
+                           "%s at byte %" PRIu64 ": the segment says %" PRIu64
+                           " bytes of data, %zu are left",
+                           where, pos, dlen, left);
+    if (base == 0 && dlen != n)
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "%s at byte %" PRIu64 ": a raw segment of %" PRIu64
+                           " bytes covers %" PRIu64,
+                           where, pos, dlen, n);
+    wt_status *st = seg(arg, pos, n, base, msg, (size_t)dlen);
+    if (st != NULL) return st;
+    msg += dlen;
+    left -= (size_t)dlen;
+    pos += n;
+  }
+  if (left != 0)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "%s: %zu bytes after the last segment", where, left);
   return NULL;
 }

@@ -104,7 +104,7 @@ CONTROL_CALLBACK = CFUNCTYPE(None, c_void_p, c_size_t, c_int, c_char_p,
 VERSION_CALLBACK = CFUNCTYPE(c_bool, POINTER(WeightVersion), c_void_p)
 
 class DeltaStats(ctypes.Structure):
-    """wt_grpc_delta_stats (wt/trainer.h): the last grpc round."""
+    """wt_delta_stats (wt/trainer.h): the last grpc or ucx round."""
     _fields_ = [("raw_bytes", c_uint64), ("delta_wire_bytes", c_uint64),
                 ("delta_servers", c_uint32), ("full_servers", c_uint32),
                 ("encode_s", ctypes.c_double), ("round_s", ctypes.c_double)]
@@ -168,7 +168,7 @@ def lib():
         _proto(L, "wt_param_checksums_free", None, POINTER(ParamChecksum),
                c_size_t)
         _proto(L, "wt_trainer_destroy", None, c_void_p)
-        _proto(L, "wt_grpc_trainer_delta_stats", st, c_void_p,
+        _proto(L, "wt_trainer_delta_stats", st, c_void_p,
                POINTER(DeltaStats))
         _proto(L, "wt_trainer_names", st, POINTER(c_void_p))
         _proto(L, "wt_source_memory", st, POINTER(SourceTensor), c_size_t,

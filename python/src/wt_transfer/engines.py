@@ -162,6 +162,16 @@ class CTrainerEngine:
         except Exception:
             pass
 
+    def delta_stats(self) -> dict:
+        """What the last round sent (docs/delta.md; the grpc and ucx
+        backends): raw_bytes (the model), delta_wire_bytes (the delta
+        data's bytes), delta_servers, full_servers, encode_s, round_s.
+        FailedPrecondition for a backend that sends no delta rounds."""
+        out = _lib.DeltaStats()
+        _lib.check(_lib.lib().wt_trainer_delta_stats(self._trainer,
+                                                     byref(out)))
+        return {f: getattr(out, f) for f, _ in out._fields_}
+
 
 class GrpcTrainerEngine(CTrainerEngine):
     """`grpc`: the bytes over wt's own gRPC channel (PushWeights). With
@@ -169,18 +179,10 @@ class GrpcTrainerEngine(CTrainerEngine):
     changed to servers that hold the last one (docs/delta.md)."""
     backend = "grpc"
 
-    def delta_stats(self) -> dict:
-        """What the last round sent: raw_bytes (the model), delta_wire_bytes
-        (the delta push's data bytes), delta_servers, full_servers, encode_s,
-        round_s."""
-        out = _lib.DeltaStats()
-        _lib.check(_lib.lib().wt_grpc_trainer_delta_stats(self._trainer,
-                                                          byref(out)))
-        return {f: getattr(out, f) for f, _ in out._fields_}
-
 
 class UcxTrainerEngine(CTrainerEngine):
-    """`ucx`: UCX (shared memory, TCP, RDMA), parallel or a chain."""
+    """`ucx`: UCX (shared memory, TCP, RDMA), parallel or a chain. Takes
+    {"delta": "on"|"auto"} as `grpc` does (docs/delta.md)."""
     backend = "ucx"
 
 

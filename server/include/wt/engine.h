@@ -95,6 +95,10 @@ enum {
   /* After abort_update the engine takes the next round; without this the
    * worker destroys the engine and needs a new InitWeightTransferEngine. */
   WT_ENGINE_SURVIVES_ABORT = 1u << 1,
+  /* receive takes delta rounds (wt_update.delta: the update info named a
+   * base the server checked is its committed version; docs/delta.md) and
+   * reports the digest of what it landed (wt_receive_stats.digest). */
+  WT_ENGINE_RECEIVES_DELTA = 1u << 2,
 };
 
 /* A backend's engine state; each backend defines its own struct. */
@@ -152,8 +156,9 @@ typedef struct wt_update {
   uint64_t packed_buffer_bytes;
   /* The request's update info: the backend's own extras. */
   const Wt__V1__WeightTransferUpdateInfo *info;
-  /* A delta push (docs/delta.md): its header named a base the server
-   * checked is its committed version, so push_delta chunks may come. */
+  /* A delta round (docs/delta.md): the push's header (push_delta chunks
+   * may come) or the update info (receive: every bucket is a delta
+   * bucket) named a base the server checked is its committed version. */
   bool delta;
 } wt_update;
 

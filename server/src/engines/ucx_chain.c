@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "ucx_engine_internal.h"
+#include "wt/delta.h"
 #include "wt/log.h"
 
 /* Receives the round's route (wt/ucx_common.h) into e->hops. */
@@ -54,13 +55,25 @@ wt_status *wt_ucxe_fwd_start(wt_engine *e, uint32_t flags, size_t nhops,
            (unsigned)h->port);
   /* The connection of the previous round, if it goes to the same worker
    * the same way and is whole. */
+  /* By worker address every worker's port is 0: the address itself says
+   * which worker it is (routes change between rounds, e.g. a delta round's
+   * chain leaves out the servers that get a full one). */
+  uint64_t addr_id = h->worker_address != NULL
+                         ? wt_delta_digest(h->worker_address,
+                                           h->worker_address_len)
+                         : 0;
   bool same = e->fwd.ep != NULL && !e->fwd.failed && e->fwd_flags == flags &&
-              strcmp(next, e->next) == 0;
+              strcmp(next, e->next) == 0 && e->fwd_addr_id == addr_id;
   if (same) goto route;
-  wt_ucx_ep_close(e->ucx, e->fwd.ep, !e->fwd.failed, UCX_GRACE_MS);
+  /* The old next worker took every bucket of the last round (its receive
+   * ended only then), so there is nothing to flush: a flushing close
+   * would wait for that worker to progress, which it may not do before
+   * its own next round. */
+  wt_ucx_ep_close(e->ucx, e->fwd.ep, false, UCX_GRACE_MS);
   memset(&e->fwd, 0, sizeof(e->fwd));
   snprintf(e->next, sizeof(e->next), "%s", next);
   e->fwd_flags = flags;
+  e->fwd_addr_id = addr_id;
   ucp_ep_params_t ep = {
       .field_mask =
           UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
@@ -123,7 +136,11 @@ wt_status *wt_ucxe_fwd_bucket(wt_engine *e, const slot *s, void **req) {
                            .datatype = ucp_dt_make_iov()};
   const void *buf = s->iov;
   size_t count = s->iovcnt;
-  if (s->iovcnt == 1) {
+  if (s->dmsg != NULL) { /* a delta bucket: as it came */
+    p.datatype = ucp_dt_make_contig(1);
+    buf = s->dmsg;
+    count = s->dlen;
+  } else if (s->iovcnt == 1) {
     p.datatype = ucp_dt_make_contig(1);
     buf = s->iov[0].buffer;
     count = s->iov[0].length;

@@ -74,6 +74,7 @@
 #include <string.h>
 
 #include "ucx_engine_internal.h"
+#include "wt/delta.h"
 #include "wt/log.h"
 
 
@@ -115,6 +116,11 @@ static wt_status *ucx_create(const Wt__V1__WeightTransferInitInfo *init,
       WT_FAIL(WT_INVALID_ARGUMENT,
               "init_info.ucx.trainer_address is set; in this version the "
               "workers listen and the trainer connects (leave it empty)");
+    const char *d = x->delta ? x->delta : "";
+    if (*d != '\0' && strcmp(d, "off") != 0 && strcmp(d, "on") != 0 &&
+        strcmp(d, "auto") != 0)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "init_info.ucx.delta: '%.40s' is not on, off or auto", d);
     if (x->transports != NULL && *x->transports != '\0') {
       e->transports = strdup(x->transports);
       if (e->transports == NULL)
@@ -356,6 +362,7 @@ static void ucx_destroy(wt_engine *e) {
   }
   for (size_t i = 0; i < e->norphans; i++) free(e->orphans[i]);
   free(e->orphans);
+  wt_ucxe_delta_free(e);
   free(e->strays);
   free(e->stray_iov);
   free(e->route_in);
@@ -375,6 +382,8 @@ static wt_status *post_bucket(wt_engine *e, const wt_update *u,
   s->bucket = b;
   s->iovcnt = 0;
   s->req = NULL;
+  s->dmsg = NULL;
+  s->dlen = 0;
   /* Bucket b's entries start at first + b: a split plan's buckets share
    * the tensors they cut (iov_all has n + nbuckets entries). */
   s->iov = iov_all + bk->first + b;
@@ -406,7 +415,11 @@ static wt_status *post_bucket(wt_engine *e, const wt_update *u,
   void *buf = s->iov;
   size_t count = s->iovcnt;
   ucp_mem_h memh = NULL;
-  if (s->iovcnt == 1) { /* contiguous: lets UCX use its zero-copy paths */
+  if (u->delta) { /* into the bounce buffer, decoded once landed */
+    dt = ucp_dt_make_contig(1);
+    s->dmsg = wt_ucxe_delta_at(e, plan, b, &count);
+    buf = s->dmsg;
+  } else if (s->iovcnt == 1) { /* contiguous: lets UCX use its zero-copy paths */
     dt = ucp_dt_make_contig(1);
     buf = s->iov[0].buffer;
     count = s->iov[0].length;
@@ -439,7 +452,14 @@ static wt_status *land_bucket(wt_engine *e, const wt_update *u,
   ucs_status_t us = s->note->done ? s->note->status : UCS_ERR_NO_MESSAGE;
   size_t length = s->note->length;
   wt_ucxe_slot_release(s);
-  if (us == UCS_ERR_MESSAGE_TRUNCATED || (us == UCS_OK && length != bk->nbytes))
+  if (s->dmsg != NULL && us == UCS_ERR_MESSAGE_TRUNCATED)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "%s: delta bucket %zu: the message is larger than a delta of "
+            "%" PRIu64 " bytes can be (%" PRIu64 ")",
+            e->where, s->bucket, bk->nbytes,
+            wt_ucx_delta_bound(bk->nbytes));
+  if (us == UCS_ERR_MESSAGE_TRUNCATED ||
+      (us == UCS_OK && s->dmsg == NULL && length != bk->nbytes))
     WT_FAIL(WT_DATA_LOSS,
             "%s: bucket %zu: received %zu bytes, the plan says %" PRIu64,
             e->where, s->bucket, length, bk->nbytes);
@@ -447,6 +467,12 @@ static wt_status *land_bucket(wt_engine *e, const wt_update *u,
     WT_FAIL(WT_UNAVAILABLE,
             "%s: the trainer is gone (receiving bucket %zu failed: %s)",
             e->where, s->bucket, ucs_status_string(us));
+  if (s->dmsg != NULL) {
+    s->dlen = length;
+    WT_CHECK(wt_ucxe_delta_land(e, u, plan, s));
+  } else {
+    wt_ucxe_hash_bucket(e, s);
+  }
   for (size_t k = bk->done_first; k < bk->done_first + bk->done_count; k++)
     wt_param_store_staged(e->ctx.store, u->index[k]);
   stats->tensors += bk->done_count;
@@ -498,6 +524,13 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
         e->where));
   else
     WT_CHECK(wt_pack_plan_build(u->nbytes, u->n, buffer, &plan));
+  /* A round that covers the host store digests what it lands when the
+   * trainer asks (it keeps a base): the base a later delta names. */
+  e->hashing = ux != NULL && (ux->digest || u->delta) && !e->cuda &&
+               u->n == wt_param_store_count(e->ctx.store);
+  if (e->hashing && e->hash == NULL) WT_CHECK(wt_delta_hasher_new(&e->hash));
+  if (e->hashing) wt_delta_hasher_reset(e->hash);
+  if (u->delta) WT_CHECK(wt_ucxe_delta_prepare(e, u, plan));
   wt_ucxe_reap_peers(e);
   e->gone_since_ms = 0;
   /* Every bucket's receive is posted before the first wait, straight into
@@ -531,9 +564,20 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
     snprintf(what, sizeof(what),
              "bucket %zu of %zu from the trainer", landed, plan->nbuckets);
     WT_CHECK(wt_ucxe_wait_recv(e, s->req, timeout, what));
+    /* A delta bucket goes on as it came before this worker decodes it (the
+     * next worker checks it for itself), so that the chain does not wait
+     * for each hop's decoding; a full one goes on from staging once it
+     * has landed. */
+    bool sent_on = false;
+    if (fwd_reqs != NULL && s->dmsg != NULL && s->note->done &&
+        s->note->status == UCS_OK) {
+      s->dlen = s->note->length;
+      WT_CHECK(wt_ucxe_fwd_bucket(e, s, &fwd_reqs[s->bucket]));
+      sent_on = true;
+    }
     WT_CHECK(land_bucket(e, u, plan, s, stats));
     if (landed == 0) t_first = wt_mono_ms();
-    if (fwd_reqs != NULL)
+    if (fwd_reqs != NULL && !sent_on)
       WT_CHECK(wt_ucxe_fwd_bucket(e, s, &fwd_reqs[s->bucket]));
     landed++;
   }
@@ -542,6 +586,7 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
     WT_CHECK(wt_ucxe_fwd_finish(e, fwd_reqs, plan->nbuckets + 1, timeout));
     stats->forwarded_bytes += plan->total_bytes;
   }
+  if (e->hashing) stats->digest = wt_delta_hasher_digest(e->hash);
   /* Where a round's time goes, hop by hop (bench/fanout_bench.sh). */
   WT_LOGD("ucx",
           "%s: round %" PRIu64
@@ -627,7 +672,8 @@ const wt_engine_ops wt_ucx_engine_ops = {
      * (no CUDA transports are configured). */
     .memory_kinds = WT_MEM_HOST_KINDS | WT_MEM_BIT(WT_MEM_DEVICE),
     .probe_memory = ucx_probe_memory,
-    .caps = WT_ENGINE_CROSS_HOST | WT_ENGINE_SURVIVES_ABORT,
+    .caps = WT_ENGINE_CROSS_HOST | WT_ENGINE_SURVIVES_ABORT |
+            WT_ENGINE_RECEIVES_DELTA,
     .create = ucx_create,
     .init_transfer = ucx_init_transfer,
     .start_update = ucx_start_update,

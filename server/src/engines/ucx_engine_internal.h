@@ -79,6 +79,10 @@ typedef struct slot {
   size_t bucket;
   ucp_dt_iov_t *iov; /* into the round's iov array, at the bucket's first */
   size_t iovcnt;
+  /* A delta round's bucket: received into dmsg (the engine's bounce
+   * buffer), dlen bytes once landed; NULL: straight into staging. */
+  unsigned char *dmsg;
+  size_t dlen;
 } slot;
 
 struct wt_engine {
@@ -128,6 +132,7 @@ struct wt_engine {
   wt_ucx_hop *hops;
   peer fwd; /* kept across rounds while the route stays the same */
   uint32_t fwd_flags;
+  uint64_t fwd_addr_id; /* digest of its worker address (0: by listener) */
   char next[320]; /* "the next worker in the chain (HOST:PORT)" */
   /* The store's regions, registered once at init_transfer. */
   wt_param_region regions[WT_PARAM_STORE_MAX_REGIONS];
@@ -136,6 +141,17 @@ struct wt_engine {
   /* The store is CUDA device memory: registered and moved as such (the
    * init refused a UCX that cannot), every bucket one contiguous run. */
   bool cuda;
+  /* Delta rounds (ucx_delta.c, docs/delta.md). hashing: this round
+   * covers the (host) store and the trainer asked for its digest
+   * (update_info.ucx.digest), the base a later delta names. A delta round
+   * receives its buckets into dbuf (dcap bytes, kept across rounds: the
+   * model's size plus the segment headers) and decodes each segment
+   * through dscratch and dbase. */
+  bool hashing;
+  struct wt_delta_hasher *hash;
+  struct wt_delta_codec *codec;
+  unsigned char *dbuf, *dscratch, *dbase;
+  size_t dcap;
 };
 
 typedef struct wait_arg {
@@ -243,5 +259,29 @@ WT_HIDDEN size_t wt_ucxe_listening_ports(uint16_t *ports, size_t cap);
  * ports[0..n): the peers connected to those listeners; SIZE_MAX when the
  * process has no descriptor left to look with. */
 WT_HIDDEN size_t wt_ucxe_count_peers(const uint16_t *ports, size_t n);
+
+/* ---- delta rounds (ucx_delta.c) ---- */
+
+/* Readies a delta round of `u` under `plan`: the bounce buffer (grown to
+ * the plan's delta bound), the codec; FAILED_PRECONDITION for a device
+ * store (delta rounds decode on the host). */
+WT_HIDDEN wt_status *wt_ucxe_delta_prepare(wt_engine *e, const wt_update *u,
+                                           const wt_pack_plan *plan);
+/* Where bucket b's delta message is received (within dbuf), and its
+ * capacity. */
+WT_HIDDEN unsigned char *wt_ucxe_delta_at(wt_engine *e,
+                                          const wt_pack_plan *plan, size_t b,
+                                          size_t *cap);
+/* Checks and applies landed delta bucket `s` (s->dmsg[0..s->dlen)): every
+ * segment's framing and bounds, its frame's claimed size and its base's
+ * digest against the committed bytes, before its bytes are written into
+ * staging; feeds the new bytes to the round's digest. */
+WT_HIDDEN wt_status *wt_ucxe_delta_land(wt_engine *e, const wt_update *u,
+                                        const wt_pack_plan *plan,
+                                        const slot *s);
+/* Feeds landed full bucket `s` (its staging runs) to the round's digest. */
+WT_HIDDEN void wt_ucxe_hash_bucket(wt_engine *e, const slot *s);
+/* Frees the delta state. */
+WT_HIDDEN void wt_ucxe_delta_free(wt_engine *e);
 
 #endif /* WT_UCX_ENGINE_INTERNAL_H */

@@ -382,6 +382,16 @@ static void test_strangers(void) {
 
 /* ---- memory ------------------------------------------------------------------ */
 
+/* AddressSanitizer keeps freed memory in quarantine (256 MiB by default)
+ * before reuse, so a sanitized process's RSS grows by up to that much
+ * whatever the code does (as in the trust suite); the normal build holds
+ * the real bound. */
+#if defined(__SANITIZE_ADDRESS__)
+#define QUARANTINE_KIB (256 * 1024L)
+#else
+#define QUARANTINE_KIB 0L
+#endif
+
 /* 200 delta rounds: this process (the trainer and the server in one)
  * stays flat after warm-up. */
 static void rss_flat(const char *backend) {
@@ -411,7 +421,7 @@ static void rss_flat(const char *backend) {
   wtt_assert_servers_hold(d.c, d.src, WT_HASH_XXH3_64);
   printf("\n  %s: RSS after 20 delta rounds %ld KiB, after 200 %ld KiB\n",
          backend, rss20, rss200);
-  CU_ASSERT(rss200 <= rss20 + rss20 / 20);
+  CU_ASSERT(rss200 <= rss20 + rss20 / 20 + QUARANTINE_KIB);
   teardown(&d);
   wtt_servers_stop(&s);
 }

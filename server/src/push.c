@@ -142,21 +142,9 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
     /* A delta against another version is refused before the push is the
      * round's: the trainer sends this server the full bytes instead, in
      * the same round (docs/delta.md). */
-    if (eops == NULL || eops->push_delta == NULL)
-      WT_FAIL(WT_FAILED_PRECONDITION,
-              "PushWeights: delta base refused: backend '%s' takes no delta "
-              "pushes; send the full bytes",
-              srv->backend);
-    if (srv->committed_digest == 0 || delta_base->digest != srv->committed_digest ||
-        delta_base->sequence != srv->sequence)
-      WT_FAIL(WT_FAILED_PRECONDITION,
-              "PushWeights: delta base refused: the push is relative to "
-              "sequence %" PRIu64 " (digest %016" PRIx64
-              "), this server holds sequence %" PRIu64 " (digest %s%016" PRIx64
-              "%s); send the full bytes",
-              delta_base->sequence, delta_base->digest, srv->sequence,
-              srv->committed_digest ? "" : "unknown, ",
-              srv->committed_digest, "");
+    WT_CHECK(wt_srv_check_delta_base_locked(
+        srv, "PushWeights", "push", delta_base,
+        eops != NULL && eops->push_delta != NULL));
   }
   /* From here on the push is the round's: its failure fails the round. */
   p->round_id = srv->round_id;

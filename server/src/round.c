@@ -455,6 +455,29 @@ out:
   return st;
 }
 
+wt_status *wt_srv_check_delta_base_locked(const wt_server *srv,
+                                          const char *call, const char *what,
+                                          const Wt__V1__DeltaBase *base,
+                                          bool takes) {
+  if (base == NULL) return NULL;
+  if (!takes)
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "%s: delta base refused: backend '%s' takes no delta "
+                         "rounds; send the full bytes",
+                         call, srv->backend);
+  if (srv->committed_digest != 0 && base->digest == srv->committed_digest &&
+      base->sequence == srv->sequence)
+    return NULL;
+  return wt_status_new(WT_FAILED_PRECONDITION,
+                       "%s: delta base refused: the %s is relative to "
+                       "sequence %" PRIu64 " (digest %016" PRIx64
+                       "), this server holds sequence %" PRIu64
+                       " (digest %s%016" PRIx64 "); send the full bytes",
+                       call, what, base->sequence, base->digest, srv->sequence,
+                       srv->committed_digest ? "" : "unknown, ",
+                       srv->committed_digest);
+}
+
 /* --- update (receive) ----------------------------------------------------- */
 
 wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
@@ -480,23 +503,9 @@ wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
           : NULL;
   /* A delta against another version is refused before the call is the
    * round's, naming both versions (docs/delta.md). */
-  if (delta_base != NULL) {
-    if (eops == NULL || !(eops->caps & WT_ENGINE_RECEIVES_DELTA))
-      WT_FAIL(WT_FAILED_PRECONDITION,
-              "UpdateWeights: delta base refused: backend '%s' takes no "
-              "delta rounds; send the full bytes",
-              srv->backend);
-    if (srv->committed_digest == 0 ||
-        delta_base->digest != srv->committed_digest ||
-        delta_base->sequence != srv->sequence)
-      WT_FAIL(WT_FAILED_PRECONDITION,
-              "UpdateWeights: delta base refused: the update is relative to "
-              "sequence %" PRIu64 " (digest %016" PRIx64
-              "), this server holds sequence %" PRIu64 " (digest %s%016" PRIx64
-              "); send the full bytes",
-              delta_base->sequence, delta_base->digest, srv->sequence,
-              srv->committed_digest ? "" : "unknown, ", srv->committed_digest);
-  }
+  WT_CHECK(wt_srv_check_delta_base_locked(
+      srv, "UpdateWeights", "update", delta_base,
+      eops != NULL && (eops->caps & WT_ENGINE_RECEIVES_DELTA)));
   /* From here on the call is the round's: its failure fails the round. */
   round = srv->round_id;
   if (eops == NULL || eops->receive == NULL)

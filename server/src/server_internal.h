@@ -272,6 +272,14 @@ WT_HIDDEN wt_status *wt_srv_need_round_locked(const wt_server *srv,
 WT_HIDDEN wt_status *wt_srv_need_idle_locked(const wt_server *srv,
                                              const char *call);
 
+/* A delta round's named base (docs/delta.md) against what the server
+ * holds: FAILED_PRECONDITION naming `call`, the backend when it takes no
+ * delta rounds (`takes` false), or both versions when the base is not the
+ * committed one ("the <what> is relative to ..."). NULL base: NULL. */
+WT_HIDDEN wt_status *wt_srv_check_delta_base_locked(
+    const wt_server *srv, const char *call, const char *what,
+    const Wt__V1__DeltaBase *base, bool takes);
+
 /* The error a data call of `round` gets once the round was aborted. */
 WT_HIDDEN wt_status *wt_srv_aborted_error(const wt_server *srv,
                                           const char *call, uint64_t round);

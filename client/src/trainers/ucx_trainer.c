@@ -246,22 +246,15 @@ static wt_status *plan_delta(ucx_trainer *t, wt_source *source) {
   if (t->d.mode == WT_DELTA_OFF) return NULL;
   size_t n = 0;
   const wt_tensor_meta *metas = wt_source_metas(source, &n);
-  WT_CHECK(wt_source_rewind(source));
-  for (;;) {
-    wt_source_tensor x;
-    bool done = false;
-    WT_CHECK(wt_source_next(source, &x, &done));
-    if (done) break;
-    if (x.kind == WT_MEM_DEVICE) {
-      WT_LOGD("ucx", "trainer: a device source ('%s' on cuda:%d): a full "
-                     "round (delta rounds encode host memory)",
-              x.name, x.device.index);
-      t->d.base_digest = 0;
-      WT_CHECK(wt_source_rewind(source));
-      goto out;
-    }
+  int device = -1;
+  WT_CHECK(wt_ucxt_source_device(source, &device));
+  if (device >= 0) {
+    WT_LOGD("ucx", "trainer: a source on cuda:%d: a full round (delta "
+                   "rounds encode host memory)",
+            device);
+    t->d.base_digest = 0;
+    goto out;
   }
-  WT_CHECK(wt_source_rewind(source));
   t->layout = wt_delta_layout_digest(metas, n);
   wt_delta_plan_round(&t->d,
                       t->d.base_digest != 0 && t->d.base_layout == t->layout &&

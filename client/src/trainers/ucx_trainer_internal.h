@@ -136,6 +136,10 @@ WT_HIDDEN wt_status *wt_ucxt_drain_routes(ucx_trainer *t);
 
 /* ---- the data path (ucx_trainer_send.c) ---- */
 
+/* Where the source's tensors are: *device -1 for host memory, else the
+ * one GPU they are all on; INVALID_ARGUMENT naming two tensors when they
+ * are in different places. Rewinds the source before and after. */
+WT_HIDDEN wt_status *wt_ucxt_source_device(wt_source *src, int *device);
 /* Frees b's data (host or device) and its registration. */
 WT_HIDDEN void wt_ucxt_sbuf_free(ucx_trainer *t, sbuf *b);
 /* The table's send_weights. */

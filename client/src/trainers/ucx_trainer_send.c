@@ -160,9 +160,7 @@ out:
   return st;
 }
 
-/* Where this round's tensors are: host memory, or one GPU (t->device),
- * which UCX must be able to move. */
-static wt_status *round_memory(ucx_trainer *t, wt_source *src) {
+wt_status *wt_ucxt_source_device(wt_source *src, int *out) {
   wt_status *st = NULL;
   int device = -1;
   bool host = false;
@@ -196,6 +194,17 @@ static wt_status *round_memory(ucx_trainer *t, wt_source *src) {
       host = true;
   }
   WT_CHECK(wt_source_rewind(src));
+  *out = device;
+out:
+  return st;
+}
+
+/* Where this round's tensors are: host memory, or one GPU (t->device),
+ * which UCX must be able to move. */
+static wt_status *round_memory(ucx_trainer *t, wt_source *src) {
+  wt_status *st = NULL;
+  int device = -1;
+  WT_CHECK(wt_ucxt_source_device(src, &device));
   t->device = device;
   if (device < 0) goto out;
   WT_CHECK(wt_ucx_need_cuda(t->ucx, "ucx trainer"));

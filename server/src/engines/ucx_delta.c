@@ -61,14 +61,6 @@ wt_status *wt_ucxe_delta_prepare(wt_engine *e, const wt_update *u,
   return NULL;
 }
 
-unsigned char *wt_ucxe_delta_at(wt_engine *e, const wt_pack_plan *plan,
-                                size_t b, size_t *cap) {
-  uint64_t at = 0;
-  for (size_t i = 0; i < b; i++) at += wt_ucx_delta_bound(plan->buckets[i].nbytes);
-  *cap = (size_t)wt_ucx_delta_bound(plan->buckets[b].nbytes);
-  return e->dbuf + at;
-}
-
 /* One tensor's part of a bucket: where its new bytes go, where its
  * committed bytes are. */
 typedef struct piece {

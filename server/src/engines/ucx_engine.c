@@ -373,10 +373,12 @@ static void ucx_destroy(wt_engine *e) {
   free(e);
 }
 
-/* Posts the receive of bucket `b` into its tensors' staging buffers. */
+/* Posts the receive of bucket `b`: into its tensors' staging buffers, or
+ * (a delta round) into dmsg[0..dcap) of the engine's receive buffer. */
 static wt_status *post_bucket(wt_engine *e, const wt_update *u,
                               const wt_pack_plan *plan, uint64_t round_id,
-                              size_t b, ucp_dt_iov_t *iov_all, slot *s) {
+                              size_t b, ucp_dt_iov_t *iov_all,
+                              unsigned char *dmsg, size_t dcap, slot *s) {
   wt_status *st = NULL;
   const wt_bucket *bk = &plan->buckets[b];
   s->bucket = b;
@@ -417,8 +419,9 @@ static wt_status *post_bucket(wt_engine *e, const wt_update *u,
   ucp_mem_h memh = NULL;
   if (u->delta) { /* into the bounce buffer, decoded once landed */
     dt = ucp_dt_make_contig(1);
-    s->dmsg = wt_ucxe_delta_at(e, plan, b, &count);
-    buf = s->dmsg;
+    s->dmsg = dmsg;
+    buf = dmsg;
+    count = dcap;
   } else if (s->iovcnt == 1) { /* contiguous: lets UCX use its zero-copy paths */
     dt = ucp_dt_make_contig(1);
     buf = s->iov[0].buffer;
@@ -545,9 +548,15 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
   /* The route is the round's first message: its wait also covers the
    * trainer's (re)connection and its start, hence the connect deadline. */
-  for (; posted < plan->nbuckets; posted++)
-    WT_CHECK(
-        post_bucket(e, u, plan, e->round_id, posted, iov_all, &slots[posted]));
+  for (size_t at = 0; posted < plan->nbuckets; posted++) {
+    size_t dcap = u->delta ? (size_t)wt_ucx_delta_bound(
+                                 plan->buckets[posted].nbytes)
+                           : 0;
+    WT_CHECK(post_bucket(e, u, plan, e->round_id, posted, iov_all,
+                         u->delta ? e->dbuf + at : NULL, dcap,
+                         &slots[posted]));
+    at += dcap;
+  }
   e->ucx->discard = true;
   WT_CHECK(wt_ucxe_recv_route(e, u, connect_timeout, &rflags, &nhops));
   if (nhops > 0) {

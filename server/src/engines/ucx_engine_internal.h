@@ -262,16 +262,12 @@ WT_HIDDEN size_t wt_ucxe_count_peers(const uint16_t *ports, size_t n);
 
 /* ---- delta rounds (ucx_delta.c) ---- */
 
-/* Readies a delta round of `u` under `plan`: the bounce buffer (grown to
- * the plan's delta bound), the codec; FAILED_PRECONDITION for a device
+/* Readies a delta round of `u` under `plan`: the receive buffer dbuf
+ * (grown to the plan's delta bound: bucket b at the sum of the earlier
+ * buckets' wt_ucx_delta_bound), the codec; FAILED_PRECONDITION for a device
  * store (delta rounds decode on the host). */
 WT_HIDDEN wt_status *wt_ucxe_delta_prepare(wt_engine *e, const wt_update *u,
                                            const wt_pack_plan *plan);
-/* Where bucket b's delta message is received (within dbuf), and its
- * capacity. */
-WT_HIDDEN unsigned char *wt_ucxe_delta_at(wt_engine *e,
-                                          const wt_pack_plan *plan, size_t b,
-                                          size_t *cap);
 /* Checks and applies landed delta bucket `s` (s->dmsg[0..s->dlen)): every
  * segment's framing and bounds, its frame's claimed size and its base's
  * digest against the committed bytes, before its bytes are written into

@@ -75,6 +75,8 @@ static bool send_request(int fd, Wt__V1__ExportRequest *req) {
   return ok;
 }
 
+static char g_map_why[256]; /* the first unmapped view's manifest, in short */
+
 /* Reads `n` bytes (the first of them with recvmsg, taking the descriptors
  * that came with them into fds[0..*nfd)); false on EOF or timeout. */
 static bool read_full(int fd, uint8_t *buf, size_t n, int *fds, size_t *nfd,
@@ -95,6 +97,8 @@ static bool read_full(int fd, uint8_t *buf, size_t n, int *fds, size_t *nfd,
     }
     ssize_t r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
     if (r <= 0) return false;
+    if (mh.msg_flags & MSG_CTRUNC) /* descriptors the kernel dropped */
+      snprintf(g_map_why, sizeof(g_map_why), "recvmsg: MSG_CTRUNC");
     for (struct cmsghdr *h = fds ? CMSG_FIRSTHDR(&mh) : NULL; h != NULL;
          h = CMSG_NXTHDR(&mh, h))
       if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS) {
@@ -156,14 +160,37 @@ static void close_fds(int *fds, size_t n) {
 
 /* The seed every tensor of the manifest's mapped bytes was filled with, or
  * UINT64_MAX when they are not all one seed's of `seeds` (a torn view). */
+/* mapped_seed's answer for a view it could not map (g_map_errno says why,
+ * or the regions outnumber the descriptors that came). */
+#define UNMAPPED (UINT64_MAX - 1)
+static int g_map_errno;
+
 static uint64_t mapped_seed(const Wt__V1__Manifest *m, const int *fds,
                             size_t nfd, const wtt_server *s,
                             const uint64_t *seeds, size_t nseeds) {
   const uint8_t *base[4] = {0};
+  bool unmapped = m->n_regions > nfd;
   for (size_t r = 0; r < m->n_regions && r < nfd; r++) {
     void *p = mmap(NULL, m->regions[r]->size, PROT_READ, MAP_SHARED,
                    fds[m->regions[r]->fd_index], 0);
     base[r] = p == MAP_FAILED ? NULL : p;
+    if (p == MAP_FAILED) {
+      g_map_errno = errno;
+      unmapped = true;
+    }
+  }
+  if (unmapped && g_map_why[0] == '\0') {
+    int off = snprintf(g_map_why, sizeof(g_map_why),
+                       "%zu regions, %zu descriptors came:", m->n_regions, nfd);
+    for (size_t r = 0; r < m->n_regions && off < (int)sizeof(g_map_why); r++)
+      off += snprintf(g_map_why + off, sizeof(g_map_why) - (size_t)off,
+                      " [kind %d, fd_index %d]", (int)m->regions[r]->kind,
+                      (int)m->regions[r]->fd_index);
+  }
+  if (unmapped) { /* not a torn view: one that could not be looked at */
+    for (size_t r = 0; r < m->n_regions && r < nfd; r++)
+      if (base[r]) munmap((void *)base[r], m->regions[r]->size);
+    return UNMAPPED;
   }
   uint64_t found = UINT64_MAX;
   for (size_t k = 0; k < nseeds && found == UINT64_MAX; k++) {
@@ -433,7 +460,7 @@ static void test_inplace_leases(void) {
 typedef struct hasher_arg {
   wtt_server *s;
   atomic_bool stop;
-  int views, torn, errors;
+  int views, torn, errors, unmapped;
   uint64_t seeds[64];
   atomic_size_t nseeds;
 } hasher_arg;
@@ -454,6 +481,7 @@ static void *hasher_main(void *p) {
     uint64_t got = mapped_seed(r->manifest, fds, nfd, h->s, h->seeds, n);
     h->views++;
     if (got == UINT64_MAX) h->torn++;
+    if (got == UNMAPPED) h->unmapped++;
     Wt__V1__ExportResponse *rr = release(fd, r->manifest->lease_id);
     if (rr) wt__v1__export_response__free_unpacked(rr, NULL);
     wt__v1__export_response__free_unpacked(r, NULL);
@@ -487,11 +515,14 @@ static void test_views_during_rounds(void) {
   }
   atomic_store(&h.stop, true);
   pthread_join(th, NULL);
-  printf("\n  50 rounds beside a consumer: %d views, %d torn, %d errors; "
-         "slowest round %lld ms\n",
-         h.views, h.torn, h.errors, (long long)worst);
+  printf("\n  50 rounds beside a consumer: %d views, %d torn, %d errors, %d "
+         "not mapped (%s%s%s); slowest round %lld ms\n",
+         h.views, h.torn, h.errors, h.unmapped,
+         h.unmapped ? strerror(g_map_errno) : "-", h.unmapped ? "; " : "",
+         g_map_why, (long long)worst);
   CU_ASSERT(h.views > 0);
   CU_ASSERT_EQUAL(h.torn, 0);
+  CU_ASSERT_EQUAL(h.unmapped, 0);
   CU_ASSERT_EQUAL(h.errors, 0);
   wtt_server_stop(&s);
 }

@@ -65,7 +65,7 @@ static int run(const char *tag, const char *const argv[], char **out) {
   return code;
 }
 
-static void test_python_client(void) {
+static void python_client(bool tls) {
   const char *const probe[] = {
       "/usr/bin/env", "python3", "-c",
       "import grpc, grpc_tools.protoc, safetensors.numpy, numpy", NULL};
@@ -100,9 +100,27 @@ static void test_python_client(void) {
                               "make-checkpoint", ckpt,      NULL};
   CU_ASSERT_EQUAL_FATAL(run("make-checkpoint", make, NULL), 0);
 
+  /* Over TLS: a throw-away PKI; the server terminates TLS itself
+   * (OpenSSL), the client is grpcio's (BoringSSL). */
+  char pki[PATH_MAX], cert[PATH_MAX + 16], key[PATH_MAX + 16], ca[PATH_MAX + 16];
+  snprintf(pki, sizeof(pki), "%s/pki", g_tmp);
+  snprintf(cert, sizeof(cert), "%s/server.pem", pki);
+  snprintf(key, sizeof(key), "%s/server.key", pki);
+  snprintf(ca, sizeof(ca), "%s/ca.pem", pki);
+  if (tls) {
+    char mk[PATH_MAX];
+    snprintf(mk, sizeof(mk), "%s/support/make-certs.sh", wt_test_source_dir());
+    const char *const certs[] = {"/bin/sh", mk, pki, NULL};
+    CU_ASSERT_EQUAL_FATAL(run("make-certs", certs, NULL), 0);
+  }
   wt_proc_server s;
-  const char *const sargs[] = {"--model", ckpt, "--workers", "2", NULL};
-  CU_ASSERT_FATAL(wt_proc_server_start(&s, g_tmp, "py-server", sargs));
+  const char *const plain_args[] = {"--model", ckpt, "--workers", "2", NULL};
+  const char *const tls_args[] = {"--model",    ckpt, "--workers", "2",
+                                  "--tls-cert", cert, "--tls-key", key,
+                                  NULL};
+  CU_ASSERT_FATAL(wt_proc_server_start(&s, g_tmp, tls ? "py-tls-server"
+                                                      : "py-server",
+                                       tls ? tls_args : plain_args));
 
   const char *const push[] = {"/usr/bin/env",
                               "python3",
@@ -118,9 +136,11 @@ static void test_python_client(void) {
                               "py-v1",
                               "--expected-json",
                               expected,
+                              tls ? "--tls-ca" : NULL,
+                              ca,
                               NULL};
   char *out = NULL;
-  CU_ASSERT_EQUAL(run("push-client", push, &out), 0);
+  CU_ASSERT_EQUAL(run(tls ? "push-client-tls" : "push-client", push, &out), 0);
   CU_ASSERT_PTR_NOT_NULL(out ? strstr(out, "interop: OK") : NULL);
   free(out);
 
@@ -132,7 +152,9 @@ static void test_python_client(void) {
   json_t *digests = json_object_get(g_expected, "sha256");
   CU_ASSERT_FATAL(json_is_object(digests));
 
-  wt_rpc_channel_options o = {.default_deadline_ms = 20000};
+  wt_rpc_tls ctls = {.ca_file = ca};
+  wt_rpc_channel_options o = {.default_deadline_ms = 20000,
+                              .tls = tls ? &ctls : NULL};
   WT_ASSERT_OK(wt_rpc_channel_new(s.addr, &o, &g_ch));
   Wt__V1__GetWeightVersionRequest vreq =
       WT__V1__GET_WEIGHT_VERSION_REQUEST__INIT;
@@ -166,11 +188,19 @@ static void test_python_client(void) {
   wt_pb_free((ProtobufCMessage *)c);
 
   CU_ASSERT_EQUAL(wt_proc_server_stop(&s, 15000, NULL), 0);
+  wt_rpc_channel_destroy(g_ch);
+  g_ch = NULL;
+  json_decref(g_expected);
+  g_expected = NULL;
 }
+
+static void test_python_client(void) { python_client(false); }
+static void test_python_client_tls(void) { python_client(true); }
 
 void wt_test_suite_interop_python(void) {
   CU_pSuite s = CU_add_suite_with_setup_and_teardown(
       "interop_python", suite_init, suite_clean, test_setup, test_teardown);
   CU_add_test(s, "python grpcio client pushes and verifies",
               test_python_client);
+  CU_add_test(s, "python grpcio client over TLS", test_python_client_tls);
 }

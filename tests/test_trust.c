@@ -343,6 +343,66 @@ static void test_tls(void) {
   bad.tls_key = NULL;
   WT_ASSERT_ERR(wt_server_start(&bad, &srv), WT_INVALID_ARGUMENT,
                 "needs --tls-key");
+  /* PEM of the wrong kind, a key that is not the certificate's, a CA file
+   * with no certificate: each names the option, its file and the reason. */
+  static const struct {
+    const char *cert, *key, *ca, *want;
+  } wrong[] = {
+      {"server.key", "server.key", NULL, "not a certificate"},
+      {"server.pem", "other.key", NULL, "does not match --tls-cert"},
+      {"server.pem", "server.key", "server.key", "--tls-ca '"},
+  };
+  for (size_t i = 0; i < sizeof(wrong) / sizeof(wrong[0]); i++) {
+    bad.tls_cert = pki(wrong[i].cert); /* pki() keeps its last 8 */
+    bad.tls_key = pki(wrong[i].key);
+    bad.tls_ca = wrong[i].ca ? pki(wrong[i].ca) : NULL;
+    WT_ASSERT_ERR(wt_server_start(&bad, &srv), WT_INVALID_ARGUMENT,
+                  wrong[i].want);
+  }
+}
+
+/* A call in flight over TLS when the server stops still gets its answer
+ * (a checksum is cancelled by a stop, saying so): wt relays TLS until
+ * gRPC is done with the connection, not only until accepting stops, so
+ * the client reads the server's status, not a connection that died. */
+static void test_tls_stop_in_flight(void) {
+  wt_server_options o = {.listen = "127.0.0.1:0",
+                         .model = "synthetic:llama-256m",
+                         .workers = 1,
+                         .drain_ms = 20000,
+                         .tls_cert = pki("server.pem"),
+                         .tls_key = pki("server.key")};
+  wt_server *srv = NULL;
+  WT_ASSERT_OK(wt_server_start(&o, &srv));
+  char target[64];
+  snprintf(target, sizeof(target), "127.0.0.1:%d", wt_server_port(srv));
+  wt_rpc_tls ok = {.ca_file = pki("ca.pem")};
+  wt_rpc_channel *ch = channel(target, &ok, NULL);
+  WT_ASSERT_OK(info_call(ch));
+  Wt__V1__ChecksumWeightsRequest req = WT__V1__CHECKSUM_WEIGHTS_REQUEST__INIT;
+  wtt_bg_call sum = {.ch = ch,
+                     .method = "ChecksumWeights",
+                     .req = &req.base,
+                     .type = &wt__v1__checksum_weights_response__descriptor,
+                     .deadline_ms = 60000};
+  int64_t t0 = wt_mono_ms();
+  wtt_bg_start(&sum);
+  int running = 0;
+  while (running == 0 && wt_mono_ms() - t0 < 10000) {
+    wt_server_admission(srv, WT_SERVER_CLASS_READER, &running, NULL, NULL);
+    if (running == 0) wtt_sleep_ms(2);
+  }
+  CU_ASSERT(running > 0);
+  int64_t s0 = wt_mono_ms();
+  wt_server_stop(srv);
+  int64_t stop_ms = wt_mono_ms() - s0;
+  wt_status *st = wtt_bg_join(&sum);
+  printf("\n  a checksum in flight over TLS when the server stopped: %s after "
+         "%lld ms; the stop took %lld ms\n",
+         st ? wt_status_message(st) : "answered OK",
+         (long long)(sum.end_ms - t0), (long long)stop_ms);
+  WT_ASSERT_ERR(st, WT_CANCELLED, "the server is stopping");
+  wt_rpc_channel_destroy(ch);
 }
 
 static void test_mutual_tls(void) {
@@ -719,11 +779,13 @@ static void test_health_is_public_only(void) {
 /* A trainer's round on a new connection (its own channel, token and all):
  * init once, then start, push every tensor for `seed`, finish. Returns
  * the ms it took. */
+static const wt_rpc_tls *g_round_tls; /* TLS for the rounds below */
+
 static int64_t round_on_new_connection(wtt_server *s, const char *version,
                                        uint64_t seed) {
   int64_t t0 = wt_mono_ms();
   wt_rpc_channel_destroy(s->ch);
-  s->ch = channel(s->target, NULL, TRAINER_TOKEN);
+  s->ch = channel(s->target, g_round_tls, TRAINER_TOKEN);
   wtt_commit_round(s, version, seed);
   return wt_mono_ms() - t0;
 }
@@ -735,7 +797,7 @@ static int64_t round_on_new_connection(wtt_server *s, const char *version,
  * the flood, the next one at once after it, and descriptors and RSS come
  * back. (Before: none closed; at the descriptor limit the listener never
  * accepted again.) */
-static void test_connection_flood(void) {
+static void connection_flood(bool tls) {
   if (!have_h2()) {
     wt_test_skip("connection flood", "python3 has no h2 (pip install h2)");
     return;
@@ -744,9 +806,15 @@ static void test_connection_flood(void) {
   wt_server_options o = {.token_file = g_tokens,
                          .max_connections = 64,
                          .auth_grace_ms = 1000};
+  wt_rpc_tls ctls = {.ca_file = pki("ca.pem")};
+  if (tls) {
+    o.tls_cert = pki("server.pem");
+    o.tls_key = pki("server.key");
+  }
+  g_round_tls = tls ? &ctls : NULL;
   wtt_server_start(&s, "tiny", &o);
   wt_rpc_channel_destroy(s.ch);
-  s.ch = channel(s.target, NULL, TRAINER_TOKEN);
+  s.ch = channel(s.target, g_round_tls, TRAINER_TOKEN);
   WT_ASSERT_OK(wtt_init_grpc(s.ch, 0, s.workers));
   round_on_new_connection(&s, "before", 1);
   int fds0 = wtt_open_fds();
@@ -755,12 +823,15 @@ static void test_connection_flood(void) {
   char script[PATH_MAX], log[PATH_MAX], port[16];
   snprintf(script, sizeof(script), "%s/fixtures/h2_attack.py",
            wt_test_source_dir());
-  snprintf(log, sizeof(log), "%s/preface-flood.log", g_dir);
+  snprintf(log, sizeof(log), "%s/%spreface-flood.log", g_dir,
+           tls ? "tls-" : "");
   snprintf(port, sizeof(port), "%d", wt_server_port(s.srv));
-  /* Four times the cap, reopened as fast as the server closes them. */
+  /* Four times the cap, reopened as fast as the server closes them (over
+   * TLS: each one's handshake done first). */
   const char *const argv[] = {"/usr/bin/env", "python3", script,
-                              "preface-flood", "127.0.0.1", port,
-                              "8", "256", NULL};
+                              tls ? "tls-preface-flood" : "preface-flood",
+                              "127.0.0.1", port, "8", "256",
+                              pki("ca.pem"), NULL};
   pid_t pid = wt_proc_spawn(argv, log, NULL);
   CU_ASSERT_FATAL(pid > 0);
   /* The flood holds the cap. One look at the count can land between an
@@ -820,18 +891,111 @@ static void test_connection_flood(void) {
   CU_ASSERT(after < 1000);
   CU_ASSERT(fds1 <= fds0 + 2);
   CU_ASSERT(wtt_rss_kib() - rss0 < ATTACK_RSS_KIB);
+  g_round_tls = NULL;
   wtt_server_stop(&s);
+}
+
+static void test_connection_flood(void) { connection_flood(false); }
+
+/* The same over TLS: the server terminates TLS itself (gRPC 1.51's TLS
+ * listener had no cap and no grace), so the flood of connections that
+ * finish their handshake and then say nothing meets the same limits. */
+static void test_connection_flood_tls(void) { connection_flood(true); }
+
+/* What a TLS server refuses in its handshake, and a stranger's silence
+ * before it: closed at the grace like any connection without an
+ * authorized call. */
+static void test_tls_handshakes(void) {
+  char target[64];
+  wt_server_options o = {.tls_cert = pki("server.pem"),
+                         .tls_key = pki("server.key"),
+                         .token_file = g_tokens,
+                         .auth_grace_ms = 1000};
+  wt_server *srv = start(o, target, sizeof(target));
+  int fds0 = wtt_open_fds();
+  /* 32 connections that never send their ClientHello. */
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)wt_server_port(srv)),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  int socks[32], nclosed = 0;
+  for (int i = 0; i < 32; i++) {
+    socks[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CU_ASSERT_FATAL(socks[i] >= 0);
+    CU_ASSERT(connect(socks[i], (struct sockaddr *)&a, sizeof(a)) == 0);
+  }
+  int64_t t0 = wt_mono_ms();
+  for (int i = 0; i < 32; i++) {
+    struct pollfd p = {.fd = socks[i], .events = POLLIN};
+    char b;
+    int left = (int)(3000 - (wt_mono_ms() - t0));
+    if (poll(&p, 1, left > 0 ? left : 0) == 1 && read(socks[i], &b, 1) <= 0)
+      nclosed++;
+    close(socks[i]);
+  }
+  int64_t took = wt_mono_ms() - t0;
+  CU_ASSERT_EQUAL(nclosed, 32);
+  CU_ASSERT(took < 2500);
+
+  char out[2048] = "";
+  bool ran = false;
+  if (have_h2()) { /* python3 with its ssl module */
+    char script[PATH_MAX], log[PATH_MAX], port[16];
+    snprintf(script, sizeof(script), "%s/fixtures/h2_attack.py",
+             wt_test_source_dir());
+    snprintf(log, sizeof(log), "%s/tls-probe.log", g_dir);
+    snprintf(port, sizeof(port), "%d", wt_server_port(srv));
+    const char *const argv[] = {"/usr/bin/env", "python3", script, "tls-probe",
+                                "127.0.0.1",     port,      "10",   "0",
+                                pki("ca.pem"),
+                                NULL};
+    char *text = NULL;
+    CU_ASSERT_EQUAL(wt_proc_run(argv, log, 30000, &text), 0);
+    snprintf(out, sizeof(out), "%s", text ? text : "");
+    free(text);
+    ran = true;
+    CU_ASSERT_PTR_NULL(strstr(out, "WRONG"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "ok: no ALPN h2 offered: refused"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "ok: TLS 1.1 at most: refused"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "ok: a ClientHello cut short: closed"));
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(out, "ok: ALPN h2, TLS 1.2 or later: accepted (alpn h2)"));
+  }
+  /* The server still serves TLS, and its descriptors came back. */
+  wt_rpc_tls ok = {.ca_file = pki("ca.pem")};
+  wt_rpc_channel *ch = channel(target, &ok, TRAINER_TOKEN);
+  WT_ASSERT_OK(info_call(ch));
+  wt_rpc_channel_destroy(ch);
+  int fds1 = -1;
+  for (int i = 0; i < 30; i++) {
+    fds1 = wtt_open_fds();
+    if (fds1 <= fds0 + 3) break;
+    wtt_sleep_ms(100);
+  }
+  CU_ASSERT(fds1 <= fds0 + 3);
+  wt_rpc_conn_counts cc;
+  wt_server_conn_counts(srv, &cc);
+  printf("\n  32 silent connections to a TLS server: all closed within %lld ms "
+         "(grace 1 s; %" PRIu64 " expired); descriptors %d -> %d\n%s",
+         (long long)took, cc.expired, fds0, fds1,
+         ran ? out : "  (handshake probes skipped: no python3 h2)\n");
+  wt_server_stop(srv);
 }
 
 /* Descriptors ran out anyway (something else took them): the listener
  * closes the waiting connection with a spare descriptor and keeps
  * accepting; once descriptors are back a call is answered. (gRPC 1.51's
  * own listener never accepted again after one EMFILE.) */
-static void test_accept_after_emfile(void) {
+static void accept_after_emfile(bool tls) {
   char target[64];
   wt_server_options o = {.token_file = g_tokens};
+  wt_rpc_tls ctls = {.ca_file = pki("ca.pem")};
+  if (tls) {
+    o.tls_cert = pki("server.pem");
+    o.tls_key = pki("server.key");
+  }
+  const wt_rpc_tls *ct = tls ? &ctls : NULL;
   wt_server *srv = start(o, target, sizeof(target));
-  wt_rpc_channel *ch = channel(target, NULL, TRAINER_TOKEN);
+  wt_rpc_channel *ch = channel(target, ct, TRAINER_TOKEN);
   WT_ASSERT_OK(info_call(ch));
   wt_rpc_channel_destroy(ch);
 
@@ -860,15 +1024,20 @@ static void test_accept_after_emfile(void) {
   wt_rpc_conn_counts cc;
   wt_server_conn_counts(srv, &cc);
   CU_ASSERT(cc.shed >= 1);
-  ch = channel(target, NULL, TRAINER_TOKEN);
+  ch = channel(target, ct, TRAINER_TOKEN);
   int64_t t0 = wt_mono_ms();
   WT_ASSERT_OK(info_call(ch));
-  printf("\n  out of descriptors: the connection was %s, %" PRIu64
+  printf("\n  %s out of descriptors: the connection was %s, %" PRIu64
          " shed; then a call answered in %lld ms\n",
-         closed ? "closed at once" : "NOT closed", cc.shed,
-         (long long)(wt_mono_ms() - t0));
+         tls ? "TLS:" : "plaintext:", closed ? "closed at once" : "NOT closed",
+         cc.shed, (long long)(wt_mono_ms() - t0));
   wt_rpc_channel_destroy(ch);
   wt_server_stop(srv);
+}
+
+static void test_accept_after_emfile(void) {
+  accept_after_emfile(false);
+  accept_after_emfile(true);
 }
 
 /* ---- readers: quotas per peer, and below rounds ---------------------------- */
@@ -1239,11 +1408,17 @@ void wt_test_suite_trust(void) {
               test_startup_files_and_signals);
   CU_add_test(s, "TLS", test_tls);
   CU_add_test(s, "mutual TLS", test_mutual_tls);
+  CU_add_test(s, "TLS: a call in flight when the server stops",
+              test_tls_stop_in_flight);
   CU_add_test(s, "strings are UTF-8", test_strings_are_utf8);
   CU_add_test(s, "listen beyond loopback", test_listen_beyond_loopback);
   CU_add_test(s, "HTTP/2 attacks", test_http2_attacks);
   CU_add_test(s, "health: public, and nothing more", test_health_is_public_only);
   CU_add_test(s, "connections: a preface-only flood", test_connection_flood);
+  CU_add_test(s, "connections: a preface-only flood over TLS",
+              test_connection_flood_tls);
+  CU_add_test(s, "connections: TLS handshakes refused, silence closed",
+              test_tls_handshakes);
   CU_add_test(s, "connections: accepting after EMFILE",
               test_accept_after_emfile);
   CU_add_test(s, "secure by default: generated tokens, --no-auth",

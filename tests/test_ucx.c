@@ -987,12 +987,13 @@ static void test_strangers_by_address(void) {
 
 /* Row 6 of docs/trust.md: a stranger who knows a worker's address opens
  * UCX endpoints to it, each a connection the server accepts with no
- * callback to wt. Past ucx.max_peer_connections the next round's start
- * gives the engine up, which closes them all; the client inits again (a
- * new worker, a new address) and the round commits; the descriptors come
- * back. (Before: one descriptor each, no limit; at 19,978 the trainer's
- * re-init failed.) */
-static void test_stranger_endpoints_reclaimed(void) {
+ * callback to wt. Past ucx.max_peer_connections the engine is given up,
+ * which closes them all: between rounds within the worker's check (1 s),
+ * or at the next round's start (what `between` false tests: checks only
+ * there); the client inits again (a new worker, a new address) and the
+ * round commits; the descriptors come back. (Before: one descriptor each,
+ * no limit; at 19,978 the trainer's re-init failed.) */
+static void stranger_endpoints_reclaimed(bool between) {
   char *dir = wt_test_tmpdir();
   wt_registry *reg = spy_registry();
   wt_backend_option eo[1] = {{"ucx.max_peer_connections", "16"}};
@@ -1002,7 +1003,8 @@ static void test_stranger_endpoints_reclaimed(void) {
                           .drain_ms = 200,
                           .engine_registry = reg,
                           .engine_options = eo,
-                          .n_engine_options = 1};
+                          .n_engine_options = 1,
+                          .engine_check_ms = between ? 0 : -1};
   wt_server *srv = NULL;
   WT_ASSERT_OK(wt_server_start(&so, &srv));
   char target[32];
@@ -1030,6 +1032,41 @@ static void test_stranger_endpoints_reclaimed(void) {
   for (int i = 0; i < 40 && during < fds0 + 32; i++) {
     wtt_sleep_ms(100);
     during = wtt_open_fds();
+  }
+  if (between) {
+    /* No round runs: within the check (1 s) the engine is given up and
+     * the strangers' descriptors are back, while the server stays healthy
+     * and its worker reads ready. */
+    int64_t w0 = wt_mono_ms();
+    int idle = during;
+    int64_t freed_ms = -1;
+    while (wt_mono_ms() - w0 < 3000) {
+      idle = wtt_open_fds();
+      if (idle <= fds0 + 4) {
+        freed_ms = wt_mono_ms() - w0;
+        break;
+      }
+      wtt_sleep_ms(50);
+    }
+    Wt__V1__ServerInfo *info = NULL;
+    WT_ASSERT_OK(wt_sync_client_server_info(c, 0, &info));
+    CU_ASSERT_FATAL(info != NULL && info->n_workers == 1);
+    const Wt__V1__WorkerInfo *wi = info->workers[0];
+    wt_rpc_channel *hc = NULL;
+    WT_ASSERT_OK(wt_rpc_channel_new(target, NULL, &hc));
+    int health = 0;
+    WT_ASSERT_OK(wtt_health_check(hc, "", &health));
+    wt_rpc_channel_destroy(hc);
+    printf("\n  between rounds: %d -> %d descriptors, freed %lld ms after "
+           "the strangers held them, no round run; the worker reads '%s' "
+           "(%s); health %s",
+           during, idle, (long long)freed_ms, wi->state, wi->reason,
+           health == 1 ? "SERVING" : "NOT SERVING");
+    CU_ASSERT(freed_ms >= 0);
+    CU_ASSERT_STRING_EQUAL(wi->state, "ready");
+    CU_ASSERT_PTR_NOT_NULL(strstr(wi->reason, "between rounds"));
+    CU_ASSERT_EQUAL(health, 1);
+    wt_pb_free(&info->base);
   }
   /* The next round: the engine is given up, the client inits again. */
   WT_ASSERT_OK(wt_source_synthetic_set_seed(src, 8));
@@ -1064,6 +1101,14 @@ static void test_stranger_endpoints_reclaimed(void) {
   wt_registry_destroy(reg);
   wt_test_rmtree(dir);
   free(dir);
+}
+
+static void test_stranger_endpoints_reclaimed(void) {
+  stranger_endpoints_reclaimed(false);
+}
+
+static void test_stranger_endpoints_between_rounds(void) {
+  stranger_endpoints_reclaimed(true);
 }
 
 /* The listening TCP ports of process `pid` other than `skip`, from its
@@ -1164,9 +1209,18 @@ static void test_strangers_raw_bytes(void) {
     if (sscanf(line, " %*d: %x:%x %*s %x", &a, &port, &st) != 3 || st != 0x0a)
       continue;
     for (size_t i = 0; i < n; i++)
-      if ((int)port == ports[i] && (a & 0xff) != 127) beyond++;
+      if ((int)port == ports[i] && (a & 0xff) != 127) {
+        beyond++;
+        printf("\n  a UCX port beyond loopback: %s", line);
+      }
   }
   if (f) fclose(f);
+  if (beyond != 0) { /* what else the server listens on, for the diagnosis */
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "ls -l /proc/%d/fd | grep socket; ss -ltnp",
+             (int)srv.pid);
+    if (system(cmd) != 0) printf("\n  (ss failed)");
+  }
   CU_ASSERT_EQUAL(beyond, 0);
 
   /* Where UCX's listener is safe (1.14 on), an init may ask for one: raw
@@ -1799,6 +1853,29 @@ static void ucx_test_teardown(void) {
 /* What both halves read of an init info, from one function: the defaults,
  * and each bad field refused by name (the trainer and every worker refuse
  * the same init the same way). */
+/* Where a worker's UCX may listen: the interface of --listen's host (a
+ * name resolved as the control port does), all of them for a wildcard,
+ * and an error (never "every interface") for an address no interface
+ * holds. (A name that does not resolve is one too; not tried here: it
+ * would ask DNS.) */
+static void test_listen_interface(void) {
+  char ifname[64];
+  WT_ASSERT_OK(wt_ucx_interface_of("127.0.0.1", ifname, sizeof(ifname)));
+  CU_ASSERT_STRING_EQUAL(ifname, "lo");
+  WT_ASSERT_OK(wt_ucx_interface_of("127.0.0.2", ifname, sizeof(ifname)));
+  CU_ASSERT_STRING_EQUAL(ifname, "lo"); /* lo holds 127.0.0.0/8 */
+  WT_ASSERT_OK(wt_ucx_interface_of("0.0.0.0", ifname, sizeof(ifname)));
+  CU_ASSERT_STRING_EQUAL(ifname, "");
+  WT_ASSERT_OK(wt_ucx_interface_of("::", ifname, sizeof(ifname)));
+  CU_ASSERT_STRING_EQUAL(ifname, "");
+  WT_ASSERT_ERR(wt_ucx_interface_of("192.0.2.1", ifname, sizeof(ifname)),
+                WT_FAILED_PRECONDITION,
+                "listen host '192.0.2.1': no interface holds this address");
+  CU_ASSERT_STRING_EQUAL(ifname, "");
+  WT_ASSERT_OK(wt_ucx_interface_of("localhost", ifname, sizeof(ifname)));
+  CU_ASSERT_STRING_EQUAL(ifname, "lo"); /* 127.0.0.1 and ::1: lo once */
+}
+
 static void test_init_settings(void) {
   ucx_info ui;
   wt_ucx_init_settings set;
@@ -1842,6 +1919,8 @@ void wt_test_suite_ucx(void) {
   CU_pSuite s = CU_add_suite_with_setup_and_teardown("ucx", NULL, NULL, NULL,
                                                      ucx_test_teardown);
   CU_add_test(s, "init settings both halves read", test_init_settings);
+  CU_add_test(s, "where UCX listens: the interface of --listen",
+              test_listen_interface);
   CU_add_test(s, "round over tcp, 2 servers x (2, 3) workers", test_round_tcp);
   CU_add_test(s, "memory source (zero-copy sends), sequential fan-out",
               test_memory_source_sequential);
@@ -1872,6 +1951,8 @@ void wt_test_suite_ucx(void) {
               test_strangers_by_address);
   CU_add_test(s, "strangers' endpoints to a worker are reclaimed",
               test_stranger_endpoints_reclaimed);
+  CU_add_test(s, "strangers' endpoints reclaimed between rounds",
+              test_stranger_endpoints_between_rounds);
   CU_add_test(s, "a trainer behind strangers on a listener",
               test_trainer_behind_strangers);
   CU_add_test(s, "raw bytes to every UCX port (real process)",

@@ -292,7 +292,7 @@ static void render(wt_server *srv, FILE *f) {
       "Connections open on the control port (plaintext servers).",
       (double)cc.open);
   one(f, "wt_connections_limit", "gauge",
-      "The cap on them (--max-connections; 0 for TLS).", (double)cc.limit);
+      "The cap on them (--max-connections).", (double)cc.limit);
   head(f, "wt_connections_total", "counter",
        "Control-port connections since start: accepted, and closed by the "
        "server (evicted to make room, expired without an authorized call, "

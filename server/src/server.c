@@ -431,7 +431,8 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
                             .max_message_bytes = max_msg,
                             .engines = srv->engines,
                             .engine_options = srv->engine_options,
-                            .n_engine_options = srv->n_engine_options};
+                            .n_engine_options = srv->n_engine_options,
+                            .engine_check_ms = o.engine_check_ms};
     WT_CHECK(wt_worker_new(&wo, &srv->workers[i]));
   }
   WT_CHECK(load_model(srv, o.model));

@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "wt/clock.h"
 #include "wt/cuda.h"
 #include "wt/log.h"
 
@@ -30,6 +32,7 @@ struct wt_worker {
   wt_registry *engines;
   const wt_backend_option *engine_options; /* the server's; borrowed */
   size_t n_engine_options;
+  int engine_check_ms; /* 0: never between rounds */
   wt_param_store *store;
   char where[64]; /* "worker 0 (cuda:0)" for messages */
 
@@ -55,6 +58,10 @@ struct wt_worker {
   wt_worker_state state;
   uint64_t round_id;
   uint64_t push_id;
+  /* The engine was given up between rounds (READY, no engine): why, for
+   * the next start's refusal. */
+  bool given_up;
+  char given_up_why[640];
 };
 
 static const char *const state_names[] = {
@@ -179,6 +186,7 @@ static wt_status *op_init(wt_worker *w, wt_worker_op *op) {
   memset(op->endpoint, 0, sizeof(*op->endpoint));
   abort_round(w);
   drop_engine(w);
+  w->given_up = false;
   set_state(w, WT_WORKER_INITIALIZING);
   const char *backend = init && init->backend ? init->backend : "";
   WT_CHECK(wt_engine_lookup(w->engines, backend, &ops));
@@ -238,6 +246,13 @@ out:
  * says why. */
 static bool give_up_engine(wt_worker *w, char *reason, size_t n) {
   char why[400];
+  if (w->given_up) {
+    snprintf(reason, n, "%s", w->given_up_why);
+    w->given_up = false;
+    w->state = WT_WORKER_NEEDS_INIT;
+    publish(w, reason);
+    return true;
+  }
   if (w->ops == NULL || w->ops->needs_reinit == NULL ||
       !w->ops->needs_reinit(w->engine, why, sizeof(why)))
     return false;
@@ -252,10 +267,35 @@ static bool give_up_engine(wt_worker *w, char *reason, size_t n) {
   return true;
 }
 
+/* Between rounds, on the worker's thread: an engine that must be given up
+ * goes now, so that what strangers hold through it is freed at once, not
+ * at the next round's start. The state stays READY, its reason says what
+ * happened, and the next start needs a new init. */
+static void check_engine_idle(wt_worker *w) {
+  char why[400] = "";
+  if (w->state != WT_WORKER_READY || w->given_up || w->ops == NULL ||
+      w->ops->needs_reinit == NULL ||
+      !w->ops->needs_reinit(w->engine, why, sizeof(why)))
+    return;
+  char backend[sizeof(w->pub.backend)];
+  snprintf(backend, sizeof(backend), "%s", w->ops->header.name);
+  snprintf(w->given_up_why, sizeof(w->given_up_why),
+           "backend '%s' gave its engine up between rounds (%s); call "
+           "InitWeightTransferEngine again",
+           backend, why);
+  drop_engine(w);
+  w->given_up = true;
+  publish(w, w->given_up_why);
+  pthread_mutex_lock(&w->mu);
+  snprintf(w->pub.backend, sizeof(w->pub.backend), "%s", backend);
+  pthread_mutex_unlock(&w->mu);
+  WT_LOGW("server", "%s: %s", w->where, w->given_up_why);
+}
+
 static wt_status *op_start(wt_worker *w, wt_worker_op *op) {
   wt_status *st = NULL;
   WT_CHECK(need_state(w, WT_WORKER_READY, "start"));
-  char reason[512];
+  char reason[640];
   if (give_up_engine(w, reason, sizeof(reason)))
     WT_FAIL(WT_FAILED_PRECONDITION, "%s needs a new InitWeightTransferEngine: %s",
             w->where, reason);
@@ -440,8 +480,35 @@ static void *worker_main(void *arg) {
     pthread_mutex_unlock(&w->mu);
     return NULL;
   }
+  int64_t next_check = wt_mono_ms() + w->engine_check_ms;
   for (;;) {
-    while (w->head == NULL && !w->quit) pthread_cond_wait(&w->work_cv, &w->mu);
+    while (w->head == NULL && !w->quit) {
+      bool idle_check = w->engine_check_ms > 0 && w->state == WT_WORKER_READY &&
+                        !w->given_up && w->ops != NULL &&
+                        w->ops->needs_reinit != NULL;
+      if (!idle_check) {
+        pthread_cond_wait(&w->work_cv, &w->mu);
+        continue;
+      }
+      int64_t now = wt_mono_ms();
+      if (now >= next_check) {
+        next_check = now + w->engine_check_ms;
+        pthread_mutex_unlock(&w->mu);
+        check_engine_idle(w);
+        pthread_mutex_lock(&w->mu);
+        continue;
+      }
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      int64_t left = next_check - now;
+      ts.tv_sec += left / 1000;
+      ts.tv_nsec += (long)(left % 1000) * 1000000L;
+      if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+      }
+      pthread_cond_timedwait(&w->work_cv, &w->mu, &ts);
+    }
     if (w->head == NULL) break;
     wt_worker_op *op = w->head;
     w->head = op->next;
@@ -484,6 +551,9 @@ wt_status *wt_worker_new(const wt_worker_options *o, wt_worker **out) {
   w->max_message_bytes = o->max_message_bytes;
   w->engines = o->engines;
   w->engine_options = o->engine_options;
+  w->engine_check_ms = o->engine_check_ms == 0    ? WT_WORKER_ENGINE_CHECK_MS
+                       : o->engine_check_ms < 0   ? 0
+                                                  : o->engine_check_ms;
   w->n_engine_options = o->n_engine_options;
   w->host = strdup(o->host ? o->host : "127.0.0.1");
   if (w->host == NULL) {

@@ -188,7 +188,13 @@ def cmd_push(args):
         pb, pb_grpc = load_stubs(args.proto_dir, work)
         opts = [("grpc.max_send_message_length", MAX_MESSAGE),
                 ("grpc.max_receive_message_length", MAX_MESSAGE)]
-        with grpc.insecure_channel(args.server, options=opts) as ch:
+        if args.tls_ca:  # grpcio's TLS (BoringSSL) against wt's own (OpenSSL)
+            with open(args.tls_ca, "rb") as f:
+                creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+            ch = grpc.secure_channel(args.server, creds, options=opts)
+        else:
+            ch = grpc.insecure_channel(args.server, options=opts)
+        with ch:
             stub = pb_grpc.WeightTransferStub(ch)
             run_checks(grpc, pb, stub, args)
     return 0
@@ -328,6 +334,7 @@ def main():
     p.add_argument("--proto-dir", required=True)
     p.add_argument("--version", required=True)
     p.add_argument("--expected-json")
+    p.add_argument("--tls-ca", help="talk TLS, trusting this CA (PEM)")
     args = ap.parse_args()
     try:
         if args.cmd == "make-checkpoint":

@@ -92,6 +92,11 @@ pid_t wt_proc_spawn(const char *const argv[], const char *log, int *out_fd) {
     dup2(nfd, STDIN_FILENO);
     dup2(out_fd ? pfd[1] : lfd, STDOUT_FILENO);
     dup2(lfd, STDERR_FILENO);
+    /* Nothing else of the test process: UCX opens its sockets without
+     * O_CLOEXEC, so a trainer's UCX listener in this process would
+     * otherwise live on in the child and count as one of its ports. */
+    if (close_range(3, ~0U, 0) != 0)
+      for (int fd = 3; fd < 65536; fd++) close(fd);
     execv(argv[0], (char *const *)argv);
     _exit(127);
   }

@@ -190,7 +190,7 @@ typedef struct wt_rpc_server_options {
   int max_concurrent_streams;
   int max_metadata_bytes;
   int handshake_timeout_ms;
-  /* Connections (plaintext; see docs/trust.md, "Connections"): at most
+  /* Connections (see docs/trust.md, "Connections" and "TLS"): at most
    * max_connections open (default WT_RPC_DEFAULT_MAX_CONNECTIONS, lowered to
    * what the descriptor limit allows at two descriptors each after
    * WT_RPC_FD_RESERVE); a connection that has made no authorized call
@@ -200,9 +200,10 @@ typedef struct wt_rpc_server_options {
    * their next call). Over the cap a new connection takes the place of the
    * oldest one without an authorized call, else of the reader whose last
    * call is oldest; a connection that made a trainer call is never closed
-   * to make room. A TLS server uses gRPC's own listener (gRPC 1.51 cannot
-   * take over an accepted TLS connection): idle_ms and the handshake
-   * timeout apply there, the cap and the grace do not. */
+   * to make room. Under TLS wt terminates TLS itself (gRPC 1.51 takes
+   * an accepted connection in plaintext only) and the same holds, at three
+   * descriptors a connection; its handshake must also finish within
+   * handshake_timeout_ms. */
   int max_connections;
   int auth_grace_ms;
   int idle_ms;
@@ -229,8 +230,8 @@ typedef struct wt_rpc_server_options {
  * engines (UCX endpoints, CUDA) and outgoing channels. */
 #define WT_RPC_FD_RESERVE 256
 
-/* The connections of a plaintext server: open now, the cap in force (0 for
- * a TLS server, which has none), and since start: accepted, refused (over
+/* The server's connections (plaintext or TLS): open now, the cap in force,
+ * and since start: accepted, refused (over
  * the cap with nothing to close), evicted (closed to make room), expired
  * (no authorized call within the grace) and shed (closed at once because
  * descriptors ran out). */

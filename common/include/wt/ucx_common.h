@@ -71,9 +71,13 @@ typedef struct wt_ucx {
 wt_status *wt_ucx_new(const char *transports, const char *net_devices,
                       bool stream, const char *who, wt_ucx **out);
 
-/* The network interface that holds address `host` ("127.0.0.1" -> "lo"),
- * into buf; false for a wildcard or an address no interface holds. */
-bool wt_ucx_interface_of(const char *host, char *buf, size_t cap);
+/* The network interfaces that hold `host`'s addresses ("127.0.0.1" ->
+ * "lo"; a name as the control port resolves it, "localhost" -> "lo"), as
+ * UCX_NET_DEVICES takes them (comma-separated), into buf; buf "" for a
+ * wildcard (0.0.0.0, "::": every interface). An address no interface
+ * holds, or interfaces that cannot be read (tried five times), is an
+ * error naming the host: never taken as "every interface". */
+wt_status *wt_ucx_interface_of(const char *host, char *buf, size_t cap);
 
 /* Destroys worker and context. NULL is ignored. */
 void wt_ucx_destroy(wt_ucx *u);

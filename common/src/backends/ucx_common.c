@@ -3,6 +3,7 @@
 
 #include "wt/ucx_common.h"
 
+#include <errno.h>
 #include <ifaddrs.h>
 #include <inttypes.h>
 #include <net/if.h>
@@ -178,31 +179,95 @@ int64_t wt_ucx_connect_timeout_ms(int64_t configured, int64_t timeout_ms) {
                                                 : WT_UCX_CONNECT_TIMEOUT_MS;
 }
 
-bool wt_ucx_interface_of(const char *host, char *buf, size_t cap) {
-  struct addrinfo hints = {.ai_flags = AI_NUMERICHOST}, *res = NULL;
-  if (host == NULL || getaddrinfo(host, NULL, &hints, &res) != 0) return false;
-  bool found = false;
-  struct ifaddrs *ifs = NULL;
-  if (getifaddrs(&ifs) == 0) {
-    for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next) {
-      if (i->ifa_addr == NULL || i->ifa_addr->sa_family != res->ai_family)
-        continue;
-      if (res->ai_family == AF_INET)
-        found = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr ==
-                    ((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr &&
-                ((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr != 0;
-      else if (res->ai_family == AF_INET6)
-        found = memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
-                       &((struct sockaddr_in6 *)res->ai_addr)->sin6_addr,
-                       16) == 0 &&
-                !IN6_IS_ADDR_UNSPECIFIED(
-                    &((struct sockaddr_in6 *)res->ai_addr)->sin6_addr);
-      if (found) snprintf(buf, cap, "%s", i->ifa_name);
+/* Whether interface address `ia` is `a` (same family). */
+static bool same_addr(const struct sockaddr *ia, const struct sockaddr *a) {
+  if (ia == NULL || ia->sa_family != a->sa_family) return false;
+  if (a->sa_family == AF_INET)
+    return ((const struct sockaddr_in *)ia)->sin_addr.s_addr ==
+           ((const struct sockaddr_in *)a)->sin_addr.s_addr;
+  if (a->sa_family == AF_INET6)
+    return memcmp(&((const struct sockaddr_in6 *)ia)->sin6_addr,
+                  &((const struct sockaddr_in6 *)a)->sin6_addr, 16) == 0;
+  return false;
+}
+
+/* A loopback interface answers for its whole subnet (lo's 127.0.0.1/8
+ * takes 127.0.0.2), which getifaddrs lists as one address. */
+static bool on_loopback(const struct ifaddrs *i, const struct sockaddr *a) {
+  if (!(i->ifa_flags & IFF_LOOPBACK) || i->ifa_addr == NULL ||
+      i->ifa_netmask == NULL || a->sa_family != AF_INET ||
+      i->ifa_addr->sa_family != AF_INET)
+    return false;
+  uint32_t mask = ((const struct sockaddr_in *)i->ifa_netmask)->sin_addr.s_addr;
+  return (((const struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr & mask) ==
+         (((const struct sockaddr_in *)a)->sin_addr.s_addr & mask);
+}
+
+static bool unspecified(const struct sockaddr *a) {
+  if (a->sa_family == AF_INET)
+    return ((const struct sockaddr_in *)a)->sin_addr.s_addr == 0;
+  return a->sa_family == AF_INET6 &&
+         IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)a)->sin6_addr);
+}
+
+wt_status *wt_ucx_interface_of(const char *host, char *buf, size_t cap) {
+  if (cap > 0) buf[0] = '\0';
+  /* As the control port's listener resolves it ("localhost" included). */
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+  int rc = host ? getaddrinfo(host, NULL, &hints, &res) : EAI_NONAME;
+  if (rc != 0)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "listen host '%s': %s: UCX would not know which "
+                         "interface to listen on",
+                         host ? host : "(none)", gai_strerror(rc));
+  for (struct addrinfo *r = res; r; r = r->ai_next)
+    if (unspecified(r->ai_addr)) { /* a wildcard: every interface */
+      freeaddrinfo(res);
+      return NULL;
     }
-    freeifaddrs(ifs);
+  /* getifaddrs can fail now and then (a netlink dump cut short while
+   * interfaces change): tried again, and never taken as "every interface". */
+  struct ifaddrs *ifs = NULL;
+  int err = 0;
+  for (int attempt = 0; attempt < 5; attempt++) {
+    if (getifaddrs(&ifs) == 0) {
+      err = 0;
+      break;
+    }
+    err = errno;
+    ifs = NULL;
   }
+  size_t used = 0;
+  for (struct addrinfo *r = res; r && ifs; r = r->ai_next)
+    for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+      if (!same_addr(i->ifa_addr, r->ai_addr) && !on_loopback(i, r->ai_addr))
+        continue;
+      /* The interfaces of every address the name has, once each. */
+      size_t nlen = strlen(i->ifa_name);
+      bool have = false;
+      for (const char *p = buf; *p && !have; p += strcspn(p, ","), p += *p == ',')
+        have = strncmp(p, i->ifa_name, nlen) == 0 && (p[nlen] == ',' || !p[nlen]);
+      if (!have && used + nlen + 2 < cap) {
+        used += (size_t)snprintf(buf + used, cap - used, "%s%s",
+                                 used ? "," : "", i->ifa_name);
+      }
+      break;
+    }
+  if (ifs) freeifaddrs(ifs);
   freeaddrinfo(res);
-  return found;
+  if (used > 0) return NULL;
+  if (err != 0)
+    return wt_status_new(WT_UNAVAILABLE,
+                         "listen host '%s': cannot read the interfaces "
+                         "(getifaddrs: %s), so UCX's listening sockets could "
+                         "not be kept to its interface; refused rather than "
+                         "listening on every one",
+                         host, strerror(err));
+  return wt_status_new(WT_FAILED_PRECONDITION,
+                       "listen host '%s': no interface holds this address, "
+                       "so UCX's listening sockets could not be kept to it; "
+                       "refused rather than listening on every interface",
+                       host);
 }
 
 wt_status *wt_ucx_new(const char *transports, const char *net_devices,

@@ -77,8 +77,10 @@ typedef struct rpc_peer {
   char key[80]; /* "uid:1000", "ip:10.0.0.5" */
 } rpc_peer;
 
-/* The plaintext listening sockets and their connections (rpc_listener.c). */
+/* The listening sockets and their connections (rpc_listener.c). */
 typedef struct rpc_listener rpc_listener;
+/* A server's TLS (rpc_relay.c). */
+typedef struct rpc_tls_server rpc_tls_server;
 
 typedef struct rpc_pool {
   wt_rpc_class cfg;
@@ -127,7 +129,8 @@ struct wt_rpc_server {
   char *tls_cert, *tls_key, *tls_ca;
   int max_concurrent_streams, max_metadata_bytes, handshake_timeout_ms;
   int max_connections, auth_grace_ms, idle_ms;
-  rpc_listener *listener; /* plaintext only */
+  rpc_listener *listener;
+  rpc_tls_server *tls; /* TLS servers */
   atomic_uint_fast64_t unauthenticated, denied;
   rpc_peer *peers; /* under mu */
   int max_reads;
@@ -196,17 +199,25 @@ static inline bool rpc_server_stopping(wt_rpc_server *s) {
 
 /* The connection cap `max_connections` (0: the default) leaves under the
  * descriptor limit, which goes to *nofile (may be NULL). */
-WT_HIDDEN int rpc_listener_budget(int max_connections, int *nofile);
-/* Binds `listen` and starts accepting onto the started server `gs`. The
- * caller owns *out (rpc_listener_destroy). A busy or invalid address is
- * UNAVAILABLE naming it; a descriptor limit with no room FAILED_PRECONDITION. */
+WT_HIDDEN int rpc_listener_budget(int max_connections, int per_connection,
+                                  int *nofile);
+/* Binds `listen` and starts accepting onto the started server `gs`: TLS
+ * with `tls` (borrowed; must outlive the listener), plaintext when NULL.
+ * The caller owns *out (rpc_listener_destroy). A busy or invalid address
+ * is UNAVAILABLE naming it; a descriptor limit with no room
+ * FAILED_PRECONDITION. */
 WT_HIDDEN wt_status *rpc_listener_start(grpc_server *gs, const char *listen,
+                                         rpc_tls_server *tls,
                                          int max_connections, int grace_ms,
-                                         rpc_listener **out, int *port);
-/* Stops accepting and closes the listening sockets (open connections stay
- * gRPC's); joins the accept thread. Idempotent. */
+                                         int handshake_ms, rpc_listener **out,
+                                         int *port);
+/* Stops accepting: no connection is handed to gRPC from here, and the
+ * listening sockets close (within a tick). Open connections stay gRPC's;
+ * TLS ones are still relayed until rpc_listener_destroy, so calls in
+ * flight can finish. Idempotent. */
 WT_HIDDEN void rpc_listener_stop(rpc_listener *l);
-/* Stops and frees; NULL is ignored. */
+/* Stops, joins the thread, closes what is left and frees; NULL is
+ * ignored. */
 WT_HIDDEN void rpc_listener_destroy(rpc_listener *l);
 /* The connection gRPC names `grpc_peer` ("fd:N") made an authorized call of
  * `scope`. l may be NULL. */
@@ -230,12 +241,42 @@ WT_HIDDEN char *rpc_server_peer(wt_rpc_server *s, grpc_call *call);
 WT_HIDDEN void rpc_server_peer_key(wt_rpc_server *s, grpc_call *call,
                                     char *key, size_t n);
 
+/* --- rpc_relay.c: TLS terminated by wt ------------------------------------ */
+
+/* A server's TLS: certificate chain, key and (mutual TLS) the clients' CA,
+ * from the files in `tls` (read without blocking; errors name the option
+ * and the file). The caller owns *out (rpc_tls_server_free). */
+WT_HIDDEN wt_status *rpc_tls_server_new(const wt_rpc_tls *tls,
+                                        rpc_tls_server **out);
+WT_HIDDEN void rpc_tls_server_free(rpc_tls_server *t);
+
+/* One connection's TLS, relayed to gRPC as plaintext over a socketpair.
+ * The relay owns neither descriptor. rpc_relay_pump never blocks: it
+ * moves at most `budget` bytes each way and says which events each
+ * descriptor waits for (level-triggered). */
+typedef struct rpc_relay rpc_relay;
+enum {
+  RPC_RELAY_HANDSHAKE, /* handshaking; wait for *net_events */
+  RPC_RELAY_READY,     /* the handshake is done: attach the pair, pump again */
+  RPC_RELAY_OPEN,      /* relaying; wait for the events */
+  RPC_RELAY_AGAIN,     /* the budget ran out: pump again soon */
+  RPC_RELAY_DONE,      /* over; *why is NULL or what failed (the relay's) */
+};
+/* NULL when out of memory. */
+WT_HIDDEN rpc_relay *rpc_relay_new(rpc_tls_server *t, int net_fd);
+WT_HIDDEN void rpc_relay_attach(rpc_relay *r, int pair_fd);
+WT_HIDDEN bool rpc_relay_handshaken(const rpc_relay *r);
+WT_HIDDEN int rpc_relay_pump(rpc_relay *r, size_t budget,
+                             uint32_t *net_events, uint32_t *pair_events,
+                             const char **why);
+WT_HIDDEN void rpc_relay_free(rpc_relay *r);
+
 /* --- rpc_tls.c ------------------------------------------------------------ */
 
-/* Server credentials for `tls` (NULL or no cert: insecure); the caller
- * releases *out. Errors name the option and file. */
-WT_HIDDEN wt_status *rpc_server_credentials(const wt_rpc_tls *tls,
-                                             grpc_server_credentials **out);
+/* The PEM file `path` (for `what`: "--tls-cert") as a NUL-terminated string
+ * the caller frees; errors name the option and the file. */
+WT_HIDDEN wt_status *rpc_read_pem(const char *what, const char *path,
+                                  char **out);
 /* Channel credentials for `tls` (NULL: insecure). */
 WT_HIDDEN wt_status *rpc_channel_credentials(const wt_rpc_tls *tls,
                                               grpc_channel_credentials **out);

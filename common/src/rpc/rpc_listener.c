@@ -1,16 +1,18 @@
-/* rpc_listener.c: the plaintext listening sockets, owned here rather than
+/* rpc_listener.c: the server's listening sockets, owned here rather than
  * by gRPC, so that descriptors are a budget no stranger can exhaust (see
  * docs/trust.md, "Connections").
  *
  * gRPC 1.51's own listener stops accepting for good after one accept4()
- * fails with EMFILE, never closes a plaintext connection that sends the
- * HTTP/2 preface and then nothing, and has no connection cap. Here one
- * thread accepts, and hands each connection to gRPC with
- * grpc_server_add_channel_from_fd (plaintext only: gRPC 1.51 takes no
- * credentials there, so a TLS server keeps gRPC's listener).
+ * fails with EMFILE, never closes a connection that sends the HTTP/2
+ * preface and then nothing, and has no connection cap. Here one thread
+ * accepts, and hands each connection to gRPC with
+ * grpc_server_add_channel_from_fd. That takes plaintext only, so a TLS
+ * server's connections are terminated here (rpc_relay.c: OpenSSL, on this
+ * thread) and gRPC gets one end of a socketpair carrying the plaintext.
  *
- * Each connection is two descriptors: gRPC owns a dup, this file owns the
- * original. Ours is never closed while its record lives, so shutting the
+ * A plaintext connection is two descriptors: gRPC owns a dup, this file
+ * owns the original. A TLS connection is three: the socket and our end of
+ * the pair (ours), gRPC's end (gRPC's). Ours is never closed while its record lives, so shutting the
  * socket down through it can never hit another file that reused a number
  * (gRPC's copy may be closed at any time). gRPC shuts a socket down
  * before it closes it (ev_epoll1's orphan path), which wakes our epoll
@@ -64,6 +66,12 @@
  * connection (ENOBUFS, ENOMEM, a spare descriptor that cannot be had). */
 #define PAUSE_MS 100
 
+/* Bytes one relay step moves each way before the others get their turn. */
+#define RELAY_BUDGET (1u << 20)
+/* TLS handshakes done in one pass of the loop before the rest wait for
+ * the next pass, after the relays that are moving bytes. */
+#define HANDSHAKE_PASS_MS 10
+
 #define EV_WAKE UINT64_MAX
 #define EV_LISTEN(i) (UINT64_MAX - 1 - (uint64_t)(i))
 
@@ -78,11 +86,20 @@ typedef struct rpc_conn {
   char key[80];         /* the quota key once worked out; "" before */
   struct sockaddr_storage addr, local; /* the peer's and ours */
   char peer[72];        /* as gRPC writes peers: "ipv4:127.0.0.1:5555" */
+  /* TLS (accept thread only, but for grpc_fd): the relay, our end of the
+   * pair (-1 before the handshake is done; grpc_fd too), the events each
+   * descriptor waits for, and whether a step ran out of budget. */
+  rpc_relay *relay;
+  int pair;
+  uint32_t ev_net, ev_pair;
+  bool again;
 } rpc_conn;
 
 struct rpc_listener {
   grpc_server *gs;
   grpc_server_credentials *creds;
+  rpc_tls_server *tls; /* borrowed; NULL: plaintext */
+  int handshake_ms;
   int lfd[MAX_LISTENERS];
   size_t nl;
   int port;
@@ -95,11 +112,18 @@ struct rpc_listener {
   rpc_conn *conns;
   size_t nconns, slots;
   bool quit;
+  bool accepting; /* false from rpc_listener_stop */
+  /* Held around every hand-over to gRPC, and by rpc_listener_stop to
+   * clear `handing`: after stop returns, gRPC gets no new connection. */
+  pthread_mutex_t hand_mu;
+  bool handing;
   wt_rpc_conn_counts counts;
 
   /* accept thread only */
   bool paused;
   int64_t resume_ms, next_gone_check;
+  size_t nagain;      /* records with `again` set */
+  int64_t hs_us;      /* handshake time spent in this pass of the loop */
   wt_log_limit log_limit;
 };
 
@@ -115,6 +139,7 @@ static size_t open_count_locked(const rpc_listener *l) {
 static void shut_locked(rpc_listener *l, rpc_conn *c, int64_t now) {
   (void)l;
   shutdown(c->fd, SHUT_RDWR);
+  if (c->pair >= 0) shutdown(c->pair, SHUT_RDWR); /* gRPC sees the end */
   c->closing_ms = now > 0 ? now : 1;
 }
 
@@ -136,12 +161,26 @@ static rpc_conn *victim_locked(rpc_listener *l) {
   return best;
 }
 
-/* Forgets record i: our descriptor leaves epoll and is closed. */
+/* Forgets record i: our descriptors leave epoll and are closed. */
 static void drop_locked(rpc_listener *l, size_t i) {
   rpc_conn *c = &l->conns[i];
   epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
   close(c->fd);
+  if (c->pair >= 0) {
+    epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->pair, NULL);
+    close(c->pair);
+  }
+  rpc_relay_free(c->relay);
+  if (c->again) l->nagain--;
   l->conns[i] = l->conns[--l->nconns];
+}
+
+/* The record with our descriptor `fd` (the socket or, TLS, our end of the
+ * pair); accept thread only, which alone changes the table. */
+static rpc_conn *by_fd(rpc_listener *l, int fd) {
+  for (size_t i = 0; i < l->nconns; i++)
+    if (l->conns[i].fd == fd || l->conns[i].pair == fd) return &l->conns[i];
+  return NULL;
 }
 
 static rpc_conn *by_grpc_fd_locked(rpc_listener *l, int grpc_fd) {
@@ -221,11 +260,24 @@ static void shed(rpc_listener *l, int lfd, int err) {
   if (l->spare < 0) pause_accepting(l, now);
 }
 
+/* Hands `fd` to gRPC, which owns it from then on; false (fd still the
+ * caller's) once the listener was stopped. */
+static bool hand_to_grpc(rpc_listener *l, int fd) {
+  pthread_mutex_lock(&l->hand_mu);
+  bool ok = l->handing;
+  if (ok) grpc_server_add_channel_from_fd(l->gs, fd, l->creds);
+  pthread_mutex_unlock(&l->hand_mu);
+  return ok;
+}
+
+static void admit_tls(rpc_listener *l, rpc_conn *c);
+
 static void admit(rpc_listener *l, int fd, const struct sockaddr_storage *a) {
   int64_t now = wt_mono_ms();
   rpc_conn c;
   memset(&c, 0, sizeof(c));
   c.fd = fd;
+  c.grpc_fd = c.pair = -1;
   c.accepted_ms = now;
   c.addr = *a;
   socklen_t llen = sizeof(c.local);
@@ -234,6 +286,11 @@ static void admit(rpc_listener *l, int fd, const struct sockaddr_storage *a) {
 
   pthread_mutex_lock(&l->mu);
   const char *refused = NULL;
+  if (!l->accepting) {
+    pthread_mutex_unlock(&l->mu);
+    close(fd);
+    return;
+  }
   if (l->nconns >= l->slots) {
     /* The connections shut down for strangers linger until gRPC closes its
      * copies (slowly, on a loaded machine): the oldest record goes, its
@@ -267,6 +324,10 @@ static void admit(rpc_listener *l, int fd, const struct sockaddr_storage *a) {
 
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (l->tls != NULL) {
+    admit_tls(l, &c);
+    return;
+  }
   struct stat st;
   c.grpc_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (c.grpc_fd < 0 || fstat(fd, &st) != 0) {
@@ -299,7 +360,167 @@ static void admit(rpc_listener *l, int fd, const struct sockaddr_storage *a) {
   l->counts.accepted++;
   pthread_mutex_unlock(&l->mu);
   /* gRPC owns c.grpc_fd from here, closing it when the connection ends. */
-  grpc_server_add_channel_from_fd(l->gs, c.grpc_fd, l->creds);
+  if (!hand_to_grpc(l, c.grpc_fd)) {
+    close(c.grpc_fd);
+    pthread_mutex_lock(&l->mu);
+    rpc_conn *r = by_fd(l, fd);
+    if (r != NULL) drop_locked(l, (size_t)(r - l->conns));
+    pthread_mutex_unlock(&l->mu);
+  }
+}
+
+/* ---- TLS ------------------------------------------------------------------- */
+
+/* A TLS connection waits for its ClientHello; gRPC hears of it once the
+ * handshake is done (attach). */
+static void admit_tls(rpc_listener *l, rpc_conn *c) {
+  c->relay = rpc_relay_new(l->tls, c->fd);
+  c->ev_net = EPOLLIN;
+  struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)c->fd};
+  if (c->relay == NULL || epoll_ctl(l->epfd, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
+    const char *why = c->relay ? strerror(errno) : "out of memory";
+    rpc_relay_free(c->relay);
+    close(c->fd);
+    pthread_mutex_lock(&l->mu);
+    l->counts.shed++;
+    pthread_mutex_unlock(&l->mu);
+    note(l, "%s closed at once: %s", c->peer, why);
+    return;
+  }
+  pthread_mutex_lock(&l->mu);
+  l->conns[l->nconns++] = *c;
+  l->counts.accepted++;
+  pthread_mutex_unlock(&l->mu);
+}
+
+/* The handshake is done: a socketpair, one end gRPC's. false: no
+ * descriptors for it (the connection is dropped by the caller). */
+static bool attach(rpc_listener *l, rpc_conn *c) {
+  int sv[2];
+  struct stat st;
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) !=
+      0) {
+    int err = errno;
+    pthread_mutex_lock(&l->mu);
+    l->counts.shed++;
+    pthread_mutex_unlock(&l->mu);
+    note(l, "%s closed after its TLS handshake: socketpair: %s (descriptors "
+         "ran short; raise ulimit -n or lower --max-connections)",
+         c->peer, strerror(err));
+    return false;
+  }
+  /* Room for a few records' worth each way between the relay and gRPC. */
+  int buf = 1 << 20;
+  for (int k = 0; k < 2; k++) {
+    setsockopt(sv[k], SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+    setsockopt(sv[k], SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+  }
+  struct epoll_event ev = {.events = 0, .data.u64 = (uint64_t)sv[0]};
+  if (fstat(sv[1], &st) != 0 || epoll_ctl(l->epfd, EPOLL_CTL_ADD, sv[0], &ev) != 0) {
+    int err = errno;
+    close(sv[0]);
+    close(sv[1]);
+    note(l, "%s closed after its TLS handshake: %s", c->peer, strerror(err));
+    return false;
+  }
+  pthread_mutex_lock(&l->mu);
+  /* gRPC closed a connection whose number gRPC's end just reused: that
+   * record no longer names a gRPC descriptor (its own hang-up ends it). */
+  for (size_t i = 0; i < l->nconns; i++)
+    if (l->conns[i].grpc_fd == sv[1]) {
+      l->conns[i].grpc_fd = -1;
+      shut_locked(l, &l->conns[i], wt_mono_ms());
+    }
+  c->pair = sv[0];
+  c->grpc_fd = sv[1];
+  c->ino = st.st_ino;
+  c->ev_pair = 0;
+  pthread_mutex_unlock(&l->mu);
+  rpc_relay_attach(c->relay, sv[0]);
+  /* gRPC owns sv[1] from here, closing it when the connection ends. */
+  if (!hand_to_grpc(l, sv[1])) { /* stopped: the caller drops the record */
+    close(sv[1]);
+    pthread_mutex_lock(&l->mu);
+    c->grpc_fd = -1;
+    pthread_mutex_unlock(&l->mu);
+    return false;
+  }
+  return true;
+}
+
+static void set_again(rpc_listener *l, rpc_conn *c, bool again) {
+  if (c->again == again) return;
+  c->again = again;
+  if (again)
+    l->nagain++;
+  else
+    l->nagain--;
+}
+
+static void watch(rpc_listener *l, int fd, uint32_t *have, uint32_t want) {
+  if (fd < 0 || *have == want) return;
+  struct epoll_event ev = {.events = want, .data.u64 = (uint64_t)fd};
+  epoll_ctl(l->epfd, EPOLL_CTL_MOD, fd, &ev);
+  *have = want;
+}
+
+/* Moves what a TLS connection can move now. */
+static void relay_step(rpc_listener *l, rpc_conn *c) {
+  for (;;) {
+    uint32_t net = 0, pair = 0;
+    const char *why = NULL;
+    int rc = rpc_relay_pump(c->relay, RELAY_BUDGET, &net, &pair, &why);
+    if (rc == RPC_RELAY_READY) {
+      if (attach(l, c)) continue;
+      rc = RPC_RELAY_DONE;
+    }
+    if (rc == RPC_RELAY_DONE) {
+      if (why != NULL && c->closing_ms == 0)
+        note(l, "%s: %s; closed", c->peer, why);
+      pthread_mutex_lock(&l->mu);
+      drop_locked(l, (size_t)(c - l->conns));
+      pthread_mutex_unlock(&l->mu);
+      return;
+    }
+    set_again(l, c, rc == RPC_RELAY_AGAIN);
+    watch(l, c->fd, &c->ev_net, net);
+    watch(l, c->pair, &c->ev_pair, pair);
+    return;
+  }
+}
+
+/* A step of a connection, but a handshake only while this pass of the
+ * loop has spent less than HANDSHAKE_PASS_MS on handshakes: the rest wait
+ * for the next pass, so a flood of handshakes (a CPU cost per connection
+ * a stranger chooses) waits behind the bytes of connections relaying. */
+static void step(rpc_listener *l, rpc_conn *c) {
+  if (rpc_relay_handshaken(c->relay)) {
+    relay_step(l, c);
+    return;
+  }
+  if (l->hs_us >= HANDSHAKE_PASS_MS * 1000) {
+    set_again(l, c, true);
+    return;
+  }
+  int64_t t0 = wt_mono_us();
+  relay_step(l, c);
+  l->hs_us += wt_mono_us() - t0;
+}
+
+/* The relays whose last step ran out of budget, and the handshakes a
+ * pass put off. */
+static void relay_again(rpc_listener *l) {
+  size_t todo = l->nagain;
+  for (size_t i = 0; i < l->nconns && todo > 0;) {
+    rpc_conn *c = &l->conns[i];
+    size_t before = l->nconns;
+    if (c->again) {
+      todo--;
+      set_again(l, c, false);
+      step(l, c);
+    }
+    if (l->nconns == before) i++; /* else record i is another one now */
+  }
 }
 
 static void accept_some(rpc_listener *l, int lfd) {
@@ -362,12 +583,14 @@ static void reap(rpc_listener *l, int64_t now) {
   for (size_t i = 0; i < l->nconns;) {
     rpc_conn *c = &l->conns[i];
     if (c->closing_ms == 0 && c->scope == 0 &&
-        now - c->accepted_ms >= l->grace_ms) {
+        (now - c->accepted_ms >= l->grace_ms ||
+         (c->relay != NULL && !rpc_relay_handshaken(c->relay) &&
+          now - c->accepted_ms >= l->handshake_ms))) {
       shut_locked(l, c, now);
       l->counts.expired++;
     }
     bool drop = c->closing_ms != 0 && now - c->closing_ms >= CLOSING_GIVE_UP_MS;
-    if (!drop && gone_check) {
+    if (!drop && gone_check && c->grpc_fd >= 0) {
       struct stat st;
       drop = fstat(c->grpc_fd, &st) != 0 || st.st_ino != c->ino;
     }
@@ -385,10 +608,18 @@ static void *listener_main(void *arg) {
   int64_t next_reap = wt_mono_ms() + TICK_MS;
   for (;;) {
     pthread_mutex_lock(&l->mu);
-    bool quit = l->quit;
+    bool quit = l->quit, accepting = l->accepting;
     pthread_mutex_unlock(&l->mu);
     if (quit) break;
-    int n = epoll_wait(l->epfd, evs, 64, TICK_MS);
+    if (!accepting && l->nl > 0) { /* stopped: the sockets close here */
+      for (size_t i = 0; i < l->nl; i++) {
+        epoll_ctl(l->epfd, EPOLL_CTL_DEL, l->lfd[i], NULL);
+        close(l->lfd[i]);
+      }
+      l->nl = 0;
+    }
+    int n = epoll_wait(l->epfd, evs, 64, l->nagain > 0 ? 0 : TICK_MS);
+    l->hs_us = 0;
     for (int i = 0; i < n; i++) {
       uint64_t tag = evs[i].data.u64;
       if (tag == EV_WAKE) {
@@ -396,11 +627,20 @@ static void *listener_main(void *arg) {
         if (read(l->wakefd, &v, sizeof(v)) < 0) { /* nothing to do */
         }
       } else if (tag >= EV_LISTEN(MAX_LISTENERS - 1)) {
-        accept_some(l, l->lfd[EV_LISTEN(0) - tag]);
+        size_t k = (size_t)(EV_LISTEN(0) - tag);
+        if (k < l->nl) accept_some(l, l->lfd[k]);
       } else {
-        hung_up(l, (int)tag, evs[i].events);
+        rpc_conn *c = by_fd(l, (int)tag);
+        if (c == NULL) continue; /* dropped earlier in this pass */
+        if (c->relay == NULL)
+          hung_up(l, (int)tag, evs[i].events);
+        else if (!rpc_relay_handshaken(c->relay))
+          set_again(l, c, true); /* after the relays' bytes (relay_again) */
+        else
+          relay_step(l, c);
       }
     }
+    if (l->nagain > 0) relay_again(l);
     int64_t now = wt_mono_ms();
     if (l->paused && now >= l->resume_ms) resume_accepting(l);
     if (now >= next_reap) {
@@ -491,14 +731,15 @@ static wt_status *bind_all(rpc_listener *l, const char *addr) {
 
 /* ---- the interface ---------------------------------------------------------------- */
 
-int rpc_listener_budget(int max_connections, int *limit_out) {
+int rpc_listener_budget(int max_connections, int per_connection,
+                        int *limit_out) {
   struct rlimit rl;
   long nofile = 1024;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
     nofile = (long)rl.rlim_cur;
   else if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
     nofile = 1 << 20;
-  long room = (nofile - WT_RPC_FD_RESERVE) / 2;
+  long room = (nofile - WT_RPC_FD_RESERVE) / (per_connection > 0 ? per_connection : 2);
   if (limit_out) *limit_out = (int)(nofile < INT32_MAX ? nofile : INT32_MAX);
   long cap = max_connections > 0 ? max_connections
                                  : WT_RPC_DEFAULT_MAX_CONNECTIONS;
@@ -506,33 +747,38 @@ int rpc_listener_budget(int max_connections, int *limit_out) {
 }
 
 wt_status *rpc_listener_start(grpc_server *gs, const char *listen,
-                              int max_connections, int grace_ms,
+                              rpc_tls_server *tls, int max_connections,
+                              int grace_ms, int handshake_ms,
                               rpc_listener **out, int *port) {
   *out = NULL;
-  int nofile = 0;
-  int cap = rpc_listener_budget(max_connections, &nofile);
+  int nofile = 0, each = tls ? 3 : 2;
+  int cap = rpc_listener_budget(max_connections, each, &nofile);
   if (cap < 4)
     return wt_status_new(
         WT_FAILED_PRECONDITION,
         "listen address '%s': the descriptor limit (ulimit -n %d) leaves no "
         "room for connections after the %d kept for the server's own files "
-        "(each connection takes 2); raise it",
-        listen, nofile, WT_RPC_FD_RESERVE);
+        "(each connection takes %d); raise it",
+        listen, nofile, WT_RPC_FD_RESERVE, each);
   if (max_connections > 0 && cap < max_connections)
     WT_LOGW(RPC_MOD,
             "max_connections %d: the descriptor limit (ulimit -n %d) allows "
-            "%d (2 each, %d kept for the server's own files)",
-            max_connections, nofile, cap, WT_RPC_FD_RESERVE);
+            "%d (%d each, %d kept for the server's own files)",
+            max_connections, nofile, cap, each, WT_RPC_FD_RESERVE);
 
   rpc_listener *l = calloc(1, sizeof(*l));
   if (l == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
   l->gs = gs;
+  l->tls = tls;
+  l->handshake_ms = handshake_ms > 0 ? handshake_ms : 5000;
   l->epfd = l->wakefd = l->spare = -1;
   l->max_conns = cap;
   l->grace_ms = grace_ms > 0 ? grace_ms : WT_RPC_DEFAULT_AUTH_GRACE_MS;
   l->slots = (size_t)cap + CLOSING_HEADROOM;
   l->counts.limit = cap;
+  l->accepting = l->handing = true;
   pthread_mutex_init(&l->mu, NULL);
+  pthread_mutex_init(&l->hand_mu, NULL);
   wt_status *st = NULL;
   l->conns = calloc(l->slots, sizeof(*l->conns));
   l->creds = grpc_insecure_server_credentials_create();
@@ -570,23 +816,34 @@ fail:
   return st;
 }
 
-void rpc_listener_stop(rpc_listener *l) {
-  if (l == NULL || !l->started) return;
-  pthread_mutex_lock(&l->mu);
-  l->quit = true;
-  pthread_mutex_unlock(&l->mu);
+static void wake(rpc_listener *l) {
   uint64_t one = 1;
   if (write(l->wakefd, &one, sizeof(one)) < 0) { /* it wakes within a tick */
   }
-  pthread_join(l->thread, NULL);
-  l->started = false;
-  for (size_t i = 0; i < l->nl; i++) close(l->lfd[i]);
-  l->nl = 0;
+}
+
+void rpc_listener_stop(rpc_listener *l) {
+  if (l == NULL || !l->started) return;
+  pthread_mutex_lock(&l->hand_mu);
+  l->handing = false;
+  pthread_mutex_unlock(&l->hand_mu);
+  pthread_mutex_lock(&l->mu);
+  l->accepting = false;
+  pthread_mutex_unlock(&l->mu);
+  wake(l);
 }
 
 void rpc_listener_destroy(rpc_listener *l) {
   if (l == NULL) return;
-  rpc_listener_stop(l);
+  if (l->started) {
+    rpc_listener_stop(l);
+    pthread_mutex_lock(&l->mu);
+    l->quit = true;
+    pthread_mutex_unlock(&l->mu);
+    wake(l);
+    pthread_join(l->thread, NULL);
+    l->started = false;
+  }
   for (size_t i = 0; i < l->nl; i++) close(l->lfd[i]);
   pthread_mutex_lock(&l->mu);
   while (l->nconns > 0) drop_locked(l, l->nconns - 1);
@@ -597,6 +854,7 @@ void rpc_listener_destroy(rpc_listener *l) {
   if (l->creds) grpc_server_credentials_release(l->creds);
   free(l->conns);
   pthread_mutex_destroy(&l->mu);
+  pthread_mutex_destroy(&l->hand_mu);
   free(l);
 }
 

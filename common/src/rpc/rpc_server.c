@@ -875,24 +875,17 @@ wt_status *wt_rpc_server_start(wt_rpc_server *s) {
   if (s->tls_cert != NULL) {
     wt_rpc_tls tls = {
         .cert_file = s->tls_cert, .key_file = s->tls_key, .ca_file = s->tls_ca};
-    grpc_server_credentials *creds = NULL;
-    WT_CHECK(rpc_server_credentials(&tls, &creds));
-    s->port = grpc_server_add_http2_port(s->server, s->listen, creds);
-    grpc_server_credentials_release(creds);
-    if (s->port == 0)
-      WT_FAIL(WT_UNAVAILABLE,
-              "listen address '%s': cannot bind (address in use, or not "
-              "host:port)",
-              s->listen);
+    WT_CHECK(rpc_tls_server_new(&tls, &s->tls));
   }
   grpc_server_start(s->server);
   pthread_mutex_lock(&s->mu);
   s->state = STATE_RUNNING;
   pthread_mutex_unlock(&s->mu);
-  /* Plaintext: wt's own listener hands gRPC the connections it accepts. */
-  if (s->tls_cert == NULL)
-    st = rpc_listener_start(s->server, s->listen, s->max_connections,
-                            s->auth_grace_ms, &s->listener, &s->port);
+  /* wt's own listener hands gRPC the connections it accepts (TLS ones
+   * terminated by it). */
+  st = rpc_listener_start(s->server, s->listen, s->tls, s->max_connections,
+                          s->auth_grace_ms, s->handshake_timeout_ms,
+                          &s->listener, &s->port);
 
   for (size_t i = 0; i < s->n_methods && st == NULL; i++)
     for (int k = 0; k < s->requests_per_method && st == NULL; k++)
@@ -1013,6 +1006,7 @@ void wt_rpc_server_destroy(wt_rpc_server *s) {
   }
   grpc_completion_queue_destroy(s->cq);
   rpc_listener_destroy(s->listener);
+  rpc_tls_server_free(s->tls);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   pools_free(s);

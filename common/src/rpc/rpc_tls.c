@@ -1,5 +1,5 @@
-/* rpc_tls.c: TLS credentials from files and bearer-token metadata, for both
- * halves of the RPC layer (see wt/rpc.h). */
+/* rpc_tls.c: PEM files, the client's TLS credentials and bearer-token
+ * metadata (see wt/rpc.h). A server's TLS is wt's own: rpc_relay.c. */
 
 #include <grpc/grpc_security.h>
 #include <stdlib.h>
@@ -9,9 +9,7 @@
 
 #define MAX_PEM_BYTES (1 << 20)
 
-/* The PEM file `path` (for `what`: "--tls-cert") as a NUL-terminated string
- * the caller frees. */
-static wt_status *read_pem(const char *what, const char *path, char **out) {
+wt_status *rpc_read_pem(const char *what, const char *path, char **out) {
   wt_status *st = wt_read_small_file(what, path, MAX_PEM_BYTES, false, out);
   if (st != NULL) return st;
   if (strstr(*out, "-----BEGIN ") == NULL) {
@@ -21,42 +19,6 @@ static wt_status *read_pem(const char *what, const char *path, char **out) {
                          what, path);
   }
   return NULL;
-}
-
-wt_status *rpc_server_credentials(const wt_rpc_tls *tls,
-                                  grpc_server_credentials **out) {
-  wt_status *st = NULL;
-  char *cert = NULL, *key = NULL, *ca = NULL;
-  *out = NULL;
-  if (tls == NULL || tls->cert_file == NULL) {
-    if (tls != NULL && (tls->key_file != NULL || tls->ca_file != NULL))
-      return wt_status_new(WT_INVALID_ARGUMENT,
-                           "--tls-key and --tls-ca need --tls-cert (the "
-                           "server's certificate)");
-    *out = grpc_insecure_server_credentials_create();
-    return NULL;
-  }
-  if (tls->key_file == NULL)
-    return wt_status_new(WT_INVALID_ARGUMENT,
-                         "--tls-cert '%s' needs --tls-key (its private key)",
-                         tls->cert_file);
-  WT_CHECK(read_pem("--tls-cert", tls->cert_file, &cert));
-  WT_CHECK(read_pem("--tls-key", tls->key_file, &key));
-  if (tls->ca_file) WT_CHECK(read_pem("--tls-ca", tls->ca_file, &ca));
-  grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
-  *out = grpc_ssl_server_credentials_create_ex(
-      ca, &pair, 1,
-      ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-         : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
-      NULL);
-  if (*out == NULL)
-    WT_FAIL(WT_INVALID_ARGUMENT, "--tls-cert '%s' / --tls-key '%s': rejected",
-            tls->cert_file, tls->key_file);
-out:
-  free(cert);
-  wt_secret_free(key);
-  free(ca);
-  return st;
 }
 
 wt_status *rpc_channel_credentials(const wt_rpc_tls *tls,
@@ -72,10 +34,10 @@ wt_status *rpc_channel_credentials(const wt_rpc_tls *tls,
     return wt_status_new(WT_INVALID_ARGUMENT,
                          "--tls-cert and --tls-key go together (the client's "
                          "certificate and its key)");
-  if (tls->ca_file) WT_CHECK(read_pem("--tls-ca", tls->ca_file, &ca));
+  if (tls->ca_file) WT_CHECK(rpc_read_pem("--tls-ca", tls->ca_file, &ca));
   if (tls->cert_file) {
-    WT_CHECK(read_pem("--tls-cert", tls->cert_file, &cert));
-    WT_CHECK(read_pem("--tls-key", tls->key_file, &key));
+    WT_CHECK(rpc_read_pem("--tls-cert", tls->cert_file, &cert));
+    WT_CHECK(rpc_read_pem("--tls-key", tls->key_file, &key));
   }
   grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
   *out = grpc_ssl_credentials_create(ca, cert ? &pair : NULL, NULL, NULL);

@@ -100,6 +100,10 @@ typedef struct wt_server_options {
    * (wt_engine_options_check), handed to its engines. Copied. */
   const wt_backend_option *engine_options;
   size_t n_engine_options;
+  /* How often each worker's engine is asked between rounds whether it must
+   * be given up (wt_worker_options.engine_check_ms: 0 the default, 1 s;
+   * -1 at a round's start only). */
+  int engine_check_ms;
   /* Trust (see docs/trust.md). tls_cert and tls_key (PEM files)
    * turn TLS on; tls_ca then requires every client to present a
    * certificate signed by it (mutual TLS). token_file (wt_tokens_load: lines

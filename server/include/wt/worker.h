@@ -64,7 +64,17 @@ typedef struct wt_worker_options {
    * outlive the worker (the server's copy). */
   const wt_backend_option *engine_options;
   size_t n_engine_options;
+  /* How often a ready engine is asked, between rounds, whether it must be
+   * given up (its needs_reinit: strangers' connections past its cap). One
+   * that must is destroyed then, which frees what the strangers held; the
+   * worker still reads "ready" (health unchanged: the weights are whole)
+   * until the next round's start, which needs a new init as it would have
+   * found anyway. 0: WT_WORKER_ENGINE_CHECK_MS; -1: at a round's start
+   * only. */
+  int engine_check_ms;
 } wt_worker_options;
+
+#define WT_WORKER_ENGINE_CHECK_MS 1000
 
 typedef struct wt_worker wt_worker;
 

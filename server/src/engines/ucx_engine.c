@@ -179,9 +179,13 @@ static wt_status *ucx_init_transfer(wt_engine *e,
    * interface of the server's --listen address, unless that is a wildcard
    * or UCX_NET_DEVICES says otherwise. */
   char ifname[64] = "";
-  bool one_if = wt_ucx_interface_of(host, ifname, sizeof(ifname));
-  st = wt_ucx_new(e->transports, one_if ? ifname : NULL, e->listen, e->where,
-                  &e->ucx);
+  st = wt_ucx_interface_of(host, ifname, sizeof(ifname));
+  if (st != NULL) {
+    st = wt_status_prefix(st, "%s", e->where);
+    goto out;
+  }
+  st = wt_ucx_new(e->transports, ifname[0] ? ifname : NULL, e->listen,
+                  e->where, &e->ucx);
   if (st != NULL && e->transports_from_server)
     st = wt_status_prefix(st,
                           "transports '%s' from the server's "

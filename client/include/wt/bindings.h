@@ -45,7 +45,11 @@ wt_status *wt_bindings_client_new_with(wt_control_plane *cp, int64_t timeout_ms,
  * WeightTransferInitInfo object; INVALID_ARGUMENT naming the field when it
  * does not parse). With make_trainer the trainer engine of the backend is
  * made too (*trainer, the caller's: wt_trainer_destroy), else only the
- * servers are initialised (vLLM's init_weight_transfer_engine). */
+ * servers are initialised (vLLM's init_weight_transfer_engine). vLLM's own
+ * NCCL init dict (nccl_unique_id_b64, rank_offset, world_size, packed
+ * fields) is taken as the nccl backend's; its TCPStore mode
+ * (master_address) is INVALID_ARGUMENT naming the field and the mode wt
+ * takes. */
 wt_status *wt_bindings_init_transfer(wt_sync_client *c, const char *init_info_json,
                                      bool make_trainer, wt_trainer **trainer);
 
@@ -60,7 +64,8 @@ wt_status *wt_bindings_trainer_init_info(const char *backend,
  * info (a WeightTransferUpdateInfo object as JSON) on every server of this
  * client's round, waited for (data deadline). Nothing else moves: the bytes
  * are a sender's that runs beside it. On a failure the round is aborted on
- * every server. */
+ * every server. vLLM's update dict (shapes as lists of ints) is taken as
+ * well as wt's ({"dims": [...]}). */
 wt_status *wt_bindings_update_info(wt_sync_client *c, const char *update_info_json);
 
 /* Server k's GetServerInfo as JSON (a ServerInfo object) into *json. */

@@ -84,9 +84,10 @@ static wt_status *grpc_trainer_init(const wt_trainer_init_args *args,
     WT_FAIL(WT_INVALID_ARGUMENT, "grpc trainer: no servers (no context)");
   for (size_t k = 0; k < args->ctx->nservers; k++)
     if (args->ctx->channels == NULL || args->ctx->channels[k] == NULL)
-      WT_FAIL(WT_FAILED_PRECONDITION,
+      WT_FAIL(WT_INVALID_ARGUMENT,
               "backend 'grpc' pushes over a wt-server's gRPC channel, and "
-              "the control plane has none for %s",
+              "the control plane has none for %s (a foreign or vLLM client: "
+              "choose a backend its workers receive)",
               args->ctx->targets[k]);
   g = calloc(1, sizeof(*g));
   if (g == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");

@@ -18,6 +18,7 @@ import json
 import os
 import queue
 import threading
+import weakref
 from collections import namedtuple
 from ctypes import byref, c_char_p, c_size_t, c_uint32, c_void_p
 
@@ -57,6 +58,7 @@ class Client:
         L = _lib.lib()
         arr = (c_char_p * len(servers))(*[s.encode() for s in servers])
         self._h = c_void_p()
+        self._engines = weakref.WeakSet()  # trainer engines made over it
         _lib.check(L.wt_bindings_client_new(
             arr, len(servers), _ms(timeout), _ms(data_timeout),
             token_file.encode() if token_file else None,
@@ -68,6 +70,7 @@ class Client:
     def _over(cls, handle, servers):
         self = cls.__new__(cls)
         self._h = handle
+        self._engines = weakref.WeakSet()
         self.servers = servers
         return self
 
@@ -218,7 +221,11 @@ class Client:
         return json.loads(_lib.take_string(p))
 
     def close(self) -> None:
+        """Closes the connections. Trainer engines made over this client are
+        shut down first: using one afterwards raises FailedPrecondition."""
         if getattr(self, "_h", None):
+            for engine in list(getattr(self, "_engines", ())):
+                engine._detach("the Client it was made with is closed")
             _lib.lib().wt_sync_client_destroy(self._h)
             self._h = c_void_p()
 

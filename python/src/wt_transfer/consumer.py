@@ -225,6 +225,8 @@ class Lease:
         self.tensors = t
 
     def release(self):
+        """Ends the lease (once; again is a no-op). Arrays of it stay
+        readable, but the server may then write new bytes under them."""
         with self._c._mu:  # under the consumer's lock: close may free it
             if self._vp is None:
                 return
@@ -240,7 +242,13 @@ class Lease:
 
 
 class Consumer:
-    """A connection to a wt-server's export socket."""
+    """A connection to a wt-server's export socket.
+
+    Lifetimes (as numpy.memmap's): an array or device tensor handed out
+    keeps its lease object, and the lease its consumer, alive; the mapping
+    goes only when the consumer is closed *and* no lease object (so no
+    array of it) lives any more. No order of close(), `with` exits and
+    garbage collection unmaps memory a live array points at."""
 
     def __init__(self, path, *, register_host=False, server_uid=0,
                  reply_timeout=None):
@@ -249,10 +257,13 @@ class Consumer:
         self._h = c_void_p()
         self.path = str(path)
         self._leases = weakref.WeakSet()
+        self._live = 0          # lease objects alive (their arrays may be read)
+        self._closed = False
         # libwt_consumer serves one call at a time per consumer: threads of
         # this process (a server's workers in one process) take turns for
-        # each call; leases of several threads may be held at once.
-        self._mu = threading.Lock()
+        # each call; leases of several threads may be held at once. An RLock:
+        # a lease collected while the lock is held ends under it.
+        self._mu = threading.RLock()
         _check(_lib_consumer().wt_consumer_connect(self.path.encode(), byref(o),
                                                    byref(self._h)))
 
@@ -261,33 +272,61 @@ class Consumer:
         """A lease on the newest committed version (or `version`, which must
         be the one held: NotFound naming it otherwise), waiting up to
         `timeout` seconds for one after `after_sequence`."""
-        if not self._h:
-            raise errors.FailedPrecondition(f"export {self.path}: closed")
         a = _Acquire(version.encode() if version else None, int(after_sequence),
                      int(timeout * 1000), int(worker))
         vp = POINTER(_Version)()
         with self._mu:
+            if self._closed or not self._h:
+                raise errors.FailedPrecondition(f"export {self.path}: closed")
             _check(_lib_consumer().wt_consumer_acquire(self._h, byref(a), byref(vp)))
-        lease = Lease(self, vp)
-        self._leases.add(lease)
+            try:
+                lease = Lease(self, vp)
+            except BaseException:
+                _lib_consumer().wt_consumer_release(self._h, vp)
+                raise
+            self._leases.add(lease)
+            self._live += 1
+        weakref.finalize(lease, self._lease_gone)
         return lease
+
+    def _lease_gone(self):
+        with self._mu:
+            self._live -= 1
+            if self._closed and self._live <= 0:
+                self._unmap()
+
+    def _unmap(self):
+        if self._h:
+            _lib_consumer().wt_consumer_close(self._h)
+            self._h = c_void_p()
 
     def regions(self):
         """(regions mapped since connecting, regions held now)."""
         m, h = c_uint64(), c_size_t()
         with self._mu:
+            if not self._h:
+                raise errors.FailedPrecondition(f"export {self.path}: closed")
             _lib_consumer().wt_consumer_region_counts(self._h, byref(m), byref(h))
         return m.value, h.value
 
     def close(self):
-        """Ends every lease and unmaps: arrays of this consumer must not be
-        read after it (their memory is gone)."""
+        """Ends every lease and closes the connection. Arrays handed out
+        stay readable (the mapping lives until the last of them goes), but
+        their bytes are no longer the version's: the server may reuse them.
+        Copy what you keep before close or release."""
         with self._mu:
-            if self._h:
-                for lease in list(self._leases):
-                    lease._vp = None  # freed by the close below
-                _lib_consumer().wt_consumer_close(self._h)
-                self._h = c_void_p()
+            if self._closed:
+                return
+            self._closed = True
+            L = _lib_consumer()
+            for lease in list(self._leases):
+                vp, lease._vp = lease._vp, None
+                if vp is not None and self._h:
+                    st = L.wt_consumer_release(self._h, vp)
+                    if st:
+                        L.wt_status_free(st)
+            if self._live <= 0:
+                self._unmap()
 
     def __enter__(self):
         return self

@@ -17,9 +17,9 @@ import dataclasses
 import json
 from ctypes import byref, c_void_p
 
-from . import _lib
+from . import _lib, errors
 from .client import client_handle
-from .sources import CSource, ended, source_metas, yielded
+from .sources import CSource, ended, source_iter, source_metas, yielded
 
 
 def _options(config) -> dict:
@@ -62,6 +62,21 @@ class CTrainerEngine:
         self.init_info = init_info
         self.is_sender = True
         self.rounds = 0
+        self._gone = "shut down"
+        if not owned and hasattr(owner, "_engines"):
+            owner._engines.add(self)  # closing the Client shuts this down
+
+    def _live(self):
+        """(sync client, trainer) handles; FailedPrecondition once shut
+        down or once the Client it was made with is closed."""
+        if not self._trainer or not self._client:
+            raise errors.FailedPrecondition(f"trainer engine '{self.backend}': "
+                                            f"{self._gone}")
+        return self._client, self._trainer
+
+    def _detach(self, why: str) -> None:
+        self.shutdown()
+        self._gone = why
 
     @classmethod
     def trainer_init(cls, config, init_info, *, client, source, timeout=None,
@@ -74,7 +89,7 @@ class CTrainerEngine:
                 raise ValueError("init_info: a dict of wt's WeightTransferInitInfo "
                                  "fields (or None)")
         if source is None or not hasattr(source, "metadata"):
-            raise ValueError("source: a WeightSource (metadata() and iteration)")
+            raise ValueError("source: a WeightSource (metadata and iteration)")
         L = _lib.lib()
         p = c_void_p()
         _lib.check(L.wt_bindings_trainer_init_info(
@@ -97,8 +112,7 @@ class CTrainerEngine:
         Returns the committed version's name (default "round-N", N counting
         this engine's rounds from 1). Any failure aborts the round on every
         server and raises the WtError naming the server at fault."""
-        if not self._trainer:
-            raise ValueError("trainer engine: shut down")
+        self._live()
         L = _lib.lib()
         version = weight_version or f"round-{self.rounds + 1}"
         hold = getattr(self.source, "hold_bytes", None)
@@ -126,7 +140,7 @@ class CTrainerEngine:
         no-op)."""
         L = _lib.lib()
         metas = source_metas(self.source)
-        it = iter(self.source)
+        it = source_iter(self.source)
         _lib.check(L.wt_sync_client_start(self._client))
         try:
             first, part, held = 0, [], 0
@@ -168,8 +182,8 @@ class CTrainerEngine:
         data's bytes), delta_servers, full_servers, encode_s, round_s.
         FailedPrecondition for a backend that sends no delta rounds."""
         out = _lib.DeltaStats()
-        _lib.check(_lib.lib().wt_trainer_delta_stats(self._trainer,
-                                                     byref(out)))
+        _, trainer = self._live()
+        _lib.check(_lib.lib().wt_trainer_delta_stats(trainer, byref(out)))
         return {f: getattr(out, f) for f, _ in out._fields_}
 
 

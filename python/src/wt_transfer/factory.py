@@ -7,8 +7,9 @@ this file, in one place, and is a C trainer engine of libwt_client."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-from typing import Callable
+from typing import Any, Callable, Optional, Tuple
 
 
 class WeightTransferTrainerFactory:
@@ -43,10 +44,38 @@ class WeightTransferTrainerFactory:
         return list(cls._registry.keys())
 
     @classmethod
-    def trainer_init(cls, backend: str, config, init_info, *, client, source):
-        """Build and rendezvous a ready-to-send trainer engine of `backend`
-        (`client`: wt's Client or any object with vLLM's four methods;
-        `source`: a WeightSource). Then call its send_weights() each round."""
+    def trainer_init(cls, *args: Any, client: Any, source: Any = None,
+                     **kwargs: Any) -> Any:
+        """Build and rendezvous a ready-to-send trainer engine; then call its
+        send_weights() each round. Both of vLLM's forms:
+
+        - vLLM 0.32/0.33: `trainer_init(init_info, *, client, source=None)`.
+          The backend is `init_info.backend` (a dataclass with a `backend`
+          class variable, as vLLM's TrainerInitInfo, or a dict with a
+          "backend" key); its other fields, but `rank` and `init_info`, are
+          the backend's options (`delta`, ...), and `init_info` (a dict) is
+          merged over wt's init info.
+        - The seed's: `trainer_init(backend, config, init_info, *, client,
+          source)`.
+
+        `client`: wt's Client or any object with vLLM's four methods;
+        `source`: a WeightSource (vLLM's ModuleSource, wt's ArraySource,
+        ...)."""
+        if len(args) == 1 and not isinstance(args[0], str):
+            backend, config, init_info, rank = _split(args[0])
+            if rank:
+                return _Follower(source)
+        elif len(args) == 3:
+            backend, config, init_info = args
+        elif len(args) == 1 and isinstance(args[0], str):
+            backend = args[0]
+            config = kwargs.pop("config", None)
+            init_info = kwargs.pop("init_info", None)
+        else:
+            raise TypeError("trainer_init(init_info, *, client, source=None) or "
+                            "trainer_init(backend, config, init_info, *, client, source)")
+        if kwargs:
+            raise TypeError(f"trainer_init: unexpected {sorted(kwargs)}")
         if backend not in cls._registry:
             available = list(cls._registry.keys())
             raise ValueError(
@@ -55,6 +84,44 @@ class WeightTransferTrainerFactory:
         engine_cls = cls._registry[backend]()
         return engine_cls.trainer_init(config=config, init_info=init_info,
                                        client=client, source=source)
+
+
+def _split(info: Any) -> Tuple[str, dict, Optional[dict], int]:
+    """(backend, options, wt init info, rank) of a new-form init info."""
+    if isinstance(info, dict):
+        fields = dict(info)
+    elif dataclasses.is_dataclass(info):
+        fields = {f.name: getattr(info, f.name) for f in dataclasses.fields(info)}
+        fields["backend"] = getattr(info, "backend", None)
+    else:
+        raise ValueError("init_info: a dict with a 'backend' key, or a dataclass "
+                         "with a backend class variable (vLLM's TrainerInitInfo)")
+    backend = fields.pop("backend", None)
+    if not isinstance(backend, str) or not backend:
+        raise ValueError("init_info.backend: the backend's name (grpc, ucx, nccl, ipc)")
+    rank = int(fields.pop("rank", 0) or 0)
+    init_info = fields.pop("init_info", None)
+    return (backend, {k: v for k, v in fields.items() if v is not None},
+            init_info, rank)
+
+
+class _Follower:
+    """A trainer rank other than 0 (vLLM's rule: rank 0 sends): it touches
+    no server, and iterates the source each round so that the collectives
+    its tensors need (FSDP's full_tensor()) run on every rank."""
+
+    is_sender = False
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+
+    def send_weights(self, weight_version: Optional[str] = None) -> None:
+        it = getattr(self.source, "iter_full", None)
+        for _ in (it() if callable(it) else self.source):
+            pass
+
+    def shutdown(self) -> None:
+        pass
 
 
 # The built-in backends: libwt_client's trainer engines, loaded lazily.

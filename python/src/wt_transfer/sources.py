@@ -133,6 +133,8 @@ def describe(name: str, obj) -> _Described:
     declared = None
     if isinstance(obj, view):
         declared, obj = obj.dtype, obj.array
+    if getattr(obj, "requires_grad", False) and callable(getattr(obj, "detach", None)):
+        obj = obj.detach()  # the same storage: torch refuses to export it else
     d = _Described()
     d.name, d.keep, d.stream, d.kind, d.device = name, [obj], None, WT_MEM_HOST, 0
     dt = None
@@ -292,12 +294,23 @@ def _layout(metas) -> _Layout:
     return lay
 
 
+def source_iter(source):
+    """A fresh pass over the source's (name, tensor) pairs: vLLM 0.33's
+    `iter_full()` where it has one, else iteration (vLLM 0.32, wt's)."""
+    full = getattr(source, "iter_full", None)
+    return iter(full()) if callable(full) else iter(source)
+
+
 def source_metas(source) -> list:
-    """The source's metadata in wt's form, names unique; ValueError else."""
-    if not (hasattr(source, "metadata") and hasattr(source, "__iter__")):
-        raise ValueError("source: needs metadata() and iteration (vLLM's "
+    """The source's metadata in wt's form, names unique; ValueError else.
+    `metadata` is a method (vLLM 0.32, wt) or a property holding the list
+    (vLLM 0.33's cached property)."""
+    md = getattr(source, "metadata", None)
+    if md is None or not (hasattr(source, "__iter__") or
+                          callable(getattr(source, "iter_full", None))):
+        raise ValueError("source: needs metadata and iteration (vLLM's "
                          "WeightSource); wrap a dict in ArraySource")
-    metas = [_meta(m) for m in source.metadata()]
+    metas = [_meta(m) for m in (md() if callable(md) else md)]
     names = set()
     for m in metas:
         if m.name in names:
@@ -349,7 +362,7 @@ class CSource:
         if source is None:
             return
         metas = source_metas(source)
-        it = iter(source)
+        it = source_iter(source)
         described = [yielded(metas, it, i) for i in range(len(metas))]
         ended(metas, it)
         self._build(metas, described)
@@ -403,8 +416,9 @@ class OnTheFly:
     instead have a `hold_bytes` attribute of its own."""
 
     def __init__(self, source, hold_bytes: int = 256 << 20):
-        if not (hasattr(source, "metadata") and hasattr(source, "__iter__")):
-            raise ValueError("source: needs metadata() and iteration (vLLM's "
+        if not hasattr(source, "metadata") or not (
+                hasattr(source, "__iter__") or hasattr(source, "iter_full")):
+            raise ValueError("source: needs metadata and iteration (vLLM's "
                              "WeightSource)")
         if not isinstance(hold_bytes, int) or hold_bytes < 1:
             raise ValueError(f"hold_bytes: {hold_bytes!r}, a positive number "
@@ -413,7 +427,8 @@ class OnTheFly:
         self.hold_bytes = hold_bytes
 
     def metadata(self):
-        return self.source.metadata()
+        md = self.source.metadata
+        return md() if callable(md) else md
 
     def __iter__(self):
-        return iter(self.source)
+        return source_iter(self.source)

@@ -1,171 +1,229 @@
 """vLLM integration, checkpoint-engine style, without pickles (docs/python.md).
 
-Inside vLLM: start it with `--worker-extension-cls
-wt_transfer.vllm.WtWorkerExtension`. Every worker then has
-`update_weights_from_wt(path, version="")`. It acquires the newest (or the
-named) version from the wt-server export at `path` on this host, feeds
-`model.load_weights` from the mapped tensors, runs the model's post-load
-processing, releases the lease, and returns what it loaded. vLLM calls it
-on every worker through `collective_rpc`, and every tensor-parallel rank
-on the host maps the same host copy.
+Two ways in, one load path (`wt_transfer._vllm_load`: vLLM's reload path,
+all or nothing):
 
-On the trainer's side: `load_on_vllm(urls, path, version)` asks every vLLM
-server, once a wt round has committed on every wt-server, to load it
-through vLLM's `/collective_rpc` route (vLLM with VLLM_SERVER_DEV_MODE=1).
-It reports, per server, the version each worker loaded and the time. A
-version that is not the one the trainer committed is an error naming both.
+- **The `wt` weight-transfer backend** (`wt_transfer.vllm_backend`),
+  registered in vLLM's factories by the package's `vllm.general_plugins`
+  entry point: `vllm serve MODEL --weight-transfer-config
+  '{"backend": "wt"}'` and vLLM's own trainer flow.
+- **The worker extension**: start vLLM with `--worker-extension-cls
+  wt_transfer.vllm.WtWorkerExtension`; every worker then has
+  `update_weights_from_wt(path, version="")`, called on every worker
+  through `collective_rpc`. On the trainer's side `load_on_vllm(urls, path,
+  version)` asks every vLLM server to load a committed version through
+  vLLM's `/collective_rpc` route (VLLM_SERVER_DEV_MODE=1), pausing
+  generation around the load only (`/pause?mode=wait` ... `/resume`), so
+  no prefix-cache block computed from the old weights is used after it.
+
+Either way a worker acquires the version from the wt-server export at
+`path` on its host (every tensor-parallel rank maps the same host copy),
+loads it into the model's live storage, and keeps a lease on it until the
+next version is in. A load that fails leaves the previous version serving
+and says so; the caller gets wt's error class and the worker's reason.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import urllib.error
 import urllib.request
-import warnings
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
-from . import consumer as _consumer
+from . import _vllm_load
 from . import errors
 
-_consumers: dict = {}
-_consumers_lock = threading.Lock()
+# wt's error class travels through vLLM's routes in the message: a worker
+# raises "[wt:NOT_FOUND] ..." and the trainer's side raises NotFound.
+_TAG = re.compile(r"\[wt:([A-Z_]+)\] ?")
+_BY_NAME = {c.code_name: c for c in errors.BY_CODE.values()}
 
 
-def _gpu_here() -> bool:
-    try:
-        import torch
-        return bool(torch.cuda.is_available())
-    except ImportError:
-        return False
+def tagged(e: errors.WtError) -> errors.WtError:
+    """`e` with its class name in the message, for a route that passes only
+    text (vLLM's collective_rpc, its weight-transfer routes)."""
+    if _TAG.search(e.message):
+        return e
+    out = type(e)(f"[wt:{e.code_name}] {e.message}")
+    out.__cause__ = e.__cause__ or e
+    return out
 
 
-def _consumer_for(path: str, register_host):
-    """One consumer per export and process: mappings made once, kept. Host
-    mappings are registered with CUDA (read-only, cudaHostRegister) where
-    this process has a GPU ("auto"), so load_weights' copies to it run at
-    pinned speed; where registering is not possible, it goes on without."""
-    if register_host == "auto":
-        register_host = _gpu_here()
-    key = (path, bool(register_host))
-    with _consumers_lock:
-        c = _consumers.get(key)
-        if c is None or not c._h:
-            try:
-                c = _consumer.open(path, register_host=bool(register_host))
-            except errors.FailedPrecondition as e:
-                if not register_host:
-                    raise
-                warnings.warn(f"wt: host mappings not registered ({e})")
-                c = _consumer.open(path)
-            _consumers[key] = c
-        return c
-
-
-def _as_torch(array, dtype_name: str):
-    """A torch tensor over the mapped bytes (host: the read-only mapping,
-    through numpy; device: DLPack), no copy."""
-    import torch
-    if isinstance(array, _consumer.DeviceTensor):
-        return torch.from_dlpack(array)
-    with warnings.catch_warnings():  # the mapping is read-only, by design
-        warnings.simplefilter("ignore", UserWarning)
-        t = torch.from_numpy(array)
-    want = getattr(torch, dtype_name)
-    return t.view(want) if t.dtype != want else t
+def from_text(text: str, default: type = errors.Unavailable,
+              prefix: str = "") -> errors.WtError:
+    """The WtError a tagged worker message stands for (its class and the
+    worker's words), else `default` with the text."""
+    m = _TAG.search(text)
+    if m is None:
+        return default(prefix + text)
+    cls = _BY_NAME.get(m.group(1), errors.Unknown)
+    return cls(prefix + text[:m.start()] + text[m.end():])
 
 
 class WtWorkerExtension:
     """Methods vLLM adds to each worker (`--worker-extension-cls`). The
     worker is `self`; its model is `self.model_runner.model`."""
 
-    def _wt_model(self):
+    def _wt_model(self) -> Any:
         runner = getattr(self, "model_runner", None)
-        model = getattr(runner, "model", None) if runner is not None else None
+        get = getattr(runner, "get_model", None)
+        model = get() if callable(get) else getattr(runner, "model", None)
         if model is None:
             model = getattr(self, "model", None)
         if model is None:
             raise errors.FailedPrecondition("this worker has no model to load into")
         return model
 
-    def _wt_post_load(self, model):
-        """The model's post-load processing (quantisation repacking and the
-        like): vLLM's process_weights_after_loading where vLLM is there, else
-        the model's own method of that name."""
-        try:
-            from vllm.model_executor.model_loader.utils import \
-                process_weights_after_loading
-            cfg = getattr(self, "model_config", None) or getattr(
-                getattr(self, "model_runner", None), "model_config", None)
-            device = getattr(self, "device", None)
-            if cfg is not None:
-                process_weights_after_loading(model, cfg, device)
-                return
-        except ImportError:
-            pass
-        hook = getattr(model, "process_weights_after_loading", None)
-        if callable(hook):
-            hook()
+    def _wt_served(self) -> _vllm_load.Served:
+        served = getattr(self, "_wt_served_state", None)
+        if served is None:
+            served = _vllm_load.Served()
+            self._wt_served_state = served
+        return served
+
+    def _wt_reload(self, model: Any) -> _vllm_load.Reload:
+        """vLLM's reload path (the worker's reload_weights: layerwise reload
+        around load_weights, post-load processing, LoRA and encoder caches
+        reset); None loads the checkpoint vLLM started from. A worker
+        without it (vLLM before 0.11, a stand-in) gets load_weights and the
+        model's post-load processing."""
+        reload = getattr(self, "reload_weights", None)
+        if callable(reload):
+            def via_vllm(pairs: Optional[Iterable]) -> None:
+                if pairs is None:
+                    reload()
+                else:
+                    reload(weights_iterator=iter(pairs))
+            return _vllm_load.through_vllm(model, via_vllm)
+
+        def plain(pairs: Optional[Iterable]) -> None:
+            if pairs is None:
+                raise errors.FailedPrecondition(
+                    "no reload path here to restore the checkpoint vLLM started from")
+            model.load_weights(weights=iter(pairs))
+            hook = getattr(model, "process_weights_after_loading", None)
+            if callable(hook):
+                hook()
+        return plain
 
     def update_weights_from_wt(self, path: str, version: str = "",
                                worker: str = "0", timeout: str = "0",
                                to_torch: str = "1") -> dict:
-        """Loads a committed version (collective_rpc passes strings). Returns
-        {"version", "sequence", "tensors", "bytes", "seconds"}."""
-        t0 = time.perf_counter()
-        c = _consumer_for(str(path), register_host="auto")
-        lease = c.acquire(version or None, worker=int(worker),
-                          timeout=float(timeout))
-        with lease as tensors:  # released whatever load_weights does
+        """Loads a committed version (collective_rpc passes strings), all or
+        nothing. Returns {"version", "sequence", "tensors", "bytes",
+        "seconds", "restored"}. Errors carry wt's class in their text."""
+        try:
             model = self._wt_model()
-            torchy = to_torch not in ("0", "false", "")
-            weights = ((n, _as_torch(a, tensors.dtypes[n]) if torchy else a)
-                       for n, a in tensors.items())
-            model.load_weights(weights=weights)
-            self._wt_post_load(model)
-            nbytes = sum(getattr(a, "nbytes", 0) for a in tensors.values())
-            out = {"version": tensors.version, "sequence": tensors.sequence,
-                   "tensors": len(tensors), "bytes": int(nbytes)}
-        out["seconds"] = time.perf_counter() - t0
-        return out
+            return _vllm_load.load(
+                self._wt_served(), self._wt_reload(model), model, str(path),
+                version or "", worker=int(worker), timeout=float(timeout),
+                torchy=to_torch not in ("0", "false", ""))
+        except errors.WtError as e:
+            raise tagged(e) from e
+
+    def wt_served_version(self) -> Optional[str]:
+        """The wt version this worker serves (None: the checkpoint vLLM
+        started from)."""
+        return self._wt_served().version
 
 
-def _post(url: str, body: dict, timeout: float):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+def _post(url: str, body: Optional[dict], timeout: float) -> dict:
+    data = json.dumps(body).encode() if body is not None else b""
+    req = urllib.request.Request(url, data=data,
                                  headers={"Content-Type": "application/json"},
                                  method="POST")
     with urllib.request.urlopen(req, timeout=timeout) as r:
         text = r.read().decode() or "{}"
-        return json.loads(text)
+        try:
+            return json.loads(text)
+        except ValueError:
+            return {}
 
 
-def load_on_vllm(urls, path: str, version: str, *, timeout: float = 300.0,
-                 method: str = "update_weights_from_wt") -> dict:
+def _http_error(url: str, route: str, e: Exception) -> errors.WtError:
+    if isinstance(e, urllib.error.HTTPError):
+        detail = e.read().decode("utf-8", "replace")
+        try:
+            d = json.loads(detail)
+            detail = d.get("detail") or d.get("error") or d.get("message") or detail
+            if isinstance(detail, dict):
+                detail = detail.get("message", json.dumps(detail))
+        except ValueError:
+            pass
+        return from_text(str(detail)[:2000], errors.Unavailable,
+                         f"{url} {route}: HTTP {e.code}: ")
+    return errors.Unavailable(f"{url} {route}: {e}")
+
+
+PAUSE_MODES = ("wait", "keep", "abort")
+
+
+def load_on_vllm(urls: Union[str, Sequence[str]], path: str, version: str, *,
+                 timeout: float = 300.0, method: str = "update_weights_from_wt",
+                 pause: Optional[str] = "wait") -> Dict[str, dict]:
     """Asks every vLLM server in `urls` to load `version` from the wt export
     at `path` (on its host), in parallel, through POST /collective_rpc
     {"method", "args", "kwargs", "timeout"} as vLLM's route takes it.
-    Returns {url: {"version", "workers", "seconds", "results"}}. A server
-    that fails, or a worker that loaded another version than `version`,
-    raises WtError naming the server (and both versions)."""
+
+    Generation pauses around the load only (POST /pause?mode=`pause`, which
+    also clears vLLM's prefix cache, then /resume whatever happens): no
+    block computed from the old weights is used after it. pause=None never
+    pauses and resets the prefix cache after the load (/reset_prefix_cache)
+    instead; requests running across the load then see both versions.
+
+    Returns {url: {"version", "workers", "seconds", "pause_s", "results"}}
+    (pause_s: how long generation was paused). A server that fails, or a
+    worker that loaded another version than `version`, raises the worker's
+    WtError class (NotFound for a version the export does not hold, ...)
+    naming the server (and both versions); `.results` and `.failures` on it
+    say how every server ended."""
     if isinstance(urls, str):
         urls = [urls]
-    results, failures = {}, {}
+    if pause is not None and pause not in PAUSE_MODES:
+        raise ValueError(f"pause: '{pause}' is not one of {PAUSE_MODES} or None")
+    results: Dict[str, dict] = {}
+    failures: Dict[str, errors.WtError] = {}
 
-    def one(url):
+    def one(url: str) -> None:
+        base = url.rstrip("/")
         t0 = time.perf_counter()
         body = {"method": method, "args": [str(path)],
                 "kwargs": {"version": str(version)}, "timeout": timeout}
+        paused_at = None
         try:
-            r = _post(url.rstrip("/") + "/collective_rpc", body, timeout + 10)
-        except urllib.error.HTTPError as e:
-            detail = e.read().decode("utf-8", "replace")[:500]
-            failures[url] = errors.Unavailable(
-                f"{url} /collective_rpc: HTTP {e.code}: {detail}")
-            return
-        except (urllib.error.URLError, OSError) as e:
-            failures[url] = errors.Unavailable(f"{url} /collective_rpc: {e}")
-            return
-        per_worker = r.get("results", [])
+            if pause is not None:
+                try:
+                    _post(f"{base}/pause?mode={pause}", None, timeout + 10)
+                except (urllib.error.URLError, OSError) as e:
+                    failures[url] = _http_error(url, "/pause", e)
+                    return
+                paused_at = time.perf_counter()
+            try:
+                r = _post(base + "/collective_rpc", body, timeout + 10)
+            except (urllib.error.URLError, OSError) as e:
+                err = _http_error(url, "/collective_rpc", e)
+                # vLLM writes "<path>" for any file path in an error it
+                # returns; the export's is the caller's own
+                failures[url] = type(err)(err.message.replace(
+                    "export <path>", f"export {path}"))
+                return
+            if pause is None:
+                try:
+                    _post(base + "/reset_prefix_cache", None, timeout + 10)
+                except (urllib.error.URLError, OSError) as e:
+                    failures[url] = _http_error(url, "/reset_prefix_cache", e)
+                    return
+        finally:
+            if paused_at is not None:
+                try:
+                    _post(base + "/resume", None, timeout + 10)
+                except (urllib.error.URLError, OSError) as e:
+                    failures.setdefault(url, _http_error(url, "/resume", e))
+        pause_s = time.perf_counter() - paused_at if paused_at is not None else 0.0
+        per_worker = r.get("results", []) if isinstance(r, dict) else []
         for i, w in enumerate(per_worker):
             got = w.get("version") if isinstance(w, dict) else None
             if got != version:
@@ -174,7 +232,7 @@ def load_on_vllm(urls, path: str, version: str, *, timeout: float = 300.0,
                     "(the one the trainer committed)")
                 return
         results[url] = {"version": version, "workers": len(per_worker),
-                        "seconds": time.perf_counter() - t0,
+                        "seconds": time.perf_counter() - t0, "pause_s": pause_s,
                         "results": per_worker}
 
     threads = [threading.Thread(target=one, args=(u,)) for u in urls]
@@ -187,7 +245,23 @@ def load_on_vllm(urls, path: str, version: str, *, timeout: float = 300.0,
         err = failures[first]
         if len(failures) > 1:
             err = type(err)(str(err) + f" (and {len(failures) - 1} more server(s))")
-        err.results = results
-        err.failures = failures
+        err.results = results  # type: ignore[attr-defined]
+        err.failures = failures  # type: ignore[attr-defined]
         raise err
     return results
+
+
+def register() -> None:
+    """The `vllm.general_plugins` entry point: registers backend "wt" in
+    vLLM's worker and trainer factories (each process of vLLM runs it; a
+    name registered already, by an earlier call or by vLLM itself, is left
+    as it is)."""
+    from vllm.distributed.weight_transfer.factory import (
+        WeightTransferEngineFactory, WeightTransferTrainerFactory)
+    for factory, cls in ((WeightTransferEngineFactory, "WtWeightTransferEngine"),
+                         (WeightTransferTrainerFactory, "WtTrainerWeightTransferEngine")):
+        if "wt" not in factory._registry:
+            factory.register_engine("wt", "wt_transfer.vllm_backend", cls)
+
+
+__all__: List[str] = ["WtWorkerExtension", "load_on_vllm", "register", "PAUSE_MODES"]

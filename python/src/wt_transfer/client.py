@@ -21,6 +21,7 @@ import threading
 import weakref
 from collections import namedtuple
 from ctypes import byref, c_char_p, c_size_t, c_uint32, c_void_p
+from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 from . import _lib, errors
 
@@ -46,8 +47,12 @@ class Client:
     looks.
     """
 
-    def __init__(self, servers, *, timeout=None, data_timeout=None,
-                 token_file=None, runtime_base=None, token_discovery=True):
+    def __init__(self, servers: Union[str, Sequence[str]], *,
+                 timeout: Optional[float] = None,
+                 data_timeout: Optional[float] = None,
+                 token_file: Optional[str] = None,
+                 runtime_base: Optional[str] = None,
+                 token_discovery: bool = True) -> None:
         if isinstance(servers, str):
             servers = [servers]
         servers = list(servers)
@@ -138,7 +143,8 @@ class Client:
         finally:
             L.wt_weight_version_clear(byref(v))
 
-    def watch(self, server: int = 0, timeout: float | None = None):
+    def watch(self, server: int = 0,
+              timeout: float | None = None) -> Iterator[Version]:
         """An iterator over one server's versions as they commit (the
         committed one first, if any), until `timeout` seconds pass or the
         server ends the stream."""
@@ -177,7 +183,8 @@ class Client:
         finally:
             stop.set()
 
-    def checksums(self, names=None, *, algorithm: str = "sha256",
+    def checksums(self, names: Optional[Iterable[str]] = None, *,
+                  algorithm: str = "sha256",
                   server: int = 0, all_workers: bool = False) -> dict:
         """Digests (hex) of the committed bytes: {name: hex}, or
         {(name, worker): hex} with all_workers."""
@@ -229,10 +236,10 @@ class Client:
             _lib.lib().wt_sync_client_destroy(self._h)
             self._h = c_void_p()
 
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def __del__(self):
@@ -278,7 +285,7 @@ class VllmClient:
     it each server counts one rank). vLLM's own clients (their class comes
     from a `vllm` module) are recognised without it."""
 
-    def __init__(self, client, world_size: int | None = None):
+    def __init__(self, client: Any, world_size: int | None = None) -> None:
         self.client = client
         self.world_size = world_size
         for m in ("init_weight_transfer_engine", "start_weight_update",

@@ -26,6 +26,8 @@ import weakref
 from ctypes import (POINTER, byref, c_bool, c_char_p, c_int, c_int64, c_size_t,
                     c_uint32, c_uint64, c_void_p)
 
+from typing import Any, Optional, Tuple
+
 from . import _lib, errors
 
 
@@ -224,7 +226,7 @@ class Lease:
                     t[name] = np.asarray(_HostView(ptr, shape, _NP[dt], self))
         self.tensors = t
 
-    def release(self):
+    def release(self) -> None:
         """Ends the lease (once; again is a no-op). Arrays of it stay
         readable, but the server may then write new bytes under them."""
         with self._c._mu:  # under the consumer's lock: close may free it
@@ -237,7 +239,7 @@ class Lease:
     def __enter__(self) -> Tensors:
         return self.tensors
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.release()
 
 
@@ -250,8 +252,9 @@ class Consumer:
     array of it) lives any more. No order of close(), `with` exits and
     garbage collection unmaps memory a live array points at."""
 
-    def __init__(self, path, *, register_host=False, server_uid=0,
-                 reply_timeout=None):
+    def __init__(self, path: str, *, register_host: bool = False,
+                 server_uid: int = 0,
+                 reply_timeout: Optional[float] = None) -> None:
         o = _Options(int(reply_timeout * 1000) if reply_timeout else 0,
                      bool(register_host), int(server_uid))
         self._h = c_void_p()
@@ -300,7 +303,7 @@ class Consumer:
             _lib_consumer().wt_consumer_close(self._h)
             self._h = c_void_p()
 
-    def regions(self):
+    def regions(self) -> Tuple[int, int]:
         """(regions mapped since connecting, regions held now)."""
         m, h = c_uint64(), c_size_t()
         with self._mu:
@@ -309,7 +312,7 @@ class Consumer:
             _lib_consumer().wt_consumer_region_counts(self._h, byref(m), byref(h))
         return m.value, h.value
 
-    def close(self):
+    def close(self) -> None:
         """Ends every lease and closes the connection. Arrays handed out
         stay readable (the mapping lives until the last of them goes), but
         their bytes are no longer the version's: the server may reuse them.
@@ -328,10 +331,10 @@ class Consumer:
             if self._live <= 0:
                 self._unmap()
 
-    def __enter__(self):
+    def __enter__(self) -> "Consumer":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def __del__(self):
@@ -341,6 +344,6 @@ class Consumer:
             pass
 
 
-def open(path, **kw) -> Consumer:  # noqa: A001 (the issue's name)
+def open(path: "os.PathLike[str] | str", **kw: Any) -> Consumer:  # noqa: A001 (the issue's name)
     """Connects to the export socket at `path` (see Consumer)."""
     return Consumer(os.fspath(path), **kw)

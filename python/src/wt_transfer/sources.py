@@ -298,7 +298,10 @@ def source_iter(source):
     """A fresh pass over the source's (name, tensor) pairs: vLLM 0.33's
     `iter_full()` where it has one, else iteration (vLLM 0.32, wt's)."""
     full = getattr(source, "iter_full", None)
-    return iter(full()) if callable(full) else iter(source)
+    says = getattr(source, "implements_iter_full", None)
+    if callable(full) and (not callable(says) or says()):
+        return iter(full())
+    return iter(source)
 
 
 def source_metas(source) -> list:

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tool_format.h"
 #include "wt/bindings.h"
 #include "wt/client.h"
 #include "wt/control.h"
@@ -1071,11 +1072,13 @@ static void test_caller_control_plane(void) {
 #endif
   wt_sync_client_destroy(c);
 
-  /* vLLM's four calls, no channel. */
+  /* vLLM's four calls, no channel: the caller's choice of backend is
+   * what is wrong (docs/python.md: INVALID_ARGUMENT naming it). */
   wt_sync_client *m = recorder_client(&r, &rec_minimal_ops, &s);
   WT_ASSERT_ERR(
       wt_sync_client_init_transfer(m, grpc_info_make(&gi, 0, 0), src, &t),
-      WT_FAILED_PRECONDITION, "the control plane has none");
+      WT_INVALID_ARGUMENT, "backend 'grpc' pushes over a wt-server's gRPC "
+                           "channel, and the control plane has none");
   CU_ASSERT_EQUAL(r.calls[WT_CONTROL_WORLD_SIZE], 0);
   wt_tensor_meta *metas = NULL;
   size_t nm = 0;
@@ -1291,6 +1294,42 @@ static void test_callback_control_plane(void) {
 #endif
 }
 
+
+/* What wt-ctl info, version and top print of a server's answer (a hostile
+ * or old server's versions, reasons, causes) carries no control byte:
+ * terminal escapes and forged lines never reach a reader's terminal. */
+static void test_tools_printable(void) {
+  Wt__V1__ServerInfo in = WT__V1__SERVER_INFO__INIT;
+  Wt__V1__WorkerInfo w = WT__V1__WORKER_INFO__INIT, *ws[] = {&w};
+  Wt__V1__RoundRecord r = WT__V1__ROUND_RECORD__INIT, *rs[] = {&r};
+  Wt__V1__LeaseInfo l = WT__V1__LEASE_INFO__INIT, *ls[] = {&l};
+  char *strs[] = {strdup("v\x1b]52;c;aGk=\x07"), strdup("ok\nforged line"),
+                  strdup("\x1b[2Jcause"), strdup("lease\x7fv"), strdup("plain")};
+  in.weight_version = strs[0];
+  w.reason = strs[1];
+  r.cause = strs[2];
+  l.version = strs[3];
+  in.server_version = strs[4];
+  in.n_workers = 1;
+  in.workers = ws;
+  in.n_recent_rounds = 1;
+  in.recent_rounds = rs;
+  in.n_leases = 1;
+  in.leases = ls;
+  wt_tool_printable_pb(&in.base);
+  CU_ASSERT_STRING_EQUAL(in.weight_version, "v?]52;c;aGk=?");
+  CU_ASSERT_STRING_EQUAL(w.reason, "ok?forged line");
+  CU_ASSERT_STRING_EQUAL(r.cause, "?[2Jcause");
+  CU_ASSERT_STRING_EQUAL(l.version, "lease?v");
+  CU_ASSERT_STRING_EQUAL(in.server_version, "plain");
+  /* the untouched fields (protobuf-c's shared empty string) stay so */
+  CU_ASSERT_STRING_EQUAL(in.state, "");
+  char nl[] = "a\r\nb";
+  CU_ASSERT_STRING_EQUAL(wt_tool_printable(nl), "a??b");
+  CU_ASSERT_PTR_NULL(wt_tool_printable(NULL));
+  for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) free(strs[i]);
+}
+
 void wt_test_suite_client(void);
 void wt_test_suite_client(void) {
   CU_pSuite s = CU_add_suite("client", NULL, NULL);
@@ -1315,4 +1354,6 @@ void wt_test_suite_client(void) {
   CU_add_test(s, "a tensor is sent once its CUDA event is done",
               test_tensor_ready_event);
   CU_add_test(s, "re-init when a server needs it", test_reinit_when_needed);
+  CU_add_test(s, "tools print no control byte a server sends",
+              test_tools_printable);
 }

@@ -194,6 +194,27 @@ static void test_line_format(void) {
   wt_log_set_level(saved_level);
 }
 
+/* A message quoting a caller's string (an abort reason with a newline, a
+ * version with terminal escapes) stays one line, its control bytes
+ * escaped: it cannot forge a line or drive a reader's terminal. */
+static void test_text_escapes_control_bytes(void) {
+  wt_log_set_level(WT_LOG_INFO);
+  capture c;
+  capture_begin(&c);
+  WT_LOGI("round", "aborted: %s",
+          "oops\n2026-01-01T00:00:00.000Z INFO  [server] forged\x1b]52;c;aGk=\x07\\");
+  char *text = capture_end(&c);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+  CU_ASSERT_EQUAL(count_lines(text), 1);
+  CU_ASSERT_PTR_NULL(strchr(text, 0x1b));
+  CU_ASSERT_PTR_NULL(strchr(text, 0x07));
+  CU_ASSERT_TRUE(matches(text, "aborted: oops\\\\n2026-01-01T00:00:00\\.000Z INFO  "
+                               "\\[server\\] forged\\\\x1b\\]52;c;aGk=\\\\x07\\\\\\\\\n$"));
+  if (!matches(text, "forged\\\\x1b")) fprintf(stderr, "\n  got: %s\n", text);
+  free(text);
+  wt_log_set_level(saved_level);
+}
+
 static void test_level_filters(void) {
   wt_log_set_level(WT_LOG_WARN);
   capture c;
@@ -378,6 +399,8 @@ void wt_test_suite_log(void) {
   CU_add_test(s, "a line has timestamp, level and [module]", test_line_format);
   CU_add_test(s, "messages below the level are dropped", test_level_filters);
   CU_add_test(s, "a long message stays one line", test_long_message);
+  CU_add_test(s, "text: control bytes escaped, one line a message",
+              test_text_escapes_control_bytes);
   CU_add_test(s, "--log-format json: one object a line", test_json_format);
   CU_add_test(s, "--log-format json: round, worker and peer fields",
               test_json_context);

@@ -442,11 +442,26 @@ static void test_validation(void) {
   /* Finish needs a version; a bad one is no failure of the round. */
   WT_ASSERT_ERR(wtt_finish(S.ch, "", id), WT_INVALID_ARGUMENT,
                 "weight_version is empty");
+  /* A version reaches readers' terminals (wt-ctl version, info, top):
+   * terminal escapes and newlines are refused where they enter. */
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v\x1b]52;c;aGk=\x07", id), WT_INVALID_ARGUMENT,
+                "weight_version has control byte 0x1b at offset 1");
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v1\nv2", id), WT_INVALID_ARGUMENT,
+                "control byte 0x0a at offset 2");
   wtt_assert_version(S.ch, "", 0);
   wtt_assert_model_seed(&S, 0);
-  bool aborted = false;
-  WT_ASSERT_OK(wtt_abort(S.ch, id, &aborted));
-  CU_ASSERT(aborted);
+  /* An abort's reason is kept, with its control bytes replaced: later
+   * calls of the round quote it. */
+  Wt__V1__AbortWeightUpdateRequest ab = WT__V1__ABORT_WEIGHT_UPDATE_REQUEST__INIT;
+  ab.round_id = id;
+  ab.reason = "bye\n2026-01-01 INFO forged\x1b[2J";
+  ProtobufCMessage *abr = NULL;
+  WT_ASSERT_OK(wtt_call(S.ch, "AbortWeightUpdate", &ab.base,
+                        &wt__v1__abort_weight_update_response__descriptor, &abr));
+  CU_ASSERT(((Wt__V1__AbortWeightUpdateResponse *)abr)->aborted);
+  wt_pb_free(abr);
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v-late", id), WT_FAILED_PRECONDITION,
+                "bye?2026-01-01 INFO forged?[2J");
   wtt_assert_model_seed(&S, 0);
   wtt_assert_serving(S.ch, S.workers);
   wtt_server_stop(&S);

@@ -11,6 +11,12 @@
 #include "tool_format.h"
 #include "wt/consumer.h"
 
+/* A server's string as printed: a copy without control bytes. */
+static const char *shown(const char *s, char *buf, size_t len) {
+  snprintf(buf, len, "%s", s ? s : "");
+  return wt_tool_printable(buf);
+}
+
 int wt_ctl_export_info(const char *path, uint32_t worker) {
   wt_consumer *c = NULL;
   wt_status *st = wt_consumer_connect(path, NULL, &c);
@@ -41,15 +47,18 @@ int wt_ctl_export_info(const char *path, uint32_t worker) {
   size_t held = 0;
   wt_consumer_region_counts(c, &mapped, &held);
   printf("export:       %s\n", path);
-  printf("version:      %s (sequence %" PRIu64 ")\n", v->version, v->sequence);
-  printf("worker:       %" PRIu32 " on %s\n", v->worker, v->device);
+  char s1[4200], s2[256];
+  printf("version:      %s (sequence %" PRIu64 ")\n",
+         shown(v->version, s1, sizeof(s1)), v->sequence);
+  printf("worker:       %" PRIu32 " on %s\n", v->worker,
+         shown(v->device, s2, sizeof(s2)));
   printf("tensors:      %zu, %s, %s\n", v->n_tensors,
          wt_tool_human_bytes(total, b, sizeof(b)),
          on_device ? "device memory (CUDA IPC)" : "host memory (read-only)");
   printf("regions:      %zu mapped\n", held);
   for (size_t i = 0; i < v->n_tensors && i < 3; i++)
-    printf("  %s %s, %" PRIu64 " bytes\n", v->tensors[i].name,
-           v->tensors[i].dtype, v->tensors[i].nbytes);
+    printf("  %s %s, %" PRIu64 " bytes\n", shown(v->tensors[i].name, s1, sizeof(s1)),
+           shown(v->tensors[i].dtype, s2, sizeof(s2)), v->tensors[i].nbytes);
   if (v->n_tensors > 3) printf("  ... %zu more\n", v->n_tensors - 3);
   st = wt_consumer_release(c, v);
   printf("lease:        %s\n",

@@ -54,3 +54,39 @@ void wt_tool_security_apply(const wt_tool_security *s, wt_client_options *o) {
 void wt_tool_log_level(void) {
   wt_log_level_from(getenv("WT_LOG"), "WT_LOG");
 }
+
+char *wt_tool_printable(char *s) {
+  for (char *p = s; p && *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+  return s;
+}
+
+void wt_tool_printable_pb(ProtobufCMessage *m) {
+  if (m == NULL) return;
+  const ProtobufCMessageDescriptor *d = m->descriptor;
+  char *base = (char *)m;
+  for (unsigned i = 0; i < d->n_fields; i++) {
+    const ProtobufCFieldDescriptor *f = &d->fields[i];
+    if (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_MESSAGE)
+      continue;
+    /* A oneof's members share storage: only the set one is this type. */
+    if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
+        *(const uint32_t *)(base + f->quantifier_offset) != f->id)
+      continue;
+    size_t n = 1;
+    void **items = (void **)(base + f->offset);
+    if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+      n = *(const size_t *)(base + f->quantifier_offset);
+      items = *(void ***)(base + f->offset);
+    }
+    for (size_t k = 0; items != NULL && k < n; k++) {
+      if (f->type == PROTOBUF_C_TYPE_STRING) {
+        char *s = items[k];
+        /* protobuf-c's shared empty string is read-only, and clean */
+        if (s != NULL && *s != '\0') wt_tool_printable(s);
+      } else {
+        wt_tool_printable_pb(items[k]);
+      }
+    }
+  }
+}

@@ -41,6 +41,16 @@ bool wt_tool_security_option(wt_tool_security *s, const char *name,
  * library does not). */
 void wt_tool_security_apply(const wt_tool_security *s, wt_client_options *o);
 
+/* What a server sends is printed to a reader's terminal: a version or a
+ * reason with ESC sequences (OSC 52, clear screen) or newlines must not
+ * reach it raw. Replaces, in place, every control byte of `s` (below 0x20,
+ * and 0x7f) by '?'; NULL stays NULL. Returns s. */
+char *wt_tool_printable(char *s);
+
+/* wt_tool_printable on every string field of `m` and of the messages in it
+ * (repeated, nested, set oneof members), as the tools receive them. */
+void wt_tool_printable_pb(ProtobufCMessage *m);
+
 /* The log level from $WT_LOG, for the tools. */
 void wt_tool_log_level(void);
 

@@ -201,12 +201,16 @@ int wt_ctl_top(wt_sync_client *c, int argc, char **argv) {
   for (long k = 0; !g_stop && (count < 0 || k < count); k++) {
     Wt__V1__ServerInfo *info = NULL;
     wt_status *st = wt_sync_client_server_info(c, 0, &info);
+    if (st == NULL) wt_tool_printable_pb(&info->base);
     if (tty) fputs("\033[H", stdout);
     if (st != NULL) {
       /* Said and retried on a terminal (the server may come back); the
        * end of plain output. */
+      char *msg = strdup(wt_status_message(st));
       fprintf(tty ? stdout : stderr, "wt-ctl: top: %s%s\n",
-              wt_status_message(st), tty ? "\033[K\033[J" : "");
+              msg ? wt_tool_printable(msg) : "(out of memory)",
+              tty ? "\033[K\033[J" : "");
+      free(msg);
       fflush(stdout);
       wt_status_free(st);
       if (!tty) {

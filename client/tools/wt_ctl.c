@@ -64,7 +64,10 @@ static void usage(FILE *f) {
 
 static int fail(wt_status *st) {
   /* The message names the server, the call and the code already. */
-  fprintf(stderr, "wt-ctl: %s\n", wt_status_message(st));
+  char *msg = strdup(wt_status_message(st));
+  fprintf(stderr, "wt-ctl: %s\n",
+          msg ? wt_tool_printable(msg) : "(out of memory)");
+  free(msg);
   wt_status_free(st);
   return EXIT_FAIL;
 }
@@ -86,8 +89,9 @@ static void print_version(const wt_weight_version *v) {
   if (v->sequence == 0 && (v->version == NULL || *v->version == '\0'))
     printf("version: (none committed yet)\n");
   else
-    printf("version: %s (sequence %" PRIu64 ", committed %s)\n", v->version,
-           v->sequence, format_time(v->committed_unix_ms, t, sizeof(t)));
+    printf("version: %s (sequence %" PRIu64 ", committed %s)\n",
+           wt_tool_printable(v->version), v->sequence,
+           format_time(v->committed_unix_ms, t, sizeof(t)));
   fflush(stdout);
 }
 
@@ -96,6 +100,7 @@ static int cmd_info(wt_sync_client *c, int argc, char **argv) {
   wt_status *st = wt_sync_client_server_info(c, 0, &info);
   char b[32];
   if (st) return fail(st);
+  wt_tool_printable_pb(&info->base);
   printf("server:       %s (wt %s)\n", wt_sync_client_target(c, 0),
          info->server_version);
   if (info->model)

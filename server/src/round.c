@@ -235,6 +235,10 @@ bool wt_srv_abort_round_locked(wt_server *srv, wt_srv_cause cause,
   /* In place, the live bytes may be part written: no base for a delta. */
   if (srv->staging == WT_STAGING_INPLACE) srv->committed_digest = 0;
   char *why = strdup(reason ? reason : "aborted");
+  /* A caller's words, later quoted in errors, GetServerInfo and logs: no
+   * control byte (a newline forging a log line, a terminal escape). */
+  for (char *p = why; p && *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
   free(srv->abort_reason);
   srv->abort_reason = why;
   srv->aborted_round = id;
@@ -575,6 +579,15 @@ wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
                          "FinishWeightUpdate: weight_version is %zu bytes; at "
                          "most %d",
                          vlen, WT_MAX_VERSION_BYTES);
+  /* Versions are printed by readers' tools, to terminals: no control
+   * byte (ESC, a newline) may enter. */
+  for (size_t i = 0; i < vlen; i++)
+    if ((unsigned char)version[i] < 0x20 || version[i] == 0x7f)
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "FinishWeightUpdate: weight_version has control "
+                           "byte 0x%02x at offset %zu; name versions in "
+                           "printable characters",
+                           (unsigned)(unsigned char)version[i], i);
   if ((copy = strdup(version)) == NULL || (ops = ops_new(srv)) == NULL) {
     free(copy);
     return wt_status_new(WT_RESOURCE_EXHAUSTED,

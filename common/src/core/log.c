@@ -65,6 +65,28 @@ static void json_escape(char *out, size_t *n, size_t cap, const char *s) {
   }
 }
 
+/* Appends `s` to out[*n..cap) for the text format: control bytes (a
+ * newline, ESC) as \n, \t, \xNN and backslashes doubled, so a message that
+ * quotes a caller's string (a version, an abort reason) stays one line and
+ * cannot drive a reader's terminal. */
+static void text_escape(char *out, size_t *n, size_t cap, const char *s) {
+  static const char hex[] = "0123456789abcdef";
+  for (; *s != '\0' && *n + 5 < cap; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '\\' || c == '\n' || c == '\t') {
+      out[(*n)++] = '\\';
+      out[(*n)++] = c == '\n' ? 'n' : c == '\t' ? 't' : '\\';
+    } else if (c < 0x20 || c == 0x7f) {
+      memcpy(out + *n, "\\x", 2);
+      *n += 2;
+      out[(*n)++] = hex[c >> 4];
+      out[(*n)++] = hex[c & 15];
+    } else {
+      out[(*n)++] = (char)c;
+    }
+  }
+}
+
 static const char *const level_names[] = {"debug", "info", "warn", "error",
                                           "off"};
 static const char *const level_tags[] = {"DEBUG", "INFO ", "WARN ", "ERROR",
@@ -163,10 +185,11 @@ void wt_log(wt_log_level level, const char *module, const char *fmt, ...) {
     memcpy(line + n, "\"}\n", 3);
     n += 3;
   } else {
-    int k = snprintf(line, sizeof(line), "%s %s [%s] %s", when, level_tags[level],
-                     module ? module : "-", msg);
+    int k = snprintf(line, sizeof(line), "%s %s [%s] ", when, level_tags[level],
+                     module ? module : "-");
     if (k < 0) return;
-    n = (size_t)k >= sizeof(line) - 1 ? sizeof(line) - 2 : (size_t)k; /* cut */
+    n = (size_t)k;
+    text_escape(line, &n, sizeof(line) - 1, msg); /* cut to one line */
     line[n++] = '\n';
   }
   /* One write per line keeps lines whole across threads and processes. */

@@ -115,7 +115,7 @@ if [ "$mode" = normal ]; then
     status=1
   else
     v_status=0
-    (cd python && WT_SERVER_BIN=$prefix/bin/wt-server "$vvenv/bin/python" -m pytest \
+    (cd python && WT_REQUIRE_VLLM=1 WT_SERVER_BIN=$prefix/bin/wt-server "$vvenv/bin/python" -m pytest \
        -q -rs -p no:cacheprovider tests/test_vllm_*.py) 2>&1 |
       tee "$build/pytest-vllm.log" || v_status=$?
     vllm_line="pytest (real vLLM, $("$vvenv/bin/python" -c \

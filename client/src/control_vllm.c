@@ -117,9 +117,15 @@ wt_status *wt_vllm_request_json(wt_control_method m, const ProtobufCMessage *req
  * VLLMWeightSyncClient (wt's Client among them), as wt.v1's JSON. The same
  * fields as above, so this file is the one place that knows them. */
 
+/* Set and not null (vLLM's asdict() leaves the unused mode's fields null). */
+static json_t *field(json_t *o, const char *key) {
+  json_t *v = json_object_get(o, key);
+  return json_is_null(v) ? NULL : v;
+}
+
 static int has_any(json_t *o, const char *const *keys) {
   for (size_t k = 0; keys[k]; k++)
-    if (json_object_get(o, keys[k])) return 1;
+    if (field(o, keys[k])) return 1;
   return 0;
 }
 
@@ -131,7 +137,8 @@ wt_status *wt_vllm_init_info_from_dict(const char *json, char **out) {
   static const char *const known[] = {"nccl_unique_id_b64", "packed",
                                       "packed_buffer_size_bytes",
                                       "packed_num_buffers", "rank_offset",
-                                      "world_size", NULL};
+                                      "world_size", "master_address",
+                                      "master_port", NULL};
   json_error_t e;
   json_t *in = json_loads(json ? json : "", JSON_REJECT_DUPLICATES, &e);
   if (!json_is_object(in) || json_object_get(in, "backend") || !has_any(in, vllm_keys)) {
@@ -139,12 +146,12 @@ wt_status *wt_vllm_init_info_from_dict(const char *json, char **out) {
     return NULL; /* wt's own form (or not JSON: wt_pb_from_json says why) */
   }
   wt_status *st = NULL;
-  const char *tcp = json_object_get(in, "master_address") ? "master_address"
-                    : json_object_get(in, "master_port")  ? "master_port"
-                                                          : NULL;
+  const char *tcp = field(in, "master_address") ? "master_address"
+                    : field(in, "master_port")  ? "master_port"
+                                                : NULL;
   const char *key;
   json_t *v;
-  json_t *id = json_object_get(in, "nccl_unique_id_b64");
+  json_t *id = field(in, "nccl_unique_id_b64");
   if (tcp != NULL) {
     st = wt_status_new(
         WT_INVALID_ARGUMENT,
@@ -175,7 +182,8 @@ wt_status *wt_vllm_init_info_from_dict(const char *json, char **out) {
   json_t *nccl = json_pack("{s:O}", "nccl_unique_id", id);
   json_t *o = nccl ? json_pack("{s:s, s:o}", "backend", "nccl", "nccl", nccl) : NULL;
   json_object_foreach(in, key, v) {
-    if (o == NULL || json_is_null(v) || strcmp(key, "nccl_unique_id_b64") == 0)
+    if (o == NULL || json_is_null(v) || strcmp(key, "nccl_unique_id_b64") == 0 ||
+        strcmp(key, "master_address") == 0 || strcmp(key, "master_port") == 0)
       continue;
     if (strcmp(key, "rank_offset") == 0 || strcmp(key, "world_size") == 0)
       json_object_set(o, key, v);

@@ -346,6 +346,7 @@ void wt_consumer_region_counts(const wt_consumer *c, uint64_t *mapped,
 /* Unmaps regions no version points into, oldest first, beyond KEEP_UNUSED
  * (a server that restarted has new ones; the old ones would pile up). */
 static void trim(wt_consumer *c) {
+  if (c->o.keep_mappings) return;
   for (;;) {
     size_t unused = 0, oldest = SIZE_MAX;
     for (size_t i = 0; i < MAX_REGIONS; i++) {

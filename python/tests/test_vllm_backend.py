@@ -31,10 +31,14 @@ def stack(tmp_path_factory):
     sock = str(d / "export.sock")
     server = Server(["--model", os.path.join(model, "model.safetensors"),
                      "--no-auth", "--memory", "shared", "--export", sock])
-    vllm = VllmServer(model, ["--weight-transfer-config", '{"backend": "wt"}'])
-    yield model, server, sock, vllm
-    vllm.stop()
-    server.stop()
+    try:
+        vllm = VllmServer(model, ["--weight-transfer-config", '{"backend": "wt"}'])
+        try:
+            yield model, server, sock, vllm
+        finally:
+            vllm.stop()
+    finally:
+        server.stop()
 
 
 def _torch_model(model_dir):
@@ -146,4 +150,5 @@ def test_the_readmes_block_as_it_is(stack):
         assert vllm.greedy(prompt) == reference_tokens(model_dir, steps[-1], prompt,
                                                        NEW_TOKENS)
     finally:
-        env["engine"].shutdown()
+        if "engine" in env:
+            env["engine"].shutdown()

@@ -65,6 +65,12 @@ typedef struct wt_consumer_options {
    * socket served by anyone else is PERMISSION_DENIED naming its uid: a
    * stranger who put a socket where the consumer looks gets nothing. */
   int64_t server_uid;
+  /* Never unmap a region before wt_consumer_close, even when no held
+   * version points into it (by default up to 8 such are kept, the oldest
+   * unmapped beyond). For a binding whose arrays may outlive a release
+   * (Python's): memory an array points at stays mapped until close. With
+   * it, mapping a 65th region is RESOURCE_EXHAUSTED. */
+  bool keep_mappings;
 } wt_consumer_options;
 
 /* Connects to the export socket at `path` (borrowed). *out is the caller's;

@@ -47,7 +47,7 @@ class _Version(ctypes.Structure):
 
 class _Options(ctypes.Structure):
     _fields_ = [("reply_timeout_ms", c_uint32), ("register_host", c_bool),
-                ("server_uid", c_int64)]
+                ("server_uid", c_int64), ("keep_mappings", c_bool)]
 
 
 class _Acquire(ctypes.Structure):
@@ -195,7 +195,10 @@ class Lease:
 
     def __init__(self, consumer, vp):
         self._c = consumer
-        self._vp = vp
+        # The C version, shared with the consumer's finalizer of this lease
+        # (which must not hold the lease): released once, by whichever of
+        # release(), the consumer's close or the collection comes first.
+        self._box = [vp]
         v = vp.contents
         t = Tensors()
         t.version = (v.version or b"").decode()
@@ -230,9 +233,9 @@ class Lease:
         """Ends the lease (once; again is a no-op). Arrays of it stay
         readable, but the server may then write new bytes under them."""
         with self._c._mu:  # under the consumer's lock: close may free it
-            if self._vp is None:
+            vp, self._box[0] = self._box[0], None
+            if vp is None:
                 return
-            vp, self._vp = self._vp, None
             self.tensors = None
             _check(_lib_consumer().wt_consumer_release(self._c._h, vp))
 
@@ -255,8 +258,10 @@ class Consumer:
     def __init__(self, path: str, *, register_host: bool = False,
                  server_uid: int = 0,
                  reply_timeout: Optional[float] = None) -> None:
+        # keep_mappings: arrays may outlive their lease's release; the
+        # mappings go only at the deferred close below
         o = _Options(int(reply_timeout * 1000) if reply_timeout else 0,
-                     bool(register_host), int(server_uid))
+                     bool(register_host), int(server_uid), True)
         self._h = c_void_p()
         self.path = str(path)
         self._leases = weakref.WeakSet()
@@ -289,11 +294,20 @@ class Consumer:
                 raise
             self._leases.add(lease)
             self._live += 1
-        weakref.finalize(lease, self._lease_gone)
+        weakref.finalize(lease, self._lease_gone, lease._box)
         return lease
 
-    def _lease_gone(self):
+    def _lease_gone(self, box):
+        """A lease object (so every array of it) is gone: its server lease
+        ends if release() never ran, and a closed consumer unmaps once the
+        last one goes."""
         with self._mu:
+            vp, box[0] = box[0], None
+            if vp is not None and self._h:
+                L = _lib_consumer()
+                st = L.wt_consumer_release(self._h, vp)
+                if st:
+                    L.wt_status_free(st)
             self._live -= 1
             if self._closed and self._live <= 0:
                 self._unmap()
@@ -323,7 +337,7 @@ class Consumer:
             self._closed = True
             L = _lib_consumer()
             for lease in list(self._leases):
-                vp, lease._vp = lease._vp, None
+                vp, lease._box[0] = lease._box[0], None
                 if vp is not None and self._h:
                     st = L.wt_consumer_release(self._h, vp)
                     if st:

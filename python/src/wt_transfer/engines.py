@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from ctypes import byref, c_void_p
 
 from . import _lib, errors
@@ -63,6 +64,9 @@ class CTrainerEngine:
         self.is_sender = True
         self.rounds = 0
         self._gone = "shut down"
+        # send_weights, shutdown and a closing Client take turns: a Client
+        # closed by another thread waits for the round in flight to end
+        self._mu = threading.RLock()
         if not owned and hasattr(owner, "_engines"):
             owner._engines.add(self)  # closing the Client shuts this down
 
@@ -75,8 +79,9 @@ class CTrainerEngine:
         return self._client, self._trainer
 
     def _detach(self, why: str) -> None:
-        self.shutdown()
-        self._gone = why
+        with self._mu:
+            self.shutdown()
+            self._gone = why
 
     @classmethod
     def trainer_init(cls, config, init_info, *, client, source, timeout=None,
@@ -112,20 +117,21 @@ class CTrainerEngine:
         Returns the committed version's name (default "round-N", N counting
         this engine's rounds from 1). Any failure aborts the round on every
         server and raises the WtError naming the server at fault."""
-        self._live()
-        L = _lib.lib()
-        version = weight_version or f"round-{self.rounds + 1}"
-        hold = getattr(self.source, "hold_bytes", None)
-        if hold is None:
-            with CSource(self.source) as src:  # checked before any byte moves
-                _lib.check(L.wt_sync_client_start(self._client))
-                _lib.check(L.wt_sync_client_update(self._client, self._trainer,
-                                                   src.handle, None, None))
-        else:
-            self._send_on_the_fly(hold)
-        _lib.check(L.wt_sync_client_finish(self._client, version.encode()))
-        self.rounds += 1
-        return version
+        with self._mu:
+            self._live()
+            L = _lib.lib()
+            version = weight_version or f"round-{self.rounds + 1}"
+            hold = getattr(self.source, "hold_bytes", None)
+            if hold is None:
+                with CSource(self.source) as src:  # checked before any byte moves
+                    _lib.check(L.wt_sync_client_start(self._client))
+                    _lib.check(L.wt_sync_client_update(self._client, self._trainer,
+                                                       src.handle, None, None))
+            else:
+                self._send_on_the_fly(hold)
+            _lib.check(L.wt_sync_client_finish(self._client, version.encode()))
+            self.rounds += 1
+            return version
 
     def _update(self, metas, described):
         with CSource.over(metas, described) as src:
@@ -162,6 +168,10 @@ class CTrainerEngine:
             raise
 
     def shutdown(self) -> None:
+        with self._mu:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
         L = _lib.lib()
         if self._trainer:
             L.wt_trainer_destroy(self._trainer)

@@ -116,8 +116,8 @@ class _Follower:
         self.source = source
 
     def send_weights(self, weight_version: Optional[str] = None) -> None:
-        it = getattr(self.source, "iter_full", None)
-        for _ in (it() if callable(it) else self.source):
+        from .sources import source_iter
+        for _ in source_iter(self.source):
             pass
 
     def shutdown(self) -> None:

@@ -84,20 +84,26 @@ class WtWorkerExtension:
             self._wt_served_state = served
         return served
 
+    def _wt_in_vllm(self) -> bool:
+        return getattr(self, "vllm_config", None) is not None and \
+            callable(getattr(self, "reload_weights", None))
+
     def _wt_reload(self, model: Any) -> _vllm_load.Reload:
-        """vLLM's reload path (the worker's reload_weights: layerwise reload
-        around load_weights, post-load processing, LoRA and encoder caches
-        reset); None loads the checkpoint vLLM started from. A worker
-        without it (vLLM before 0.11, a stand-in) gets load_weights and the
-        model's post-load processing."""
-        reload = getattr(self, "reload_weights", None)
-        if callable(reload):
-            def via_vllm(pairs: Optional[Iterable]) -> None:
-                if pairs is None:
-                    reload()
-                else:
-                    reload(weights_iterator=iter(pairs))
-            return _vllm_load.through_vllm(model, via_vllm)
+        """vLLM's reload path (wt_transfer._vllm_load.vllm_reload), then the
+        caches vLLM's own reload_weights resets (LoRA, encoder, multimodal);
+        None loads the checkpoint vLLM started from. A worker without it
+        (a stand-in) gets load_weights and the model's post-load
+        processing."""
+        if self._wt_in_vllm():
+            runner = getattr(self, "model_runner", None)
+
+            def after() -> None:
+                for reset in ("reset_lora_state", "reset_encoder_cache",
+                              "reset_mm_cache"):
+                    fn = getattr(runner, reset, None)
+                    if callable(fn):
+                        fn()
+            return _vllm_load.vllm_reload(self.vllm_config, model, after)
 
         def plain(pairs: Optional[Iterable]) -> None:
             if pairs is None:
@@ -117,10 +123,11 @@ class WtWorkerExtension:
         "seconds", "restored"}. Errors carry wt's class in their text."""
         try:
             model = self._wt_model()
+            fence = _vllm_load.Fence(self, 1.0 if self._wt_in_vllm() else None)
             return _vllm_load.load(
                 self._wt_served(), self._wt_reload(model), model, str(path),
                 version or "", worker=int(worker), timeout=float(timeout),
-                torchy=to_torch not in ("0", "false", ""))
+                torchy=to_torch not in ("0", "false", ""), fence=fence)
         except errors.WtError as e:
             raise tagged(e) from e
 
@@ -199,6 +206,11 @@ def load_on_vllm(urls: Union[str, Sequence[str]], path: str, version: str, *,
                     _post(f"{base}/pause?mode={pause}", None, timeout + 10)
                 except (urllib.error.URLError, OSError) as e:
                     failures[url] = _http_error(url, "/pause", e)
+                    # it may have paused before the answer was lost
+                    try:
+                        _post(base + "/resume", None, 10)
+                    except (urllib.error.URLError, OSError):
+                        pass
                     return
                 paused_at = time.perf_counter()
             try:
@@ -235,7 +247,16 @@ def load_on_vllm(urls: Union[str, Sequence[str]], path: str, version: str, *,
                         "seconds": time.perf_counter() - t0, "pause_s": pause_s,
                         "results": per_worker}
 
-    threads = [threading.Thread(target=one, args=(u,)) for u in urls]
+    def guarded(url: str) -> None:
+        try:
+            one(url)
+        except Exception as e:  # noqa: BLE001  (a bad answer: never lost)
+            failures.setdefault(url, errors.Unavailable(
+                f"{url}: {type(e).__name__}: {e}"))
+        if url not in results and url not in failures:
+            failures[url] = errors.Unknown(f"{url}: no result")
+
+    threads = [threading.Thread(target=guarded, args=(u,)) for u in urls]
     for t in threads:
         t.start()
     for t in threads:

@@ -29,6 +29,7 @@ vLLM's reload path, all or nothing (wt_transfer._vllm_load).
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from vllm.distributed.weight_transfer.base import (TrainerInitInfo,
                                                    WeightTransferUpdateInfo)
 
 from . import _vllm_load, errors
+from .sources import source_iter
 from .vllm import PAUSE_MODES, from_text, register, tagged
 
 TRANSPORTS = ("grpc", "ucx")
@@ -112,20 +114,16 @@ class WtWeightTransferEngine(WeightTransferEngine[WtInitInfo, WtUpdateInfo]):
                 "the wt backend has no init: call init_weight_transfer_engine "
                 "with {'export': PATH} first"))
 
-    def _reload_once(self, pairs: Any) -> None:
-        from vllm.model_executor.model_loader.reload.inplace import reload_weights
-        reload_weights(self.vllm_config, self.model,
-                       weights_iterator=None if pairs is None else iter(pairs),
-                       weights_path=None, is_checkpoint_format=True)
 
     def receive_weights(self, update_info: WtUpdateInfo) -> None:
         assert self.init_info is not None
         try:
             self.last = _vllm_load.load(
-                self.served, _vllm_load.through_vllm(self.model, self._reload_once),
+                self.served, _vllm_load.vllm_reload(self.vllm_config, self.model),
                 self.model, self.init_info.export,
                 update_info.version, worker=self.init_info.worker,
-                timeout=self.init_info.timeout)
+                timeout=self.init_info.timeout,
+                fence=_vllm_load.Fence(None, 1.0))
         except errors.WtError as e:
             raise tagged(e) from e
 
@@ -218,28 +216,40 @@ class _Pause:
         except (urllib.error.URLError, OSError) as e:
             raise errors.Unavailable(f"{self.base} {route}: {e}") from e
 
+    def _resume(self) -> None:
+        if self.base is not None:
+            self._post("/resume")
+        else:
+            self.client.resume_generation()
+
     def __enter__(self) -> "_Pause":
-        import time
         if self.mode is not None:
-            if self.base is not None:
-                self._post(f"/pause?mode={self.mode}")
-            else:
-                self.client.pause_generation(mode=self.mode)
+            try:
+                if self.base is not None:
+                    self._post(f"/pause?mode={self.mode}")
+                else:
+                    self.client.pause_generation(mode=self.mode)
+            except BaseException:
+                try:  # it may have paused before the answer was lost
+                    self._resume()
+                except Exception:  # noqa: BLE001
+                    pass
+                raise
         self._t0 = time.perf_counter()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        import time
         try:
             if self.mode is None:
                 if exc[0] is None and self.base is not None:
                     self._post("/reset_prefix_cache")
                 elif exc[0] is None:
                     self.client.reset_prefix_cache()
-            elif self.base is not None:
-                self._post("/resume")
             else:
-                self.client.resume_generation()
+                self._resume()
+        except Exception:
+            if exc[0] is None:
+                raise  # else the load's own error is the one to see
         finally:
             self.paused_s = time.perf_counter() - self._t0
 
@@ -289,7 +299,7 @@ class WtTrainerWeightTransferEngine(TrainerWeightTransferEngine[WtTrainerInitInf
         every vLLM worker loads it, generation paused around the load only.
         Returns the version."""
         if not self.is_sender:
-            for _ in self.source:  # the trainer-side collectives (full_tensor)
+            for _ in source_iter(self.source):  # the collectives (full_tensor)
                 pass
             return None
         if self.wt_engine is None:
@@ -308,8 +318,18 @@ class WtTrainerWeightTransferEngine(TrainerWeightTransferEngine[WtTrainerInitInf
                                             "(rank 0) or shut down")
         with self.pause:
             _vllm_call("start_weight_update", self.client.start_weight_update)
-            _vllm_call("update_weights", self.client.update_weights,
-                       {"version": version})
+            try:
+                _vllm_call("update_weights", self.client.update_weights,
+                           {"version": version})
+            except BaseException:
+                # vLLM ends the update itself when its worker raised; when
+                # only this side failed (a timeout), end it here, or every
+                # later start is refused
+                try:
+                    self.client.finish_weight_update(None)
+                except Exception:  # noqa: BLE001
+                    pass
+                raise
             _vllm_call("finish_weight_update", self.client.finish_weight_update,
                        version)
         self.last_pause_s = self.pause.paused_s

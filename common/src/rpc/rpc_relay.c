@@ -138,6 +138,21 @@ static int select_h2(SSL *ssl, const unsigned char **out, unsigned char *outlen,
   return SSL_TLSEXT_ERR_ALERT_FATAL;
 }
 
+/* A ClientHello without the ALPN extension: OpenSSL would not call
+ * select_h2 at all and go on; a gRPC client always offers h2, so one that
+ * offers nothing is refused as one that offers something else is. */
+static int need_alpn(SSL *ssl, int *alert, void *arg) {
+  (void)arg;
+  const unsigned char *ext = NULL;
+  size_t len = 0;
+  if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_application_layer_protocol_negotiation,
+                                &ext, &len) == 1 &&
+      len > 0)
+    return SSL_CLIENT_HELLO_SUCCESS;
+  *alert = SSL_AD_NO_APPLICATION_PROTOCOL;
+  return SSL_CLIENT_HELLO_ERROR;
+}
+
 static wt_status *load_chain(SSL_CTX *ctx, const char *path, const char *pem) {
   BIO *bio = BIO_new_mem_buf(pem, -1);
   if (bio == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
@@ -249,6 +264,7 @@ wt_status *rpc_tls_server_new(const wt_rpc_tls *tls, rpc_tls_server **out) {
   SSL_CTX_set_read_ahead(t->ctx, 1);
   SSL_CTX_set_default_read_buffer_len(t->ctx, 64 * 1024);
   SSL_CTX_set_alpn_select_cb(t->ctx, select_h2, NULL);
+  SSL_CTX_set_client_hello_cb(t->ctx, need_alpn, NULL);
   WT_CHECK(load_chain(t->ctx, tls->cert_file, cert));
   WT_CHECK(load_key(t->ctx, tls->key_file, key));
   if (ca) WT_CHECK(load_ca(t->ctx, tls->ca_file, ca));

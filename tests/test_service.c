@@ -642,7 +642,8 @@ static void test_metrics(void) {
   CU_ASSERT(info->recent_rounds[1]->ended_unix_ms >=
             info->recent_rounds[1]->started_unix_ms);
   CU_ASSERT_EQUAL(info->round_started_unix_ms, 0);
-  CU_ASSERT_EQUAL(info->n_admission, 5);
+  CU_ASSERT_EQUAL(info->n_admission, 6);
+  CU_ASSERT_STRING_EQUAL(info->admission[5]->name, "health-watch");
   {
     uint8_t packed[1 << 14];
     size_t plen = protobuf_c_message_get_packed_size(&info->base);

@@ -774,6 +774,77 @@ static void test_health_is_public_only(void) {
   wtt_server_stop(&s);
 }
 
+/* Opens a Health.Watch stream on `ch` and reads its first answer: NULL
+ * when it was admitted (*out the stream), else the refusal. */
+static wt_status *health_watch(wt_rpc_channel *ch, wt_rpc_server_stream **out) {
+  Grpc__Health__V1__HealthCheckRequest req =
+      GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+  wt_rpc_server_stream *st = NULL;
+  wt_status *err = wt_rpc_server_stream_open(ch, "/grpc.health.v1.Health/Watch",
+                                             &req.base, 10000, &st);
+  ProtobufCMessage *m = NULL;
+  bool done = false;
+  if (err == NULL)
+    err = wt_rpc_server_stream_read(
+        st, &grpc__health__v1__health_check_response__descriptor, &m, &done);
+  if (err == NULL && done) err = wt_status_new(WT_UNKNOWN, "ended at once");
+  wt_pb_free(m);
+  if (err != NULL) {
+    if (st) wt_rpc_server_stream_destroy(st);
+    return err;
+  }
+  *out = st;
+  return NULL;
+}
+
+/* Trust row 6: Health.Watch streams (public, no token) have a class of
+ * their own, 4 per peer: a stranger's flood of them is refused past that
+ * and takes no place of a reader's WatchWeightVersion. */
+static void test_health_watch_apart(void) {
+  wtt_server s;
+  wt_server_options o = {.token_file = g_tokens, .auth_grace_ms = 20000,
+                         .max_watchers = 4};
+  wtt_server_start(&s, "tiny", &o);
+  wt_rpc_channel *anon = channel(s.target, NULL, NULL);
+  wt_rpc_server_stream *hw[12] = {0};
+  int admitted = 0, refused = 0;
+  for (int i = 0; i < 12; i++) {
+    wt_status *st = health_watch(anon, &hw[i]);
+    if (st == NULL) {
+      admitted++;
+    } else {
+      refused += wt_status_code(st) == WT_RESOURCE_EXHAUSTED;
+      wt_status_free(st);
+    }
+  }
+  CU_ASSERT_EQUAL(admitted, 4);
+  CU_ASSERT_EQUAL(refused, 8);
+  /* Every reader watch still gets in: the class is the readers' own. */
+  wt_rpc_channel *reader = channel(s.target, NULL, READER_TOKEN);
+  wt_rpc_server_stream *w[4] = {0};
+  for (int i = 0; i < 4; i++) {
+    Wt__V1__WatchWeightVersionRequest req =
+        WT__V1__WATCH_WEIGHT_VERSION_REQUEST__INIT;
+    WT_ASSERT_OK(wt_rpc_server_stream_open(reader, WTT_SVC "WatchWeightVersion",
+                                           &req.base, 10000, &w[i]));
+  }
+  wt_rpc_channel_destroy(s.ch);
+  s.ch = channel(s.target, NULL, TRAINER_TOKEN);
+  WT_ASSERT_OK(wtt_init_grpc(s.ch, 0, s.workers));
+  wtt_commit_round(&s, "beside-health-watch", 3);
+  for (int i = 0; i < 4; i++) {
+    wtt_watch_expect(w[i], "beside-health-watch", 1);
+    wt_rpc_server_stream_destroy(w[i]);
+  }
+  for (int i = 0; i < 12; i++)
+    if (hw[i]) wt_rpc_server_stream_destroy(hw[i]);
+  printf("\n  Health.Watch from one peer: %d admitted, %d refused; 4 of 4 reader "
+         "watches served\n", admitted, refused);
+  wt_rpc_channel_destroy(reader);
+  wt_rpc_channel_destroy(anon);
+  wtt_server_stop(&s);
+}
+
 /* ---- connections: descriptors are a budget --------------------------------- */
 
 /* A trainer's round on a new connection (its own channel, token and all):
@@ -955,6 +1026,7 @@ static void test_tls_handshakes(void) {
     ran = true;
     CU_ASSERT_PTR_NULL(strstr(out, "WRONG"));
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "ok: no ALPN h2 offered: refused"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "ok: no ALPN extension at all: refused"));
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "ok: TLS 1.1 at most: refused"));
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "ok: a ClientHello cut short: closed"));
     CU_ASSERT_PTR_NOT_NULL(
@@ -1414,6 +1486,8 @@ void wt_test_suite_trust(void) {
   CU_add_test(s, "listen beyond loopback", test_listen_beyond_loopback);
   CU_add_test(s, "HTTP/2 attacks", test_http2_attacks);
   CU_add_test(s, "health: public, and nothing more", test_health_is_public_only);
+  CU_add_test(s, "health: Health.Watch apart from the readers' watches",
+              test_health_watch_apart);
   CU_add_test(s, "connections: a preface-only flood", test_connection_flood);
   CU_add_test(s, "connections: a preface-only flood over TLS",
               test_connection_flood_tls);

@@ -152,9 +152,6 @@ static long proc_open_fds(void) {
   return n - 1; /* the directory's own descriptor */
 }
 
-static const char *const k_classes[WT_NCLASSES] = {"round", "reader", "watch",
-                                                   "health", "reflection"};
-
 static void render(wt_server *srv, FILE *f) {
   /* Rounds and versions: one look under mu. */
   pthread_mutex_lock(&srv->mu);
@@ -259,7 +256,7 @@ static void render(wt_server *srv, FILE *f) {
   for (int k = 0; k < 3; k++) {
     head(f, k_adm[k][0], k == 2 ? "counter" : "gauge", k_adm[k][1]);
     for (size_t c = 0; c < WT_NCLASSES; c++)
-      fprintf(f, "%s{class=\"%s\"} %" PRIu64 "\n", k_adm[k][0], k_classes[c],
+      fprintf(f, "%s{class=\"%s\"} %" PRIu64 "\n", k_adm[k][0], srv->classes[c].name,
               k == 0   ? (uint64_t)load[c].running
               : k == 1 ? (uint64_t)load[c].queued
                        : load[c].refused);

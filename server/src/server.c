@@ -482,6 +482,11 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
   srv->classes[WT_CLASS_REFLECTION] =
       (wt_rpc_class){.name = "reflection", .max_running = 4, .max_queued = 16,
                      .max_per_peer = 2};
+  /* Health.Watch holds no thread; a kubelet or a load balancer needs a
+   * few streams, a stranger gets no more than 4 per peer. */
+  srv->classes[WT_CLASS_HEALTH_WATCH] =
+      (wt_rpc_class){.name = "health-watch", .max_running = 256,
+                     .max_per_peer = 4};
   srv->classes[WT_CLASS_WATCH] =
       (wt_rpc_class){.name = "watch",
                      .max_running = o.max_watchers,

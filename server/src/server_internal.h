@@ -48,7 +48,10 @@ enum {
   WT_CLASS_WATCH = WT_SERVER_CLASS_WATCH,
   WT_CLASS_HEALTH = 3, /* Health.Check: probes never wait behind readers */
   WT_CLASS_REFLECTION = 4, /* reflection streams hold a thread each */
-  WT_NCLASSES = 5
+  /* Health.Watch: public streams, apart from the readers' watches, so
+   * token-less peers cannot take a reader's place (trust row 6). */
+  WT_CLASS_HEALTH_WATCH = 5,
+  WT_NCLASSES = 6
 };
 
 /* Why a round ended without a commit (metrics.c names them). */

@@ -184,15 +184,13 @@ static wt_status *get_server_info(wt_rpc_call *call,
     info.export_path = srv->export_path;
   }
   /* The admission classes now, for monitors. */
-  static const char *const class_names[WT_NCLASSES] = {
-      "round", "reader", "watch", "health", "reflection"};
   Wt__V1__AdmissionInfo ai[WT_NCLASSES];
   Wt__V1__AdmissionInfo *ap[WT_NCLASSES];
   for (size_t c = 0; c < WT_NCLASSES; c++) {
     wt_rpc_class_load l;
     wt_rpc_server_class_load(srv->rpc, c, &l);
     wt__v1__admission_info__init(&ai[c]);
-    ai[c].name = (char *)class_names[c];
+    ai[c].name = (char *)srv->classes[c].name;
     ai[c].running = (uint32_t)l.running;
     ai[c].queued = (uint32_t)l.queued;
     ai[c].refused = l.refused;
@@ -854,8 +852,9 @@ static const wt_rpc_method methods[] = {
      WT_CLASS_HEALTH, NULL, NULL, WT_SCOPE_PUBLIC},
     {"/grpc.health.v1.Health/Watch", WT_RPC_WATCH,
      &grpc__health__v1__health_check_request__descriptor,
-     &grpc__health__v1__health_check_response__descriptor, NULL, WT_CLASS_WATCH,
-     wt_srv_health_watch_open, wt_srv_health_watch_closed, WT_SCOPE_PUBLIC},
+     &grpc__health__v1__health_check_response__descriptor, NULL,
+     WT_CLASS_HEALTH_WATCH, wt_srv_health_watch_open, wt_srv_health_watch_closed,
+     WT_SCOPE_PUBLIC},
     /* Server reflection (reflection.c): v1 and v1alpha are the same
      * messages, read and written with v1's descriptors. A reader's token. */
     {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -306,6 +307,8 @@ typedef enum {
   LIE_SILENCE,    /* no answer */
   LIE_HUGE,       /* a frame of 4 GiB announced */
   LIE_GARBAGE,    /* a frame that is not an ExportResponse */
+  LIE_UNSEALED,   /* a memfd it could still shrink (SIGBUS) */
+  LIE_BLOAT,      /* 8 MiB of empty tensors: 40 times that unpacked */
 } lie;
 
 typedef struct liar {
@@ -326,8 +329,12 @@ static void *liar_main(void *p) {
     if (r) rid = r->request_id;
     wt__v1__export_request__free_unpacked(r, NULL);
   }
-  int memfd = memfd_create("liar", MFD_CLOEXEC);
+  int memfd = memfd_create("liar", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (ftruncate(memfd, 4096) != 0) rid = 0;
+  if (l->how != LIE_UNSEALED &&
+      fcntl(memfd, F_ADD_SEALS,
+            F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
+    rid = 0;
   Wt__V1__ExportRegion reg = WT__V1__EXPORT_REGION__INIT;
   uint8_t id[16] = {1};
   reg.kind = WT__V1__EXPORT_REGION__KIND__HOST_MEMFD;
@@ -349,14 +356,24 @@ static void *liar_main(void *p) {
   m.regions = &regp;
   m.n_tensors = 1;
   m.tensors = &tp;
+  /* LIE_BLOAT: 4 Mi empty tensors (2 bytes each on the wire) */
+  size_t nbloat = l->how == LIE_BLOAT ? (size_t)4 << 20 : 0;
+  Wt__V1__ExportTensor empty = WT__V1__EXPORT_TENSOR__INIT;
+  Wt__V1__ExportTensor **bloat = nbloat ? malloc(nbloat * sizeof(*bloat)) : NULL;
+  for (size_t i = 0; bloat && i < nbloat; i++) bloat[i] = &empty;
+  if (bloat) {
+    m.n_tensors = nbloat;
+    m.tensors = bloat;
+  }
   Wt__V1__ExportResponse resp = WT__V1__EXPORT_RESPONSE__INIT;
   resp.request_id = l->how == LIE_REQUEST_ID ? rid + 100 : rid;
   resp.result_case = WT__V1__EXPORT_RESPONSE__RESULT_MANIFEST;
   resp.manifest = &m;
-  uint8_t buf[1024];
   size_t len = wt__v1__export_response__get_packed_size(&resp);
+  uint8_t *buf = malloc(4 + len);
   wt_frame_header((uint32_t)len, buf);
   wt__v1__export_response__pack(&resp, buf + 4);
+  free(bloat);
   if (l->how == LIE_HUGE) wt_frame_header(0xffffffffu, buf);
   if (l->how == LIE_GARBAGE) memset(buf + 4, 0xff, len);
   if (l->how == LIE_SILENCE) {
@@ -378,9 +395,19 @@ static void *liar_main(void *p) {
       h->cmsg_len = CMSG_LEN(sizeof(int));
       memcpy(CMSG_DATA(h), &memfd, sizeof(int));
     }
-    if (sendmsg(fd, &mh, MSG_NOSIGNAL) < 0) rid = 0;
+    size_t sent = 0;
+    while (sent < 4 + len) { /* a large frame goes in several writes */
+      ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL);
+      if (w <= 0) break;
+      sent += (size_t)w;
+      iov.iov_base = buf + sent;
+      iov.iov_len = 4 + len - sent;
+      mh.msg_control = NULL;
+      mh.msg_controllen = 0;
+    }
     usleep(300 * 1000); /* the consumer reads before the close */
   }
+  free(buf);
   close(memfd);
   close(fd);
   return NULL;
@@ -400,6 +427,9 @@ static void test_lying_server(void) {
       {LIE_SILENCE, WT_DEADLINE_EXCEEDED, "no answer in time"},
       {LIE_HUGE, WT_INVALID_ARGUMENT, "liar.sock"},
       {LIE_GARBAGE, WT_INTERNAL, "not an ExportResponse"},
+      {LIE_UNSEALED, WT_PERMISSION_DENIED,
+       "its memfd is not sealed against shrinking, growing and writing"},
+      {LIE_BLOAT, WT_RESOURCE_EXHAUSTED, "more than 8 times its size"},
   };
   char path[460];
   snprintf(path, sizeof(path), "%s/liar.sock", g_dir);
@@ -413,7 +443,9 @@ static void test_lying_server(void) {
                     listen(l.lfd, 4) == 0);
     pthread_t th;
     pthread_create(&th, NULL, liar_main, &l);
-    wt_consumer_options o = {.reply_timeout_ms = 300};
+    /* the bloated manifest takes the liar a while to pack */
+    wt_consumer_options o = {
+        .reply_timeout_ms = cases[k].how == LIE_BLOAT ? 30000 : 300};
     wt_consumer *c = NULL;
     WT_ASSERT_OK(wt_consumer_connect(path, &o, &c));
     wt_consumer_version *v = NULL;

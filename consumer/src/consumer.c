@@ -30,7 +30,8 @@
 #include "wt/frame.h"
 #include "wt/v1/export.pb-c.h"
 
-#define MAX_RESPONSE (256u << 20)
+#define MAX_RESPONSE (64u << 20) /* a manifest: about 500,000 tensors */
+#define UNPACK_FACTOR 8           /* what unpacking one may allocate */
 #define MAX_FDS 16    /* per frame; the server sends at most 2 */
 #define MAX_REGIONS 64 /* cached at once */
 #define KEEP_UNUSED 8  /* unreferenced mappings kept for later versions */
@@ -73,6 +74,26 @@ struct wt_consumer {
 };
 
 /* ---- the socket ------------------------------------------------------------ */
+
+typedef struct unpack_budget {
+  size_t left;
+  bool over;
+} unpack_budget;
+
+static void *budget_alloc(void *data, size_t size) {
+  unpack_budget *b = data;
+  if (size > b->left) {
+    b->over = true;
+    return NULL;
+  }
+  b->left -= size;
+  return malloc(size);
+}
+
+static void budget_free(void *data, void *p) {
+  (void)data;
+  free(p);
+}
 
 static wt_status *broken(wt_consumer *c, wt_status *st) {
   c->broken = true;
@@ -186,8 +207,18 @@ static wt_status *recv_response(wt_consumer *c, int64_t deadline,
     }
   }
   if (st == NULL) {
-    *out = wt__v1__export_response__unpack(NULL, blen, body);
-    if (*out == NULL)
+    /* What unpacking may allocate: a bounded multiple of the frame (a
+     * manifest of many empty tensors would otherwise cost 40 times its
+     * bytes); frees go to malloc's free, as protobuf-c's default. */
+    unpack_budget b = {.left = UNPACK_FACTOR * (size_t)blen + (1u << 20)};
+    ProtobufCAllocator a = {budget_alloc, budget_free, &b};
+    *out = wt__v1__export_response__unpack(&a, blen, body);
+    if (*out == NULL && b.over)
+      st = broken(c, wt_status_new(WT_RESOURCE_EXHAUSTED,
+                                   "export %s: a %zu-byte answer would take "
+                                   "more than %d times its size to unpack",
+                                   c->path, blen, UNPACK_FACTOR));
+    else if (*out == NULL)
       st = broken(c, wt_status_new(WT_INTERNAL,
                                    "export %s: a frame that is not an "
                                    "ExportResponse",
@@ -421,6 +452,19 @@ static wt_status *region_open(wt_consumer *c, const Wt__V1__ExportRegion *m,
                            " of the %zu that came",
                            m->index, m->fd_index, nfds);
     int fd = fds[m->fd_index];
+    /* Only memory the server can no longer shrink, grow or write but
+     * through its own mapping: one it could shrink would kill this
+     * process with SIGBUS at the next read (trust row 7). */
+    int seals = fcntl(fd, F_GET_SEALS);
+    const int need = F_SEAL_SHRINK | F_SEAL_GROW;
+    if (seals < 0 || (seals & need) != need ||
+        (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) == 0)
+      return wt_status_new(WT_PERMISSION_DENIED,
+                           "region %" PRIu32 ": its memfd is not sealed "
+                           "against shrinking, growing and writing (seals "
+                           "0x%x); a server that shrank it would kill this "
+                           "process: refused",
+                           m->index, seals < 0 ? 0 : (unsigned)seals);
     if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < m->size ||
         m->size > SIZE_MAX)
       return wt_status_new(WT_INTERNAL,

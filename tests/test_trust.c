@@ -845,6 +845,90 @@ static void test_health_watch_apart(void) {
   wtt_server_stop(&s);
 }
 
+/* Trust row 5: a stream whose client reads nothing (its flow-control
+ * window 0) is ended like a silent one: two stalled reflection streams
+ * (which hold a thread each, two per peer) are ended within the write
+ * stall, and the class is free again. */
+static void test_stalled_readers_ended(void) {
+  if (!have_h2()) {
+    wt_test_skip("stalled readers", "python3 has no h2 (pip install h2)");
+    return;
+  }
+  wtt_server s;
+  wt_server_options o = {.token_file = g_tokens, .auth_grace_ms = 60000};
+  wtt_server_start(&s, "tiny", &o);
+  char script[PATH_MAX], log[PATH_MAX], port[16];
+  snprintf(script, sizeof(script), "%s/fixtures/h2_attack.py", wt_test_source_dir());
+  snprintf(log, sizeof(log), "%s/stalled-reader.log", g_dir);
+  snprintf(port, sizeof(port), "%d", wt_server_port(s.srv));
+  const char *const argv[] = {"/usr/bin/env", "python3", script, "stalled-reader",
+                              "127.0.0.1", port, "40", "2", READER_TOKEN, NULL};
+  char *out = NULL;
+  int64_t t0 = wt_mono_ms();
+  CU_ASSERT_EQUAL(wt_proc_run(argv, log, 60000, &out), 0);
+  int64_t took = wt_mono_ms() - t0;
+  CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+  int ended = 0;
+  for (const char *p = out; (p = strstr(p, "ended by the server after ")); p++) {
+    double secs = -1;
+    if (sscanf(p, "ended by the server after %lf s", &secs) == 1 && secs > 0 &&
+        secs < (WT_RPC_WRITE_STALL_MS + 8000) / 1000.0)
+      ended++;
+  }
+  CU_ASSERT_EQUAL(ended, 2);
+  /* the class is free again, and the server answers */
+  Wt__V1__ServerInfo *info = NULL;
+  wt_rpc_channel *ch = channel(s.target, NULL, READER_TOKEN);
+  Wt__V1__GetServerInfoRequest req = WT__V1__GET_SERVER_INFO_REQUEST__INIT;
+  WT_ASSERT_OK(wt_rpc_unary(ch, WTT_SVC "GetServerInfo", &req.base,
+                            &wt__v1__server_info__descriptor, 5000,
+                            (ProtobufCMessage **)&info));
+  int running = -1;
+  for (size_t i = 0; info && i < info->n_admission; i++)
+    if (strcmp(info->admission[i]->name, "reflection") == 0)
+      running = (int)info->admission[i]->running;
+  CU_ASSERT_EQUAL(running, 0);
+  wt_pb_free(info ? &info->base : NULL);
+  printf("\n  two reflection streams that read nothing: %s  (%lld ms in all)",
+         out, (long long)took);
+  free(out);
+  wt_rpc_channel_destroy(ch);
+
+  /* A watch stream that reads nothing holds no thread; it ends when a
+   * version is to be sent after WT_RPC_WRITE_STALL_MS of blocked sending. */
+  wt_rpc_channel_destroy(s.ch);
+  s.ch = channel(s.target, NULL, TRAINER_TOKEN);
+  WT_ASSERT_OK(wtt_init_grpc(s.ch, 0, s.workers));
+  wtt_commit_round(&s, "stall-1", 1);
+  snprintf(log, sizeof(log), "%s/stalled-watch.log", g_dir);
+  const char *const wargv[] = {"/usr/bin/env", "python3", script, "stalled-watch",
+                               "127.0.0.1", port, "40", "1", READER_TOKEN, NULL};
+  pid_t pid = wt_proc_spawn(wargv, log, NULL);
+  CU_ASSERT_FATAL(pid > 0);
+  int watchers = 0;
+  for (int64_t until = wt_mono_ms() + 10000; watchers < 1 && wt_mono_ms() < until;
+       wtt_sleep_ms(20))
+    wt_server_admission(s.srv, WT_SERVER_CLASS_WATCH, &watchers, NULL, NULL);
+  CU_ASSERT_EQUAL_FATAL(watchers, 1);
+  /* its first version is stuck behind a window of 0: past the stall, the
+   * next commit ends the stream */
+  wtt_sleep_ms(WT_RPC_WRITE_STALL_MS + 500);
+  wtt_commit_round(&s, "stall-2", 2);
+  int status = 0;
+  CU_ASSERT(wt_proc_wait(pid, 45000, &status));
+  wt_server_admission(s.srv, WT_SERVER_CLASS_WATCH, &watchers, NULL, NULL);
+  CU_ASSERT_EQUAL(watchers, 0);
+  FILE *f = fopen(log, "r");
+  char line[256] = "";
+  if (f) {
+    if (!fgets(line, sizeof(line), f)) line[0] = 0;
+    fclose(f);
+  }
+  CU_ASSERT_PTR_NULL(strstr(line, "never"));
+  printf("\n  a watch stream that reads nothing: %s", line);
+  wtt_server_stop(&s);
+}
+
 /* ---- connections: descriptors are a budget --------------------------------- */
 
 /* A trainer's round on a new connection (its own channel, token and all):
@@ -1488,6 +1572,8 @@ void wt_test_suite_trust(void) {
   CU_add_test(s, "health: public, and nothing more", test_health_is_public_only);
   CU_add_test(s, "health: Health.Watch apart from the readers' watches",
               test_health_watch_apart);
+  CU_add_test(s, "streams: a client that reads nothing is ended",
+              test_stalled_readers_ended);
   CU_add_test(s, "connections: a preface-only flood", test_connection_flood);
   CU_add_test(s, "connections: a preface-only flood over TLS",
               test_connection_flood_tls);

@@ -355,9 +355,14 @@ wt_status *wt_rpc_call_read_raw(wt_rpc_call *call, grpc_byte_buffer **bb);
 wt_status *wt_rpc_call_read_raw_within(wt_rpc_call *call, int64_t timeout_ms,
                                        const char *what, grpc_byte_buffer **bb);
 
+/* How long a write of a server or bidi stream may wait for the client's
+ * flow control (a client that reads nothing holds a thread otherwise). */
+#define WT_RPC_WRITE_STALL_MS 10000
+
 /* Sends one message of a server stream; blocks until gRPC's flow control
- * accepted it. `msg` stays the caller's. CANCELLED when the client went
- * away. */
+ * accepted it, at most WT_RPC_WRITE_STALL_MS: a client that reads nothing
+ * for that long has its call ended with DEADLINE_EXCEEDED, also returned.
+ * `msg` stays the caller's. CANCELLED when the client went away. */
 wt_status *wt_rpc_call_write(wt_rpc_call *call, const ProtobufCMessage *msg);
 
 /* Sets the response of a unary or client-stream call, sent when the handler

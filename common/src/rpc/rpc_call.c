@@ -362,7 +362,17 @@ wt_status *wt_rpc_call_write(wt_rpc_call *c, const ProtobufCMessage *msg) {
   if (!c->initial_metadata_sent) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
   ops[n].op = GRPC_OP_SEND_MESSAGE;
   ops[n++].data.send_message.send_message = bb;
-  int ok = call_run_batch(c, ops, n, -1, NULL);
+  /* A blocked write counts as silence, as a blocked read does. */
+  char why[512];
+  snprintf(why, sizeof(why),
+           "%s: the client (%s) read nothing for %d ms: a write waited for "
+           "its flow control",
+           c->method->path, c->peer ? c->peer : "?", WT_RPC_WRITE_STALL_MS);
+  int ok = call_run_batch(c, ops, n, WT_RPC_WRITE_STALL_MS, why);
+  if (ok == -2) {
+    c->initial_metadata_sent = true;
+    WT_FAIL(WT_DEADLINE_EXCEEDED, "%s", why);
+  }
   if (ok < 0)
     WT_FAIL(WT_INTERNAL, "%s: write: cannot start a batch", c->method->path);
   c->initial_metadata_sent = true;

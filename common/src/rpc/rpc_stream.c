@@ -12,9 +12,11 @@
 
 #include <grpc/grpc.h>
 #include <grpc/support/alloc.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "wt/clock.h"
 #include "wt/log.h"
 #include "wt/pb.h"
 #include "wt/rpc.h"
@@ -38,6 +40,7 @@ struct wt_rpc_stream {
   int qhead, qlen;
   uint64_t dropped;
   grpc_byte_buffer *in_flight; /* the message of the batch in flight */
+  int64_t busy_since_ms;       /* when the batch in flight started */
   bool busy;                   /* a send or status batch is in flight */
   bool metadata_sent;
   bool end_requested;
@@ -101,6 +104,7 @@ static void pump_locked(wt_rpc_stream *s) {
   }
   s->metadata_sent = true;
   s->busy = true;
+  s->busy_since_ms = wt_mono_ms();
   s->refs++;
 }
 
@@ -226,6 +230,20 @@ wt_status *wt_rpc_stream_send(wt_rpc_stream *s, const ProtobufCMessage *msg) {
   if (st != NULL) return wt_status_prefix(st, "%s: send", s->method->path);
   pthread_mutex_lock(&s->mu);
   if (s->closed || s->end_requested) {
+    pthread_mutex_unlock(&s->mu);
+    grpc_byte_buffer_destroy(bb);
+    return NULL;
+  }
+  if (s->busy && wt_mono_ms() - s->busy_since_ms > WT_RPC_WRITE_STALL_MS) {
+    /* A client whose flow control has let nothing through for that long
+     * is silent: its stream ends, as a reader's blocked write does. */
+    char why[256];
+    snprintf(why, sizeof(why),
+             "%s: the client (%s) read nothing for %d ms: the stream ends",
+             s->method->path, s->peer ? s->peer : "?", WT_RPC_WRITE_STALL_MS);
+    grpc_call_cancel_with_status(s->call, GRPC_STATUS_DEADLINE_EXCEEDED, why,
+                                 NULL);
+    s->end_requested = true;
     pthread_mutex_unlock(&s->mu);
     grpc_byte_buffer_destroy(bb);
     return NULL;

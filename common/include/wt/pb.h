@@ -38,6 +38,14 @@ wt_status *wt_pb_pack(const ProtobufCMessage *msg, grpc_byte_buffer **out);
  * a string field that is not UTF-8 is INVALID_ARGUMENT naming the field.
  * `bb` stays the caller's; the caller owns *out and releases it with
  * wt_pb_free(). */
+/* What unpacking a message of N bytes may allocate at most: N times the
+ * factor plus the slack (each allocation counted with malloc's header).
+ * Past it, RESOURCE_EXHAUSTED naming the message, before any more is
+ * allocated: empty repeated entries or unknown fields by the thousand cost
+ * a caller its request, not the server dozens of times its bytes. */
+#define WT_PB_UNPACK_FACTOR 8
+#define WT_PB_UNPACK_SLACK (1u << 20)
+
 wt_status *wt_pb_unpack(grpc_byte_buffer *bb,
                         const ProtobufCMessageDescriptor *desc,
                         ProtobufCMessage **out);

@@ -355,6 +355,11 @@ wt_status *wt_rpc_call_read_raw(wt_rpc_call *call, grpc_byte_buffer **bb);
 wt_status *wt_rpc_call_read_raw_within(wt_rpc_call *call, int64_t timeout_ms,
                                        const char *what, grpc_byte_buffer **bb);
 
+/* The largest request a method open to callers without a token
+ * (WT_SCOPE_PUBLIC: the health service) takes; a larger one is
+ * INVALID_ARGUMENT before it is unpacked. */
+#define WT_RPC_MAX_PUBLIC_REQUEST_BYTES 4096
+
 /* How long a write of a server or bidi stream may wait for the client's
  * flow control (a client that reads nothing holds a thread otherwise). */
 #define WT_RPC_WRITE_STALL_MS 10000

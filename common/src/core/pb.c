@@ -59,10 +59,20 @@ wt_status *wt_pb_flatten(grpc_byte_buffer *bb, grpc_slice *out) {
 typedef struct counting_allocator {
   ProtobufCAllocator *inner;
   int failed;
+  size_t left; /* what the unpacking may still allocate */
+  int over;
 } counting_allocator;
+
+/* What one allocation costs beyond its size (malloc's own header). */
+#define ALLOC_OVERHEAD 16
 
 static void *counting_alloc(void *data, size_t size) {
   counting_allocator *c = data;
+  if (size + ALLOC_OVERHEAD > c->left) {
+    c->over = 1;
+    return NULL;
+  }
+  c->left -= size + ALLOC_OVERHEAD;
   void *p =
       c->inner ? c->inner->alloc(c->inner->allocator_data, size) : malloc(size);
   if (p == NULL) c->failed = 1;
@@ -150,12 +160,23 @@ wt_status *wt_pb_unpack_with(grpc_byte_buffer *bb,
     st = wt_status_prefix(st, "%s", desc->name);
     goto out;
   }
-  counting_allocator counter = {allocator, 0};
-  ProtobufCAllocator wrapper = {counting_alloc, counting_free, &counter};
   size_t len = GRPC_SLICE_LENGTH(slice);
+  /* A message may cost at most WT_PB_UNPACK_FACTOR times its bytes (plus
+   * a little): thousands of empty strings or unknown fields in a few bytes
+   * each would otherwise cost dozens of times their size (trust row 1). */
+  size_t cap = len > (SIZE_MAX - WT_PB_UNPACK_SLACK) / WT_PB_UNPACK_FACTOR
+                   ? SIZE_MAX
+                   : len * WT_PB_UNPACK_FACTOR + WT_PB_UNPACK_SLACK;
+  counting_allocator counter = {allocator, 0, cap, 0};
+  ProtobufCAllocator wrapper = {counting_alloc, counting_free, &counter};
   const uint8_t *data = len ? GRPC_SLICE_START_PTR(slice) : (const uint8_t *)"";
   *out = protobuf_c_message_unpack(desc, &wrapper, len, data);
   if (*out == NULL) {
+    if (counter.over)
+      WT_FAIL(WT_RESOURCE_EXHAUSTED,
+              "%s: %zu bytes would take more than %d times their size to "
+              "unpack (empty entries or unknown fields by the thousand)",
+              desc->name, len, WT_PB_UNPACK_FACTOR);
     if (counter.failed)
       WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory (%zu bytes)",
               desc->name, len);

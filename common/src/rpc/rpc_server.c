@@ -12,6 +12,7 @@
  */
 
 #include <errno.h>
+#include <grpc/compression.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
@@ -488,6 +489,16 @@ static void on_read(request_read *r, int ok) {
   /* What it will hold until its handler is done: its unpacked request is
    * about the size of its bytes. */
   int64_t size = (int64_t)grpc_byte_buffer_length(payload);
+  /* A public method's caller is a stranger: a health probe's request is a
+   * service name, so a large one costs it a refusal, not an unpacking. */
+  if (m->scope == WT_SCOPE_PUBLIC && size > WT_RPC_MAX_PUBLIC_REQUEST_BYTES) {
+    grpc_byte_buffer_destroy(payload);
+    reject(call, WT_INVALID_ARGUMENT,
+           "request %s: %lld bytes; a call without a token may send at most "
+           "%d",
+           m->request->name, (long long)size, WT_RPC_MAX_PUBLIC_REQUEST_BYTES);
+    return;
+  }
   int64_t held = atomic_fetch_add(&s->held_bytes, size) + size;
   if (held > s->max_held_bytes && size > 0) {
     atomic_fetch_sub(&s->held_bytes, size);
@@ -778,7 +789,7 @@ wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
   rpc_init_monotonic_cond(&s->cv);
 
   grpc_init();
-  grpc_arg args[10];
+  grpc_arg args[12];
   size_t nargs = wt_rpc_message_limit_args(
       args, opts->max_receive_message_bytes, opts->max_send_message_bytes);
   /* Limits on what one connection may hold (see docs/trust.md:
@@ -800,6 +811,12 @@ wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
       /* No call in progress this long: GOAWAY (the client reconnects on
        * its next call). INT_MAX is gRPC's "never". */
       {GRPC_ARG_MAX_CONNECTION_IDLE_MS, s->idle_ms > 0 ? s->idle_ms : INT_MAX},
+      /* No compressed requests: a gzip of 16 KiB inflates to 16 MiB on the
+       * polling thread before anyone is known (trust row 1). A compressed
+       * message is refused by gRPC (UNIMPLEMENTED) without inflating it;
+       * wt's own clients never compress (delta rounds carry zstd frames). */
+      {GRPC_COMPRESSION_CHANNEL_ENABLED_ALGORITHMS_BITSET,
+       1 << GRPC_COMPRESS_NONE},
   };
   for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
     memset(&args[nargs], 0, sizeof(args[nargs]));

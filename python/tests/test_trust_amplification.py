@@ -166,3 +166,47 @@ def test_large_or_bloated_requests_are_refused_before_unpacking(guarded):
     assert stub.Check(health_pb2.HealthCheckRequest(), timeout=5).status == \
         health_pb2.HealthCheckResponse.SERVING
     ch.close()
+
+
+def test_a_hundred_readers_beside_the_trainer(guarded, tmp_path):
+    """Trust row 2: 100 reader threads of the trainer's own uid (a
+    monitoring loop, a dashboard) get no refusal (a peer alone uses the
+    reader class's whole room, not a fixed cap), and the trainer's pushes,
+    whose own reader calls run in the round class, commit beside them."""
+    s, env, tokens = guarded
+    rtok = tmp_path / "reader.token"
+    rtok.write_text("reader " + tokens["reader"] + "\n")
+    rtok.chmod(0o600)
+    trainer = wt.Client(s.addr, runtime_base=env["XDG_RUNTIME_DIR"])
+    tensors = model_tensors(trainer.parameters(), 2)
+    stop = threading.Event()
+    calls, errors = [0], []
+
+    def reader():
+        with wt.Client(s.addr, token_file=str(rtok)) as c:
+            while not stop.is_set():
+                try:
+                    c.version()
+                    calls[0] += 1
+                except wt.WtError as e:
+                    errors.append(e)
+
+    threads = [threading.Thread(target=reader) for _ in range(100)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1.0)
+        took = _rounds(trainer, tensors, 5, "busy")
+        for _ in range(5):  # the trainer's own reader calls, beside them
+            trainer.server_info()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    print(f"\n  100 readers of the trainer's uid: {calls[0]} calls, "
+          f"{len(errors)} refused; 5 pushes beside them, median "
+          f"{statistics.median(took) * 1e3:.0f} ms")
+    assert not errors, errors[:3]
+    assert calls[0] > 100
+    assert trainer.version().version == "busy-4"
+    trainer.close()

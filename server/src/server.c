@@ -464,7 +464,10 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
       (wt_rpc_class){.name = "round",
                      .max_running = o.max_round_calls,
                      .max_queued = o.max_round_calls * ROUND_QUEUE_FACTOR,
-                     .option = "wt-server --max-round-calls"};
+                     .option = "wt-server --max-round-calls",
+                     /* a trainer's reader calls too (GetServerInfo before
+                      * a push): readers never delay or refuse them */
+                     .trainers = true};
   /* Readers: a quota per peer (their hashing runs on srv->hashers, below
    * the rounds' threads when the CPU is short). */
   srv->classes[WT_CLASS_READER] =
@@ -476,7 +479,7 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
                      .option_per_peer = "wt-server --max-reader-calls-per-peer"};
   srv->classes[WT_CLASS_HEALTH] =
       (wt_rpc_class){.name = "health", .max_running = 2, .max_queued = 64,
-                     .max_per_peer = 8};
+                     .max_per_peer = 8, .per_peer_cap = true};
   /* Reflection (grpcurl): a stream holds its thread, so few at once and
    * two per peer; one silent for 10 s is ended (reflection.c). */
   srv->classes[WT_CLASS_REFLECTION] =
@@ -486,7 +489,7 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
    * few streams, a stranger gets no more than 4 per peer. */
   srv->classes[WT_CLASS_HEALTH_WATCH] =
       (wt_rpc_class){.name = "health-watch", .max_running = 256,
-                     .max_per_peer = 4};
+                     .max_per_peer = 4, .per_peer_cap = true};
   srv->classes[WT_CLASS_WATCH] =
       (wt_rpc_class){.name = "watch",
                      .max_running = o.max_watchers,

@@ -79,11 +79,23 @@ typedef struct wt_rpc_class {
   int max_queued;     /* >= 0 */
   const char *option; /* what raises the limit, e.g. "wt-server
                          --max-reader-calls"; NULL: nothing said */
-  /* Calls running and waiting (streams open, for WT_RPC_WATCH) of one
-   * peer: a user id for a connection from this host (the socket's owner,
-   * from /proc/net/tcp), else an IP address. 0: no limit per peer. */
+  /* The share of one peer (a user id for a connection from this host, the
+   * socket's owner from /proc/net/tcp; else an IP address): the calls
+   * running and waiting (streams open, for WT_RPC_WATCH) it may hold while
+   * P peers hold some is the larger of max_per_peer and the class's whole
+   * room (max_running + max_queued) over P. A peer alone may use all of
+   * it; under contention each keeps at least its share. 0: no limit. */
   int max_per_peer;
   const char *option_per_peer; /* what raises it, as `option` */
+  /* max_per_peer is a cap even for a peer alone: for a class open to
+   * callers without a token, where no peer is known enough to be given the
+   * whole room. */
+  bool per_peer_cap;
+  /* Calls whose bearer token has the trainer's scope are admitted in this
+   * class whatever their method's (not watch streams or public calls): a
+   * trainer's reader calls never wait behind readers, nor count in a
+   * reader's share of its uid or address. At most one class says so. */
+  bool trainers;
 } wt_rpc_class;
 
 /* A handler. `request` is the unpacked request for WT_RPC_UNARY and

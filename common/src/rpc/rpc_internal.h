@@ -93,6 +93,7 @@ typedef struct rpc_pool {
    * next call, so no new thread is started for it. */
   int finishing;
   uint64_t refused; /* calls refused for want of room, since start */
+  int peers;        /* peers holding some of its room (rpc_peer entries) */
   wt_rpc_call *head, *tail;
   pthread_cond_t work_cv;
   pthread_t *threads;
@@ -108,6 +109,7 @@ struct wt_rpc_server {
   int requests_per_method;
   void (*on_shutdown)(void *user);
   rpc_pool *pools;
+  size_t trainer_class; /* the class with wt_rpc_class.trainers; SIZE_MAX */
   size_t npools;
 
   grpc_server *server;

@@ -122,10 +122,21 @@ static void reject_done(reject_call *r) {
 
 /* A place for `key` in class cls: NULL when it holds `limit` already
  * (*held says how many) or out of memory (*held -1). */
+/* A place in `key`'s share of class `cls` (wt_rpc_class.max_per_peer: a
+ * fair share of the class's room among the peers holding some, never below
+ * the configured floor); NULL when its share is full (*held: what it holds,
+ * *limit: its share now; *held -1: out of memory). */
 static rpc_peer *peer_take_locked(wt_rpc_server *s, const char *key,
-                                  size_t cls, int limit, int *held) {
+                                  size_t cls, int *held, int *limit) {
+  rpc_pool *p = &s->pools[cls];
   rpc_peer *e = s->peers;
   while (e != NULL && (e->cls != cls || strcmp(e->key, key) != 0)) e = e->next;
+  int peers = p->peers + (e == NULL);
+  long room = (long)p->cfg.max_running + p->cfg.max_queued;
+  long share = p->cfg.per_peer_cap ? 0 : room / (peers > 0 ? peers : 1);
+  *limit = share > p->cfg.max_per_peer ? (int)share : p->cfg.max_per_peer;
+  *held = e ? e->held : 0;
+  if (*held >= *limit) return NULL;
   if (e == NULL) {
     if ((e = calloc(1, sizeof(*e))) == NULL) {
       *held = -1;
@@ -135,9 +146,8 @@ static rpc_peer *peer_take_locked(wt_rpc_server *s, const char *key,
     snprintf(e->key, sizeof(e->key), "%s", key);
     e->next = s->peers;
     s->peers = e;
+    p->peers++;
   }
-  *held = e->held;
-  if (e->held >= limit) return NULL;
   e->held++;
   return e;
 }
@@ -147,6 +157,7 @@ void rpc_peer_release_locked(wt_rpc_server *s, rpc_peer *slot) {
   for (rpc_peer **pp = &s->peers; *pp != NULL; pp = &(*pp)->next)
     if (*pp == slot) {
       *pp = slot->next;
+      s->pools[slot->cls].peers--;
       free(slot);
       return;
     }
@@ -368,6 +379,7 @@ typedef struct request_read {
   const wt_rpc_method *method;
   grpc_call *call;
   gpr_timespec deadline;
+  uint32_t scope; /* what the caller's token allows */
   grpc_byte_buffer *payload;
   struct request_read *next; /* waiting for its turn to be read */
 } request_read;
@@ -405,7 +417,7 @@ static void read_next(wt_rpc_server *s) {
 }
 
 static void admit_call(wt_rpc_server *s, const wt_rpc_method *m,
-                       grpc_call *call, gpr_timespec deadline,
+                       grpc_call *call, gpr_timespec deadline, uint32_t scope,
                        ProtobufCMessage *request, int64_t held);
 
 static void on_request(request_slot *slot, int ok) {
@@ -433,7 +445,7 @@ static void on_request(request_slot *slot, int ok) {
     gpr_free(peer);
   }
   if (m->kind == WT_RPC_CLIENT_STREAM || m->kind == WT_RPC_BIDI_STREAM) {
-    admit_call(s, m, call, deadline, NULL, 0);
+    admit_call(s, m, call, deadline, scope, NULL, 0);
     return;
   }
   /* Now, and only now, the request message; only max_reads at once (gRPC
@@ -457,6 +469,7 @@ static void on_request(request_slot *slot, int ok) {
   r->method = m;
   r->call = call;
   r->deadline = deadline;
+  r->scope = scope;
   if (s->reads < s->max_reads) {
     read_start(s, r);
     return;
@@ -475,6 +488,7 @@ static void on_read(request_read *r, int ok) {
   grpc_call *call = r->call;
   grpc_byte_buffer *payload = r->payload;
   gpr_timespec deadline = r->deadline;
+  uint32_t scope = r->scope;
   free(r);
   s->reads--;
   read_next(s);
@@ -517,15 +531,22 @@ static void on_read(request_read *r, int ok) {
     wt_status_free(st);
     return;
   }
-  admit_call(s, m, call, deadline, request, size);
+  admit_call(s, m, call, deadline, scope, request, size);
 }
 
 /* An authorized call with its request (NULL for a client stream): into
  * its class's pool, or refused when the class is full. */
 static void admit_call(wt_rpc_server *s, const wt_rpc_method *m,
-                       grpc_call *call, gpr_timespec deadline,
+                       grpc_call *call, gpr_timespec deadline, uint32_t scope,
                        ProtobufCMessage *request, int64_t request_bytes) {
-  rpc_pool *p = &s->pools[m->admission];
+  size_t cls = m->admission;
+  /* A trainer's calls go to the trainers' class (wt_rpc_class.trainers),
+   * whatever their method's: readers never delay or refuse them. */
+  if (s->trainer_class != SIZE_MAX && s->ntokens > 0 &&
+      (scope & WT_SCOPE_TRAINER) && m->kind != WT_RPC_WATCH &&
+      m->scope != WT_SCOPE_PUBLIC)
+    cls = s->trainer_class;
+  rpc_pool *p = &s->pools[cls];
   char key[80] = "";
   if (p->cfg.max_per_peer > 0) rpc_server_peer_key(s, call, key, sizeof(key));
   pthread_mutex_lock(&s->mu);
@@ -533,10 +554,10 @@ static void admit_call(wt_rpc_server *s, const wt_rpc_method *m,
   int running = p->running, queued = p->queued;
   bool admit = state == STATE_RUNNING && pool_admit_locked(p);
   rpc_peer *slot = NULL;
-  int held = 0;
+  int held = 0, share = 0;
   bool peer_full = false;
   if (admit && p->cfg.max_per_peer > 0) {
-    slot = peer_take_locked(s, key, m->admission, p->cfg.max_per_peer, &held);
+    slot = peer_take_locked(s, key, cls, &held, &share);
     admit = slot != NULL;
     peer_full = !admit;
   }
@@ -552,11 +573,12 @@ static void admit_call(wt_rpc_server *s, const wt_rpc_method *m,
       reject(call, WT_RESOURCE_EXHAUSTED, "%s: out of memory", m->path);
     else if (peer_full)
       reject(call, WT_RESOURCE_EXHAUSTED,
-             "%s: server busy for this peer (%s): it has %d %s %s open (the "
-             "limit per peer%s%s)",
+             "%s: server busy for this peer (%s): it has %d %s %s open, its "
+             "share (%d) while %d peers hold some (at least the limit per "
+             "peer%s%s)",
              m->path, key, held, p->cfg.name,
              m->kind == WT_RPC_WATCH ? "streams" : "calls running or waiting",
-             p->cfg.option_per_peer ? "; raise it with " : "",
+             share, p->peers, p->cfg.option_per_peer ? "; raise it with " : "",
              p->cfg.option_per_peer ? p->cfg.option_per_peer : "");
     else if (m->kind == WT_RPC_WATCH)
       reject(call, WT_RESOURCE_EXHAUSTED,
@@ -709,10 +731,12 @@ static wt_status *pools_new(wt_rpc_server *s, const wt_rpc_server_options *o) {
   if (s->pools == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "server: out of memory");
   s->npools = n;
+  s->trainer_class = SIZE_MAX;
   for (size_t i = 0; i < n; i++) {
     rpc_pool *p = &s->pools[i];
     pthread_cond_init(&p->work_cv, NULL);
     p->cfg = classes[i];
+    if (p->cfg.trainers && s->trainer_class == SIZE_MAX) s->trainer_class = i;
     p->index = i;
     p->server = s;
     if (p->cfg.name == NULL) p->cfg.name = "unnamed";

@@ -43,17 +43,45 @@ static void test_limits(void) {
   WT_ASSERT_OK(wt_leases_new(&lim, &t));
   uint64_t id = 0;
   for (int i = 0; i < 3; i++)
-    WT_ASSERT_OK(wt_leases_take(t, 1, 100, 0, 1, "v1", &id));
-  WT_ASSERT_ERR(wt_leases_take(t, 1, 100, 0, 1, "v1", &id),
+    WT_ASSERT_OK(wt_leases_take(t, 1, 100, 10, 1, "v1", &id));
+  WT_ASSERT_ERR(wt_leases_take(t, 1, 100, 10, 1, "v1", &id),
                 WT_RESOURCE_EXHAUSTED, "(pid 100) holds 3 leases, the limit");
   CU_ASSERT_EQUAL(id, 0);
-  WT_ASSERT_OK(wt_leases_take(t, 2, 200, 0, 1, "v1", &id));
-  WT_ASSERT_OK(wt_leases_take(t, 2, 200, 0, 1, "v1", &id));
-  WT_ASSERT_ERR(wt_leases_take(t, 3, 300, 0, 1, "v1", &id),
+  WT_ASSERT_OK(wt_leases_take(t, 2, 200, 20, 1, "v1", &id));
+  WT_ASSERT_OK(wt_leases_take(t, 2, 200, 20, 1, "v1", &id));
+  WT_ASSERT_ERR(wt_leases_take(t, 3, 300, 30, 1, "v1", &id),
                 WT_RESOURCE_EXHAUSTED, "the server holds 5 leases");
   /* A consumer that goes frees its places. */
   CU_ASSERT_EQUAL(wt_leases_drop_consumer(t, 1), 3);
-  WT_ASSERT_OK(wt_leases_take(t, 3, 300, 0, 1, "v1", &id));
+  WT_ASSERT_OK(wt_leases_take(t, 3, 300, 30, 1, "v1", &id));
+  wt_leases_free(t);
+}
+
+/* Trust row 3: one uid, however many consumers it opens, holds at most its
+ * share of the table (its part among the uids holding leases and one
+ * more), so another uid always finds room. */
+static void test_uid_shares(void) {
+  wt_leases *t = NULL;
+  wt_lease_limits lim = {.max_total = 12, .max_per_consumer = 2};
+  WT_ASSERT_OK(wt_leases_new(&lim, &t));
+  uint64_t id = 0;
+  int taken = 0;
+  for (uint64_t c = 1; c <= 8; c++)
+    for (int k = 0; k < 2; k++) {
+      wt_status *st = wt_leases_take(t, c, 100, 1000, 1, "v1", &id);
+      taken += st == NULL;
+      wt_status_free(st);
+    }
+  CU_ASSERT_EQUAL(taken, 6); /* 12 / (1 uid + 1) */
+  WT_ASSERT_ERR(wt_leases_take(t, 9, 100, 1000, 1, "v1", &id),
+                WT_RESOURCE_EXHAUSTED, "uid 1000 holds 6 leases, its share (6)");
+  /* another uid gets its part: 12 / (2 + 1) = 4 */
+  for (int k = 0; k < 2; k++) {
+    WT_ASSERT_OK(wt_leases_take(t, 20, 200, 0, 1, "v1", &id));
+    WT_ASSERT_OK(wt_leases_take(t, 21, 200, 0, 1, "v1", &id));
+  }
+  WT_ASSERT_ERR(wt_leases_take(t, 22, 200, 0, 1, "v1", &id),
+                WT_RESOURCE_EXHAUSTED, "uid 0 holds 4 leases, its share (4)");
   wt_leases_free(t);
 }
 
@@ -161,6 +189,7 @@ void wt_test_suite_leases(void) {
   CU_pSuite s = CU_add_suite("leases", NULL, NULL);
   CU_add_test(s, "take and drop", test_take_and_drop);
   CU_add_test(s, "limits per consumer and in all", test_limits);
+  CU_add_test(s, "a uid holds its share, another finds room", test_uid_shares);
   CU_add_test(s, "a round waits for leases on older versions",
               test_round_waits_for_its_set);
   CU_add_test(s, "deadline, death, cancel", test_wait_deadline_and_death);

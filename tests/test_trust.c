@@ -27,6 +27,7 @@
 #include "support/fixture.h"
 #include "support/wt_proc.h"
 #include "wt/client.h"
+#include "wt/consumer.h"
 #include "wt/pb.h"
 #include "wt/secure.h"
 #include "wt/server.h"
@@ -1221,6 +1222,81 @@ static bool as_nobody(const char *tag, const char *const *argv, int *code,
   return true;
 }
 
+/* Trust row 3: another allowed uid opens 40 connections to the export,
+ * half of them stuck in half a frame, the rest idle. It gets its share of
+ * the 64 places (32), the half frames are closed at the frame deadline
+ * and the idle ones at the idle limit, and the server's own uid's consumer
+ * is served all along. */
+static void test_export_shares(void) {
+  if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0) {
+    wt_test_skip("export shares", "needs root and setpriv to run as another uid");
+    return;
+  }
+  /* a directory the other uid can reach (the suite's own is private) */
+  char dir[] = "/tmp/wt-export-shares-XXXXXX", sock[64];
+  CU_ASSERT_FATAL(mkdtemp(dir) != NULL && chmod(dir, 0711) == 0);
+  snprintf(sock, sizeof(sock), "%s/export.sock", dir);
+  unsigned nobody = 65534;
+  wtt_server s;
+  wt_server_options o = {.token_file = g_tokens, .memory = WT_MEM_SHARED,
+                         .export_path = sock, .export_allow_uids = &nobody,
+                         .n_export_allow_uids = 1, .export_frame_ms = 1000,
+                         .export_idle_ms = 3000};
+  wtt_server_start(&s, "tiny", &o);
+  wt_rpc_channel_destroy(s.ch);
+  s.ch = channel(s.target, NULL, TRAINER_TOKEN);
+  WT_ASSERT_OK(wtt_init_grpc(s.ch, 0, s.workers));
+  wtt_commit_round(&s, "v1", 1);
+  char script[PATH_MAX], log[PATH_MAX];
+  snprintf(script, sizeof(script), "%s/fixtures/export_hold.py",
+           wt_test_source_dir());
+  snprintf(log, sizeof(log), "%s/export-hold.log", g_dir);
+  const char *const argv[] = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                              "--clear-groups", "/usr/bin/env", "python3", script,
+                              sock, "40", "12", "20", NULL};
+  pid_t pid = wt_proc_spawn(argv, log, NULL);
+  CU_ASSERT_FATAL(pid > 0);
+  wtt_sleep_ms(500); /* its connections are in (it connects at once) */
+  /* The server's own uid is served beside them, every time. */
+  int served = 0;
+  for (int i = 0; i < 10; i++) {
+    wt_consumer *c = NULL;
+    wt_consumer_version *v = NULL;
+    wt_status *st = wt_consumer_connect(sock, NULL, &c);
+    if (st == NULL) st = wt_consumer_acquire(c, NULL, &v);
+    if (st == NULL && strcmp(v->version, "v1") == 0) served++;
+    if (st != NULL) fprintf(stderr, "\n  consumer: %s", wt_status_message(st));
+    wt_status_free(st);
+    if (v) wt_status_free(wt_consumer_release(c, v));
+    wt_consumer_close(c);
+    wtt_sleep_ms(100);
+  }
+  CU_ASSERT_EQUAL(served, 10);
+  int status = 0;
+  CU_ASSERT(wt_proc_wait(pid, 30000, &status));
+  FILE *f = fopen(log, "r");
+  char line[512] = "";
+  if (f) {
+    if (!fgets(line, sizeof(line), f)) line[0] = 0;
+    fclose(f);
+  }
+  int conns = 0, refused = 0;
+  double half = -1, idle = -1;
+  CU_ASSERT_EQUAL(sscanf(line, "export-hold: %d connected, %d refused at once; "
+                               "half frames closed after %lf s (0 still open); "
+                               "idle closed after %lf s (0 still open)",
+                         &conns, &refused, &half, &idle), 4);
+  CU_ASSERT_EQUAL(conns, 40);
+  CU_ASSERT_EQUAL(refused, 8); /* its share: 64 / (1 uid + 1) = 32 */
+  CU_ASSERT(half > 0 && half < 3.0);
+  CU_ASSERT(idle >= 2.5 && idle < 7.0);
+  printf("\n  another uid's 40 connections: %s; the server's uid served %d of "
+         "10\n", line, served);
+  wtt_server_stop(&s);
+  unlink(sock);
+  rmdir(dir);
+}
+
 /* #20, attack 8 and 7's share: one peer (a user on this host) may hold at
  * most its quota of watch streams and of reader calls running or waiting;
  * beyond it that peer is refused naming the limit, and another peer is
@@ -1590,5 +1666,7 @@ void wt_test_suite_trust(void) {
   CU_add_test(s, "secure by default: generated tokens, --no-auth",
               test_default_auth);
   CU_add_test(s, "readers: quotas per peer", test_reader_quotas);
+  CU_add_test(s, "export: a uid's share, idle and half-frame connections",
+              test_export_shares);
   CU_add_test(s, "readers: below rounds", test_readers_below_rounds);
 }

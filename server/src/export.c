@@ -35,6 +35,14 @@
 #define EXPORT_MAX_CONNS 64
 #define EXPORT_TICK_MS 20
 #define EXPORT_SEND_MS 10000
+/* A connection that holds no lease and asks nothing this long is closed;
+ * a request's frame must arrive whole within EXPORT_FRAME_MS of its first
+ * byte (trust row 3: idle or half-frame connections held every place). */
+#define EXPORT_IDLE_MS 60000 /* defaults of wt_server_options' */
+#define EXPORT_FRAME_MS 5000
+/* Connections one uid may hold: its part among the uids connected and one
+ * more, so that another uid always finds a place; never below this. */
+#define EXPORT_MIN_CONNS_PER_UID 4
 
 typedef struct export_conn {
   int fd;
@@ -53,6 +61,8 @@ typedef struct export_conn {
   uint8_t *out;
   size_t out_len, out_off;
   int64_t out_since;
+  int64_t active_ms;      /* its last request (or its connecting) */
+  int64_t frame_since_ms; /* a request's first byte came; 0: none pending */
 } export_conn;
 
 /* How a consumer maps one region of one worker's store: fixed from the
@@ -86,6 +96,7 @@ struct wt_export {
   unsigned *uids, *gids;
   size_t nuids, ngids;
   atomic_bool quit;
+  int64_t idle_ms, frame_ms;
   atomic_uint_fast64_t refused, dropped;
   wt_log_limit log_limit; /* the export thread's */
 };
@@ -146,10 +157,21 @@ static void accept_one(wt_export *e) {
     close(fd);
     return;
   }
-  if (e->nconns == EXPORT_MAX_CONNS) {
+  size_t of_uid = 0, uids = 1;
+  for (size_t k = 0; k < e->nconns; k++) {
+    of_uid += e->conns[k]->uid == cred.uid;
+    bool first = e->conns[k]->uid != cred.uid;
+    for (size_t j = 0; first && j < k; j++)
+      first = e->conns[j]->uid != e->conns[k]->uid;
+    uids += first;
+  }
+  size_t share = EXPORT_MAX_CONNS / (uids + 1);
+  if (share < EXPORT_MIN_CONNS_PER_UID) share = EXPORT_MIN_CONNS_PER_UID;
+  if (e->nconns == EXPORT_MAX_CONNS || of_uid >= share) {
     atomic_fetch_add(&e->refused, 1);
-    note(e, "pid %d refused: %d consumers connected (the limit)",
-         (int)cred.pid, EXPORT_MAX_CONNS);
+    note(e, "pid %d (uid %u) refused: %s", (int)cred.pid, (unsigned)cred.uid,
+         of_uid >= share ? "its uid holds its share of the connections"
+                         : "the connections are all taken");
     close(fd);
     return;
   }
@@ -166,6 +188,7 @@ static void accept_one(wt_export *e) {
   snprintf(c->name, sizeof(c->name), "consumer pid %d (uid %u)", c->pid,
            c->uid);
   wt_frame_reader_init(&c->rd, EXPORT_MAX_REQUEST, c->name);
+  c->active_ms = wt_mono_ms();
   e->conns[e->nconns++] = c;
   WT_LOGD("export", "%s connected", c->name);
 }
@@ -478,10 +501,15 @@ static bool readable(wt_export *e, export_conn *c, const char **why) {
     }
     const uint8_t *body = NULL;
     size_t len = 0;
-    if (wt_frame_reader_frame(&c->rd, &body, &len) &&
-        !handle(e, c, body, len)) {
-      *why = "a bad request";
-      return false;
+    if (wt_frame_reader_frame(&c->rd, &body, &len)) {
+      c->active_ms = wt_mono_ms();
+      c->frame_since_ms = 0;
+      if (!handle(e, c, body, len)) {
+        *why = "a bad request";
+        return false;
+      }
+    } else if (c->frame_since_ms == 0) {
+      c->frame_since_ms = wt_mono_ms(); /* a request begun */
     }
   }
   return true;
@@ -533,6 +561,15 @@ static void *export_main(void *arg) {
       if (c->out != NULL && now - c->out_since > EXPORT_SEND_MS) {
         keep = false;
         why = "it did not read its answer for 10 s";
+      } else if (c->frame_since_ms && now - c->frame_since_ms > e->frame_ms) {
+        keep = false;
+        why = "a request did not arrive whole in time (--export's frame "
+              "deadline)";
+      } else if (!c->waiting && c->out == NULL &&
+                 now - c->active_ms > e->idle_ms &&
+                 wt_leases_held_by(e->srv->leases, c->id) == 0) {
+        keep = false;
+        why = "it held no lease and asked nothing for the idle limit";
       } else if (c->waiting) {
         bool last = now >= c->wait_deadline;
         acq_result r = try_acquire(e, c, c->wait_request, c->wait_version,
@@ -708,6 +745,8 @@ wt_status *wt_export_start(wt_server *srv, const wt_server_options *o,
   if (e == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
   e->srv = srv;
   e->lfd = e->wakefd = -1;
+  e->idle_ms = o->export_idle_ms ? o->export_idle_ms : EXPORT_IDLE_MS;
+  e->frame_ms = o->export_frame_ms ? o->export_frame_ms : EXPORT_FRAME_MS;
   atomic_init(&e->quit, false);
   atomic_init(&e->refused, 0);
   atomic_init(&e->dropped, 0);

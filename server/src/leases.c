@@ -64,8 +64,20 @@ wt_status *wt_leases_take(wt_leases *t, uint64_t consumer, int pid,
   *id = 0;
   pthread_mutex_lock(&t->mu);
   wt_status *st = NULL;
-  size_t mine = 0;
-  for (size_t i = 0; i < t->n; i++) mine += t->held[i].consumer == consumer;
+  size_t mine = 0, of_uid = 0, uids = 1;
+  for (size_t i = 0; i < t->n; i++) {
+    mine += t->held[i].consumer == consumer;
+    of_uid += t->held[i].uid == uid;
+    /* distinct uids holding leases (first of each), this one counted */
+    bool first = t->held[i].uid != uid;
+    for (size_t j = 0; first && j < i; j++) first = t->held[j].uid != t->held[i].uid;
+    uids += first;
+  }
+  /* A uid's share of the table: its part among the uids holding leases
+   * and one more, so a newcomer always finds room; never below the
+   * per-consumer limit (trust row 3). */
+  size_t share = t->cap / (uids + 1);
+  if (share < t->max_per_consumer) share = t->max_per_consumer;
   if (sequence < t->writer_below) {
     st = wt_status_new(WT_UNAVAILABLE,
                        "version '%s' (sequence %llu) is about to be "
@@ -78,6 +90,11 @@ wt_status *wt_leases_take(wt_leases *t, uint64_t consumer, int pid,
                        "this consumer (pid %d) holds %zu leases, the limit "
                        "per consumer; release one first",
                        pid, mine);
+  } else if (of_uid >= share) {
+    st = wt_status_new(WT_RESOURCE_EXHAUSTED,
+                       "uid %u holds %zu leases, its share (%zu) while %zu "
+                       "uid(s) hold leases; release one first",
+                       uid, of_uid, share, uids);
   } else if (t->n >= t->cap) {
     st = wt_status_new(WT_RESOURCE_EXHAUSTED,
                        "the server holds %zu leases, its limit; try again "
@@ -98,6 +115,14 @@ wt_status *wt_leases_take(wt_leases *t, uint64_t consumer, int pid,
   }
   pthread_mutex_unlock(&t->mu);
   return st;
+}
+
+size_t wt_leases_held_by(wt_leases *t, uint64_t consumer) {
+  size_t n = 0;
+  pthread_mutex_lock(&t->mu);
+  for (size_t i = 0; i < t->n; i++) n += t->held[i].consumer == consumer;
+  pthread_mutex_unlock(&t->mu);
+  return n;
 }
 
 /* Removes entry i, keeping the rest in age order. Under mu. */

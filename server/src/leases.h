@@ -65,6 +65,9 @@ WT_HIDDEN wt_status *wt_leases_take(wt_leases *t, uint64_t consumer, int pid,
 WT_HIDDEN wt_status *wt_leases_drop(wt_leases *t, uint64_t consumer,
                                      uint64_t id);
 
+/* How many leases `consumer` holds. */
+WT_HIDDEN size_t wt_leases_held_by(wt_leases *t, uint64_t consumer);
+
 /* Ends every lease of `consumer` (it closed its connection or died);
  * returns how many. */
 WT_HIDDEN size_t wt_leases_drop_consumer(wt_leases *t, uint64_t consumer);

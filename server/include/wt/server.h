@@ -137,6 +137,13 @@ typedef struct wt_server_options {
   const unsigned *export_allow_gids;
   size_t n_export_allow_gids;
   uint32_t lease_wait_ms;
+  /* An export connection holding no lease and asking nothing for
+   * export_idle_ms (60 s) is closed, and one whose request does not arrive
+   * whole within export_frame_ms (5 s) of its first byte; a uid holds at
+   * most its share of the 64 connections and 1024 leases (its part among
+   * the uids holding some and one more). 0: the defaults. */
+  uint32_t export_idle_ms;
+  uint32_t export_frame_ms;
   /* Connections (wt/rpc.h, wt_rpc_server_options; docs/trust.md): at most
    * max_connections open (WT_RPC_DEFAULT_MAX_CONNECTIONS, lowered to what
    * ulimit -n allows), each closed when it has made no authorized call

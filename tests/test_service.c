@@ -600,6 +600,76 @@ static size_t http_ask(int port, const char *req, char *buf, size_t cap) {
   return n;
 }
 
+/* Trust row 4: 64 connections to the metrics port sending a header byte
+ * every 500 ms (a slowloris, no token needed) held all 64 places before;
+ * now each is cut when its headers are not whole 2 s after it opened, and
+ * a scrape every 300 ms beside them is answered every time. */
+static void test_metrics_slowloris(void) {
+  wtt_server s;
+  wt_server_options o = {.metrics_listen = "127.0.0.1:0"};
+  wtt_server_start(&s, "tiny", &o);
+  int port = wt_server_metrics_port(s.srv);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  enum { N = 64 };
+  int fds[N];
+  int64_t opened[N], cut_after[N];
+  for (int i = 0; i < N; i++) {
+    fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    cut_after[i] = -1;
+    opened[i] = wt_mono_ms();
+    if (fds[i] >= 0 && connect(fds[i], (struct sockaddr *)&a, sizeof(a)) != 0 &&
+        errno != EINPROGRESS) {
+      close(fds[i]);
+      fds[i] = -1;
+    }
+  }
+  const char *slow = "GET /metrics HTTP/1.1\r\nX-Slow: ";
+  size_t sent = 0;
+  int scrapes = 0, answered = 0;
+  int64_t end = wt_mono_ms() + 6000, next_byte = 0;
+  char buf[1 << 16];
+  while (wt_mono_ms() < end) {
+    int64_t now = wt_mono_ms();
+    if (now >= next_byte) { /* one header byte on every connection */
+      char ch = sent < strlen(slow) ? slow[sent] : 'x';
+      for (int i = 0; i < N; i++)
+        if (fds[i] >= 0 && cut_after[i] < 0 &&
+            send(fds[i], &ch, 1, MSG_NOSIGNAL) < 0 && errno != EAGAIN)
+          cut_after[i] = now - opened[i];
+      sent++;
+      next_byte = now + 500;
+    }
+    for (int i = 0; i < N; i++) { /* closed by the server? */
+      if (fds[i] < 0 || cut_after[i] >= 0) continue;
+      char c;
+      ssize_t r = recv(fds[i], &c, 1, MSG_DONTWAIT);
+      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+        cut_after[i] = now - opened[i];
+    }
+    scrapes++;
+    size_t n = http_ask(port, "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+    answered += n > 0 && strstr(buf, "200 OK") && strstr(buf, "wt_rounds_total");
+    wtt_sleep_ms(300);
+  }
+  int cut = 0;
+  int64_t worst = 0;
+  for (int i = 0; i < N; i++) {
+    if (cut_after[i] >= 0) cut++;
+    if (cut_after[i] > worst) worst = cut_after[i];
+    if (fds[i] >= 0) close(fds[i]);
+  }
+  CU_ASSERT_EQUAL(answered, scrapes);
+  CU_ASSERT(scrapes >= 10);
+  CU_ASSERT_EQUAL(cut, N);
+  CU_ASSERT(worst < 3500);
+  printf("\n  metrics slowloris: %d of %d connections cut (the last after "
+         "%lld ms); %d of %d scrapes answered\n", cut, N, (long long)worst,
+         answered, scrapes);
+  wtt_server_stop(&s);
+}
+
 /* The value of the sample line that starts with `series` ("name{...}"). */
 static double sample(const char *text, const char *series) {
   char want[256];
@@ -730,4 +800,6 @@ void wt_test_suite_service(void) {
   CU_add_test(s, "ChecksumWeights limits and duplicates", test_checksum_limits);
   CU_add_test(s, "stop during a long checksum", test_stop_during_long_checksum);
   CU_add_test(s, "metrics: counts, the endpoint, its errors", test_metrics);
+  CU_add_test(s, "metrics: slow headers are cut, scrapes answered",
+              test_metrics_slowloris);
 }

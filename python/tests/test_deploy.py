@@ -78,6 +78,15 @@ def test_kubernetes_manifests():
     assert vols["tokens"]["secret"]["defaultMode"] == 0o400
     assert vols["export"]["hostPath"]["path"] == "/run/wt"
     assert "--token-file" in c["args"]
+    # metrics on the pod's address, reached by the monitoring namespace only
+    assert c["args"][c["args"].index("--metrics-listen") + 1] == "$(POD_IP):9464"
+    assert "metrics-listen" not in [d for d in docs if d["kind"] == "ConfigMap"][0][
+        "data"]["wt-server.json"]
+    pol = [d for d in docs if d["kind"] == "NetworkPolicy"][0]
+    metrics_rule = [r for r in pol["spec"]["ingress"]
+                    if any(p["port"] == 9464 for p in r["ports"])][0]
+    assert metrics_rule["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "monitoring"}
     sc = c["securityContext"]
     assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"]
     inference = [d for d in docs if d["kind"] == "Pod"][0]

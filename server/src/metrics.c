@@ -14,19 +14,28 @@
 #include <inttypes.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "leases.h"
 #include "server_internal.h"
+#include "wt/clock.h"
 #include "wt/log.h"
 
 #define METRICS_CONNECTIONS 64
 #define METRICS_TIMEOUT_S 5
+/* A request's headers must be whole this long after its connection opened,
+ * however slowly they trickle in (trust row 4: a byte every 4 s kept all 64
+ * places); each connection serves one request (Connection: close). */
+#define METRICS_HEADER_MS 2000
 #define METRICS_CONNECTION_MEMORY (32u << 10)
 
 /* Upper bounds of the round duration histogram, in seconds. */
@@ -336,12 +345,78 @@ wt_status *wt_server_metrics_text(wt_server *srv, char **text, size_t *len) {
 
 /* ---- the endpoint ---------------------------------------------------------- */
 
+/* One open connection, for the header deadline. */
+typedef struct metrics_conn {
+  struct metrics_conn *next;
+  int fd;
+  int64_t opened_ms;
+  bool asked; /* its request's headers came whole */
+  bool cut;
+} metrics_conn;
+
 struct wt_metrics_http {
   struct MHD_Daemon *daemon;
   wt_server *srv;
   int port;
   char error[256]; /* libmicrohttpd's last message, for a failed start */
+  pthread_mutex_t mu; /* conns */
+  metrics_conn *conns;
+  pthread_t watchdog;
+  atomic_bool quit;
+  bool watching;
 };
+
+/* libmicrohttpd has no deadline for a request's headers, only one for
+ * silence: every connection is noted as it opens, and one whose request
+ * has not come whole within METRICS_HEADER_MS is shut down (its reads then
+ * end; libmicrohttpd closes it). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **ctx,
+                          enum MHD_ConnectionNotificationCode toe) {
+  struct wt_metrics_http *h = cls;
+  if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    metrics_conn *m = calloc(1, sizeof(*m));
+    if (m == NULL || ci == NULL) {
+      free(m);
+      return;
+    }
+    m->fd = ci->connect_fd;
+    m->opened_ms = wt_mono_ms();
+    pthread_mutex_lock(&h->mu);
+    m->next = h->conns;
+    h->conns = m;
+    pthread_mutex_unlock(&h->mu);
+    *ctx = m;
+  } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED && *ctx != NULL) {
+    pthread_mutex_lock(&h->mu);
+    for (metrics_conn **pp = &h->conns; *pp; pp = &(*pp)->next)
+      if (*pp == *ctx) {
+        *pp = (*pp)->next;
+        break;
+      }
+    pthread_mutex_unlock(&h->mu);
+    free(*ctx);
+    *ctx = NULL;
+  }
+}
+
+static void *watchdog_main(void *arg) {
+  struct wt_metrics_http *h = arg;
+  while (!atomic_load(&h->quit)) {
+    int64_t now = wt_mono_ms();
+    pthread_mutex_lock(&h->mu);
+    for (metrics_conn *m = h->conns; m; m = m->next)
+      if (!m->asked && !m->cut && now - m->opened_ms > METRICS_HEADER_MS) {
+        shutdown(m->fd, SHUT_RDWR);
+        m->cut = true;
+      }
+    pthread_mutex_unlock(&h->mu);
+    struct timespec ts = {0, 100 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
   struct wt_metrics_http *h = cls;
@@ -356,6 +431,7 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned code,
       strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
   if (r == NULL) return MHD_NO;
   MHD_add_response_header(r, "Content-Type", "text/plain; charset=utf-8");
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
   if (allow) MHD_add_response_header(r, "Allow", allow);
   enum MHD_Result ok = MHD_queue_response(c, code, r);
   MHD_destroy_response(r);
@@ -370,6 +446,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
   (void)upload;
   (void)req;
   struct wt_metrics_http *h = cls;
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  if (ci != NULL && ci->socket_context != NULL) {
+    pthread_mutex_lock(&h->mu);
+    ((metrics_conn *)ci->socket_context)->asked = true;
+    pthread_mutex_unlock(&h->mu);
+  }
   bool get = strcmp(method, "GET") == 0, headm = strcmp(method, "HEAD") == 0;
   if (!get && !headm) {
     *upload_size = 0; /* the body is not read */
@@ -395,6 +478,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
   }
   MHD_add_response_header(r, "Content-Type",
                           "text/plain; version=0.0.4; charset=utf-8");
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
   enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
   MHD_destroy_response(r);
   return ok;
@@ -424,6 +508,8 @@ wt_status *wt_srv_metrics_start(wt_server *srv, const char *listen,
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "metrics: out of memory");
   }
   h->srv = srv;
+  pthread_mutex_init(&h->mu, NULL);
+  atomic_init(&h->quit, false);
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
                    MHD_USE_ERROR_LOG;
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
@@ -434,14 +520,24 @@ wt_status *wt_srv_metrics_start(wt_server *srv, const char *listen,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_CONNECTIONS,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_TIMEOUT_S,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)METRICS_CONNECTION_MEMORY,
+      MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
       MHD_OPTION_END);
   freeaddrinfo(ai);
   if (h->daemon == NULL) {
     wt_status *st = wt_status_new(WT_UNAVAILABLE,
                                   "--metrics-listen '%s': cannot serve: %s",
                                   listen, h->error[0] ? h->error : "bind failed");
+    pthread_mutex_destroy(&h->mu);
     free(h);
     return st;
+  }
+  h->watching = pthread_create(&h->watchdog, NULL, watchdog_main, h) == 0;
+  if (!h->watching) {
+    MHD_stop_daemon(h->daemon);
+    pthread_mutex_destroy(&h->mu);
+    free(h);
+    return wt_status_new(WT_RESOURCE_EXHAUSTED,
+                         "--metrics-listen '%s': cannot start a thread", listen);
   }
   const union MHD_DaemonInfo *di =
       MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
@@ -458,6 +554,9 @@ int wt_srv_metrics_port(const struct wt_metrics_http *h) {
 
 void wt_srv_metrics_stop(struct wt_metrics_http *h) {
   if (h == NULL) return;
+  atomic_store(&h->quit, true);
+  if (h->watching) pthread_join(h->watchdog, NULL);
   MHD_stop_daemon(h->daemon);
+  pthread_mutex_destroy(&h->mu);
   free(h);
 }

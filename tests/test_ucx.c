@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "wt/bindings.h"
 #include "wt/client.h"
 #include "wt/control.h"
 #include "wt/engine.h"
@@ -1111,6 +1112,108 @@ static void test_stranger_endpoints_between_rounds(void) {
   stranger_endpoints_reclaimed(true);
 }
 
+/* Trust row 10: strangers' endpoints are counted during a round too. A
+ * round is open and its worker waits for the trainer's first bucket when
+ * 64 strangers connect to the worker's UCX port (cap 16): the wait ends
+ * within about a second with RESOURCE_EXHAUSTED naming the count, not at
+ * the data deadline; the engine is then given up (descriptors back), and
+ * after a new init the next round commits. */
+static void test_stranger_endpoints_mid_round(void) {
+  char *dir = wt_test_tmpdir();
+  wt_registry *reg = spy_registry();
+  wt_backend_option eo[1] = {{"ucx.max_peer_connections", "16"}};
+  wt_server_options so = {.listen = "127.0.0.1:0",
+                          .model = "synthetic:small",
+                          .workers = 1,
+                          .drain_ms = 200,
+                          .engine_registry = reg,
+                          .engine_options = eo,
+                          .n_engine_options = 1};
+  wt_server *srv = NULL;
+  WT_ASSERT_OK(wt_server_start(&so, &srv));
+  char target[32];
+  snprintf(target, sizeof(target), "127.0.0.1:%d", wt_server_port(srv));
+  const char *targets[] = {target};
+  wt_client_options co = {.timeout_ms = 10000, .data_timeout_ms = 20000};
+  wt_sync_client *c = NULL;
+  WT_ASSERT_OK(wt_sync_client_new(targets, 1, &co, &c));
+  wt_trainer *t = NULL;
+  wt_source *src = NULL;
+  ucx_info ui;
+  spy_addr[0] = '\0';
+  WT_ASSERT_OK(wt_sync_client_init_transfer(
+      c, ucx_info_make(&ui, "tcp", NULL, 256 << 10, 20000), NULL, &t));
+  CU_ASSERT_FATAL(spy_addr[0] != '\0');
+  WT_ASSERT_OK(wt_source_synthetic("small", 7, &src));
+  round_ok(c, t, src, "m-7");
+  int fds0 = wtt_open_fds();
+  /* The update names every tensor; no byte of it is sent. */
+  wt_tensor_meta *metas = NULL;
+  size_t n = 0;
+  WT_ASSERT_OK(wt_sync_client_list_parameters(c, 0, NULL, &metas, &n));
+  size_t cap = 64 + n * 200;
+  char *json = malloc(cap), shape[128];
+  size_t len = (size_t)snprintf(json, cap, "{\"names\": [");
+  for (size_t i = 0; i < n; i++)
+    len += (size_t)snprintf(json + len, cap - len, "%s\"%s\"", i ? ", " : "",
+                            metas[i].name);
+  len += (size_t)snprintf(json + len, cap - len, "], \"dtype_names\": [");
+  for (size_t i = 0; i < n; i++)
+    len += (size_t)snprintf(json + len, cap - len, "%s\"%s\"", i ? ", " : "",
+                            wt_dtype_torch_name(metas[i].dtype));
+  len += (size_t)snprintf(json + len, cap - len, "], \"shapes\": [");
+  for (size_t i = 0; i < n; i++) {
+    size_t k = 0;
+    shape[0] = 0;
+    for (int d = 0; d < metas[i].ndim; d++)
+      k += (size_t)snprintf(shape + k, sizeof(shape) - k, "%s%lld", d ? ", " : "",
+                            (long long)metas[i].shape[d]);
+    len += (size_t)snprintf(json + len, cap - len, "%s{\"dims\": [%s]}",
+                            i ? ", " : "", shape);
+  }
+  snprintf(json + len, cap - len, "]}");
+  wt_tensor_meta_array_free(metas, n);
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  const char *args[] = {"idle", "6", spy_addr, "64", NULL};
+  char log[PATH_MAX];
+  pid_t pid = attack_start(dir, "mid-round", args, log, sizeof(log));
+  int64_t t0 = wt_mono_ms();
+  wt_status *st = wt_bindings_update_info(c, json);
+  int64_t took = wt_mono_ms() - t0;
+  free(json);
+  CU_ASSERT_EQUAL(wt_status_code(st), WT_RESOURCE_EXHAUSTED);
+  CU_ASSERT_PTR_NOT_NULL(st ? strstr(wt_status_message(st),
+                                     "ucx.max_peer_connections")
+                            : NULL);
+  CU_ASSERT(took < 8000); /* the data deadline is 20 s */
+  printf("\n  mid-round: the wait ended after %lld ms: %s", (long long)took,
+         st ? wt_status_message(st) : "OK?");
+  wt_status_free(st);
+  /* The engine goes at the next check; the next round, after a new init,
+   * commits and the descriptors are back. */
+  int after = wtt_open_fds();
+  for (int i = 0; i < 60 && after > fds0 + 4; i++) {
+    wtt_sleep_ms(100);
+    after = wtt_open_fds();
+  }
+  WT_ASSERT_OK(wt_source_synthetic_set_seed(src, 8));
+  st = wt_sync_client_start(c);
+  if (st == NULL) st = wt_sync_client_update(c, t, src, NULL, NULL);
+  if (st == NULL) st = wt_sync_client_finish(c, "m-8");
+  WT_ASSERT_OK(st);
+  assert_servers_hold(c, "small", 8, "m-8");
+  const char *report = attack_end(pid, log, "idle");
+  printf("\n  %s; server descriptors %d before, %d after\n", report, fds0, after);
+  CU_ASSERT(after <= fds0 + 4);
+  wt_trainer_destroy(t);
+  wt_source_destroy(src);
+  wt_sync_client_destroy(c);
+  wt_server_stop(srv);
+  wt_registry_destroy(reg);
+  wt_test_rmtree(dir);
+  free(dir);
+}
+
 /* The listening TCP ports of process `pid` other than `skip`, from its
  * socket fds and the kernel's tables. */
 static size_t listening_ports(pid_t pid, int skip, int *ports, size_t cap) {
@@ -1951,6 +2054,8 @@ void wt_test_suite_ucx(void) {
               test_strangers_by_address);
   CU_add_test(s, "strangers' endpoints to a worker are reclaimed",
               test_stranger_endpoints_reclaimed);
+  CU_add_test(s, "strangers' endpoints counted mid-round",
+              test_stranger_endpoints_mid_round);
   CU_add_test(s, "strangers' endpoints reclaimed between rounds",
               test_stranger_endpoints_between_rounds);
   CU_add_test(s, "a trainer behind strangers on a listener",

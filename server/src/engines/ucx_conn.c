@@ -245,11 +245,26 @@ ucs_status_t wt_ucxe_last_error(const wt_engine *e) {
  * trainer replaces its endpoints and the new connection may come in after
  * the old one's error. A trainer connected by worker address leaves no
  * connection here; the deadline alone bounds that wait. */
+/* During a round, once a second: strangers' connections to this worker's
+ * UCX ports past max_peers end the wait (the round fails, and the engine
+ * is given up at the next check, which closes them): descriptors stay
+ * bounded mid-round as between rounds. */
+static bool strangers_over(wt_engine *e) {
+  if (e->max_peers == 0 || e->nown == 0) return false;
+  int64_t now = wt_mono_ms();
+  if (now - e->peers_checked_ms < 1000) return e->peers_over != 0;
+  e->peers_checked_ms = now;
+  size_t peers = wt_ucxe_count_peers(e->own_ports, e->nown);
+  e->peers_over = peers > e->max_peers ? peers : 0;
+  return e->peers_over != 0;
+}
+
 bool wt_ucxe_recv_done(void *arg) {
   wait_arg *w = arg;
   wt_engine *e = w->e;
   wt_ucxe_check_hellos(e);
   if (wt_ucx_request_status(w->req) != UCS_INPROGRESS) return true;
+  if (strangers_over(e)) return true;
   bool any = false, all_failed = true;
   for (size_t i = 0; i < e->npeers; i++) {
     if (!e->peers[i].used || !e->peers[i].authed) continue;
@@ -275,6 +290,17 @@ wt_status *wt_ucxe_wait_recv(wt_engine *e, void *req, int64_t timeout_ms,
     bool broke = e->gone_since_ms != 0;
     return wt_status_prefix(st, "%s%s", e->where,
                             broke ? " (the trainer's connection broke)" : "");
+  }
+  if (wt_ucx_request_status(req) == UCS_INPROGRESS && e->peers_over != 0) {
+    char count[64] = "the process ran out of descriptors";
+    if (e->peers_over != SIZE_MAX)
+      snprintf(count, sizeof(count), "%zu connections", e->peers_over);
+    return wt_status_new(
+        WT_RESOURCE_EXHAUSTED,
+        "%s: %s to its UCX ports while waiting for %s, more than the %u a "
+        "trainer needs (ucx.max_peer_connections): strangers who know its "
+        "address; the round ends and a new init closes them",
+        e->where, count, what, e->max_peers);
   }
   if (wt_ucx_request_status(req) == UCS_INPROGRESS)
     return wt_status_new(WT_UNAVAILABLE,

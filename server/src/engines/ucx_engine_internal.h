@@ -113,6 +113,10 @@ struct wt_engine {
   size_t npeers, cap;
   char where[64];        /* "worker N" for messages */
   int64_t gone_since_ms; /* every trainer connection broken since; 0: no */
+  /* Strangers counted during a round too (trust row 10): the last count's
+   * time, and how many it found past max_peers (0: none). */
+  int64_t peers_checked_ms;
+  size_t peers_over;
   void **orphans; /* buffers UCX may still write (a stray round's); freed at destroy */
   size_t norphans;
   /* Bucket receives of a failed round that UCX had matched and that neither

@@ -35,16 +35,25 @@ wt_status *wt_bindings_client_new_with(wt_control_plane *cp, int64_t timeout_ms,
   return wt_sync_client_new_with(cp, &o, out);
 }
 
+/* `json` (wt's form, or vLLM's dict that `from_vllm` rewrites as wt's) as
+ * a message of type `desc`; errors name `what`. */
+static wt_status *parse(const ProtobufCMessageDescriptor *desc, const char *json,
+                        wt_status *(*from_vllm)(const char *, char **),
+                        const char *what, ProtobufCMessage **m) {
+  char *as_wt = NULL;
+  wt_status *st = from_vllm(json, &as_wt);
+  if (st == NULL) st = wt_pb_from_json(desc, as_wt ? as_wt : json, what, m);
+  free(as_wt);
+  return st;
+}
+
 wt_status *wt_bindings_init_transfer(wt_sync_client *c, const char *init_info_json,
                                      bool make_trainer, wt_trainer **trainer) {
   if (trainer) *trainer = NULL;
   ProtobufCMessage *m = NULL;
-  char *as_wt = NULL;
-  wt_status *st = wt_vllm_init_info_from_dict(init_info_json, &as_wt);
-  if (st == NULL)
-    st = wt_pb_from_json(&wt__v1__weight_transfer_init_info__descriptor,
-                         as_wt ? as_wt : init_info_json, "init_info", &m);
-  free(as_wt);
+  wt_status *st = parse(&wt__v1__weight_transfer_init_info__descriptor,
+                        init_info_json, wt_vllm_init_info_from_dict,
+                        "init_info", &m);
   if (st != NULL) return st;
   st = wt_sync_client_init_transfer(c, (const Wt__V1__WeightTransferInitInfo *)m,
                                     NULL, make_trainer ? trainer : NULL);
@@ -54,12 +63,9 @@ wt_status *wt_bindings_init_transfer(wt_sync_client *c, const char *init_info_js
 
 wt_status *wt_bindings_update_info(wt_sync_client *c, const char *update_info_json) {
   ProtobufCMessage *m = NULL;
-  char *as_wt = NULL;
-  wt_status *st = wt_vllm_update_info_from_dict(update_info_json, &as_wt);
-  if (st == NULL)
-    st = wt_pb_from_json(&wt__v1__weight_transfer_update_info__descriptor,
-                         as_wt ? as_wt : update_info_json, "update_info", &m);
-  free(as_wt);
+  wt_status *st = parse(&wt__v1__weight_transfer_update_info__descriptor,
+                        update_info_json, wt_vllm_update_info_from_dict,
+                        "update_info", &m);
   if (st != NULL) return st;
   st = wt_sync_client_update_plain(c, (const Wt__V1__WeightTransferUpdateInfo *)m);
   wt_pb_free(m);

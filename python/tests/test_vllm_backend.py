@@ -12,33 +12,17 @@ scripts/install-vllm.sh); skipped elsewhere, saying so."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from vllm_support import NEW_TOKENS, VllmServer, needs_vllm, prompt_ids
+from vllm_support import NEW_TOKENS, needs_vllm, prompt_ids, tiny_stack
 
 pytestmark = needs_vllm
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    from conftest import Server
-    from tiny_llama import make
-    d = tmp_path_factory.mktemp("vllm-backend")
-    os.chmod(d, 0o700)
-    model = make(str(d / "model"))
-    sock = str(d / "export.sock")
-    server = Server(["--model", os.path.join(model, "model.safetensors"),
-                     "--no-auth", "--memory", "shared", "--export", sock])
-    try:
-        vllm = VllmServer(model, ["--weight-transfer-config", '{"backend": "wt"}'])
-        try:
-            yield model, server, sock, vllm
-        finally:
-            vllm.stop()
-    finally:
-        server.stop()
+    yield from tiny_stack(tmp_path_factory.mktemp("vllm-backend"),
+                          ["--weight-transfer-config", '{"backend": "wt"}'])
 
 
 def _torch_model(model_dir):

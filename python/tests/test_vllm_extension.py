@@ -17,7 +17,7 @@ import urllib.error
 import numpy as np
 import pytest
 
-from vllm_support import NEW_TOKENS, VllmServer, needs_vllm, prompt_ids
+from vllm_support import NEW_TOKENS, VllmServer, needs_vllm, prompt_ids, tiny_stack
 
 pytestmark = needs_vllm
 
@@ -27,24 +27,11 @@ def stack(tmp_path_factory):
     """A tiny Llama, a wt-server on it exporting to this host, and vLLM
     serving it with wt's worker extension."""
     import wt_transfer as wt
-    from conftest import Server
-    from tiny_llama import make
     d = tmp_path_factory.mktemp("vllm-ext")
-    os.chmod(d, 0o700)
-    model = make(str(d / "model"))
-    sock = str(d / "export.sock")
-    server = Server(["--model", os.path.join(model, "model.safetensors"),
-                     "--no-auth", "--memory", "shared", "--export", sock])
-    try:
-        vllm = VllmServer(model, ["--worker-extension-cls",
-                                  "wt_transfer.vllm.WtWorkerExtension"])
-        try:
-            with wt.Client(server.addr) as client:
-                yield model, server, client, sock, vllm, d
-        finally:
-            vllm.stop()
-    finally:
-        server.stop()
+    for model, server, sock, vllm in tiny_stack(
+            d, ["--worker-extension-cls", "wt_transfer.vllm.WtWorkerExtension"]):
+        with wt.Client(server.addr) as client:
+            yield model, server, client, sock, vllm, d
 
 
 def push(client, weights: dict, version: str, backend: str = "grpc") -> None:

@@ -137,3 +137,24 @@ class VllmServer:
             break
         if not self.log.closed:
             self.log.close()
+
+
+def tiny_stack(d, extra: list, env_extra: dict | None = None):
+    """A tiny Llama made in `d`, a wt-server on it exporting to `d`, vLLM
+    serving it with `extra`: yields (model_dir, server, sock, vllm), stops
+    both whatever happens (a generator for a fixture)."""
+    from conftest import Server
+    from tiny_llama import make
+    os.chmod(d, 0o700)
+    model = make(str(d / "model"))
+    sock = str(d / "export.sock")
+    server = Server(["--model", os.path.join(model, "model.safetensors"),
+                     "--no-auth", "--memory", "shared", "--export", sock])
+    try:
+        served = VllmServer(model, extra, env_extra=env_extra)
+        try:
+            yield model, server, sock, served
+        finally:
+            served.stop()
+    finally:
+        server.stop()

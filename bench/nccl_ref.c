@@ -19,7 +19,7 @@
 #include "bench_util.h"
 #include "wt/cuda.h"
 #include "wt/memory.h"
-#include "wt/nccl.h"
+#include "backends/nccl/nccl.h"
 
 static int64_t ms_from_now(int64_t ms) {
   return (int64_t)(bench_now_s() * 1000) + ms;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "tool_format.h"
+#include "backends/backends.h"
 #include "wt/bindings.h"
 #include "wt/client.h"
 #include "wt/control.h"

@@ -20,7 +20,7 @@
 #include "wt/synthetic.h"
 #include "wt/trainer.h"
 #ifdef WT_WITH_UCX
-#include "wt/ucx_common.h"
+#include "backends/ucx/ucx.h"
 #endif
 
 /* ---- the codec ----------------------------------------------------------- */

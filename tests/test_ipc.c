@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "support/fixture.h"
-#include "wt/ipc.h"
+#include "backends/ipc/ipc.h"
 
 #define GPU_A "GPU-5c2f8a41-0d4e-4f0b-9a57-1b2c3d4e5f60"
 #define GPU_B "GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backends/backends.h"
 #include "wt/bindings.h"
 #include "wt/client.h"
 #include "wt/control.h"
@@ -25,7 +26,7 @@
 #include "wt/trainer.h"
 #include "wt/pb.h"
 #include "wt/secure.h"
-#include "wt/ucx_common.h"
+#include "backends/ucx/ucx.h"
 #include "support/fixture.h"
 #include "support/wt_proc.h"
 #include "wt_test.h"

@@ -1,6 +1,7 @@
 /* control_grpc.c: wt's own control plane, gRPC channels to wt-servers (see
  * wt/control.h), and the method table every control plane shares. */
 
+#include "wt/rpc.h"
 #include "wt/control.h"
 
 #include <stdio.h>

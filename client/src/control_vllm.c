@@ -26,7 +26,8 @@
 #include <string.h>
 
 #include "client_internal.h"
-#include "wt/nccl.h"
+#include "backends/nccl/nccl.h"
+#include "wt/base64.h"
 
 static wt_status *dump(json_t *o, const char *what, char **out) {
   char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "client_internal.h"
+#include "wt/rpc.h"
 #include "wt/dtype.h"
 #include "wt/pb.h"
 

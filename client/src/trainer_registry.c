@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/backends.h"
 #include "client_internal.h"
 #include "wt/parse.h"
 #include "wt/pb.h"
@@ -17,12 +18,11 @@
  * whose modules load when an ipc or nccl init asks for them. */
 static wt_status *register_builtins(wt_registry *reg) {
   wt_status *st = NULL;
-  WT_CHECK(wt_registry_register(reg, "grpc", &wt_grpc_trainer_ops));
-  WT_CHECK(wt_registry_register(reg, "ipc", &wt_ipc_trainer_ops));
-  WT_CHECK(wt_registry_register(reg, "nccl", &wt_nccl_trainer_ops));
-#ifdef WT_WITH_UCX
-  WT_CHECK(wt_registry_register(reg, "ucx", &wt_ucx_trainer_ops));
-#endif
+  /* One line per folder backends/<name>/ built in (backends/backends.h). */
+#define REGISTER(name) \
+  WT_CHECK(wt_registry_register(reg, #name, &wt_##name##_trainer_ops));
+  WT_BUILTIN_BACKENDS(REGISTER)
+#undef REGISTER
 out:
   return st;
 }

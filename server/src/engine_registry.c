@@ -11,18 +11,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/backends.h"
 #include "wt/engine.h"
 #include "wt/log.h"
 
 wt_status *wt_engine_register_builtins(wt_registry *reg) {
   wt_status *st = NULL;
-  WT_CHECK(wt_registry_register(reg, "grpc", &wt_grpc_engine_ops));
-  WT_CHECK(wt_registry_register(reg, "ipc", &wt_ipc_engine_ops));
-  /* NCCL only through wt/nccl.h, loaded when an nccl init asks for it. */
-  WT_CHECK(wt_registry_register(reg, "nccl", &wt_nccl_engine_ops));
-#ifdef WT_WITH_UCX
-  WT_CHECK(wt_registry_register(reg, "ucx", &wt_ucx_engine_ops));
-#endif
+  /* One line per folder backends/<name>/ built in (backends/backends.h). */
+#define REGISTER(name) \
+  WT_CHECK(wt_registry_register(reg, #name, &wt_##name##_engine_ops));
+  WT_BUILTIN_BACKENDS(REGISTER)
+#undef REGISTER
 out:
   return st;
 }

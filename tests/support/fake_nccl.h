@@ -18,7 +18,7 @@
 
 #include <stdint.h>
 
-#include "wt/nccl.h"
+#include "backends/nccl/nccl.h"
 
 typedef struct fake_nccl_stats {
   uint64_t inits, aborts, destroys;

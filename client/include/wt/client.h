@@ -41,7 +41,7 @@
 #include <stdint.h>
 
 #include "wt/checksum.h"
-#include "wt/rpc.h"
+#include "wt/rpc_types.h"
 #include "wt/source.h"
 #include "wt/status.h"
 #include "wt/tensor.h"

@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "wt/rpc.h"
+#include "wt/rpc_types.h"
 #include "wt/status.h"
 #include "wt/v1/wt.pb-c.h"
 

@@ -41,9 +41,9 @@
  * tools (wt-push --option) and configs pass settings without knowing the
  * backend; memory_kinds says which memory it sends from.
  *
- * Adding a backend is one worker file (server/src/engines/, wt/engine.h),
- * one trainer file (here) and one registration line on each side
- * (engine_registry.c, trainer_registry.c), or a module registered lazily.
+ * A built-in backend is one folder, backends/<name>/, with both halves
+ * (docs/adding-a-backend.md); an outside one is a module registered
+ * lazily.
  */
 #ifndef WT_TRAINER_H
 #define WT_TRAINER_H
@@ -255,9 +255,6 @@ void wt_update_lists_free(wt_update_lists *l);
 void wt_update_lists_apply(const wt_update_lists *l,
                            Wt__V1__WeightTransferUpdateInfo *info);
 
-/* The `grpc` backend's table (client/src/trainers/grpc_trainer.c). */
-extern const wt_trainer_ops wt_grpc_trainer_ops;
-
 /* What the last round of a `grpc` trainer engine sent (docs/delta.md):
  * the model's bytes, the bytes of the chunk messages' data on the wire
  * per server (frames or raw bytes), how many servers took a delta push
@@ -282,17 +279,6 @@ wt_status *wt_trainer_delta_stats(const wt_trainer *t, wt_delta_stats *out);
 /* The same, under its first name (it has taken `ucx` too since). */
 wt_status *wt_grpc_trainer_delta_stats(const wt_trainer *t,
                                        wt_grpc_delta_stats *out);
-/* The `ipc` backend's table (client/src/trainers/ipc_trainer.c): CUDA IPC,
- * unpacked; the trainer's device tensors must not change until the update
- * returns. */
-extern const wt_trainer_ops wt_ipc_trainer_ops;
-/* The `nccl` backend's table (client/src/trainers/nccl_trainer.c): rank 0
- * of an NCCL communicator with every worker, broadcasting device tensors. */
-extern const wt_trainer_ops wt_nccl_trainer_ops;
-#ifdef WT_WITH_UCX
-/* The `ucx` backend's table (client/src/trainers/ucx_trainer.c). */
-extern const wt_trainer_ops wt_ucx_trainer_ops;
-#endif
 
 #ifdef __cplusplus
 }

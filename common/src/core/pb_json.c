@@ -12,10 +12,11 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "wt/nccl.h"
+#include "wt/base64.h"
 #include "wt/pb.h"
 
 #define JSON_MAX_DEPTH 32

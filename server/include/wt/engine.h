@@ -318,14 +318,6 @@ wt_status *wt_engine_options_for(const char *backend,
                                  const wt_backend_option *opts, size_t n,
                                  wt_backend_option **out, size_t *nout);
 
-/* The built-in backends' tables (engine_registry.c registers them). */
-extern const wt_engine_ops wt_grpc_engine_ops;
-extern const wt_engine_ops wt_ipc_engine_ops; /* engines/ipc_engine.c */
-extern const wt_engine_ops wt_nccl_engine_ops; /* engines/nccl_engine.c */
-#ifdef WT_WITH_UCX
-extern const wt_engine_ops wt_ucx_engine_ops; /* engines/ucx_engine.c */
-#endif
-
 #ifdef __cplusplus
 }
 #endif

@@ -15,6 +15,7 @@
 #include "wt/options.h"
 #include "wt/param_store.h"
 #include "wt/registry.h"
+#include "wt/rpc_types.h"
 #include "wt/status.h"
 
 #ifdef __cplusplus

@@ -14,6 +14,13 @@
 #define WT_BACKENDS_H
 
 #include "backends_list.h" /* generated: WT_BUILTIN_BACKENDS(X) */
+#include "wt/visibility.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+WT_API_BEGIN
 
 /* The tables' types are wt/engine.h's and wt/trainer.h's; each library
  * sees only its own side's header. */
@@ -24,5 +31,11 @@ struct wt_trainer_ops;
   extern const struct wt_trainer_ops wt_##name##_trainer_ops;
 WT_BUILTIN_BACKENDS(WT_DECLARE_BACKEND)
 #undef WT_DECLARE_BACKEND
+
+WT_API_END
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* WT_BACKENDS_H */

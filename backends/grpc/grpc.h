@@ -23,10 +23,13 @@
 
 #include "wt/status.h"
 #include "wt/v1/wt.pb-c.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* The `grpc` backend's settings when the init info leaves them unset, and
  * the room a message keeps for a chunk's framing below the receive limit:
@@ -79,6 +82,8 @@ typedef struct wt_chunk_view {
  * uncompressed raw buffer of at most WT_CHUNK_MAX_PIECES slices whose first
  * slice holds the whole framing (wt_chunk_parse_prefix). */
 bool wt_chunk_view_of(grpc_byte_buffer *bb, wt_chunk_view *v);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/backends.h"
 #include "backends/grpc/grpc.h"
 #include "wt/delta.h"
 #include "wt/engine.h"

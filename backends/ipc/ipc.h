@@ -21,10 +21,13 @@
 
 #include "wt/status.h"
 #include "wt/v1/wt.pb-c.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* sizeof(cudaIpcMemHandle_t). */
 #define WT_IPC_HANDLE_BYTES 64
@@ -141,6 +144,8 @@ wt_status *wt_ipc_ring_written(wt_ipc_ring *r, uint64_t b);
  * bucket when b is not in its slot, or every worker had copied it already
  * (a worker reporting twice, or a stale report). */
 wt_status *wt_ipc_ring_copied(wt_ipc_ring *r, uint64_t b);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

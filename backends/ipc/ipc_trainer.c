@@ -33,6 +33,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backends/backends.h"
 #include "wt/client.h"
 #include "wt/cuda.h"
 #include "backends/ipc/ipc.h"

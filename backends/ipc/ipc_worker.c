@@ -35,6 +35,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backends/backends.h"
 #include "wt/cuda.h"
 #include "wt/engine.h"
 #include "backends/ipc/ipc.h"

@@ -27,6 +27,13 @@
 #include "wt/packing.h"
 #include "wt/status.h"
 #include "wt/v1/wt.pb-c.h"
+#include "wt/visibility.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+WT_API_BEGIN
 
 /* vLLM's defaults (DEFAULT_PACKED_BUFFER_SIZE_BYTES, _NUM_BUFFERS). */
 #define WT_NCCL_DEFAULT_BUFFER_BYTES (1ull << 30)
@@ -154,4 +161,10 @@ void wt_nccl_rank_abort(wt_nccl_rank *r);
 /* Releases everything: the communicator (destroyed: nothing is in flight
  * between calls), buffers, the float, streams. */
 void wt_nccl_rank_close(wt_nccl_rank *r);
+WT_API_END
+
+#ifdef __cplusplus
+}
+#endif
+
 #endif /* WT_BACKENDS_NCCL_H */

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backends/backends.h"
 #include "wt/clock.h"
 #include "wt/client.h"
 #include "wt/cuda.h"

@@ -33,6 +33,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backends/backends.h"
 #include "wt/clock.h"
 #include "wt/cuda.h"
 #include "wt/engine.h"

@@ -35,10 +35,13 @@
 #include "wt/clock.h"
 #include "wt/status.h"
 #include "wt/v1/wt.pb-c.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* One ucp context with one worker (single-threaded use, except
  * wt_ucx_cancel). */
@@ -292,6 +295,8 @@ size_t wt_ucx_route_pack(unsigned char *buf, size_t cap, uint32_t flags,
 wt_status *wt_ucx_route_parse(const unsigned char *buf, size_t len,
                               const char *who, uint32_t *flags,
                               wt_ucx_hop *hops, size_t *n);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -66,6 +66,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backends/backends.h"
 #include "wt/cuda.h"
 #include "wt/log.h"
 #include "wt/packing.h"

@@ -73,6 +73,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/backends.h"
 #include "backends/ucx/ucx_worker.h"
 #include "wt/delta.h"
 #include "wt/log.h"

@@ -19,10 +19,13 @@
 #include "wt/client.h"
 #include "wt/control.h"
 #include "wt/status.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* Frees a string this header handed out. NULL is ignored. */
 void wt_bindings_free(void *p);
@@ -122,6 +125,8 @@ wt_status *wt_control_callback_new(const char *const *targets, size_t n,
  * FinishWeightUpdate {"weight_version"}; a backend other than nccl is
  * INVALID_ARGUMENT naming it before any call. */
 #define WT_CONTROL_VLLM_DICTS 1u
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -46,10 +46,13 @@
 #include "wt/status.h"
 #include "wt/tensor.h"
 #include "wt/v1/wt.pb-c.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* Deadline of control calls when the options say 0. */
 #define WT_CLIENT_DEFAULT_TIMEOUT_MS 30000
@@ -255,6 +258,8 @@ wt_rpc_channel *wt_sync_client_channel(wt_sync_client *c, size_t k);
 /* Effective deadlines in milliseconds. */
 int64_t wt_sync_client_timeout_ms(const wt_sync_client *c);
 int64_t wt_sync_client_data_timeout_ms(const wt_sync_client *c);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -33,10 +33,13 @@
 #include "wt/rpc_types.h"
 #include "wt/status.h"
 #include "wt/v1/wt.pb-c.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* The methods, each with its wt.v1 request and response. */
 typedef enum wt_control_method {
@@ -130,6 +133,8 @@ void wt_control_plane_destroy(wt_control_plane *cp);
 /* Checks that `ops` has what a client needs: INVALID_ARGUMENT naming the
  * missing entry. */
 wt_status *wt_control_ops_check(const wt_control_ops *ops);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -36,10 +36,13 @@
 #include "wt/safetensors.h"
 #include "wt/status.h"
 #include "wt/tensor.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 typedef struct wt_source wt_source;
 
@@ -171,6 +174,8 @@ wt_status *wt_source_validate_for(wt_source *src, uint32_t kinds,
  * WT_DIGEST_HEX_MAX bytes each (free() it). Rewinds before and after. */
 wt_status *wt_source_checksums(wt_source *src, wt_hash_alg alg,
                                char (**digests)[WT_DIGEST_HEX_MAX]);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -57,10 +57,13 @@
 #include "wt/source.h"
 #include "wt/status.h"
 #include "wt/v1/wt.pb-c.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* Version of wt_trainer_ops; a table that says otherwise is refused. */
 #define WT_TRAINER_ABI_VERSION 5u
@@ -279,6 +282,8 @@ wt_status *wt_trainer_delta_stats(const wt_trainer *t, wt_delta_stats *out);
 /* The same, under its first name (it has taken `ucx` too since). */
 wt_status *wt_grpc_trainer_delta_stats(const wt_trainer *t,
                                        wt_grpc_delta_stats *out);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -12,10 +12,13 @@
 #include <stdint.h>
 
 #include "wt/status.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 typedef enum wt_hash_alg {
   WT_HASH_SHA256 = 0,  /* same numbers as wt.v1.ChecksumAlgorithm */
@@ -45,6 +48,8 @@ void wt_hasher_free(wt_hasher *h);
 /* One-shot digest of data[0..len) as hex. */
 wt_status *wt_digest_hex(wt_hash_alg alg, const void *data, size_t len,
                          char hex[WT_DIGEST_HEX_MAX]);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -5,10 +5,13 @@
 #include <stddef.h>
 
 #include "wt/status.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 typedef enum wt_dtype {
   WT_DTYPE_BOOL = 0,
@@ -49,6 +52,8 @@ wt_status *wt_dtype_from_safetensors_name(const char *name, wt_dtype *out);
 
 /* Either spelling: what the wire accepts in `dtype_names`. */
 wt_status *wt_dtype_from_name(const char *name, wt_dtype *out);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -34,10 +34,13 @@
 #include <stdint.h>
 
 #include "wt/status.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 typedef enum wt_mem_kind {
   WT_MEM_HOST = 0,
@@ -184,6 +187,8 @@ wt_status *wt_mem_read(const wt_mem_region *r, size_t off, void *dst,
  * kinds: memcpy. */
 wt_status *wt_mem_copy_to_host(wt_mem_kind kind, wt_device device, void *dst,
                                const void *ptr, size_t len);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

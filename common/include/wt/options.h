@@ -13,10 +13,13 @@
 
 #include "wt/status.h"
 #include "wt/v1/wt.pb-c.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* One setting of a backend. Borrowed. */
 typedef struct wt_backend_option {
@@ -48,6 +51,8 @@ wt_status *wt_option_size_field(const wt_backend_option *o,
                                 Wt__V1__UInt64Value **slot);
 wt_status *wt_option_u32_field(const wt_backend_option *o,
                                Wt__V1__UInt32Value **slot);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -22,10 +22,13 @@
 
 #include "wt/status.h"
 #include "wt/tensor.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 typedef struct wt_bucket {
   size_t first;    /* index of the first tensor */
@@ -97,6 +100,8 @@ void wt_pack_part(const wt_pack_plan *plan, size_t b, size_t k, uint64_t size,
 
 /* NULL is ignored. */
 void wt_pack_plan_free(wt_pack_plan *plan);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

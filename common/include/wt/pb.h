@@ -22,10 +22,13 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "wt/status.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* Serialises `msg` into a new byte buffer of one slice. The caller owns *out
  * and releases it with grpc_byte_buffer_destroy(). Needs grpc_init() to have
@@ -97,6 +100,8 @@ wt_status *wt_pb_to_json(const ProtobufCMessage *msg, char **out);
 wt_status *wt_pb_from_json(const ProtobufCMessageDescriptor *desc,
                            const char *text, const char *what,
                            ProtobufCMessage **out);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -28,10 +28,13 @@
 #include <stdint.h>
 
 #include "wt/status.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* The first member of every ops table. `name` must equal the name the table
  * is registered under, which catches a lazy symbol that resolves to another
@@ -130,6 +133,8 @@ typedef struct wt_registry_once {
 wt_status *wt_registry_once_get(wt_registry_once *g, void (*build)(void),
                                 wt_registry **out);
 void wt_registry_once_build(wt_registry_once *g);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -6,10 +6,13 @@
 #define WT_RPC_TYPES_H
 
 #include <stdint.h>
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* For deadline_ms: no deadline at all (watch streams). */
 #define WT_RPC_NO_DEADLINE ((int64_t)-1)
@@ -53,6 +56,8 @@ typedef struct wt_rpc_auth_counts {
   uint64_t unauthenticated;
   uint64_t denied;
 } wt_rpc_auth_counts;
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -19,10 +19,13 @@
 
 #include "wt/status.h"
 #include "wt/tensor.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* Largest JSON header accepted (the reference implementation's cap). */
 #define WT_SAFETENSORS_MAX_HEADER (100u * 1000u * 1000u)
@@ -89,6 +92,8 @@ const wt_st_tensor *wt_checkpoint_find(const wt_checkpoint *c,
                                        const char *name);
 uint64_t wt_checkpoint_total_bytes(const wt_checkpoint *c);
 void wt_checkpoint_close(wt_checkpoint *c);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

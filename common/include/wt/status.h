@@ -17,10 +17,13 @@
 #define WT_STATUS_H
 
 #include <stdarg.h>
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 typedef enum wt_code {
   WT_OK = 0,
@@ -108,6 +111,8 @@ wt_code wt_code_from_grpc(int grpc_code);
 /* Internal: debug trace for WT_CHECK. */
 void wt_status_trace_(const wt_status *s, const char *file, int line,
                       const char *expr);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

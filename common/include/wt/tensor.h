@@ -7,10 +7,13 @@
 
 #include "wt/dtype.h"
 #include "wt/status.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* Most dimensions a wt tensor may have (PyTorch allows 64; no model weight
  * comes close). More is INVALID_ARGUMENT. */
@@ -55,6 +58,8 @@ char *wt_shape_format(const int64_t *shape, int ndim, char *buf, size_t len);
 /* True when dtype and shape are equal (names are not compared). */
 int wt_tensor_meta_same_layout(const wt_tensor_meta *a,
                                const wt_tensor_meta *b);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

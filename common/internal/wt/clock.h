@@ -4,10 +4,13 @@
 #define WT_CLOCK_H
 
 #include <stdint.h>
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* Milliseconds on CLOCK_MONOTONIC: every deadline and duration in wt. */
 int64_t wt_mono_ms(void);
@@ -16,6 +19,8 @@ int64_t wt_mono_us(void);
 /* Milliseconds since the Unix epoch (CLOCK_REALTIME): only for what is
  * shown, never for a deadline. */
 int64_t wt_unix_ms(void);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -28,10 +28,13 @@
 #include <stdint.h>
 
 #include "wt/status.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 #define WT_CUDA_API_VERSION 3u
 /* sizeof(cudaIpcMemHandle_t). */
@@ -130,6 +133,8 @@ void wt_cuda_api_override(const wt_cuda_api *api);
 
 /* What the module exports, under the symbol "wt_cuda_module_api". */
 typedef const wt_cuda_api *(*wt_cuda_module_fn)(void);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -25,10 +25,13 @@
 #include <stdint.h>
 
 #include "wt/status.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* zstd's fastest level: the encoder must keep up with a 10 Gbit/s link
  * on a trainer's spare core, and XORed deltas compress well at any level. */
@@ -85,6 +88,8 @@ wt_status *wt_delta_decode(wt_delta_codec *c, const void *frame, size_t len,
 size_t wt_delta_chunk_prefix(uint32_t bucket, uint64_t offset,
                              uint64_t raw_len, uint64_t base_digest,
                              uint64_t data_len, uint8_t *out);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -12,10 +12,13 @@
 #include <stdint.h>
 
 #include "wt/status.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 #define WT_FRAME_HEADER_BYTES 4
 
@@ -51,6 +54,8 @@ bool wt_frame_reader_frame(wt_frame_reader *r, const uint8_t **body,
 
 /* The header of a frame of `len` bytes. */
 void wt_frame_header(uint32_t len, uint8_t out[WT_FRAME_HEADER_BYTES]);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

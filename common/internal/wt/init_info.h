@@ -11,10 +11,13 @@
 
 #include "wt/status.h"
 #include "wt/v1/wt.pb-c.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* The backend the oneof case stands for ("grpc", ...), NULL for none. */
 const char *wt_init_info_case_backend(
@@ -34,6 +37,8 @@ wt_status *wt_init_info_backend(const Wt__V1__WeightTransferInitInfo *info,
  * server checks it at init, whatever the backend. */
 wt_status *wt_init_info_check_ranks(const Wt__V1__WeightTransferInitInfo *info,
                                     uint32_t nworkers);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -10,10 +10,13 @@
 #define WT_LOG_H
 
 #include <stdint.h>
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 typedef enum wt_log_level {
   WT_LOG_DEBUG = 0,
@@ -91,6 +94,8 @@ void wt_log_limited(wt_log_limit *limit, wt_log_level level,
 #define WT_LOGI(module, ...) wt_log(WT_LOG_INFO, (module), __VA_ARGS__)
 #define WT_LOGW(module, ...) wt_log(WT_LOG_WARN, (module), __VA_ARGS__)
 #define WT_LOGE(module, ...) wt_log(WT_LOG_ERROR, (module), __VA_ARGS__)
+
+WT_API_END
 
 #ifdef __cplusplus
 }

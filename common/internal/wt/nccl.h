@@ -28,10 +28,13 @@
 
 #include "wt/cuda.h"
 #include "wt/status.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 #define WT_NCCL_API_VERSION 1u
 /* sizeof(ncclUniqueId) */
@@ -90,6 +93,8 @@ wt_status *wt_nccl_version_parse(const char *text, int *code);
 /* What the module exports, under the symbol "wt_nccl_module_api". */
 typedef const wt_nccl_api *(*wt_nccl_module_fn)(void);
 
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -5,10 +5,13 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* A byte size with an optional K/M/G (KiB, MiB, GiB; "b", "ib", "iB"
  * allowed after it). False for anything else, negative or overflowing. */
@@ -17,6 +20,8 @@ bool wt_parse_size(const char *s, uint64_t *out);
 /* A plain unsigned decimal. False for anything else, negative or
  * overflowing. */
 bool wt_parse_u64(const char *s, uint64_t *out);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

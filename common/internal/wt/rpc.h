@@ -39,10 +39,13 @@
 #include "wt/rpc_types.h"
 #include "wt/secure.h"
 #include "wt/status.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* Default limits: large data always streams in chunks well below these. */
 #define WT_RPC_DEFAULT_MAX_RECEIVE_BYTES (16 * 1024 * 1024)
@@ -529,6 +532,8 @@ void wt_rpc_server_stream_cancel(wt_rpc_server_stream *s);
 
 /* Cancels the call if it has not ended, and frees `s`. NULL is ignored. */
 void wt_rpc_server_stream_destroy(wt_rpc_server_stream *s);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -13,10 +13,13 @@
 #include <sys/stat.h>
 
 #include "wt/status.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* Fills buf[0..n) from the kernel's CSPRNG (getrandom); INTERNAL naming the
  * errno when it cannot (it never returns predictable bytes). */
@@ -169,6 +172,8 @@ bool wt_tcp_peer_uid(const struct sockaddr *client,
  * (wt_secret_free). */
 wt_status *wt_token_discover(const char *base, const char *target,
                              char **out);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -10,10 +10,13 @@
 #include <stdint.h>
 
 #include "wt/status.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* Blocks SIGINT and SIGTERM in the calling thread (and ignores SIGPIPE), so
  * that every thread created afterwards inherits the mask and the signals wait
@@ -24,6 +27,8 @@ wt_status *wt_signal_block_termination(void);
 /* Waits up to `timeout_ms` (-1: forever) for SIGINT or SIGTERM. Returns the
  * signal number, or 0 on timeout. */
 int wt_signal_wait(int64_t timeout_ms);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

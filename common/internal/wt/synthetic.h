@@ -17,10 +17,13 @@
 
 #include "wt/status.h"
 #include "wt/tensor.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* The layout wt-server serves by default: a small Llama-like model of about
  * 256 MiB (bfloat16 weights, float32 norms). */
@@ -40,6 +43,8 @@ const char *const *wt_synthetic_layout_names(void);
  * into buf. offset + len must not exceed m->nbytes. */
 void wt_synthetic_fill(const wt_tensor_meta *m, uint64_t seed, uint64_t offset,
                        void *buf, size_t len);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -43,10 +43,13 @@
 #include <stdint.h>
 
 #include "wt/status.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 typedef struct wt_consumer wt_consumer;
 
@@ -145,6 +148,8 @@ wt_status *wt_consumer_release(wt_consumer *c, wt_consumer_version *v);
  * reuse them. */
 void wt_consumer_region_counts(const wt_consumer *c, uint64_t *mapped,
                                size_t *held);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

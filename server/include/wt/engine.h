@@ -79,10 +79,13 @@
 #include "wt/registry.h"
 #include "wt/status.h"
 #include "wt/v1/wt.pb-c.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* Bumped whenever wt_engine_ops, wt_worker_ctx, wt_update or
  * wt_engine_endpoint change layout or meaning. */
@@ -317,6 +320,8 @@ wt_status *wt_engine_options_check(wt_registry *reg,
 wt_status *wt_engine_options_for(const char *backend,
                                  const wt_backend_option *opts, size_t n,
                                  wt_backend_option **out, size_t *nout);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -42,10 +42,13 @@
 #include "wt/safetensors.h"
 #include "wt/status.h"
 #include "wt/tensor.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 typedef enum wt_staging {
   WT_STAGING_SHADOW = 0,
@@ -265,6 +268,8 @@ wt_status *wt_param_store_digest(wt_param_store *s, size_t i, wt_hash_alg alg,
  * parameter when the range is not inside it. */
 wt_status *wt_param_store_hash_part(wt_param_store *s, size_t i,
                                     uint64_t offset, size_t len, wt_hasher *h);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

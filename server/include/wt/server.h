@@ -17,10 +17,13 @@
 #include "wt/registry.h"
 #include "wt/rpc_types.h"
 #include "wt/status.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 /* What GetServerInfo reports as server_version. */
 #define WT_SERVER_VERSION "0.1.0"
@@ -219,6 +222,8 @@ int wt_server_metrics_port(const wt_server *srv);
  * in-flight calls drain_ms to finish, cancels the rest, and frees the
  * server. NULL is ignored. Not from a handler. */
 void wt_server_stop(wt_server *srv);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

@@ -34,10 +34,13 @@
 #include "wt/param_store.h"
 #include "wt/status.h"
 #include "wt/v1/wt.pb-c.h"
+#include "wt/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+WT_API_BEGIN
 
 typedef enum wt_worker_state {
   WT_WORKER_UNINITIALIZED = 0,
@@ -220,6 +223,8 @@ wt_status *wt_worker_wait(wt_worker *w, wt_worker_op *op);
 
 /* Submits and waits. */
 wt_status *wt_worker_run(wt_worker *w, wt_worker_op *op);
+
+WT_API_END
 
 #ifdef __cplusplus
 }

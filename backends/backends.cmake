@@ -35,6 +35,10 @@ foreach(f ${WT_BACKEND_FILES})
   include(${f})
 endforeach()
 
+# The registration of the built-in tables, one file per side.
+list(APPEND WT_BACKEND_WORKER_SOURCES ${CMAKE_CURRENT_LIST_DIR}/builtins_worker.c)
+list(APPEND WT_BACKEND_TRAINER_SOURCES ${CMAKE_CURRENT_LIST_DIR}/builtins_trainer.c)
+
 # backends_list.h: WT_BUILTIN_BACKENDS(X), X(name) for each one built in.
 set(WT_BACKENDS_X "")
 foreach(b ${WT_BACKENDS})

@@ -1,7 +1,7 @@
 /* backends/backends.h: the built-in backends' two tables, the worker's
- * (wt/engine.h: registered by server/src/engine_registry.c into
+ * (wt/engine.h: registered by backends/builtins_worker.c, built into
  * libwt_server) and the trainer's (wt/trainer.h: registered by
- * client/src/trainer_registry.c into libwt_client).
+ * backends/builtins_trainer.c, built into libwt_client).
  *
  * Each backend is one folder, backends/<name>/ (docs/adding-a-backend.md):
  * <name>_worker*.c (built into libwt_server), <name>_trainer*.c (into

@@ -2,7 +2,7 @@
  * ncclBroadcast of TOTAL bytes in buckets of BUCKET bytes between two
  * processes (rank 0, this one, and rank 1, a child) on one GPU, with two
  * buffers and two streams round-robin as wt's packed mode, through
- * wt/nccl.h and wt/cuda.h; RUNS timed runs after one warm-up; prints
+ * wt/nccl_seam.h and wt/cuda.h; RUNS timed runs after one warm-up; prints
  * "ref GB/s best B median M" and exits 0, or says why not. Two ranks on one
  * GPU need NCCL 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1.
  *
@@ -19,7 +19,7 @@
 #include "bench_util.h"
 #include "wt/cuda.h"
 #include "wt/memory.h"
-#include "backends/nccl/nccl.h"
+#include "backends/nccl/nccl_shared.h"
 
 static int64_t ms_from_now(int64_t ms) {
   return (int64_t)(bench_now_s() * 1000) + ms;

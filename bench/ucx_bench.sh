@@ -143,7 +143,7 @@ for mode in $modes; do
     *) echo "ucx_bench: unknown mode '$mode' (tcp, tcp-address, sm)" >&2; exit 2 ;;
   esac
   # wt sets UCX_TCP_TX_SEG_SIZE=64k unless told otherwise
-  # (common/src/ucx_common.c): the reference gets the same.
+  # (backends/ucx/ucx_shared.c): the reference gets the same.
   read -r pbest pmed < <(perftest "${env_wt[0]}" "UCX_TCP_TX_SEG_SIZE=${UCX_TCP_TX_SEG_SIZE:-64k}")
   printf '%-44s %8s %8s %7s %12s\n' "ucx_perftest tag_bw UCX_TLS=${env_wt[0]#UCX_TLS=}" "$pbest" "$pmed" "1.00" "-"
   for w in $workers_list; do

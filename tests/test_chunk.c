@@ -10,7 +10,7 @@
 #include <grpc/byte_buffer.h>
 #include <grpc/slice.h>
 
-#include "backends/grpc/grpc.h"
+#include "backends/grpc/grpc_shared.h"
 #include "wt/v1/wt.pb-c.h"
 #include "wt_test.h"
 

@@ -20,7 +20,7 @@
 #include "wt/synthetic.h"
 #include "wt/trainer.h"
 #ifdef WT_WITH_UCX
-#include "backends/ucx/ucx.h"
+#include "backends/ucx/ucx_shared.h"
 #endif
 
 /* ---- the codec ----------------------------------------------------------- */
@@ -486,7 +486,7 @@ static void ucx_rounds(wt_staging staging, const char *fanout,
   wtt_servers_stop(&s);
 }
 
-/* The framing of a delta bucket (wt/ucx_common.h) as a stranger may send
+/* The framing of a delta bucket (ucx_shared.h) as a stranger may send
  * it: each malformed message is refused before its bad segment is handed
  * on, naming what is wrong. */
 typedef struct seen {

@@ -1,6 +1,6 @@
 /* test_init_info.c: the one rule between an init info and its backend, and
  * the ranks of a server's workers in the trainer's world
- * (common/src/backends/init_info.c), as both sides apply them. */
+ * (common/src/transfer/init_info.c), as both sides apply them. */
 
 #include <string.h>
 

@@ -1,4 +1,4 @@
-/* Suite "ipc": the GPU-free logic of the ipc backend (wt/ipc.h): picking
+/* Suite "ipc": the GPU-free logic of the ipc backend (ipc_shared.h): picking
  * each tensor's place on a worker's GPU from what a trainer (or a stranger)
  * sent, the cache of opened exports, and the packed ring's accounting. */
 
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "support/fixture.h"
-#include "backends/ipc/ipc.h"
+#include "backends/ipc/ipc_shared.h"
 
 #define GPU_A "GPU-5c2f8a41-0d4e-4f0b-9a57-1b2c3d4e5f60"
 #define GPU_B "GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"

@@ -1,4 +1,4 @@
-/* Suite "nccl": the nccl backend's logic that needs no GPU (wt/nccl.h):
+/* Suite "nccl": the nccl backend's logic that needs no GPU (wt/nccl_seam.h):
  * init-info validation and rank layout, the broadcast schedule a plan
  * gives, vLLM's base64 of the unique id, and every wait's deadline, cancel
  * and abort, on communicators emulated between threads (fake_nccl.h) over
@@ -16,7 +16,7 @@
 #include "wt/checksum.h"
 #include "wt/clock.h"
 #include "wt/memory.h"
-#include "backends/nccl/nccl.h"
+#include "backends/nccl/nccl_shared.h"
 #include "wt/base64.h"
 #include "wt/pb.h"
 #include "wt/source.h"

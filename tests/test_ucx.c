@@ -1,5 +1,5 @@
-/* test_ucx.c: the `ucx` backend (server/src/engines/ucx_engine.c,
- * client/src/trainers/ucx_trainer.c) end to end with in-process servers on
+/* test_ucx.c: the `ucx` backend (backends/ucx/ucx_worker*.c,
+ * backends/ucx/ucx_trainer*.c) end to end with in-process servers on
  * 127.0.0.1:0 and the sync client: rounds over TCP and over shared memory
  * with several workers and two servers, and a trainer that stalls mid-round.
  * Without UCX in the build every test prints "skipped:". */
@@ -26,7 +26,7 @@
 #include "wt/trainer.h"
 #include "wt/pb.h"
 #include "wt/secure.h"
-#include "backends/ucx/ucx.h"
+#include "backends/ucx/ucx_shared.h"
 #include "support/fixture.h"
 #include "support/wt_proc.h"
 #include "wt_test.h"

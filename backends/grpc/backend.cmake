@@ -1,5 +1,5 @@
 # grpc: the bytes ride the control channel's Push stream.
 wt_backend(NAME grpc
-  SHARED grpc.c
+  SHARED grpc_shared.c
   WORKER grpc_worker.c
-  TRAINER grpc_trainer.c grpc_trainer_delta.c)
+  TRAINER grpc_trainer.c)

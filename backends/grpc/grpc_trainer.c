@@ -42,10 +42,10 @@
 #include <grpc/slice.h>
 
 #include "backends/backends.h"
-#include "backends/grpc/grpc.h"
+#include "backends/grpc/grpc_shared.h"
 #include "wt/clock.h"
 #include "wt/delta.h"
-#include "backends/grpc/grpc_trainer_delta.h"
+#include "wt/delta_state.h"
 #include "wt/client.h"
 #include "wt/log.h"
 #include "wt/packing.h"
@@ -773,28 +773,9 @@ out:
   return st;
 }
 
-wt_status *wt_trainer_delta_stats(const wt_trainer *t, wt_delta_stats *out) {
-  const wt_trainer_ops *ops = t ? wt_trainer_get_ops(t) : NULL;
-  if (ops == &wt_grpc_trainer_ops) {
-    const grpc_trainer *g = wt_trainer_self(t);
-    *out = g->stats;
-    return NULL;
-  }
-#ifdef WT_WITH_UCX
-  if (ops == &wt_ucx_trainer_ops) {
-    *out = *wt_ucxt_delta_stats(wt_trainer_self(t));
-    return NULL;
-  }
-#endif
-  return wt_status_new(WT_FAILED_PRECONDITION,
-                       "delta stats: backend '%s' sends no delta rounds "
-                       "(grpc and ucx do)",
-                       ops ? ops->header.name : "(none)");
-}
-
-wt_status *wt_grpc_trainer_delta_stats(const wt_trainer *t,
-                                       wt_grpc_delta_stats *out) {
-  return wt_trainer_delta_stats(t, out);
+static wt_status *grpc_delta_stats(const void *self, wt_delta_stats *out) {
+  *out = ((const grpc_trainer *)self)->stats;
+  return NULL;
 }
 
 /* Options: chunk_size (bytes per PushWeights message), bucket_size (the
@@ -844,4 +825,5 @@ const wt_trainer_ops wt_grpc_trainer_ops = {
     .trainer_init = grpc_trainer_init,
     .send_weights = grpc_send_weights,
     .destroy = grpc_trainer_destroy,
+    .delta_stats = grpc_delta_stats,
 };

@@ -1,4 +1,4 @@
-/* grpc_engine.c: the `grpc` worker engine. Its bytes arrive inside the
+/* grpc_worker.c: the `grpc` worker engine. Its bytes arrive inside the
  * control channel, as PushWeights chunks of the shared bucket plan; each
  * chunk is checked against the plan and copied straight into the staging
  * buffers of the tensors it covers (no bucket buffer in between), in any
@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "backends/backends.h"
-#include "backends/grpc/grpc.h"
+#include "backends/grpc/grpc_shared.h"
 #include "wt/delta.h"
 #include "wt/engine.h"
 #include "wt/log.h"

@@ -4,7 +4,7 @@
  *
  * Unpacked (the default): a round is one UpdateWeights per server whose
  * update info names, per tensor, the export of the allocation that holds
- * it, the offset in it and the GPU's UUID (wt/ipc.h). The trainer exports
+ * it, the offset in it and the GPU's UUID (ipc_shared.h). The trainer exports
  * each distinct allocation once (cudaIpcGetMemHandle on the allocation's
  * base) and reuses the export, under the same id, in every later round.
  * One copy per byte, the worker's.
@@ -36,7 +36,7 @@
 #include "backends/backends.h"
 #include "wt/client.h"
 #include "wt/cuda.h"
-#include "backends/ipc/ipc.h"
+#include "backends/ipc/ipc_shared.h"
 #include "wt/log.h"
 #include "wt/packing.h"
 #include "wt/parse.h"

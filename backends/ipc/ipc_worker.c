@@ -1,11 +1,11 @@
-/* ipc_engine.c: the `ipc` worker engine (CUDA IPC, the trainer and the
+/* ipc_worker.c: the `ipc` worker engine (CUDA IPC, the trainer and the
  * workers on one host). A worker copies each tensor
  * straight out of the trainer's own device memory into its staging buffer,
  * device to device on its own stream: one copy per byte.
  *
  * The update info carries the trainer's exports (one per allocation, the
  * same id and handle every round) and each tensor's place on each trainer
- * GPU (wt/ipc.h); the worker takes the places on its own GPU, matched by
+ * GPU (ipc_shared.h); the worker takes the places on its own GPU, matched by
  * UUID, opens each export once and keeps it open across rounds
  * (wt_ipc_cache). A copy that fails (the trainer's process is gone, its
  * memory with it) or does not finish within the data deadline fails the
@@ -38,7 +38,7 @@
 #include "backends/backends.h"
 #include "wt/cuda.h"
 #include "wt/engine.h"
-#include "backends/ipc/ipc.h"
+#include "backends/ipc/ipc_shared.h"
 #include "wt/log.h"
 #include "wt/param_store.h"
 

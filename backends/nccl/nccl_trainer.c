@@ -1,6 +1,6 @@
 /* nccl_trainer.c: the `nccl` trainer engine: rank 0 of an NCCL
  * communicator with every worker of every server, broadcasting the
- * trainer's device tensors (wt/nccl.h).
+ * trainer's device tensors (wt/nccl_seam.h).
  *
  * Rendezvous, as vLLM's unique-id path: trainer_init draws the ncclUniqueId
  * (ncclGetUniqueId); server_init_info puts its 128 bytes in every server's
@@ -37,7 +37,7 @@
 #include "wt/cuda.h"
 #include "wt/log.h"
 #include "wt/memory.h"
-#include "backends/nccl/nccl.h"
+#include "backends/nccl/nccl_shared.h"
 #include "wt/packing.h"
 #include "wt/trainer.h"
 
@@ -50,7 +50,7 @@ typedef struct nccl_trainer {
   unsigned char id[WT_NCCL_UNIQUE_ID_BYTES];
   uint32_t world;
   bool joined;
-  wt_nccl_rank r; /* rank 0: communicator, streams, buffers (wt/nccl.h) */
+  wt_nccl_rank r; /* rank 0: communicator, streams, buffers (nccl_shared.h) */
   /* What every server's init and update info carry. */
   Wt__V1__NcclInitInfo init_copy;
   Wt__V1__NcclUpdateInfo uinfo;

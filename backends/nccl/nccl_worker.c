@@ -1,5 +1,5 @@
-/* nccl_engine.c: the `nccl` worker engine (NCCL broadcast from the
- * trainer's GPU, rank 0, into this worker's device store; wt/nccl.h).
+/* nccl_worker.c: the `nccl` worker engine (NCCL broadcast from the
+ * trainer's GPU, rank 0, into this worker's device store; wt/nccl_seam.h).
  *
  * Init: the worker joins the trainer's communicator as rank rank_offset +
  * its index (non-blocking ncclCommInitRankConfig, every rank at once), then
@@ -39,7 +39,7 @@
 #include "wt/engine.h"
 #include "wt/log.h"
 #include "wt/memory.h"
-#include "backends/nccl/nccl.h"
+#include "backends/nccl/nccl_shared.h"
 #include "wt/packing.h"
 #include "wt/param_store.h"
 
@@ -47,7 +47,7 @@ struct wt_engine {
   wt_worker_ctx ctx;
   wt_nccl_settings set;
   int rank;
-  wt_nccl_rank r; /* the communicator, streams, buffers (wt/nccl.h) */
+  wt_nccl_rank r; /* the communicator, streams, buffers (nccl_shared.h) */
 };
 
 static void nccl_destroy(wt_engine *e) {

@@ -29,7 +29,7 @@
  * server, bucket)); "sequential" serves one worker after the other, reading
  * the source once per worker; "chain" sends to the first worker only, which
  * forwards every bucket to the next as it lands, and so on (the route
- * message of wt/ucx_common.h tells each worker its successor). Readying the
+ * message of ucx_shared.h tells each worker its successor). Readying the
  * next bucket overlaps the sends of the previous ones; when every buffer is in
  * flight the oldest is waited for, with the client's data deadline (or the init
  * info's timeout_ms); a worker's first bucket of a round with the connect
@@ -72,7 +72,7 @@
 #include "wt/packing.h"
 #include "wt/secure.h"
 #include "wt/trainer.h"
-#include "backends/ucx/ucx.h"
+#include "backends/ucx/ucx_shared.h"
 
 #include "backends/ucx/ucx_trainer.h"
 
@@ -309,9 +309,9 @@ static wt_status *ucx_update_info(void *self, wt_source *source, size_t k,
   return NULL;
 }
 
-const wt_delta_stats *wt_ucxt_delta_stats(const void *self) {
-  const ucx_trainer *t = self;
-  return &t->stats;
+static wt_status *ucx_delta_stats(const void *self, wt_delta_stats *out) {
+  *out = ((const ucx_trainer *)self)->stats;
+  return NULL;
 }
 
 static void ucx_trainer_cancel(void *self) {
@@ -410,7 +410,7 @@ static wt_status *ucx_init_info(const wt_backend_option *opts, size_t n,
   wt__v1__ucx_init_info__init(x);
   info->backend_init_case = WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX;
   info->ucx = x;
-  /* This init's secret: keys every tag and the hello (wt/ucx_common.h). */
+  /* This init's secret: keys every tag and the hello (ucx_shared.h). */
   x->auth_secret.data = malloc(WT_UCX_SECRET_BYTES);
   if (x->auth_secret.data == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
@@ -442,4 +442,5 @@ const wt_trainer_ops wt_ucx_trainer_ops = {
     .cancel = ucx_trainer_cancel,
     .destroy = ucx_trainer_destroy,
     .init_response = wt_ucxt_init_response,
+    .delta_stats = ucx_delta_stats,
 };

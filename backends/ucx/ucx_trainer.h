@@ -1,8 +1,8 @@
-/* ucx_trainer_internal.h: what the files of the ucx trainer engine share
+/* ucx_trainer.h: what the files of the ucx trainer engine share
  * (ucx_trainer.c: the table, init and settings; ucx_trainer_conn.c: the
  * connections; ucx_trainer_send.c: the data path; ucx_trainer_chain.c: the
- * fan-out and its routes), as the worker side splits ucx_engine.c,
- * ucx_conn.c and ucx_chain.c. Not installed. */
+ * fan-out and its routes), as the worker side splits ucx_worker.c,
+ *  ucx_worker_conn.c and ucx_worker_chain.c. Not installed. */
 #ifndef WT_UCX_TRAINER_INTERNAL_H
 #define WT_UCX_TRAINER_INTERNAL_H
 
@@ -11,10 +11,10 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "backends/grpc/grpc_trainer_delta.h"
+#include "wt/delta_state.h"
 #include "wt/cuda.h"
 #include "wt/trainer.h"
-#include "backends/ucx/ucx.h"
+#include "backends/ucx/ucx_shared.h"
 #include "wt/visibility.h"
 
 #define UCX_GRACE_MS 1000
@@ -48,7 +48,7 @@ typedef struct sbuf {
   bool busy;
   size_t j0, j1; /* the peers it goes to: [j0, j1) */
   void **reqs;   /* one per peer */
-  /* A delta pass: the bucket's delta message (wt/ucx_common.h), host
+  /* A delta pass: the bucket's delta message (ucx_shared.h), host
    * memory of enc_cap bytes. */
   unsigned char *enc;
   uint64_t enc_cap;

@@ -1,6 +1,6 @@
 /* ucx_trainer_chain.c: the ucx trainer's fan-out: which route a round
  * takes (auto, parallel, sequential, chain) and the route messages that
- * tell each worker its successor in a chain (wt/ucx_common.h). */
+ * tell each worker its successor in a chain (ucx_shared.h). */
 
 #include <inttypes.h>
 #include <stddef.h>

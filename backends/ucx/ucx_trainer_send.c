@@ -361,7 +361,7 @@ static void bucket_sent(round_progress *rp, const wt_bucket *bk, bool report) {
 enum { PASS_PLAIN, PASS_KEEP, PASS_DELTA };
 
 /* Bucket bytes[0..n) at byte `at` of the round: with PASS_DELTA its delta
- * message (wt/ucx_common.h) into b->enc, *len its size; the new bytes
+ * message (ucx_shared.h) into b->enc, *len its size; the new bytes
  * replace the base's there and go into the round's digest. */
 static void through_base(ucx_trainer *t, sbuf *b, int mode,
                          const unsigned char *bytes, uint64_t n, uint64_t at,

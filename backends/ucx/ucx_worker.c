@@ -1,10 +1,10 @@
-/* ucx_engine.c: the `ucx` worker engine (built with WT_WITH_UCX).
+/* ucx_worker.c: the `ucx` worker engine (built with WT_WITH_UCX).
  *
  * Who listens: the worker. init_transfer opens a ucp_listener on an
  * ephemeral port of the server's host (wt_worker_ctx.host) and reports
  * host:port in the init response, together with its packed ucp worker
  * address; the trainer then connects to every worker of every server (see
- * wt/ucx_common.h for why and how it picks one of the two). Connection
+ * ucx_shared.h for why and how it picks one of the two). Connection
  * requests are accepted while the worker progresses, i.e. inside receive.
  *
  * Data path: the shared bucket plan (update info ucx.packed_buffer_size_bytes,
@@ -40,7 +40,7 @@
  * strangers never fill the connection slots.
  *
  * Route and chain: every round starts with the route message
- * (wt/ucx_common.h). When it names a next worker (chain fan-out), this
+ * (ucx_shared.h). When it names a next worker (chain fan-out), this
  * worker connects to it (kept across rounds while the route stays), sends
  * it the rest of the route, forwards each bucket from the staging buffers
  * as soon as it has landed, and ends its receive only when the next worker
@@ -160,7 +160,7 @@ out:
 }
 
 /* Held while a worker's UCX opens its listening sockets, so that the
- * sockets that appear are that worker's (ucx_socks.c). */
+ * sockets that appear are that worker's (ucx_worker_socks.c). */
 static pthread_mutex_t g_listen_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static wt_status *ucx_init_transfer(wt_engine *e,

@@ -1,11 +1,11 @@
-/* ucx_engine_internal.h: what the files of the `ucx` worker engine share
- * (built with WT_WITH_UCX; see ucx_engine.c for the engine as a whole):
+/* ucx_worker.h: what the files of the `ucx` worker engine share
+ * (built with WT_WITH_UCX; see ucx_worker.c for the engine as a whole):
  *
- *   ucx_engine.c  the engine's table: create, init (listener, registered
+ *   ucx_worker.c  the engine's table: create, init (listener, registered
  *                 staging memory), the round's bucket receives
- *   ucx_conn.c    the trainer's connections, and a failed round's stray
+ *   ucx_worker_conn.c the trainer's connections, and a failed round's stray
  *                 receives that must end before the next round writes
- *   ucx_chain.c   chain fan-out: the round's route and forwarding each
+ *   ucx_worker_chain.c chain fan-out: the round's route and forwarding each
  *                 landed bucket to the next worker
  */
 #ifndef WT_UCX_ENGINE_INTERNAL_H
@@ -16,7 +16,7 @@
 
 #include "wt/engine.h"
 #include "wt/packing.h"
-#include "backends/ucx/ucx.h"
+#include "backends/ucx/ucx_shared.h"
 
 #include "wt/visibility.h"
 
@@ -130,7 +130,7 @@ struct wt_engine {
   uint64_t stray_mark;     /* conns when the strays were left */
   size_t stray_bucket;     /* the first of them, for messages */
   ucp_dt_iov_t *stray_iov; /* their iov arrays, which UCX reads until then */
-  /* Chain fan-out (wt/ucx_common.h): the round's route and the connection
+  /* Chain fan-out (ucx_shared.h): the round's route and the connection
    * to the next worker, which gets every bucket once it has landed. */
   unsigned char *route_in, *route_out;
   wt_ucx_hop *hops;
@@ -145,7 +145,7 @@ struct wt_engine {
   /* The store is CUDA device memory: registered and moved as such (the
    * init refused a UCX that cannot), every bucket one contiguous run. */
   bool cuda;
-  /* Delta rounds (ucx_delta.c, docs/delta.md). hashing: this round
+  /* Delta rounds (ucx_worker_delta.c, docs/delta.md). hashing: this round
    * covers the (host) store and the trainer asked for its digest
    * (update_info.ucx.digest), the base a later delta names. A delta round
    * receives its buckets into dbuf (dcap bytes, kept across rounds: the
@@ -237,7 +237,7 @@ WT_HIDDEN void wt_ucxe_settle_receives(wt_engine *e, slot *slots,
  * are released to UCX. */
 WT_HIDDEN wt_status *wt_ucxe_check_strays(wt_engine *e, int64_t timeout);
 
-/* Receives the round's route (wt/ucx_common.h) into e->hops. */
+/* Receives the round's route (ucx_shared.h) into e->hops. */
 WT_HIDDEN wt_status *wt_ucxe_recv_route(wt_engine *e, const wt_update *u,
                                              int64_t timeout, uint32_t *flags,
                                              size_t *nhops);
@@ -254,7 +254,7 @@ WT_HIDDEN wt_status *wt_ucxe_fwd_bucket(wt_engine *e, const slot *s,
 WT_HIDDEN wt_status *wt_ucxe_fwd_finish(wt_engine *e, void **reqs,
                                              size_t n, int64_t timeout);
 
-/* --- ucx_socks.c: strangers' connections (docs/trust.md, row 6) --------- */
+/* --- ucx_worker_socks.c: strangers' connections (docs/trust.md, row 6) --------- */
 
 /* The TCP ports this process listens on, up to `cap` of them into
  * ports[]; returns how many. */
@@ -264,7 +264,7 @@ WT_HIDDEN size_t wt_ucxe_listening_ports(uint16_t *ports, size_t cap);
  * process has no descriptor left to look with. */
 WT_HIDDEN size_t wt_ucxe_count_peers(const uint16_t *ports, size_t n);
 
-/* ---- delta rounds (ucx_delta.c) ---- */
+/* ---- delta rounds (ucx_worker_delta.c) ---- */
 
 /* Readies a delta round of `u` under `plan`: the receive buffer dbuf
  * (grown to the plan's delta bound: bucket b at the sum of the earlier

@@ -1,5 +1,5 @@
-/* ucx_chain.c: chain fan-out in the `ucx` worker engine (see
- * wt/ucx_common.h): every round starts with the route message; a worker
+/* ucx_worker_chain.c: chain fan-out in the `ucx` worker engine (see
+ * ucx_shared.h): every round starts with the route message; a worker
  * the route names a successor for connects to it, passes the rest of the
  * route on, and forwards each bucket from its staging buffers once it has
  * landed. */
@@ -15,7 +15,7 @@
 #include "wt/delta.h"
 #include "wt/log.h"
 
-/* Receives the round's route (wt/ucx_common.h) into e->hops. */
+/* Receives the round's route (ucx_shared.h) into e->hops. */
 wt_status *wt_ucxe_recv_route(wt_engine *e, const wt_update *u, int64_t timeout,
                               uint32_t *flags, size_t *nhops) {
   wt_status *st = NULL;

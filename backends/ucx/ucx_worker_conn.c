@@ -1,8 +1,8 @@
-/* ucx_conn.c: the `ucx` worker engine's connections from the trainer
+/* ucx_worker_conn.c: the `ucx` worker engine's connections from the trainer
  * (accepted inside ucp_worker_progress, reaped once broken) and the receives
  * a failed round leaves behind: unexpected buckets are drained, matched ones
  * are kept until they end or their connection is replaced, so that nothing
- * of a failed round lands after it (see ucx_engine.c). */
+ * of a failed round lands after it (see ucx_worker.c). */
 
 #include <arpa/inet.h>
 #include <inttypes.h>

@@ -1,5 +1,5 @@
-/* ucx_delta.c: delta rounds in the `ucx` worker engine (docs/delta.md; the
- * message format is in wt/ucx_common.h, the codec in wt/delta.h).
+/* ucx_worker_delta.c: delta rounds in the `ucx` worker engine (docs/delta.md; the
+ * message format is in ucx_shared.h, the codec in wt/delta.h).
  *
  * A delta round's bucket cannot land straight in staging as a full one
  * does: its bytes are a function of the committed ones, which an in-place

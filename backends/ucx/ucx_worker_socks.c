@@ -1,4 +1,4 @@
-/* ucx_socks.c: which TCP connections of this process are peers of a UCX
+/* ucx_worker_socks.c: which TCP connections of this process are peers of a UCX
  * worker (docs/trust.md, attack row 6).
  *
  * A stranger who knows a worker's address makes UCX accept a TCP

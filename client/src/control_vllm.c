@@ -26,8 +26,9 @@
 #include <string.h>
 
 #include "client_internal.h"
-#include "backends/nccl/nccl.h"
 #include "wt/base64.h"
+#include "wt/init_info.h"
+#include "wt/nccl_seam.h"
 
 static wt_status *dump(json_t *o, const char *what, char **out) {
   char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;

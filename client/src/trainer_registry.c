@@ -6,30 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/backends.h"
 #include "client_internal.h"
 #include "wt/parse.h"
 #include "wt/pb.h"
 #include "wt/trainer.h"
 
-/* Every built-in backend, registered here and nowhere else. The GPU
- * backends are registered directly; what is lazy is their driver
- * libraries: CUDA only through wt/cuda.h and NCCL only through wt/nccl.h,
- * whose modules load when an ipc or nccl init asks for them. */
-static wt_status *register_builtins(wt_registry *reg) {
-  wt_status *st = NULL;
-  /* One line per folder backends/<name>/ built in (backends/backends.h). */
-#define REGISTER(name) \
-  WT_CHECK(wt_registry_register(reg, #name, &wt_##name##_trainer_ops));
-  WT_BUILTIN_BACKENDS(REGISTER)
-#undef REGISTER
-out:
-  return st;
-}
-
 /* The one registry of the process: global by design (DESIGN.md). */
 static wt_registry_once registry = WT_REGISTRY_ONCE_INIT(
-    "trainer engine", WT_TRAINER_ABI_VERSION, register_builtins);
+    "trainer engine", WT_TRAINER_ABI_VERSION, wt_trainer_register_builtins);
 
 static void build(void) {
   wt_registry_once_build(&registry);
@@ -223,4 +207,19 @@ wt_source *wt_trainer_source(const wt_trainer *t) {
 
 bool wt_trainer_needs_update_weights(const wt_trainer *t) {
   return (t->ops->flags & WT_TRAINER_NEEDS_UPDATE_WEIGHTS) != 0;
+}
+
+wt_status *wt_trainer_delta_stats(const wt_trainer *t, wt_delta_stats *out) {
+  const wt_trainer_ops *ops = t ? t->ops : NULL;
+  if (ops != NULL && ops->delta_stats != NULL)
+    return ops->delta_stats(t->self, out);
+  return wt_status_new(WT_FAILED_PRECONDITION,
+                       "delta stats: backend '%s' sends no delta rounds "
+                       "(grpc and ucx do)",
+                       ops ? ops->header.name : "(none)");
+}
+
+wt_status *wt_grpc_trainer_delta_stats(const wt_trainer *t,
+                                       wt_grpc_delta_stats *out) {
+  return wt_trainer_delta_stats(t, out);
 }

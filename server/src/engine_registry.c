@@ -1,30 +1,12 @@
-/* engine_registry.c: the worker-engine registry and the one place where the
- * built-in backends are registered (see wt/engine.h).
- *
- * `grpc`, `ipc` and `nccl` always (ipc and nccl call CUDA and NCCL only
- * through wt/cuda.h and wt/nccl.h, whose modules are loaded on first use,
- * so a host without them pays nothing until such an init, which then fails
- * saying why); `ucx` when built with UCX.
- */
+/* engine_registry.c: the worker-engine registry (see wt/engine.h), filled
+ * with the built-in backends by backends/builtins_worker.c. */
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/backends.h"
 #include "wt/engine.h"
 #include "wt/log.h"
-
-wt_status *wt_engine_register_builtins(wt_registry *reg) {
-  wt_status *st = NULL;
-  /* One line per folder backends/<name>/ built in (backends/backends.h). */
-#define REGISTER(name) \
-  WT_CHECK(wt_registry_register(reg, #name, &wt_##name##_engine_ops));
-  WT_BUILTIN_BACKENDS(REGISTER)
-#undef REGISTER
-out:
-  return st;
-}
 
 /* The one registry of the process: global by design (DESIGN.md). */
 static wt_registry_once registry =

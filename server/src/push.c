@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "server_internal.h"
-#include "backends/grpc/grpc.h"
+#include "wt/chunk.h"
 #include "wt/log.h"
 
 /* Chunks handed to the workers and not yet copied by all of them. */

@@ -22,7 +22,7 @@
 #include "grpc/reflection/v1/reflection.pb-c.h"
 #include "server_internal.h"
 #include "wt/checksum.h"
-#include "backends/grpc/grpc.h"
+#include "wt/chunk.h"
 #include "wt/log.h"
 #include "wt/pb.h"
 

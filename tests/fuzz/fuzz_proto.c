@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/grpc/grpc.h"
+#include "backends/grpc/grpc_shared.h"
 #include "wt/pb.h"
 #include "wt/v1/wt.pb-c.h"
 

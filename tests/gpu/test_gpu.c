@@ -22,9 +22,9 @@
 #include "support/fake_cuda.h"
 #include "support/fixture.h"
 #include "wt/cuda.h"
-#include "backends/ipc/ipc.h"
+#include "backends/ipc/ipc_shared.h"
 #include "wt/memory.h"
-#include "backends/nccl/nccl.h"
+#include "backends/nccl/nccl_shared.h"
 #include "wt/pb.h"
 #include "wt/source.h"
 #include "wt/synthetic.h"
@@ -684,7 +684,7 @@ static void test_ipc_ring_strangers(void) {
   wtt_server_stop(&S);
 }
 
-/* NCCL on the real device (the module, through wt/nccl.h): a one-rank
+/* NCCL on the real device (the module, through wt/nccl_seam.h): a one-rank
  * communicator's init, warm-up and a broadcast; then a two-rank init whose
  * second rank never comes, aborted at its 2 s deadline, naming the wait.
  * Prints the NCCL that ran. */

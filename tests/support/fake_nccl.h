@@ -1,4 +1,4 @@
-/* fake_nccl.h: a wt_nccl_api (wt/nccl.h) that emulates NCCL communicators
+/* fake_nccl.h: a wt_nccl_api (wt/nccl_seam.h) that emulates NCCL communicators
  * between threads of one process, on the emulated GPU (fake_cuda.h), so
  * that the nccl backend's logic (rendezvous, warm-up, broadcasts, deadlines,
  * aborts) runs without a GPU.
@@ -18,7 +18,7 @@
 
 #include <stdint.h>
 
-#include "backends/nccl/nccl.h"
+#include "backends/nccl/nccl_shared.h"
 
 typedef struct fake_nccl_stats {
   uint64_t inits, aborts, destroys;

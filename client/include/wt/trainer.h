@@ -5,9 +5,9 @@
  * round of a weight source per wt_sync_client_update. Backends register a
  * table of functions (wt_trainer_ops) under their name, directly or lazily
  * from a shared object (wt/registry.h); all built-ins are registered in one
- * place, trainer_registry.c, directly: `grpc`, `ipc`, `nccl`, and `ucx`
+ * place, backends/builtins_trainer.c, directly: `grpc`, `ipc`, `nccl`, `ucx`
  * where UCX is built (the GPU backends' CUDA and NCCL are modules loaded on
- * first use, wt/cuda.h and wt/nccl.h).
+ * first use, wt/cuda.h and wt/nccl_seam.h).
  *
  * How the table serves each kind of backend:
  *
@@ -66,7 +66,7 @@ extern "C" {
 WT_API_BEGIN
 
 /* Version of wt_trainer_ops; a table that says otherwise is refused. */
-#define WT_TRAINER_ABI_VERSION 5u
+#define WT_TRAINER_ABI_VERSION 6u
 
 /* wt_trainer_ops.flags */
 enum {
@@ -111,6 +111,23 @@ typedef struct wt_trainer_init_args {
   const wt_trainer_ctx *ctx;
   wt_source *source; /* may be NULL: the client passes one per update */
 } wt_trainer_init_args;
+
+/* What the last round of a `grpc` trainer engine sent (docs/delta.md):
+ * the model's bytes, the bytes of the chunk messages' data on the wire
+ * per server (frames or raw bytes), how many servers took a delta push
+ * and how many a full one, and the seconds spent encoding (XOR, zstd and
+ * digests) on the calling thread. */
+typedef struct wt_grpc_delta_stats {
+  uint64_t raw_bytes;
+  uint64_t delta_wire_bytes; /* of the delta push (0 without one) */
+  uint32_t delta_servers;
+  uint32_t full_servers;
+  double encode_s;
+  double round_s;
+} wt_grpc_delta_stats;
+
+/* The same figures for every backend that sends delta rounds. */
+typedef wt_grpc_delta_stats wt_delta_stats;
 
 /* A backend's trainer-side table. `self` is the engine's own state, made by
  * trainer_init and released by destroy. Optional entries may be NULL. */
@@ -198,12 +215,23 @@ typedef struct wt_trainer_ops {
   wt_status *(*part_info)(void *self, wt_source *source, size_t part, size_t k,
                           Wt__V1__WeightTransferUpdateInfo *info);
   void (*part_done)(void *self, size_t part, size_t k);
+
+  /* --- version 6 --- */
+
+  /* Optional, for a backend that sends delta rounds: the last round's
+   * figures (wt_trainer_delta_stats). */
+  wt_status *(*delta_stats)(const void *self, wt_delta_stats *out);
 } wt_trainer_ops;
 
 /* Sets *out to the process's trainer-engine registry, created on first use
  * (pthread_once) with the built-ins registered. Owned by the library; lives
  * until exit. Fails only when creating it failed, and then every time. */
 wt_status *wt_trainer_registry(wt_registry **out);
+
+/* Registers every built-in backend's trainer table in `reg` (a registry
+ * created with WT_TRAINER_ABI_VERSION): how wt_trainer_registry() fills
+ * itself, and how an embedder builds a registry of its own. */
+wt_status *wt_trainer_register_builtins(wt_registry *reg);
 
 /* Registers a backend's table (borrowed; must outlive the process) or a lazy
  * one; see wt_registry_register(_lazy). */
@@ -258,26 +286,9 @@ void wt_update_lists_free(wt_update_lists *l);
 void wt_update_lists_apply(const wt_update_lists *l,
                            Wt__V1__WeightTransferUpdateInfo *info);
 
-/* What the last round of a `grpc` trainer engine sent (docs/delta.md):
- * the model's bytes, the bytes of the chunk messages' data on the wire
- * per server (frames or raw bytes), how many servers took a delta push
- * and how many a full one, and the seconds spent encoding (XOR, zstd and
- * digests) on the calling thread. */
-typedef struct wt_grpc_delta_stats {
-  uint64_t raw_bytes;
-  uint64_t delta_wire_bytes; /* of the delta push (0 without one) */
-  uint32_t delta_servers;
-  uint32_t full_servers;
-  double encode_s;
-  double round_s;
-} wt_grpc_delta_stats;
-
-/* The same figures for every backend that sends delta rounds. */
-typedef wt_grpc_delta_stats wt_delta_stats;
-
 /* Fills *out with the last round's delta figures for a trainer of a
- * backend that sends delta rounds (`grpc`, `ucx`); FAILED_PRECONDITION
- * naming the backend for any other. */
+ * backend that sends delta rounds (its table's delta_stats: `grpc`,
+ * `ucx`); FAILED_PRECONDITION naming the backend for any other. */
 wt_status *wt_trainer_delta_stats(const wt_trainer *t, wt_delta_stats *out);
 /* The same, under its first name (it has taken `ucx` too since). */
 wt_status *wt_grpc_trainer_delta_stats(const wt_trainer *t,

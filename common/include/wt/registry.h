@@ -15,7 +15,7 @@
  * are missing costs nothing until someone asks for it. A loaded object stays
  * loaded until the registry is destroyed. (wt's own GPU backends are
  * registered directly; their CUDA and NCCL are modules loaded on first use,
- * wt/cuda.h and wt/nccl.h.)
+ * wt/cuda.h and wt/nccl_seam.h.)
  *
  * All functions are thread-safe on the same registry, except that
  * wt_registry_destroy() must not race with any other call.

@@ -38,6 +38,21 @@ wt_status *wt_init_info_backend(const Wt__V1__WeightTransferInitInfo *info,
 wt_status *wt_init_info_check_ranks(const Wt__V1__WeightTransferInitInfo *info,
                                     uint32_t nworkers);
 
+/* The nccl backend's packing: vLLM's defaults
+ * (DEFAULT_PACKED_BUFFER_SIZE_BYTES, _NUM_BUFFERS). */
+#define WT_NCCL_DEFAULT_BUFFER_BYTES (1ull << 30)
+#define WT_NCCL_DEFAULT_NUM_BUFFERS 2u
+/* At most this many buffers (and streams) in flight. */
+#define WT_NCCL_MAX_BUFFERS 16u
+
+/* The packing settings of init_info.nccl (x may be NULL: the defaults),
+ * read alike by the nccl backend's two halves and the vLLM control plane:
+ * packed_buffer_size_bytes (unset: 1 GiB; 0 refused) and
+ * packed_num_buffers (unset: 2; 1 to WT_NCCL_MAX_BUFFERS).
+ * INVALID_ARGUMENT naming the field. */
+wt_status *wt_nccl_packing(const Wt__V1__NcclInitInfo *x,
+                           uint64_t *buffer_bytes, uint32_t *num_buffers);
+
 WT_API_END
 
 #ifdef __cplusplus

@@ -1,7 +1,7 @@
 /* varint.h: protobuf varints, for the hand-written framings of the grpc
  * backend's chunks (chunk.c) and delta chunks (delta.c). Internal. */
-#ifndef WT_BACKENDS_VARINT_H
-#define WT_BACKENDS_VARINT_H
+#ifndef WT_VARINT_H
+#define WT_VARINT_H
 
 #include <stddef.h>
 #include <stdint.h>

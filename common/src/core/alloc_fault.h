@@ -21,9 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "wt/visibility.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+WT_API_BEGIN
 
 /* Makes the n-th counted allocation from now fail (1: the next one); 0:
  * none. Resets the count and the fired flag. Thread-safe. */
@@ -48,6 +51,7 @@ int wt_fault_asprintf(const char *file, int line, char **out, const char *fmt,
 int wt_fault_vasprintf(const char *file, int line, char **out, const char *fmt,
                        va_list ap) __attribute__((format(printf, 4, 0)));
 
+WT_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,4 @@
-/* nccl_module.c: libwt_nccl.so, the module that implements wt/nccl.h's
+/* nccl_module.c: libwt_nccl.so, the module that implements wt/nccl_seam.h's
  * table with NCCL. The only object that links NCCL; libwt_common loads it
  * with dlopen on first use. Every communicator is non-blocking. */
 
@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "wt/nccl.h"
+#include "wt/nccl_seam.h"
 
 _Static_assert(sizeof(ncclUniqueId) == WT_NCCL_UNIQUE_ID_BYTES,
                "ncclUniqueId is not 128 bytes");

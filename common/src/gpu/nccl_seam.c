@@ -1,7 +1,7 @@
 /* nccl_seam.c: the loader of the NCCL module and the choice of the
- * process's NCCL (wt/nccl.h). */
+ * process's NCCL (wt/nccl_seam.h). */
 
-#include "wt/nccl.h"
+#include "wt/nccl_seam.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

@@ -234,6 +234,15 @@ WT_HIDDEN void rpc_listener_counts(rpc_listener *l, wt_rpc_conn_counts *out);
  * worked out on its first use and kept; false when l does not know it. */
 WT_HIDDEN bool rpc_listener_peer_key(rpc_listener *l, const char *grpc_peer,
                                       char *key, size_t n);
+
+/* --- rpc_peer.c: peers and their shares ----------------------------------- */
+
+/* A place in `key`'s share of class `cls` (wt_rpc_class.max_per_peer: a
+ * fair share of the class's room among the peers holding some, never below
+ * the configured floor); NULL when its share is full (*held: what it holds,
+ * *limit: its share now; *held -1: out of memory). Under s->mu. */
+WT_HIDDEN rpc_peer *rpc_peer_take_locked(wt_rpc_server *s, const char *key,
+                                         size_t cls, int *held, int *limit);
 /* A peer leaves its place in a class (slot may be NULL). Under s->mu. */
 WT_HIDDEN void rpc_peer_release_locked(wt_rpc_server *s, rpc_peer *slot);
 /* grpc_call_get_peer, with the address for a connection the listener

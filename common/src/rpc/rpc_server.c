@@ -118,66 +118,6 @@ static void reject_done(reject_call *r) {
 
 /* ---- pools --------------------------------------------------------------- */
 
-/* ---- peers' quotas --------------------------------------------------------- */
-
-/* A place for `key` in class cls: NULL when it holds `limit` already
- * (*held says how many) or out of memory (*held -1). */
-/* A place in `key`'s share of class `cls` (wt_rpc_class.max_per_peer: a
- * fair share of the class's room among the peers holding some, never below
- * the configured floor); NULL when its share is full (*held: what it holds,
- * *limit: its share now; *held -1: out of memory). */
-static rpc_peer *peer_take_locked(wt_rpc_server *s, const char *key,
-                                  size_t cls, int *held, int *limit) {
-  rpc_pool *p = &s->pools[cls];
-  rpc_peer *e = s->peers;
-  while (e != NULL && (e->cls != cls || strcmp(e->key, key) != 0)) e = e->next;
-  int peers = p->peers + (e == NULL);
-  long room = (long)p->cfg.max_running + p->cfg.max_queued;
-  long share = p->cfg.per_peer_cap ? 0 : room / (peers > 0 ? peers : 1);
-  *limit = share > p->cfg.max_per_peer ? (int)share : p->cfg.max_per_peer;
-  *held = e ? e->held : 0;
-  if (*held >= *limit) return NULL;
-  if (e == NULL) {
-    if ((e = calloc(1, sizeof(*e))) == NULL) {
-      *held = -1;
-      return NULL;
-    }
-    e->cls = cls;
-    snprintf(e->key, sizeof(e->key), "%s", key);
-    e->next = s->peers;
-    s->peers = e;
-    p->peers++;
-  }
-  e->held++;
-  return e;
-}
-
-void rpc_peer_release_locked(wt_rpc_server *s, rpc_peer *slot) {
-  if (slot == NULL || --slot->held > 0) return;
-  for (rpc_peer **pp = &s->peers; *pp != NULL; pp = &(*pp)->next)
-    if (*pp == slot) {
-      *pp = slot->next;
-      s->pools[slot->cls].peers--;
-      free(slot);
-      return;
-    }
-}
-
-void rpc_server_peer_key(wt_rpc_server *s, grpc_call *call, char *key,
-                         size_t n) {
-  char *peer = grpc_call_get_peer(call);
-  if (!rpc_listener_peer_key(s->listener, peer, key, n)) {
-    /* "ipv4:10.0.0.5:41234" -> "ip:10.0.0.5" */
-    const char *p = peer ? peer : "?";
-    const char *colon = strchr(p, ':');
-    const char *last = strrchr(p, ':');
-    const char *from = colon ? colon + 1 : p;
-    int len = last && last > from ? (int)(last - from) : (int)strlen(from);
-    snprintf(key, n, "ip:%.*s", len, from);
-  }
-  gpr_free(peer);
-}
-
 static void *pool_main(void *arg) {
   rpc_pool *p = arg;
   wt_rpc_server *s = p->server;
@@ -338,10 +278,6 @@ static wt_code authorize(wt_rpc_server *s, const wt_rpc_method *m,
   uint32_t need = m->scope ? m->scope : WT_SCOPE_TRAINER;
   if (*scope == 0) return WT_UNAUTHENTICATED;
   return (*scope & need) == need ? WT_OK : WT_PERMISSION_DENIED;
-}
-
-char *rpc_server_peer(wt_rpc_server *s, grpc_call *call) {
-  return rpc_listener_peer(s->listener, grpc_call_get_peer(call));
 }
 
 static void refuse(wt_rpc_server *s, grpc_call *call, const wt_rpc_method *m,
@@ -557,7 +493,7 @@ static void admit_call(wt_rpc_server *s, const wt_rpc_method *m,
   int held = 0, share = 0;
   bool peer_full = false;
   if (admit && p->cfg.max_per_peer > 0) {
-    slot = peer_take_locked(s, key, cls, &held, &share);
+    slot = rpc_peer_take_locked(s, key, cls, &held, &share);
     admit = slot != NULL;
     peer_full = !admit;
   }

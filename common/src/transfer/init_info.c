@@ -60,3 +60,21 @@ wt_status *wt_init_info_check_ranks(const Wt__V1__WeightTransferInitInfo *info,
                          info->world_size - 1);
   return NULL;
 }
+
+wt_status *wt_nccl_packing(const Wt__V1__NcclInitInfo *x,
+                           uint64_t *buffer_bytes, uint32_t *num_buffers) {
+  *buffer_bytes = x && x->packed_buffer_size_bytes
+                      ? x->packed_buffer_size_bytes->value
+                      : WT_NCCL_DEFAULT_BUFFER_BYTES;
+  *num_buffers = x && x->packed_num_buffers ? x->packed_num_buffers->value
+                                            : WT_NCCL_DEFAULT_NUM_BUFFERS;
+  if (*buffer_bytes == 0)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "init_info.nccl.packed_buffer_size_bytes is 0");
+  if (*num_buffers == 0 || *num_buffers > WT_NCCL_MAX_BUFFERS)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "init_info.nccl.packed_num_buffers is %" PRIu32
+                         "; between 1 and %u",
+                         *num_buffers, WT_NCCL_MAX_BUFFERS);
+  return NULL;
+}

@@ -59,11 +59,11 @@
  *
  * Registration: a table starts with wt_ops_header {WT_ENGINE_ABI_VERSION,
  * name} and is registered in the worker-engine registry
- * (wt_engine_registry(), built-ins in engine_registry.c, all registered
+ * (wt_engine_registry(), built-ins in backends/builtins_worker.c, all registered
  * directly; a third-party backend lazily, as a shared object exporting the
  * table under a symbol). What is lazy about the built-in GPU backends is
  * their driver libraries: CUDA and NCCL sit in modules (wt/cuda.h,
- * wt/nccl.h) loaded on first use.
+ * wt/nccl_seam.h) loaded on first use.
  */
 #ifndef WT_ENGINE_H
 #define WT_ENGINE_H

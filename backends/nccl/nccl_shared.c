@@ -1,7 +1,7 @@
-/* nccl.c: the nccl backend's logic that needs no GPU
- * (backends/nccl/nccl.h). */
+/* nccl_shared.c: the nccl backend's logic that needs no GPU
+ * (backends/nccl/nccl_shared.h). */
 
-#include "backends/nccl/nccl.h"
+#include "backends/nccl/nccl_shared.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -50,24 +50,6 @@ wt_status *wt_nccl_check_init(const Wt__V1__WeightTransferInitInfo *init,
   if (ranks != NULL) return ranks;
   out->packed = x->packed;
   return wt_nccl_packing(x, &out->buffer_bytes, &out->num_buffers);
-}
-
-wt_status *wt_nccl_packing(const Wt__V1__NcclInitInfo *x,
-                           uint64_t *buffer_bytes, uint32_t *num_buffers) {
-  *buffer_bytes = x && x->packed_buffer_size_bytes
-                      ? x->packed_buffer_size_bytes->value
-                      : WT_NCCL_DEFAULT_BUFFER_BYTES;
-  *num_buffers = x && x->packed_num_buffers ? x->packed_num_buffers->value
-                                            : WT_NCCL_DEFAULT_NUM_BUFFERS;
-  if (*buffer_bytes == 0)
-    return wt_status_new(WT_INVALID_ARGUMENT,
-                         "init_info.nccl.packed_buffer_size_bytes is 0");
-  if (*num_buffers == 0 || *num_buffers > WT_NCCL_MAX_BUFFERS)
-    return wt_status_new(WT_INVALID_ARGUMENT,
-                         "init_info.nccl.packed_num_buffers is %" PRIu32
-                         "; between 1 and %u",
-                         *num_buffers, WT_NCCL_MAX_BUFFERS);
-  return NULL;
 }
 
 /* --- schedule ------------------------------------------------------------- */

@@ -1,6 +1,6 @@
-/* delta_state.c: the trainer engines' delta state (delta_state.h). */
+/* delta_state.c: the trainer engines' delta state (wt/delta_state.h). */
 
-#include "backends/grpc/grpc_trainer_delta.h"
+#include "wt/delta_state.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

@@ -1,6 +1,7 @@
 /* wt/chunk.h: the wire form of the `grpc` backend's data message,
  * PushWeightsChunk{chunk: BucketChunk{bucket, offset, data}}
- * (proto/wt/v1/wt.proto), in one place for both sides.
+ * (proto/wt/v1/wt.proto), in one place for both sides: the trainer's half
+ * (backends/grpc/) writes it, the server's PushWeights handler reads it.
  *
  * The trainer writes each chunk as this framing followed by the data bytes,
  * so that the data goes from the source straight into the message's slice
@@ -21,8 +22,6 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "wt/status.h"
-#include "wt/v1/wt.pb-c.h"
 #include "wt/visibility.h"
 
 #ifdef __cplusplus
@@ -30,26 +29,6 @@ extern "C" {
 #endif
 
 WT_API_BEGIN
-
-/* The `grpc` backend's settings when the init info leaves them unset, and
- * the room a message keeps for a chunk's framing below the receive limit:
- * the same on both sides. */
-#define WT_GRPC_DEFAULT_CHUNK_BYTES (1ull << 20)
-#define WT_GRPC_DEFAULT_BUFFER_BYTES (64ull << 20)
-#define WT_GRPC_CHUNK_FRAMING_BYTES 64u
-
-/* What both halves read of an init info's grpc message. */
-typedef struct wt_grpc_init_settings {
-  uint64_t chunk_bytes;  /* data bytes per PushWeights message */
-  uint64_t buffer_bytes; /* the shared plan's bucket size */
-} wt_grpc_init_settings;
-
-/* Fills *out from `init` (no grpc message: the defaults), the chunk bound
- * by a receive limit of `max_message_bytes` (0: none). INVALID_ARGUMENT
- * naming the field for a 0, or a chunk larger than the limit takes. */
-wt_status *wt_grpc_init_settings_read(const Wt__V1__WeightTransferInitInfo *init,
-                                      uint64_t max_message_bytes,
-                                      wt_grpc_init_settings *out);
 
 /* The longest framing wt_chunk_prefix writes. */
 #define WT_CHUNK_PREFIX_MAX 40

@@ -1,5 +1,5 @@
-/* wt/nccl.h: wt's seam to NCCL (the `nccl` backend's logic is
- * backends/nccl/nccl.h).
+/* wt/nccl_seam.h: wt's seam to NCCL (the `nccl` backend's logic is
+ * backends/nccl/nccl_shared.h).
  *
  * The seam: the few NCCL calls wt makes (unique id, a non-blocking
  * communicator's init, its asynchronous state, abort, destroy, broadcast,
@@ -18,8 +18,8 @@
  * the waiter aborts the communicator (ncclCommAbort, from the thread that
  * owns it, with no other NCCL call in flight): it cannot be used again.
  */
-#ifndef WT_NCCL_H
-#define WT_NCCL_H
+#ifndef WT_NCCL_SEAM_H
+#define WT_NCCL_SEAM_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -100,4 +100,4 @@ WT_API_END
 }
 #endif
 
-#endif /* WT_NCCL_H */
+#endif /* WT_NCCL_SEAM_H */

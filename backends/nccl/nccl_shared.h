@@ -1,5 +1,5 @@
-/* backends/nccl/nccl.h: what both halves of the `nccl` backend agree on,
- * the logic that needs no GPU (NCCL itself is behind wt/nccl.h).
+/* backends/nccl/nccl_shared.h: what both halves of the `nccl` backend agree on,
+ * the logic that needs no GPU (NCCL itself is behind wt/nccl_seam.h).
  *
  * Wire, as vLLM's: the trainer draws the 128-byte ncclUniqueId and sends it
  * in init_info.nccl.nccl_unique_id (vLLM's NCCLWeightTransferInitInfo
@@ -22,8 +22,9 @@
 #include <stdint.h>
 
 #include "wt/cuda.h"
+#include "wt/init_info.h"
 #include "wt/memory.h"
-#include "wt/nccl.h"
+#include "wt/nccl_seam.h"
 #include "wt/packing.h"
 #include "wt/status.h"
 #include "wt/v1/wt.pb-c.h"
@@ -35,11 +36,6 @@ extern "C" {
 
 WT_API_BEGIN
 
-/* vLLM's defaults (DEFAULT_PACKED_BUFFER_SIZE_BYTES, _NUM_BUFFERS). */
-#define WT_NCCL_DEFAULT_BUFFER_BYTES (1ull << 30)
-#define WT_NCCL_DEFAULT_NUM_BUFFERS 2u
-/* At most this many buffers (and streams) in flight. */
-#define WT_NCCL_MAX_BUFFERS 16u
 /* The largest world an init may name: NCCL's bootstrap sizes its tables by
  * the rank count, so a stranger's init may not ask for billions. */
 #define WT_NCCL_MAX_WORLD 65536u
@@ -66,13 +62,6 @@ typedef struct wt_nccl_settings {
  * packed_num_buffers is 0 or above WT_NCCL_MAX_BUFFERS. Fills *out. */
 wt_status *wt_nccl_check_init(const Wt__V1__WeightTransferInitInfo *init,
                               uint32_t nworkers, wt_nccl_settings *out);
-
-/* The packing settings of init_info.nccl (x may be NULL: the defaults),
- * as both sides read them: packed_buffer_size_bytes (unset: 1 GiB; 0
- * refused) and packed_num_buffers (unset: 2; 1 to WT_NCCL_MAX_BUFFERS).
- * INVALID_ARGUMENT naming the field. */
-wt_status *wt_nccl_packing(const Wt__V1__NcclInitInfo *x,
-                           uint64_t *buffer_bytes, uint32_t *num_buffers);
 
 /* The rank of worker `index` of a server: rank_offset + index. */
 static inline int wt_nccl_worker_rank(const wt_nccl_settings *s,

@@ -1,7 +1,7 @@
-/* ucx_common.c: context/worker setup, deadline-bounded progress and request
- * helpers shared by the `ucx` engines (see wt/ucx_common.h). */
+/* ucx_shared.c: context/worker setup, deadline-bounded progress and request
+ * helpers shared by the `ucx` engines (see ucx_shared.h). */
 
-#include "backends/ucx/ucx.h"
+#include "backends/ucx/ucx_shared.h"
 
 #include <errno.h>
 #include <ifaddrs.h>
@@ -610,7 +610,7 @@ wt_status *wt_ucx_route_parse(const unsigned char *buf, size_t len,
   return NULL;
 }
 
-/* ---- delta buckets (wt/ucx_common.h) ---- */
+/* ---- delta buckets (ucx_shared.h) ---- */
 
 uint64_t wt_ucx_delta_bound(uint64_t raw) {
   uint64_t segs = (raw + WT_UCX_DELTA_SEGMENT_BYTES - 1) /

@@ -1,4 +1,4 @@
-/* wt/ucx_common.h: what the `ucx` worker and trainer engines share (built
+/* backends/ucx/ucx_shared.h: what the `ucx` worker and trainer engines share (built
  * only with WT_WITH_UCX).
  *
  * Rendezvous: every worker listens (a ucp_listener on an ephemeral port of
@@ -23,8 +23,8 @@
  * wt_ucx_wait, which sleeps on the worker's event fd between progress calls,
  * ends at a deadline, and returns at once after wt_ucx_cancel.
  */
-#ifndef WT_UCX_COMMON_H
-#define WT_UCX_COMMON_H
+#ifndef WT_UCX_SHARED_H
+#define WT_UCX_SHARED_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -302,4 +302,4 @@ WT_API_END
 }
 #endif
 
-#endif /* WT_UCX_COMMON_H */
+#endif /* WT_UCX_SHARED_H */

@@ -1,6 +1,6 @@
-/* ipc.c: the GPU-free logic of the ipc backend (see wt/ipc.h). */
+/* ipc_shared.c: the GPU-free logic of the ipc backend (see ipc_shared.h). */
 
-#include "backends/ipc/ipc.h"
+#include "backends/ipc/ipc_shared.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -245,10 +245,7 @@ static wt_status *ipc_trainer_init(const wt_trainer_init_args *args,
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "ipc trainer: out of memory");
   atomic_init(&t->cancelled, false);
   t->ctx = args->ctx;
-  t->timeout_ms = init->timeout_ms
-                      ? init->timeout_ms
-                      : (t->ctx ? t->ctx->data_timeout_ms
-                                   : 30 * 60 * 1000);
+  t->timeout_ms = args->data_timeout_ms;
   WT_CHECK(wt_status_prefix(wt_cuda_api_get(&t->api), "ipc trainer"));
   if (t->api->version < 2 || t->api->ipc_export == NULL)
     WT_FAIL(WT_FAILED_PRECONDITION,

@@ -270,7 +270,7 @@ static wt_status *ipc_start_update(wt_engine *e, uint64_t round_id) {
     return NULL;
   }
   /* A failed round's copies must end before this round's bytes land. */
-  wt_status *st = wait_copies(e, e->ctx.timeout_ms, 0, 0);
+  wt_status *st = wait_copies(e, e->ctx.data_timeout_ms, 0, 0);
   if (st != NULL)
     return wt_status_prefix(st,
                             "a failed round's copies are still running; "
@@ -310,7 +310,7 @@ static wt_status *ipc_receive(wt_engine *e, const wt_update *u,
                            u->nbytes[k], e->stream),
         "%s: tensor '%s'", e->where, info->names[k]));
   }
-  WT_CHECK(wait_copies(e, e->ctx.timeout_ms, u->n, u->total_bytes));
+  WT_CHECK(wait_copies(e, e->ctx.data_timeout_ms, u->n, u->total_bytes));
   queued = false;
   for (size_t k = 0; k < u->n; k++)
     wt_param_store_staged(e->ctx.store, u->index[k]);

@@ -85,10 +85,7 @@ static wt_status *nccl_trainer_init(const wt_trainer_init_args *args,
             "leave it empty");
   t->packed = x != NULL && x->packed;
   WT_CHECK(wt_nccl_packing(x, &t->buffer_bytes, &t->num_buffers));
-  t->timeout_ms =
-      init->timeout_ms
-          ? init->timeout_ms
-          : (t->ctx ? t->ctx->data_timeout_ms : 60000);
+  t->timeout_ms = args->data_timeout_ms;
   /* Joining waits for every worker's start, too. */
   t->connect_timeout_ms = t->timeout_ms > 10000 ? t->timeout_ms : 10000;
   /* Rank 0 on the source's GPU, else the calling thread's. */

@@ -98,7 +98,7 @@ static wt_status *nccl_init_transfer(wt_engine *e,
   snprintf(what, sizeof(what), "joining the trainer's communicator (%u ranks)",
            e->set.world_size);
   WT_CHECK(wt_nccl_rank_join(&e->r, e->set.unique_id, e->set.world_size,
-                             e->rank, e->ctx.timeout_ms, what));
+                             e->rank, e->ctx.data_timeout_ms, what));
   WT_LOGI("nccl", "%s: joined (%s)", e->r.where, e->r.nccl->name);
 out:
   return st;
@@ -129,7 +129,7 @@ static wt_status *receive_packed(wt_engine *e, const wt_update *u,
     const wt_bucket *bk = &plan->buckets[b];
     void *stream = e->r.streams[s->buffer];
     if (s->waits)
-      WT_CHECK(wt_nccl_rank_wait(&e->r, stream, e->ctx.timeout_ms,
+      WT_CHECK(wt_nccl_rank_wait(&e->r, stream, e->ctx.data_timeout_ms,
                         "bucket %zu (before bucket %zu reuses its buffer)",
                         s->after, b));
     char *buf = e->r.bufs[s->buffer].base;
@@ -146,7 +146,7 @@ static wt_status *receive_packed(wt_engine *e, const wt_update *u,
     }
   }
   for (uint32_t i = 0; i < e->set.num_buffers; i++)
-    WT_CHECK(wt_nccl_rank_wait(&e->r, e->r.streams[i], e->ctx.timeout_ms,
+    WT_CHECK(wt_nccl_rank_wait(&e->r, e->r.streams[i], e->ctx.data_timeout_ms,
                       "the last buckets (stream %u)", i));
   stats->tensors = u->n;
   stats->bytes = u->total_bytes;
@@ -170,7 +170,7 @@ static wt_status *receive_unpacked(wt_engine *e, const wt_update *u,
         "%s: tensor %zu", e->r.where, k));
     queued += u->nbytes[k];
     if (queued >= chunk_bytes || k + 1 == u->n) {
-      WT_CHECK(wt_nccl_rank_wait(&e->r, e->r.streams[0], e->ctx.timeout_ms,
+      WT_CHECK(wt_nccl_rank_wait(&e->r, e->r.streams[0], e->ctx.data_timeout_ms,
                         "tensors up to %zu of %zu", k + 1, u->n));
       queued = 0;
     }

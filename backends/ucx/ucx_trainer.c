@@ -189,8 +189,7 @@ static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
   if (args->ctx == NULL)
     WT_FAIL(WT_INVALID_ARGUMENT, "ucx trainer: no servers (no context)");
   t->ctx = args->ctx;
-  t->timeout_ms = init->timeout_ms ? (int64_t)init->timeout_ms
-                                   : t->ctx->data_timeout_ms;
+  t->timeout_ms = args->data_timeout_ms;
   wt_ucx_init_settings set;
   WT_CHECK(wt_ucx_init_settings_read(init, &set));
   t->buffer_bytes = set.buffer_bytes;

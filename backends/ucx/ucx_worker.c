@@ -498,7 +498,7 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
   void **fwd_reqs = NULL; /* per bucket, then the route's */
   size_t posted = 0, landed = 0, nhops = 0;
   uint32_t rflags = 0;
-  const int64_t timeout = e->ctx.timeout_ms ? e->ctx.timeout_ms : 60000;
+  const int64_t timeout = e->ctx.data_timeout_ms;
   const int64_t connect_timeout =
       wt_ucx_connect_timeout_ms(e->connect_timeout_ms, timeout);
   if (e->ucx == NULL)

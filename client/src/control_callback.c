@@ -137,7 +137,7 @@ static wt_status *cb_call_start(void *self, size_t k, wt_control_method m,
   c->refs = 2;
   c->deadline = wt_mono_ms() + deadline_ms;
   pthread_mutex_init(&c->mu, NULL);
-  pthread_cond_init(&c->cv, NULL);
+  wt_cond_init_monotonic(&c->cv);
   pthread_mutex_lock(&p->mu);
   p->running++;
   pthread_mutex_unlock(&p->mu);
@@ -171,17 +171,7 @@ static bool cb_call_done(void *self, wt_control_call *c, int64_t wait_ms) {
   pthread_mutex_lock(&c->mu);
   while (!over(c) && wt_mono_ms() < until) {
     int64_t t = until < c->deadline ? until : c->deadline;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t left = t - wt_mono_ms();
-    if (left < 0) left = 0;
-    ts.tv_sec += left / 1000;
-    ts.tv_nsec += (left % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    wt_cond_wait_until(&c->cv, &c->mu, t);
   }
   bool d = over(c);
   pthread_mutex_unlock(&c->mu);

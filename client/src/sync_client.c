@@ -82,8 +82,9 @@ wt_status *wt_sync_client_new_with(wt_control_plane *cp,
       .round_ids = c->round_ids,
       .base_sequences = c->base_sequences,
       .base_digests = c->base_digests,
-      .timeout_ms = opts && opts->timeout_ms > 0 ? opts->timeout_ms
-                                                 : WT_CLIENT_DEFAULT_TIMEOUT_MS,
+      .control_timeout_ms = opts && opts->timeout_ms > 0
+                                ? opts->timeout_ms
+                                : WT_CLIENT_DEFAULT_TIMEOUT_MS,
       .data_timeout_ms = opts && opts->data_timeout_ms > 0
                              ? opts->data_timeout_ms
                              : WT_CLIENT_DEFAULT_DATA_TIMEOUT_MS,
@@ -144,7 +145,7 @@ const wt_trainer_ctx *wt_sync_client_trainer_ctx(const wt_sync_client *c) {
 }
 
 int64_t wt_sync_client_timeout_ms(const wt_sync_client *c) {
-  return c->ctx.timeout_ms;
+  return c->ctx.control_timeout_ms;
 }
 
 int64_t wt_sync_client_data_timeout_ms(const wt_sync_client *c) {
@@ -200,7 +201,7 @@ wt_status *wt_sync_client_server_info(wt_sync_client *c, size_t k,
                               "no such call",
             c->targets[k], c->cp.ops->name);
   WT_CHECK(c->cp.ops->call_start(c->cp.self, k, WT_CONTROL_SERVER_INFO,
-                                 &req.base, c->ctx.timeout_ms, &call));
+                                 &req.base, c->ctx.control_timeout_ms, &call));
   WT_CHECK(c->cp.ops->call_wait(c->cp.self, call, (ProtobufCMessage **)info));
 out:
   return st;
@@ -219,7 +220,7 @@ wt_status *wt_sync_client_world_size(wt_sync_client *c, uint32_t *world_size) {
   for (size_t k = 0; k < c->n && has(c, WT_CONTROL_WORLD_SIZE); k++)
     f.reqs[k] = &req.base;
   WT_CHECK(
-      wt_fan_out(&c->cp, WT_CONTROL_WORLD_SIZE, c->ctx.timeout_ms, &f));
+      wt_fan_out(&c->cp, WT_CONTROL_WORLD_SIZE, c->ctx.control_timeout_ms, &f));
   for (size_t k = 0; k < c->n; k++) {
     uint32_t ws =
         f.resps[k] ? ((Wt__V1__GetWorldSizeResponse *)f.resps[k])->world_size
@@ -434,7 +435,7 @@ static wt_status *abort_rounds(wt_sync_client *c, const char *reason,
     if (has(c, WT_CONTROL_ABORT)) f.reqs[k] = &reqs[k].base;
     c->round_ids[k] = 0;
   }
-  st = wt_fan_out(&c->cp, WT_CONTROL_ABORT, c->ctx.timeout_ms, &f);
+  st = wt_fan_out(&c->cp, WT_CONTROL_ABORT, c->ctx.control_timeout_ms, &f);
 out:
   wt_fan_free(&f);
   free(reqs);
@@ -461,7 +462,7 @@ static wt_status *start_once(wt_sync_client *c, bool *reinit, char *why,
   *reinit = false;
   WT_CHECK(wt_fan_alloc(c->n, &f));
   for (size_t k = 0; k < c->n; k++) f.reqs[k] = &req.base;
-  st = wt_fan_out(&c->cp, WT_CONTROL_START, c->ctx.timeout_ms, &f);
+  st = wt_fan_out(&c->cp, WT_CONTROL_START, c->ctx.control_timeout_ms, &f);
   for (size_t k = 0; k < c->n; k++)
     if (f.errs[k] == NULL && f.resps[k] != NULL) {
       const Wt__V1__StartWeightUpdateResponse *r =
@@ -559,7 +560,7 @@ wt_status *wt_sync_client_finish(wt_sync_client *c,
     reqs[k].round_id = c->round_ids[k];
     f.reqs[k] = &reqs[k].base;
   }
-  st = wt_fan_out(&c->cp, WT_CONTROL_FINISH, c->ctx.timeout_ms, &f);
+  st = wt_fan_out(&c->cp, WT_CONTROL_FINISH, c->ctx.control_timeout_ms, &f);
   for (size_t k = 0; k < c->n; k++)
     if (f.errs[k] == NULL) c->round_ids[k] = 0;
 out:
@@ -678,10 +679,9 @@ static void cancel_trainer(void *arg) {
 }
 
 /* How long a server may take to answer once the trainer sent its last
- * byte: the data deadline. */
+ * byte: the init's data deadline. */
 static int64_t answer_within_ms(const wt_sync_client *c) {
-  return c->init && c->init->timeout_ms ? c->init->timeout_ms
-                                        : c->ctx.data_timeout_ms;
+  return wt_trainer_data_deadline_ms(c->init, &c->ctx);
 }
 
 static wt_status *update_with_calls(wt_sync_client *c, wt_trainer *t,

@@ -111,6 +111,22 @@ void wt_trainer_link_put(wt_trainer_link *l) {
   free(l);
 }
 
+int64_t wt_trainer_data_deadline_ms(const Wt__V1__WeightTransferInitInfo *init,
+                                    const wt_trainer_ctx *ctx) {
+  if (init != NULL && init->timeout_ms != 0) return (int64_t)init->timeout_ms;
+  return ctx != NULL && ctx->data_timeout_ms > 0
+             ? ctx->data_timeout_ms
+             : WT_CLIENT_DEFAULT_DATA_TIMEOUT_MS;
+}
+
+/* args with its data deadline resolved (wt_trainer_init_args). */
+static wt_trainer_init_args resolved(const wt_trainer_init_args *args) {
+  wt_trainer_init_args a = *args;
+  if (a.data_timeout_ms <= 0)
+    a.data_timeout_ms = wt_trainer_data_deadline_ms(a.init_info, a.ctx);
+  return a;
+}
+
 wt_status *wt_trainer_create(const char *name, const wt_trainer_init_args *args,
                              wt_trainer **out) {
   wt_status *st = NULL;
@@ -136,7 +152,8 @@ wt_status *wt_trainer_create(const char *name, const wt_trainer_init_args *args,
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "trainer engine '%s': out of memory", name);
   t->ops = ops;
   t->source = args->source;
-  WT_CHECK(wt_status_prefix(ops->trainer_init(args, &t->self),
+  wt_trainer_init_args a = resolved(args);
+  WT_CHECK(wt_status_prefix(ops->trainer_init(&a, &t->self),
                             "trainer engine '%s'", name));
   *out = t;
   t = NULL;
@@ -160,7 +177,8 @@ void wt_trainer_destroy(wt_trainer *t) {
 wt_status *wt_trainer_reinit(wt_trainer *t, const wt_trainer_init_args *args) {
   if (t->self != NULL) t->ops->destroy(t->self);
   t->self = NULL;
-  return wt_status_prefix(t->ops->trainer_init(args, &t->self),
+  wt_trainer_init_args a = resolved(args);
+  return wt_status_prefix(t->ops->trainer_init(&a, &t->self),
                           "trainer engine '%s'", t->ops->header.name);
 }
 

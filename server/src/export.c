@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "leases.h"
-#include "server_internal.h"
+#include "server_state.h"
 #include "wt/cuda.h"
 #include "wt/frame.h"
 #include "wt/log.h"
@@ -109,7 +109,7 @@ struct wt_export {
 
 static void conn_close(wt_export *e, size_t k, const char *why) {
   export_conn *c = e->conns[k];
-  size_t dropped = wt_leases_drop_consumer(e->srv->leases, c->id);
+  size_t dropped = wt_leases_drop_consumer(e->srv->ex.leases, c->id);
   if (why != NULL) {
     atomic_fetch_add(&e->dropped, 1);
     note(e, "%s: closed: %s%s", c->name, why,
@@ -301,16 +301,16 @@ static acq_result try_acquire(wt_export *e, export_conn *c, uint64_t rid,
   wt_param_store *s = wt_worker_store(srv->workers[worker]);
   bool inplace = wt_param_store_staging(s) == WT_STAGING_INPLACE;
   wt_param_store_read_lock(s);
-  pthread_mutex_lock(&srv->mu);
-  uint64_t seq = srv->sequence;
+  pthread_mutex_lock(&srv->round.mu);
+  uint64_t seq = srv->round.sequence;
   /* committing: the bytes under this read lock may be the next version's
    * while its sequence is not yet counted; and an in-place round writes
    * the very bytes a lease would describe. */
-  bool busy = srv->committing || (inplace && (srv->round_id != 0 ||
+  bool busy = srv->round.committing || (inplace && (srv->round.round_id != 0 ||
                                               !wt_param_store_complete(s)));
-  bool committing = srv->committing;
+  bool committing = srv->round.committing;
   if (busy || seq == 0 || seq <= after) {
-    pthread_mutex_unlock(&srv->mu);
+    pthread_mutex_unlock(&srv->round.mu);
     wt_param_store_read_unlock(s);
     if (may_wait) return ACQ_WAIT;
     if (busy && !committing)
@@ -328,7 +328,7 @@ static acq_result try_acquire(wt_export *e, export_conn *c, uint64_t rid,
     return answer_error(c, rid, WT_FAILED_PRECONDITION, msg) ? ACQ_DONE
                                                               : ACQ_CLOSE;
   }
-  const wt_version_entry *v = &srv->history[seq % WT_VERSION_HISTORY];
+  const wt_version_entry *v = &srv->round.history[seq % WT_VERSION_HISTORY];
   char version[256];
   snprintf(version, sizeof(version), "%s", v->version ? v->version : "");
   int64_t committed_ms = v->committed_unix_ms;
@@ -340,9 +340,9 @@ static acq_result try_acquire(wt_export *e, export_conn *c, uint64_t rid,
                        "(sequence %" PRIu64 ")",
                        want, version, seq);
   else /* under mu, where a round checks for leases before it begins */
-    st = wt_leases_take(srv->leases, c->id, c->pid, c->uid, seq, version,
+    st = wt_leases_take(srv->ex.leases, c->id, c->pid, c->uid, seq, version,
                         &lease);
-  pthread_mutex_unlock(&srv->mu);
+  pthread_mutex_unlock(&srv->round.mu);
   if (st != NULL) {
     wt_param_store_read_unlock(s);
     return answer_status(c, rid, st) ? ACQ_DONE : ACQ_CLOSE;
@@ -379,7 +379,7 @@ static acq_result try_acquire(wt_export *e, export_conn *c, uint64_t rid,
     wt_param_store_read_unlock(s);
     free(ts);
     free(tp);
-    wt_status_free(wt_leases_drop(srv->leases, c->id, lease));
+    wt_status_free(wt_leases_drop(srv->ex.leases, c->id, lease));
     return answer_error(c, rid, WT_RESOURCE_EXHAUSTED, "out of memory")
                ? ACQ_DONE
                : ACQ_CLOSE;
@@ -456,7 +456,7 @@ static bool handle(wt_export *e, export_conn *c, const uint8_t *body,
     ok = ok && r != ACQ_CLOSE;
   } else if (req->op_case == WT__V1__EXPORT_REQUEST__OP_RELEASE) {
     wt_status *st =
-        wt_leases_drop(e->srv->leases, c->id, req->release->lease_id);
+        wt_leases_drop(e->srv->ex.leases, c->id, req->release->lease_id);
     if (st != NULL) {
       ok = answer_status(c, req->request_id, st);
     } else {
@@ -567,7 +567,7 @@ static void *export_main(void *arg) {
               "deadline)";
       } else if (!c->waiting && c->out == NULL &&
                  now - c->active_ms > e->idle_ms &&
-                 wt_leases_held_by(e->srv->leases, c->id) == 0) {
+                 wt_leases_held_by(e->srv->ex.leases, c->id) == 0) {
         keep = false;
         why = "it held no lease and asked nothing for the idle limit";
       } else if (c->waiting) {

@@ -1,6 +1,6 @@
 /* hash_pool.c: the threads that hash for readers (ChecksumWeights), below
  * every other thread of the server when the CPU is short (see
- * server_internal.h). A handler hands over one part at a time and waits:
+ * server_state.h). A handler hands over one part at a time and waits:
  * parts of different callers interleave in arrival order, and the reader
  * calls that hash nothing (GetServerInfo, GetWeightVersion, ...) keep
  * their handler threads' normal priority. */
@@ -13,7 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "server_internal.h"
+#include "server_state.h"
 #include "wt/log.h"
 
 typedef struct hash_job {

@@ -41,11 +41,7 @@ wt_status *wt_leases_new(const wt_lease_limits *limits, wt_leases **out) {
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "leases: out of memory");
   }
   pthread_mutex_init(&t->mu, NULL);
-  pthread_condattr_t a;
-  pthread_condattr_init(&a);
-  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-  pthread_cond_init(&t->cv, &a);
-  pthread_condattr_destroy(&a);
+  wt_cond_init_monotonic(&t->cv);
   *out = t;
   return NULL;
 }
@@ -193,12 +189,7 @@ wt_status *wt_leases_wait_free(wt_leases *t, uint64_t below,
       break;
     }
     int64_t step = deadline_ms - now < POLL_MS ? deadline_ms - now : POLL_MS;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_nsec += (long)(step % 1000) * 1000000L;
-    ts.tv_sec += step / 1000 + ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
-    pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+    wt_cond_wait_until(&t->cv, &t->mu, now + step);
   }
   t->writer_below = 0;
   pthread_cond_broadcast(&t->cv);

@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "leases.h"
-#include "server_internal.h"
+#include "server_state.h"
 #include "wt/clock.h"
 #include "wt/log.h"
 
@@ -57,7 +57,7 @@ const char *wt_srv_cause_name(wt_srv_cause cause) {
 }
 
 void wt_srv_round_began_locked(wt_server *srv) {
-  wt_srv_round_metrics *m = &srv->rounds;
+  wt_srv_round_metrics *m = &srv->metrics.rounds;
   m->started_ms = wt_mono_ms();
   m->started_unix_ms = wt_unix_ms();
   if (m->base_bytes == NULL)
@@ -72,8 +72,8 @@ void wt_srv_round_began_locked(wt_server *srv) {
 
 uint64_t wt_srv_round_bytes_locked(wt_server *srv, uint32_t i,
                                    uint64_t received_now) {
-  const wt_srv_round_metrics *m = &srv->rounds;
-  if (srv->round_id == 0 || m->base_bytes == NULL || i >= srv->nworkers ||
+  const wt_srv_round_metrics *m = &srv->metrics.rounds;
+  if (srv->round.round_id == 0 || m->base_bytes == NULL || i >= srv->nworkers ||
       received_now < m->base_bytes[i])
     return 0;
   return received_now - m->base_bytes[i];
@@ -82,7 +82,7 @@ uint64_t wt_srv_round_bytes_locked(wt_server *srv, uint32_t i,
 void wt_srv_round_ended_locked(wt_server *srv, bool committed,
                                wt_srv_cause cause, const char *version,
                                uint64_t seq) {
-  wt_srv_round_metrics *m = &srv->rounds;
+  wt_srv_round_metrics *m = &srv->metrics.rounds;
   int64_t took_ms = wt_mono_ms() - m->started_ms;
   if (committed) {
     double s = took_ms > 0 ? (double)took_ms / 1000.0 : 0.0;
@@ -115,8 +115,8 @@ void wt_srv_round_ended_locked(wt_server *srv, bool committed,
 }
 
 void wt_srv_rounds_free(wt_server *srv) {
-  for (size_t i = 0; i < WT_RECENT_ROUNDS; i++) free(srv->rounds.recent[i].version);
-  free(srv->rounds.base_bytes);
+  for (size_t i = 0; i < WT_RECENT_ROUNDS; i++) free(srv->metrics.rounds.recent[i].version);
+  free(srv->metrics.rounds.base_bytes);
 }
 
 /* ---- the exposition ------------------------------------------------------ */
@@ -163,24 +163,24 @@ static long proc_open_fds(void) {
 
 static void render(wt_server *srv, FILE *f) {
   /* Rounds and versions: one look under mu. */
-  pthread_mutex_lock(&srv->mu);
-  wt_srv_round_metrics r = srv->rounds;
-  uint64_t seq = srv->sequence;
-  int64_t committed_ms = seq ? srv->history[seq % WT_VERSION_HISTORY]
+  pthread_mutex_lock(&srv->round.mu);
+  wt_srv_round_metrics r = srv->metrics.rounds;
+  uint64_t seq = srv->round.sequence;
+  int64_t committed_ms = seq ? srv->round.history[seq % WT_VERSION_HISTORY]
                                    .committed_unix_ms
                              : 0;
-  bool open = srv->round_id != 0;
+  bool open = srv->round.round_id != 0;
   char backend[64];
-  snprintf(backend, sizeof(backend), "%s", srv->backend);
-  pthread_mutex_unlock(&srv->mu);
+  snprintf(backend, sizeof(backend), "%s", srv->round.backend);
+  pthread_mutex_unlock(&srv->round.mu);
 
   head(f, "wt_server_info", "gauge",
        "The server: its model, backend (empty before an init) and auth.");
   fputs("wt_server_info{model=\"", f);
-  put_label(f, srv->model_name);
+  put_label(f, srv->config.model_name);
   fputs("\",backend=\"", f);
   put_label(f, backend);
-  fprintf(f, "\",auth=\"%s\",workers=\"%u\"} 1\n", srv->auth, srv->nworkers);
+  fprintf(f, "\",auth=\"%s\",workers=\"%u\"} 1\n", srv->auth.mode, srv->nworkers);
 
   uint64_t failed = 0;
   for (int c = 0; c < WT_CAUSE_COUNT; c++) failed += r.failed[c];
@@ -270,15 +270,15 @@ static void render(wt_server *srv, FILE *f) {
               : k == 1 ? (uint64_t)load[c].queued
                        : load[c].refused);
   }
-  pthread_mutex_lock(&srv->watch_mu);
-  size_t watchers = srv->nwatchers;
-  pthread_mutex_unlock(&srv->watch_mu);
+  pthread_mutex_lock(&srv->watch.mu);
+  size_t watchers = srv->watch.n;
+  pthread_mutex_unlock(&srv->watch.mu);
   one(f, "wt_watch_streams", "gauge", "Open WatchWeightVersion streams.",
       (double)watchers);
-  if (srv->leases != NULL)
+  if (srv->ex.leases != NULL)
     one(f, "wt_export_leases", "gauge",
         "Leases consumers of the export hold now.",
-        (double)wt_leases_list(srv->leases, NULL, 0));
+        (double)wt_leases_list(srv->ex.leases, NULL, 0));
 
   /* Trust and connections. */
   wt_rpc_auth_counts ac = {0};
@@ -318,7 +318,7 @@ static void render(wt_server *srv, FILE *f) {
       (double)proc_open_fds());
   one(f, "process_start_time_seconds", "gauge",
       "When the server started (Unix time).",
-      (double)srv->started_unix_ms / 1000.0);
+      (double)srv->config.started_unix_ms / 1000.0);
 }
 
 wt_status *wt_server_metrics_text(wt_server *srv, char **text, size_t *len) {

@@ -1,5 +1,5 @@
 /* push.c: a PushWeights stream's path into the workers (see
- * server_internal.h).
+ * server_state.h).
  *
  * The thread that reads the stream hands each chunk to every worker's
  * thread (a PUSH_CHUNK op per worker, referring to the received bytes) and
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server_internal.h"
+#include "server_state.h"
 #include "wt/chunk.h"
 #include "wt/log.h"
 
@@ -93,7 +93,7 @@ static void format_bytes(uint64_t n, char *buf, size_t size) {
 /* Under mu: fails the round of push `p` (if it is still open) for `why`. */
 static void fail_round_locked(wt_server *srv, const wt_srv_push *p,
                               const char *why) {
-  if (srv->round_id != p->round_id) return;
+  if (srv->round.round_id != p->round_id) return;
   char sent[32], total[32], reason[1024];
   format_bytes(p->bytes, sent, sizeof(sent));
   format_bytes(p->total_bytes, total, sizeof(total));
@@ -133,7 +133,7 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
   pthread_cond_init(&p->cv, NULL);
   p->srv = srv;
   snprintf(p->peer, sizeof(p->peer), "%s", call ? wt_rpc_call_peer(call) : "?");
-  pthread_mutex_lock(&srv->mu);
+  pthread_mutex_lock(&srv->round.mu);
   locked = true;
   WT_CHECK(wt_srv_need_round_locked(srv, "PushWeights", round_id));
   WT_CHECK(wt_srv_need_idle_locked(srv, "PushWeights"));
@@ -147,33 +147,33 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
         eops != NULL && eops->push_delta != NULL));
   }
   /* From here on the push is the round's: its failure fails the round. */
-  p->round_id = srv->round_id;
+  p->round_id = srv->round.round_id;
   if (eops == NULL || eops->push_chunk == NULL)
     WT_FAIL(WT_FAILED_PRECONDITION,
             "PushWeights: backend '%s' does not take PushWeights; its data "
             "moves through UpdateWeights",
-            srv->backend);
+            srv->round.backend);
   WT_CHECK(wt_srv_resolve_update(srv, info, &r));
   r.u.packed_buffer_bytes = packed_buffer_bytes;
   r.u.delta = delta_base != NULL;
   p->total_bytes = r.u.total_bytes;
   p->resolved = true;
-  p->push_id = ++srv->next_push_id;
-  srv->push_id = p->push_id;
-  srv->push_call = call;
-  srv->busy = "PushWeights";
+  p->push_id = ++srv->round.next_push_id;
+  srv->round.push_id = p->push_id;
+  srv->round.push_call = call;
+  srv->round.busy = "PushWeights";
   wt_srv_touch(srv);
   wt_worker_op proto = {.kind = WT_WORKER_OP_PUSH_BEGIN,
                         .round_id = p->round_id,
                         .push_id = p->push_id,
                         .update = &r.u};
   st = wt_srv_submit_all(srv, ops, &proto);
-  pthread_mutex_unlock(&srv->mu);
+  pthread_mutex_unlock(&srv->round.mu);
   locked = false;
   if (st == NULL) st = wt_srv_wait_all(srv, ops);
-  pthread_mutex_lock(&srv->mu);
+  pthread_mutex_lock(&srv->round.mu);
   locked = true;
-  if (srv->push_id != p->push_id) {
+  if (srv->round.push_id != p->push_id) {
     wt_status_free(st);
     st = wt_srv_aborted_error(srv, "PushWeights", p->round_id);
     goto out;
@@ -182,12 +182,12 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
     /* The workers where it began end it (the others ignore the end). */
     wt_worker_op end = {.kind = WT_WORKER_OP_PUSH_END, .push_id = p->push_id};
     wt_status *submitted = wt_srv_submit_all(srv, ops, &end);
-    srv->push_id = 0;
-    srv->push_call = NULL;
-    srv->busy = NULL;
+    srv->round.push_id = 0;
+    srv->round.push_call = NULL;
+    srv->round.busy = NULL;
     fail_round_locked(srv, p, wt_status_message(st));
-    pthread_cond_broadcast(&srv->cv);
-    pthread_mutex_unlock(&srv->mu);
+    pthread_cond_broadcast(&srv->round.cv);
+    pthread_mutex_unlock(&srv->round.mu);
     locked = false;
     if (submitted == NULL)
       wt_status_free(wt_srv_wait_all(srv, ops));
@@ -205,7 +205,7 @@ out:
   /* A header that does not fit the model fails the round it names. */
   if (st != NULL && locked && p != NULL && p->round_id != 0)
     fail_round_locked(srv, p, wt_status_message(st));
-  if (locked) pthread_mutex_unlock(&srv->mu);
+  if (locked) pthread_mutex_unlock(&srv->round.mu);
   wt_srv_resolved_clear(&r);
   if (p != NULL) push_free(p);
   free(ops);
@@ -292,10 +292,10 @@ wt_status *wt_srv_push_delta(wt_srv_push *p, uint32_t bucket, uint64_t offset,
 }
 
 void wt_srv_committed(wt_server *srv, uint64_t *sequence, uint64_t *digest) {
-  pthread_mutex_lock(&srv->mu);
-  *sequence = srv->sequence;
-  *digest = srv->committed_digest;
-  pthread_mutex_unlock(&srv->mu);
+  pthread_mutex_lock(&srv->round.mu);
+  *sequence = srv->round.sequence;
+  *digest = srv->round.committed_digest;
+  pthread_mutex_unlock(&srv->round.mu);
 }
 
 wt_status *wt_srv_push_end(wt_srv_push *p, const wt_status *cause,
@@ -306,51 +306,51 @@ wt_status *wt_srv_push_end(wt_srv_push *p, const wt_status *cause,
   pthread_mutex_lock(&p->mu);
   while (p->in_flight > 0) pthread_cond_wait(&p->cv, &p->mu);
   pthread_mutex_unlock(&p->mu);
-  pthread_mutex_lock(&srv->mu);
-  if (srv->push_id != p->push_id) {
+  pthread_mutex_lock(&srv->round.mu);
+  if (srv->round.push_id != p->push_id) {
     /* Aborted under the push: the workers dropped it with the round. */
     if (cause == NULL)
       st = wt_srv_aborted_error(srv, "PushWeights", p->round_id);
-    pthread_mutex_unlock(&srv->mu);
+    pthread_mutex_unlock(&srv->round.mu);
     goto out;
   }
   if (ops == NULL) {
     st = wt_status_new(WT_RESOURCE_EXHAUSTED, "PushWeights: out of memory");
-    srv->push_id = 0;
-    srv->push_call = NULL;
-    srv->busy = NULL;
+    srv->round.push_id = 0;
+    srv->round.push_call = NULL;
+    srv->round.busy = NULL;
     fail_round_locked(srv, p, wt_status_message(st));
-    pthread_mutex_unlock(&srv->mu);
+    pthread_mutex_unlock(&srv->round.mu);
     goto out;
   }
   wt_worker_op end = {.kind = WT_WORKER_OP_PUSH_END,
                       .push_id = p->push_id,
                       .stream_ended = cause == NULL};
   st = wt_srv_submit_all(srv, ops, &end);
-  pthread_mutex_unlock(&srv->mu);
+  pthread_mutex_unlock(&srv->round.mu);
   if (st == NULL) st = wt_srv_wait_all(srv, ops);
   if (stats != NULL) *stats = ops[0].stats;
-  pthread_mutex_lock(&srv->mu);
-  if (srv->push_id == p->push_id) {
-    srv->push_id = 0;
-    srv->push_call = NULL;
-    srv->busy = NULL;
+  pthread_mutex_lock(&srv->round.mu);
+  if (srv->round.push_id == p->push_id) {
+    srv->round.push_id = 0;
+    srv->round.push_call = NULL;
+    srv->round.busy = NULL;
   }
   /* The first cause explains the rest: a worker's error, then what ended
    * the stream, then what the end found missing. */
   const wt_status *why = p->error ? p->error : cause ? cause : st;
   if (why != NULL) fail_round_locked(srv, p, wt_status_message(why));
-  if (why == NULL && srv->round_id == p->round_id) {
+  if (why == NULL && srv->round.round_id == p->round_id) {
     /* The version this round makes has a digest when its one update was
      * this push and it covered the store on every worker alike. */
     uint64_t d = ops[0].stats.digest;
     for (uint32_t i = 1; i < srv->nworkers; i++)
       if (ops[i].stats.digest != d) d = 0;
-    srv->round_digest = ++srv->round_updates == 1 ? d : 0;
+    srv->round.round_digest = ++srv->round.round_updates == 1 ? d : 0;
   }
   wt_srv_touch(srv);
-  pthread_cond_broadcast(&srv->cv);
-  pthread_mutex_unlock(&srv->mu);
+  pthread_cond_broadcast(&srv->round.cv);
+  pthread_mutex_unlock(&srv->round.mu);
 out:
   if (p->error != NULL) {
     wt_status_free(st);

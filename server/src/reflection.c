@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "grpc/reflection/v1/reflection.pb-c.h"
-#include "server_internal.h"
+#include "server_state.h"
 #include "wt/log.h"
 #include "wt/pb.h"
 

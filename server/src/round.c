@@ -1,5 +1,5 @@
 /* round.c: the round state machine across a server's workers: init, start,
- * update, finish, abort (see server_internal.h for the locking).
+ * update, finish, abort (see server_state.h for the locking).
  *
  * Every call checks and changes the server's state under mu, submits its
  * ops to every worker there (so every worker sees the same ops in the same
@@ -16,7 +16,7 @@
 #include <time.h>
 
 #include "leases.h"
-#include "server_internal.h"
+#include "server_state.h"
 #include "wt/init_info.h"
 #include "wt/log.h"
 #include "wt/secure.h"
@@ -28,7 +28,7 @@ void wt_srv_log_round(uint64_t round_id) {
 }
 
 void wt_srv_touch(wt_server *srv) {
-  atomic_store(&srv->last_activity_ms, wt_mono_ms());
+  atomic_store(&srv->round.last_activity_ms, wt_mono_ms());
 }
 
 /* The first worker that needs a new init, or -1. */
@@ -41,9 +41,9 @@ static long needs_init_worker(const wt_server *srv, wt_worker_status *ws) {
 }
 
 const char *wt_srv_state_locked(const wt_server *srv) {
-  if (srv->initializing) return "initializing";
-  if (!srv->initialized) return "uninitialized";
-  if (srv->round_id != 0) return "updating";
+  if (srv->round.initializing) return "initializing";
+  if (!srv->round.initialized) return "uninitialized";
+  if (srv->round.round_id != 0) return "updating";
   wt_worker_status ws;
   if (needs_init_worker(srv, &ws) >= 0) return "needs_init";
   return "ready";
@@ -92,23 +92,23 @@ wt_status *wt_srv_run_all(wt_server *srv, wt_worker_op *ops,
 static wt_status *run_all_unlocked(wt_server *srv, wt_worker_op *ops,
                                    const wt_worker_op *proto) {
   wt_status *st = wt_srv_submit_all(srv, ops, proto);
-  pthread_mutex_unlock(&srv->mu);
+  pthread_mutex_unlock(&srv->round.mu);
   if (st == NULL) st = wt_srv_wait_all(srv, ops);
-  pthread_mutex_lock(&srv->mu);
+  pthread_mutex_lock(&srv->round.mu);
   return st;
 }
 
 /* Under mu: one op of round proto->round_id on every worker (see
  * run_all_unlocked), counted as an engine call. A round that ended
  * meanwhile (aborted, timed out) is `call`'s error, whatever the op said;
- * then srv->round_id differs from the op's. */
+ * then srv->round.round_id differs from the op's. */
 static wt_status *run_round_op(wt_server *srv, wt_worker_op *ops,
                                const wt_worker_op *proto, const char *call) {
-  srv->engine_calls++;
+  srv->round.engine_calls++;
   wt_status *st = run_all_unlocked(srv, ops, proto);
-  srv->engine_calls--;
+  srv->round.engine_calls--;
   wt_srv_touch(srv);
-  if (srv->round_id != proto->round_id) {
+  if (srv->round.round_id != proto->round_id) {
     wt_status_free(st);
     st = wt_srv_aborted_error(srv, call, proto->round_id);
   }
@@ -155,15 +155,15 @@ void wt_srv_submit_detached(wt_server *srv, wt_worker_op_kind kind,
 /* --- preconditions (under mu) --------------------------------------------- */
 
 static wt_status *need_init_locked(const wt_server *srv, const char *call) {
-  if (srv->stopping)
+  if (srv->round.stopping)
     return wt_status_new(WT_UNAVAILABLE, "%s: the server is shutting down",
                          call);
-  if (srv->initializing)
+  if (srv->round.initializing)
     return wt_status_new(WT_FAILED_PRECONDITION,
                          "%s: InitWeightTransferEngine is still running "
                          "(state: initializing)",
                          call);
-  if (!srv->initialized)
+  if (!srv->round.initialized)
     return wt_status_new(WT_FAILED_PRECONDITION,
                          "%s: no weight-transfer engine is initialized "
                          "(state: uninitialized); call "
@@ -183,13 +183,13 @@ wt_status *wt_srv_need_round_locked(const wt_server *srv, const char *call,
                          "current round: only the trainer that started a "
                          "round may drive it)",
                          call);
-  if (srv->round_id == 0) {
-    if (round_id == srv->aborted_round)
+  if (srv->round.round_id == 0) {
+    if (round_id == srv->round.aborted_round)
       return wt_status_new(WT_FAILED_PRECONDITION,
                            "%s: round %" PRIu64
                            " was aborted (%s); no round is in progress "
                            "(state: ready)",
-                           call, round_id, srv->abort_reason);
+                           call, round_id, srv->round.abort_reason);
     return wt_status_new(WT_FAILED_PRECONDITION,
                          "%s: no round is in progress (state: ready); call "
                          "StartWeightUpdate first",
@@ -197,7 +197,7 @@ wt_status *wt_srv_need_round_locked(const wt_server *srv, const char *call,
   }
   /* The current id is said only to the caller of StartWeightUpdate: a
    * caller with another id learns nothing of it. */
-  if (round_id != srv->round_id)
+  if (round_id != srv->round.round_id)
     return wt_status_new(WT_FAILED_PRECONDITION,
                          "%s: round_id %" PRIu64
                          " is not the current round (state: updating)",
@@ -206,21 +206,21 @@ wt_status *wt_srv_need_round_locked(const wt_server *srv, const char *call,
 }
 
 wt_status *wt_srv_need_idle_locked(const wt_server *srv, const char *call) {
-  if (srv->busy == NULL) return NULL;
+  if (srv->round.busy == NULL) return NULL;
   return wt_status_new(WT_FAILED_PRECONDITION,
                        "%s: %s is still running in the current round "
                        "(state: updating); wait for it to end",
-                       call, srv->busy);
+                       call, srv->round.busy);
 }
 
 wt_status *wt_srv_aborted_error(const wt_server *srv, const char *call,
                                 uint64_t round) {
-  if (srv->stopping)
+  if (srv->round.stopping)
     return wt_status_new(WT_UNAVAILABLE, "%s: the server is shutting down",
                          call);
-  if (round == srv->aborted_round && srv->abort_reason != NULL)
+  if (round == srv->round.aborted_round && srv->round.abort_reason != NULL)
     return wt_status_new(WT_ABORTED, "%s: round %" PRIu64 " was aborted: %s",
-                         call, round, srv->abort_reason);
+                         call, round, srv->round.abort_reason);
   return wt_status_new(WT_ABORTED, "%s: round %" PRIu64 " is no longer open",
                        call, round);
 }
@@ -229,35 +229,35 @@ wt_status *wt_srv_aborted_error(const wt_server *srv, const char *call,
 
 bool wt_srv_abort_round_locked(wt_server *srv, wt_srv_cause cause,
                                const char *reason) {
-  if (srv->round_id == 0 || srv->committing) return false;
-  uint64_t id = srv->round_id;
+  if (srv->round.round_id == 0 || srv->round.committing) return false;
+  uint64_t id = srv->round.round_id;
   wt_srv_round_ended_locked(srv, false, cause, NULL, 0);
   /* In place, the live bytes may be part written: no base for a delta. */
-  if (srv->staging == WT_STAGING_INPLACE) srv->committed_digest = 0;
+  if (srv->config.staging == WT_STAGING_INPLACE) srv->round.committed_digest = 0;
   char *why = strdup(reason ? reason : "aborted");
   /* A caller's words, later quoted in errors, GetServerInfo and logs: no
    * control byte (a newline forging a log line, a terminal escape). */
   for (char *p = why; p && *p; p++)
     if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
-  free(srv->abort_reason);
-  srv->abort_reason = why;
-  srv->aborted_round = id;
-  if (srv->push_call != NULL) {
+  free(srv->round.abort_reason);
+  srv->round.abort_reason = why;
+  srv->round.aborted_round = id;
+  if (srv->round.push_call != NULL) {
     /* Its handler may be blocked reading a client gone quiet. */
     char msg[512];
     snprintf(msg, sizeof(msg), "PushWeights: round %" PRIu64 " was aborted: %s",
              id, why ? why : "(out of memory)");
-    wt_rpc_call_cancel(srv->push_call, WT_ABORTED, msg);
-    srv->push_call = NULL;
+    wt_rpc_call_cancel(srv->round.push_call, WT_ABORTED, msg);
+    srv->round.push_call = NULL;
   }
-  srv->push_id = 0;
-  srv->busy = NULL;
-  srv->round_id = 0;
+  srv->round.push_id = 0;
+  srv->round.busy = NULL;
+  srv->round.round_id = 0;
   /* Blocked engine calls return at once; the ABORT ops run after them. */
   for (uint32_t i = 0; i < srv->nworkers; i++)
     wt_worker_cancel(srv->workers[i]);
   wt_srv_submit_detached(srv, WT_WORKER_OP_ABORT, id, why);
-  pthread_cond_broadcast(&srv->cv);
+  pthread_cond_broadcast(&srv->round.cv);
   WT_LOGW("server", "round %" PRIu64 " aborted: %s", id,
           why ? why : "(out of memory)");
   return true;
@@ -268,15 +268,15 @@ wt_status *wt_srv_abort(wt_server *srv, uint64_t round_id, const char *reason,
   wt_status *st = NULL;
   *aborted = false;
   wt_srv_log_round(round_id);
-  pthread_mutex_lock(&srv->mu);
+  pthread_mutex_lock(&srv->round.mu);
   WT_CHECK(need_init_locked(srv, "AbortWeightUpdate"));
   /* The round already failed (a trainer aborts what failed under it): it
    * is over, which is what the caller asks for. */
-  if (round_id != 0 && round_id != srv->round_id &&
-      round_id == srv->aborted_round)
+  if (round_id != 0 && round_id != srv->round.round_id &&
+      round_id == srv->round.aborted_round)
     goto out;
   WT_CHECK(wt_srv_need_round_locked(srv, "AbortWeightUpdate", round_id));
-  if (srv->committing)
+  if (srv->round.committing)
     WT_FAIL(WT_FAILED_PRECONDITION,
             "AbortWeightUpdate: the round is being committed by "
             "FinishWeightUpdate and can no longer be aborted");
@@ -285,7 +285,7 @@ wt_status *wt_srv_abort(wt_server *srv, uint64_t round_id, const char *reason,
            reason && *reason ? ": " : "", reason ? reason : "");
   *aborted = wt_srv_abort_round_locked(srv, WT_CAUSE_TRAINER_ABORT, why);
 out:
-  pthread_mutex_unlock(&srv->mu);
+  pthread_mutex_unlock(&srv->round.mu);
   return st;
 }
 
@@ -303,7 +303,7 @@ wt_status *wt_srv_init_engine(wt_server *srv,
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "InitWeightTransferEngine: out of memory");
   st = wt_init_info_backend(init, &backend);
   if (st != NULL) {
-    wt_status *e = wt_engine_names(srv->engines, &names);
+    wt_status *e = wt_engine_names(srv->config.engines, &names);
     if (e != NULL) names = NULL;
     wt_status_free(e);
     wt_status *named =
@@ -315,49 +315,49 @@ wt_status *wt_srv_init_engine(wt_server *srv,
   }
   /* An unknown backend is refused before the current engine is touched. */
   const wt_engine_ops *eops = NULL;
-  WT_CHECK(wt_engine_lookup(srv->engines, backend, &eops));
-  if (strlen(backend) >= sizeof(srv->backend))
+  WT_CHECK(wt_engine_lookup(srv->config.engines, backend, &eops));
+  if (strlen(backend) >= sizeof(srv->round.backend))
     WT_FAIL(WT_INVALID_ARGUMENT, "init_info.backend '%.64s...' is too long",
             backend);
   /* The trainer's world must hold this server's workers. */
   WT_CHECK(wt_init_info_check_ranks(init, srv->nworkers));
 
-  pthread_mutex_lock(&srv->mu);
+  pthread_mutex_lock(&srv->round.mu);
   locked = true;
-  if (srv->stopping)
+  if (srv->round.stopping)
     WT_FAIL(WT_UNAVAILABLE,
             "InitWeightTransferEngine: the server is shutting down");
-  if (srv->initializing)
+  if (srv->round.initializing)
     WT_FAIL(WT_FAILED_PRECONDITION,
             "InitWeightTransferEngine: another InitWeightTransferEngine is "
             "running (state: initializing)");
-  if (srv->committing)
+  if (srv->round.committing)
     WT_FAIL(WT_FAILED_PRECONDITION,
             "InitWeightTransferEngine: FinishWeightUpdate is committing the "
             "current round; try again when it returns");
-  if (srv->round_id != 0)
+  if (srv->round.round_id != 0)
     wt_srv_abort_round_locked(srv, WT_CAUSE_REINIT,
                               "replaced by a new InitWeightTransferEngine");
-  srv->initializing = true;
-  srv->initialized = false;
-  srv->backend[0] = '\0';
-  srv->engine_calls++;
+  srv->round.initializing = true;
+  srv->round.initialized = false;
+  srv->round.backend[0] = '\0';
+  srv->round.engine_calls++;
   marked = true;
   Wt__V1__WeightTransferInitInfo named = *init;
   named.backend = (char *)backend;
   wt_worker_op proto = {
       .kind = WT_WORKER_OP_INIT, .init = &named, .endpoint = endpoints};
   st = run_all_unlocked(srv, ops, &proto);
-  srv->initializing = false;
-  srv->engine_calls--;
-  if (st == NULL && srv->stopping)
+  srv->round.initializing = false;
+  srv->round.engine_calls--;
+  if (st == NULL && srv->round.stopping)
     st = wt_status_new(WT_UNAVAILABLE,
                        "InitWeightTransferEngine: the server is shutting down");
   if (st == NULL) {
-    srv->initialized = true;
-    snprintf(srv->backend, sizeof(srv->backend), "%s", backend);
-    srv->data_timeout_ms =
-        init->timeout_ms ? init->timeout_ms : srv->engine_timeout_ms;
+    srv->round.initialized = true;
+    snprintf(srv->round.backend, sizeof(srv->round.backend), "%s", backend);
+    srv->round.data_timeout_ms =
+        init->timeout_ms ? init->timeout_ms : srv->config.data_timeout_ms;
     WT_LOGI("server", "backend '%s' initialized on %u worker(s)", backend,
             srv->nworkers);
   } else {
@@ -365,8 +365,8 @@ wt_status *wt_srv_init_engine(wt_server *srv,
     wt_srv_submit_detached(srv, WT_WORKER_OP_RELEASE, 0, NULL);
   }
 out:
-  if (marked) pthread_cond_broadcast(&srv->cv);
-  if (locked) pthread_mutex_unlock(&srv->mu);
+  if (marked) pthread_cond_broadcast(&srv->round.cv);
+  if (locked) pthread_mutex_unlock(&srv->round.mu);
   free(names);
   free(ops);
   return st;
@@ -376,9 +376,9 @@ out:
 
 static bool server_stopping(void *arg) {
   wt_server *srv = arg;
-  pthread_mutex_lock(&srv->mu);
-  bool stop = srv->stopping;
-  pthread_mutex_unlock(&srv->mu);
+  pthread_mutex_lock(&srv->round.mu);
+  bool stop = srv->round.stopping;
+  pthread_mutex_unlock(&srv->round.mu);
   return stop;
 }
 
@@ -388,7 +388,7 @@ static bool server_stopping(void *arg) {
 static uint64_t leases_below_locked(const wt_server *srv) {
   wt_param_store *s = wt_worker_store(srv->workers[0]);
   return wt_param_store_staging(s) == WT_STAGING_INPLACE ? UINT64_MAX
-                                                         : srv->sequence;
+                                                         : srv->round.sequence;
 }
 
 wt_status *wt_srv_start(wt_server *srv, uint64_t *round_id) {
@@ -397,30 +397,30 @@ wt_status *wt_srv_start(wt_server *srv, uint64_t *round_id) {
   if (ops == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED,
                          "StartWeightUpdate: out of memory");
-  int64_t lease_deadline = wt_mono_ms() + srv->lease_wait_ms;
+  int64_t lease_deadline = wt_mono_ms() + srv->ex.lease_wait_ms;
 lease_wait:
-  if (srv->leases != NULL) {
-    pthread_mutex_lock(&srv->mu);
+  if (srv->ex.leases != NULL) {
+    pthread_mutex_lock(&srv->round.mu);
     uint64_t below = leases_below_locked(srv);
-    pthread_mutex_unlock(&srv->mu);
-    st = wt_leases_wait_free(srv->leases, below, lease_deadline,
+    pthread_mutex_unlock(&srv->round.mu);
+    st = wt_leases_wait_free(srv->ex.leases, below, lease_deadline,
                              "--lease-wait", server_stopping, srv);
     if (st != NULL) {
       free(ops);
       return wt_status_prefix(st, "StartWeightUpdate");
     }
   }
-  pthread_mutex_lock(&srv->mu);
+  pthread_mutex_lock(&srv->round.mu);
   /* A consumer may have taken a lease since the wait: acquires take theirs
    * under mu, so this check and the round's start are one step for them. */
-  if (srv->leases != NULL &&
-      wt_leases_any_below(srv->leases, leases_below_locked(srv), NULL) &&
-      srv->round_id == 0) {
-    pthread_mutex_unlock(&srv->mu);
+  if (srv->ex.leases != NULL &&
+      wt_leases_any_below(srv->ex.leases, leases_below_locked(srv), NULL) &&
+      srv->round.round_id == 0) {
+    pthread_mutex_unlock(&srv->round.mu);
     goto lease_wait;
   }
   WT_CHECK(need_init_locked(srv, "StartWeightUpdate"));
-  if (srv->round_id != 0)
+  if (srv->round.round_id != 0)
     WT_FAIL(WT_FAILED_PRECONDITION,
             "StartWeightUpdate: a round is in progress (state: updating); "
             "finish or abort it first");
@@ -433,28 +433,28 @@ lease_wait:
             w, wt_worker_device_name(srv->workers[w]), ws.reason);
   /* Unguessable: a round is driven only by whoever StartWeightUpdate
    * answered (under TLS, nobody else ever sees the id). */
-  uint64_t id = wt_random_u64(srv->last_round_id);
+  uint64_t id = wt_random_u64(srv->round.last_round_id);
   wt_srv_log_round(id);
-  srv->last_round_id = id;
-  srv->round_id = id;
-  srv->round_digest = 0;
-  srv->round_updates = 0;
+  srv->round.last_round_id = id;
+  srv->round.round_id = id;
+  srv->round.round_digest = 0;
+  srv->round.round_updates = 0;
   wt_srv_round_began_locked(srv);
-  srv->busy = "StartWeightUpdate";
+  srv->round.busy = "StartWeightUpdate";
   wt_srv_touch(srv);
   wt_worker_op proto = {.kind = WT_WORKER_OP_START, .round_id = id};
   st = run_round_op(srv, ops, &proto, "StartWeightUpdate");
-  if (st != NULL && srv->round_id == id) {
+  if (st != NULL && srv->round.round_id == id) {
     st = wt_status_prefix(st, "StartWeightUpdate");
     wt_srv_abort_round_locked(srv, WT_CAUSE_START, wt_status_message(st));
   } else if (st == NULL) {
-    srv->busy = NULL;
+    srv->round.busy = NULL;
     *round_id = id;
     WT_LOGD("server", "round %" PRIu64 " started", id);
   }
-  pthread_cond_broadcast(&srv->cv);
+  pthread_cond_broadcast(&srv->round.cv);
 out:
-  pthread_mutex_unlock(&srv->mu);
+  pthread_mutex_unlock(&srv->round.mu);
   free(ops);
   return st;
 }
@@ -468,18 +468,18 @@ wt_status *wt_srv_check_delta_base_locked(const wt_server *srv,
     return wt_status_new(WT_FAILED_PRECONDITION,
                          "%s: delta base refused: backend '%s' takes no delta "
                          "rounds; send the full bytes",
-                         call, srv->backend);
-  if (srv->committed_digest != 0 && base->digest == srv->committed_digest &&
-      base->sequence == srv->sequence)
+                         call, srv->round.backend);
+  if (srv->round.committed_digest != 0 && base->digest == srv->round.committed_digest &&
+      base->sequence == srv->round.sequence)
     return NULL;
   return wt_status_new(WT_FAILED_PRECONDITION,
                        "%s: delta base refused: the %s is relative to "
                        "sequence %" PRIu64 " (digest %016" PRIx64
                        "), this server holds sequence %" PRIu64
                        " (digest %s%016" PRIx64 "); send the full bytes",
-                       call, what, base->sequence, base->digest, srv->sequence,
-                       srv->committed_digest ? "" : "unknown, ",
-                       srv->committed_digest);
+                       call, what, base->sequence, base->digest, srv->round.sequence,
+                       srv->round.committed_digest ? "" : "unknown, ",
+                       srv->round.committed_digest);
 }
 
 /* --- update (receive) ----------------------------------------------------- */
@@ -494,7 +494,7 @@ wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
   wt_worker_op *ops = ops_new(srv);
   if (ops == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "UpdateWeights: out of memory");
-  pthread_mutex_lock(&srv->mu);
+  pthread_mutex_lock(&srv->round.mu);
   WT_CHECK(wt_srv_need_round_locked(srv, "UpdateWeights", round_id));
   WT_CHECK(wt_srv_need_idle_locked(srv, "UpdateWeights"));
   const wt_engine_ops *eops = wt_worker_engine_ops(srv->workers[0]);
@@ -511,20 +511,20 @@ wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
       srv, "UpdateWeights", "update", delta_base,
       eops != NULL && (eops->caps & WT_ENGINE_RECEIVES_DELTA)));
   /* From here on the call is the round's: its failure fails the round. */
-  round = srv->round_id;
+  round = srv->round.round_id;
   if (eops == NULL || eops->receive == NULL)
     WT_FAIL(WT_FAILED_PRECONDITION,
             "UpdateWeights: backend '%s' receives weights through PushWeights",
-            srv->backend);
+            srv->round.backend);
   WT_CHECK(wt_srv_resolve_update(srv, info, &r));
   r.u.delta = delta_base != NULL;
-  srv->busy = "UpdateWeights";
-  srv->round_updates++;
-  srv->round_digest = 0;
+  srv->round.busy = "UpdateWeights";
+  srv->round.round_updates++;
+  srv->round.round_digest = 0;
   wt_worker_op proto = {
       .kind = WT_WORKER_OP_RECEIVE, .round_id = round, .update = &r.u};
   st = run_round_op(srv, ops, &proto, "UpdateWeights");
-  if (srv->round_id == round) srv->busy = NULL;
+  if (srv->round.round_id == round) srv->round.busy = NULL;
   if (st == NULL) {
     *stats = ops[0].stats;
     /* The version has a digest when this was its one update and every
@@ -533,11 +533,11 @@ wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
     uint64_t d = ops[0].stats.digest;
     for (uint32_t i = 1; i < srv->nworkers; i++)
       if (ops[i].stats.digest != d) d = 0;
-    if (srv->round_id == round && srv->round_updates == 1)
-      srv->round_digest = d;
+    if (srv->round.round_id == round && srv->round.round_updates == 1)
+      srv->round.round_digest = d;
   }
 out:
-  if (st != NULL && round != 0 && srv->round_id == round) {
+  if (st != NULL && round != 0 && srv->round.round_id == round) {
     char why[1024];
     /* The trainer's call ended under the receive (it was cancelled, or
      * its process died): nobody will send the rest. */
@@ -552,8 +552,8 @@ out:
                wt_status_message(st));
     wt_srv_abort_round_locked(srv, WT_CAUSE_RECEIVE, why);
   }
-  pthread_cond_broadcast(&srv->cv);
-  pthread_mutex_unlock(&srv->mu);
+  pthread_cond_broadcast(&srv->round.cv);
+  pthread_mutex_unlock(&srv->round.mu);
   wt_srv_resolved_clear(&r);
   free(ops);
   return st;
@@ -593,23 +593,23 @@ wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
     return wt_status_new(WT_RESOURCE_EXHAUSTED,
                          "FinishWeightUpdate: out of memory");
   }
-  pthread_mutex_lock(&srv->mu);
+  pthread_mutex_lock(&srv->round.mu);
   WT_CHECK(wt_srv_need_round_locked(srv, "FinishWeightUpdate", round_id));
   WT_CHECK(wt_srv_need_idle_locked(srv, "FinishWeightUpdate"));
-  uint64_t round = srv->round_id;
-  srv->busy = "FinishWeightUpdate";
-  srv->engine_calls++;
+  uint64_t round = srv->round.round_id;
+  srv->round.busy = "FinishWeightUpdate";
+  srv->round.engine_calls++;
   wt_worker_op prepare = {.kind = WT_WORKER_OP_PREPARE, .round_id = round};
   st = run_all_unlocked(srv, ops, &prepare);
-  if (srv->round_id != round) {
-    srv->engine_calls--;
+  if (srv->round.round_id != round) {
+    srv->round.engine_calls--;
     wt_status_free(st);
     st = wt_srv_aborted_error(srv, "FinishWeightUpdate", round);
     goto out;
   }
   if (st != NULL) {
-    srv->engine_calls--;
-    srv->busy = NULL;
+    srv->round.engine_calls--;
+    srv->round.busy = NULL;
     st = wt_status_prefix(st, "FinishWeightUpdate");
     /* Nothing of a round that cannot commit is kept. */
     wt_srv_abort_round_locked(srv, WT_CAUSE_FINISH, wt_status_message(st));
@@ -620,36 +620,36 @@ wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
    * other call is answered meanwhile, and an abort in that time still wins.
    * Once every write lock is held the round is committed on every worker,
    * and an abort is refused. */
-  pthread_mutex_unlock(&srv->mu);
+  pthread_mutex_unlock(&srv->round.mu);
   for (uint32_t i = 0; i < srv->nworkers; i++)
     wt_param_store_write_lock(wt_worker_store(srv->workers[i]));
-  pthread_mutex_lock(&srv->mu);
-  if (srv->round_id != round) {
+  pthread_mutex_lock(&srv->round.mu);
+  if (srv->round.round_id != round) {
     for (uint32_t i = 0; i < srv->nworkers; i++)
       wt_param_store_write_unlock(wt_worker_store(srv->workers[i]));
-    srv->engine_calls--;
+    srv->round.engine_calls--;
     st = wt_srv_aborted_error(srv, "FinishWeightUpdate", round);
     goto out;
   }
-  srv->committing = true;
+  srv->round.committing = true;
   wt_worker_op commit = {.kind = WT_WORKER_OP_COMMIT, .round_id = round};
   st = wt_srv_submit_all(srv, ops, &commit);
-  pthread_mutex_unlock(&srv->mu);
+  pthread_mutex_unlock(&srv->round.mu);
   if (st == NULL) st = wt_srv_wait_all(srv, ops);
   for (uint32_t i = 0; i < srv->nworkers; i++)
     wt_param_store_write_unlock(wt_worker_store(srv->workers[i]));
-  pthread_mutex_lock(&srv->mu);
-  srv->committing = false;
-  srv->engine_calls--;
+  pthread_mutex_lock(&srv->round.mu);
+  srv->round.committing = false;
+  srv->round.engine_calls--;
   if (st != NULL) {
     WT_LOGE("server", "round %" PRIu64 ": commit failed on a worker: %s", round,
             wt_status_message(st));
     goto out;
   }
   wt_srv_touch(srv);
-  uint64_t seq = ++srv->sequence;
-  srv->committed_digest = srv->round_updates == 1 ? srv->round_digest : 0;
-  wt_version_entry *e = &srv->history[seq % WT_VERSION_HISTORY];
+  uint64_t seq = ++srv->round.sequence;
+  srv->round.committed_digest = srv->round.round_updates == 1 ? srv->round.round_digest : 0;
+  wt_version_entry *e = &srv->round.history[seq % WT_VERSION_HISTORY];
   free(e->version);
   e->version = copy;
   copy = NULL;
@@ -659,16 +659,16 @@ wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
   WT_LOGI("server",
           "round %" PRIu64 " committed version '%s' (sequence %" PRIu64 ")",
           round, version, seq);
-  srv->round_id = 0;
-  srv->busy = NULL;
-  pthread_cond_broadcast(&srv->cv);
-  pthread_mutex_unlock(&srv->mu);
+  srv->round.round_id = 0;
+  srv->round.busy = NULL;
+  pthread_cond_broadcast(&srv->round.cv);
+  pthread_mutex_unlock(&srv->round.mu);
   wt_srv_notify_watchers(srv);
   free(ops);
   return NULL;
 out:
-  pthread_cond_broadcast(&srv->cv);
-  pthread_mutex_unlock(&srv->mu);
+  pthread_cond_broadcast(&srv->round.cv);
+  pthread_mutex_unlock(&srv->round.mu);
   free(copy);
   free(ops);
   return st;

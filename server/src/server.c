@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "leases.h"
-#include "server_internal.h"
+#include "server_state.h"
 #include "wt/log.h"
 #include "wt/safetensors.h"
 #include "wt/synthetic.h"
@@ -86,11 +86,11 @@ static wt_status *load_store(wt_worker *w, void *arg) {
   char name[32];
   snprintf(name, sizeof(name), "worker-%u", wt_worker_rank(w));
   wt_store_config cfg = {
-      .staging = a->srv->staging,
-      .memory = dev.type == WT_DEVICE_CUDA ? WT_MEM_DEVICE : a->srv->memory,
+      .staging = a->srv->config.staging,
+      .memory = dev.type == WT_DEVICE_CUDA ? WT_MEM_DEVICE : a->srv->config.memory,
       .device = dev,
       .name = name,
-      .embed = a->srv->embed,
+      .embed = a->srv->config.embed,
   };
   wt_param_store *store = NULL;
   wt_status *st =
@@ -132,7 +132,7 @@ static wt_status *load_model(wt_server *srv, const char *model) {
           " bytes per worker, %u worker(s), %s staging, %s memory (%" PRId64
           " ms)",
           model, wt_param_store_count(s0), wt_param_store_total_bytes(s0),
-          srv->nworkers, wt_staging_name(srv->staging),
+          srv->nworkers, wt_staging_name(srv->config.staging),
           wt_mem_kind_name(wt_param_store_memory(s0)), wt_mono_ms() - t0);
 out:
   wt_checkpoint_close(ck);
@@ -146,37 +146,29 @@ out:
  * bound it). Never blocks on the workers: an abort only signals. */
 static void *watchdog_main(void *p) {
   wt_server *srv = p;
-  int64_t period = srv->round_timeout_ms / 4;
+  int64_t period = srv->config.round_timeout_ms / 4;
   if (period < 10) period = 10;
   if (period > 1000) period = 1000;
-  pthread_mutex_lock(&srv->mu);
-  while (!srv->stopping) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += period / 1000;
-    ts.tv_nsec += (period % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(&srv->cv, &srv->mu, &ts);
-    if (srv->stopping) break;
-    int64_t idle = wt_mono_ms() - atomic_load(&srv->last_activity_ms);
-    if (srv->round_id != 0 && srv->engine_calls == 0 && !srv->committing &&
-        idle > (int64_t)srv->round_timeout_ms) {
+  pthread_mutex_lock(&srv->round.mu);
+  while (!srv->round.stopping) {
+    wt_cond_wait_until(&srv->round.cv, &srv->round.mu, wt_mono_ms() + period);
+    if (srv->round.stopping) break;
+    int64_t idle = wt_mono_ms() - atomic_load(&srv->round.last_activity_ms);
+    if (srv->round.round_id != 0 && srv->round.engine_calls == 0 && !srv->round.committing &&
+        idle > (int64_t)srv->config.round_timeout_ms) {
       char why[128];
       snprintf(why, sizeof(why),
                "idle for %" PRId64
                " ms, longer than the round timeout of %u ms",
-               idle, srv->round_timeout_ms);
+               idle, srv->config.round_timeout_ms);
       wt_srv_abort_round_locked(srv, WT_CAUSE_TIMEOUT, why);
     }
     /* Health watchers learn a change at the latest at the next tick. */
-    pthread_mutex_unlock(&srv->mu);
+    pthread_mutex_unlock(&srv->round.mu);
     wt_srv_health_changed(srv);
-    pthread_mutex_lock(&srv->mu);
+    pthread_mutex_lock(&srv->round.mu);
   }
-  pthread_mutex_unlock(&srv->mu);
+  pthread_mutex_unlock(&srv->round.mu);
   return NULL;
 }
 
@@ -184,53 +176,53 @@ static void *watchdog_main(void *p) {
  * that handlers waiting on it return, end watch streams. */
 static void on_shutdown(void *user) {
   wt_server *srv = user;
-  pthread_mutex_lock(&srv->mu);
-  if (!srv->stopping) {
-    srv->stopping = true;
+  pthread_mutex_lock(&srv->round.mu);
+  if (!srv->round.stopping) {
+    srv->round.stopping = true;
     wt_srv_abort_round_locked(srv, WT_CAUSE_SHUTDOWN,
                               "the server is shutting down");
     /* An init or a commit waiting on the engines returns too. */
     for (uint32_t i = 0; i < srv->nworkers; i++)
       if (srv->workers[i] != NULL) wt_worker_cancel(srv->workers[i]);
   }
-  pthread_cond_broadcast(&srv->cv);
-  pthread_mutex_unlock(&srv->mu);
+  pthread_cond_broadcast(&srv->round.cv);
+  pthread_mutex_unlock(&srv->round.mu);
   wt_srv_end_watchers(srv);
   wt_srv_health_changed(srv); /* NOT_SERVING, then the streams end */
   wt_srv_health_end(srv);
 }
 
 static void server_free(wt_server *srv) {
-  wt_srv_metrics_stop(srv->metrics_http); /* it reads everything below */
+  wt_srv_metrics_stop(srv->metrics.http); /* it reads everything below */
   wt_srv_rounds_free(srv);
   wt_rpc_server_destroy(srv->rpc);
-  wt_export_stop(srv->export); /* its consumers' leases end with it */
-  wt_leases_free(srv->leases);
-  free(srv->export_path);
-  wt_hash_pool_free(srv->hashers);
+  wt_export_stop(srv->ex.handle); /* its consumers' leases end with it */
+  wt_leases_free(srv->ex.leases);
+  free(srv->ex.path);
+  wt_hash_pool_free(srv->readers.hashers);
   for (uint32_t i = 0; srv->workers != NULL && i < srv->nworkers; i++)
     wt_worker_destroy(srv->workers[i]);
   free(srv->workers);
-  for (size_t i = 0; i < WT_VERSION_HISTORY; i++) free(srv->history[i].version);
-  free(srv->abort_reason);
-  if (srv->token_path != NULL)
-    wt_tokens_unlink_if_ours(srv->token_path, srv->tokens, srv->ntokens);
-  free(srv->token_path);
-  free(srv->token_dir);
-  wt_tokens_free(srv->tokens, srv->ntokens);
-  free(srv->listen);
-  free(srv->host);
-  free(srv->model_name);
-  for (size_t i = 0; i < srv->n_engine_options; i++) {
-    free((char *)srv->engine_options[i].key);
-    free((char *)srv->engine_options[i].value);
+  for (size_t i = 0; i < WT_VERSION_HISTORY; i++) free(srv->round.history[i].version);
+  free(srv->round.abort_reason);
+  if (srv->auth.token_path != NULL)
+    wt_tokens_unlink_if_ours(srv->auth.token_path, srv->auth.tokens, srv->auth.ntokens);
+  free(srv->auth.token_path);
+  free(srv->auth.token_dir);
+  wt_tokens_free(srv->auth.tokens, srv->auth.ntokens);
+  free(srv->config.listen);
+  free(srv->config.host);
+  free(srv->config.model_name);
+  for (size_t i = 0; i < srv->config.n_engine_options; i++) {
+    free((char *)srv->config.engine_options[i].key);
+    free((char *)srv->config.engine_options[i].value);
   }
-  free(srv->engine_options);
-  pthread_mutex_destroy(&srv->watch_mu);
-  pthread_mutex_destroy(&srv->health_mu);
-  pthread_cond_destroy(&srv->cv);
-  pthread_mutex_destroy(&srv->mu);
-  pthread_mutex_destroy(&srv->budget_mu);
+  free(srv->config.engine_options);
+  pthread_mutex_destroy(&srv->watch.mu);
+  pthread_mutex_destroy(&srv->health.mu);
+  pthread_cond_destroy(&srv->round.cv);
+  pthread_mutex_destroy(&srv->round.mu);
+  pthread_mutex_destroy(&srv->readers.mu);
   free(srv);
 }
 
@@ -242,14 +234,14 @@ static wt_status *copy_engine_options(wt_server *srv,
   if (o->engine_options == NULL)
     WT_FAIL(WT_INVALID_ARGUMENT, "engine_options is NULL but n_engine_options "
                                  "is %zu", o->n_engine_options);
-  WT_CHECK(wt_engine_options_check(srv->engines, o->engine_options,
+  WT_CHECK(wt_engine_options_check(srv->config.engines, o->engine_options,
                                    o->n_engine_options));
-  srv->engine_options = calloc(o->n_engine_options, sizeof(wt_backend_option));
-  if (srv->engine_options == NULL)
+  srv->config.engine_options = calloc(o->n_engine_options, sizeof(wt_backend_option));
+  if (srv->config.engine_options == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory for engine options");
   for (size_t i = 0; i < o->n_engine_options; i++) {
-    wt_backend_option *d = &srv->engine_options[i];
-    srv->n_engine_options = i + 1;
+    wt_backend_option *d = &srv->config.engine_options[i];
+    srv->config.n_engine_options = i + 1;
     d->key = strdup(o->engine_options[i].key);
     d->value = strdup(o->engine_options[i].value ? o->engine_options[i].value
                                                  : "");
@@ -302,180 +294,204 @@ out:
   return st;
 }
 
-wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
+void wt_server_options_defaults(wt_server_options *o) {
+  if (o->listen == NULL || *o->listen == '\0')
+    o->listen = WT_SERVER_DEFAULT_LISTEN;
+  if (o->model == NULL || *o->model == '\0') o->model = WT_SERVER_DEFAULT_MODEL;
+  if (o->round_timeout_ms == 0)
+    o->round_timeout_ms = WT_SERVER_DEFAULT_ROUND_TIMEOUT_MS;
+  if (o->data_timeout_ms == 0)
+    o->data_timeout_ms = WT_SERVER_DEFAULT_DATA_TIMEOUT_MS;
+  if (o->header_timeout_ms == 0)
+    o->header_timeout_ms = WT_SERVER_DEFAULT_HEADER_TIMEOUT_MS;
+  if (o->drain_ms == 0) o->drain_ms = WT_SERVER_DEFAULT_DRAIN_MS;
+  if (o->max_round_calls == 0)
+    o->max_round_calls = WT_SERVER_DEFAULT_ROUND_CALLS;
+  if (o->max_reader_calls == 0)
+    o->max_reader_calls = WT_SERVER_DEFAULT_READER_CALLS;
+  if (o->max_watchers == 0) o->max_watchers = WT_SERVER_DEFAULT_WATCHERS;
+  if (o->max_reader_calls_per_peer == 0)
+    o->max_reader_calls_per_peer = WT_SERVER_DEFAULT_READER_CALLS_PER_PEER;
+  if (o->max_watchers_per_peer == 0)
+    o->max_watchers_per_peer = WT_SERVER_DEFAULT_WATCHERS_PER_PEER;
+  if (o->reader_bytes_per_sec == 0)
+    o->reader_bytes_per_sec = WT_SERVER_DEFAULT_READER_BYTES_PER_SEC;
+  if (o->lease_wait_ms == 0) o->lease_wait_ms = WT_SERVER_DEFAULT_LEASE_WAIT_MS;
+}
+
+/* The options' ranges (after wt_server_options_defaults), before anything
+ * starts. INVALID_ARGUMENT naming the option. */
+static wt_status *check_options(const wt_server_options *o) {
+  if (o->max_reader_calls_per_peer < 0 || o->max_watchers_per_peer < 0)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "max_reader_calls_per_peer %d, max_watchers_per_peer "
+                         "%d: at least 1",
+                         o->max_reader_calls_per_peer,
+                         o->max_watchers_per_peer);
+  if (o->max_round_calls < 0 || o->max_round_calls > 4096)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "max_round_calls is %d; 1 to 4096", o->max_round_calls);
+  if (o->max_reader_calls < 0 || o->max_reader_calls > 4096)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "max_reader_calls is %d; 1 to 4096",
+                         o->max_reader_calls);
+  if (o->max_watchers < 0 || o->max_watchers > 1000000)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "max_watchers is %d; 1 to 1000000", o->max_watchers);
+  if (wt_staging_name(o->staging) == NULL)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "staging %d is not shadow or inplace", (int)o->staging);
+  if (!wt_mem_kind_host_addressable(o->memory))
+    return wt_status_new(
+        WT_INVALID_ARGUMENT,
+        "memory '%s' is not a host memory kind (host, shared, pinned); "
+        "device memory comes with cuda:N devices",
+        wt_mem_kind_name(o->memory));
+  return NULL;
+}
+
+/* A server with its fixed settings and its locks, no thread yet. */
+static wt_status *server_new(const wt_server_options *o, uint32_t nworkers,
+                             wt_server **out) {
   wt_status *st = NULL;
-  wt_server *srv = NULL;
-  wt_device *devices = NULL;
-  uint32_t ndevices = 0;
-  wt_server_options o = {0};
-  if (out == NULL) WT_FAIL(WT_INVALID_ARGUMENT, "server: 'out' is NULL");
-  *out = NULL;
-  if (opts != NULL) o = *opts;
-  if (o.listen == NULL || *o.listen == '\0')
-    o.listen = WT_SERVER_DEFAULT_LISTEN;
-  if (o.model == NULL || *o.model == '\0') o.model = WT_SERVER_DEFAULT_MODEL;
-  if (o.round_timeout_ms == 0)
-    o.round_timeout_ms = WT_SERVER_DEFAULT_ROUND_TIMEOUT_MS;
-  if (o.engine_timeout_ms == 0)
-    o.engine_timeout_ms = WT_SERVER_DEFAULT_ENGINE_TIMEOUT_MS;
-  if (o.header_timeout_ms == 0)
-    o.header_timeout_ms = WT_SERVER_DEFAULT_HEADER_TIMEOUT_MS;
-  if (o.drain_ms == 0) o.drain_ms = WT_SERVER_DEFAULT_DRAIN_MS;
-  if (o.max_round_calls == 0) o.max_round_calls = WT_SERVER_DEFAULT_ROUND_CALLS;
-  if (o.max_reader_calls == 0)
-    o.max_reader_calls = WT_SERVER_DEFAULT_READER_CALLS;
-  if (o.max_watchers == 0) o.max_watchers = WT_SERVER_DEFAULT_WATCHERS;
-  if (o.max_reader_calls_per_peer == 0)
-    o.max_reader_calls_per_peer = WT_SERVER_DEFAULT_READER_CALLS_PER_PEER;
-  if (o.max_watchers_per_peer == 0)
-    o.max_watchers_per_peer = WT_SERVER_DEFAULT_WATCHERS_PER_PEER;
-  if (o.max_reader_calls_per_peer < 0 || o.max_watchers_per_peer < 0)
-    WT_FAIL(WT_INVALID_ARGUMENT,
-            "max_reader_calls_per_peer %d, max_watchers_per_peer %d: at "
-            "least 1",
-            o.max_reader_calls_per_peer, o.max_watchers_per_peer);
-  if (o.max_round_calls < 0 || o.max_round_calls > 4096)
-    WT_FAIL(WT_INVALID_ARGUMENT, "max_round_calls is %d; 1 to 4096",
-            o.max_round_calls);
-  if (o.max_reader_calls < 0 || o.max_reader_calls > 4096)
-    WT_FAIL(WT_INVALID_ARGUMENT, "max_reader_calls is %d; 1 to 4096",
-            o.max_reader_calls);
-  if (o.max_watchers < 0 || o.max_watchers > 1000000)
-    WT_FAIL(WT_INVALID_ARGUMENT, "max_watchers is %d; 1 to 1000000",
-            o.max_watchers);
-  if (wt_staging_name(o.staging) == NULL)
-    WT_FAIL(WT_INVALID_ARGUMENT, "staging %d is not shadow or inplace",
-            (int)o.staging);
-  if (!wt_mem_kind_host_addressable(o.memory))
-    WT_FAIL(WT_INVALID_ARGUMENT,
-            "memory '%s' is not a host memory kind (host, shared, pinned); "
-            "device memory comes with cuda:N devices",
-            wt_mem_kind_name(o.memory));
-  WT_CHECK(worker_devices(&o, &devices, &ndevices));
-  /* A kind this machine lacks fails here, naming it and why, before any
-   * thread starts. */
-  for (uint32_t i = 0; i < ndevices; i++) {
-    wt_mem_kind k =
-        devices[i].type == WT_DEVICE_CUDA ? WT_MEM_DEVICE : o.memory;
-    WT_CHECK(wt_mem_kind_available(k, devices[i]));
-  }
-
-  srv = calloc(1, sizeof(*srv));
-  if (srv == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
-  pthread_mutex_init(&srv->mu, NULL);
-  pthread_mutex_init(&srv->budget_mu, NULL);
-  pthread_mutex_init(&srv->watch_mu, NULL);
-  pthread_mutex_init(&srv->health_mu, NULL);
-  srv->health_grace_ms = o.health_grace_ms;
-  srv->started_unix_ms = wt_unix_ms();
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&srv->cv, &ca);
-  pthread_condattr_destroy(&ca);
-  srv->staging = o.staging;
-  srv->memory = o.memory;
-  srv->embed = o.embed;
-  srv->round_timeout_ms = o.round_timeout_ms;
-  srv->engine_timeout_ms = o.engine_timeout_ms;
-  srv->header_timeout_ms = o.header_timeout_ms;
-  srv->drain_ms = o.drain_ms;
-  srv->reader_bytes_per_sec = o.reader_bytes_per_sec
-                                  ? o.reader_bytes_per_sec
-                                  : WT_SERVER_DEFAULT_READER_BYTES_PER_SEC;
-  srv->nworkers = ndevices;
-  srv->listen = strdup(o.listen);
-  srv->model_name = strdup(o.model);
-  srv->workers = calloc(ndevices, sizeof(*srv->workers));
-  if (!srv->listen || !srv->model_name || !srv->workers)
+  wt_server *srv = calloc(1, sizeof(*srv));
+  if (srv == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "server: out of memory");
+  pthread_mutex_init(&srv->round.mu, NULL);
+  wt_cond_init_monotonic(&srv->round.cv);
+  pthread_mutex_init(&srv->readers.mu, NULL);
+  pthread_mutex_init(&srv->watch.mu, NULL);
+  pthread_mutex_init(&srv->health.mu, NULL);
+  *out = srv; /* from here on, wt_server_stop releases it */
+  wt_srv_config *c = &srv->config;
+  c->health_grace_ms = o->health_grace_ms;
+  c->started_unix_ms = wt_unix_ms();
+  c->staging = o->staging;
+  c->memory = o->memory;
+  c->embed = o->embed;
+  c->round_timeout_ms = o->round_timeout_ms;
+  c->data_timeout_ms = o->data_timeout_ms;
+  c->header_timeout_ms = o->header_timeout_ms;
+  c->drain_ms = o->drain_ms;
+  c->max_send_bytes = o->max_send_message_bytes < 0 ? UINT64_MAX
+                      : o->max_send_message_bytes == 0
+                          ? WT_RPC_DEFAULT_MAX_SEND_BYTES
+                          : (uint64_t)o->max_send_message_bytes;
+  srv->readers.bytes_per_sec = o->reader_bytes_per_sec;
+  srv->nworkers = nworkers;
+  c->listen = strdup(o->listen);
+  c->model_name = strdup(o->model);
+  srv->workers = calloc(nworkers, sizeof(*srv->workers));
+  if (!c->listen || !c->model_name || !srv->workers)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
-  WT_CHECK(listen_host(o.listen, &srv->host));
-  WT_CHECK(check_exposure(&o, srv->host));
-  if (o.token_file != NULL) {
-    st = wt_tokens_load(o.token_file, &srv->tokens, &srv->ntokens);
-    if (st != NULL) {
-      st = wt_status_prefix(st, "--token-file");
-      goto out;
-    }
-    srv->auth = "tokens";
-  } else if (o.generate_tokens) {
-    /* Checked before the model loads: a runtime directory someone else
-     * made fails the start at once. */
-    char dir[4096];
-    WT_CHECK(wt_runtime_dir(o.runtime_base, true, dir, sizeof(dir)));
-    WT_CHECK(wt_tokens_generate(&srv->tokens, &srv->ntokens));
-    if ((srv->token_dir = strdup(dir)) == NULL)
-      WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
-    srv->auth = "generated";
-  } else {
-    srv->auth = "none";
-  }
-  srv->engines = o.engine_registry;
-  if (srv->engines == NULL) WT_CHECK(wt_engine_registry(&srv->engines));
-  WT_CHECK(copy_engine_options(srv, &o));
+  WT_CHECK(listen_host(o->listen, &c->host));
+  WT_CHECK(check_exposure(o, c->host));
+  c->engines = o->engine_registry;
+  if (c->engines == NULL) WT_CHECK(wt_engine_registry(&c->engines));
+  WT_CHECK(copy_engine_options(srv, o));
+out:
+  return st;
+}
 
-  uint64_t max_msg = o.max_receive_message_bytes < 0 ? UINT64_MAX
-                     : o.max_receive_message_bytes == 0
+/* The bearer tokens: a --token-file's, generated ones (checked before the
+ * model loads: a runtime directory someone else made fails the start at
+ * once), or none. */
+static wt_status *auth_start(wt_server *srv, const wt_server_options *o) {
+  wt_status *st = NULL;
+  wt_srv_auth *a = &srv->auth;
+  if (o->token_file != NULL) {
+    st = wt_tokens_load(o->token_file, &a->tokens, &a->ntokens);
+    if (st != NULL) return wt_status_prefix(st, "--token-file");
+    a->mode = "tokens";
+  } else if (o->generate_tokens) {
+    char dir[4096];
+    WT_CHECK(wt_runtime_dir(o->runtime_base, true, dir, sizeof(dir)));
+    WT_CHECK(wt_tokens_generate(&a->tokens, &a->ntokens));
+    if ((a->token_dir = strdup(dir)) == NULL)
+      WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
+    a->mode = "generated";
+  } else {
+    a->mode = "none";
+  }
+out:
+  return st;
+}
+
+/* One worker per device, each with the data deadline and the engines. */
+static wt_status *workers_start(wt_server *srv, const wt_server_options *o,
+                                const wt_device *devices) {
+  wt_status *st = NULL;
+  uint64_t max_msg = o->max_receive_message_bytes < 0 ? UINT64_MAX
+                     : o->max_receive_message_bytes == 0
                          ? WT_RPC_DEFAULT_MAX_RECEIVE_BYTES
-                         : (uint64_t)o.max_receive_message_bytes;
-  srv->max_send_bytes = o.max_send_message_bytes < 0 ? UINT64_MAX
-                        : o.max_send_message_bytes == 0
-                            ? WT_RPC_DEFAULT_MAX_SEND_BYTES
-                            : (uint64_t)o.max_send_message_bytes;
-  for (uint32_t i = 0; i < ndevices; i++) {
+                         : (uint64_t)o->max_receive_message_bytes;
+  for (uint32_t i = 0; i < srv->nworkers; i++) {
     wt_worker_options wo = {.rank = i,
-                            .num_workers = ndevices,
+                            .num_workers = srv->nworkers,
                             .device = devices[i],
-                            .host = srv->host,
-                            .default_timeout_ms = o.engine_timeout_ms,
+                            .host = srv->config.host,
+                            .data_timeout_ms = srv->config.data_timeout_ms,
                             .max_message_bytes = max_msg,
-                            .engines = srv->engines,
-                            .engine_options = srv->engine_options,
-                            .n_engine_options = srv->n_engine_options,
-                            .engine_check_ms = o.engine_check_ms};
+                            .engines = srv->config.engines,
+                            .engine_options = srv->config.engine_options,
+                            .n_engine_options = srv->config.n_engine_options,
+                            .engine_check_ms = o->engine_check_ms};
     WT_CHECK(wt_worker_new(&wo, &srv->workers[i]));
   }
-  WT_CHECK(load_model(srv, o.model));
+out:
+  return st;
+}
 
+/* The round watchdog (aborts a round idle past the round timeout). */
+static wt_status *watchdog_start(wt_server *srv) {
   wt_srv_touch(srv);
   int rc = pthread_create(&srv->watchdog, NULL, watchdog_main, srv);
-  if (rc != 0) {
-    st = wt_status_from_errno(rc, "server: starting the round watchdog");
-    goto out;
-  }
+  if (rc != 0)
+    return wt_status_from_errno(rc, "server: starting the round watchdog");
   srv->watchdog_started = true;
-  {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned nh = cpus > 1 ? (unsigned)(cpus / 2) : 1;
-    WT_CHECK(wt_hash_pool_new(nh > 8 ? 8 : nh, WT_SERVER_READER_NICE,
-                              &srv->hashers));
-  }
-  if (o.export_path != NULL) {
-    wt_lease_limits lim = {0};
-    WT_CHECK(wt_leases_new(&lim, &srv->leases));
-    srv->lease_wait_ms =
-        o.lease_wait_ms ? o.lease_wait_ms : WT_SERVER_DEFAULT_LEASE_WAIT_MS;
-    WT_CHECK(wt_export_start(srv, &o, &srv->export));
-    if ((srv->export_path = strdup(o.export_path)) == NULL)
-      WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
-  }
+  return NULL;
+}
 
+/* The readers' hashing threads: half the CPUs, at most 8, niced. */
+static wt_status *readers_start(wt_server *srv) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  unsigned nh = cpus > 1 ? (unsigned)(cpus / 2) : 1;
+  return wt_hash_pool_new(nh > 8 ? 8 : nh, WT_SERVER_READER_NICE,
+                          &srv->readers.hashers);
+}
+
+/* The export and its leases (--export). */
+static wt_status *export_start(wt_server *srv, const wt_server_options *o) {
+  wt_status *st = NULL;
+  if (o->export_path == NULL) return NULL;
+  wt_lease_limits lim = {0};
+  WT_CHECK(wt_leases_new(&lim, &srv->ex.leases));
+  srv->ex.lease_wait_ms = o->lease_wait_ms;
+  WT_CHECK(wt_export_start(srv, o, &srv->ex.handle));
+  if ((srv->ex.path = strdup(o->export_path)) == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
+out:
+  return st;
+}
+
+/* The admission classes of the service and the RPC server serving it. */
+static wt_status *rpc_start(wt_server *srv, const wt_server_options *o) {
+  wt_status *st = NULL;
   srv->classes[WT_CLASS_ROUND] =
       (wt_rpc_class){.name = "round",
-                     .max_running = o.max_round_calls,
-                     .max_queued = o.max_round_calls * ROUND_QUEUE_FACTOR,
+                     .max_running = o->max_round_calls,
+                     .max_queued = o->max_round_calls * ROUND_QUEUE_FACTOR,
                      .option = "wt-server --max-round-calls",
                      /* a trainer's reader calls too (GetServerInfo before
                       * a push): readers never delay or refuse them */
                      .trainers = true};
-  /* Readers: a quota per peer (their hashing runs on srv->hashers, below
-   * the rounds' threads when the CPU is short). */
+  /* Readers: a quota per peer (their hashing runs on readers.hashers,
+   * below the rounds' threads when the CPU is short). */
   srv->classes[WT_CLASS_READER] =
       (wt_rpc_class){.name = "reader",
-                     .max_running = o.max_reader_calls,
-                     .max_queued = o.max_reader_calls * READER_QUEUE_FACTOR,
+                     .max_running = o->max_reader_calls,
+                     .max_queued = o->max_reader_calls * READER_QUEUE_FACTOR,
                      .option = "wt-server --max-reader-calls",
-                     .max_per_peer = o.max_reader_calls_per_peer,
+                     .max_per_peer = o->max_reader_calls_per_peer,
                      .option_per_peer = "wt-server --max-reader-calls-per-peer"};
   srv->classes[WT_CLASS_HEALTH] =
       (wt_rpc_class){.name = "health", .max_running = 2, .max_queued = 64,
@@ -492,69 +508,106 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
                      .max_per_peer = 4, .per_peer_cap = true};
   srv->classes[WT_CLASS_WATCH] =
       (wt_rpc_class){.name = "watch",
-                     .max_running = o.max_watchers,
+                     .max_running = o->max_watchers,
                      .option = "wt-server --max-watchers",
-                     .max_per_peer = o.max_watchers_per_peer,
+                     .max_per_peer = o->max_watchers_per_peer,
                      .option_per_peer = "wt-server --max-watchers-per-peer"};
   size_t nmethods = 0;
   const wt_rpc_method *methods = wt_srv_methods(&nmethods);
   wt_rpc_server_options ro = {
-      .listen = o.listen,
-      .max_receive_message_bytes = o.max_receive_message_bytes,
-      .max_send_message_bytes = o.max_send_message_bytes,
+      .listen = o->listen,
+      .max_receive_message_bytes = o->max_receive_message_bytes,
+      .max_send_message_bytes = o->max_send_message_bytes,
       .classes = srv->classes,
       .nclasses = WT_NCLASSES,
       .on_shutdown = on_shutdown,
-      .tls = &(wt_rpc_tls){.cert_file = o.tls_cert,
-                           .key_file = o.tls_key,
-                           .ca_file = o.tls_ca},
-      .tokens = srv->tokens,
-      .ntokens = srv->ntokens,
-      .max_connections = o.max_connections,
-      .auth_grace_ms = o.auth_grace_ms,
+      .tls = &(wt_rpc_tls){.cert_file = o->tls_cert,
+                           .key_file = o->tls_key,
+                           .ca_file = o->tls_ca},
+      .tokens = srv->auth.tokens,
+      .ntokens = srv->auth.ntokens,
+      .max_connections = o->max_connections,
+      .auth_grace_ms = o->auth_grace_ms,
   };
   WT_CHECK(wt_rpc_server_new(&ro, methods, nmethods, srv, &srv->rpc));
   WT_CHECK(wt_rpc_server_start(srv->rpc));
-  if (o.metrics_listen != NULL) {
-    char *mhost = NULL;
-    st = listen_host(o.metrics_listen, &mhost);
-    if (st != NULL) {
-      st = wt_status_prefix(st, "--metrics-listen");
-      goto out;
-    }
-    if (!loopback_host(mhost) && !o.insecure) {
-      st = wt_status_new(
-          WT_INVALID_ARGUMENT,
-          "--metrics-listen %s: not a loopback address; the metrics are "
-          "plaintext HTTP without tokens: give --insecure to serve them "
-          "beyond this host anyway",
-          o.metrics_listen);
-      free(mhost);
-      goto out;
-    }
-    st = wt_srv_metrics_start(srv, o.metrics_listen, mhost, &srv->metrics_http);
-    free(mhost);
-    if (st != NULL) goto out;
-  }
-  if (srv->token_dir != NULL) {
-    char path[4200];
-    wt_runtime_token_path(srv->token_dir, wt_rpc_server_port(srv->rpc), path,
-                          sizeof(path));
-    WT_CHECK(wt_tokens_write(path, srv->tokens, srv->ntokens));
-    if ((srv->token_path = strdup(path)) == NULL)
-      WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
-    WT_LOGI("server",
-            "tokens: generated in %s (trainer and reader, mode 0600); wt-push, "
-            "wt-ctl and the client library of this user on this host find "
-            "them (--token-file to give your own, --no-auth to run open)",
-            path);
-  }
+out:
+  return st;
+}
+
+/* The Prometheus endpoint (--metrics-listen): loopback unless --insecure. */
+static wt_status *metrics_start(wt_server *srv, const wt_server_options *o) {
+  if (o->metrics_listen == NULL) return NULL;
+  char *mhost = NULL;
+  wt_status *st = listen_host(o->metrics_listen, &mhost);
+  if (st != NULL) return wt_status_prefix(st, "--metrics-listen");
+  if (!loopback_host(mhost) && !o->insecure)
+    st = wt_status_new(
+        WT_INVALID_ARGUMENT,
+        "--metrics-listen %s: not a loopback address; the metrics are "
+        "plaintext HTTP without tokens: give --insecure to serve them "
+        "beyond this host anyway",
+        o->metrics_listen);
+  else
+    st = wt_srv_metrics_start(srv, o->metrics_listen, mhost,
+                              &srv->metrics.http);
+  free(mhost);
+  return st;
+}
+
+/* Generated tokens go to the runtime directory once the port is known. */
+static wt_status *tokens_publish(wt_server *srv) {
+  wt_status *st = NULL;
+  if (srv->auth.token_dir == NULL) return NULL;
+  char path[4200];
+  wt_runtime_token_path(srv->auth.token_dir, wt_rpc_server_port(srv->rpc),
+                        path, sizeof(path));
+  WT_CHECK(wt_tokens_write(path, srv->auth.tokens, srv->auth.ntokens));
+  if ((srv->auth.token_path = strdup(path)) == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
+  WT_LOGI("server",
+          "tokens: generated in %s (trainer and reader, mode 0600); wt-push, "
+          "wt-ctl and the client library of this user on this host find "
+          "them (--token-file to give your own, --no-auth to run open)",
+          path);
+out:
+  return st;
+}
+
+wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
+  wt_status *st = NULL;
+  wt_server *srv = NULL;
+  wt_device *devices = NULL;
+  uint32_t ndevices = 0;
+  if (out == NULL) WT_FAIL(WT_INVALID_ARGUMENT, "server: 'out' is NULL");
+  *out = NULL;
+  wt_server_options o = opts ? *opts : (wt_server_options){0};
+  wt_server_options_defaults(&o);
+  WT_CHECK(check_options(&o));
+  WT_CHECK(worker_devices(&o, &devices, &ndevices));
+  /* A kind this machine lacks fails here, naming it and why, before any
+   * thread starts. */
+  for (uint32_t i = 0; i < ndevices; i++)
+    WT_CHECK(wt_mem_kind_available(
+        devices[i].type == WT_DEVICE_CUDA ? WT_MEM_DEVICE : o.memory,
+        devices[i]));
+  WT_CHECK(server_new(&o, ndevices, &srv));
+  WT_CHECK(auth_start(srv, &o));
+  WT_CHECK(workers_start(srv, &o, devices));
+  WT_CHECK(load_model(srv, o.model));
+  WT_CHECK(watchdog_start(srv));
+  WT_CHECK(readers_start(srv));
+  WT_CHECK(export_start(srv, &o));
+  WT_CHECK(rpc_start(srv, &o));
+  WT_CHECK(metrics_start(srv, &o));
+  WT_CHECK(tokens_publish(srv));
   WT_LOGI("server", "serving wt.v1.WeightTransfer on %s (port %d; %s%s)",
           o.listen, wt_rpc_server_port(srv->rpc),
           o.tls_cert ? (o.tls_ca ? "mutual TLS" : "TLS") : "plaintext",
-          srv->token_dir ? ", generated bearer tokens"
-          : srv->ntokens ? ", bearer tokens"
-                         : ", no tokens: any process that reaches the port may call");
+          srv->auth.token_dir ? ", generated bearer tokens"
+          : srv->auth.ntokens ? ", bearer tokens"
+                              : ", no tokens: any process that reaches the "
+                                "port may call");
   *out = srv;
   srv = NULL;
 out:
@@ -564,7 +617,7 @@ out:
 }
 
 int wt_server_metrics_port(const wt_server *srv) {
-  return srv ? wt_srv_metrics_port(srv->metrics_http) : 0;
+  return srv ? wt_srv_metrics_port(srv->metrics.http) : 0;
 }
 
 int wt_server_port(const wt_server *srv) {
@@ -604,17 +657,17 @@ void wt_server_admission(wt_server *srv, wt_server_class cls, int *running,
 
 void wt_server_stop(wt_server *srv) {
   if (srv == NULL) return;
-  if (srv->rpc != NULL && srv->health_grace_ms > 0) {
+  if (srv->rpc != NULL && srv->config.health_grace_ms > 0) {
     /* Probes see NOT_SERVING while every call is still served. */
-    pthread_mutex_lock(&srv->mu);
-    srv->health_down = true;
-    pthread_mutex_unlock(&srv->mu);
+    pthread_mutex_lock(&srv->round.mu);
+    srv->health.down = true;
+    pthread_mutex_unlock(&srv->round.mu);
     wt_srv_health_changed(srv);
-    struct timespec ts = {srv->health_grace_ms / 1000,
-                          (long)(srv->health_grace_ms % 1000) * 1000000L};
+    struct timespec ts = {srv->config.health_grace_ms / 1000,
+                          (long)(srv->config.health_grace_ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
   }
-  if (srv->rpc != NULL) wt_rpc_server_shutdown(srv->rpc, srv->drain_ms);
+  if (srv->rpc != NULL) wt_rpc_server_shutdown(srv->rpc, srv->config.drain_ms);
   /* Also when the RPC server never started, so the watchdog ends. */
   on_shutdown(srv);
   if (srv->watchdog_started) pthread_join(srv->watchdog, NULL);

@@ -20,7 +20,7 @@
 #include "leases.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "grpc/reflection/v1/reflection.pb-c.h"
-#include "server_internal.h"
+#include "server_state.h"
 #include "wt/checksum.h"
 #include "wt/chunk.h"
 #include "wt/log.h"
@@ -57,7 +57,7 @@ static void backend_info(wt_server *srv, const wt_registry_entry *e,
   *nkinds = 0;
   if (!e->loaded) return;
   const wt_engine_ops *ops = NULL;
-  wt_status *st = wt_engine_lookup(srv->engines, e->name, &ops);
+  wt_status *st = wt_engine_lookup(srv->config.engines, e->name, &ops);
   if (st != NULL) {
     wt_status_free(st);
     bi->loaded = false;
@@ -107,7 +107,7 @@ static wt_status *get_server_info(wt_rpc_call *call,
   wt_worker_status *ws = calloc(n, sizeof(*ws));
   if (wi == NULL || wp == NULL || ws == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "GetServerInfo: out of memory");
-  WT_CHECK(wt_registry_names(srv->engines, &entries, &nentries));
+  WT_CHECK(wt_registry_names(srv->config.engines, &entries, &nentries));
   size_t cnt = nentries ? nentries : 1;
   backends = calloc(cnt, sizeof(*backends));
   bi = calloc(cnt, sizeof(*bi));
@@ -128,7 +128,7 @@ static wt_status *get_server_info(wt_rpc_call *call,
   Wt__V1__ServerInfo info = WT__V1__SERVER_INFO__INIT;
   Wt__V1__ModelSummary model = WT__V1__MODEL_SUMMARY__INIT;
   const wt_param_store *s0 = store0(srv);
-  model.name = srv->model_name;
+  model.name = srv->config.model_name;
   model.num_parameters = wt_param_store_count(s0);
   model.total_bytes = wt_param_store_total_bytes(s0);
   info.server_version = (char *)WT_SERVER_VERSION;
@@ -139,7 +139,7 @@ static wt_status *get_server_info(wt_rpc_call *call,
   info.model = &model;
   info.n_capabilities = NCAPS;
   info.capabilities = (char **)capabilities;
-  info.staging = (char *)wt_staging_name(srv->staging);
+  info.staging = (char *)wt_staging_name(srv->config.staging);
   info.world_size = n;
   info.store_complete = true;
   for (uint32_t i = 0; i < n; i++) {
@@ -166,8 +166,8 @@ static wt_status *get_server_info(wt_rpc_call *call,
   wt_lease_info held[64];
   Wt__V1__LeaseInfo li[64];
   Wt__V1__LeaseInfo *lp[64];
-  if (srv->leases != NULL) {
-    size_t total = wt_leases_list(srv->leases, held, 64);
+  if (srv->ex.leases != NULL) {
+    size_t total = wt_leases_list(srv->ex.leases, held, 64);
     size_t shown = total < 64 ? total : 64;
     for (size_t i = 0; i < shown; i++) {
       wt__v1__lease_info__init(&li[i]);
@@ -181,7 +181,7 @@ static wt_status *get_server_info(wt_rpc_call *call,
     info.n_leases = shown;
     info.leases = lp;
     info.lease_count = (uint32_t)total;
-    info.export_path = srv->export_path;
+    info.export_path = srv->ex.path;
   }
   /* The admission classes now, for monitors. */
   Wt__V1__AdmissionInfo ai[WT_NCLASSES];
@@ -200,19 +200,19 @@ static wt_status *get_server_info(wt_rpc_call *call,
   info.admission = ap;
   Wt__V1__RoundRecord rr[WT_RECENT_ROUNDS];
   Wt__V1__RoundRecord *rp[WT_RECENT_ROUNDS];
-  pthread_mutex_lock(&srv->mu);
+  pthread_mutex_lock(&srv->round.mu);
   /* The open round and the last ones (never their ids). */
-  if (srv->round_id != 0) {
-    info.round_started_unix_ms = srv->rounds.started_unix_ms;
+  if (srv->round.round_id != 0) {
+    info.round_started_unix_ms = srv->metrics.rounds.started_unix_ms;
     for (uint32_t i = 0; i < n; i++)
       wi[i].round_bytes_received =
           wt_srv_round_bytes_locked(srv, i, ws[i].bytes_received);
   }
-  uint64_t ended = srv->rounds.ended;
+  uint64_t ended = srv->metrics.rounds.ended;
   size_t nrec = ended < WT_RECENT_ROUNDS ? (size_t)ended : WT_RECENT_ROUNDS;
   for (size_t k = 0; k < nrec; k++) {
     const wt_srv_round_record *r =
-        &srv->rounds.recent[(ended - 1 - k) % WT_RECENT_ROUNDS];
+        &srv->metrics.rounds.recent[(ended - 1 - k) % WT_RECENT_ROUNDS];
     wt__v1__round_record__init(&rr[k]);
     rr[k].outcome = (char *)(r->committed ? "committed" : "failed");
     rr[k].cause = (char *)(r->committed ? "" : wt_srv_cause_name(r->cause));
@@ -226,13 +226,13 @@ static wt_status *get_server_info(wt_rpc_call *call,
   info.n_recent_rounds = nrec;
   info.recent_rounds = rp;
   info.state = (char *)wt_srv_state_locked(srv);
-  info.auth = (char *)(srv->auth ? srv->auth : "none");
+  info.auth = (char *)(srv->auth.mode ? srv->auth.mode : "none");
   info.weight_version =
-      srv->sequence ? srv->history[srv->sequence % WT_VERSION_HISTORY].version
+      srv->round.sequence ? srv->round.history[srv->round.sequence % WT_VERSION_HISTORY].version
                     : (char *)"";
   /* Packed at once: the version may change after unlock. */
   st = wt_rpc_call_respond(call, &info.base);
-  pthread_mutex_unlock(&srv->mu);
+  pthread_mutex_unlock(&srv->round.mu);
 out:
   free(backends);
   free(bi);
@@ -442,11 +442,11 @@ static void release_msg(void *msg) {
 /* How long the stream may stay silent before its next message: the header
  * must come promptly; between data messages the round's data deadline. */
 static int64_t read_timeout(wt_server *srv, bool pushing) {
-  if (!pushing) return srv->header_timeout_ms;
-  pthread_mutex_lock(&srv->mu);
+  if (!pushing) return srv->config.header_timeout_ms;
+  pthread_mutex_lock(&srv->round.mu);
   int64_t t =
-      srv->data_timeout_ms ? srv->data_timeout_ms : srv->engine_timeout_ms;
-  pthread_mutex_unlock(&srv->mu);
+      srv->round.data_timeout_ms ? srv->round.data_timeout_ms : srv->config.data_timeout_ms;
+  pthread_mutex_unlock(&srv->round.mu);
   return t;
 }
 
@@ -575,25 +575,25 @@ static wt_status *get_weight_version(wt_rpc_call *call,
                                      void *user) {
   wt_server *srv = user;
   Wt__V1__WeightVersion v = WT__V1__WEIGHT_VERSION__INIT;
-  pthread_mutex_lock(&srv->mu);
-  if (srv->sequence > 0) {
+  pthread_mutex_lock(&srv->round.mu);
+  if (srv->round.sequence > 0) {
     const wt_version_entry *e =
-        &srv->history[srv->sequence % WT_VERSION_HISTORY];
+        &srv->round.history[srv->round.sequence % WT_VERSION_HISTORY];
     v.version = e->version;
     v.sequence = e->sequence;
     v.committed_unix_ms = e->committed_unix_ms;
   }
   wt_status *st = wt_rpc_call_respond(call, &v.base);
-  pthread_mutex_unlock(&srv->mu);
+  pthread_mutex_unlock(&srv->round.mu);
   return st;
 }
 
 /* --- ChecksumWeights ------------------------------------------------------ */
 
 static bool stopping(wt_server *srv) {
-  pthread_mutex_lock(&srv->mu);
-  bool stop = srv->stopping;
-  pthread_mutex_unlock(&srv->mu);
+  pthread_mutex_lock(&srv->round.mu);
+  bool stop = srv->round.stopping;
+  pthread_mutex_unlock(&srv->round.mu);
   return stop;
 }
 
@@ -691,12 +691,12 @@ static wt_status *checksum_weights(wt_rpc_call *call,
     reply += (strlen(wt_param_store_meta(s0, idx[k])->name) +
               WT_DIGEST_HEX_MAX + 24) *
              (uint64_t)nw;
-  if (reply > srv->max_send_bytes)
+  if (reply > srv->config.max_send_bytes)
     WT_FAIL(WT_RESOURCE_EXHAUSTED,
             "ChecksumWeights: the reply for %zu digests would be about %" PRIu64
             " bytes, above the largest reply the server sends (%" PRIu64
             " bytes); ask for fewer names%s",
-            total, reply, srv->max_send_bytes,
+            total, reply, srv->config.max_send_bytes,
             req->all_workers ? " or without all_workers" : "");
   hex = calloc(total ? total : 1, sizeof(*hex));
   pc = calloc(total ? total : 1, sizeof(*pc));
@@ -751,7 +751,7 @@ static wt_status *checksum_weights(wt_rpc_call *call,
           same = wt_param_store_commits(wt_worker_store(srv->workers[e])) ==
                  commits[e];
         hash_part_job job = {s, idx[k], off, part, h, NULL};
-        if (same) wt_hash_pool_run(srv->hashers, hash_part_run, &job);
+        if (same) wt_hash_pool_run(srv->readers.hashers, hash_part_run, &job);
         if (same) st = job.st;
         wt_param_store_read_unlock(s);
         if (!same) st = version_changed((size_t)w * n + k, total);

@@ -1,12 +1,12 @@
 /* validate.c: an update info checked against the model before any byte
- * moves (see wt_srv_resolve_update in server_internal.h). */
+ * moves (see wt_srv_resolve_update in server_state.h). */
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "server_internal.h"
+#include "server_state.h"
 #include "wt/dtype.h"
 #include "wt/tensor.h"
 

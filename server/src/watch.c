@@ -1,16 +1,16 @@
 /* watch.c: WatchWeightVersion streams: every open stream is told each
- * commit, oldest first (see server_internal.h). The service's method table
+ * commit, oldest first (see server_state.h). The service's method table
  * names the open and close handlers; a commit (round.c) and a stop
  * (server.c) reach the watchers here, never through the service. */
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "server_internal.h"
+#include "server_state.h"
 #include "wt/log.h"
 
 /* One open WatchWeightVersion stream. Watchers are in a doubly linked list
- * under srv->watch_mu; each remembers the next sequence it is owed. */
+ * under srv->watch.mu; each remembers the next sequence it is owed. */
 struct wt_watcher {
   wt_rpc_stream *stream;
   uint64_t next; /* the sequence to send next */
@@ -23,19 +23,19 @@ static void watcher_catch_up(wt_server *srv, wt_watcher *w) {
   for (;;) {
     Wt__V1__WeightVersion v = WT__V1__WEIGHT_VERSION__INIT;
     char *version = NULL;
-    pthread_mutex_lock(&srv->mu);
-    uint64_t seq = srv->sequence;
+    pthread_mutex_lock(&srv->round.mu);
+    uint64_t seq = srv->round.sequence;
     if (w->next > seq) {
-      pthread_mutex_unlock(&srv->mu);
+      pthread_mutex_unlock(&srv->round.mu);
       return;
     }
     if (seq >= WT_VERSION_HISTORY && w->next <= seq - WT_VERSION_HISTORY)
       w->next = seq - WT_VERSION_HISTORY + 1;
-    const wt_version_entry *e = &srv->history[w->next % WT_VERSION_HISTORY];
+    const wt_version_entry *e = &srv->round.history[w->next % WT_VERSION_HISTORY];
     version = strdup(e->version);
     v.sequence = e->sequence;
     v.committed_unix_ms = e->committed_unix_ms;
-    pthread_mutex_unlock(&srv->mu);
+    pthread_mutex_unlock(&srv->round.mu);
     v.version = version ? version : (char *)"";
     wt_status *st = wt_rpc_stream_send(w->stream, &v.base);
     free(version);
@@ -49,17 +49,17 @@ static void watcher_catch_up(wt_server *srv, wt_watcher *w) {
 }
 
 void wt_srv_notify_watchers(wt_server *srv) {
-  pthread_mutex_lock(&srv->watch_mu);
-  for (wt_watcher *w = srv->watchers; w != NULL; w = w->nextw)
+  pthread_mutex_lock(&srv->watch.mu);
+  for (wt_watcher *w = srv->watch.list; w != NULL; w = w->nextw)
     watcher_catch_up(srv, w);
-  pthread_mutex_unlock(&srv->watch_mu);
+  pthread_mutex_unlock(&srv->watch.mu);
 }
 
 void wt_srv_end_watchers(wt_server *srv) {
-  pthread_mutex_lock(&srv->watch_mu);
-  for (wt_watcher *w = srv->watchers; w != NULL; w = w->nextw)
+  pthread_mutex_lock(&srv->watch.mu);
+  for (wt_watcher *w = srv->watch.list; w != NULL; w = w->nextw)
     wt_rpc_stream_end(w->stream, NULL);
-  pthread_mutex_unlock(&srv->watch_mu);
+  pthread_mutex_unlock(&srv->watch.mu);
 }
 
 /* On the polling thread: the current version first, if any, then every
@@ -73,32 +73,32 @@ wt_status *wt_srv_watch_open(wt_rpc_stream *s,
                          "WatchWeightVersion: out of memory");
   w->stream = s;
   wt_rpc_stream_set_user(s, w);
-  pthread_mutex_lock(&srv->watch_mu);
-  pthread_mutex_lock(&srv->mu);
-  bool stopping = srv->stopping;
-  w->next = srv->sequence > 0 ? srv->sequence : 1;
-  pthread_mutex_unlock(&srv->mu);
-  w->nextw = srv->watchers;
-  if (srv->watchers) srv->watchers->prev = w;
-  srv->watchers = w;
-  srv->nwatchers++;
+  pthread_mutex_lock(&srv->watch.mu);
+  pthread_mutex_lock(&srv->round.mu);
+  bool stopping = srv->round.stopping;
+  w->next = srv->round.sequence > 0 ? srv->round.sequence : 1;
+  pthread_mutex_unlock(&srv->round.mu);
+  w->nextw = srv->watch.list;
+  if (srv->watch.list) srv->watch.list->prev = w;
+  srv->watch.list = w;
+  srv->watch.n++;
   watcher_catch_up(srv, w);
   if (stopping) wt_rpc_stream_end(s, NULL);
-  pthread_mutex_unlock(&srv->watch_mu);
+  pthread_mutex_unlock(&srv->watch.mu);
   return NULL;
 }
 
 void wt_srv_watch_closed(wt_rpc_stream *s, void *user) {
   wt_server *srv = user;
   wt_watcher *w = wt_rpc_stream_user(s);
-  pthread_mutex_lock(&srv->watch_mu);
+  pthread_mutex_lock(&srv->watch.mu);
   if (w->prev)
     w->prev->nextw = w->nextw;
   else
-    srv->watchers = w->nextw;
+    srv->watch.list = w->nextw;
   if (w->nextw) w->nextw->prev = w->prev;
-  srv->nwatchers--;
-  pthread_mutex_unlock(&srv->watch_mu);
+  srv->watch.n--;
+  pthread_mutex_unlock(&srv->watch.mu);
   free(w);
   wt_rpc_stream_release(s);
 }

@@ -27,7 +27,7 @@ struct wt_worker {
   wt_device device;
   char device_name[WT_DEVICE_NAME_MAX];
   char *host;
-  uint32_t default_timeout_ms;
+  uint32_t data_timeout_ms;
   uint64_t max_message_bytes;
   wt_registry *engines;
   const wt_backend_option *engine_options; /* the server's; borrowed */
@@ -206,8 +206,8 @@ static wt_status *op_init(wt_worker *w, wt_worker_op *op) {
       .device = w->device,
       .device_name = w->device_name,
       .store = w->store,
-      .timeout_ms =
-          init && init->timeout_ms ? init->timeout_ms : w->default_timeout_ms,
+      .data_timeout_ms =
+          init && init->timeout_ms ? init->timeout_ms : w->data_timeout_ms,
       .host = w->host,
       .max_message_bytes = w->max_message_bytes,
   };
@@ -498,16 +498,7 @@ static void *worker_main(void *arg) {
         pthread_mutex_lock(&w->mu);
         continue;
       }
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      int64_t left = next_check - now;
-      ts.tv_sec += left / 1000;
-      ts.tv_nsec += (long)(left % 1000) * 1000000L;
-      if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-      }
-      pthread_cond_timedwait(&w->work_cv, &w->mu, &ts);
+      wt_cond_wait_until(&w->work_cv, &w->mu, next_check);
     }
     if (w->head == NULL) break;
     wt_worker_op *op = w->head;
@@ -547,7 +538,7 @@ wt_status *wt_worker_new(const wt_worker_options *o, wt_worker **out) {
   wt_device_format(o->device, w->device_name);
   snprintf(w->where, sizeof(w->where), "worker %u (%s)", o->rank,
            w->device_name);
-  w->default_timeout_ms = o->default_timeout_ms;
+  w->data_timeout_ms = o->data_timeout_ms;
   w->max_message_bytes = o->max_message_bytes;
   w->engines = o->engines;
   w->engine_options = o->engine_options;
@@ -561,7 +552,7 @@ wt_status *wt_worker_new(const wt_worker_options *o, wt_worker **out) {
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "worker %u: out of memory", o->rank);
   }
   pthread_mutex_init(&w->mu, NULL);
-  pthread_cond_init(&w->work_cv, NULL);
+  wt_cond_init_monotonic(&w->work_cv);
   pthread_cond_init(&w->done_cv, NULL);
   pthread_mutex_init(&w->engine_mu, NULL);
   w->pub.state = WT_WORKER_UNINITIALIZED;

@@ -77,8 +77,8 @@ static wt_status *fe_receive(wt_engine *e, const wt_update *u,
     wt_param_store_stage(e->ctx.store, u->index[k]);
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += e->ctx.timeout_ms / 1000;
-  ts.tv_nsec += (long)(e->ctx.timeout_ms % 1000) * 1000000L;
+  ts.tv_sec += e->ctx.data_timeout_ms / 1000;
+  ts.tv_nsec += (long)(e->ctx.data_timeout_ms % 1000) * 1000000L;
   if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
   pthread_mutex_lock(&T.mu);
   T.stats.blocked++;
@@ -97,7 +97,7 @@ static wt_status *fe_receive(wt_engine *e, const wt_update *u,
   if (!released)
     return wt_status_new(WT_DEADLINE_EXCEEDED,
                          "fake engine (worker %u): no data within %u ms",
-                         e->ctx.rank, e->ctx.timeout_ms);
+                         e->ctx.rank, e->ctx.data_timeout_ms);
   unsigned char *buf = NULL;
   for (size_t k = 0; k < u->n; k++) {
     const wt_tensor_meta *m = wt_param_store_meta(e->ctx.store, u->index[k]);

@@ -98,10 +98,12 @@ typedef struct wt_trainer_ctx {
    * (docs/delta.md). Current during send_weights. */
   const uint64_t *base_sequences;
   const uint64_t *base_digests;
-  /* Deadline of a data wait when the init info's timeout_ms is 0, and of
-   * the control calls, in ms. */
+  /* The client's deadlines, in ms: of a data call (push, update,
+   * checksum; wt_client_options.data_timeout_ms) and of a control call
+   * (wt_client_options.timeout_ms). An engine's own waits take
+   * wt_trainer_init_args.data_timeout_ms. */
   int64_t data_timeout_ms;
-  int64_t timeout_ms;
+  int64_t control_timeout_ms;
 } wt_trainer_ctx;
 
 /* What trainer_init receives; everything is borrowed for the trainer's
@@ -110,6 +112,10 @@ typedef struct wt_trainer_init_args {
   const Wt__V1__WeightTransferInitInfo *init_info;
   const wt_trainer_ctx *ctx;
   wt_source *source; /* may be NULL: the client passes one per update */
+  /* The data deadline of this init, in ms: each of the engine's waits.
+   * 0: wt_trainer_create resolves it (wt_trainer_data_deadline_ms), so an
+   * engine's trainer_init always sees it set. */
+  int64_t data_timeout_ms;
 } wt_trainer_init_args;
 
 /* What the last round of a `grpc` trainer engine sent (docs/delta.md):
@@ -254,6 +260,12 @@ wt_status *wt_trainer_init_info(const char *name, const wt_backend_option *opts,
 
 /* Creates a trainer engine of backend `name` (trainer_init). Usually called
  * by wt_sync_client_init_transfer. The caller owns *out. */
+/* The one resolution of an init's data deadline on the trainer's side:
+ * the init info's timeout_ms, else ctx's data_timeout_ms (either may be
+ * NULL; then the client's default). */
+int64_t wt_trainer_data_deadline_ms(const Wt__V1__WeightTransferInitInfo *init,
+                                    const wt_trainer_ctx *ctx);
+
 wt_status *wt_trainer_create(const char *name, const wt_trainer_init_args *args,
                              wt_trainer **out);
 

@@ -2,6 +2,7 @@
 
 #include "wt/clock.h"
 
+#include <errno.h>
 #include <time.h>
 
 static int64_t read_ms(clockid_t id) {
@@ -22,4 +23,22 @@ int64_t wt_mono_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int wt_cond_init_monotonic(pthread_cond_t *cv) {
+  pthread_condattr_t attr;
+  int rc = pthread_condattr_init(&attr);
+  if (rc != 0) return rc;
+  rc = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  if (rc == 0) rc = pthread_cond_init(cv, &attr);
+  pthread_condattr_destroy(&attr);
+  return rc;
+}
+
+int wt_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu,
+                       int64_t deadline_ms) {
+  if (deadline_ms <= wt_mono_ms()) return ETIMEDOUT;
+  struct timespec ts = {.tv_sec = (time_t)(deadline_ms / 1000),
+                        .tv_nsec = (long)(deadline_ms % 1000) * 1000000L};
+  return pthread_cond_timedwait(cv, mu, &ts);
 }

@@ -58,7 +58,7 @@ wt_rpc_call *rpc_call_new(wt_rpc_server *s, const wt_rpc_method *m,
   atomic_init(&c->refs, 1); /* the pool's */
   atomic_init(&c->cancelled, false);
   pthread_mutex_init(&c->mu, NULL);
-  rpc_init_monotonic_cond(&c->cv); /* read deadlines are on that clock */
+  wt_cond_init_monotonic(&c->cv); /* read deadlines are on that clock */
   pthread_mutex_init(&c->cb_mu, NULL);
 
   /* Learn early when the client goes away, also while the call waits for a
@@ -97,10 +97,9 @@ static int call_run_batch(wt_rpc_call *c, const grpc_op *ops, size_t n,
   }
   bool timed_out = false;
   if (timeout_ms >= 0) {
-    struct timespec ts;
-    rpc_abs_timespec_after_ms(&ts, timeout_ms);
+    int64_t until = wt_mono_ms() + timeout_ms;
     while (!c->op_done)
-      if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) != 0) break;
+      if (wt_cond_wait_until(&c->cv, &c->mu, until) != 0) break;
     if (!c->op_done) {
       timed_out = true;
       atomic_store(&c->cancelled, true);

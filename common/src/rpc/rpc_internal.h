@@ -184,8 +184,6 @@ struct wt_rpc_call {
 
 /* A deadline that many ms from now. */
 WT_HIDDEN gpr_timespec rpc_deadline_after_ms(int64_t ms);
-WT_HIDDEN void rpc_abs_timespec_after_ms(struct timespec *ts, int64_t ms);
-WT_HIDDEN int rpc_init_monotonic_cond(pthread_cond_t *cv);
 WT_HIDDEN const char *rpc_kind_name(wt_rpc_kind kind);
 /* A status message as gRPC can carry it (long ones cut in the middle). */
 WT_HIDDEN grpc_slice rpc_status_details(const char *msg);

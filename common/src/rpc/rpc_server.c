@@ -746,7 +746,7 @@ wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
   s->shutdown_tag.owner = s;
   s->state = STATE_NEW;
   pthread_mutex_init(&s->mu, NULL);
-  rpc_init_monotonic_cond(&s->cv);
+  wt_cond_init_monotonic(&s->cv);
 
   grpc_init();
   grpc_arg args[12];
@@ -903,9 +903,7 @@ static bool wait_until(wt_rpc_server *s, bool (*pred)(wt_rpc_server *),
     }
     int64_t step = POLL_INTERVAL_MS;
     if (deadline >= 0 && deadline - now < step) step = deadline - now;
-    struct timespec ts;
-    rpc_abs_timespec_after_ms(&ts, step);
-    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    wt_cond_wait_until(&s->cv, &s->mu, now + step);
   }
   return true;
 }

@@ -1,5 +1,5 @@
 /* rpc_util.c: the small helpers every file of the RPC layer uses
- * (deadlines, monotonic condition variables, status details; see
+ * (gRPC deadlines, kind names, status details; see
  * rpc_internal.h). */
 
 #include <string.h>
@@ -10,25 +10,6 @@
 gpr_timespec rpc_deadline_after_ms(int64_t ms) {
   return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                       gpr_time_from_millis(ms, GPR_TIMESPAN));
-}
-
-void rpc_abs_timespec_after_ms(struct timespec *ts, int64_t ms) {
-  clock_gettime(CLOCK_MONOTONIC, ts);
-  ts->tv_sec += ms / 1000;
-  ts->tv_nsec += (ms % 1000) * 1000000L;
-  if (ts->tv_nsec >= 1000000000L) {
-    ts->tv_sec++;
-    ts->tv_nsec -= 1000000000L;
-  }
-}
-
-int rpc_init_monotonic_cond(pthread_cond_t *cv) {
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  int rc = pthread_cond_init(cv, &attr);
-  pthread_condattr_destroy(&attr);
-  return rc;
 }
 
 const char *rpc_kind_name(wt_rpc_kind kind) {

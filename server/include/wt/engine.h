@@ -115,9 +115,10 @@ typedef struct wt_worker_ctx {
   const char *device_name; /* "cpu", "cuda:0", ... */
   wt_param_store *store;   /* where received bytes go (staging buffers); its
                               memory kind is wt_param_store_memory(store) */
-  /* Deadline of each wait (a bucket, a connection) in ms: the init info's
-   * timeout_ms, or the server's default when that is 0. */
-  uint32_t timeout_ms;
+  /* The data deadline, in ms: of each wait (a bucket, a connection),
+   * resolved once by the worker: the init info's timeout_ms, or the
+   * server's data_timeout_ms when that is 0. Never 0. */
+  uint32_t data_timeout_ms;
   /* Host the server listens on: the address a listening engine binds to and
    * reports (loopback unless the server was told otherwise). */
   const char *host;

@@ -31,7 +31,7 @@ WT_API_BEGIN
 #define WT_SERVER_DEFAULT_LISTEN "127.0.0.1:50051"
 #define WT_SERVER_DEFAULT_MODEL "synthetic:llama-256m"
 #define WT_SERVER_DEFAULT_ROUND_TIMEOUT_MS 60000u
-#define WT_SERVER_DEFAULT_ENGINE_TIMEOUT_MS 60000u
+#define WT_SERVER_DEFAULT_DATA_TIMEOUT_MS 60000u
 #define WT_SERVER_DEFAULT_DRAIN_MS 1000
 #define WT_SERVER_DEFAULT_HEADER_TIMEOUT_MS 10000u
 /* Admission (wt/rpc.h): handler threads of the round calls (init, start,
@@ -69,9 +69,9 @@ typedef struct wt_server_options {
   wt_mem_kind memory;
   /* A round idle this long between calls or chunks is aborted; 60 s. */
   uint32_t round_timeout_ms;
-  /* Deadline of an engine's waits when the init info's timeout_ms is 0;
-   * 60 s. */
-  uint32_t engine_timeout_ms;
+  /* The data deadline when the init info's timeout_ms is 0: each engine
+   * wait, and a push stream's silence between messages; 60 s. */
+  uint32_t data_timeout_ms;
   /* gRPC message limits (wt/rpc.h): 0 the defaults (16 MiB), -1 none. */
   int max_receive_message_bytes;
   int max_send_message_bytes;
@@ -80,7 +80,7 @@ typedef struct wt_server_options {
   int64_t drain_ms;
   /* A PushWeights stream that sends no header this long is ended; 10 s.
    * Between messages the round's data deadline applies (the init info's
-   * timeout_ms, else engine_timeout_ms). */
+   * timeout_ms, else data_timeout_ms). */
   uint32_t header_timeout_ms;
   /* Admission: round calls running at once (the trainer's; kept apart from
    * readers), reader calls running at once (more wait, up to 64 times as
@@ -172,6 +172,12 @@ typedef struct wt_server_options {
 } wt_server_options;
 
 typedef struct wt_server wt_server;
+
+/* Fills every option of *o left 0 or NULL with its default (the
+ * WT_SERVER_DEFAULT_* values above, which wt-server's --help shows too):
+ * the one place the defaults are applied; wt_server_start calls it on its
+ * copy of the options. */
+void wt_server_options_defaults(wt_server_options *o);
 
 /* Starts one thread per worker (bound to its device), loads the model into
  * every worker's param store (each on its own thread), binds and serves.

@@ -1,20 +1,22 @@
-/* server_internal.h: what server.c (lifecycle), round.c (the round state
- * machine across workers), push.c (PushWeights streams into the workers)
- * and service.c (the RPC handlers) share. Not installed; nothing here is
- * part of libwt_server's API.
+/* server_state.h: a server's state, one sub-struct per subsystem with
+ * its lock (struct wt_server below), and what the server's files offer
+ * each other, grouped by the file that defines it. server.c starts and
+ * stops the subsystems; every other file of server/src works on one of
+ * them. Not installed; nothing here is part of libwt_server's API.
  *
- * Locking: `mu` guards every field below it and is only ever held for
- * short, non-blocking work: no engine call, no wait for a worker, no store
- * lock and no network I/O runs under it. Work for the workers is submitted
- * under mu (wt_worker_submit never blocks, so every worker sees the ops of
- * the server in the same order) and waited for outside it; a call that waits
- * for its ops marks the round `busy` meanwhile. An abort only signals
- * (cancels engines and the push stream, queues ABORT ops) and returns at
- * once: ops after it run once the workers have aborted. Lock order: a
- * watcher list's `watch_mu`, then `mu`, then a worker's own lock.
+ * Locking: the round's `mu` (round.mu) guards the round state and the
+ * metrics' figures, and is only ever held for short, non-blocking work: no
+ * engine call, no wait for a worker, no store lock and no network I/O runs
+ * under it. Work for the workers is submitted under it (wt_worker_submit
+ * never blocks, so every worker sees the ops of the server in the same
+ * order) and waited for outside it; a call that waits for its ops marks
+ * the round `busy` meanwhile. An abort only signals (cancels engines and
+ * the push stream, queues ABORT ops) and returns at once: ops after it run
+ * once the workers have aborted. Lock order: watch.mu or health.mu, then
+ * round.mu, then a worker's own lock; readers.mu is taken alone.
  */
-#ifndef WT_SERVER_INTERNAL_H
-#define WT_SERVER_INTERNAL_H
+#ifndef WT_SERVER_STATE_H
+#define WT_SERVER_STATE_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -97,8 +99,8 @@ typedef struct wt_srv_round_metrics {
 typedef struct wt_watcher wt_watcher;
 typedef struct wt_health_watcher wt_health_watcher;
 
-struct wt_server {
-  /* Fixed after start. */
+/* Fixed after wt_server_start (server.c); read without a lock. */
+typedef struct wt_srv_config {
   char *listen;
   char *host;
   char *model_name;
@@ -110,44 +112,79 @@ struct wt_server {
   wt_mem_kind memory;
   const wt_store_embedding *embed; /* the embedding engine's (borrowed) */
   uint32_t round_timeout_ms;
-  uint32_t engine_timeout_ms;
+  /* The data deadline when an init info gives none (--engine-timeout). */
+  uint32_t data_timeout_ms;
   uint32_t header_timeout_ms;
   int64_t drain_ms;
-  wt_registry *engines; /* never NULL after start */
-  uint32_t nworkers;
-  wt_worker **workers;
-  wt_rpc_server *rpc;
-  wt_rpc_class classes[WT_NCLASSES];
+  int64_t health_grace_ms; /* how long NOT_SERVING shows before the drain */
   uint64_t max_send_bytes; /* the largest reply gRPC will send */
-  wt_token *tokens;        /* the --token-file's or generated, for the RPC server */
+  int64_t started_unix_ms;
+  wt_registry *engines; /* never NULL after start */
+} wt_srv_config;
+
+/* The bearer tokens (server.c, at start), which the RPC server checks. */
+typedef struct wt_srv_auth {
+  wt_token *tokens; /* the --token-file's or generated */
   size_t ntokens;
-  const char *auth;        /* "tokens", "generated" or "none" (ServerInfo) */
-  char *token_dir;         /* generated: the runtime directory */
-  char *token_path;        /* generated: the file written, removed at stop */
-  pthread_t watchdog;
-  bool watchdog_started;
-  /* The export (export.c) and its consumers' leases (leases.c); NULL
-   * without --export. */
-  struct wt_export *export;
+  const char *mode; /* "tokens", "generated" or "none" (ServerInfo) */
+  char *token_dir;  /* generated: the runtime directory */
+  char *token_path; /* generated: the file written, removed at stop */
+} wt_srv_auth;
+
+/* The export (export.c) and its consumers' leases (leases.c); handle and
+ * leases NULL without --export. */
+typedef struct wt_srv_export {
+  struct wt_export *handle;
   struct wt_leases *leases;
   uint32_t lease_wait_ms;
-  char *export_path;
-  /* Readers' hashing: the low-priority threads that do it (hash_pool.c)
-   * and the budgets, per peer (reader_budget.c). */
-  struct wt_hash_pool *hashers;
-  pthread_mutex_t budget_mu;
-  struct wt_reader_budget *budgets;
-  uint64_t reader_bytes_per_sec;
+  char *path;
+} wt_srv_export;
 
+/* Readers' hashing: the low-priority threads that do it (hash_pool.c) and
+ * the budgets per peer (reader_budget.c), under their own `mu`. */
+typedef struct wt_srv_readers {
+  struct wt_hash_pool *hashers;
   pthread_mutex_t mu;
-  pthread_cond_t cv; /* broadcast on every change below */
+  struct wt_reader_budget *budgets;
+  uint64_t bytes_per_sec;
+} wt_srv_readers;
+
+/* Open WatchWeightVersion streams (watch.c), under `mu` (taken before the
+ * round's mu). */
+typedef struct wt_srv_watch {
+  pthread_mutex_t mu;
+  wt_watcher *list;
+  size_t n;
+} wt_srv_watch;
+
+/* Health.Watch streams (health.c), under `mu` (taken before the round's
+ * mu); `down` (NOT_SERVING before the drain) under the round's mu. */
+typedef struct wt_srv_health {
+  pthread_mutex_t mu;
+  wt_health_watcher *watchers;
+  bool down;
+} wt_srv_health;
+
+/* Metrics (metrics.c): the rounds' figures (under the round's mu) and the
+ * HTTP endpoint (--metrics-listen; NULL without). */
+typedef struct wt_srv_metrics {
+  wt_srv_round_metrics rounds;
+  struct wt_metrics_http *http;
+} wt_srv_metrics;
+
+/* The round state machine (round.c, push.c), under `mu`; `cv` is
+ * broadcast on every change. */
+typedef struct wt_srv_round {
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* on the monotonic clock (wt_cond_init_monotonic) */
 
   bool stopping;     /* shutdown began: no new work */
   bool initialized;  /* every worker has an engine */
   bool initializing; /* an InitWeightTransferEngine is running */
   char backend[64];
-  /* The current init's deadline of each engine wait: also how long a push
-   * stream may stay silent between messages. */
+  /* The current init's data deadline (the init info's timeout_ms, else
+   * config.data_timeout_ms): each engine wait, and how long a push stream
+   * may stay silent between messages. */
   uint32_t data_timeout_ms;
 
   uint64_t last_round_id;
@@ -180,21 +217,26 @@ struct wt_server {
   uint64_t round_digest;
   unsigned round_updates;
   wt_version_entry history[WT_VERSION_HISTORY]; /* by sequence % size */
+} wt_srv_round;
 
-  /* Open WatchWeightVersion streams (service.c). */
-  pthread_mutex_t watch_mu;
-  wt_watcher *watchers;
-  size_t nwatchers;
-  /* Health.Watch streams (health.c), under health_mu (taken before mu). */
-  pthread_mutex_t health_mu;
-  wt_health_watcher *health_watchers;
-  bool health_down;       /* NOT_SERVING before the drain (under mu) */
-  /* Metrics (metrics.c): the rounds' (under mu) and the HTTP endpoint
-   * (--metrics-listen; NULL without). */
-  wt_srv_round_metrics rounds;
-  struct wt_metrics_http *metrics_http;
-  int64_t started_unix_ms;
-  int64_t health_grace_ms; /* how long NOT_SERVING shows before the drain */
+/* A server: its subsystems' states, each with its own lock where it has
+ * one (lock order: watch.mu or health.mu, then round.mu, then a worker's
+ * own lock; readers.mu alone). */
+struct wt_server {
+  wt_srv_config config;
+  uint32_t nworkers;
+  wt_worker **workers;
+  wt_rpc_server *rpc;
+  wt_rpc_class classes[WT_NCLASSES];
+  pthread_t watchdog;
+  bool watchdog_started;
+  wt_srv_auth auth;
+  wt_srv_export ex;
+  wt_srv_readers readers;
+  wt_srv_round round;
+  wt_srv_watch watch;
+  wt_srv_health health;
+  wt_srv_metrics metrics;
 };
 
 /* The calling thread's log lines name round `round_id` from now on (the
@@ -461,4 +503,4 @@ WT_HIDDEN bool wt_srv_budget_spend(wt_server *srv, wt_reader_budget *b,
                                    uint64_t bytes, bool (*stop)(void *arg),
                                    void *arg);
 
-#endif /* WT_SERVER_INTERNAL_H */
+#endif /* WT_SERVER_STATE_H */

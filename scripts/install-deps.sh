@@ -6,7 +6,7 @@
 set -euo pipefail
 
 DEBS=(
-  build-essential cmake pkg-config clang libclang-rt-dev
+  build-essential cmake pkg-config clang libclang-rt-dev clang-format cppcheck
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
   libcunit1-dev libucx-dev ucx-utils libjansson-dev libssl-dev libxxhash-dev libmicrohttpd-dev libzstd-dev
   python3 python3-pip python3-venv iproute2 procps openssl tmux systemd

@@ -1331,12 +1331,65 @@ static void test_tools_printable(void) {
   for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) free(strs[i]);
 }
 
+/* The Python path's init in one direction (wt_bindings_trainer_init_transfer):
+ * the backend's options and the caller's dict go in once, the caller's
+ * fields win where it sets them, the backend is the engine's whatever the
+ * dict says, nothing comes back but what wt_bindings_client_init_info is
+ * asked for; a round then lands its bytes. */
+static void test_bindings_init_one_way(void) {
+  wtt_servers s;
+  const char *models[] = {"synthetic:tiny"};
+  const uint32_t workers[] = {1};
+  wtt_servers_start(&s, 1, models, workers, WT_STAGING_SHADOW, NULL);
+  wt_sync_client *c = wtt_client_of(&s);
+  wt_source *src = NULL;
+  wt_trainer *t = NULL;
+  char *json = NULL;
+  WT_ASSERT_OK(wt_source_synthetic("tiny", 78, &src));
+  WT_ASSERT_ERR(wt_bindings_trainer_check_options("grpc", "{\"chunk_size\":\"x\"}"),
+                WT_INVALID_ARGUMENT, "chunk_size");
+  WT_ASSERT_ERR(wt_bindings_trainer_check_options("nope", NULL), WT_NOT_FOUND,
+                "nope");
+  WT_ASSERT_OK(wt_bindings_trainer_check_options("grpc", "{\"chunk_size\":\"65536\"}"));
+  WT_ASSERT_ERR(wt_bindings_client_init_info(c, &json), WT_FAILED_PRECONDITION,
+                "init_info");
+  WT_ASSERT_ERR(wt_bindings_trainer_init_transfer(c, "grpc", NULL, "{\"nope\":1}", &t),
+                WT_INVALID_ARGUMENT, "nope");
+  CU_ASSERT_PTR_NULL(t);
+  WT_ASSERT_OK(wt_bindings_trainer_init_transfer(
+      c, "grpc", "{\"chunk_size\":\"65536\",\"bucket_size\":\"1048576\"}",
+      "{\"backend\":\"ucx\",\"timeout_ms\":7000,"
+      "\"grpc\":{\"packed_buffer_size_bytes\":{\"value\":2097152}}}",
+      &t));
+  CU_ASSERT_FATAL(t != NULL);
+  CU_ASSERT_STRING_EQUAL(wt_trainer_backend(t), "grpc");
+  const Wt__V1__WeightTransferInitInfo *sent = wt_sync_client_init_info(c);
+  CU_ASSERT_FATAL(sent != NULL && sent->grpc != NULL);
+  CU_ASSERT_STRING_EQUAL(sent->backend, "grpc"); /* the engine's */
+  CU_ASSERT_EQUAL(sent->timeout_ms, 7000);       /* the caller's */
+  CU_ASSERT_FATAL(sent->grpc->chunk_size_bytes && sent->grpc->packed_buffer_size_bytes);
+  CU_ASSERT_EQUAL(sent->grpc->chunk_size_bytes->value, 65536); /* options' */
+  CU_ASSERT_EQUAL(sent->grpc->packed_buffer_size_bytes->value, 2097152); /* wins */
+  WT_ASSERT_OK(wt_bindings_client_init_info(c, &json));
+  CU_ASSERT_PTR_NOT_NULL(json ? strstr(json, "\"timeout_ms\":7000") : NULL);
+  wt_bindings_free(json);
+  WT_ASSERT_OK(wt_sync_client_start(c));
+  WT_ASSERT_OK(wt_sync_client_update(c, t, src, NULL, NULL));
+  WT_ASSERT_OK(wt_sync_client_finish(c, "one-way-1"));
+  wtt_assert_servers_hold(c, src, WT_HASH_SHA256);
+  wt_trainer_destroy(t);
+  wt_source_destroy(src);
+  wtt_servers_stop(&s);
+}
+
 void wt_test_suite_client(void);
 void wt_test_suite_client(void) {
   CU_pSuite s = CU_add_suite("client", NULL, NULL);
   CU_add_test(s, "a caller's own control plane drives the rounds",
               test_caller_control_plane);
   CU_add_test(s, "a control plane over a JSON callback", test_callback_control_plane);
+  CU_add_test(s, "bindings: the Python path's init in one direction",
+              test_bindings_init_one_way);
   CU_add_test(s, "grpc push from memory the caller frees at once",
               test_grpc_push_from_memory_freed);
   CU_add_test(s, "grpc push gives up waiting for gRPC's hold (ASan)",

@@ -842,10 +842,8 @@ static bool file_contains(const char *path, const char *needle) {
 static wt_engine_ops spy_engine_ops;
 static char spy_addr[2 * 16384 + 8];
 
-static wt_status *spy_init(wt_engine *e,
-                           const Wt__V1__WeightTransferInitInfo *init,
-                           wt_engine_endpoint *ep) {
-  wt_status *st = wt_ucx_engine_ops.init_transfer(e, init, ep);
+static wt_status *spy_init(wt_engine *e, wt_engine_endpoint *ep) {
+  wt_status *st = wt_ucx_engine_ops.init_transfer(e, ep);
   if (st == NULL && ep->worker_address != NULL &&
       2 * ep->worker_address_len + 6 < sizeof(spy_addr)) {
     strcpy(spy_addr, "addr:");

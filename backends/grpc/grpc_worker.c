@@ -76,9 +76,7 @@ out:
   return st;
 }
 
-static wt_status *grpc_init_transfer(wt_engine *e,
-                                     const Wt__V1__WeightTransferInitInfo *init,
-                                     wt_engine_endpoint *endpoint) {
+static wt_status *grpc_init_transfer(wt_engine *e, wt_engine_endpoint *endpoint) {
   /* Nothing to join: the bytes come over the control channel. */
   WT_LOGD("grpc",
           "worker %u: chunks up to %" PRIu64 " bytes, buckets of %" PRIu64

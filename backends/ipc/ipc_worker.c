@@ -44,6 +44,8 @@
 
 struct wt_engine {
   wt_worker_ctx ctx;
+  /* Between create and init_transfer: the init info (borrowed). */
+  const Wt__V1__WeightTransferInitInfo *init;
   char where[64];
   const wt_cuda_api *api;
   int device;
@@ -85,13 +87,15 @@ static void ipc_destroy(wt_engine *e) {
 static wt_status *ipc_create(const Wt__V1__WeightTransferInitInfo *init,
                              const wt_worker_ctx *ctx, wt_engine **out) {
   wt_status *st = NULL;
-  (void)init; /* checked by init_transfer */
   *out = NULL;
   wt_engine *e = calloc(1, sizeof(*e));
   if (e == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED,
                          "ipc engine (worker %u): out of memory", ctx->rank);
   e->ctx = *ctx;
+  /* init_transfer takes the ring, if any; the init stays valid until it
+   * returns (wt/engine.h). */
+  e->init = init;
   snprintf(e->where, sizeof(e->where), "ipc worker %u (%s)", ctx->rank,
            ctx->device_name);
   atomic_init(&e->cancelled, false);
@@ -201,11 +205,11 @@ out:
   return st;
 }
 
-static wt_status *ipc_init_transfer(wt_engine *e,
-                                    const Wt__V1__WeightTransferInitInfo *init,
-                                    wt_engine_endpoint *endpoint) {
+static wt_status *ipc_init_transfer(wt_engine *e, wt_engine_endpoint *endpoint) {
   (void)endpoint; /* nothing to connect: the handles come with the init and
                      each update */
+  const Wt__V1__WeightTransferInitInfo *init = e->init;
+  e->init = NULL; /* borrowed until this returns */
   const Wt__V1__IpcInitInfo *x =
       init != NULL && init->backend_init_case ==
                           WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_IPC

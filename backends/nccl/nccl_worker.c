@@ -88,10 +88,7 @@ out:
   return st;
 }
 
-static wt_status *nccl_init_transfer(wt_engine *e,
-                                     const Wt__V1__WeightTransferInitInfo *init,
-                                     wt_engine_endpoint *endpoint) {
-  (void)init;
+static wt_status *nccl_init_transfer(wt_engine *e, wt_engine_endpoint *endpoint) {
   (void)endpoint; /* the trainer's unique id is the rendezvous */
   wt_status *st = NULL;
   char what[96];

@@ -163,9 +163,7 @@ out:
  * sockets that appear are that worker's (ucx_worker_socks.c). */
 static pthread_mutex_t g_listen_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static wt_status *ucx_init_transfer(wt_engine *e,
-                                    const Wt__V1__WeightTransferInitInfo *init,
-                                    wt_engine_endpoint *endpoint) {
+static wt_status *ucx_init_transfer(wt_engine *e, wt_engine_endpoint *endpoint) {
   wt_status *st = NULL;
   uint16_t before[64];
   size_t nbefore = 0;
@@ -174,7 +172,6 @@ static wt_status *ucx_init_transfer(wt_engine *e,
   struct sockaddr_storage ss;
   socklen_t len = 0;
   ucs_status_t us;
-  (void)init;
   const char *host = e->ctx.host && *e->ctx.host ? e->ctx.host : "127.0.0.1";
   /* UCX listens (its sockaddr listener and its TCP transport) only on the
    * interface of the server's --listen address, unless that is a wildcard

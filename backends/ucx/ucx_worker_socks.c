@@ -57,6 +57,7 @@ static unsigned long *own_sockets(size_t *n, bool *exhausted) {
       v = m;
       cap *= 2;
     }
+    /* cppcheck-suppress nullPointerRedundantCheck ; the loop needs v */
     v[k++] = ino;
   }
   if (d) closedir(d);

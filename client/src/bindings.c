@@ -81,9 +81,13 @@ wt_status *wt_bindings_server_info(wt_sync_client *c, size_t k, char **json) {
   return st;
 }
 
-wt_status *wt_bindings_trainer_init_info(const char *backend,
-                                         const char *options_json, char **json) {
-  *json = NULL;
+/* The init info the trainer engine of `backend` builds from its options
+ * (`options_json`: a JSON object of strings; NULL: none). The caller owns
+ * *out (wt_pb_free). */
+static wt_status *backend_init_info(const char *backend,
+                                    const char *options_json,
+                                    Wt__V1__WeightTransferInitInfo **out) {
+  *out = NULL;
   /* The options as an init info's map: {"options": {...}}. */
   size_t n = options_json ? strlen(options_json) : 0;
   char *wrapped = malloc(n + 16);
@@ -96,7 +100,6 @@ wt_status *wt_bindings_trainer_init_info(const char *backend,
   if (st != NULL) return st;
   const Wt__V1__WeightTransferInitInfo *w = (const Wt__V1__WeightTransferInitInfo *)m;
   wt_backend_option *opts = calloc(w->n_options ? w->n_options : 1, sizeof(*opts));
-  Wt__V1__WeightTransferInitInfo *info = NULL;
   if (opts == NULL) {
     st = wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
   } else {
@@ -104,13 +107,133 @@ wt_status *wt_bindings_trainer_init_info(const char *backend,
       opts[i].key = w->options[i]->key;
       opts[i].value = w->options[i]->value;
     }
-    st = wt_trainer_init_info(backend, opts, w->n_options, &info);
+    st = wt_trainer_init_info(backend, opts, w->n_options, out);
   }
-  if (st == NULL) st = wt_pb_to_json(&info->base, json);
-  if (info) wt_pb_free(&info->base);
   free(opts);
   wt_pb_free(m);
   return st;
+}
+
+wt_status *wt_bindings_trainer_init_info(const char *backend,
+                                         const char *options_json, char **json) {
+  *json = NULL;
+  Wt__V1__WeightTransferInitInfo *info = NULL;
+  wt_status *st = backend_init_info(backend, options_json, &info);
+  if (st == NULL) st = wt_pb_to_json(&info->base, json);
+  if (info) wt_pb_free(&info->base);
+  return st;
+}
+
+wt_status *wt_bindings_trainer_check_options(const char *backend,
+                                             const char *options_json) {
+  Wt__V1__WeightTransferInitInfo *info = NULL;
+  wt_status *st = backend_init_info(backend, options_json, &info);
+  if (info) wt_pb_free(&info->base);
+  return st;
+}
+
+/* `over` merged over `base` as protobuf merges one message into another
+ * (fields `over` sets win, sub-messages merge, lists append): the two
+ * encodings one after the other, read as one. protobuf-c reads a oneof
+ * member given twice as the last one alone, so the init info's backend
+ * message is merged on its own (merge_init_info). *out is the caller's
+ * (wt_pb_free). */
+static wt_status *merge_over(const ProtobufCMessage *base,
+                             const ProtobufCMessage *over,
+                             ProtobufCMessage **out) {
+  size_t a = protobuf_c_message_get_packed_size(base);
+  size_t b = protobuf_c_message_get_packed_size(over);
+  uint8_t *buf = malloc(a + b + 1);
+  if (buf == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+  protobuf_c_message_pack(base, buf);
+  protobuf_c_message_pack(over, buf + a);
+  *out = protobuf_c_message_unpack(base->descriptor, NULL, a + b, buf);
+  free(buf);
+  return *out ? NULL
+              : wt_status_new(WT_RESOURCE_EXHAUSTED,
+                              "init_info: out of memory merging it over the "
+                              "backend's");
+}
+
+/* Where an init info keeps its backend message (NULL: none). */
+static ProtobufCMessage **backend_slot(Wt__V1__WeightTransferInitInfo *m) {
+  switch (m->backend_init_case) {
+    case WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC:
+      return (ProtobufCMessage **)&m->grpc;
+    case WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX:
+      return (ProtobufCMessage **)&m->ucx;
+    case WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_NCCL:
+      return (ProtobufCMessage **)&m->nccl;
+    case WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_IPC:
+      return (ProtobufCMessage **)&m->ipc;
+    default:
+      return NULL;
+  }
+}
+
+/* merge_over for init infos, the backend message (a oneof) merged too when
+ * both carry the same one. */
+static wt_status *merge_init_info(Wt__V1__WeightTransferInitInfo *base,
+                                  Wt__V1__WeightTransferInitInfo *over,
+                                  ProtobufCMessage **out) {
+  wt_status *st = merge_over(&base->base, &over->base, out);
+  if (st != NULL || base->backend_init_case != over->backend_init_case)
+    return st;
+  ProtobufCMessage **a = backend_slot(base), **b = backend_slot(over);
+  ProtobufCMessage **m = backend_slot((Wt__V1__WeightTransferInitInfo *)*out);
+  if (a == NULL || b == NULL || m == NULL || !*a || !*b) return NULL;
+  ProtobufCMessage *both = NULL;
+  st = merge_over(*a, *b, &both);
+  if (st != NULL) return st;
+  wt_pb_free(*m);
+  *m = both;
+  return NULL;
+}
+
+wt_status *wt_bindings_trainer_init_transfer(wt_sync_client *c,
+                                             const char *backend,
+                                             const char *options_json,
+                                             const char *init_info_json,
+                                             wt_trainer **trainer) {
+  *trainer = NULL;
+  Wt__V1__WeightTransferInitInfo *built = NULL, *info = NULL;
+  ProtobufCMessage *over = NULL, *merged = NULL;
+  wt_status *st = backend_init_info(backend, options_json, &built);
+  if (st == NULL && init_info_json != NULL && *init_info_json != '\0')
+    st = parse(&wt__v1__weight_transfer_init_info__descriptor, init_info_json,
+               wt_vllm_init_info_from_dict, "init_info", &over);
+  if (st == NULL && over != NULL) {
+    st = merge_init_info(built, (Wt__V1__WeightTransferInitInfo *)over,
+                         &merged);
+    if (st == NULL) info = (Wt__V1__WeightTransferInitInfo *)merged;
+  } else if (st == NULL) {
+    info = built;
+  }
+  if (st == NULL && (info->backend == NULL || strcmp(info->backend, backend) != 0)) {
+    /* The engine's backend, whatever the caller's dict said. */
+    char *b = strdup(backend);
+    if (b == NULL) {
+      st = wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+      if (info->backend != NULL && info->backend != protobuf_c_empty_string)
+        free(info->backend);
+      info->backend = b;
+    }
+  }
+  if (st == NULL) st = wt_sync_client_init_transfer(c, info, NULL, trainer);
+  if (built) wt_pb_free(&built->base);
+  wt_pb_free(over);
+  wt_pb_free(merged);
+  return st;
+}
+
+wt_status *wt_bindings_client_init_info(wt_sync_client *c, char **json) {
+  *json = NULL;
+  const Wt__V1__WeightTransferInitInfo *info = wt_sync_client_init_info(c);
+  if (info == NULL)
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "init_info: the client has not initialized a transfer");
+  return wt_pb_to_json(&info->base, json);
 }
 
 wt_status *wt_bindings_list_parameters(wt_sync_client *c, size_t k,

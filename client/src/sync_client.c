@@ -144,6 +144,11 @@ const wt_trainer_ctx *wt_sync_client_trainer_ctx(const wt_sync_client *c) {
   return &c->ctx;
 }
 
+const Wt__V1__WeightTransferInitInfo *wt_sync_client_init_info(
+    const wt_sync_client *c) {
+  return c->init;
+}
+
 int64_t wt_sync_client_timeout_ms(const wt_sync_client *c) {
   return c->ctx.control_timeout_ms;
 }

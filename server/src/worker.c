@@ -225,7 +225,7 @@ static wt_status *op_init(wt_worker *w, wt_worker_op *op) {
   w->ops = ops;
   pthread_mutex_unlock(&w->engine_mu);
   e = NULL;
-  st = ops->init_transfer(w->engine, init, op->endpoint);
+  st = ops->init_transfer(w->engine, op->endpoint);
   if (st != NULL) {
     st = wt_status_prefix(st, "%s: backend '%s' init", w->where, backend);
     drop_engine(w);

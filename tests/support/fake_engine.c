@@ -53,9 +53,7 @@ static wt_status *fe_create(const Wt__V1__WeightTransferInitInfo *init,
   return NULL;
 }
 
-static wt_status *fe_init_transfer(wt_engine *e,
-                                   const Wt__V1__WeightTransferInitInfo *init,
-                                   wt_engine_endpoint *ep) {
+static wt_status *fe_init_transfer(wt_engine *e, wt_engine_endpoint *ep) {
   op(e, &T.stats.inits, T.init_ms);
   snprintf(ep->address, sizeof(ep->address), "test-worker-%u", e->ctx.rank);
   ep->port = 1000 + e->ctx.rank;

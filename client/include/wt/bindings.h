@@ -60,6 +60,29 @@ wt_status *wt_bindings_init_transfer(wt_sync_client *c, const char *init_info_js
  * (wt_trainer_init_info; `options_json` a JSON object of strings, NULL or
  * "{}": none) as JSON into *json: a binding merges the caller's fields over
  * it (secrets the backend draws for this init, rendezvous, defaults). */
+/* Whether the trainer engine of `backend` takes these options (as
+ * wt_trainer_init_info: INVALID_ARGUMENT naming the option, NOT_FOUND for
+ * an unknown backend), before a binding sets up anything else. */
+wt_status *wt_bindings_trainer_check_options(const char *backend,
+                                             const char *options_json);
+
+/* The Python path's init, in one call and one direction: the init info
+ * the trainer engine of `backend` builds from its options (as
+ * wt_bindings_trainer_init_info), the caller's `init_info_json` (wt's JSON
+ * or vLLM's dict; NULL or "": none) merged over it as protobuf merges
+ * messages (what it sets wins; `backend` is always the engine's), then
+ * wt_sync_client_init_transfer with a trainer engine (*trainer, the
+ * caller's: wt_trainer_destroy). No JSON comes back to the caller. */
+wt_status *wt_bindings_trainer_init_transfer(wt_sync_client *c,
+                                             const char *backend,
+                                             const char *options_json,
+                                             const char *init_info_json,
+                                             wt_trainer **trainer);
+
+/* The init info of the client's last init, as sent (JSON into *json);
+ * FAILED_PRECONDITION before any init. */
+wt_status *wt_bindings_client_init_info(wt_sync_client *c, char **json);
+
 wt_status *wt_bindings_trainer_init_info(const char *backend,
                                          const char *options_json, char **json);
 

@@ -252,6 +252,12 @@ wt_status *wt_sync_client_abort(wt_sync_client *c, const char *reason);
  * client; valid while it lives. */
 const wt_trainer_ctx *wt_sync_client_trainer_ctx(const wt_sync_client *c);
 
+/* The init info of the client's last init as it went to the servers
+ * (before each server's backend extras); NULL before any init. Owned by
+ * the client; valid until its next init or its destruction. */
+const Wt__V1__WeightTransferInitInfo *wt_sync_client_init_info(
+    const wt_sync_client *c);
+
 /* Server k's channel (NULL when the control plane has none); owned by the
  * client's control plane. */
 wt_rpc_channel *wt_sync_client_channel(wt_sync_client *c, size_t k);

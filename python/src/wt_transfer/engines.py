@@ -1,9 +1,9 @@
 """wt's C trainer engines, as vLLM's TrainerWeightTransferEngine.
 
-`trainer_init(config, init_info, *, client, source)` builds the backend's
-init info in C (its secrets and rendezvous, from `config`'s options),
-merges the caller's `init_info` over it, and runs the sync client's
-init_transfer: every server's InitWeightTransferEngine, the trainer
+`trainer_init(config, init_info, *, client, source)` hands C the
+backend's options (`config`) and the caller's `init_info`, once: C builds
+the backend's init info (its secrets and rendezvous), merges the caller's
+over it and runs the sync client's init_transfer: every server's InitWeightTransferEngine, the trainer
 engine's connect beside them. `send_weights()` then runs one round of the
 source: start, the C engine's sends (and UpdateWeights where the backend
 needs it), finish. The client is wt's `Client` or any object with vLLM's
@@ -39,28 +39,18 @@ def _options(config) -> dict:
     return out
 
 
-def _merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = v
-    return out
-
-
 class CTrainerEngine:
     """A trainer engine of libwt_client (the backend named `backend`)."""
 
     backend: str = ""
 
-    def __init__(self, handle, owner, owned, trainer, source, init_info):
+    def __init__(self, handle, owner, owned, trainer, source):
         self._client = handle
         self._owner = owner  # keeps wt's Client or the foreign plane alive
         self._owned = owned
         self._trainer = trainer
         self.source = source
-        self.init_info = init_info
+        self._init_info = None
         self.is_sender = True
         self.rounds = 0
         self._gone = "shut down"
@@ -96,21 +86,33 @@ class CTrainerEngine:
         if source is None or not hasattr(source, "metadata"):
             raise ValueError("source: a WeightSource (metadata and iteration)")
         L = _lib.lib()
-        p = c_void_p()
-        _lib.check(L.wt_bindings_trainer_init_info(
-            cls.backend.encode(), json.dumps(_options(config)).encode(), byref(p)))
-        info = _merge(json.loads(_lib.take_string(p)), init_info or {})
-        info["backend"] = cls.backend
+        options = json.dumps(_options(config)).encode()
+        _lib.check(L.wt_bindings_trainer_check_options(cls.backend.encode(), options))
         handle, owner, owned = client_handle(client, timeout, data_timeout)
         trainer = c_void_p()
         try:
-            _lib.check(L.wt_bindings_init_transfer(
-                handle, json.dumps(info).encode(), True, byref(trainer)))
+            _lib.check(L.wt_bindings_trainer_init_transfer(
+                handle, cls.backend.encode(), options,
+                json.dumps(init_info).encode() if init_info else None,
+                byref(trainer)))
         except BaseException:
             if owned:
                 L.wt_sync_client_destroy(handle)
             raise
-        return cls(handle, owner, owned, trainer, source, info)
+        return cls(handle, owner, owned, trainer, source)
+
+    @property
+    def init_info(self) -> dict:
+        """The init info this engine's init sent (wt's JSON form), read
+        from C on first use."""
+        if self._init_info is None:
+            with self._mu:
+                self._live()
+                p = c_void_p()
+                _lib.check(_lib.lib().wt_bindings_client_init_info(
+                    self._client, byref(p)))
+                self._init_info = json.loads(_lib.take_string(p))
+        return self._init_info
 
     def send_weights(self, weight_version: str | None = None) -> str:
         """One round of the source to every server: start, send, finish.

@@ -89,7 +89,7 @@ WT_API_BEGIN
 
 /* Bumped whenever wt_engine_ops, wt_worker_ctx, wt_update or
  * wt_engine_endpoint change layout or meaning. */
-#define WT_ENGINE_ABI_VERSION 6u
+#define WT_ENGINE_ABI_VERSION 7u
 
 /* wt_engine_ops.caps */
 enum {
@@ -188,16 +188,16 @@ typedef struct wt_engine_ops {
 
   /* Allocates the engine for the worker `ctx` from the init info (checks the
    * backend's own fields: INVALID_ARGUMENT naming the field). No network
-   * activity. The worker owns *out and releases it with destroy. */
+   * activity. The one place an engine is handed the init info: borrowed,
+   * valid until init_transfer returns (keep a copy of what later calls
+   * need). The worker owns *out and releases it with destroy. */
   wt_status *(*create)(const Wt__V1__WeightTransferInitInfo *init,
                        const wt_worker_ctx *ctx, wt_engine **out);
 
   /* Joins the trainer's transfer (connect, rendezvous); may block up to the
    * context's deadline; cancel unblocks it. Fills `endpoint` when the
    * worker listens. */
-  wt_status *(*init_transfer)(wt_engine *e,
-                              const Wt__V1__WeightTransferInitInfo *init,
-                              wt_engine_endpoint *endpoint);
+  wt_status *(*init_transfer)(wt_engine *e, wt_engine_endpoint *endpoint);
 
   /* A round begins; the store's round has begun already. `round_id` is the
    * round's, the one id an engine tags its data with (`ucx` keys every tag

@@ -77,6 +77,11 @@ void wt_registry_destroy(wt_registry *reg);
 wt_status *wt_registry_register(wt_registry *reg, const char *name,
                                 const void *ops);
 
+/* Registers each of tables[0..n) under the name its wt_ops_header gives,
+ * as wt_registry_register; stops at the first error. */
+wt_status *wt_registry_register_tables(wt_registry *reg,
+                                       const void *const *tables, size_t n);
+
 /* Records that `name` is provided by the table at `symbol` in the shared
  * object `shared_object` (a path, or a bare file name searched as dlopen(3)
  * does). Nothing is loaded now; strings are copied. ALREADY_EXISTS if the

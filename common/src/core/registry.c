@@ -140,6 +140,16 @@ static wt_status *check_name(const wt_registry *reg, const char *name) {
   return NULL;
 }
 
+wt_status *wt_registry_register_tables(wt_registry *reg,
+                                       const void *const *tables, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    const wt_ops_header *h = tables[i];
+    wt_status *st = wt_registry_register(reg, h->name, h);
+    if (st != NULL) return st;
+  }
+  return NULL;
+}
+
 wt_status *wt_registry_register(wt_registry *reg, const char *name,
                                 const void *ops) {
   wt_status *st = check_name(reg, name);

@@ -381,6 +381,67 @@ static void test_json_refusals(void) {
                 WT_INVALID_ARGUMENT, "shape");
 }
 
+/* Value of key k in an init info's options map (NULL: absent). */
+static const char *option_of(const Wt__V1__WeightTransferInitInfo *m,
+                             const char *k) {
+  for (size_t i = 0; i < m->n_options; i++)
+    if (strcmp(m->options[i]->key, k) == 0) return m->options[i]->value;
+  return NULL;
+}
+
+/* wt_pb_merge_json: what the JSON names wins, the rest stays (the Python
+ * path's init: the backend's init info with the caller's fields over it). */
+static void test_json_merge(void) {
+  ProtobufCMessage *m = NULL;
+  WT_ASSERT_OK(wt_pb_from_json(
+      &wt__v1__weight_transfer_init_info__descriptor,
+      "{\"backend\":\"nccl\",\"timeout_ms\":5,\"world_size\":3,"
+      "\"options\":{\"a\":\"1\",\"b\":\"2\"},\"nccl\":{\"packed\":true,"
+      "\"packed_num_buffers\":{\"value\":4}}}",
+      "base", &m));
+  Wt__V1__WeightTransferInitInfo *i = (Wt__V1__WeightTransferInitInfo *)m;
+  WT_ASSERT_OK(wt_pb_merge_json(
+      m,
+      "{\"timeout_ms\":0,\"world_size\":null,\"options\":{\"b\":\"3\",\"c\":\"4\"},"
+      "\"nccl\":{\"packed\":false,\"packed_buffer_size_bytes\":{\"value\":7}}}",
+      "init_info"));
+  CU_ASSERT_EQUAL(i->timeout_ms, 0); /* an explicit default wins */
+  CU_ASSERT_EQUAL(i->world_size, 0); /* null clears */
+  CU_ASSERT_STRING_EQUAL(i->backend, "nccl");
+  CU_ASSERT_EQUAL(i->n_options, 3);
+  CU_ASSERT_STRING_EQUAL(option_of(i, "a"), "1");
+  CU_ASSERT_STRING_EQUAL(option_of(i, "b"), "3");
+  CU_ASSERT_STRING_EQUAL(option_of(i, "c"), "4");
+  CU_ASSERT_FATAL(i->backend_init_case ==
+                  WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_NCCL);
+  CU_ASSERT_FALSE(i->nccl->packed);
+  CU_ASSERT_FATAL(i->nccl->packed_num_buffers && i->nccl->packed_buffer_size_bytes);
+  CU_ASSERT_EQUAL(i->nccl->packed_num_buffers->value, 4); /* merged, kept */
+  CU_ASSERT_EQUAL(i->nccl->packed_buffer_size_bytes->value, 7);
+  /* Another member of the oneof ends the one set before (ASan sees it
+   * freed once). */
+  WT_ASSERT_OK(wt_pb_merge_json(m, "{\"ucx\":{\"transports\":\"tcp\"}}", NULL));
+  CU_ASSERT_EQUAL(i->backend_init_case,
+                  WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX);
+  CU_ASSERT_STRING_EQUAL(i->ucx->transports, "tcp");
+  /* Refusals name the field; what was merged before stays freeable. */
+  WT_ASSERT_ERR(wt_pb_merge_json(m, "{\"rank_offset\":2,\"nope\":1}", "init_info"),
+                WT_INVALID_ARGUMENT, "init_info.nope");
+  WT_ASSERT_ERR(wt_pb_merge_json(m, "{\"options\":{\"d\":5}}", "init_info"),
+                WT_INVALID_ARGUMENT, "init_info.options.d");
+  WT_ASSERT_ERR(wt_pb_merge_json(m, "[1]", "init_info"), WT_INVALID_ARGUMENT,
+                "init_info");
+  wt_pb_free(m);
+  /* Repeated fields are replaced whole. */
+  WT_ASSERT_OK(wt_pb_from_json(&wt__v1__weight_transfer_update_info__descriptor,
+                               "{\"names\":[\"a\",\"b\"]}", NULL, &m));
+  WT_ASSERT_OK(wt_pb_merge_json(m, "{\"names\":[\"c\"]}", NULL));
+  Wt__V1__WeightTransferUpdateInfo *u = (Wt__V1__WeightTransferUpdateInfo *)m;
+  CU_ASSERT_FATAL(u->n_names == 1);
+  CU_ASSERT_STRING_EQUAL(u->names[0], "c");
+  wt_pb_free(m);
+}
+
 void wt_test_suite_pb(void) {
   CU_pSuite s = CU_add_suite("pb", suite_init, suite_cleanup);
   CU_add_test(s, "round trip", test_round_trip);
@@ -394,4 +455,5 @@ void wt_test_suite_pb(void) {
   CU_add_test(s, "unpack allocation failures", test_unpack_allocation_failures);
   CU_add_test(s, "JSON both ways", test_json_round_trip);
   CU_add_test(s, "JSON refusals name the field", test_json_refusals);
+  CU_add_test(s, "JSON merged into a message", test_json_merge);
 }

@@ -132,98 +132,35 @@ wt_status *wt_bindings_trainer_check_options(const char *backend,
   return st;
 }
 
-/* `over` merged over `base` as protobuf merges one message into another
- * (fields `over` sets win, sub-messages merge, lists append): the two
- * encodings one after the other, read as one. protobuf-c reads a oneof
- * member given twice as the last one alone, so the init info's backend
- * message is merged on its own (merge_init_info). *out is the caller's
- * (wt_pb_free). */
-static wt_status *merge_over(const ProtobufCMessage *base,
-                             const ProtobufCMessage *over,
-                             ProtobufCMessage **out) {
-  size_t a = protobuf_c_message_get_packed_size(base);
-  size_t b = protobuf_c_message_get_packed_size(over);
-  uint8_t *buf = malloc(a + b + 1);
-  if (buf == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
-  protobuf_c_message_pack(base, buf);
-  protobuf_c_message_pack(over, buf + a);
-  *out = protobuf_c_message_unpack(base->descriptor, NULL, a + b, buf);
-  free(buf);
-  return *out ? NULL
-              : wt_status_new(WT_RESOURCE_EXHAUSTED,
-                              "init_info: out of memory merging it over the "
-                              "backend's");
-}
-
-/* Where an init info keeps its backend message (NULL: none). */
-static ProtobufCMessage **backend_slot(Wt__V1__WeightTransferInitInfo *m) {
-  switch (m->backend_init_case) {
-    case WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_GRPC:
-      return (ProtobufCMessage **)&m->grpc;
-    case WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX:
-      return (ProtobufCMessage **)&m->ucx;
-    case WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_NCCL:
-      return (ProtobufCMessage **)&m->nccl;
-    case WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_IPC:
-      return (ProtobufCMessage **)&m->ipc;
-    default:
-      return NULL;
-  }
-}
-
-/* merge_over for init infos, the backend message (a oneof) merged too when
- * both carry the same one. */
-static wt_status *merge_init_info(Wt__V1__WeightTransferInitInfo *base,
-                                  Wt__V1__WeightTransferInitInfo *over,
-                                  ProtobufCMessage **out) {
-  wt_status *st = merge_over(&base->base, &over->base, out);
-  if (st != NULL || base->backend_init_case != over->backend_init_case)
-    return st;
-  ProtobufCMessage **a = backend_slot(base), **b = backend_slot(over);
-  ProtobufCMessage **m = backend_slot((Wt__V1__WeightTransferInitInfo *)*out);
-  if (a == NULL || b == NULL || m == NULL || !*a || !*b) return NULL;
-  ProtobufCMessage *both = NULL;
-  st = merge_over(*a, *b, &both);
-  if (st != NULL) return st;
-  wt_pb_free(*m);
-  *m = both;
-  return NULL;
-}
-
 wt_status *wt_bindings_trainer_init_transfer(wt_sync_client *c,
                                              const char *backend,
                                              const char *options_json,
                                              const char *init_info_json,
                                              wt_trainer **trainer) {
   *trainer = NULL;
-  Wt__V1__WeightTransferInitInfo *built = NULL, *info = NULL;
-  ProtobufCMessage *over = NULL, *merged = NULL;
-  wt_status *st = backend_init_info(backend, options_json, &built);
-  if (st == NULL && init_info_json != NULL && *init_info_json != '\0')
-    st = parse(&wt__v1__weight_transfer_init_info__descriptor, init_info_json,
-               wt_vllm_init_info_from_dict, "init_info", &over);
-  if (st == NULL && over != NULL) {
-    st = merge_init_info(built, (Wt__V1__WeightTransferInitInfo *)over,
-                         &merged);
-    if (st == NULL) info = (Wt__V1__WeightTransferInitInfo *)merged;
-  } else if (st == NULL) {
-    info = built;
+  Wt__V1__WeightTransferInitInfo *info = NULL;
+  char *as_wt = NULL;
+  wt_status *st = backend_init_info(backend, options_json, &info);
+  /* The caller's fields over the backend's, straight into the message. */
+  if (st == NULL && init_info_json != NULL && *init_info_json != '\0') {
+    st = wt_vllm_init_info_from_dict(init_info_json, &as_wt);
+    if (st == NULL)
+      st = wt_pb_merge_json(&info->base, as_wt ? as_wt : init_info_json,
+                            "init_info");
   }
-  if (st == NULL && (info->backend == NULL || strcmp(info->backend, backend) != 0)) {
+  if (st == NULL && strcmp(info->backend, backend) != 0) {
     /* The engine's backend, whatever the caller's dict said. */
     char *b = strdup(backend);
     if (b == NULL) {
       st = wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
     } else {
-      if (info->backend != NULL && info->backend != protobuf_c_empty_string)
-        free(info->backend);
+      if (info->backend != protobuf_c_empty_string) free(info->backend);
       info->backend = b;
     }
   }
   if (st == NULL) st = wt_sync_client_init_transfer(c, info, NULL, trainer);
-  if (built) wt_pb_free(&built->base);
-  wt_pb_free(over);
-  wt_pb_free(merged);
+  free(as_wt);
+  if (info) wt_pb_free(&info->base);
   return st;
 }
 

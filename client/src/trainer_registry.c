@@ -229,7 +229,7 @@ bool wt_trainer_needs_update_weights(const wt_trainer *t) {
 
 wt_status *wt_trainer_delta_stats(const wt_trainer *t, wt_delta_stats *out) {
   const wt_trainer_ops *ops = t ? t->ops : NULL;
-  if (ops != NULL && ops->delta_stats != NULL)
+  if (ops != NULL && ops->delta_stats != NULL && t->self != NULL)
     return ops->delta_stats(t->self, out);
   return wt_status_new(WT_FAILED_PRECONDITION,
                        "delta stats: backend '%s' sends no delta rounds "

@@ -377,12 +377,12 @@ static wt_status *server_new(const wt_server_options *o, uint32_t nworkers,
                           ? WT_RPC_DEFAULT_MAX_SEND_BYTES
                           : (uint64_t)o->max_send_message_bytes;
   srv->readers.bytes_per_sec = o->reader_bytes_per_sec;
-  srv->nworkers = nworkers;
   c->listen = strdup(o->listen);
   c->model_name = strdup(o->model);
   srv->workers = calloc(nworkers, sizeof(*srv->workers));
   if (!c->listen || !c->model_name || !srv->workers)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
+  srv->nworkers = nworkers; /* what wt_server_stop walks */
   WT_CHECK(listen_host(o->listen, &c->host));
   WT_CHECK(check_exposure(o, c->host));
   c->engines = o->engine_registry;

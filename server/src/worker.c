@@ -7,6 +7,7 @@
  * wt_worker_cancel, under `engine_mu`).
  */
 
+#include "wt/server.h"
 #include "wt/worker.h"
 
 #include <inttypes.h>
@@ -538,7 +539,8 @@ wt_status *wt_worker_new(const wt_worker_options *o, wt_worker **out) {
   wt_device_format(o->device, w->device_name);
   snprintf(w->where, sizeof(w->where), "worker %u (%s)", o->rank,
            w->device_name);
-  w->data_timeout_ms = o->data_timeout_ms;
+  w->data_timeout_ms = o->data_timeout_ms ? o->data_timeout_ms
+                                         : WT_SERVER_DEFAULT_DATA_TIMEOUT_MS;
   w->max_message_bytes = o->max_message_bytes;
   w->engines = o->engines;
   w->engine_options = o->engine_options;

@@ -68,11 +68,12 @@ wt_status *wt_bindings_trainer_check_options(const char *backend,
 
 /* The Python path's init, in one call and one direction: the init info
  * the trainer engine of `backend` builds from its options (as
- * wt_bindings_trainer_init_info), the caller's `init_info_json` (wt's JSON
- * or vLLM's dict; NULL or "": none) merged over it as protobuf merges
- * messages (what it sets wins; `backend` is always the engine's), then
- * wt_sync_client_init_transfer with a trainer engine (*trainer, the
- * caller's: wt_trainer_destroy). No JSON comes back to the caller. */
+ * wt_bindings_trainer_init_info), the fields the caller's
+ * `init_info_json` names (wt's JSON or vLLM's dict; NULL or "": none) set
+ * over it (wt_pb_merge_json: each field it names wins, a message field
+ * merges, a map merges by key, null clears; `backend` is always the
+ * engine's), then wt_sync_client_init_transfer with a trainer engine
+ * (*trainer, the caller's: wt_trainer_destroy). No JSON comes back. */
 wt_status *wt_bindings_trainer_init_transfer(wt_sync_client *c,
                                              const char *backend,
                                              const char *options_json,

@@ -260,14 +260,14 @@ wt_status *wt_trainer_init_info(const char *name, const wt_backend_option *opts,
 
 /* Creates a trainer engine of backend `name` (trainer_init). Usually called
  * by wt_sync_client_init_transfer. The caller owns *out. */
+wt_status *wt_trainer_create(const char *name, const wt_trainer_init_args *args,
+                             wt_trainer **out);
+
 /* The one resolution of an init's data deadline on the trainer's side:
  * the init info's timeout_ms, else ctx's data_timeout_ms (either may be
  * NULL; then the client's default). */
 int64_t wt_trainer_data_deadline_ms(const Wt__V1__WeightTransferInitInfo *init,
                                     const wt_trainer_ctx *ctx);
-
-wt_status *wt_trainer_create(const char *name, const wt_trainer_init_args *args,
-                             wt_trainer **out);
 
 /* Releases the engine. NULL is ignored. */
 void wt_trainer_destroy(wt_trainer *t);

@@ -97,6 +97,16 @@ wt_status *wt_pb_flatten(grpc_byte_buffer *bb, grpc_slice *out);
  * (NULL: the message's name): "init_info.ucx.trainer_port: expected an
  * unsigned integer, got a string". Input is at most 64 MiB, 32 deep. */
 wt_status *wt_pb_to_json(const ProtobufCMessage *msg, char **out);
+/* wt_pb_merge_json: the fields the JSON object `text` names set in `msg`
+ * (a message wt built with malloc'd fields, or unpacked), each replacing
+ * msg's: scalars, strings, bytes and repeated fields replaced whole; a
+ * message field merged when msg holds one (else read anew); a map's keys
+ * replaced or added; a oneof member ends the member set before; null
+ * clears the field. The fields it does not name stay. Errors as
+ * wt_pb_from_json's; after one, msg holds what was merged so far (still a
+ * valid message to free). */
+wt_status *wt_pb_merge_json(ProtobufCMessage *msg, const char *text,
+                            const char *what);
 wt_status *wt_pb_from_json(const ProtobufCMessageDescriptor *desc,
                            const char *text, const char *what,
                            ProtobufCMessage **out);

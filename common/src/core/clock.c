@@ -29,10 +29,10 @@ int wt_cond_init_monotonic(pthread_cond_t *cv) {
   pthread_condattr_t attr;
   int rc = pthread_condattr_init(&attr);
   if (rc != 0) return rc;
-  rc = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  if (rc == 0) rc = pthread_cond_init(cv, &attr);
+  int clock_rc = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  rc = pthread_cond_init(cv, &attr); /* usable in any case */
   pthread_condattr_destroy(&attr);
-  return rc;
+  return rc != 0 ? rc : clock_rc;
 }
 
 int wt_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu,

@@ -390,6 +390,28 @@ static wt_status *map_from_json(const ProtobufCFieldDescriptor *f,
   return NULL;
 }
 
+/* A repeated (not map) field of the message at `base` from the array v. */
+static wt_status *repeated_from_json(const ProtobufCFieldDescriptor *f,
+                                     const json_t *v, const path *q, int depth,
+                                     char *base) {
+  if (!json_is_array(v)) return bad(q, "an array", v);
+  size_t n = json_array_size(v), sz = elem_size(f->type);
+  char *arr = calloc(n ? n : 1, sz);
+  if (arr == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+  *(char **)(base + f->offset) = arr;
+  for (size_t k = 0; k < n; k++) {
+    path e;
+    path_push(q, NULL, (long)k, &e);
+    wt_status *st = value_from_json(f, json_array_get(v, k), &e, depth, arr + k * sz);
+    /* Count what was set, so that the free releases it. */
+    if (st == NULL || f->type == PROTOBUF_C_TYPE_MESSAGE ||
+        f->type == PROTOBUF_C_TYPE_STRING || f->type == PROTOBUF_C_TYPE_BYTES)
+      *(size_t *)(base + f->quantifier_offset) = k + 1;
+    if (st != NULL) return st;
+  }
+  return NULL;
+}
+
 static wt_status *json_to_msg(const ProtobufCMessageDescriptor *d,
                               const json_t *j, const path *p, int depth,
                               ProtobufCMessage **out) {
@@ -420,21 +442,8 @@ static wt_status *json_to_msg(const ProtobufCMessageDescriptor *d,
         if (st != NULL) return st;
         continue;
       }
-      if (!json_is_array(v)) return bad(&q, "an array", v);
-      size_t n = json_array_size(v), sz = elem_size(f->type);
-      char *arr = calloc(n ? n : 1, sz);
-      if (arr == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
-      *(char **)(base + f->offset) = arr;
-      for (size_t k = 0; k < n; k++) {
-        path e;
-        path_push(&q, NULL, (long)k, &e);
-        wt_status *st = value_from_json(f, json_array_get(v, k), &e, depth, arr + k * sz);
-        /* Count what was set, so that the free releases it. */
-        if (st == NULL || f->type == PROTOBUF_C_TYPE_MESSAGE ||
-            f->type == PROTOBUF_C_TYPE_STRING || f->type == PROTOBUF_C_TYPE_BYTES)
-          *(size_t *)(base + f->quantifier_offset) = k + 1;
-        if (st != NULL) return st;
-      }
+      wt_status *st = repeated_from_json(f, v, &q, depth, base);
+      if (st != NULL) return st;
       continue;
     }
     if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
@@ -484,4 +493,174 @@ wt_status *wt_pb_from_json(const ProtobufCMessageDescriptor *desc,
   }
   *out = m;
   return NULL;
+}
+
+/* ---- merging JSON into a message ------------------------------------------ */
+
+/* One value of a field's type at p, released (strings and bytes with free,
+ * messages with protobuf_c_message_free_unpacked: how every message wt
+ * builds or unpacks is allocated). */
+static void value_free(const ProtobufCFieldDescriptor *f, void *p) {
+  switch (f->type) {
+    case PROTOBUF_C_TYPE_STRING: {
+      char *s = *(char **)p;
+      if (s != NULL && s != protobuf_c_empty_string && s != f->default_value)
+        free(s);
+      break;
+    }
+    case PROTOBUF_C_TYPE_BYTES: {
+      ProtobufCBinaryData *b = p;
+      const ProtobufCBinaryData *def = f->default_value;
+      if (b->data != NULL && (def == NULL || b->data != def->data)) free(b->data);
+      break;
+    }
+    case PROTOBUF_C_TYPE_MESSAGE:
+      if (*(ProtobufCMessage **)p != NULL)
+        protobuf_c_message_free_unpacked(*(ProtobufCMessage **)p, NULL);
+      break;
+    default:
+      break;
+  }
+}
+
+/* Field f of m back to its default (absent), its value released. */
+static void field_clear(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
+  char *base = (char *)m;
+  if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+    size_t *n = (size_t *)(base + f->quantifier_offset);
+    char **arr = (char **)(base + f->offset);
+    size_t sz = elem_size(f->type);
+    for (size_t k = 0; *arr != NULL && k < *n; k++) value_free(f, *arr + k * sz);
+    free(*arr);
+    *arr = NULL;
+    *n = 0;
+    return;
+  }
+  if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+    uint32_t *c = (uint32_t *)(base + f->quantifier_offset);
+    if (*c != f->id) return; /* another member holds the union's memory */
+    *c = 0;
+  } else if (f->label == PROTOBUF_C_LABEL_OPTIONAL && f->quantifier_offset != 0 &&
+             f->type != PROTOBUF_C_TYPE_MESSAGE &&
+             f->type != PROTOBUF_C_TYPE_STRING) {
+    *(protobuf_c_boolean *)(base + f->quantifier_offset) = 0;
+  }
+  value_free(f, base + f->offset);
+  if (f->type == PROTOBUF_C_TYPE_STRING)
+    *(const char **)(base + f->offset) =
+        f->default_value ? f->default_value : protobuf_c_empty_string;
+  else
+    memset(base + f->offset, 0, elem_size(f->type));
+}
+
+/* The entries of the JSON object v set in the map field f of m: a key's
+ * value replaced, a new key added. */
+static wt_status *map_merge(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
+                            const json_t *v, const path *p) {
+  if (!json_is_object(v)) return bad(p, "an object (a map)", v);
+  char *base = (char *)m;
+  const ProtobufCMessageDescriptor *ed = f->descriptor;
+  size_t *n = (size_t *)(base + f->quantifier_offset);
+  ProtobufCMessage ***arr = (ProtobufCMessage ***)(base + f->offset);
+  const char *key;
+  json_t *val;
+  json_object_foreach((json_t *)v, key, val) {
+    path q;
+    path_push(p, key, -1, &q);
+    if (!json_is_string(val)) return bad(&q, "a string", val);
+    char *vs = strdup(json_string_value(val));
+    if (vs == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+    ProtobufCMessage *e = NULL;
+    for (size_t k = 0; k < *n && e == NULL; k++) {
+      const char *ek = *(char **)((char *)(*arr)[k] + ed->fields[0].offset);
+      if (ek != NULL && strcmp(ek, key) == 0) e = (*arr)[k];
+    }
+    if (e == NULL) {
+      ProtobufCMessage **grown = realloc(*arr, (*n + 1) * sizeof(**arr));
+      e = grown ? calloc(1, ed->sizeof_message) : NULL;
+      char *ks = e ? strdup(key) : NULL;
+      if (grown) *arr = grown;
+      if (ks == NULL) {
+        free(e);
+        free(vs);
+        return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+      }
+      ed->message_init(e);
+      *(char **)((char *)e + ed->fields[0].offset) = ks;
+      (*arr)[(*n)++] = e;
+    }
+    value_free(&ed->fields[1], (char *)e + ed->fields[1].offset);
+    *(char **)((char *)e + ed->fields[1].offset) = vs;
+  }
+  return NULL;
+}
+
+static wt_status *msg_merge(ProtobufCMessage *m, const json_t *j, const path *p,
+                            int depth) {
+  if (depth > JSON_MAX_DEPTH)
+    return wt_status_new(WT_INVALID_ARGUMENT, "field %s: nested more than %d deep",
+                         p->buf, JSON_MAX_DEPTH);
+  if (!json_is_object(j)) return bad(p, "an object", j);
+  const ProtobufCMessageDescriptor *d = m->descriptor;
+  char *base = (char *)m;
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)j, key, v) {
+    path q;
+    path_push(p, key, -1, &q);
+    const ProtobufCFieldDescriptor *f =
+        protobuf_c_message_descriptor_get_field_by_name(d, key);
+    if (f == NULL)
+      return wt_status_new(WT_INVALID_ARGUMENT, "field %s: %s has no such field",
+                           q.buf, d->name);
+    wt_status *st = NULL;
+    bool oneof = (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) != 0;
+    uint32_t *c = oneof ? (uint32_t *)(base + f->quantifier_offset) : NULL;
+    if (json_is_null(v)) {
+      field_clear(m, f);
+    } else if (f->label == PROTOBUF_C_LABEL_REPEATED && is_map_entry(f)) {
+      st = map_merge(m, f, v, &q);
+    } else if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+      field_clear(m, f);
+      st = repeated_from_json(f, v, &q, depth, base);
+    } else if (f->type == PROTOBUF_C_TYPE_MESSAGE &&
+               *(ProtobufCMessage **)(base + f->offset) != NULL &&
+               (!oneof || *c == f->id)) {
+      st = msg_merge(*(ProtobufCMessage **)(base + f->offset), v, &q, depth + 1);
+    } else {
+      /* Setting a oneof's member ends the member set before. */
+      if (oneof && *c != 0 && *c != f->id)
+        field_clear(m, protobuf_c_message_descriptor_get_field(d, *c));
+      field_clear(m, f);
+      if (oneof)
+        *c = f->id;
+      else if (f->label == PROTOBUF_C_LABEL_OPTIONAL && f->quantifier_offset != 0 &&
+               f->type != PROTOBUF_C_TYPE_MESSAGE && f->type != PROTOBUF_C_TYPE_STRING)
+        *(protobuf_c_boolean *)(base + f->quantifier_offset) = 1;
+      st = value_from_json(f, v, &q, depth, base + f->offset);
+    }
+    if (st != NULL) return st;
+  }
+  return NULL;
+}
+
+wt_status *wt_pb_merge_json(ProtobufCMessage *msg, const char *text,
+                            const char *what) {
+  if (what == NULL) what = msg->descriptor->name;
+  if (text == NULL) return wt_status_new(WT_INVALID_ARGUMENT, "%s: no JSON", what);
+  size_t n = strlen(text);
+  if (n > JSON_MAX_BYTES)
+    return wt_status_new(WT_INVALID_ARGUMENT, "%s: %zu bytes of JSON (at most %u)",
+                         what, n, JSON_MAX_BYTES);
+  json_error_t err;
+  json_t *j = json_loadb(text, n, JSON_REJECT_DUPLICATES, &err);
+  if (j == NULL)
+    return wt_status_new(WT_INVALID_ARGUMENT, "%s: not JSON (line %d: %s)", what,
+                         err.line, err.text);
+  path root;
+  snprintf(root.buf, sizeof(root.buf), "%s", what);
+  wt_status *st = msg_merge(msg, j, &root, 0);
+  json_decref(j);
+  if (st == NULL) st = wt_pb_check_utf8(msg);
+  return st;
 }

@@ -60,7 +60,8 @@ typedef struct wt_worker_options {
   uint32_t num_workers;
   wt_device device; /* cpu (zero) or cuda:N */
   const char *host; /* where listening engines bind; NULL: loopback */
-  uint32_t data_timeout_ms; /* the data deadline when the init info says 0 */
+  /* The data deadline when the init info says 0 (0: 60 s). */
+  uint32_t data_timeout_ms;
   uint64_t max_message_bytes;  /* the control channel's receive limit */
   wt_registry *engines;        /* where backends are found; NULL: global */
   /* Every backend's server settings ("BACKEND.KEY"), borrowed: they must

@@ -192,9 +192,14 @@ static void test_readers_never_take_round_capacity(void) {
                       .type = &wt__v1__checksum_weights_response__descriptor};
     wtt_bg_start(&slow[i]);
   }
-  wtt_sleep_ms(100);
+  /* Until they fill their class (10 s: a deadline against hanging). */
   int running = 0, queued = 0;
-  wt_server_admission(S.srv, WT_SERVER_CLASS_READER, &running, &queued, NULL);
+  for (int64_t end = wt_mono_ms() + 10000; wt_mono_ms() < end;) {
+    wt_server_admission(S.srv, WT_SERVER_CLASS_READER, &running, &queued,
+                        NULL);
+    if (running == 2 && queued > 0) break;
+    wtt_sleep_ms(2);
+  }
   printf("\n  readers: %d running, %d waiting\n", running, queued);
   CU_ASSERT_EQUAL(running, 2);
   CU_ASSERT(queued > 0);
@@ -374,7 +379,9 @@ static void test_silent_and_stalled_pushes(void) {
   WT_ASSERT_OK(wtt_start(S.ch, &id));
   WT_ASSERT_OK(wtt_push_open(&p, S.ch, &u, id, 2048, 1000, 1));
   WT_ASSERT_OK(wtt_push_send(&p, 1000));
-  wtt_sleep_ms(900);
+  /* Until the data deadline failed the round (10 s: a deadline against
+   * hanging); the next write then gets the stream's status. */
+  CU_ASSERT(wtt_wait_left_updating(S.ch, 10000) >= 0);
   WT_ASSERT_ERR(wtt_push_send(&p, 1000), WT_DEADLINE_EXCEEDED,
                 "no message within 400 ms while waiting for the next chunk");
   wt_status_free(wtt_push_close(&p, NULL));

@@ -499,7 +499,7 @@ static void test_two_servers(void) {
 }
 
 /* A PushWeights stream cancelled halfway: the round fails at once (well
- * within 1 s; the round timeout is 60 s), the committed version and bytes
+ * before the round timeout, 60 s), the committed version and bytes
  * stay, the server keeps serving, and the next round commits. */
 static void test_stream_cut_keeps_previous(void) {
   const char *const sargs[] = {"--model", "synthetic:small", "--staging",
@@ -518,8 +518,10 @@ static void test_stream_cut_keeps_previous(void) {
 
   WT_ASSERT_OK(wtt_start(ch, &round_id));
   WT_ASSERT_OK(push_model(ch, round_id, v2, bucket, chunk, v2->total / 2));
-  int64_t ms = wtt_wait_left_updating(ch, 1000);
-  CU_ASSERT(ms >= 0 && ms < 1000);
+  /* At once, not at the round timeout (60 s, the default): 10 s is a bound
+   * no load reaches and far below it. */
+  int64_t ms = wtt_wait_left_updating(ch, 10000);
+  CU_ASSERT(ms >= 0 && ms < 10000);
 
   expect_version(ch, "cut-v1", 1);
   expect_checksums(ch, v1, 1);

@@ -309,9 +309,19 @@ static void test_shadow_leases(void) {
   CU_ASSERT_FATAL(r && r->manifest);
   uint64_t lease = r->manifest->lease_id;
   int64_t t0 = wt_mono_ms();
-  wtt_commit_round(&s, "v2", 2); /* the live version's lease: no delay */
+  /* The live version's lease: no delay. A round a lease holds back can only
+   * fail (StartWeightUpdate waits for the lease to end, up to --lease-wait,
+   * then fails naming the holder), and this lease stays held throughout:
+   * the round committing, the lease still there, proves it did not wait,
+   * whatever the machine's load (no clock in it). */
+  wtt_commit_round(&s, "v2", 2);
   int64_t round_ms = wt_mono_ms() - t0;
-  CU_ASSERT(round_ms < 250);
+  Wt__V1__ServerInfo *info = wtt_info(s.ch);
+  CU_ASSERT_FATAL(info != NULL);
+  CU_ASSERT_EQUAL(info->lease_count, 1);
+  CU_ASSERT_FATAL(info->n_leases == 1);
+  CU_ASSERT_STRING_EQUAL(info->leases[0]->version, "v1");
+  wt_pb_free(&info->base);
   /* What the consumer maps is still v1's, whole. */
   uint64_t seeds[] = {1, 2};
   CU_ASSERT_EQUAL(mapped_seed(r->manifest, fds, nfd, &s, seeds, 2), 1);
@@ -365,18 +375,61 @@ static void test_shadow_leases(void) {
   wtt_server_stop(&s);
 }
 
-typedef struct release_later {
-  int fd;
-  uint64_t lease;
-  int after_ms;
-  bool released;
-} release_later;
+/* The number of leases the server's consumers hold (GetServerInfo). */
+static uint32_t lease_count(wtt_server *s) {
+  Wt__V1__ServerInfo *info = wtt_info(s->ch);
+  CU_ASSERT_FATAL(info != NULL);
+  uint32_t n = info->lease_count;
+  wt_pb_free(&info->base);
+  return n;
+}
 
-static void *release_later_main(void *p) {
-  release_later *rl = p;
-  wtt_sleep_ms(rl->after_ms);
-  Wt__V1__ExportResponse *r = release(rl->fd, rl->lease);
-  rl->released =
+/* Waits until the server's consumers hold `want` leases; false after 10 s
+ * (a deadline against hanging: it is a matter of milliseconds). */
+static bool await_lease_count(wtt_server *s, uint32_t want) {
+  for (int64_t end = wt_mono_ms() + 10000;;) {
+    if (lease_count(s) == want) return true;
+    if (wt_mono_ms() > end) return false;
+    wtt_sleep_ms(2);
+  }
+}
+
+typedef struct release_waiting {
+  int fd;        /* the holder's connection */
+  uint64_t lease;
+  bool waited;   /* a round was seen waiting for the lease */
+  bool released;
+} release_waiting;
+
+/* Releases the lease once a round waits for it: an acquire from another
+ * connection is then refused as "about to be overwritten by a round"
+ * (an acquire that gets a lease before the round waits releases it at
+ * once). Ends the wait after 10 s, a deadline against hanging. */
+static void *release_waiting_main(void *p) {
+  release_waiting *rw = p;
+  int probe = consumer_connect();
+  int fds[4];
+  size_t nfd = 0;
+  for (int64_t end = wt_mono_ms() + 10000; !rw->waited && wt_mono_ms() < end;) {
+    Wt__V1__ExportResponse *r = acquire(probe, NULL, 0, 0, fds, &nfd);
+    if (r == NULL) break;
+    if (r->result_case == WT__V1__EXPORT_RESPONSE__RESULT_MANIFEST) {
+      Wt__V1__ExportResponse *rel = release(probe, r->manifest->lease_id);
+      if (rel) wt__v1__export_response__free_unpacked(rel, NULL);
+      close_fds(fds, nfd);
+      wtt_sleep_ms(2);
+    } else {
+      rw->waited = r->result_case == WT__V1__EXPORT_RESPONSE__RESULT_ERROR &&
+                   r->error->code == WT_UNAVAILABLE &&
+                   strstr(r->error->message, "about to be overwritten by a "
+                                             "round") != NULL;
+      if (!rw->waited) wtt_sleep_ms(2);
+    }
+    wt__v1__export_response__free_unpacked(r, NULL);
+  }
+  close(probe);
+  Wt__V1__ExportResponse *r = release(rw->fd, rw->lease);
+  rw->released =
       r != NULL && r->result_case == WT__V1__EXPORT_RESPONSE__RESULT_RELEASED;
   if (r) wt__v1__export_response__free_unpacked(r, NULL);
   return NULL;
@@ -399,25 +452,17 @@ static void test_inplace_leases(void) {
   uint64_t id = 0;
   WT_ASSERT_ERR(wtt_start(s.ch, &id), WT_FAILED_PRECONDITION,
                 "has held version 'v1'");
-  /* Released while the round waits: it goes on. */
   uint64_t lease = r->manifest->lease_id;
   wt__v1__export_response__free_unpacked(r, NULL);
   close_fds(fds, nfd);
-  release_later rl = {.fd = fd, .lease = lease, .after_ms = 100};
-  pthread_t th;
-  CU_ASSERT_FATAL(pthread_create(&th, NULL, release_later_main, &rl) == 0);
-  WT_ASSERT_OK(wtt_start(s.ch, &id)); /* waits for the release */
-  pthread_join(th, NULL);
-  CU_ASSERT(rl.released);
-  /* During the round: nothing to acquire. */
-  r = acquire(fd, NULL, 0, 0, fds, &nfd);
-  CU_ASSERT_FATAL(r != NULL);
-  CU_ASSERT_EQUAL(r->result_case, WT__V1__EXPORT_RESPONSE__RESULT_ERROR);
-  CU_ASSERT_EQUAL(r->error->code, WT_UNAVAILABLE);
-  wt__v1__export_response__free_unpacked(r, NULL);
-  WT_ASSERT_OK(wtt_abort(s.ch, id, NULL));
+  r = release(fd, lease);
+  CU_ASSERT(r && r->result_case == WT__V1__EXPORT_RESPONSE__RESULT_RELEASED);
+  if (r) wt__v1__export_response__free_unpacked(r, NULL);
   close(fd);
-  /* A consumer killed while it holds a lease. */
+
+  /* A consumer killed while it holds a lease: the lease ends at once (its
+   * connection's end; nothing is released), so the next round, whose
+   * start waits for it at most --lease-wait (0.3 s), commits. */
   pid_t kid = fork();
   if (kid == 0) {
     int k = consumer_connect();
@@ -429,29 +474,48 @@ static void test_inplace_leases(void) {
     _exit(0);
   }
   CU_ASSERT_FATAL(kid > 0);
-  int held = 0;
-  for (int i = 0; i < 200 && held == 0; i++) {
-    wtt_sleep_ms(10);
-    uint64_t sid = 0;
-    wt_status *st = wtt_start(s.ch, &sid);
-    if (st != NULL) {
-      held = strstr(wt_status_message(st), "has held version") != NULL;
-      wt_status_free(st);
-    } else {
-      WT_ASSERT_OK(wtt_abort(s.ch, sid, NULL));
-    }
-  }
-  CU_ASSERT(held);
+  CU_ASSERT(await_lease_count(&s, 1)); /* the child holds its lease */
+  uint64_t sid = 0;
+  WT_ASSERT_ERR(wtt_start(s.ch, &sid), WT_FAILED_PRECONDITION,
+                "has held version");
   kill(kid, SIGKILL);
   waitpid(kid, NULL, 0);
   int64_t t0 = wt_mono_ms();
   wtt_commit_round(&s, "v2", 2);
   int64_t after_kill = wt_mono_ms() - t0;
-  CU_ASSERT(after_kill < 1000);
   wtt_assert_model_seed(&s, 2);
+  CU_ASSERT_EQUAL(lease_count(&s), 0);
   printf("\n  in place: a held lease failed the round after --lease-wait; "
          "a killed consumer's lease ended: the next round took %lld ms\n",
          (long long)after_kill);
+  wtt_server_stop(&s);
+
+  /* Released while the round waits: it goes on. A --lease-wait far above
+   * anything the release takes (30 s, a deadline against hanging), and the
+   * release comes once the round is seen waiting: neither depends on the
+   * machine's speed. */
+  start(&s, WT_STAGING_INPLACE, 30000);
+  wtt_commit_round(&s, "v1", 1);
+  fd = consumer_connect();
+  r = acquire(fd, NULL, 0, 0, fds, &nfd);
+  CU_ASSERT_FATAL(r && r->manifest);
+  release_waiting rw = {.fd = fd, .lease = r->manifest->lease_id};
+  wt__v1__export_response__free_unpacked(r, NULL);
+  close_fds(fds, nfd);
+  pthread_t th;
+  CU_ASSERT_FATAL(pthread_create(&th, NULL, release_waiting_main, &rw) == 0);
+  WT_ASSERT_OK(wtt_start(s.ch, &id)); /* waits for the release */
+  pthread_join(th, NULL);
+  CU_ASSERT(rw.waited);
+  CU_ASSERT(rw.released);
+  /* During the round: nothing to acquire. */
+  r = acquire(fd, NULL, 0, 0, fds, &nfd);
+  CU_ASSERT_FATAL(r != NULL);
+  CU_ASSERT_EQUAL(r->result_case, WT__V1__EXPORT_RESPONSE__RESULT_ERROR);
+  CU_ASSERT_EQUAL(r->error->code, WT_UNAVAILABLE);
+  wt__v1__export_response__free_unpacked(r, NULL);
+  WT_ASSERT_OK(wtt_abort(s.ch, id, NULL));
+  close(fd);
   wtt_server_stop(&s);
 }
 

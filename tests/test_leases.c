@@ -90,6 +90,7 @@ typedef struct waiter {
   uint64_t below;
   int64_t wait_ms;
   atomic_bool cancel;
+  atomic_bool done; /* wt_leases_wait_free has returned */
   wt_status *st;
   int64_t took_ms;
   pthread_t th;
@@ -105,6 +106,7 @@ static void *waiter_main(void *arg) {
   w->st = wt_leases_wait_free(w->t, w->below, t0 + w->wait_ms,
                               "--lease-wait", is_cancelled, w);
   w->took_ms = wt_mono_ms() - t0;
+  atomic_store(&w->done, true);
   return NULL;
 }
 
@@ -115,7 +117,34 @@ static void waiter_start(waiter *w, wt_leases *t, uint64_t below,
   w->below = below;
   w->wait_ms = wait_ms;
   atomic_init(&w->cancel, false);
+  atomic_init(&w->done, false);
   CU_ASSERT_FATAL(pthread_create(&w->th, NULL, waiter_main, w) == 0);
+}
+
+/* A consumer of its own that only looks. */
+#define PROBE_CONSUMER 999
+
+/* Waits until the round of `w` waits (a lease on `seq`, below what it
+ * waits for, is then refused as "about to be overwritten by a round"; one
+ * taken before it waits is dropped at once) or its wait has ended; false
+ * after 10 s, a deadline against hanging. */
+static bool await_waiting(waiter *w, uint64_t seq) {
+  for (int64_t end = wt_mono_ms() + 10000;;) {
+    uint64_t id = 0;
+    wt_status *st = wt_leases_take(w->t, PROBE_CONSUMER, 999, 0, seq, "probe",
+                                   &id);
+    if (st == NULL) {
+      WT_ASSERT_OK(wt_leases_drop(w->t, PROBE_CONSUMER, id));
+    } else {
+      bool waiting = wt_status_code(st) == WT_UNAVAILABLE &&
+                     strstr(wt_status_message(st), "about to be overwritten") !=
+                         NULL;
+      wt_status_free(st);
+      if (waiting) return true;
+    }
+    if (atomic_load(&w->done) || wt_mono_ms() > end) return false;
+    wtt_sleep_ms(1);
+  }
 }
 
 /* Shadow staging: a round writes the copies that are not live, which hold
@@ -128,21 +157,24 @@ static void test_round_waits_for_its_set(void) {
   uint64_t live = 0, old = 0, id = 0;
   WT_ASSERT_OK(wt_leases_take(t, 1, 100, 0, 8, "v8", &live));
   waiter w;
-  waiter_start(&w, t, 8, 5000); /* v8 is live: the round waits for below */
+  /* v8 is live: the round waits for below. With its deadline already past
+   * (0 ms), a wait that found anything to wait for would fail: passing
+   * proves it does not wait at all, on any machine. */
+  waiter_start(&w, t, 8, 0);
   pthread_join(w.th, NULL);
   WT_ASSERT_OK(w.st);
-  CU_ASSERT(w.took_ms < 100);
 
   WT_ASSERT_OK(wt_leases_take(t, 2, 200, 0, 7, "v7", &old));
-  waiter_start(&w, t, 8, 5000);
-  wtt_sleep_ms(100);
+  /* 30 s: a deadline against hanging; only the release ends the wait. */
+  waiter_start(&w, t, 8, 30000);
+  CU_ASSERT_FATAL(await_waiting(&w, 7));
   WT_ASSERT_ERR(wt_leases_take(t, 3, 300, 0, 7, "v7", &id), WT_UNAVAILABLE,
                 "about to be overwritten by a round");
   WT_ASSERT_OK(wt_leases_take(t, 3, 300, 0, 8, "v8", &id)); /* the live */
+  CU_ASSERT_FALSE(atomic_load(&w.done)); /* it waits for the old lease */
   WT_ASSERT_OK(wt_leases_drop(t, 2, old));
   pthread_join(w.th, NULL);
-  WT_ASSERT_OK(w.st);
-  CU_ASSERT(w.took_ms >= 90 && w.took_ms < 1000);
+  WT_ASSERT_OK(w.st); /* the release ended it, not the deadline */
   printf("\n  a round waited %lld ms for the lease on an older version\n",
          (long long)w.took_ms);
   /* The round's wait is over: any version may be leased again. */
@@ -167,20 +199,23 @@ static void test_wait_deadline_and_death(void) {
   printf("\n  a held lease failed the round after %lld ms (deadline 300)",
          (long long)w.took_ms);
 
-  waiter_start(&w, t, UINT64_MAX, 10000);
-  wtt_sleep_ms(50);
+  /* Deadlines of 30 s, against hanging: the status says what ended each
+   * wait (OK: the death; CANCELLED: the cancel; the deadline would fail it
+   * naming the holder). */
+  waiter_start(&w, t, UINT64_MAX, 30000);
+  CU_ASSERT_FATAL(await_waiting(&w, 3));
+  CU_ASSERT_FALSE(atomic_load(&w.done));
   CU_ASSERT_EQUAL(wt_leases_drop_consumer(t, 1), 1);
   pthread_join(w.th, NULL);
   WT_ASSERT_OK(w.st);
-  CU_ASSERT(w.took_ms < 1000);
 
   WT_ASSERT_OK(wt_leases_take(t, 1, 4242, 1000, 4, "step-4", &id));
-  waiter_start(&w, t, UINT64_MAX, 10000);
-  wtt_sleep_ms(50);
+  waiter_start(&w, t, UINT64_MAX, 30000);
+  CU_ASSERT_FATAL(await_waiting(&w, 4));
+  CU_ASSERT_FALSE(atomic_load(&w.done));
   atomic_store(&w.cancel, true);
   pthread_join(w.th, NULL);
   WT_ASSERT_ERR(w.st, WT_CANCELLED, "cancelled");
-  CU_ASSERT(w.took_ms < 1000);
   printf("\n");
   wt_leases_free(t);
 }

@@ -596,9 +596,17 @@ static bool have_h2(void) {
   return system("python3 -c 'import h2' >/dev/null 2>&1") == 0;
 }
 
-/* Runs tests/h2_attack.py MODE against `target` for `seconds` while a
- * well-behaved client calls GetServerInfo every 100 ms (5 s deadline):
- * every call must be answered. Returns the line the attack printed
+/* Whether the child `pid` still runs (it is not reaped). */
+static bool child_running(pid_t pid) {
+  siginfo_t info = {0};
+  return waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+         info.si_pid == 0;
+}
+
+/* Runs tests/h2_attack.py MODE against `target` for `seconds` (many-conns:
+ * until the server closed every connection, at most that) while a
+ * well-behaved client calls GetServerInfo every 100 ms (5 s deadline), for
+ * as long as the attack runs: every call must be answered. Returns the line the attack printed
  * (static) and, in *grew_kib (may be NULL), how much this process (the
  * server's) grew meanwhile. */
 static const char *survive(const char *mode, const char *port,
@@ -617,8 +625,9 @@ static const char *survive(const char *mode, const char *port,
   wt_rpc_channel *ch = channel(target, tls, TRAINER_TOKEN);
   int calls = 0, failed = 0;
   int64_t worst = 0;
-  int64_t end = wt_mono_ms() + seconds * 1000;
-  while (wt_mono_ms() < end) {
+  /* The attack's whole life; its SECONDS and 30 s more: a deadline. */
+  int64_t end = wt_mono_ms() + seconds * 1000 + 30000;
+  while (child_running(pid) && wt_mono_ms() < end) {
     int64_t t0 = wt_mono_ms();
     Wt__V1__GetServerInfoRequest req = WT__V1__GET_SERVER_INFO_REQUEST__INIT;
     wt_status *st = wt_rpc_unary(ch, WTT_SVC "GetServerInfo", &req.base,
@@ -650,6 +659,7 @@ static const char *survive(const char *mode, const char *port,
          "%d failed, worst %lld ms; process RSS %ld -> %ld MiB",
          mode, line, calls, failed, (long long)worst, rss0 / 1024,
          wtt_rss_kib() / 1024);
+  CU_ASSERT(calls > 0);
   CU_ASSERT_EQUAL(failed, 0);
   WT_ASSERT_OK(info_call(ch));
   wt_rpc_channel_destroy(ch);
@@ -678,9 +688,10 @@ static void test_http2_attacks(void) {
   const char *said = survive("unfinished-bodies", port, target, NULL, 3, &grew);
   CU_ASSERT(grew < ATTACK_RSS_KIB);
   CU_ASSERT_PTR_NOT_NULL(strstr(said, "16 streams ended by the server"));
-  /* 1,000 connections that never speak, held for 7 s: the well-behaved
-   * client is still answered, and the server closed every one (over its
-   * cap, or after the 3 s grace; gRPC 1.51 alone kept them all). */
+  /* 1,000 connections that never speak, held until the server closed
+   * them (at most 7 s): the well-behaved client is still answered, and the
+   * server closed every one (over its cap, or after the 3 s grace; gRPC
+   * 1.51 alone kept them all). */
   said = survive("many-conns", port, target, NULL, 7, NULL);
   int opened = -1, gone = -2;
   CU_ASSERT(sscanf(said, "many-conns: %d connections opened, %d closed",
@@ -983,10 +994,11 @@ static void connection_flood(bool tls) {
            tls ? "tls-" : "");
   snprintf(port, sizeof(port), "%d", wt_server_port(s.srv));
   /* Four times the cap, reopened as fast as the server closes them (over
-   * TLS: each one's handshake done first). */
+   * TLS: each one's handshake done first), until the rounds below are done
+   * (it is stopped then; 60 s is a deadline against hanging). */
   const char *const argv[] = {"/usr/bin/env", "python3", script,
                               tls ? "tls-preface-flood" : "preface-flood",
-                              "127.0.0.1", port, "8", "256",
+                              "127.0.0.1", port, "60", "256",
                               pki("ca.pem"), NULL};
   pid_t pid = wt_proc_spawn(argv, log, NULL);
   CU_ASSERT_FATAL(pid > 0);
@@ -1010,6 +1022,10 @@ static void connection_flood(bool tls) {
     if (took > worst) worst = took;
     wtt_sleep_ms(300);
   }
+  /* The flood went on throughout; it ends now (SIGUSR1: it reports and
+   * closes its connections, as at the end of its time). */
+  CU_ASSERT(child_running(pid));
+  kill(pid, SIGUSR1);
   int status = 0;
   CU_ASSERT(wt_proc_wait(pid, 30000, &status));
   int64_t after = round_on_new_connection(&s, "after", 20);
@@ -1256,7 +1272,9 @@ static void test_export_shares(void) {
                               sock, "40", "12", "20", NULL};
   pid_t pid = wt_proc_spawn(argv, log, NULL);
   CU_ASSERT_FATAL(pid > 0);
-  wtt_sleep_ms(500); /* its connections are in (it connects at once) */
+  /* Its connections are in (it says so once it made them; 10 s is a
+   * deadline against hanging). */
+  CU_ASSERT_FATAL(wt_proc_wait_for_text(log, "connected:", pid, 10000));
   /* The server's own uid is served beside them, every time. */
   int served = 0;
   for (int i = 0; i < 10; i++) {
@@ -1275,11 +1293,10 @@ static void test_export_shares(void) {
   int status = 0;
   CU_ASSERT(wt_proc_wait(pid, 30000, &status));
   FILE *f = fopen(log, "r");
-  char line[512] = "";
-  if (f) {
-    if (!fgets(line, sizeof(line), f)) line[0] = 0;
-    fclose(f);
-  }
+  char line[512] = "", buf[512];
+  while (f && fgets(buf, sizeof(buf), f))
+    if (strncmp(buf, "export-hold:", 12) == 0) snprintf(line, sizeof(line), "%s", buf);
+  if (f) fclose(f);
   int conns = 0, refused = 0;
   double half = -1, idle = -1;
   CU_ASSERT_EQUAL(sscanf(line, "export-hold: %d connected, %d refused at once; "
@@ -1323,16 +1340,12 @@ static void test_reader_quotas(void) {
                 "8 watch streams open");
   /* Reader calls: one runs (a slow checksum, 1 MiB/s for 3.3 MiB) and 64
    * may wait; alone, this peer's six are all taken. */
-  wtt_bg_call bg[6];
+  wt_rpc_pending *bg[6];
   Wt__V1__ChecksumWeightsRequest creq = WT__V1__CHECKSUM_WEIGHTS_REQUEST__INIT;
-  for (int i = 0; i < 6; i++) {
-    bg[i] = (wtt_bg_call){.ch = rd,
-                          .method = "ChecksumWeights",
-                          .req = &creq.base,
-                          .type = &wt__v1__checksum_weights_response__descriptor,
-                          .deadline_ms = 20000};
-    wtt_bg_start(&bg[i]);
-  }
+  for (int i = 0; i < 6; i++)
+    WT_ASSERT_OK(wt_rpc_unary_start(
+        rd, WTT_SVC "ChecksumWeights", &creq.base,
+        &wt__v1__checksum_weights_response__descriptor, 30000, &bg[i]));
   int running = 0, queued = 0;
   for (int i = 0; i < 200 && running + queued < 6; i++) {
     wt_server_admission(s.srv, WT_SERVER_CLASS_READER, &running, &queued, NULL);
@@ -1373,7 +1386,12 @@ static void test_reader_quotas(void) {
   }
   unlink(tok);
   rmdir(nd);
-  for (int i = 0; i < 6; i++) wt_status_free(wtt_bg_join(&bg[i]));
+  /* The six reader calls have been looked at: they are cancelled now
+   * rather than waited for (one at a time, 3.3 s each: about 20 s), and
+   * their places come back too. */
+  for (int i = 0; i < 6; i++) wt_rpc_pending_cancel(bg[i]);
+  for (int i = 0; i < 6; i++)
+    wt_status_free(wt_rpc_pending_wait(bg[i], NULL));
   for (int i = 0; i < 6; i++) wt_rpc_server_stream_destroy(w[i]);
   /* The places come back as the calls end. */
   held = -1;
@@ -1382,6 +1400,12 @@ static void test_reader_quotas(void) {
     if (held != 0) wtt_sleep_ms(10);
   }
   CU_ASSERT_EQUAL(held, 0);
+  for (int64_t end = wt_mono_ms() + 10000;
+       wt_server_admission(s.srv, WT_SERVER_CLASS_READER, &running, &queued,
+                           NULL),
+       running + queued != 0 && wt_mono_ms() < end;)
+    wtt_sleep_ms(10);
+  CU_ASSERT_EQUAL(running + queued, 0);
   WT_ASSERT_OK(wtt_watch_open_status(rd));
   printf("\n");
   wt_rpc_channel_destroy(rd);
@@ -1452,7 +1476,13 @@ static void test_readers_below_rounds(void) {
     CU_ASSERT_FATAL(pthread_create(&loops[i].th, NULL, checksum_loop_main,
                                    &loops[i]) == 0);
   }
-  wtt_sleep_ms(500);
+  /* The loops' checksums run (10 s: a deadline against hanging). */
+  int running = 0;
+  for (int64_t end = wt_mono_ms() + 10000; running == 0 && wt_mono_ms() < end;) {
+    wt_server_admission(s.srv, WT_SERVER_CLASS_READER, &running, NULL, NULL);
+    if (running == 0) wtt_sleep_ms(5);
+  }
+  CU_ASSERT(running > 0);
   int64_t beside = median_round_ms(&s, 5, 200);
   atomic_store(&stop, true);
   int calls = 0, refused = 0;

@@ -52,5 +52,13 @@ const char *wt_test_source_dir(void);
 const char *wt_test_binary_dir(void);
 /* Prints "skipped: <why>" so that the output says what did not run. */
 void wt_test_skip(const char *test, const char *why);
+/* For a suite with nothing to run in this build or on this machine (no
+ * CUDA device, not an allocation-failure build): called from
+ * wt_test_suite_<name>() instead of adding the suite. The runner prints
+ * "skipped: <why>"; where every suite asked for skipped (--suite NAME), it
+ * exits with WT_TEST_SKIPPED, ctest's SKIP_RETURN_CODE for those tests
+ * (tests/CMakeLists.txt), so that ctest reports a skip, not a pass. */
+void wt_test_suite_skipped(const char *why);
+#define WT_TEST_SKIPPED 77
 
 #endif /* WT_TEST_H */

@@ -36,8 +36,14 @@ static void op(wt_engine *e, int *counter, int ms) {
   if (counter) (*counter)++;
   if (!bound) T.stats.wrong_device++;
   if (cuda && bound) T.stats.ops_on_device++;
+  if (ms > 0) T.stats.busy++;
   pthread_mutex_unlock(&T.mu);
-  if (ms > 0) usleep((useconds_t)ms * 1000);
+  if (ms <= 0) return;
+  usleep((useconds_t)ms * 1000);
+  pthread_mutex_lock(&T.mu);
+  T.stats.busy--;
+  T.stats.busy_done++;
+  pthread_mutex_unlock(&T.mu);
 }
 
 static wt_status *fe_create(const Wt__V1__WeightTransferInitInfo *init,
@@ -197,6 +203,19 @@ bool fake_engine_wait_blocked(int n, int64_t ms) {
     pthread_mutex_lock(&T.mu);
   }
   bool ok = T.stats.blocked == n;
+  pthread_mutex_unlock(&T.mu);
+  return ok;
+}
+
+bool fake_engine_wait_busy(int n, int64_t ms) {
+  int64_t end = wt_mono_ms() + ms;
+  pthread_mutex_lock(&T.mu);
+  while (T.stats.busy < n && wt_mono_ms() < end) {
+    pthread_mutex_unlock(&T.mu);
+    wtt_sleep_ms(1);
+    pthread_mutex_lock(&T.mu);
+  }
+  bool ok = T.stats.busy >= n;
   pthread_mutex_unlock(&T.mu);
   return ok;
 }

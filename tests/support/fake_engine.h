@@ -30,6 +30,8 @@ typedef struct fake_engine_stats {
   int blocked;       /* receives waiting now */
   int wrong_device;  /* ops on a thread not bound to the worker's GPU */
   int ops_on_device; /* ops of cuda workers, on a bound thread */
+  int busy;          /* init, start, finish, abort blocking now (delays) */
+  int busy_done;     /* of those, the ones whose block has ended */
 } fake_engine_stats;
 
 /* Counters to zero, no delays, receives held. */
@@ -42,6 +44,9 @@ void fake_engine_set_delays(int init_ms, int start_ms, int finish_ms,
 void fake_engine_release(bool release);
 /* Whether `n` receives are blocked within `ms`. */
 bool fake_engine_wait_blocked(int n, int64_t ms);
+/* Whether at least `n` init/start/finish/abort ops block (their delay)
+ * within `ms`. */
+bool fake_engine_wait_busy(int n, int64_t ms);
 fake_engine_stats fake_engine_get_stats(void);
 
 /* A registry with the built-in backends and the three fakes; the caller

@@ -19,7 +19,9 @@
 
 #define SEG (1u << 20)
 
-static double secs(int64_t us) { return (double)us / 1e6; }
+static double secs(int64_t us) {
+  return (double)us / 1e6;
+}
 
 int main(int argc, char **argv) {
   size_t mb = argc > 1 ? strtoul(argv[1], NULL, 10) : 256;
@@ -44,14 +46,16 @@ int main(int argc, char **argv) {
                       .numel = n / 2,
                       .nbytes = n};
   m.shape[0] = (int64_t)(n / 2);
-  for (size_t i = 0; i < n; i++) base[i] = (unsigned char)(i * 2654435761u >> 7);
+  for (size_t i = 0; i < n; i++)
+    base[i] = (unsigned char)(i * 2654435761u >> 7);
   memcpy(copy, base, n); /* touched once: the timed copy is the copy */
   int64_t t0 = wt_mono_us();
   memcpy(copy, base, n);
   double ref = (double)n / secs(wt_mono_us() - t0 + 1) / 1e6;
-  printf("delta codec on one thread, %zu MiB bf16; memcpy %.0f MB/s (the "
-         "reference)\n",
-         mb, ref);
+  printf(
+      "delta codec on one thread, %zu MiB bf16; memcpy %.0f MB/s (the "
+      "reference)\n",
+      mb, ref);
   printf("%-8s %10s %12s %12s %9s %9s\n", "changed", "ratio", "encode_MB/s",
          "decode_MB/s", "enc/memcpy", "dec/memcpy");
   for (int f = 0; f < nfr; f++) {

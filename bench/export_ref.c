@@ -48,8 +48,9 @@ static uint64_t sum_words(const void *p, size_t n) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: wt-bench-export SOCKET [ACQUIRES] [PASSES] "
-                    "[--h2d DEVICE]\n");
+    fprintf(stderr,
+            "usage: wt-bench-export SOCKET [ACQUIRES] [PASSES] "
+            "[--h2d DEVICE]\n");
     return 2;
   }
   int acquires = argc > 2 && argv[2][0] != '-' ? atoi(argv[2]) : 10;
@@ -66,7 +67,8 @@ int main(int argc, char **argv) {
   wt_consumer_version *v = NULL;
   for (int k = 1; k <= acquires; k++) {
     int64_t t0 = wt_mono_us();
-    if ((st = wt_consumer_acquire(c, NULL, &v)) != NULL) return die("acquire", st);
+    if ((st = wt_consumer_acquire(c, NULL, &v)) != NULL)
+      return die("acquire", st);
     double ms = (double)(wt_mono_us() - t0) / 1000.0;
     if (k == 1 || k == acquires) printf("acquire_%d_ms %.3f\n", k, ms);
     if (k == acquires) break; /* keep the last one for the reads */
@@ -78,7 +80,8 @@ int main(int argc, char **argv) {
 
   /* Reads: the mapping against a private buffer of the same size. */
   unsigned char *priv = malloc((size_t)total);
-  if (priv == NULL) return fprintf(stderr, "wt-bench-export: out of memory\n"), 1;
+  if (priv == NULL)
+    return fprintf(stderr, "wt-bench-export: out of memory\n"), 1;
   memset(priv, 1, (size_t)total);
   double map_gbps[64], priv_gbps[64];
   uint64_t sink = 0;

@@ -67,8 +67,8 @@ static void *reader_main(void *arg) {
 }
 
 /* This suite's readers all come from this process, one peer. */
-#define PEER_QUOTAS_LIFTED                                                     \
-  .max_reader_calls_per_peer = 4096, .max_watchers_per_peer = 1000000,         \
+#define PEER_QUOTAS_LIFTED                                             \
+  .max_reader_calls_per_peer = 4096, .max_watchers_per_peer = 1000000, \
   .reader_bytes_per_sec = 1ull << 40
 
 static void readers_start(readers *r, wt_rpc_channel *ch, int n) {
@@ -195,8 +195,7 @@ static void test_readers_never_take_round_capacity(void) {
   /* Until they fill their class (10 s: a deadline against hanging). */
   int running = 0, queued = 0;
   for (int64_t end = wt_mono_ms() + 10000; wt_mono_ms() < end;) {
-    wt_server_admission(S.srv, WT_SERVER_CLASS_READER, &running, &queued,
-                        NULL);
+    wt_server_admission(S.srv, WT_SERVER_CLASS_READER, &running, &queued, NULL);
     if (running == 2 && queued > 0) break;
     wtt_sleep_ms(2);
   }

@@ -112,8 +112,8 @@ static void test_grpc_push_gives_up_waiting(void) {
   char *dir = wt_test_tmpdir();
   CU_ASSERT_FATAL(dir != NULL);
   wt_proc_server srv;
-  const char *const extra[] = {"--model", "synthetic:llama-256m",
-                               "--log-level", "debug", NULL};
+  const char *const extra[] = {"--model", "synthetic:llama-256m", "--log-level",
+                               "debug", NULL};
   CU_ASSERT_FATAL(wt_proc_server_start(&srv, dir, "stopped", extra));
   const char *targets[1] = {srv.addr};
   wt_client_options co = {.timeout_ms = 2000, .data_timeout_ms = 2000};
@@ -869,7 +869,8 @@ static void test_reinit_when_needed(void) {
   wait_state(c, 1, "needs_init");
   WT_ASSERT_OK(wt_sync_client_start(c));
   CU_ASSERT_EQUAL(fake_engine_get_stats().inits, 6);
-  CU_ASSERT_EQUAL(fake_trainer_get_stats().inits, 2); /* the same handle, a new engine */
+  CU_ASSERT_EQUAL(fake_trainer_get_stats().inits,
+                  2); /* the same handle, a new engine */
   one_round(c, t, src, "v2");
 
   /* Only the second server needs it (its round was aborted elsewhere, by
@@ -928,7 +929,8 @@ static void test_reinit_when_needed(void) {
   wt_registry_destroy(reg);
 }
 
-/* ---- a caller's own control plane ----------------------------------------- */
+/* ---- a caller's own control plane -----------------------------------------
+ */
 
 /* A control plane of the caller's: forwards every call to wt's own gRPC
  * plane and counts the calls per method. The "minimal" table has only the
@@ -954,8 +956,7 @@ static wt_status *rec_start(void *self, size_t k, wt_control_method m,
                             wt_control_call **call) {
   recorder *r = self;
   r->calls[m]++;
-  return r->inner.ops->call_start(r->inner.self, k, m, req, deadline_ms,
-                                  call);
+  return r->inner.ops->call_start(r->inner.self, k, m, req, deadline_ms, call);
 }
 
 static bool rec_done(void *self, wt_control_call *call, int64_t ms) {
@@ -1078,8 +1079,9 @@ static void test_caller_control_plane(void) {
   wt_sync_client *m = recorder_client(&r, &rec_minimal_ops, &s);
   WT_ASSERT_ERR(
       wt_sync_client_init_transfer(m, grpc_info_make(&gi, 0, 0), src, &t),
-      WT_INVALID_ARGUMENT, "backend 'grpc' pushes over a wt-server's gRPC "
-                           "channel, and the control plane has none");
+      WT_INVALID_ARGUMENT,
+      "backend 'grpc' pushes over a wt-server's gRPC "
+      "channel, and the control plane has none");
   CU_ASSERT_EQUAL(r.calls[WT_CONTROL_WORLD_SIZE], 0);
   wt_tensor_meta *metas = NULL;
   size_t nm = 0;
@@ -1116,9 +1118,17 @@ static void test_caller_control_plane(void) {
   wtt_servers_stop(&s);
 }
 
-/* ---- a control plane over a JSON callback (wt/bindings.h) ------------------ */
+/* ---- a control plane over a JSON callback (wt/bindings.h) ------------------
+ */
 
-typedef enum { CB_VLLM, CB_FORWARD, CB_SILENT, CB_ERROR, CB_SLOW, CB_GARBAGE } cb_mode;
+typedef enum {
+  CB_VLLM,
+  CB_FORWARD,
+  CB_SILENT,
+  CB_ERROR,
+  CB_SLOW,
+  CB_GARBAGE
+} cb_mode;
 
 typedef struct cb_state {
   cb_mode mode;
@@ -1131,13 +1141,20 @@ typedef struct cb_state {
 
 static const ProtobufCMessageDescriptor *request_type(int m) {
   switch (m) {
-    case WT_CONTROL_WORLD_SIZE: return &wt__v1__get_world_size_request__descriptor;
-    case WT_CONTROL_INIT: return &wt__v1__init_weight_transfer_engine_request__descriptor;
-    case WT_CONTROL_START: return &wt__v1__start_weight_update_request__descriptor;
-    case WT_CONTROL_UPDATE: return &wt__v1__update_weights_request__descriptor;
-    case WT_CONTROL_FINISH: return &wt__v1__finish_weight_update_request__descriptor;
-    case WT_CONTROL_ABORT: return &wt__v1__abort_weight_update_request__descriptor;
-    default: return &wt__v1__get_server_info_request__descriptor;
+    case WT_CONTROL_WORLD_SIZE:
+      return &wt__v1__get_world_size_request__descriptor;
+    case WT_CONTROL_INIT:
+      return &wt__v1__init_weight_transfer_engine_request__descriptor;
+    case WT_CONTROL_START:
+      return &wt__v1__start_weight_update_request__descriptor;
+    case WT_CONTROL_UPDATE:
+      return &wt__v1__update_weights_request__descriptor;
+    case WT_CONTROL_FINISH:
+      return &wt__v1__finish_weight_update_request__descriptor;
+    case WT_CONTROL_ABORT:
+      return &wt__v1__abort_weight_update_request__descriptor;
+    default:
+      return &wt__v1__get_server_info_request__descriptor;
   }
 }
 
@@ -1155,7 +1172,8 @@ static void cb_fn(void *user, size_t k, int m, const char *req,
     case CB_SILENT:
       return;
     case CB_ERROR:
-      wt_control_reply_error(reply, WT_FAILED_PRECONDITION, "the engine said no");
+      wt_control_reply_error(reply, WT_FAILED_PRECONDITION,
+                             "the engine said no");
       return;
     case CB_SLOW:
       usleep(700 * 1000);
@@ -1191,7 +1209,8 @@ static wt_sync_client *cb_client(cb_state *st, cb_mode mode, size_t n,
                                  int64_t timeout_ms) {
   st->mode = mode;
   wt_control_plane cp;
-  WT_ASSERT_OK(wt_control_callback_new(targets, n, methods, st->flags, cb_fn, st, &cp));
+  WT_ASSERT_OK(
+      wt_control_callback_new(targets, n, methods, st->flags, cb_fn, st, &cp));
   wt_sync_client *c = NULL;
   WT_ASSERT_OK(wt_bindings_client_new_with(&cp, timeout_ms, timeout_ms, &c));
   return c;
@@ -1209,19 +1228,25 @@ static void test_callback_control_plane(void) {
   memset(&st, 0, sizeof(st));
   pthread_mutex_init(&st.mu, NULL);
   const char *one[] = {"http://vllm:8000"};
-  wt_sync_client *c = cb_client(&st, CB_VLLM, 1, one, WT_CONTROL_REQUIRED, 5000);
+  wt_sync_client *c =
+      cb_client(&st, CB_VLLM, 1, one, WT_CONTROL_REQUIRED, 5000);
   WT_ASSERT_OK(wt_bindings_init_transfer(
       c, "{\"backend\":\"ucx\",\"ucx\":{\"trainer_port\":7}}", false, NULL));
-  CU_ASSERT_PTR_NOT_NULL(strstr(st.last[WT_CONTROL_INIT], "\"trainer_port\":7"));
+  CU_ASSERT_PTR_NOT_NULL(
+      strstr(st.last[WT_CONTROL_INIT], "\"trainer_port\":7"));
   CU_ASSERT_PTR_NOT_NULL(strstr(st.last[WT_CONTROL_INIT], "\"world_size\":2"));
   WT_ASSERT_OK(wt_sync_client_start(c));
   CU_ASSERT_EQUAL(wt_sync_client_round_id(c, 0), 1); /* the plane's own */
-  WT_ASSERT_OK(wt_bindings_update_info(
-      c, "{\"names\":[\"w\"],\"dtype_names\":[\"float32\"],\"shapes\":[{\"dims\":[4]}]}"));
-  CU_ASSERT_PTR_NOT_NULL(strstr(st.last[WT_CONTROL_UPDATE], "\"names\":[\"w\"]"));
+  WT_ASSERT_OK(
+      wt_bindings_update_info(c,
+                              "{\"names\":[\"w\"],\"dtype_names\":[\"float32\"]"
+                              ",\"shapes\":[{\"dims\":[4]}]}"));
+  CU_ASSERT_PTR_NOT_NULL(
+      strstr(st.last[WT_CONTROL_UPDATE], "\"names\":[\"w\"]"));
   CU_ASSERT_PTR_NOT_NULL(strstr(st.last[WT_CONTROL_UPDATE], "\"round_id\":1"));
   WT_ASSERT_OK(wt_sync_client_finish(c, "step-1"));
-  CU_ASSERT_PTR_NOT_NULL(strstr(st.last[WT_CONTROL_FINISH], "\"weight_version\":\"step-1\""));
+  CU_ASSERT_PTR_NOT_NULL(
+      strstr(st.last[WT_CONTROL_FINISH], "\"weight_version\":\"step-1\""));
   WT_ASSERT_ERR(wt_bindings_init_transfer(c, "{\"backend\":7}", false, NULL),
                 WT_INVALID_ARGUMENT, "init_info.backend: expected a string");
   WT_ASSERT_ERR(wt_bindings_update_info(c, "{\"names\":[\"w\"]}"),
@@ -1233,18 +1258,21 @@ static void test_callback_control_plane(void) {
     wt_code code;
     const char *needle;
   } bad[] = {
-      {CB_ERROR, WT_FAILED_PRECONDITION, "http://vllm:8000 StartWeightUpdate: the engine said no"},
+      {CB_ERROR, WT_FAILED_PRECONDITION,
+       "http://vllm:8000 StartWeightUpdate: the engine said no"},
       {CB_SILENT, WT_INTERNAL, "returned without an answer"},
-      {CB_SLOW, WT_DEADLINE_EXCEEDED, "no answer from the control plane in time"},
-      {CB_GARBAGE, WT_INVALID_ARGUMENT, "the control plane's answer: field response.round_id"},
+      {CB_SLOW, WT_DEADLINE_EXCEEDED,
+       "no answer from the control plane in time"},
+      {CB_GARBAGE, WT_INVALID_ARGUMENT,
+       "the control plane's answer: field response.round_id"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     c = cb_client(&st, bad[i].mode, 1, one, WT_CONTROL_REQUIRED, 300);
     WT_ASSERT_ERR(wt_sync_client_start(c), bad[i].code, bad[i].needle);
     wt_sync_client_destroy(c); /* waits for the slow callback */
   }
-  WT_ASSERT_ERR(wt_control_callback_new(one, 1, WT_CONTROL_BIT(WT_CONTROL_INIT), 0,
-                                        cb_fn, &st, &(wt_control_plane){0}),
+  WT_ASSERT_ERR(wt_control_callback_new(one, 1, WT_CONTROL_BIT(WT_CONTROL_INIT),
+                                        0, cb_fn, &st, &(wt_control_plane){0}),
                 WT_INVALID_ARGUMENT, "init, start, update and finish");
 
 #ifdef WT_WITH_UCX
@@ -1261,12 +1289,14 @@ static void test_callback_control_plane(void) {
   char *json = NULL;
   WT_ASSERT_OK(wt_source_synthetic("tiny", 77, &src));
   char *init = NULL;
-  WT_ASSERT_OK(wt_bindings_trainer_init_info("ucx", "{\"transports\":\"tcp\"}", &init));
+  WT_ASSERT_OK(
+      wt_bindings_trainer_init_info("ucx", "{\"transports\":\"tcp\"}", &init));
   CU_ASSERT_PTR_NOT_NULL(init ? strstr(init, "\"auth_secret\":") : NULL);
-  WT_ASSERT_ERR(wt_bindings_trainer_init_info("ucx", "{\"bogus\":\"1\"}", &json),
-                WT_INVALID_ARGUMENT, "bogus");
-  WT_ASSERT_ERR(wt_bindings_trainer_init_info("nope", NULL, &json), WT_NOT_FOUND,
-                "nope");
+  WT_ASSERT_ERR(
+      wt_bindings_trainer_init_info("ucx", "{\"bogus\":\"1\"}", &json),
+      WT_INVALID_ARGUMENT, "bogus");
+  WT_ASSERT_ERR(wt_bindings_trainer_init_info("nope", NULL, &json),
+                WT_NOT_FOUND, "nope");
   WT_ASSERT_OK(wt_bindings_init_transfer(c, init, true, &t));
   wt_bindings_free(init);
   CU_ASSERT_FATAL(t != NULL);
@@ -1274,7 +1304,8 @@ static void test_callback_control_plane(void) {
   WT_ASSERT_OK(wt_sync_client_update(c, t, src, NULL, NULL));
   WT_ASSERT_OK(wt_sync_client_finish(c, "json-1"));
   WT_ASSERT_OK(wt_bindings_server_info(c, 1, &json)); /* through the callback */
-  CU_ASSERT_PTR_NOT_NULL(json ? strstr(json, "\"weight_version\":\"json-1\"") : NULL);
+  CU_ASSERT_PTR_NOT_NULL(json ? strstr(json, "\"weight_version\":\"json-1\"")
+                              : NULL);
   wt_bindings_free(json);
   json = NULL;
   wt_trainer_destroy(t);
@@ -1287,14 +1318,14 @@ static void test_callback_control_plane(void) {
   CU_ASSERT_EQUAL(ws, 4);
   wtt_assert_servers_hold(check, src, WT_HASH_SHA256);
   WT_ASSERT_OK(wt_bindings_server_info(check, 0, &json));
-  CU_ASSERT_PTR_NOT_NULL(json ? strstr(json, "\"weight_version\":\"json-1\"") : NULL);
+  CU_ASSERT_PTR_NOT_NULL(json ? strstr(json, "\"weight_version\":\"json-1\"")
+                              : NULL);
   wt_bindings_free(json);
   wt_sync_client_destroy(check);
   wt_source_destroy(src);
   wtt_servers_stop(&s);
 #endif
 }
-
 
 /* What wt-ctl info, version and top print of a server's answer (a hostile
  * or old server's versions, reasons, causes) carries no control byte:
@@ -1305,7 +1336,8 @@ static void test_tools_printable(void) {
   Wt__V1__RoundRecord r = WT__V1__ROUND_RECORD__INIT, *rs[] = {&r};
   Wt__V1__LeaseInfo l = WT__V1__LEASE_INFO__INIT, *ls[] = {&l};
   char *strs[] = {strdup("v\x1b]52;c;aGk=\x07"), strdup("ok\nforged line"),
-                  strdup("\x1b[2Jcause"), strdup("lease\x7fv"), strdup("plain")};
+                  strdup("\x1b[2Jcause"), strdup("lease\x7fv"),
+                  strdup("plain")};
   in.weight_version = strs[0];
   w.reason = strs[1];
   r.cause = strs[2];
@@ -1346,15 +1378,18 @@ static void test_bindings_init_one_way(void) {
   wt_trainer *t = NULL;
   char *json = NULL;
   WT_ASSERT_OK(wt_source_synthetic("tiny", 78, &src));
-  WT_ASSERT_ERR(wt_bindings_trainer_check_options("grpc", "{\"chunk_size\":\"x\"}"),
-                WT_INVALID_ARGUMENT, "chunk_size");
+  WT_ASSERT_ERR(
+      wt_bindings_trainer_check_options("grpc", "{\"chunk_size\":\"x\"}"),
+      WT_INVALID_ARGUMENT, "chunk_size");
   WT_ASSERT_ERR(wt_bindings_trainer_check_options("nope", NULL), WT_NOT_FOUND,
                 "nope");
-  WT_ASSERT_OK(wt_bindings_trainer_check_options("grpc", "{\"chunk_size\":\"65536\"}"));
+  WT_ASSERT_OK(
+      wt_bindings_trainer_check_options("grpc", "{\"chunk_size\":\"65536\"}"));
   WT_ASSERT_ERR(wt_bindings_client_init_info(c, &json), WT_FAILED_PRECONDITION,
                 "init_info");
-  WT_ASSERT_ERR(wt_bindings_trainer_init_transfer(c, "grpc", NULL, "{\"nope\":1}", &t),
-                WT_INVALID_ARGUMENT, "nope");
+  WT_ASSERT_ERR(
+      wt_bindings_trainer_init_transfer(c, "grpc", NULL, "{\"nope\":1}", &t),
+      WT_INVALID_ARGUMENT, "nope");
   CU_ASSERT_PTR_NULL(t);
   WT_ASSERT_OK(wt_bindings_trainer_init_transfer(
       c, "grpc", "{\"chunk_size\":\"65536\",\"bucket_size\":\"1048576\"}",
@@ -1367,9 +1402,11 @@ static void test_bindings_init_one_way(void) {
   CU_ASSERT_FATAL(sent != NULL && sent->grpc != NULL);
   CU_ASSERT_STRING_EQUAL(sent->backend, "grpc"); /* the engine's */
   CU_ASSERT_EQUAL(sent->timeout_ms, 7000);       /* the caller's */
-  CU_ASSERT_FATAL(sent->grpc->chunk_size_bytes && sent->grpc->packed_buffer_size_bytes);
+  CU_ASSERT_FATAL(sent->grpc->chunk_size_bytes &&
+                  sent->grpc->packed_buffer_size_bytes);
   CU_ASSERT_EQUAL(sent->grpc->chunk_size_bytes->value, 65536); /* options' */
-  CU_ASSERT_EQUAL(sent->grpc->packed_buffer_size_bytes->value, 2097152); /* wins */
+  CU_ASSERT_EQUAL(sent->grpc->packed_buffer_size_bytes->value,
+                  2097152); /* wins */
   WT_ASSERT_OK(wt_bindings_client_init_info(c, &json));
   CU_ASSERT_PTR_NOT_NULL(json ? strstr(json, "\"timeout_ms\":7000") : NULL);
   wt_bindings_free(json);
@@ -1387,7 +1424,8 @@ void wt_test_suite_client(void) {
   CU_pSuite s = CU_add_suite("client", NULL, NULL);
   CU_add_test(s, "a caller's own control plane drives the rounds",
               test_caller_control_plane);
-  CU_add_test(s, "a control plane over a JSON callback", test_callback_control_plane);
+  CU_add_test(s, "a control plane over a JSON callback",
+              test_callback_control_plane);
   CU_add_test(s, "bindings: the Python path's init in one direction",
               test_bindings_init_one_way);
   CU_add_test(s, "grpc push from memory the caller frees at once",

@@ -152,7 +152,8 @@ static void test_host_versions(void) {
                 "worker 4 does not exist: the server has 1");
   /* 16 leases per consumer; the 17th is refused, the rest stay good. */
   wt_consumer_version *vs[17];
-  for (int i = 0; i < 16; i++) WT_ASSERT_OK(wt_consumer_acquire(c, NULL, &vs[i]));
+  for (int i = 0; i < 16; i++)
+    WT_ASSERT_OK(wt_consumer_acquire(c, NULL, &vs[i]));
   WT_ASSERT_ERR(wt_consumer_acquire(c, NULL, &vs[16]), WT_RESOURCE_EXHAUSTED,
                 "16");
   CU_ASSERT_EQUAL(tensors_of_seed(&s, vs[15], 10), s.n);
@@ -259,9 +260,9 @@ static void test_device_second_process(void) {
   for (int w = 0; w < 2; w++) {
     char wbuf[8];
     snprintf(wbuf, sizeof(wbuf), "%d", w);
-    const char *const argv[] = {WT_CONSUMER_CHECK_BIN, g_sock, "--fake-gpus",
-                                "2", "--worker", wbuf, "--acquires", "3",
-                                NULL};
+    const char *const argv[] = {
+        WT_CONSUMER_CHECK_BIN, g_sock, "--fake-gpus", "2", "--worker", wbuf,
+        "--acquires",          "3",    NULL};
     char *out = NULL;
     CU_ASSERT_EQUAL(wt_proc_run(argv, log, 60000, &out), 0);
     if (out == NULL) {
@@ -270,25 +271,26 @@ static void test_device_second_process(void) {
       continue;
     }
     char head[128];
-    snprintf(head, sizeof(head), "version gpu-4 sequence 1 worker %d device cuda:%d",
-             w, w);
+    snprintf(head, sizeof(head),
+             "version gpu-4 sequence 1 worker %d device cuda:%d", w, w);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, head));
     CU_ASSERT_EQUAL(lines_of_seed(&s, out, 4), s.n);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "mapped 2 held 2")); /* 3 acquires */
     if (lines_of_seed(&s, out, 4) != s.n) printf("%s", out);
     free(out);
   }
-  printf("\n  a second process hashed %zu tensors on each of 2 emulated GPUs "
-         "through their IPC handles\n",
-         s.n);
+  printf(
+      "\n  a second process hashed %zu tensors on each of 2 emulated GPUs "
+      "through their IPC handles\n",
+      s.n);
   wtt_server_stop(&s);
   fake_cuda_uninstall();
   /* Host memory registered read-only (the emulated CUDA counts it). */
   wtt_server h;
   start(&h, WT_STAGING_SHADOW, NULL);
   wtt_commit_round(&h, "host-5", 5);
-  const char *const argv[] = {WT_CONSUMER_CHECK_BIN, g_sock, "--fake-gpus",
-                              "1", "--register", NULL};
+  const char *const argv[] = {WT_CONSUMER_CHECK_BIN, g_sock, "--fake-gpus", "1",
+                              "--register",          NULL};
   char *out = NULL;
   CU_ASSERT_EQUAL(wt_proc_run(argv, log, 60000, &out), 0);
   CU_ASSERT_FATAL(out != NULL);
@@ -298,7 +300,8 @@ static void test_device_second_process(void) {
   wtt_server_stop(&h);
 }
 
-/* ---- a server that lies ---------------------------------------------------- */
+/* ---- a server that lies ----------------------------------------------------
+ */
 
 typedef enum {
   LIE_OUTSIDE,    /* a tensor past its region's end */
@@ -359,7 +362,8 @@ static void *liar_main(void *p) {
   /* LIE_BLOAT: 4 Mi empty tensors (2 bytes each on the wire) */
   size_t nbloat = l->how == LIE_BLOAT ? (size_t)4 << 20 : 0;
   Wt__V1__ExportTensor empty = WT__V1__EXPORT_TENSOR__INIT;
-  Wt__V1__ExportTensor **bloat = nbloat ? malloc(nbloat * sizeof(*bloat)) : NULL;
+  Wt__V1__ExportTensor **bloat =
+      nbloat ? malloc(nbloat * sizeof(*bloat)) : NULL;
   for (size_t i = 0; bloat && i < nbloat; i++) bloat[i] = &empty;
   if (bloat) {
     m.n_tensors = nbloat;
@@ -444,8 +448,8 @@ static void test_lying_server(void) {
     pthread_t th;
     pthread_create(&th, NULL, liar_main, &l);
     /* the bloated manifest takes the liar a while to pack */
-    wt_consumer_options o = {
-        .reply_timeout_ms = cases[k].how == LIE_BLOAT ? 30000 : 300};
+    wt_consumer_options o = {.reply_timeout_ms =
+                                 cases[k].how == LIE_BLOAT ? 30000 : 300};
     wt_consumer *c = NULL;
     WT_ASSERT_OK(wt_consumer_connect(path, &o, &c));
     wt_consumer_version *v = NULL;

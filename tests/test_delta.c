@@ -31,7 +31,8 @@ static void test_codec(void) {
   size_t cap = wt_delta_frame_bound(N);
   unsigned char *frame = malloc(cap), *out = malloc(N);
   CU_ASSERT_FATAL(base && next && x && frame && out);
-  for (size_t i = 0; i < N; i++) base[i] = (unsigned char)(i * 2654435761u >> 13);
+  for (size_t i = 0; i < N; i++)
+    base[i] = (unsigned char)(i * 2654435761u >> 13);
   memcpy(next, base, N);
   for (size_t i = 0; i < N; i += 97) next[i] ^= 1; /* about 1 percent */
   wt_delta_codec *c = wt_delta_codec_new();
@@ -54,7 +55,8 @@ static void test_codec(void) {
   WT_ASSERT_ERR(wt_delta_decode(c, frame, len, N / 2, small, "bomb"),
                 WT_INVALID_ARGUMENT, "bomb: the delta's zstd frame expands to");
   WT_ASSERT_ERR(wt_delta_decode(c, frame, len / 2, N, out, "cut"),
-                WT_INVALID_ARGUMENT, "cut: the delta is not exactly one zstd frame");
+                WT_INVALID_ARGUMENT,
+                "cut: the delta is not exactly one zstd frame");
   unsigned char *two = malloc(2 * len);
   memcpy(two, frame, len);
   memcpy(two + len, frame, len);
@@ -82,7 +84,8 @@ static void test_codec(void) {
   free(out);
 }
 
-/* ---- rounds ---------------------------------------------------------------- */
+/* ---- rounds ----------------------------------------------------------------
+ */
 
 /* A trainer's tensors (h) changed as a step changes them: every 50th
  * 2-byte element of every tensor moved by one unit in the last place,
@@ -102,9 +105,9 @@ typedef struct delta_setup {
   wtt_held h;
 } delta_setup;
 
-static void setup_with(delta_setup *d, const wtt_servers *s,
-                       const char *layout, const char *backend,
-                       const wt_backend_option *opts, size_t nopts) {
+static void setup_with(delta_setup *d, const wtt_servers *s, const char *layout,
+                       const char *backend, const wt_backend_option *opts,
+                       size_t nopts) {
   d->c = wtt_client_of(s);
   Wt__V1__WeightTransferInitInfo *info = NULL;
   WT_ASSERT_OK(wt_trainer_init_info(backend, opts, nopts, &info));
@@ -176,8 +179,12 @@ static void test_rounds(wt_staging staging) {
   wtt_servers_stop(&s);
 }
 
-static void test_rounds_shadow(void) { test_rounds(WT_STAGING_SHADOW); }
-static void test_rounds_inplace(void) { test_rounds(WT_STAGING_INPLACE); }
+static void test_rounds_shadow(void) {
+  test_rounds(WT_STAGING_SHADOW);
+}
+static void test_rounds_inplace(void) {
+  test_rounds(WT_STAGING_INPLACE);
+}
 
 /* Step `phase`, a round sent and aborted before its finish: every one of
  * the `nservers` servers still holds `version`. */
@@ -251,11 +258,13 @@ static void test_fallback_and_failure(void) {
   wtt_servers_stop(&s);
 }
 
-/* ---- strangers ------------------------------------------------------------- */
+/* ---- strangers -------------------------------------------------------------
+ */
 
 /* StartWeightUpdate by hand, with its committed version. */
 static uint64_t start_with_base(wt_rpc_channel *ch, Wt__V1__DeltaBase *base) {
-  Wt__V1__StartWeightUpdateRequest req = WT__V1__START_WEIGHT_UPDATE_REQUEST__INIT;
+  Wt__V1__StartWeightUpdateRequest req =
+      WT__V1__START_WEIGHT_UPDATE_REQUEST__INIT;
   ProtobufCMessage *resp = NULL;
   WT_ASSERT_OK(wtt_call(ch, "StartWeightUpdate", &req.base,
                         &wt__v1__start_weight_update_response__descriptor,
@@ -301,8 +310,8 @@ static void test_strangers(void) {
   unsigned char *base_bytes = calloc(1, raw), *next = malloc(raw);
   size_t cap = wt_delta_frame_bound(2 * raw);
   unsigned char *frame = malloc(cap), *x = malloc(2 * raw);
-  WT_ASSERT_OK(wt_param_store_read(wt_server_store(S.srv, 0), 0, 0, base_bytes,
-                                   raw));
+  WT_ASSERT_OK(
+      wt_param_store_read(wt_server_store(S.srv, 0), 0, 0, base_bytes, raw));
   uint64_t base_digest = wt_delta_digest(base_bytes, raw);
   memcpy(next, base_bytes, raw);
   next[100] ^= 1;
@@ -319,8 +328,9 @@ static void test_strangers(void) {
   Wt__V1__DeltaBase wrong = base;
   wrong.digest ^= 1;
   stranger_push(&S, &wrong, id, 0, raw, base_digest, frame, flen,
-                WT_FAILED_PRECONDITION, "delta base refused: the push is "
-                                        "relative to sequence 1");
+                WT_FAILED_PRECONDITION,
+                "delta base refused: the push is "
+                "relative to sequence 1");
   wrong = base;
   wrong.sequence = 7;
   stranger_push(&S, &wrong, id, 0, raw, base_digest, frame, flen,
@@ -360,10 +370,10 @@ static void test_strangers(void) {
     id = start_with_base(S.ch, &base);
     /* The base digest of v2 where the chunk lands, unless the case
      * spoils it. */
-    WT_ASSERT_OK(wt_param_store_read(wt_server_store(S.srv, 0), 0, 0,
-                                     base_bytes, raw));
-    uint64_t d = cases[i].digest ? cases[i].digest
-                                 : wt_delta_digest(base_bytes, raw);
+    WT_ASSERT_OK(
+        wt_param_store_read(wt_server_store(S.srv, 0), 0, 0, base_bytes, raw));
+    uint64_t d =
+        cases[i].digest ? cases[i].digest : wt_delta_digest(base_bytes, raw);
     stranger_push(&S, cases[i].with_base ? &base : NULL, id, cases[i].offset,
                   cases[i].raw_len, d, cases[i].frame, cases[i].len,
                   cases[i].code, cases[i].words);
@@ -380,7 +390,8 @@ static void test_strangers(void) {
   wtt_server_stop(&S);
 }
 
-/* ---- memory ------------------------------------------------------------------ */
+/* ---- memory
+ * ------------------------------------------------------------------ */
 
 /* AddressSanitizer keeps freed memory in quarantine (256 MiB by default)
  * before reuse, so a sanitized process's RSS grows by up to that much
@@ -403,9 +414,8 @@ static void rss_flat(const char *backend) {
   if (strcmp(backend, "grpc") == 0) {
     setup(&d, &s, "small", "on");
   } else {
-    wt_backend_option opts[] = {{"delta", "on"},
-                                {"bucket_size", "256K"},
-                                {"transports", "tcp"}};
+    wt_backend_option opts[] = {
+        {"delta", "on"}, {"bucket_size", "256K"}, {"transports", "tcp"}};
     setup_with(&d, &s, "small", backend, opts, 3);
   }
   long rss20 = 0;
@@ -427,7 +437,8 @@ static void rss_flat(const char *backend) {
 }
 
 #ifdef WT_WITH_UCX
-/* ---- ucx ------------------------------------------------------------------- */
+/* ---- ucx -------------------------------------------------------------------
+ */
 
 /* `nservers` servers of 2 workers, `staging`, a ucx trainer with delta=on
  * and the `fanout`: a first full round, then deltas to every server, bytes
@@ -524,15 +535,18 @@ static void test_ucx_framing(void) {
     const char *words;
     int segments; /* handed on before the refusal */
   } cases[] = {
-      {"empty", 0, 1000, 0, 1000, WT_DATA_LOSS, "ends before the segment's header", 0},
+      {"empty", 0, 1000, 0, 1000, WT_DATA_LOSS,
+       "ends before the segment's header", 0},
       {"cut header", second + 10, 1000, 0, 1000, WT_DATA_LOSS,
        "ends before the segment's header", 1},
-      {"cut data", len - 1, 1000, 0, 1000, WT_DATA_LOSS, "1000 bytes of data, 999 are left", 1},
+      {"cut data", len - 1, 1000, 0, 1000, WT_DATA_LOSS,
+       "1000 bytes of data, 999 are left", 1},
       {"claims more", len, 1ull << 40, 0, 1000, WT_INVALID_ARGUMENT,
        "a segment of 1099511627776 bytes; the plan's is 1000", 1},
       {"short raw", len, 1000, 0, 10, WT_INVALID_ARGUMENT,
        "a raw segment of 10 bytes covers 1000", 1},
-      {"data past the end", len, 1000, 7, 1u << 30, WT_DATA_LOSS, "are left", 1},
+      {"data past the end", len, 1000, 7, 1u << 30, WT_DATA_LOSS, "are left",
+       1},
       {"trailing bytes", len + 5, 1000, 0, 1000, WT_INVALID_ARGUMENT,
        "5 bytes after the last segment", 2},
   };
@@ -565,9 +579,8 @@ static void test_ucx_wrong_base(void) {
   uint32_t workers[1] = {1};
   wtt_servers_start(&s, 1, models, workers, WT_STAGING_SHADOW, NULL);
   delta_setup d;
-  wt_backend_option opts[] = {{"delta", "on"},
-                              {"bucket_size", "256K"},
-                              {"transports", "tcp"}};
+  wt_backend_option opts[] = {
+      {"delta", "on"}, {"bucket_size", "256K"}, {"transports", "tcp"}};
   setup_with(&d, &s, "small", "ucx", opts, 3);
   round_of(&d, "w0");
   wt_rpc_channel *ch = NULL;
@@ -579,8 +592,10 @@ static void test_ucx_wrong_base(void) {
   wrong.digest ^= 0x5a5a;
   Wt__V1__UcxUpdateInfo ux = WT__V1__UCX_UPDATE_INFO__INIT;
   ux.delta_base = &wrong;
-  Wt__V1__WeightTransferUpdateInfo ui = WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__INIT;
-  ui.backend_update_case = WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_UCX;
+  Wt__V1__WeightTransferUpdateInfo ui =
+      WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__INIT;
+  ui.backend_update_case =
+      WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_UCX;
   ui.ucx = &ux;
   Wt__V1__UpdateWeightsRequest req = WT__V1__UPDATE_WEIGHTS_REQUEST__INIT;
   req.update_info = &ui;
@@ -609,9 +624,8 @@ static void test_ucx_wrong_base(void) {
   WT_ASSERT_OK(wt_sync_client_start(d.c));
   st = wt_sync_client_update(d.c, d.t, d.src, NULL, NULL);
   CU_ASSERT_EQUAL(wt_status_code(st), WT_FAILED_PRECONDITION);
-  CU_ASSERT_PTR_NOT_NULL(st ? strstr(wt_status_message(st),
-                                     "are not the delta's base")
-                            : NULL);
+  CU_ASSERT_PTR_NOT_NULL(
+      st ? strstr(wt_status_message(st), "are not the delta's base") : NULL);
   wt_status_free(st);
   wt_status_free(wt_sync_client_abort(d.c, "the test"));
   wt_weight_version v = {0};
@@ -643,15 +657,20 @@ static void test_ucx_chain(void) {
 }
 #endif
 
-static void test_rss_flat(void) { rss_flat("grpc"); }
+static void test_rss_flat(void) {
+  rss_flat("grpc");
+}
 #ifdef WT_WITH_UCX
-static void test_ucx_rss_flat(void) { rss_flat("ucx"); }
+static void test_ucx_rss_flat(void) {
+  rss_flat("ucx");
+}
 #endif
 
 void wt_test_suite_delta(void);
 void wt_test_suite_delta(void) {
   CU_pSuite s = CU_add_suite("delta", NULL, NULL);
-  CU_add_test(s, "codec: round trip, raw when not smaller, refusals", test_codec);
+  CU_add_test(s, "codec: round trip, raw when not smaller, refusals",
+              test_codec);
   CU_add_test(s, "rounds send what changed (shadow)", test_rounds_shadow);
   CU_add_test(s, "rounds send what changed (in place)", test_rounds_inplace);
   CU_add_test(s, "a server without the base gets a full push; a failed round",
@@ -664,8 +683,9 @@ void wt_test_suite_delta(void) {
               test_ucx_wrong_base);
   CU_add_test(s, "ucx: delta rounds (shadow, one server)", test_ucx_shadow);
   CU_add_test(s, "ucx: delta rounds (in place, one server)", test_ucx_inplace);
-  CU_add_test(s, "ucx: parallel fan-out, a server off the base gets a full "
-                 "round; an aborted round",
+  CU_add_test(s,
+              "ucx: parallel fan-out, a server off the base gets a full "
+              "round; an aborted round",
               test_ucx_parallel);
   CU_add_test(s, "ucx: sequential fan-out, in place", test_ucx_sequential);
   CU_add_test(s, "ucx: chain of three, split into a full and a delta chain",

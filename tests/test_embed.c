@@ -53,14 +53,12 @@ static wt_status *give(void *user, const char *store, uint64_t set_bytes,
   return NULL;
 }
 
-static void give_back(void *user, const char *store, void *bufs[2],
-                      int nsets) {
+static void give_back(void *user, const char *store, void *bufs[2], int nsets) {
   engine *e = user;
   int k = store_index(store);
   pthread_mutex_lock(&e->mu);
   for (int b = 0; b < nsets; b++) {
-    CU_ASSERT((char *)bufs[b] - (e->misalign ? 8 : 0) ==
-              (char *)e->bufs[k][b]);
+    CU_ASSERT((char *)bufs[b] - (e->misalign ? 8 : 0) == (char *)e->bufs[k][b]);
     free(e->bufs[k][b]);
     e->bufs[k][b] = NULL;
   }
@@ -86,8 +84,8 @@ static void committed(void *user, wt_param_store *s) {
     if (e->region[i] >= nr ||
         (const char *)regions[e->region[i]].base + off != live)
       e->pointers_ok = false;
-    wt_status_free(wt_digest_hex(WT_HASH_SHA256, live, (size_t)m->nbytes,
-                                 e->digest[i]));
+    wt_status_free(
+        wt_digest_hex(WT_HASH_SHA256, live, (size_t)m->nbytes, e->digest[i]));
   }
   pthread_mutex_unlock(&e->mu);
 }
@@ -117,8 +115,7 @@ static void check_store(wt_staging staging) {
     uint64_t off = 0;
     wt_param_store_locate(s, i, &region, &off);
     char got[WT_DIGEST_HEX_MAX], want[WT_DIGEST_HEX_MAX];
-    WT_ASSERT_OK(wt_digest_hex(WT_HASH_SHA256,
-                               (char *)e.bufs[0][region] + off,
+    WT_ASSERT_OK(wt_digest_hex(WT_HASH_SHA256, (char *)e.bufs[0][region] + off,
                                (size_t)m->nbytes, got));
     wtt_expected_digest(m, 3, WT_HASH_SHA256, want);
     right += strcmp(got, want) == 0;
@@ -148,17 +145,20 @@ static void check_store(wt_staging staging) {
   uint64_t off = 0;
   size_t region = 0;
   wt_param_store_locate(s, 0, &region, &off);
-  CU_ASSERT_EQUAL(memcmp((char *)e.bufs[0][region] + off, bytes,
-                         (size_t)m0->nbytes),
-                  0);
+  CU_ASSERT_EQUAL(
+      memcmp((char *)e.bufs[0][region] + off, bytes, (size_t)m0->nbytes), 0);
   free(bytes);
   wt_param_store_destroy(s);
   CU_ASSERT_EQUAL(e.released, 1); /* given back once, then the caller's */
   CU_ASSERT_PTR_NULL(e.bufs[0][0]);
 }
 
-static void test_store_shadow(void) { check_store(WT_STAGING_SHADOW); }
-static void test_store_inplace(void) { check_store(WT_STAGING_INPLACE); }
+static void test_store_shadow(void) {
+  check_store(WT_STAGING_SHADOW);
+}
+static void test_store_inplace(void) {
+  check_store(WT_STAGING_INPLACE);
+}
 
 /* What the caller gets wrong is said, and its buffers are given back. */
 static void test_store_refusals(void) {
@@ -214,17 +214,23 @@ static void check_server(wt_staging staging) {
   CU_ASSERT_EQUAL(e.released, 2);
 }
 
-static void test_server_shadow(void) { check_server(WT_STAGING_SHADOW); }
-static void test_server_inplace(void) { check_server(WT_STAGING_INPLACE); }
+static void test_server_shadow(void) {
+  check_server(WT_STAGING_SHADOW);
+}
+static void test_server_inplace(void) {
+  check_server(WT_STAGING_INPLACE);
+}
 
 void wt_test_suite_embed(void);
 void wt_test_suite_embed(void) {
   CU_pSuite s = CU_add_suite("embed", NULL, NULL);
-  CU_add_test(s, "a store over the caller's buffers, shadow", test_store_shadow);
+  CU_add_test(s, "a store over the caller's buffers, shadow",
+              test_store_shadow);
   CU_add_test(s, "a store over the caller's buffers, in place",
               test_store_inplace);
   CU_add_test(s, "refusals name what is wrong", test_store_refusals);
-  CU_add_test(s, "a server over the engine's memory, shadow", test_server_shadow);
+  CU_add_test(s, "a server over the engine's memory, shadow",
+              test_server_shadow);
   CU_add_test(s, "a server over the engine's memory, in place",
               test_server_inplace);
 }

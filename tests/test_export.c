@@ -50,7 +50,8 @@ static int suite_clean(void) {
   return 0;
 }
 
-/* ---- a consumer from the proto and the framing ----------------------------- */
+/* ---- a consumer from the proto and the framing -----------------------------
+ */
 
 static int consumer_connect(void) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -222,7 +223,8 @@ static void start(wtt_server *s, wt_staging staging, uint32_t lease_wait_ms) {
   WT_ASSERT_OK(wtt_init_grpc(s->ch, 0, s->workers));
 }
 
-/* ---- tests ---------------------------------------------------------------- */
+/* ---- tests ----------------------------------------------------------------
+ */
 
 /* A version acquired, mapped read-only (a writable map fails), hashed: the
  * trainer's bytes; the lease released once, not twice. */
@@ -368,10 +370,11 @@ static void test_shadow_leases(void) {
   close_fds(fds, nfd);
   close(fd2);
   close(fd);
-  printf("\n  shadow: a round beside a lease on the live version: %lld ms; "
-         "one that would overwrite a leased version failed after %lld ms "
-         "(--lease-wait 0.3 s)\n",
-         (long long)round_ms, (long long)failed_ms);
+  printf(
+      "\n  shadow: a round beside a lease on the live version: %lld ms; "
+      "one that would overwrite a leased version failed after %lld ms "
+      "(--lease-wait 0.3 s)\n",
+      (long long)round_ms, (long long)failed_ms);
   wtt_server_stop(&s);
 }
 
@@ -395,9 +398,9 @@ static bool await_lease_count(wtt_server *s, uint32_t want) {
 }
 
 typedef struct release_waiting {
-  int fd;        /* the holder's connection */
+  int fd; /* the holder's connection */
   uint64_t lease;
-  bool waited;   /* a round was seen waiting for the lease */
+  bool waited; /* a round was seen waiting for the lease */
   bool released;
 } release_waiting;
 
@@ -421,8 +424,9 @@ static void *release_waiting_main(void *p) {
     } else {
       rw->waited = r->result_case == WT__V1__EXPORT_RESPONSE__RESULT_ERROR &&
                    r->error->code == WT_UNAVAILABLE &&
-                   strstr(r->error->message, "about to be overwritten by a "
-                                             "round") != NULL;
+                   strstr(r->error->message,
+                          "about to be overwritten by a "
+                          "round") != NULL;
       if (!rw->waited) wtt_sleep_ms(2);
     }
     wt__v1__export_response__free_unpacked(r, NULL);
@@ -485,9 +489,10 @@ static void test_inplace_leases(void) {
   int64_t after_kill = wt_mono_ms() - t0;
   wtt_assert_model_seed(&s, 2);
   CU_ASSERT_EQUAL(lease_count(&s), 0);
-  printf("\n  in place: a held lease failed the round after --lease-wait; "
-         "a killed consumer's lease ended: the next round took %lld ms\n",
-         (long long)after_kill);
+  printf(
+      "\n  in place: a held lease failed the round after --lease-wait; "
+      "a killed consumer's lease ended: the next round took %lld ms\n",
+      (long long)after_kill);
   wtt_server_stop(&s);
 
   /* Released while the round waits: it goes on. A --lease-wait far above
@@ -579,11 +584,12 @@ static void test_views_during_rounds(void) {
   }
   atomic_store(&h.stop, true);
   pthread_join(th, NULL);
-  printf("\n  50 rounds beside a consumer: %d views, %d torn, %d errors, %d "
-         "not mapped (%s%s%s); slowest round %lld ms\n",
-         h.views, h.torn, h.errors, h.unmapped,
-         h.unmapped ? strerror(g_map_errno) : "-", h.unmapped ? "; " : "",
-         g_map_why, (long long)worst);
+  printf(
+      "\n  50 rounds beside a consumer: %d views, %d torn, %d errors, %d "
+      "not mapped (%s%s%s); slowest round %lld ms\n",
+      h.views, h.torn, h.errors, h.unmapped,
+      h.unmapped ? strerror(g_map_errno) : "-", h.unmapped ? "; " : "",
+      g_map_why, (long long)worst);
   CU_ASSERT(h.views > 0);
   CU_ASSERT_EQUAL(h.torn, 0);
   CU_ASSERT_EQUAL(h.unmapped, 0);
@@ -645,11 +651,12 @@ static void test_eight_consumers(void) {
   close(done[1]);
   close(end[0]);
   close(end[1]);
-  printf("\n  8 consumers on one version: %d hashed the trainer's bytes, %u "
-         "leases at once; server RSS %ld -> %ld MiB (the model: %.1f MiB)\n",
-         good, leases, rss0 / 1024, rss1 / 1024,
-         (double)wt_param_store_total_bytes(wt_server_store(s.srv, 0)) /
-             (1 << 20));
+  printf(
+      "\n  8 consumers on one version: %d hashed the trainer's bytes, %u "
+      "leases at once; server RSS %ld -> %ld MiB (the model: %.1f MiB)\n",
+      good, leases, rss0 / 1024, rss1 / 1024,
+      (double)wt_param_store_total_bytes(wt_server_store(s.srv, 0)) /
+          (1 << 20));
   CU_ASSERT_EQUAL(good, 8);
   CU_ASSERT_EQUAL(exited, 8);
   CU_ASSERT_EQUAL(leases, 8);
@@ -727,8 +734,9 @@ static void test_strangers(void) {
     waitpid(kid, &status, 0);
     CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   } else {
-    printf("\n  skipped: a consumer of another uid (needs root to become "
-           "one)");
+    printf(
+        "\n  skipped: a consumer of another uid (needs root to become "
+        "one)");
   }
   /* 10,000 acquires on one connection, none released, no descriptor
    * closed: 16 leases, the rest refused; the server's lease count stays
@@ -747,16 +755,19 @@ static void test_strangers(void) {
         x->error->code == WT_RESOURCE_EXHAUSTED)
       refused++;
     for (size_t k = 0; k < ngot; k++) {
-      if (nkept < 64) kept[nkept++] = got[k];
-      else close(got[k]);
+      if (nkept < 64)
+        kept[nkept++] = got[k];
+      else
+        close(got[k]);
     }
     wt__v1__export_response__free_unpacked(x, NULL);
   }
   CU_ASSERT_EQUAL(granted, 16);
   CU_ASSERT_EQUAL(refused, 10000 - 16);
-  printf("\n  10,000 acquires without release: %zu granted, %zu refused in "
-         "%" PRId64 " ms",
-         granted, refused, wt_mono_ms() - t0);
+  printf(
+      "\n  10,000 acquires without release: %zu granted, %zu refused in "
+      "%" PRId64 " ms",
+      granted, refused, wt_mono_ms() - t0);
   Wt__V1__ServerInfo *flood = wtt_info(s.ch);
   CU_ASSERT_FATAL(flood != NULL);
   CU_ASSERT_EQUAL(flood->lease_count, 16);
@@ -836,18 +847,23 @@ static void test_allow_uid(void) {
 static void test_python_consumer(void) {
   if (system("python3 -c 'import grpc_tools.protoc, google.protobuf' "
              ">/dev/null 2>&1") != 0) {
-    wt_test_skip("export: a Python consumer",
-                 "python3 has no grpc_tools/protobuf (pip install grpcio-tools)");
+    wt_test_skip(
+        "export: a Python consumer",
+        "python3 has no grpc_tools/protobuf (pip install grpcio-tools)");
     return;
   }
   char gen[300], out_arg[340], log[340], script[PATH_MAX];
   snprintf(gen, sizeof(gen), "%s/py", g_dir);
   mkdir(gen, 0700);
   snprintf(out_arg, sizeof(out_arg), "--python_out=%s", gen);
-  const char *const protoc[] = {"/usr/bin/env", "python3", "-m",
+  const char *const protoc[] = {"/usr/bin/env",
+                                "python3",
+                                "-m",
                                 "grpc_tools.protoc",
-                                "-I" WT_PROTO_DIR, out_arg,
-                                WT_PROTO_DIR "/wt/v1/export.proto", NULL};
+                                "-I" WT_PROTO_DIR,
+                                out_arg,
+                                WT_PROTO_DIR "/wt/v1/export.proto",
+                                NULL};
   snprintf(log, sizeof(log), "%s/protoc.log", g_dir);
   CU_ASSERT_FATAL(wt_proc_run(protoc, log, 120000, NULL) == 0);
   wtt_server s;
@@ -856,7 +872,7 @@ static void test_python_consumer(void) {
   snprintf(script, sizeof(script), "%s/fixtures/export_consumer.py",
            wt_test_source_dir());
   const char *const argv[] = {"/usr/bin/env", "python3", script, gen,
-                              g_sock, NULL};
+                              g_sock,         NULL};
   snprintf(log, sizeof(log), "%s/export-consumer.log", g_dir);
   char *out = NULL;
   CU_ASSERT_EQUAL(wt_proc_run(argv, log, 120000, &out), 0);
@@ -872,9 +888,10 @@ static void test_python_consumer(void) {
     matched += strstr(out, line) != NULL;
   }
   CU_ASSERT_EQUAL(matched, s.n);
-  printf("\n  a Python consumer (stdlib + protobuf) hashed %zu of %zu tensors "
-         "as the trainer's\n",
-         matched, s.n);
+  printf(
+      "\n  a Python consumer (stdlib + protobuf) hashed %zu of %zu tensors "
+      "as the trainer's\n",
+      matched, s.n);
   free(out);
   wtt_server_stop(&s);
 }

@@ -32,9 +32,10 @@ static void test_backend(void) {
   WT_ASSERT_ERR(wt_init_info_backend(&info, &b), WT_INVALID_ARGUMENT,
                 "init_info.backend is 'nccl' but init_info carries grpc "
                 "settings");
-  CU_ASSERT_STRING_EQUAL(wt_init_info_case_backend(
-                             WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_IPC),
-                         "ipc");
+  CU_ASSERT_STRING_EQUAL(
+      wt_init_info_case_backend(
+          WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_IPC),
+      "ipc");
   CU_ASSERT_PTR_NULL(wt_init_info_case_backend(
       WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT__NOT_SET));
 }

@@ -23,7 +23,8 @@ static int sh(const char *dir, const char *tag, const char *cmd,
   const char *const argv[] = {"/bin/sh", "-c", cmd, NULL};
   char *out = NULL;
   int code = wt_proc_run(argv, log, 240000, &out);
-  if (code != 0) fprintf(stderr, "\n%s: exit %d\n%s\n", cmd, code, out ? out : "");
+  if (code != 0)
+    fprintf(stderr, "\n%s: exit %d\n%s\n", cmd, code, out ? out : "");
   if (output)
     *output = out;
   else
@@ -34,7 +35,8 @@ static int sh(const char *dir, const char *tag, const char *cmd,
 static void test_install_tree(void) {
   if (strcmp(WT_TEST_BUILD_KIND, "normal") != 0) {
     wt_test_skip("an installed tree",
-                 "built against only in the normal build (this is the " WT_TEST_BUILD_KIND
+                 "built against only in the normal build (this is "
+                 "the " WT_TEST_BUILD_KIND
                  " build, whose libraries need its sanitizer runtime)");
     return;
   }
@@ -89,14 +91,17 @@ static void test_install_tree(void) {
   char sock[PATH_MAX + 32];
   snprintf(sock, sizeof(sock), "%s/export.sock", dir);
   const char *const extra[] = {"--model", "synthetic:tiny", "--memory",
-                               "shared", "--export", sock, NULL};
+                               "shared",  "--export",       sock,
+                               NULL};
   wt_proc_server srv;
   CU_ASSERT_FATAL(wt_proc_server_start_bin(&srv, bin, dir, "server", extra));
   static const struct {
     const char *exe, *backend;
-  } runs[] = {{"example-pc", "grpc"}, {"cmake-build/example", "grpc"},
+  } runs[] = {
+      {"example-pc", "grpc"},
+      {"cmake-build/example", "grpc"},
 #ifdef WT_WITH_UCX
-              {"cmake-build/example", "ucx"},
+      {"cmake-build/example", "ucx"},
 #endif
   };
   for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
@@ -133,7 +138,8 @@ static void test_install_tree(void) {
           first ? strstr(first + strlen("/lib/libwt_cuda.so"), "libwt_cuda.so")
                 : NULL;
       CU_ASSERT(first == NULL || end == NULL || again == NULL || again > end);
-      if (end) printf("\n  without the CUDA module: %.*s", (int)(end - line), line);
+      if (end)
+        printf("\n  without the CUDA module: %.*s", (int)(end - line), line);
     }
     free(out);
   }

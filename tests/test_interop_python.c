@@ -102,7 +102,8 @@ static void python_client(bool tls) {
 
   /* Over TLS: a throw-away PKI; the server terminates TLS itself
    * (OpenSSL), the client is grpcio's (BoringSSL). */
-  char pki[PATH_MAX], cert[PATH_MAX + 16], key[PATH_MAX + 16], ca[PATH_MAX + 16];
+  char pki[PATH_MAX], cert[PATH_MAX + 16], key[PATH_MAX + 16],
+      ca[PATH_MAX + 16];
   snprintf(pki, sizeof(pki), "%s/pki", g_tmp);
   snprintf(cert, sizeof(cert), "%s/server.pem", pki);
   snprintf(key, sizeof(key), "%s/server.key", pki);
@@ -115,11 +116,11 @@ static void python_client(bool tls) {
   }
   wt_proc_server s;
   const char *const plain_args[] = {"--model", ckpt, "--workers", "2", NULL};
-  const char *const tls_args[] = {"--model",    ckpt, "--workers", "2",
-                                  "--tls-cert", cert, "--tls-key", key,
-                                  NULL};
-  CU_ASSERT_FATAL(wt_proc_server_start(&s, g_tmp, tls ? "py-tls-server"
-                                                      : "py-server",
+  const char *const tls_args[] = {"--model",   ckpt,         "--workers",
+                                  "2",         "--tls-cert", cert,
+                                  "--tls-key", key,          NULL};
+  CU_ASSERT_FATAL(wt_proc_server_start(&s, g_tmp,
+                                       tls ? "py-tls-server" : "py-server",
                                        tls ? tls_args : plain_args));
 
   const char *const push[] = {"/usr/bin/env",
@@ -194,8 +195,12 @@ static void python_client(bool tls) {
   g_expected = NULL;
 }
 
-static void test_python_client(void) { python_client(false); }
-static void test_python_client_tls(void) { python_client(true); }
+static void test_python_client(void) {
+  python_client(false);
+}
+static void test_python_client_tls(void) {
+  python_client(true);
+}
 
 void wt_test_suite_interop_python(void) {
   CU_pSuite s = CU_add_suite_with_setup_and_teardown(

@@ -74,7 +74,8 @@ static void test_uid_shares(void) {
     }
   CU_ASSERT_EQUAL(taken, 6); /* 12 / (1 uid + 1) */
   WT_ASSERT_ERR(wt_leases_take(t, 9, 100, 1000, 1, "v1", &id),
-                WT_RESOURCE_EXHAUSTED, "uid 1000 holds 6 leases, its share (6)");
+                WT_RESOURCE_EXHAUSTED,
+                "uid 1000 holds 6 leases, its share (6)");
   /* another uid gets its part: 12 / (2 + 1) = 4 */
   for (int k = 0; k < 2; k++) {
     WT_ASSERT_OK(wt_leases_take(t, 20, 200, 0, 1, "v1", &id));
@@ -103,8 +104,8 @@ static bool is_cancelled(void *arg) {
 static void *waiter_main(void *arg) {
   waiter *w = arg;
   int64_t t0 = wt_mono_ms();
-  w->st = wt_leases_wait_free(w->t, w->below, t0 + w->wait_ms,
-                              "--lease-wait", is_cancelled, w);
+  w->st = wt_leases_wait_free(w->t, w->below, t0 + w->wait_ms, "--lease-wait",
+                              is_cancelled, w);
   w->took_ms = wt_mono_ms() - t0;
   atomic_store(&w->done, true);
   return NULL;
@@ -131,14 +132,14 @@ static void waiter_start(waiter *w, wt_leases *t, uint64_t below,
 static bool await_waiting(waiter *w, uint64_t seq) {
   for (int64_t end = wt_mono_ms() + 10000;;) {
     uint64_t id = 0;
-    wt_status *st = wt_leases_take(w->t, PROBE_CONSUMER, 999, 0, seq, "probe",
-                                   &id);
+    wt_status *st =
+        wt_leases_take(w->t, PROBE_CONSUMER, 999, 0, seq, "probe", &id);
     if (st == NULL) {
       WT_ASSERT_OK(wt_leases_drop(w->t, PROBE_CONSUMER, id));
     } else {
-      bool waiting = wt_status_code(st) == WT_UNAVAILABLE &&
-                     strstr(wt_status_message(st), "about to be overwritten") !=
-                         NULL;
+      bool waiting =
+          wt_status_code(st) == WT_UNAVAILABLE &&
+          strstr(wt_status_message(st), "about to be overwritten") != NULL;
       wt_status_free(st);
       if (waiting) return true;
     }

@@ -202,14 +202,17 @@ static void test_text_escapes_control_bytes(void) {
   capture c;
   capture_begin(&c);
   WT_LOGI("round", "aborted: %s",
-          "oops\n2026-01-01T00:00:00.000Z INFO  [server] forged\x1b]52;c;aGk=\x07\\");
+          "oops\n2026-01-01T00:00:00.000Z INFO  [server] "
+          "forged\x1b]52;c;aGk=\x07\\");
   char *text = capture_end(&c);
   CU_ASSERT_PTR_NOT_NULL_FATAL(text);
   CU_ASSERT_EQUAL(count_lines(text), 1);
   CU_ASSERT_PTR_NULL(strchr(text, 0x1b));
   CU_ASSERT_PTR_NULL(strchr(text, 0x07));
-  CU_ASSERT_TRUE(matches(text, "aborted: oops\\\\n2026-01-01T00:00:00\\.000Z INFO  "
-                               "\\[server\\] forged\\\\x1b\\]52;c;aGk=\\\\x07\\\\\\\\\n$"));
+  CU_ASSERT_TRUE(
+      matches(text,
+              "aborted: oops\\\\n2026-01-01T00:00:00\\.000Z INFO  "
+              "\\[server\\] forged\\\\x1b\\]52;c;aGk=\\\\x07\\\\\\\\\n$"));
   if (!matches(text, "forged\\\\x1b")) fprintf(stderr, "\n  got: %s\n", text);
   free(text);
   wt_log_set_level(saved_level);
@@ -298,8 +301,10 @@ static void test_json_format(void) {
   json_error_t err;
   json_t *o = json_loads(text, 0, &err);
   CU_ASSERT_FATAL(o != NULL);
-  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o, "level")), "warn");
-  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o, "component")), "ex\"port");
+  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o, "level")),
+                         "warn");
+  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o, "component")),
+                         "ex\"port");
   CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o, "message")),
                          "peer \"a b\" said \\ no\nand\tthen \x01 bye");
   CU_ASSERT_TRUE(matches(json_string_value(json_object_get(o, "time")),
@@ -319,8 +324,8 @@ static void test_json_context(void) {
   wt_log_set_format(WT_LOG_JSON);
   capture c;
   capture_begin(&c);
-  wt_log_context old = wt_log_context_set(
-      (wt_log_context){42, 3, "ipv4:127.0.0.1:5 \"x\""});
+  wt_log_context old =
+      wt_log_context_set((wt_log_context){42, 3, "ipv4:127.0.0.1:5 \"x\""});
   WT_LOGI("server", "with");
   wt_log_context_set((wt_log_context){0, 0, NULL});
   WT_LOGI("server", "worker zero");
@@ -341,11 +346,13 @@ static void test_json_context(void) {
     line = nl ? nl + 1 : NULL;
   }
   CU_ASSERT_FATAL(o[0] && o[1] && o[2]);
-  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[0], "round")), "42");
+  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[0], "round")),
+                         "42");
   CU_ASSERT_EQUAL(json_integer_value(json_object_get(o[0], "worker")), 3);
   CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[0], "peer")),
                          "ipv4:127.0.0.1:5 \"x\"");
-  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[0], "message")), "with");
+  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o[0], "message")),
+                         "with");
   CU_ASSERT_PTR_NULL(json_object_get(o[1], "round"));
   CU_ASSERT_EQUAL(json_integer_value(json_object_get(o[1], "worker")), 0);
   CU_ASSERT_PTR_NULL(json_object_get(o[2], "worker"));

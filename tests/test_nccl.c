@@ -563,7 +563,8 @@ static void test_init_strangers(void) {
   wtt_server_stop(&S);
 }
 
-/* ---- an unmodified vLLM worker's dicts ----------------------------------------- */
+/* ---- an unmodified vLLM worker's dicts
+ * ----------------------------------------- */
 
 /* A stand-in for a vLLM worker behind vLLM's routes: it takes the dicts a
  * vLLM worker takes, joins the NCCL group from nccl_unique_id_b64 as rank
@@ -579,10 +580,10 @@ typedef struct vllm_stand_in {
   size_t received, right;
 } vllm_stand_in;
 
-#define TRY(x)                   \
-  do {                           \
-    wt_status *e_ = (x);         \
-    if (e_ != NULL) return e_;   \
+#define TRY(x)                 \
+  do {                         \
+    wt_status *e_ = (x);       \
+    if (e_ != NULL) return e_; \
   } while (0)
 
 static wt_status *stand_in_receive(vllm_stand_in *w, json_t *info) {
@@ -598,8 +599,8 @@ static wt_status *stand_in_receive(vllm_stand_in *w, json_t *info) {
     const char *name = json_string_value(json_array_get(names, i));
     size_t idx = wtt_layout_index(w->layout, name);
     wt_dtype dt;
-    TRY(wt_dtype_from_torch_name(
-        json_string_value(json_array_get(dtypes, i)), &dt));
+    TRY(wt_dtype_from_torch_name(json_string_value(json_array_get(dtypes, i)),
+                                 &dt));
     uint64_t n = wt_dtype_itemsize(dt);
     json_t *dims = json_array_get(shapes, i);
     for (size_t d = 0; d < json_array_size(dims); d++)
@@ -607,16 +608,18 @@ static wt_status *stand_in_receive(vllm_stand_in *w, json_t *info) {
     wt_mem_region buf;
     wt_device dev = {.type = WT_DEVICE_CUDA, .index = w->a.device};
     TRY(wt_mem_alloc(WT_MEM_DEVICE, dev, n ? n : 1, "stand-in", &buf));
-    wt_status *st = nccl->broadcast(buf.base, buf.base, n, 0, w->a.comm, w->a.stream);
+    wt_status *st =
+        nccl->broadcast(buf.base, buf.base, n, 0, w->a.comm, w->a.stream);
     if (st == NULL)
-      st = wt_nccl_wait(nccl, cuda, &w->a.comm, w->a.stream, wt_mono_ms() + 5000,
-                        NULL, "stand-in: a tensor");
+      st = wt_nccl_wait(nccl, cuda, &w->a.comm, w->a.stream,
+                        wt_mono_ms() + 5000, NULL, "stand-in: a tensor");
     unsigned char *host = malloc(n ? n : 1);
     if (st == NULL) st = wt_mem_read(&buf, 0, host, n, NULL);
     if (st == NULL && idx != (size_t)-1) {
       char got[WT_DIGEST_HEX_MAX], want[WT_DIGEST_HEX_MAX];
       wt_status_free(wt_digest_hex(WT_HASH_SHA256, host, n, got));
-      wtt_expected_digest(&w->layout->metas[idx], w->seed, WT_HASH_SHA256, want);
+      wtt_expected_digest(&w->layout->metas[idx], w->seed, WT_HASH_SHA256,
+                          want);
       w->right += strcmp(got, want) == 0;
     }
     w->received++;
@@ -638,10 +641,13 @@ static void stand_in_cb(void *user, size_t k, int m, const char *req,
     json_decref(w->init);
     w->init = json_incref(json_object_get(j, "init_info"));
     size_t n = 0;
-    st = wt_base64_decode(json_string_value(json_object_get(w->init, "nccl_unique_id_b64")),
-                          w->a.id, sizeof(w->a.id), &n, "nccl_unique_id_b64");
-    w->a.rank = (int)json_integer_value(json_object_get(w->init, "rank_offset"));
-    w->a.nranks = (int)json_integer_value(json_object_get(w->init, "world_size"));
+    st = wt_base64_decode(
+        json_string_value(json_object_get(w->init, "nccl_unique_id_b64")),
+        w->a.id, sizeof(w->a.id), &n, "nccl_unique_id_b64");
+    w->a.rank =
+        (int)json_integer_value(json_object_get(w->init, "rank_offset"));
+    w->a.nranks =
+        (int)json_integer_value(json_object_get(w->init, "world_size"));
     w->a.device = 1;
     w->a.warm_up = true;
     w->a.bytes = 0;
@@ -664,7 +670,8 @@ static void stand_in_cb(void *user, size_t k, int m, const char *req,
   if (st == NULL)
     wt_control_reply_ok(reply, NULL); /* vLLM's routes answer nothing */
   else
-    wt_control_reply_error(reply, (int)wt_status_code(st), wt_status_message(st));
+    wt_control_reply_error(reply, (int)wt_status_code(st),
+                           wt_status_message(st));
   wt_status_free(st);
 }
 
@@ -686,7 +693,10 @@ static const struct {
                           {"shapes", JSON_ARRAY}};
 
 static bool has_fields(json_t *o, const void *table, size_t n) {
-  const struct { const char *key; json_type type; } *t = table;
+  const struct {
+    const char *key;
+    json_type type;
+  } *t = table;
   if (!json_is_object(o) || json_object_size(o) != n) return false;
   for (size_t i = 0; i < n; i++) {
     json_t *v = json_object_get(o, t[i].key);
@@ -715,7 +725,8 @@ static void test_vllm_dicts(void) {
   const char *targets[] = {"http://vllm-stand-in:8000"};
   wt_control_plane cp;
   WT_ASSERT_OK(wt_control_callback_new(targets, 1, WT_CONTROL_REQUIRED,
-                                       WT_CONTROL_VLLM_DICTS, stand_in_cb, &w, &cp));
+                                       WT_CONTROL_VLLM_DICTS, stand_in_cb, &w,
+                                       &cp));
   wt_sync_client *c = NULL;
   WT_ASSERT_OK(wt_bindings_client_new_with(&cp, 10000, 10000, &c));
   Wt__V1__WeightTransferInitInfo *info = NULL;
@@ -726,11 +737,15 @@ static void test_vllm_dicts(void) {
   WT_ASSERT_OK(wt_sync_client_init_transfer(c, info, NULL, &t));
   wt_pb_free(&info->base);
   CU_ASSERT(has_fields(w.init, vllm_init_fields, 6));
-  CU_ASSERT_EQUAL(json_integer_value(json_object_get(w.init, "rank_offset")), 1);
+  CU_ASSERT_EQUAL(json_integer_value(json_object_get(w.init, "rank_offset")),
+                  1);
   CU_ASSERT_EQUAL(json_integer_value(json_object_get(w.init, "world_size")), 2);
-  CU_ASSERT_EQUAL(strlen(json_string_value(json_object_get(w.init, "nccl_unique_id_b64"))), 172);
-  CU_ASSERT_EQUAL(json_integer_value(json_object_get(w.init, "packed_buffer_size_bytes")),
-                  1073741824);
+  CU_ASSERT_EQUAL(
+      strlen(json_string_value(json_object_get(w.init, "nccl_unique_id_b64"))),
+      172);
+  CU_ASSERT_EQUAL(
+      json_integer_value(json_object_get(w.init, "packed_buffer_size_bytes")),
+      1073741824);
   dev_model d = {0};
   dev_model_fill(&d, &L, w.seed);
   wt_source *src = NULL;
@@ -740,23 +755,27 @@ static void test_vllm_dicts(void) {
   WT_ASSERT_OK(wt_sync_client_finish(c, "vllm-1"));
   CU_ASSERT(has_fields(w.update, vllm_update_fields, 3));
   json_t *shape0 = json_array_get(json_object_get(w.update, "shapes"), 0);
-  CU_ASSERT(json_is_array(shape0) && json_is_integer(json_array_get(shape0, 0)));
+  CU_ASSERT(json_is_array(shape0) &&
+            json_is_integer(json_array_get(shape0, 0)));
   CU_ASSERT_STRING_EQUAL(json_string_value(json_array_get(
                              json_object_get(w.update, "dtype_names"), 0)),
                          "bfloat16");
-  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(w.finish, "weight_version")),
-                         "vllm-1");
+  CU_ASSERT_STRING_EQUAL(
+      json_string_value(json_object_get(w.finish, "weight_version")), "vllm-1");
   CU_ASSERT_EQUAL(w.received, L.n);
   CU_ASSERT_EQUAL(w.right, L.n); /* the stand-in received the trainer's bytes */
-  printf("\n  a vLLM stand-in joined from vLLM's dicts and hashed %zu of %zu "
-         "tensors as the trainer's\n", w.right, L.n);
+  printf(
+      "\n  a vLLM stand-in joined from vLLM's dicts and hashed %zu of %zu "
+      "tensors as the trainer's\n",
+      w.right, L.n);
   wt_source_destroy(src);
   wt_trainer_destroy(t);
   t = NULL;
   /* A backend a vLLM worker cannot receive, refused by name. */
   Wt__V1__WeightTransferInitInfo *ipc = NULL;
   WT_ASSERT_OK(wt_trainer_init_info("ipc", NULL, 0, &ipc));
-  WT_ASSERT_ERR(wt_sync_client_init_transfer(c, ipc, NULL, &t), WT_INVALID_ARGUMENT,
+  WT_ASSERT_ERR(wt_sync_client_init_transfer(c, ipc, NULL, &t),
+                WT_INVALID_ARGUMENT,
                 "backend 'ipc' to a vLLM control plane: a vLLM worker receives "
                 "only nccl");
   wt_pb_free(&ipc->base);
@@ -789,7 +808,8 @@ static void test_vllm_dicts(void) {
   WT_ASSERT_ERR(wt_nccl_select(NULL, "2.27.3"), WT_FAILED_PRECONDITION,
                 "NCCL 2.28.9 is loaded here (fake), the peers run 2.27.3");
   WT_ASSERT_ERR(wt_nccl_select("/nonexistent/libnccl.so.2", NULL),
-                WT_FAILED_PRECONDITION, "nccl_library /nonexistent/libnccl.so.2");
+                WT_FAILED_PRECONDITION,
+                "nccl_library /nonexistent/libnccl.so.2");
   fake_nccl_set_version(0);
 }
 

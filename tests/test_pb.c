@@ -277,7 +277,6 @@ static void test_unpack_allocation_failures(void) {
   grpc_byte_buffer_destroy(bb);
 }
 
-
 /* JSON both ways: a ucx init info (a oneof, bytes, a map, unsigned and
  * signed numbers) and an update info (repeated strings and messages) come
  * back from their JSON field for field; the wire bytes are equal. */
@@ -304,7 +303,8 @@ static void test_json_round_trip(void) {
   char *json = NULL;
   WT_ASSERT_OK(wt_pb_to_json(&in.base, &json));
   CU_ASSERT_FATAL(json != NULL);
-  CU_ASSERT_PTR_NOT_NULL(strstr(json, "\"trainer_worker_address\":\"AAEC/v8=\""));
+  CU_ASSERT_PTR_NOT_NULL(
+      strstr(json, "\"trainer_worker_address\":\"AAEC/v8=\""));
   CU_ASSERT_PTR_NOT_NULL(strstr(json, "\"options\":{\"chain\":\"1\"}"));
   CU_ASSERT_PTR_NULL(strstr(json, "timeout_ms")); /* defaults are left out */
   ProtobufCMessage *back = NULL;
@@ -329,7 +329,8 @@ static void test_json_round_trip(void) {
       "\"packed_tensor_sizes\":[\"18446744073709551615\", 5]}";
   WT_ASSERT_OK(wt_pb_from_json(&wt__v1__weight_transfer_update_info__descriptor,
                                upd, "update_info", &back));
-  Wt__V1__WeightTransferUpdateInfo *u = (Wt__V1__WeightTransferUpdateInfo *)back;
+  Wt__V1__WeightTransferUpdateInfo *u =
+      (Wt__V1__WeightTransferUpdateInfo *)back;
   CU_ASSERT_EQUAL(u->n_names, 2);
   CU_ASSERT_STRING_EQUAL(u->dtype_names[1], "float32");
   CU_ASSERT_EQUAL(u->shapes[1]->dims[0], 7);
@@ -347,22 +348,29 @@ static void test_json_refusals(void) {
     const char *json, *needle;
   } cases[] = {
       {"[1]", "init_info: expected an object, got an array"},
-      {"{\"bogus\":1}", "init_info.bogus: wt.v1.WeightTransferInitInfo has no such field"},
-      {"{\"ucx\":{\"trainer_port\":\"x\"}}", "init_info.ucx.trainer_port: expected an unsigned integer, got a string"},
-      {"{\"ucx\":{\"trainer_port\":-1}}", "init_info.ucx.trainer_port: -1 is negative"},
+      {"{\"bogus\":1}",
+       "init_info.bogus: wt.v1.WeightTransferInitInfo has no such field"},
+      {"{\"ucx\":{\"trainer_port\":\"x\"}}",
+       "init_info.ucx.trainer_port: expected an unsigned integer, got a "
+       "string"},
+      {"{\"ucx\":{\"trainer_port\":-1}}",
+       "init_info.ucx.trainer_port: -1 is negative"},
       {"{\"ucx\":{\"trainer_port\":4294967296}}", "does not fit 32 bits"},
       {"{\"ucx\":{},\"nccl\":{}}", "another member of its oneof is set"},
-      {"{\"nccl\":{\"nccl_unique_id\":\"!!!!\"}}", "init_info.nccl.nccl_unique_id"},
+      {"{\"nccl\":{\"nccl_unique_id\":\"!!!!\"}}",
+       "init_info.nccl.nccl_unique_id"},
       {"{\"options\":{\"a\":1}}", "init_info.options.a: expected a string"},
-      {"{\"world_size\":true}", "init_info.world_size: expected an unsigned integer, got true"},
+      {"{\"world_size\":true}",
+       "init_info.world_size: expected an unsigned integer, got true"},
       {"{\"backend\":\"\\u00ff\\u0000x\"}", "init_info: not JSON"},
       {"{\"backend\":1", "init_info: not JSON"},
       {"{\"ucx\":{\"trainer_address\":\"a\"},\"ucx\":{}}", "not JSON"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     ProtobufCMessage *m = NULL;
-    wt_status *st = wt_pb_from_json(&wt__v1__weight_transfer_init_info__descriptor,
-                                    cases[i].json, "init_info", &m);
+    wt_status *st =
+        wt_pb_from_json(&wt__v1__weight_transfer_init_info__descriptor,
+                        cases[i].json, "init_info", &m);
     CU_ASSERT_EQUAL(wt_status_code(st), WT_INVALID_ARGUMENT);
     CU_ASSERT_PTR_NULL(m);
     if (st == NULL || strstr(wt_status_message(st), cases[i].needle) == NULL) {
@@ -374,7 +382,8 @@ static void test_json_refusals(void) {
   /* Nesting past 32 is refused, not recursed into. */
   char deep[4096] = "";
   size_t n = 0;
-  for (int i = 0; i < 40; i++) n += (size_t)snprintf(deep + n, sizeof(deep) - n, "{\"dims\":[],\"x\":");
+  for (int i = 0; i < 40; i++)
+    n += (size_t)snprintf(deep + n, sizeof(deep) - n, "{\"dims\":[],\"x\":");
   (void)n;
   ProtobufCMessage *m = NULL;
   WT_ASSERT_ERR(wt_pb_from_json(&wt__v1__shape__descriptor, deep, "shape", &m),
@@ -402,7 +411,8 @@ static void test_json_merge(void) {
   Wt__V1__WeightTransferInitInfo *i = (Wt__V1__WeightTransferInitInfo *)m;
   WT_ASSERT_OK(wt_pb_merge_json(
       m,
-      "{\"timeout_ms\":0,\"world_size\":null,\"options\":{\"b\":\"3\",\"c\":\"4\"},"
+      "{\"timeout_ms\":0,\"world_size\":null,\"options\":{\"b\":\"3\",\"c\":"
+      "\"4\"},"
       "\"nccl\":{\"packed\":false,\"packed_buffer_size_bytes\":{\"value\":7}}}",
       "init_info"));
   CU_ASSERT_EQUAL(i->timeout_ms, 0); /* an explicit default wins */
@@ -415,7 +425,8 @@ static void test_json_merge(void) {
   CU_ASSERT_FATAL(i->backend_init_case ==
                   WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_NCCL);
   CU_ASSERT_FALSE(i->nccl->packed);
-  CU_ASSERT_FATAL(i->nccl->packed_num_buffers && i->nccl->packed_buffer_size_bytes);
+  CU_ASSERT_FATAL(i->nccl->packed_num_buffers &&
+                  i->nccl->packed_buffer_size_bytes);
   CU_ASSERT_EQUAL(i->nccl->packed_num_buffers->value, 4); /* merged, kept */
   CU_ASSERT_EQUAL(i->nccl->packed_buffer_size_bytes->value, 7);
   /* Another member of the oneof ends the one set before (ASan sees it
@@ -425,8 +436,9 @@ static void test_json_merge(void) {
                   WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_UCX);
   CU_ASSERT_STRING_EQUAL(i->ucx->transports, "tcp");
   /* Refusals name the field; what was merged before stays freeable. */
-  WT_ASSERT_ERR(wt_pb_merge_json(m, "{\"rank_offset\":2,\"nope\":1}", "init_info"),
-                WT_INVALID_ARGUMENT, "init_info.nope");
+  WT_ASSERT_ERR(
+      wt_pb_merge_json(m, "{\"rank_offset\":2,\"nope\":1}", "init_info"),
+      WT_INVALID_ARGUMENT, "init_info.nope");
   WT_ASSERT_ERR(wt_pb_merge_json(m, "{\"options\":{\"d\":5}}", "init_info"),
                 WT_INVALID_ARGUMENT, "init_info.options.d");
   WT_ASSERT_ERR(wt_pb_merge_json(m, "[1]", "init_info"), WT_INVALID_ARGUMENT,

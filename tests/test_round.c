@@ -175,10 +175,10 @@ static void test_out_of_order(void) {
   {
     char idtext[32];
     snprintf(idtext, sizeof(idtext), "%" PRIu64, id);
-    wt_status *refusals[] = {
-        wtt_start(S.ch, NULL), wtt_finish(S.ch, "v1", id + 1),
-        wtt_abort(S.ch, id ^ 1, NULL),
-        wtt_push_all(S.ch, &u, id + 2, 0, 1000, 1, NULL)};
+    wt_status *refusals[] = {wtt_start(S.ch, NULL),
+                             wtt_finish(S.ch, "v1", id + 1),
+                             wtt_abort(S.ch, id ^ 1, NULL),
+                             wtt_push_all(S.ch, &u, id + 2, 0, 1000, 1, NULL)};
     for (size_t r = 0; r < sizeof(refusals) / sizeof(refusals[0]); r++) {
       CU_ASSERT_PTR_NOT_NULL(refusals[r]);
       const char *m = refusals[r] ? wt_status_message(refusals[r]) : "";
@@ -287,9 +287,9 @@ static void test_init_errors(void) {
 static void assert_push_failed_round(uint64_t *id, const char *cause) {
   char msgbuf[512];
   const char *msg = msgbuf;
-  snprintf(msgbuf, sizeof(msgbuf),
-           "round %" PRIu64 " was aborted (PushWeights from ipv4:127.0.0.1:",
-           *id);
+  snprintf(
+      msgbuf, sizeof(msgbuf),
+      "round %" PRIu64 " was aborted (PushWeights from ipv4:127.0.0.1:", *id);
   WT_ASSERT_ERR(wtt_finish(S.ch, "v-bad", *id), WT_FAILED_PRECONDITION, msg);
   WT_ASSERT_ERR(wtt_finish(S.ch, "v-bad", *id), WT_FAILED_PRECONDITION, cause);
   wtt_assert_version(S.ch, "", 0);
@@ -308,8 +308,9 @@ static void test_validation(void) {
                 WT_INVALID_ARGUMENT,
                 "parameter 'model.layers.7.mlp.up_proj.weight' "
                 "(update_info.names[2]) is not in the model");
-  assert_push_failed_round(&id, "failed: parameter "
-                                "'model.layers.7.mlp.up_proj.weight'");
+  assert_push_failed_round(&id,
+                           "failed: parameter "
+                           "'model.layers.7.mlp.up_proj.weight'");
 
   wtt_upd_init(&u, S.metas, NULL, S.n);
   u.dtypes[5] = "bfloat16";
@@ -427,7 +428,8 @@ static void test_validation(void) {
   WT_ASSERT_ERR(wtt_push_close(&q, NULL), WT_INVALID_ARGUMENT,
                 "bucket 0 offset 2000: 1000 bytes run past the bucket's end "
                 "(2112 bytes)");
-  assert_push_failed_round(&id, "failed after 2.9 KiB of 5.9 KiB: bucket 0 offset 2000");
+  assert_push_failed_round(
+      &id, "failed after 2.9 KiB of 5.9 KiB: bucket 0 offset 2000");
 
   /* A stream that names no round (a chunk before any header) cannot fail
    * one: the round stays open. */
@@ -444,7 +446,8 @@ static void test_validation(void) {
                 "weight_version is empty");
   /* A version reaches readers' terminals (wt-ctl version, info, top):
    * terminal escapes and newlines are refused where they enter. */
-  WT_ASSERT_ERR(wtt_finish(S.ch, "v\x1b]52;c;aGk=\x07", id), WT_INVALID_ARGUMENT,
+  WT_ASSERT_ERR(wtt_finish(S.ch, "v\x1b]52;c;aGk=\x07", id),
+                WT_INVALID_ARGUMENT,
                 "weight_version has control byte 0x1b at offset 1");
   WT_ASSERT_ERR(wtt_finish(S.ch, "v1\nv2", id), WT_INVALID_ARGUMENT,
                 "control byte 0x0a at offset 2");
@@ -452,12 +455,14 @@ static void test_validation(void) {
   wtt_assert_model_seed(&S, 0);
   /* An abort's reason is kept, with its control bytes replaced: later
    * calls of the round quote it. */
-  Wt__V1__AbortWeightUpdateRequest ab = WT__V1__ABORT_WEIGHT_UPDATE_REQUEST__INIT;
+  Wt__V1__AbortWeightUpdateRequest ab =
+      WT__V1__ABORT_WEIGHT_UPDATE_REQUEST__INIT;
   ab.round_id = id;
   ab.reason = "bye\n2026-01-01 INFO forged\x1b[2J";
   ProtobufCMessage *abr = NULL;
   WT_ASSERT_OK(wtt_call(S.ch, "AbortWeightUpdate", &ab.base,
-                        &wt__v1__abort_weight_update_response__descriptor, &abr));
+                        &wt__v1__abort_weight_update_response__descriptor,
+                        &abr));
   CU_ASSERT(((Wt__V1__AbortWeightUpdateResponse *)abr)->aborted);
   wt_pb_free(abr);
   WT_ASSERT_ERR(wtt_finish(S.ch, "v-late", id), WT_FAILED_PRECONDITION,
@@ -636,8 +641,7 @@ static void test_failed_push_fails_round(void) {
   WT_ASSERT_OK(wtt_push_send(&p, 1 << 20));
   unsigned char junk[100] = {0};
   wt_status_free(wtt_push_raw_chunk(&p, 1, 4096, junk, sizeof(junk)));
-  WT_ASSERT_ERR(wtt_push_close(&p, NULL), WT_INVALID_ARGUMENT,
-                "out of order");
+  WT_ASSERT_ERR(wtt_push_close(&p, NULL), WT_INVALID_ARGUMENT, "out of order");
   WT_ASSERT_ERR(wtt_finish(S.ch, "v3", id), WT_FAILED_PRECONDITION,
                 "failed after 1.0 MiB of 3.3 MiB: ");
   wtt_assert_version(S.ch, "v1", 1);

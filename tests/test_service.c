@@ -649,8 +649,10 @@ static void test_metrics_slowloris(void) {
         cut_after[i] = now - opened[i];
     }
     scrapes++;
-    size_t n = http_ask(port, "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
-    answered += n > 0 && strstr(buf, "200 OK") && strstr(buf, "wt_rounds_total");
+    size_t n =
+        http_ask(port, "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+    answered +=
+        n > 0 && strstr(buf, "200 OK") && strstr(buf, "wt_rounds_total");
     wtt_sleep_ms(300);
   }
   int cut = 0;
@@ -664,9 +666,10 @@ static void test_metrics_slowloris(void) {
   CU_ASSERT(scrapes >= 10);
   CU_ASSERT_EQUAL(cut, N);
   CU_ASSERT(worst < 3500);
-  printf("\n  metrics slowloris: %d of %d connections cut (the last after "
-         "%lld ms); %d of %d scrapes answered\n", cut, N, (long long)worst,
-         answered, scrapes);
+  printf(
+      "\n  metrics slowloris: %d of %d connections cut (the last after "
+      "%lld ms); %d of %d scrapes answered\n",
+      cut, N, (long long)worst, answered, scrapes);
   wtt_server_stop(&s);
 }
 
@@ -732,7 +735,8 @@ static void test_metrics(void) {
   static char buf[1 << 16];
   size_t n = http_ask(port, "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
   CU_ASSERT(n > 0);
-  CU_ASSERT(strncmp(buf, "HTTP/1.0 200", 12) == 0 || strncmp(buf, "HTTP/1.1 200", 12) == 0);
+  CU_ASSERT(strncmp(buf, "HTTP/1.0 200", 12) == 0 ||
+            strncmp(buf, "HTTP/1.1 200", 12) == 0);
   CU_ASSERT_PTR_NOT_NULL(strstr(buf, "text/plain; version=0.0.4"));
   CU_ASSERT_EQUAL(sample(buf, "wt_rounds_total{outcome=\"committed\"}"), 2);
   CU_ASSERT_EQUAL(sample(buf, "wt_rounds_total{outcome=\"failed\"}"), 1);
@@ -741,8 +745,9 @@ static void test_metrics(void) {
   CU_ASSERT_EQUAL(sample(buf, "wt_committed_sequence"), 2);
   CU_ASSERT_EQUAL(sample(buf, "wt_round_duration_seconds_count"), 2);
   char series[128];
-  snprintf(series, sizeof(series),
-           "wt_received_bytes_total{worker=\"0\",device=\"cpu\",backend=\"grpc\"}");
+  snprintf(
+      series, sizeof(series),
+      "wt_received_bytes_total{worker=\"0\",device=\"cpu\",backend=\"grpc\"}");
   CU_ASSERT_EQUAL(sample(buf, series), (double)(2 * total));
   /* What it does not serve. */
   http_ask(port, "POST /metrics HTTP/1.0\r\nContent-Length: 5\r\n\r\nhello",
@@ -756,13 +761,15 @@ static void test_metrics(void) {
   char *text = NULL;
   size_t len = 0;
   WT_ASSERT_OK(wt_server_metrics_text(s.srv, &text, &len));
-  CU_ASSERT(len == strlen(text) && strstr(text, "# TYPE wt_rounds_total counter"));
+  CU_ASSERT(len == strlen(text) &&
+            strstr(text, "# TYPE wt_rounds_total counter"));
   free(text);
   /* Its port taken: the start fails naming it. */
   char taken[32];
   snprintf(taken, sizeof(taken), "127.0.0.1:%d", port);
   wt_server *other = NULL;
-  wt_server_options bad = {.listen = "127.0.0.1:0", .model = "synthetic:tiny",
+  wt_server_options bad = {.listen = "127.0.0.1:0",
+                           .model = "synthetic:tiny",
                            .metrics_listen = taken};
   wt_status *st = wt_server_start(&bad, &other);
   CU_ASSERT_EQUAL(wt_status_code(st), WT_UNAVAILABLE);

@@ -309,9 +309,9 @@ static void test_memory_source_sequential(void) {
   wt_tensor_meta_array_free(m, n);
 }
 
-/* The pipelined chain (options["ucx_fanout"] = "chain"): the trainer sends to the first worker only, each worker forwards
- * to the next, across both servers; over TCP through the listeners and
- * over shared memory by worker address. */
+/* The pipelined chain (options["ucx_fanout"] = "chain"): the trainer sends to
+ * the first worker only, each worker forwards to the next, across both servers;
+ * over TCP through the listeners and over shared memory by worker address. */
 static void test_chain(void) {
   g_fanout = "chain";
   rounds_over("tcp", NULL);
@@ -356,9 +356,9 @@ static void test_auto_fanout_two_hosts(void) {
  * 64 KiB buckets): the trainer cuts them across buckets (split_tensors,
  * the default), through a chain of two workers, from a synthetic source
  * (bytes read in parts) and a memory source (parts sent in place); and
- * with options["ucx_split_tensors"] = "off", vLLM's plan, where each is a bucket of
- * its own, as with buffers too small to split (16 bytes: 213,312 buckets).
- * Every byte lands either way. Then a stranger's update info that
+ * with options["ucx_split_tensors"] = "off", vLLM's plan, where each is a
+ * bucket of its own, as with buffers too small to split (16 bytes: 213,312
+ * buckets). Every byte lands either way. Then a stranger's update info that
  * asks for split buckets of 1 byte (3.3 million of them) is refused by
  * name before any receive is posted; the server answers and the bytes and
  * the version stay. */
@@ -580,9 +580,10 @@ static void test_trainer_stalls_mid_round(void) {
   }
   double secs =
       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-  printf("\n  the workers ended the stalled round after %lld ms; the update "
-         "ended after %.2f s\n",
-         (long long)impl->waited_ms, secs);
+  printf(
+      "\n  the workers ended the stalled round after %lld ms; the update "
+      "ended after %.2f s\n",
+      (long long)impl->waited_ms, secs);
   CU_ASSERT(impl->waited_ms >= 0); /* the workers' waits ended the round */
   CU_ASSERT(secs < 15.0);
   wt_rpc_channel_destroy(watch);
@@ -624,8 +625,7 @@ static wt_ucx_recv_note recv_tagged(wt_ucx *a, wt_ucx *b, void *buf, size_t cap,
   CU_ASSERT(req != NULL && !UCS_PTR_IS_ERR(req));
   if (req == NULL || UCS_PTR_IS_ERR(req)) return note;
   const int64_t end = wt_mono_ms() + 5000;
-  while (wt_ucx_request_status(req) == UCS_INPROGRESS &&
-         wt_mono_ms() < end) {
+  while (wt_ucx_request_status(req) == UCS_INPROGRESS && wt_mono_ms() < end) {
     ucp_worker_progress(a->worker);
     ucp_worker_progress(b->worker);
   }
@@ -967,10 +967,8 @@ static void test_strangers_by_address(void) {
   const struct {
     const char *mode;
     const char *n; /* idle: connections */
-  } attacks[] = {{"inject", NULL},
-                 {"flood", NULL},
-                 {"idle", "64"},
-                 {"claims", NULL}};
+  } attacks[] = {
+      {"inject", NULL}, {"flood", NULL}, {"idle", "64"}, {"claims", NULL}};
   int64_t worst_abort = 0;
   for (size_t a = 0; a < sizeof(attacks) / sizeof(attacks[0]); a++) {
     /* Stopped once the rounds beside it are done (60 s: a deadline). */
@@ -1107,11 +1105,12 @@ static void stranger_endpoints_reclaimed(bool between) {
     int health = 0;
     WT_ASSERT_OK(wtt_health_check(hc, "", &health));
     wt_rpc_channel_destroy(hc);
-    printf("\n  between rounds: %d -> %d descriptors, freed %lld ms after "
-           "the strangers held them, no round run; the worker reads '%s' "
-           "(%s); health %s",
-           during, idle, (long long)freed_ms, wi->state, wi->reason,
-           health == 1 ? "SERVING" : "NOT SERVING");
+    printf(
+        "\n  between rounds: %d -> %d descriptors, freed %lld ms after "
+        "the strangers held them, no round run; the worker reads '%s' "
+        "(%s); health %s",
+        during, idle, (long long)freed_ms, wi->state, wi->reason,
+        health == 1 ? "SERVING" : "NOT SERVING");
     CU_ASSERT(freed_ms >= 0);
     CU_ASSERT_STRING_EQUAL(wi->state, "ready");
     CU_ASSERT_PTR_NOT_NULL(strstr(wi->reason, "between rounds"));
@@ -1136,10 +1135,11 @@ static void stranger_endpoints_reclaimed(bool between) {
   /* The descriptors came back while the strangers still held on. */
   attack_stop(pid);
   const char *report = attack_end(pid, log, "idle");
-  printf("\n  %s; server descriptors %d -> %d during -> %d after the round "
-         "(%lld ms, with the re-init); a new worker address: %s\n",
-         report, fds0, during, after, (long long)took,
-         strcmp(old_addr, spy_addr) != 0 ? "yes" : "no");
+  printf(
+      "\n  %s; server descriptors %d -> %d during -> %d after the round "
+      "(%lld ms, with the re-init); a new worker address: %s\n",
+      report, fds0, during, after, (long long)took,
+      strcmp(old_addr, spy_addr) != 0 ? "yes" : "no");
   CU_ASSERT(during >= fds0 + 16); /* the strangers did hold descriptors */
   CU_ASSERT(after <= fds0 + 4);
   CU_ASSERT(strcmp(old_addr, spy_addr) != 0);
@@ -1218,8 +1218,8 @@ static void test_stranger_endpoints_mid_round(void) {
     size_t k = 0;
     shape[0] = 0;
     for (int d = 0; d < metas[i].ndim; d++)
-      k += (size_t)snprintf(shape + k, sizeof(shape) - k, "%s%lld", d ? ", " : "",
-                            (long long)metas[i].shape[d]);
+      k += (size_t)snprintf(shape + k, sizeof(shape) - k, "%s%lld",
+                            d ? ", " : "", (long long)metas[i].shape[d]);
     len += (size_t)snprintf(json + len, cap - len, "%s{\"dims\": [%s]}",
                             i ? ", " : "", shape);
   }
@@ -1235,9 +1235,8 @@ static void test_stranger_endpoints_mid_round(void) {
   int64_t took = wt_mono_ms() - t0;
   free(json);
   CU_ASSERT_EQUAL(wt_status_code(st), WT_RESOURCE_EXHAUSTED);
-  CU_ASSERT_PTR_NOT_NULL(st ? strstr(wt_status_message(st),
-                                     "ucx.max_peer_connections")
-                            : NULL);
+  CU_ASSERT_PTR_NOT_NULL(
+      st ? strstr(wt_status_message(st), "ucx.max_peer_connections") : NULL);
   CU_ASSERT(took < 8000); /* the data deadline is 20 s */
   printf("\n  mid-round: the wait ended after %lld ms: %s", (long long)took,
          st ? wt_status_message(st) : "OK?");
@@ -1259,7 +1258,8 @@ static void test_stranger_endpoints_mid_round(void) {
   /* All that while the strangers held on. */
   attack_stop(pid);
   const char *report = attack_end(pid, log, "idle");
-  printf("\n  %s; server descriptors %d before, %d after\n", report, fds0, after);
+  printf("\n  %s; server descriptors %d before, %d after\n", report, fds0,
+         after);
   CU_ASSERT(after <= fds0 + 4);
   wt_trainer_destroy(t);
   wt_source_destroy(src);
@@ -1532,7 +1532,8 @@ static wt_status *bh_wait(void *s, wt_control_call *call,
   ProtobufCMessage *r = NULL;
   wt_status *st = b->inner.ops->call_wait(b->inner.self, call, &r);
   if (st == NULL && r != NULL && b->attacker == 0 &&
-      r->descriptor == &wt__v1__init_weight_transfer_engine_response__descriptor) {
+      r->descriptor ==
+          &wt__v1__init_weight_transfer_engine_response__descriptor) {
     const Wt__V1__InitWeightTransferEngineResponse *ir = (const void *)r;
     if (ir->n_endpoints > 0 && ir->endpoints[0]->port != 0) {
       char target[300];
@@ -1540,7 +1541,8 @@ static wt_status *bh_wait(void *s, wt_control_call *call,
                (unsigned)ir->endpoints[0]->port);
       /* They hold on until stopped (60 s: a deadline against hanging). */
       const char *args[] = {"idle", "60", target, "64", NULL};
-      b->attacker = attack_start(b->dir, "behind", args, b->log, sizeof(b->log));
+      b->attacker =
+          attack_start(b->dir, "behind", args, b->log, sizeof(b->log));
       /* Their 64 connections are made (the kernel accepts them for the
        * listener: no progress of the worker needed) before the trainer's
        * comes; 10 s is a deadline against hanging. */
@@ -1553,8 +1555,10 @@ static wt_status *bh_wait(void *s, wt_control_call *call,
       b->made = made;
     }
   }
-  if (response) *response = r;
-  else wt_pb_free(r);
+  if (response)
+    *response = r;
+  else
+    wt_pb_free(r);
   return st;
 }
 static wt_rpc_channel *bh_channel(void *s, size_t k) {
@@ -1614,9 +1618,10 @@ static void test_trainer_behind_strangers(void) {
   /* All that while the strangers held on. */
   attack_stop(b.attacker);
   const char *report = attack_end(b.attacker, b.log, "idle");
-  printf("\n  %s (%zu made before the trainer's); the trainer's first round "
-         "behind them took %lld ms\n",
-         report, b.made, (long long)first);
+  printf(
+      "\n  %s (%zu made before the trainer's); the trainer's first round "
+      "behind them took %lld ms\n",
+      report, b.made, (long long)first);
   CU_ASSERT_PTR_NOT_NULL(strstr(report, "idle: 64 connections"));
   wt_trainer_destroy(t);
   wt_source_destroy(src);
@@ -1796,8 +1801,9 @@ static void test_server_transports_option(void) {
   static const struct {
     const char *option, *expect;
   } bad[] = {
-      {"ucx.nope=1", "backend 'ucx' has no option 'nope' (its options: "
-                     "transports, max_peer_connections)"},
+      {"ucx.nope=1",
+       "backend 'ucx' has no option 'nope' (its options: "
+       "transports, max_peer_connections)"},
       {"ucx.max_peer_connections=lots",
        "option max_peer_connections: 'lots' is not a count"},
       {"nosuch.transports=tcp", "engine option 'nosuch.transports'"},
@@ -1806,9 +1812,9 @@ static void test_server_transports_option(void) {
       {"grpc.chunk=1", "backend 'grpc' has no option 'chunk'"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-    const char *const argv[] = {WT_SERVER_BIN,   "--listen", "127.0.0.1:0",
-                                "--model",       "synthetic:tiny",
-                                "--engine-option", bad[i].option, NULL};
+    const char *const argv[] = {
+        WT_SERVER_BIN,    "--listen",        "127.0.0.1:0", "--model",
+        "synthetic:tiny", "--engine-option", bad[i].option, NULL};
     char log[PATH_MAX], *out = NULL;
     snprintf(log, sizeof(log), "%s/bad-%zu.log", dir, i);
     int code = wt_proc_run(argv, log, 30000, &out);
@@ -1819,13 +1825,9 @@ static void test_server_transports_option(void) {
               out ? out : "(no output)");
     free(out);
   }
-  const char *const extra[] = {"--model",
-                               "synthetic:small",
-                               "--workers",
-                               "1",
-                               "--engine-option",
-                               "ucx.transports=no_such_tl",
-                               NULL};
+  const char *const extra[] = {
+      "--model",         "synthetic:small",           "--workers", "1",
+      "--engine-option", "ucx.transports=no_such_tl", NULL};
   CU_ASSERT_FATAL(wt_proc_server_start(&srv, dir, "server", extra));
   wt_client_options o = {.timeout_ms = 10000, .data_timeout_ms = 20000};
   wt_sync_client *c = NULL;
@@ -1853,12 +1855,12 @@ static void test_server_transports_option(void) {
    * as options (the library reads no environment): a bad one is refused by
    * the backend, naming it; --option given on the command line wins. */
   {
-    const char *const push[] = {WT_PUSH_BIN, "--server", srv.addr,
-                                "--backend", "ucx", "--quiet", NULL};
-    const char *const push_opt[] = {WT_PUSH_BIN, "--server",  srv.addr,
-                                    "--backend", "ucx",       "--option",
-                                    "fanout=parallel", "--option",
-                                    "transports=tcp", "--quiet", NULL};
+    const char *const push[] = {WT_PUSH_BIN, "--server", srv.addr, "--backend",
+                                "ucx",       "--quiet",  NULL};
+    const char *const push_opt[] = {
+        WT_PUSH_BIN, "--server",        srv.addr,   "--backend",      "ucx",
+        "--option",  "fanout=parallel", "--option", "transports=tcp", "--quiet",
+        NULL};
     char log[PATH_MAX], *out = NULL;
     snprintf(log, sizeof(log), "%s/push-env.log", dir);
     setenv("WT_UCX_FANOUT", "tree", 1);
@@ -1921,7 +1923,8 @@ static bool ns_server_start(wt_proc_server *s, const char *dir) {
       ip_bin(), "netns", "exec", NS, WT_SERVER_BIN, "--listen", "10.231.7.1:0",
       "--model", "synthetic:small", "--workers", "2", "--round-timeout", "2",
       /* a veth only this test's namespaces reach */
-      "--insecure", "--no-auth", "--log-level", "debug", /* shown if the test fails */
+      "--insecure", "--no-auth", "--log-level",
+      "debug", /* shown if the test fails */
       NULL};
   s->pid = wt_proc_spawn(argv, s->log, &s->out_fd);
   if (s->pid <= 0) return false;
@@ -2129,7 +2132,8 @@ static void test_init_settings(void) {
   memset(ui.secret, 0, sizeof(ui.secret));
   WT_ASSERT_ERR(wt_ucx_init_secret(&ui.info, secret), WT_INVALID_ARGUMENT,
                 "init_info.ucx.auth_secret: 1 distinct byte values");
-  for (size_t i = 0; i < sizeof(ui.secret); i++) ui.secret[i] = (uint8_t)(i % 4);
+  for (size_t i = 0; i < sizeof(ui.secret); i++)
+    ui.secret[i] = (uint8_t)(i % 4);
   WT_ASSERT_ERR(wt_ucx_init_secret(&ui.info, secret), WT_INVALID_ARGUMENT,
                 "4 distinct byte values");
 }
@@ -2162,8 +2166,10 @@ void wt_test_suite_ucx(void) {
               test_trainer_killed);
   CU_add_test(s, "wt-server killed mid-round (real processes)",
               test_worker_killed);
-  CU_add_test(s, "wt-server --engine-option ucx.transports: default, errors, precedence",
-              test_server_transports_option);
+  CU_add_test(
+      s,
+      "wt-server --engine-option ucx.transports: default, errors, precedence",
+      test_server_transports_option);
   CU_add_test(s, "two hosts (netns + veth), link cut mid-round",
               test_two_hosts_link_cut);
   CU_add_test(s, "strangers who know a worker's address",

@@ -9,36 +9,36 @@
 
 /* Asserts that `expr` (a wt_status *) is NULL; on failure prints the status's
  * code and message, frees it, and fails the test. */
-#define WT_ASSERT_OK(expr)                                                     \
-  do {                                                                         \
-    wt_status *wt_t_st_ = (expr);                                              \
-    if (wt_t_st_ != NULL) {                                                    \
-      fprintf(stderr, "\n  %s:%d: %s failed: %s: %s\n", __FILE__, __LINE__,    \
-              #expr, wt_code_name(wt_status_code(wt_t_st_)),                   \
-              wt_status_message(wt_t_st_));                                    \
-      wt_status_free(wt_t_st_);                                                \
-    }                                                                          \
-    CU_ASSERT_FATAL(wt_t_st_ == NULL);                                         \
+#define WT_ASSERT_OK(expr)                                                  \
+  do {                                                                      \
+    wt_status *wt_t_st_ = (expr);                                           \
+    if (wt_t_st_ != NULL) {                                                 \
+      fprintf(stderr, "\n  %s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, \
+              #expr, wt_code_name(wt_status_code(wt_t_st_)),                \
+              wt_status_message(wt_t_st_));                                 \
+      wt_status_free(wt_t_st_);                                             \
+    }                                                                       \
+    CU_ASSERT_FATAL(wt_t_st_ == NULL);                                      \
   } while (0)
 
 /* Asserts that `expr` fails with `code` and that its message contains
  * `needle` (NULL: any message). */
-#define WT_ASSERT_ERR(expr, code, needle)                                      \
-  do {                                                                         \
-    wt_status *wt_t_st_ = (expr);                                              \
-    CU_ASSERT_PTR_NOT_NULL_FATAL(wt_t_st_);                                    \
-    if (wt_status_code(wt_t_st_) != (code) ||                                  \
-        ((needle) != NULL &&                                                   \
-         strstr(wt_status_message(wt_t_st_), (needle) ? (needle) : "") ==      \
-             NULL))                                                            \
-      fprintf(stderr, "\n  %s:%d: %s: want %s containing '%s', got %s: %s\n",  \
-              __FILE__, __LINE__, #expr, wt_code_name(code),                   \
-              (needle) ? (needle) : "", wt_code_name(wt_status_code(wt_t_st_)), \
-              wt_status_message(wt_t_st_));                                    \
-    CU_ASSERT_EQUAL(wt_status_code(wt_t_st_), (code));                         \
-    if ((needle) != NULL)                                                      \
-      CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(wt_t_st_), (needle)));   \
-    wt_status_free(wt_t_st_);                                                  \
+#define WT_ASSERT_ERR(expr, code, needle)                                     \
+  do {                                                                        \
+    wt_status *wt_t_st_ = (expr);                                             \
+    CU_ASSERT_PTR_NOT_NULL_FATAL(wt_t_st_);                                   \
+    if (wt_status_code(wt_t_st_) != (code) ||                                 \
+        ((needle) != NULL && strstr(wt_status_message(wt_t_st_),              \
+                                    (needle) ? (needle) : "") == NULL))       \
+      fprintf(stderr, "\n  %s:%d: %s: want %s containing '%s', got %s: %s\n", \
+              __FILE__, __LINE__, #expr, wt_code_name(code),                  \
+              (needle) ? (needle) : "",                                       \
+              wt_code_name(wt_status_code(wt_t_st_)),                         \
+              wt_status_message(wt_t_st_));                                   \
+    CU_ASSERT_EQUAL(wt_status_code(wt_t_st_), (code));                        \
+    if ((needle) != NULL)                                                     \
+      CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(wt_t_st_), (needle)));  \
+    wt_status_free(wt_t_st_);                                                 \
   } while (0)
 
 /* A fresh temporary directory for the calling test (mkdtemp under $TMPDIR or

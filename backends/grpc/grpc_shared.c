@@ -5,9 +5,9 @@
 
 #include <inttypes.h>
 
-wt_status *wt_grpc_init_settings_read(const Wt__V1__WeightTransferInitInfo *init,
-                                      uint64_t max_message_bytes,
-                                      wt_grpc_init_settings *out) {
+wt_status *wt_grpc_init_settings_read(
+    const Wt__V1__WeightTransferInitInfo *init, uint64_t max_message_bytes,
+    wt_grpc_init_settings *out) {
   *out = (wt_grpc_init_settings){.chunk_bytes = WT_GRPC_DEFAULT_CHUNK_BYTES,
                                  .buffer_bytes = WT_GRPC_DEFAULT_BUFFER_BYTES};
   const Wt__V1__GrpcInitInfo *g =

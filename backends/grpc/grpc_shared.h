@@ -34,9 +34,9 @@ typedef struct wt_grpc_init_settings {
 /* Fills *out from `init` (no grpc message: the defaults), the chunk bound
  * by a receive limit of `max_message_bytes` (0: none). INVALID_ARGUMENT
  * naming the field for a 0, or a chunk larger than the limit takes. */
-wt_status *wt_grpc_init_settings_read(const Wt__V1__WeightTransferInitInfo *init,
-                                      uint64_t max_message_bytes,
-                                      wt_grpc_init_settings *out);
+wt_status *wt_grpc_init_settings_read(
+    const Wt__V1__WeightTransferInitInfo *init, uint64_t max_message_bytes,
+    wt_grpc_init_settings *out);
 
 WT_API_END
 

@@ -98,19 +98,20 @@ static wt_status *grpc_trainer_init(const wt_trainer_init_args *args,
   /* Bound by the servers' default receive limit: a server with a larger
    * one takes larger chunks only when told so at both ends. */
   wt_grpc_init_settings set;
-  WT_CHECK(wt_grpc_init_settings_read(info, WT_RPC_DEFAULT_MAX_RECEIVE_BYTES,
-                                      &set));
+  WT_CHECK(
+      wt_grpc_init_settings_read(info, WT_RPC_DEFAULT_MAX_RECEIVE_BYTES, &set));
   g->chunk_bytes = set.chunk_bytes;
   g->buffer_bytes = set.buffer_bytes;
-  WT_CHECK(wt_delta_state_init(
-      &g->d, info && info->grpc ? info->grpc->delta : NULL,
-      "init info grpc.delta"));
+  WT_CHECK(wt_delta_state_init(&g->d,
+                               info && info->grpc ? info->grpc->delta : NULL,
+                               "init info grpc.delta"));
   if (g->d.mode != WT_DELTA_OFF) {
     g->new_buf = malloc(g->chunk_bytes);
     g->xor_buf = malloc(g->chunk_bytes);
     if (g->new_buf == NULL || g->xor_buf == NULL)
-      WT_FAIL(WT_RESOURCE_EXHAUSTED, "grpc trainer: out of memory for delta "
-                                     "buffers");
+      WT_FAIL(WT_RESOURCE_EXHAUSTED,
+              "grpc trainer: out of memory for delta "
+              "buffers");
   }
   *self = g;
   g = NULL;
@@ -453,14 +454,15 @@ out:
   return st;
 }
 
-/* ---- delta rounds --------------------------------------------------------- */
+/* ---- delta rounds ---------------------------------------------------------
+ */
 
 /* What a pass that keeps the base does beside sending. */
 typedef struct base_pass {
   grpc_trainer *g;
   const wt_pack_plan *plan;
-  bool encode;     /* DeltaChunks against the base (else the raw bytes) */
-  uint64_t wire;   /* data bytes of the chunk messages */
+  bool encode;   /* DeltaChunks against the base (else the raw bytes) */
+  uint64_t wire; /* data bytes of the chunk messages */
   int64_t encode_ns;
 } base_pass;
 
@@ -475,8 +477,8 @@ static wt_status *gather(cursor *c, unsigned char *dst, uint64_t len) {
       memcpy(dst + filled, (const unsigned char *)c->t.data + c->offset,
              (size_t)take);
     else
-      WT_CHECK(wt_source_read(c->src, &c->t, c->offset, dst + filled,
-                              (size_t)take));
+      WT_CHECK(
+          wt_source_read(c->src, &c->t, c->offset, dst + filled, (size_t)take));
     c->offset += take;
     filled += take;
     if (c->offset == c->t.nbytes) {
@@ -515,8 +517,8 @@ static wt_status *produce_base(push *p, cursor *c, base_pass *bp,
         grpc_slice slice = grpc_slice_malloc(WT_DELTA_PREFIX_MAX + bound);
         uint8_t *q = GRPC_SLICE_START_PTR(slice);
         size_t flen =
-            wt_delta_encode(g->d.codec, g->new_buf, base, (size_t)len, g->xor_buf,
-                            q + WT_DELTA_PREFIX_MAX, bound);
+            wt_delta_encode(g->d.codec, g->new_buf, base, (size_t)len,
+                            g->xor_buf, q + WT_DELTA_PREFIX_MAX, bound);
         size_t prefix = 0;
         if (flen > 0) {
           prefix = wt_delta_chunk_prefix((uint32_t)b, off, len, base_digest,
@@ -551,8 +553,8 @@ static wt_status *produce_base(push *p, cursor *c, base_pass *bp,
         m.s[0] = grpc_slice_malloc(prefix);
         wt_chunk_prefix((uint32_t)b, off, len, GRPC_SLICE_START_PTR(m.s[0]));
         atomic_fetch_add(&p->borrowed->refs, 1);
-        m.s[1] = grpc_slice_new_with_user_data(base, (size_t)len,
-                                               borrowed_done, p->borrowed);
+        m.s[1] = grpc_slice_new_with_user_data(base, (size_t)len, borrowed_done,
+                                               p->borrowed);
         bp->wire += len;
       }
       if (!publish(p, m)) goto out; /* a sender has the error */
@@ -567,7 +569,8 @@ out:
   return st;
 }
 
-/* ---- a round ------------------------------------------------------------------ */
+/* ---- a round
+ * ------------------------------------------------------------------ */
 
 /* One push of the round to the servers in mask[] (all when NULL): full
  * (bp NULL: produce(), zero copy), or through the base (bp). */
@@ -720,9 +723,9 @@ static wt_status *grpc_send_weights(void *self, wt_source *src,
   WT_CHECK(wt_delta_state_reserve(&g->d, plan->total_bytes, "grpc trainer"));
   bool try_delta = false, keep = true;
   wt_delta_plan_round(&g->d,
-             g->d.base_digest != 0 && g->d.base_layout == layout &&
-                 ctx->base_digests != NULL,
-             &try_delta, &keep);
+                      g->d.base_digest != 0 && g->d.base_layout == layout &&
+                          ctx->base_digests != NULL,
+                      &try_delta, &keep);
   delta_to = calloc(ns, sizeof(*delta_to));
   bool *full_to = calloc(ns, sizeof(*full_to));
   if (delta_to == NULL || full_to == NULL) {
@@ -738,9 +741,8 @@ static wt_status *grpc_send_weights(void *self, wt_source *src,
   }
   uint64_t digest = g->d.base_digest;
   g->d.base_digest = 0; /* overwritten below: a base again once all is sent */
-  g->stats = (wt_grpc_delta_stats){.raw_bytes = plan->total_bytes,
-                                   .delta_servers = nd,
-                                   .full_servers = nf};
+  g->stats = (wt_grpc_delta_stats){
+      .raw_bytes = plan->total_bytes, .delta_servers = nd, .full_servers = nf};
   base_pass bp = {.g = g, .plan = plan};
   /* The servers that hold another version first, straight from the
    * source; they keep the base only when no delta pass follows. */

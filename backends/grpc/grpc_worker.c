@@ -76,7 +76,8 @@ out:
   return st;
 }
 
-static wt_status *grpc_init_transfer(wt_engine *e, wt_engine_endpoint *endpoint) {
+static wt_status *grpc_init_transfer(wt_engine *e,
+                                     wt_engine_endpoint *endpoint) {
   /* Nothing to join: the bytes come over the control channel. */
   WT_LOGD("grpc",
           "worker %u: chunks up to %" PRIu64 " bytes, buckets of %" PRIu64
@@ -308,8 +309,8 @@ static wt_status *read_base(wt_engine *e, uint64_t pos, unsigned char *out,
       continue;
     }
     uint64_t take = t_end - pos < len ? t_end - pos : len;
-    wt_status *st = wt_param_store_read(e->ctx.store, idx, pos - t_off, out,
-                                        (size_t)take);
+    wt_status *st =
+        wt_param_store_read(e->ctx.store, idx, pos - t_off, out, (size_t)take);
     if (st != NULL) return st;
     out += take;
     pos += take;
@@ -324,8 +325,9 @@ static wt_status *grpc_push_delta(wt_engine *e, uint32_t bucket,
                                   size_t len) {
   wt_status *st = NULL;
   char where[96];
-  snprintf(where, sizeof(where), "worker %u: bucket %" PRIu32 " offset %" PRIu64,
-           e->ctx.rank, bucket, offset);
+  snprintf(where, sizeof(where),
+           "worker %u: bucket %" PRIu32 " offset %" PRIu64, e->ctx.rank, bucket,
+           offset);
   if (e->pushing && !e->delta)
     return wt_status_new(WT_INVALID_ARGUMENT,
                          "%s: a delta chunk in a push whose header names no "

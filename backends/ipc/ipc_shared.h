@@ -1,6 +1,6 @@
-/* backends/ipc/ipc_shared.h: the logic of the `ipc` backend (CUDA IPC between a trainer and
- * workers on one host) that needs no GPU: validating an update's exports
- * and places and picking each tensor's place on a worker's own GPU, the
+/* backends/ipc/ipc_shared.h: the logic of the `ipc` backend (CUDA IPC between a
+ * trainer and workers on one host) that needs no GPU: validating an update's
+ * exports and places and picking each tensor's place on a worker's own GPU, the
  * worker's cache of opened exports, and the packed ring's slot accounting.
  * The CUDA calls themselves (cudaIpcGetMemHandle, cudaIpcOpenMemHandle,
  * the copies) are behind wt/cuda.h; these functions take them as plain

@@ -83,8 +83,8 @@ typedef struct part_buf {
 typedef struct ipc_trainer {
   const wt_cuda_api *api;
   const wt_trainer_ctx *ctx; /* the servers; borrowed, may be NULL */
-  int64_t timeout_ms;     /* every wait of a round */
-  export_entry **exports; /* each its own allocation: pointers stay valid */
+  int64_t timeout_ms;        /* every wait of a round */
+  export_entry **exports;    /* each its own allocation: pointers stay valid */
   size_t nexports, cap;
   uint64_t next_id;
   uint64_t round; /* rounds planned */
@@ -395,8 +395,7 @@ static wt_status *ipc_parts(void *self, wt_source *src, size_t *nparts) {
   if (t->packed) {
     /* The packing stream's GPU, for the thread that runs the round. */
     WT_CHECK(wt_status_prefix(wt_cuda_bind(t->device), "ipc trainer"));
-    uint32_t servers =
-        t->ctx ? (uint32_t)t->ctx->nservers : 1;
+    uint32_t servers = t->ctx ? (uint32_t)t->ctx->nservers : 1;
     wt_ipc_ring_clear(&t->ring);
     WT_CHECK(wt_ipc_ring_init(&t->ring, t->nslots, servers ? servers : 1));
   }

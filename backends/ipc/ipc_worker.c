@@ -205,7 +205,8 @@ out:
   return st;
 }
 
-static wt_status *ipc_init_transfer(wt_engine *e, wt_engine_endpoint *endpoint) {
+static wt_status *ipc_init_transfer(wt_engine *e,
+                                    wt_engine_endpoint *endpoint) {
   (void)endpoint; /* nothing to connect: the handles come with the init and
                      each update */
   const Wt__V1__WeightTransferInitInfo *init = e->init;

@@ -116,7 +116,8 @@ wt_status *wt_nccl_wait(const wt_nccl_api *nccl, const wt_cuda_api *cuda,
   return wt_status_prefix(st, "communicator aborted");
 }
 
-/* --- one rank --------------------------------------------------------------- */
+/* --- one rank ---------------------------------------------------------------
+ */
 
 wt_status *wt_nccl_rank_open(wt_nccl_rank *r, wt_device device,
                              uint32_t nstreams, const char *where,
@@ -170,10 +171,11 @@ wt_status *wt_nccl_rank_join(wt_nccl_rank *r,
                             "%s", r->where));
   WT_CHECK(wt_nccl_rank_wait(r, NULL, timeout_ms, "%s", join_what));
   /* vLLM's warm-up, before any other collective. */
-  WT_CHECK(wt_status_prefix(r->nccl->all_reduce_f32(r->one.base, r->one.base,
-                                                    1, r->comm, r->streams[0]),
+  WT_CHECK(wt_status_prefix(r->nccl->all_reduce_f32(r->one.base, r->one.base, 1,
+                                                    r->comm, r->streams[0]),
                             "%s: warm-up all-reduce", r->where));
-  WT_CHECK(wt_nccl_rank_wait(r, r->streams[0], timeout_ms, "warm-up all-reduce"));
+  WT_CHECK(
+      wt_nccl_rank_wait(r, r->streams[0], timeout_ms, "warm-up all-reduce"));
 out:
   return st;
 }

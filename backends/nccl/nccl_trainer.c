@@ -90,13 +90,12 @@ static wt_status *nccl_trainer_init(const wt_trainer_init_args *args,
   t->connect_timeout_ms = t->timeout_ms > 10000 ? t->timeout_ms : 10000;
   /* Rank 0 on the source's GPU, else the calling thread's. */
   int device = 0;
-  WT_CHECK(wt_status_prefix(wt_source_gpu(args->source, &device),
-                            "nccl trainer"));
+  WT_CHECK(
+      wt_status_prefix(wt_source_gpu(args->source, &device), "nccl trainer"));
   WT_CHECK(wt_status_prefix(wt_cuda_bind(device), "nccl trainer"));
-  WT_CHECK(wt_nccl_rank_open(&t->r,
-                             (wt_device){.type = WT_DEVICE_CUDA, .index = device},
-                             t->packed ? t->num_buffers : 1, "nccl trainer",
-                             "init_transfer again"));
+  WT_CHECK(wt_nccl_rank_open(
+      &t->r, (wt_device){.type = WT_DEVICE_CUDA, .index = device},
+      t->packed ? t->num_buffers : 1, "nccl trainer", "init_transfer again"));
   WT_CHECK(wt_status_prefix(t->r.nccl->get_unique_id(t->id), "nccl trainer"));
   if (x != NULL)
     t->init_copy = *x;
@@ -189,15 +188,16 @@ static wt_status *send_packed(nccl_trainer *t, wt_source *src,
                     .bytes_total = wt_source_total_bytes(src)};
   WT_CHECK(wt_pack_plan_from_metas(metas, n, t->buffer_bytes, &plan));
   WT_CHECK(wt_nccl_schedule(plan, t->num_buffers, &steps));
-  WT_CHECK(wt_nccl_rank_buffers(&t->r, t->num_buffers, plan->max_bucket_bytes, "nccl send buffer"));
+  WT_CHECK(wt_nccl_rank_buffers(&t->r, t->num_buffers, plan->max_bucket_bytes,
+                                "nccl send buffer"));
   for (size_t b = 0; b < plan->nbuckets; b++) {
     const wt_nccl_step *s = &steps[b];
     const wt_bucket *bk = &plan->buckets[b];
     void *stream = t->r.streams[s->buffer];
     if (s->waits) {
-      WT_CHECK(wt_nccl_rank_wait(&t->r, stream, t->timeout_ms,
-                        "bucket %zu (before bucket %zu reuses its buffer)",
-                        s->after, b));
+      WT_CHECK(wt_nccl_rank_wait(
+          &t->r, stream, t->timeout_ms,
+          "bucket %zu (before bucket %zu reuses its buffer)", s->after, b));
       pr.tensors_done += plan->buckets[s->after].count;
       pr.bytes_done += plan->buckets[s->after].nbytes;
       if (progress) progress(&pr, user);
@@ -209,7 +209,7 @@ static wt_status *send_packed(nccl_trainer *t, wt_source *src,
       if (x.nbytes == 0) continue;
       WT_CHECK(
           wt_status_prefix(t->r.cuda->copy_async(buf + plan->tensor_offset[k],
-                                               x.data, x.nbytes, stream),
+                                                 x.data, x.nbytes, stream),
                            "nccl trainer: packing tensor '%s'", x.name));
     }
     WT_CHECK(wt_status_prefix(
@@ -218,7 +218,7 @@ static wt_status *send_packed(nccl_trainer *t, wt_source *src,
   }
   for (uint32_t i = 0; i < t->num_buffers; i++)
     WT_CHECK(wt_nccl_rank_wait(&t->r, t->r.streams[i], t->timeout_ms,
-                      "the last buckets (stream %u)", i));
+                               "the last buckets (stream %u)", i));
 out:
   free(steps);
   wt_pack_plan_free(plan);
@@ -234,14 +234,14 @@ static wt_status *send_unpacked(nccl_trainer *t, wt_source *src) {
     wt_source_tensor x;
     WT_CHECK(next_tensor(src, k, &x));
     WT_CHECK(
-        wt_status_prefix(t->r.nccl->broadcast(x.data, (void *)x.data, x.nbytes, 0,
-                                            t->r.comm, t->r.streams[0]),
+        wt_status_prefix(t->r.nccl->broadcast(x.data, (void *)x.data, x.nbytes,
+                                              0, t->r.comm, t->r.streams[0]),
                          "nccl trainer: tensor '%s'", x.name));
     queued += x.nbytes;
     /* The workers wait about every buffer's worth; so does the trainer. */
     if (queued >= t->buffer_bytes || k + 1 == n) {
       WT_CHECK(wt_nccl_rank_wait(&t->r, t->r.streams[0], t->timeout_ms,
-                        "tensors up to %zu of %zu", k + 1, n));
+                                 "tensors up to %zu of %zu", k + 1, n));
       queued = 0;
     }
   }

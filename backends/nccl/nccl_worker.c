@@ -88,7 +88,8 @@ out:
   return st;
 }
 
-static wt_status *nccl_init_transfer(wt_engine *e, wt_engine_endpoint *endpoint) {
+static wt_status *nccl_init_transfer(wt_engine *e,
+                                     wt_engine_endpoint *endpoint) {
   (void)endpoint; /* the trainer's unique id is the rendezvous */
   wt_status *st = NULL;
   char what[96];
@@ -120,15 +121,16 @@ static wt_status *receive_packed(wt_engine *e, const wt_update *u,
   wt_nccl_step *steps = NULL;
   WT_CHECK(wt_pack_plan_build(u->nbytes, u->n, buffer_bytes, &plan));
   WT_CHECK(wt_nccl_schedule(plan, e->set.num_buffers, &steps));
-  WT_CHECK(wt_nccl_rank_buffers(&e->r, e->set.num_buffers, plan->max_bucket_bytes, "nccl receive buffer"));
+  WT_CHECK(wt_nccl_rank_buffers(&e->r, e->set.num_buffers,
+                                plan->max_bucket_bytes, "nccl receive buffer"));
   for (size_t b = 0; b < plan->nbuckets; b++) {
     const wt_nccl_step *s = &steps[b];
     const wt_bucket *bk = &plan->buckets[b];
     void *stream = e->r.streams[s->buffer];
     if (s->waits)
-      WT_CHECK(wt_nccl_rank_wait(&e->r, stream, e->ctx.data_timeout_ms,
-                        "bucket %zu (before bucket %zu reuses its buffer)",
-                        s->after, b));
+      WT_CHECK(wt_nccl_rank_wait(
+          &e->r, stream, e->ctx.data_timeout_ms,
+          "bucket %zu (before bucket %zu reuses its buffer)", s->after, b));
     char *buf = e->r.bufs[s->buffer].base;
     WT_CHECK(wt_status_prefix(
         e->r.nccl->broadcast(NULL, buf, bk->nbytes, 0, e->r.comm, stream),
@@ -138,13 +140,13 @@ static wt_status *receive_packed(wt_engine *e, const wt_update *u,
       void *dst = wt_param_store_stage(e->ctx.store, u->index[k]);
       WT_CHECK(wt_status_prefix(
           e->r.cuda->copy_async(dst, buf + plan->tensor_offset[k], u->nbytes[k],
-                              stream),
+                                stream),
           "%s: unpacking bucket %zu", e->r.where, b));
     }
   }
   for (uint32_t i = 0; i < e->set.num_buffers; i++)
     WT_CHECK(wt_nccl_rank_wait(&e->r, e->r.streams[i], e->ctx.data_timeout_ms,
-                      "the last buckets (stream %u)", i));
+                               "the last buckets (stream %u)", i));
   stats->tensors = u->n;
   stats->bytes = u->total_bytes;
 out:
@@ -162,13 +164,13 @@ static wt_status *receive_unpacked(wt_engine *e, const wt_update *u,
     void *dst = wt_param_store_stage(e->ctx.store, u->index[k]);
     /* Zero-byte tensors are broadcast too: both sides call the same
      * sequence of collectives. */
-    WT_CHECK(wt_status_prefix(
-        e->r.nccl->broadcast(NULL, dst, u->nbytes[k], 0, e->r.comm, e->r.streams[0]),
-        "%s: tensor %zu", e->r.where, k));
+    WT_CHECK(wt_status_prefix(e->r.nccl->broadcast(NULL, dst, u->nbytes[k], 0,
+                                                   e->r.comm, e->r.streams[0]),
+                              "%s: tensor %zu", e->r.where, k));
     queued += u->nbytes[k];
     if (queued >= chunk_bytes || k + 1 == u->n) {
       WT_CHECK(wt_nccl_rank_wait(&e->r, e->r.streams[0], e->ctx.data_timeout_ms,
-                        "tensors up to %zu of %zu", k + 1, u->n));
+                                 "tensors up to %zu of %zu", k + 1, u->n));
       queued = 0;
     }
   }

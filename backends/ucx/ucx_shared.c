@@ -245,8 +245,10 @@ wt_status *wt_ucx_interface_of(const char *host, char *buf, size_t cap) {
       /* The interfaces of every address the name has, once each. */
       size_t nlen = strlen(i->ifa_name);
       bool have = false;
-      for (const char *p = buf; *p && !have; p += strcspn(p, ","), p += *p == ',')
-        have = strncmp(p, i->ifa_name, nlen) == 0 && (p[nlen] == ',' || !p[nlen]);
+      for (const char *p = buf; *p && !have;
+           p += strcspn(p, ","), p += *p == ',')
+        have =
+            strncmp(p, i->ifa_name, nlen) == 0 && (p[nlen] == ',' || !p[nlen]);
       if (!have && used + nlen + 2 < cap) {
         used += (size_t)snprintf(buf + used, cap - used, "%s%s",
                                  used ? "," : "", i->ifa_name);
@@ -613,8 +615,8 @@ wt_status *wt_ucx_route_parse(const unsigned char *buf, size_t len,
 /* ---- delta buckets (ucx_shared.h) ---- */
 
 uint64_t wt_ucx_delta_bound(uint64_t raw) {
-  uint64_t segs = (raw + WT_UCX_DELTA_SEGMENT_BYTES - 1) /
-                  WT_UCX_DELTA_SEGMENT_BYTES;
+  uint64_t segs =
+      (raw + WT_UCX_DELTA_SEGMENT_BYTES - 1) / WT_UCX_DELTA_SEGMENT_BYTES;
   return raw + segs * WT_UCX_DELTA_HEADER_BYTES;
 }
 
@@ -642,15 +644,16 @@ void wt_ucx_delta_header_get(const unsigned char *in, uint64_t *raw_len,
   *data_len = get64(in + 16);
 }
 
-wt_status *wt_ucx_delta_walk(const unsigned char *msg, size_t len,
-                             uint64_t raw, const char *where,
-                             wt_ucx_delta_segment_fn seg, void *arg) {
+wt_status *wt_ucx_delta_walk(const unsigned char *msg, size_t len, uint64_t raw,
+                             const char *where, wt_ucx_delta_segment_fn seg,
+                             void *arg) {
   size_t left = len;
   uint64_t pos = 0;
   while (pos < raw) {
     if (left < WT_UCX_DELTA_HEADER_BYTES)
       return wt_status_new(WT_DATA_LOSS,
-                           "%s at byte %" PRIu64 ": the message (%zu bytes) "
+                           "%s at byte %" PRIu64
+                           ": the message (%zu bytes) "
                            "ends before the segment's header",
                            where, pos, len);
     uint64_t n = 0, base = 0, dlen = 0;

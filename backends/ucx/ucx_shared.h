@@ -1,5 +1,5 @@
-/* backends/ucx/ucx_shared.h: what the `ucx` worker and trainer engines share (built
- * only with WT_WITH_UCX).
+/* backends/ucx/ucx_shared.h: what the `ucx` worker and trainer engines share
+ * (built only with WT_WITH_UCX).
  *
  * Rendezvous: every worker listens (a ucp_listener on an ephemeral port of
  * the server's host) and reports host:port in the init response's
@@ -271,9 +271,9 @@ typedef wt_status *(*wt_ucx_delta_segment_fn)(void *arg, uint64_t pos,
  * the message, a raw segment holds exactly its bytes; and that nothing
  * follows the last. Stops at the first error, its own (INVALID_ARGUMENT
  * or DATA_LOSS naming `where` and the byte) or seg's. */
-wt_status *wt_ucx_delta_walk(const unsigned char *msg, size_t len,
-                             uint64_t raw, const char *where,
-                             wt_ucx_delta_segment_fn seg, void *arg);
+wt_status *wt_ucx_delta_walk(const unsigned char *msg, size_t len, uint64_t raw,
+                             const char *where, wt_ucx_delta_segment_fn seg,
+                             void *arg);
 
 /* One worker of a route; `worker_address` borrowed (NULL: connect to
  * host:port through its listener). */

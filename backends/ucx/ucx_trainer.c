@@ -123,12 +123,12 @@ typedef struct setting {
 } setting;
 
 static const setting_choice on_off[] = {{"on", 1}, {"off", 0}, {NULL, 0}};
-static const setting_choice fanout_choices[] = {{"auto", FANOUT_AUTO},
-                                                {"parallel", FANOUT_PARALLEL},
-                                                {"sequential",
-                                                 FANOUT_SEQUENTIAL},
-                                                {"chain", FANOUT_CHAIN},
-                                                {NULL, 0}};
+static const setting_choice fanout_choices[] = {
+    {"auto", FANOUT_AUTO},
+    {"parallel", FANOUT_PARALLEL},
+    {"sequential", FANOUT_SEQUENTIAL},
+    {"chain", FANOUT_CHAIN},
+    {NULL, 0}};
 static const setting settings[] = {
     {"ucx_peer_errors", on_off, offsetof(ucx_trainer, peer_errors)},
     {"ucx_fanout", fanout_choices, offsetof(ucx_trainer, fanout_option)},
@@ -222,8 +222,8 @@ static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
   if (t->bufs == NULL || t->route == NULL || t->uinfo == NULL ||
       t->ubase == NULL || t->delta_to == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
-  WT_CHECK(wt_delta_state_init(&t->d, x ? x->delta : NULL,
-                               "init_info.ucx.delta"));
+  WT_CHECK(
+      wt_delta_state_init(&t->d, x ? x->delta : NULL, "init_info.ucx.delta"));
   if (t->d.mode != WT_DELTA_OFF &&
       (t->xor_buf = malloc(WT_UCX_DELTA_SEGMENT_BYTES)) == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory for delta buffers");
@@ -249,8 +249,9 @@ static wt_status *plan_delta(ucx_trainer *t, wt_source *source) {
   int device = -1;
   WT_CHECK(wt_ucxt_source_device(source, &device));
   if (device >= 0) {
-    WT_LOGD("ucx", "trainer: a source on cuda:%d: a full round (delta "
-                   "rounds encode host memory)",
+    WT_LOGD("ucx",
+            "trainer: a source on cuda:%d: a full round (delta "
+            "rounds encode host memory)",
             device);
     t->d.base_digest = 0;
     goto out;
@@ -261,8 +262,7 @@ static wt_status *plan_delta(ucx_trainer *t, wt_source *source) {
                           ctx->base_digests != NULL,
                       &t->try_delta, &t->keep_base);
   for (size_t k = 0; k < ctx->nservers; k++)
-    t->delta_to[k] =
-        t->try_delta && ctx->base_digests[k] == t->d.base_digest;
+    t->delta_to[k] = t->try_delta && ctx->base_digests[k] == t->d.base_digest;
   WT_CHECK(wt_delta_state_reserve(&t->d, wt_source_total_bytes(source),
                                   "ucx trainer"));
 out:
@@ -393,10 +393,14 @@ static const struct {
   const char *key;
   option_fn set;
 } options[] = {
-    {"bucket_size", opt_bucket_size},  {"num_buffers", opt_num_buffers},
-    {"transports", opt_transports},    {"connect_timeout_ms", opt_connect_timeout},
-    {"connect", opt_map},              {"peer_errors", opt_map},
-    {"fanout", opt_map},               {"split_tensors", opt_map},
+    {"bucket_size", opt_bucket_size},
+    {"num_buffers", opt_num_buffers},
+    {"transports", opt_transports},
+    {"connect_timeout_ms", opt_connect_timeout},
+    {"connect", opt_map},
+    {"peer_errors", opt_map},
+    {"fanout", opt_map},
+    {"split_tensors", opt_map},
     {"delta", opt_delta},
 };
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))

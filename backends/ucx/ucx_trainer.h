@@ -65,11 +65,11 @@ typedef struct ucx_trainer {
   int64_t connect_timeout_ms; /* a peer's first bucket of a round */
   bool by_sockaddr;           /* options["ucx_connect"] == "sockaddr" */
   /* The settings table's fields (ints, set by apply_settings). */
-  int peer_errors;            /* options["ucx_peer_errors"] != "off" */
-  int fanout;                 /* this round's: FANOUT_* but AUTO */
-  int fanout_option;          /* options["ucx_fanout"]: FANOUT_* */
-  int split_option;           /* options["ucx_split_tensors"] != "off" */
-  bool split;                 /* this round's plan is split (update info) */
+  int peer_errors;   /* options["ucx_peer_errors"] != "off" */
+  int fanout;        /* this round's: FANOUT_* but AUTO */
+  int fanout_option; /* options["ucx_fanout"]: FANOUT_* */
+  int split_option;  /* options["ucx_split_tensors"] != "off" */
+  bool split;        /* this round's plan is split (update info) */
   /* A split plan's tensor that spans buckets: the source's last yield,
    * kept for the next bucket (held_index SIZE_MAX: none). */
   wt_source_tensor held;

@@ -14,9 +14,7 @@
 #include "wt/packing.h"
 
 uint64_t wt_ucxt_round_of(ucx_trainer *t, const peer *p) {
-  return p->server < t->ctx->nservers
-             ? t->ctx->round_ids[p->server]
-             : 0;
+  return p->server < t->ctx->nservers ? t->ctx->round_ids[p->server] : 0;
 }
 
 /* Sends the round's route message to every worker the trainer sends to:
@@ -58,7 +56,8 @@ wt_status *wt_ucxt_send_routes(ucx_trainer *t, size_t j0, size_t j1) {
                               .datatype = ucp_dt_make_contig(1)};
     void *req = ucp_tag_send_nbx(
         p->ep, route, len,
-        wt_ucx_tag(t->secret, wt_ucxt_round_of(t, p), WT_UCX_ROUTE_BUCKET), &rp);
+        wt_ucx_tag(t->secret, wt_ucxt_round_of(t, p), WT_UCX_ROUTE_BUCKET),
+        &rp);
     if (UCS_PTR_IS_ERR(req))
       WT_FAIL(WT_UNAVAILABLE, "%s: sending the round's route: %s", p->name,
               ucs_status_string(UCS_PTR_STATUS(req)));
@@ -100,8 +99,8 @@ out:
 
 /* The round's fan-out. auto: the chain once the workers are on more than
  * one host (each host's link then carries one copy instead of N:
- * bench/fanout_bench.sh on rate-limited links, docs/benchmarks.md), parallel while
- * they share one (the trainer's host, or any one: the copies then share a
+ * bench/fanout_bench.sh on rate-limited links, docs/benchmarks.md), parallel
+ * while they share one (the trainer's host, or any one: the copies then share a
  * CPU and memory bus, where parallel was ahead in bench/ucx_bench.sh). */
 int wt_ucxt_round_fanout(const ucx_trainer *t) {
   if (t->fanout_option != FANOUT_AUTO) return t->fanout_option;

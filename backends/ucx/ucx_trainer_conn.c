@@ -88,8 +88,8 @@ wt_status *wt_ucxt_init_response(
     p->server = k;
     p->rank = we->rank;
     snprintf(p->name, sizeof(p->name), "%s worker %u (%s:%u)",
-             t->ctx->targets[k], we->rank,
-             we->address ? we->address : "", we->port);
+             t->ctx->targets[k], we->rank, we->address ? we->address : "",
+             we->port);
     if (t->by_sockaddr &&
         (we->address == NULL || *we->address == '\0' || we->port == 0))
       WT_FAIL(WT_FAILED_PRECONDITION,

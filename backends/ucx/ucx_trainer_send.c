@@ -327,11 +327,12 @@ static wt_status *send_bucket(ucx_trainer *t, sbuf *b, size_t bkt,
       }
     }
     void *req = ucp_tag_send_nbx(
-        p->ep, bytes, len,
-        wt_ucx_tag(t->secret, wt_ucxt_round_of(t, p), bkt), &rp);
+        p->ep, bytes, len, wt_ucx_tag(t->secret, wt_ucxt_round_of(t, p), bkt),
+        &rp);
     if (UCS_PTR_IS_ERR(req))
       return wt_status_new(WT_UNAVAILABLE, "%s: sending bucket %zu: %s",
-                           p->name, bkt, ucs_status_string(UCS_PTR_STATUS(req)));
+                           p->name, bkt,
+                           ucs_status_string(UCS_PTR_STATUS(req)));
     b->reqs[j] = req;
   }
   return NULL;
@@ -376,9 +377,8 @@ static void through_base(ucx_trainer *t, sbuf *b, int mode,
     const unsigned char *nb = bytes + pos;
     if (mode == PASS_DELTA) {
       uint64_t digest = wt_delta_digest(base, seg);
-      size_t flen =
-          wt_delta_encode(t->d.codec, nb, base, seg, t->xor_buf,
-                          q + WT_UCX_DELTA_HEADER_BYTES, seg);
+      size_t flen = wt_delta_encode(t->d.codec, nb, base, seg, t->xor_buf,
+                                    q + WT_UCX_DELTA_HEADER_BYTES, seg);
       if (flen > 0) {
         wt_ucx_delta_header_put(q, seg, digest, flen);
       } else { /* not smaller: the new bytes as they are */
@@ -418,8 +418,7 @@ static wt_status *send_pass(ucx_trainer *t, wt_source *source,
     uint64_t nbytes = plan->buckets[bkt].nbytes;
     WT_CHECK(pack(t, source, plan, bkt, b->data, &bytes));
     size_t len = (size_t)nbytes;
-    if (mode != PASS_PLAIN)
-      through_base(t, b, mode, bytes, nbytes, at, &len);
+    if (mode != PASS_PLAIN) through_base(t, b, mode, bytes, nbytes, at, &len);
     if (mode == PASS_DELTA) bytes = b->enc;
     WT_CHECK(send_bucket(t, b, bkt, bytes, len, j0, j1));
     at += nbytes;
@@ -514,10 +513,10 @@ wt_status *wt_ucxt_send_weights(void *self, wt_source *source,
   wt_pack_plan *plan = NULL;
   size_t n = 0;
   const wt_tensor_meta *metas = wt_source_metas(source, &n);
-  round_progress rp = {.pr = {.tensors_total = n,
-                              .bytes_total = wt_source_total_bytes(source)},
-                       .fn = progress,
-                       .user = user};
+  round_progress rp = {
+      .pr = {.tensors_total = n, .bytes_total = wt_source_total_bytes(source)},
+      .fn = progress,
+      .user = user};
   int64_t t0 = wt_mono_us();
   WT_CHECK(round_begin(t));
   order_peers(t);
@@ -537,8 +536,7 @@ wt_status *wt_ucxt_send_weights(void *self, wt_source *source,
    * round was sent whole. */
   t->d.base_digest = 0;
   bool keep = t->d.mode != WT_DELTA_OFF && t->device < 0 &&
-              (nd > 0 || t->keep_base) &&
-              t->d.base_bytes == plan->total_bytes;
+              (nd > 0 || t->keep_base) && t->d.base_bytes == plan->total_bytes;
   bool seq = t->fanout == FANOUT_SEQUENTIAL;
   bool chain = t->fanout == FANOUT_CHAIN;
   /* Passes: the full group (workers that hold another version) first,

@@ -78,7 +78,6 @@
 #include "wt/delta.h"
 #include "wt/log.h"
 
-
 static void ucx_destroy(wt_engine *e);
 
 static wt_status *ucx_create(const Wt__V1__WeightTransferInitInfo *init,
@@ -163,7 +162,8 @@ out:
  * sockets that appear are that worker's (ucx_worker_socks.c). */
 static pthread_mutex_t g_listen_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static wt_status *ucx_init_transfer(wt_engine *e, wt_engine_endpoint *endpoint) {
+static wt_status *ucx_init_transfer(wt_engine *e,
+                                    wt_engine_endpoint *endpoint) {
   wt_status *st = NULL;
   uint16_t before[64];
   size_t nbefore = 0;
@@ -182,8 +182,8 @@ static wt_status *ucx_init_transfer(wt_engine *e, wt_engine_endpoint *endpoint) 
     st = wt_status_prefix(st, "%s", e->where);
     goto out;
   }
-  st = wt_ucx_new(e->transports, ifname[0] ? ifname : NULL, e->listen,
-                  e->where, &e->ucx);
+  st = wt_ucx_new(e->transports, ifname[0] ? ifname : NULL, e->listen, e->where,
+                  &e->ucx);
   if (st != NULL && e->transports_from_server)
     st = wt_status_prefix(st,
                           "transports '%s' from the server's "
@@ -252,18 +252,17 @@ address:
                       "listener, interface of",
           host, (unsigned)endpoint->port,
           e->transports ? e->transports : "default");
-out:
-  {
-    /* This worker's listeners: what appeared since `before`. */
-    uint16_t after[64];
-    size_t nafter = wt_ucxe_listening_ports(after, 64);
-    e->nown = 0;
-    for (size_t i = 0; i < nafter && e->nown < 16; i++) {
-      bool old = false;
-      for (size_t j = 0; j < nbefore && !old; j++) old = before[j] == after[i];
-      if (!old) e->own_ports[e->nown++] = after[i];
-    }
+out : {
+  /* This worker's listeners: what appeared since `before`. */
+  uint16_t after[64];
+  size_t nafter = wt_ucxe_listening_ports(after, 64);
+  e->nown = 0;
+  for (size_t i = 0; i < nafter && e->nown < 16; i++) {
+    bool old = false;
+    for (size_t j = 0; j < nbefore && !old; j++) old = before[j] == after[i];
+    if (!old) e->own_ports[e->nown++] = after[i];
   }
+}
   pthread_mutex_unlock(&g_listen_mu);
   return st;
 }
@@ -424,7 +423,8 @@ static wt_status *post_bucket(wt_engine *e, const wt_update *u,
     s->dmsg = dmsg;
     buf = dmsg;
     count = dcap;
-  } else if (s->iovcnt == 1) { /* contiguous: lets UCX use its zero-copy paths */
+  } else if (s->iovcnt ==
+             1) { /* contiguous: lets UCX use its zero-copy paths */
     dt = ucp_dt_make_contig(1);
     buf = s->iov[0].buffer;
     count = s->iov[0].length;
@@ -461,8 +461,7 @@ static wt_status *land_bucket(wt_engine *e, const wt_update *u,
     WT_FAIL(WT_INVALID_ARGUMENT,
             "%s: delta bucket %zu: the message is larger than a delta of "
             "%" PRIu64 " bytes can be (%" PRIu64 ")",
-            e->where, s->bucket, bk->nbytes,
-            wt_ucx_delta_bound(bk->nbytes));
+            e->where, s->bucket, bk->nbytes, wt_ucx_delta_bound(bk->nbytes));
   if (us == UCS_ERR_MESSAGE_TRUNCATED ||
       (us == UCS_OK && s->dmsg == NULL && length != bk->nbytes))
     WT_FAIL(WT_DATA_LOSS,
@@ -551,12 +550,10 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
   /* The route is the round's first message: its wait also covers the
    * trainer's (re)connection and its start, hence the connect deadline. */
   for (size_t at = 0; posted < plan->nbuckets; posted++) {
-    size_t dcap = u->delta ? (size_t)wt_ucx_delta_bound(
-                                 plan->buckets[posted].nbytes)
-                           : 0;
+    size_t dcap =
+        u->delta ? (size_t)wt_ucx_delta_bound(plan->buckets[posted].nbytes) : 0;
     WT_CHECK(post_bucket(e, u, plan, e->round_id, posted, iov_all,
-                         u->delta ? e->dbuf + at : NULL, dcap,
-                         &slots[posted]));
+                         u->delta ? e->dbuf + at : NULL, dcap, &slots[posted]));
     at += dcap;
   }
   e->ucx->discard = true;
@@ -572,8 +569,8 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
   while (landed < plan->nbuckets) {
     slot *s = &slots[landed];
     char what[160];
-    snprintf(what, sizeof(what),
-             "bucket %zu of %zu from the trainer", landed, plan->nbuckets);
+    snprintf(what, sizeof(what), "bucket %zu of %zu from the trainer", landed,
+             plan->nbuckets);
     WT_CHECK(wt_ucxe_wait_recv(e, s->req, timeout, what));
     /* A delta bucket goes on as it came before this worker decodes it (the
      * next worker checks it for itself), so that the chain does not wait

@@ -67,7 +67,7 @@ typedef struct peer {
   void *hello_req; /* the stream receive of the hello, while pending */
   size_t hello_len;
   int64_t hello_deadline_ms;
-  bool evicted; /* owing its hello, it made room for a newer one */
+  bool evicted;  /* owing its hello, it made room for a newer one */
   char addr[64]; /* the client's address, "?" when UCX cannot say */
   uint8_t hello[WT_UCX_HELLO_BYTES];
 } peer;
@@ -98,7 +98,7 @@ struct wt_engine {
   bool transports_from_server; /* not the init info's: the server default */
   uint8_t secret[WT_UCX_SECRET_BYTES]; /* init_info.ucx.auth_secret */
   uint8_t hello[WT_UCX_HELLO_BYTES];   /* what a connection must send */
-  uint64_t refused;  /* connections refused: too many owing a hello */
+  uint64_t refused; /* connections refused: too many owing a hello */
   /* The ports this engine's UCX worker listens on (its TCP transport, its
    * listener), and how many connections to them a round start tolerates
    * before the engine gives itself up (ucx.max_peer_connections). */
@@ -117,7 +117,8 @@ struct wt_engine {
    * time, and how many it found past max_peers (0: none). */
   int64_t peers_checked_ms;
   size_t peers_over;
-  void **orphans; /* buffers UCX may still write (a stray round's); freed at destroy */
+  void **orphans; /* buffers UCX may still write (a stray round's); freed at
+                     destroy */
   size_t norphans;
   /* Bucket receives of a failed round that UCX had matched and that neither
    * finished nor failed (see settle_receives): UCX may still write through
@@ -137,7 +138,7 @@ struct wt_engine {
   peer fwd; /* kept across rounds while the route stays the same */
   uint32_t fwd_flags;
   uint64_t fwd_addr_id; /* digest of its worker address (0: by listener) */
-  char next[320]; /* "the next worker in the chain (HOST:PORT)" */
+  char next[320];       /* "the next worker in the chain (HOST:PORT)" */
   /* The store's regions, registered once at init_transfer. */
   wt_param_region regions[WT_PARAM_STORE_MAX_REGIONS];
   ucp_mem_h memh[WT_PARAM_STORE_MAX_REGIONS];
@@ -169,10 +170,9 @@ WT_HIDDEN void wt_ucxe_slot_release(slot *s);
 
 /* The registration covering [buf, buf + len), or NULL. */
 WT_HIDDEN ucp_mem_h wt_ucxe_memh_of(const wt_engine *e, const void *buf,
-                                         size_t len);
+                                    size_t len);
 
-WT_HIDDEN void wt_ucxe_peer_error(void *arg, ucp_ep_h ep,
-                                       ucs_status_t status);
+WT_HIDDEN void wt_ucxe_peer_error(void *arg, ucp_ep_h ep, ucs_status_t status);
 
 /* Accepts the trainer's connection; runs inside ucp_worker_progress. The
  * peer array never moves (error callbacks hold a pointer into it), so it is
@@ -208,8 +208,7 @@ WT_HIDDEN bool wt_ucxe_recv_done(void *arg);
  * ends it early once the trainer is gone); errors name the worker, `what`,
  * and whether the trainer's connection broke. */
 WT_HIDDEN wt_status *wt_ucxe_wait_recv(wt_engine *e, void *req,
-                                            int64_t timeout_ms,
-                                            const char *what);
+                                       int64_t timeout_ms, const char *what);
 
 /* Ends the bucket receives a failed round left posted, so that nothing of
  * that round lands in the staging buffers later (when the next round, or
@@ -225,8 +224,8 @@ WT_HIDDEN wt_status *wt_ucxe_wait_recv(wt_engine *e, void *req,
  * trip an assertion over a put in flight and abort the process.) Takes
  * *iov_all when it keeps strays. */
 WT_HIDDEN void wt_ucxe_settle_receives(wt_engine *e, slot *slots,
-                                            uint64_t round_id,
-                                            ucp_dt_iov_t **iov_all);
+                                       uint64_t round_id,
+                                       ucp_dt_iov_t **iov_all);
 
 /* Waits up to `timeout` ms for the strays to end and frees them; fails,
  * naming the bucket, if one is still going (or the wait is cancelled).
@@ -239,22 +238,23 @@ WT_HIDDEN wt_status *wt_ucxe_check_strays(wt_engine *e, int64_t timeout);
 
 /* Receives the round's route (ucx_shared.h) into e->hops. */
 WT_HIDDEN wt_status *wt_ucxe_recv_route(wt_engine *e, const wt_update *u,
-                                             int64_t timeout, uint32_t *flags,
-                                             size_t *nhops);
+                                        int64_t timeout, uint32_t *flags,
+                                        size_t *nhops);
 
 /* Connects to the route's first hop and sends it the rest of the route. */
 WT_HIDDEN wt_status *wt_ucxe_fwd_start(wt_engine *e, uint32_t flags,
-                                            size_t nhops, void **route_req);
+                                       size_t nhops, void **route_req);
 
 /* Forwards landed bucket `s` to the next worker, from the staging buffers. */
 WT_HIDDEN wt_status *wt_ucxe_fwd_bucket(wt_engine *e, const slot *s,
-                                             void **req);
+                                        void **req);
 
 /* Waits for the forwarded sends (reqs[0..n)) and frees them. */
-WT_HIDDEN wt_status *wt_ucxe_fwd_finish(wt_engine *e, void **reqs,
-                                             size_t n, int64_t timeout);
+WT_HIDDEN wt_status *wt_ucxe_fwd_finish(wt_engine *e, void **reqs, size_t n,
+                                        int64_t timeout);
 
-/* --- ucx_worker_socks.c: strangers' connections (docs/trust.md, row 6) --------- */
+/* --- ucx_worker_socks.c: strangers' connections (docs/trust.md, row 6)
+ * --------- */
 
 /* The TCP ports this process listens on, up to `cap` of them into
  * ports[]; returns how many. */

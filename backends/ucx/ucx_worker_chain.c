@@ -58,10 +58,10 @@ wt_status *wt_ucxe_fwd_start(wt_engine *e, uint32_t flags, size_t nhops,
   /* By worker address every worker's port is 0: the address itself says
    * which worker it is (routes change between rounds, e.g. a delta round's
    * chain leaves out the servers that get a full one). */
-  uint64_t addr_id = h->worker_address != NULL
-                         ? wt_delta_digest(h->worker_address,
-                                           h->worker_address_len)
-                         : 0;
+  uint64_t addr_id =
+      h->worker_address != NULL
+          ? wt_delta_digest(h->worker_address, h->worker_address_len)
+          : 0;
   bool same = e->fwd.ep != NULL && !e->fwd.failed && e->fwd_flags == flags &&
               strcmp(next, e->next) == 0 && e->fwd_addr_id == addr_id;
   if (same) goto route;
@@ -180,10 +180,9 @@ wt_status *wt_ucxe_fwd_finish(wt_engine *e, void **reqs, size_t n,
   fwd_wait w = {.e = e, .reqs = reqs, .n = n};
   char what[400];
   snprintf(what, sizeof(what), "%s to take the forwarded buckets", e->next);
-  WT_CHECK(
-      wt_status_prefix(wt_ucx_wait(e->ucx, fwd_done, &w,
-                                   wt_mono_ms() + timeout, timeout, what),
-                       "%s", e->where));
+  WT_CHECK(wt_status_prefix(
+      wt_ucx_wait(e->ucx, fwd_done, &w, wt_mono_ms() + timeout, timeout, what),
+      "%s", e->where));
   for (size_t i = 0; i < n; i++) {
     ucs_status_t us = wt_ucx_request_status(reqs[i]);
     if (us == UCS_INPROGRESS && e->fwd.failed) us = e->fwd.why;

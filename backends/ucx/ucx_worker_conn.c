@@ -50,11 +50,13 @@ static void request_addr(ucp_conn_request_h req, char *out, size_t n) {
   snprintf(out, n, "?");
   if (ucp_conn_request_query(req, &a) != UCS_OK) return;
   const struct sockaddr *sa = (const struct sockaddr *)&a.client_address;
-  const void *ip = sa->sa_family == AF_INET6
-                       ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
-                       : (const void *)&((const struct sockaddr_in *)sa)->sin_addr;
+  const void *ip =
+      sa->sa_family == AF_INET6
+          ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
+          : (const void *)&((const struct sockaddr_in *)sa)->sin_addr;
   if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6) return;
-  if (inet_ntop(sa->sa_family, ip, out, (socklen_t)n) == NULL) snprintf(out, n, "?");
+  if (inet_ntop(sa->sa_family, ip, out, (socklen_t)n) == NULL)
+    snprintf(out, n, "?");
 }
 
 static bool owes_hello(const peer *p) {

@@ -1,5 +1,5 @@
-/* ucx_worker_delta.c: delta rounds in the `ucx` worker engine (docs/delta.md; the
- * message format is in ucx_shared.h, the codec in wt/delta.h).
+/* ucx_worker_delta.c: delta rounds in the `ucx` worker engine (docs/delta.md;
+ * the message format is in ucx_shared.h, the codec in wt/delta.h).
  *
  * A delta round's bucket cannot land straight in staging as a full one
  * does: its bytes are a function of the committed ones, which an in-place
@@ -149,8 +149,8 @@ wt_status *wt_ucxe_delta_land(wt_engine *e, const wt_update *u,
   char where[96];
   snprintf(where, sizeof(where), "%s: delta bucket %zu", e->where, s->bucket);
   land_ctx c = {.e = e, .p = p, .np = np, .where = where};
-  wt_status *st = wt_ucx_delta_walk(s->dmsg, s->dlen, bk->nbytes, where,
-                                    land_segment, &c);
+  wt_status *st =
+      wt_ucx_delta_walk(s->dmsg, s->dlen, bk->nbytes, where, land_segment, &c);
   wt_param_store_read_unlock(e->ctx.store);
   free(p);
   return st;

@@ -88,8 +88,9 @@ static bool each_tcp(void (*fn)(unsigned port, unsigned state, void *user),
     while (fgets(line, sizeof(line), f) != NULL) {
       unsigned port = 0, state = 0;
       unsigned long ino = 0;
-      if (sscanf(line, "%*d: %*[0-9A-Fa-f]:%X %*[0-9A-Fa-f]:%*X %X %*X:%*X "
-                       "%*X:%*X %*X %*u %*u %lu",
+      if (sscanf(line,
+                 "%*d: %*[0-9A-Fa-f]:%X %*[0-9A-Fa-f]:%*X %X %*X:%*X "
+                 "%*X:%*X %*X %*u %*u %lu",
                  &port, &state, &ino) != 3)
         continue;
       if (bsearch(&ino, mine, n, sizeof(*mine), cmp_ulong) != NULL)

@@ -11,7 +11,9 @@
 #include "wt/dtype.h"
 #include "wt/trainer.h"
 
-void wt_bindings_free(void *p) { free(p); }
+void wt_bindings_free(void *p) {
+  free(p);
+}
 
 wt_status *wt_bindings_client_new(const char *const *targets, size_t n,
                                   int64_t timeout_ms, int64_t data_timeout_ms,
@@ -37,7 +39,8 @@ wt_status *wt_bindings_client_new_with(wt_control_plane *cp, int64_t timeout_ms,
 
 /* `json` (wt's form, or vLLM's dict that `from_vllm` rewrites as wt's) as
  * a message of type `desc`; errors name `what`. */
-static wt_status *parse(const ProtobufCMessageDescriptor *desc, const char *json,
+static wt_status *parse(const ProtobufCMessageDescriptor *desc,
+                        const char *json,
                         wt_status *(*from_vllm)(const char *, char **),
                         const char *what, ProtobufCMessage **m) {
   char *as_wt = NULL;
@@ -47,27 +50,31 @@ static wt_status *parse(const ProtobufCMessageDescriptor *desc, const char *json
   return st;
 }
 
-wt_status *wt_bindings_init_transfer(wt_sync_client *c, const char *init_info_json,
+wt_status *wt_bindings_init_transfer(wt_sync_client *c,
+                                     const char *init_info_json,
                                      bool make_trainer, wt_trainer **trainer) {
   if (trainer) *trainer = NULL;
   ProtobufCMessage *m = NULL;
-  wt_status *st = parse(&wt__v1__weight_transfer_init_info__descriptor,
-                        init_info_json, wt_vllm_init_info_from_dict,
-                        "init_info", &m);
+  wt_status *st =
+      parse(&wt__v1__weight_transfer_init_info__descriptor, init_info_json,
+            wt_vllm_init_info_from_dict, "init_info", &m);
   if (st != NULL) return st;
-  st = wt_sync_client_init_transfer(c, (const Wt__V1__WeightTransferInitInfo *)m,
-                                    NULL, make_trainer ? trainer : NULL);
+  st =
+      wt_sync_client_init_transfer(c, (const Wt__V1__WeightTransferInitInfo *)m,
+                                   NULL, make_trainer ? trainer : NULL);
   wt_pb_free(m);
   return st;
 }
 
-wt_status *wt_bindings_update_info(wt_sync_client *c, const char *update_info_json) {
+wt_status *wt_bindings_update_info(wt_sync_client *c,
+                                   const char *update_info_json) {
   ProtobufCMessage *m = NULL;
-  wt_status *st = parse(&wt__v1__weight_transfer_update_info__descriptor,
-                        update_info_json, wt_vllm_update_info_from_dict,
-                        "update_info", &m);
+  wt_status *st =
+      parse(&wt__v1__weight_transfer_update_info__descriptor, update_info_json,
+            wt_vllm_update_info_from_dict, "update_info", &m);
   if (st != NULL) return st;
-  st = wt_sync_client_update_plain(c, (const Wt__V1__WeightTransferUpdateInfo *)m);
+  st = wt_sync_client_update_plain(c,
+                                   (const Wt__V1__WeightTransferUpdateInfo *)m);
   wt_pb_free(m);
   return st;
 }
@@ -91,15 +98,18 @@ static wt_status *backend_init_info(const char *backend,
   /* The options as an init info's map: {"options": {...}}. */
   size_t n = options_json ? strlen(options_json) : 0;
   char *wrapped = malloc(n + 16);
-  if (wrapped == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+  if (wrapped == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
   snprintf(wrapped, n + 16, "{\"options\":%s}", n ? options_json : "{}");
   ProtobufCMessage *m = NULL;
-  wt_status *st = wt_pb_from_json(&wt__v1__weight_transfer_init_info__descriptor,
-                                  wrapped, "config", &m);
+  wt_status *st = wt_pb_from_json(
+      &wt__v1__weight_transfer_init_info__descriptor, wrapped, "config", &m);
   free(wrapped);
   if (st != NULL) return st;
-  const Wt__V1__WeightTransferInitInfo *w = (const Wt__V1__WeightTransferInitInfo *)m;
-  wt_backend_option *opts = calloc(w->n_options ? w->n_options : 1, sizeof(*opts));
+  const Wt__V1__WeightTransferInitInfo *w =
+      (const Wt__V1__WeightTransferInitInfo *)m;
+  wt_backend_option *opts =
+      calloc(w->n_options ? w->n_options : 1, sizeof(*opts));
   if (opts == NULL) {
     st = wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
   } else {
@@ -115,7 +125,8 @@ static wt_status *backend_init_info(const char *backend,
 }
 
 wt_status *wt_bindings_trainer_init_info(const char *backend,
-                                         const char *options_json, char **json) {
+                                         const char *options_json,
+                                         char **json) {
   *json = NULL;
   Wt__V1__WeightTransferInitInfo *info = NULL;
   wt_status *st = backend_init_info(backend, options_json, &info);
@@ -168,8 +179,9 @@ wt_status *wt_bindings_client_init_info(wt_sync_client *c, char **json) {
   *json = NULL;
   const Wt__V1__WeightTransferInitInfo *info = wt_sync_client_init_info(c);
   if (info == NULL)
-    return wt_status_new(WT_FAILED_PRECONDITION,
-                         "init_info: the client has not initialized a transfer");
+    return wt_status_new(
+        WT_FAILED_PRECONDITION,
+        "init_info: the client has not initialized a transfer");
   return wt_pb_to_json(&info->base, json);
 }
 

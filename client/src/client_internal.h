@@ -47,9 +47,8 @@ WT_HIDDEN wt_status *wt_fan_start(const wt_control_plane *cp,
 WT_HIDDEN wt_status *wt_fan_wait(const wt_control_plane *cp, bool cancel,
                                  wt_fan *f);
 /* wt_fan_start, then wt_fan_wait. */
-WT_HIDDEN wt_status *wt_fan_out(const wt_control_plane *cp,
-                                wt_control_method m, int64_t deadline_ms,
-                                wt_fan *f);
+WT_HIDDEN wt_status *wt_fan_out(const wt_control_plane *cp, wt_control_method m,
+                                int64_t deadline_ms, wt_fan *f);
 
 /* What runs on the trainer's side while every server's UpdateWeights is
  * pending (wt_fan_around). */
@@ -74,10 +73,10 @@ typedef struct wt_fan_sender {
  * first server's; NULL when every server answered OK. */
 WT_HIDDEN wt_status *wt_fan_around(const wt_control_plane *cp,
                                    const ProtobufCMessage *const *reqs,
-                                   int64_t deadline_ms,
-                                   const wt_fan_sender *s);
+                                   int64_t deadline_ms, const wt_fan_sender *s);
 
-/* ---- vLLM's dicts (control_vllm.c) ---------------------------------------- */
+/* ---- vLLM's dicts (control_vllm.c) ----------------------------------------
+ */
 
 /* Request `req` of method `m` as the JSON an unmodified vLLM worker's route
  * takes (wt/bindings.h, WT_CONTROL_VLLM_DICTS); *out malloc'd. */
@@ -92,7 +91,8 @@ WT_HIDDEN wt_status *wt_vllm_request_json(wt_control_method m,
  * TCPStore rendezvous (master_address, master_port) or a field vLLM's
  * dataclass lacks is INVALID_ARGUMENT naming the field. */
 WT_HIDDEN wt_status *wt_vllm_init_info_from_dict(const char *json, char **out);
-WT_HIDDEN wt_status *wt_vllm_update_info_from_dict(const char *json, char **out);
+WT_HIDDEN wt_status *wt_vllm_update_info_from_dict(const char *json,
+                                                   char **out);
 
 /* ---- the client (sync_client.c) ------------------------------------------ */
 

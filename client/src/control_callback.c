@@ -79,7 +79,8 @@ void wt_control_reply_ok(wt_control_reply *r, const char *response_json) {
           response_json && *response_json ? response_json : "{}");
 }
 
-void wt_control_reply_error(wt_control_reply *r, int code, const char *message) {
+void wt_control_reply_error(wt_control_reply *r, int code,
+                            const char *message) {
   if (r != NULL)
     reply((wt_control_call *)r, code > 0 && code <= 16 ? code : WT_UNKNOWN,
           message ? message : "");
@@ -93,8 +94,9 @@ static void *call_main(void *arg) {
   if (!c->replied) {
     c->replied = true;
     c->code = WT_INTERNAL;
-    c->response = strdup("the control plane's callback returned without an "
-                         "answer");
+    c->response = strdup(
+        "the control plane's callback returned without an "
+        "answer");
   }
   c->done = true;
   pthread_cond_broadcast(&c->cv);
@@ -106,7 +108,9 @@ static void *call_main(void *arg) {
   return NULL;
 }
 
-static size_t cb_server_count(void *self) { return ((cb_plane *)self)->n; }
+static size_t cb_server_count(void *self) {
+  return ((cb_plane *)self)->n;
+}
 
 static const char *cb_target(void *self, size_t k) {
   cb_plane *p = self;
@@ -203,11 +207,12 @@ static wt_status *cb_call_wait(void *self, wt_control_call *c,
   bool cancelled = c->cancelled;
   pthread_mutex_unlock(&c->mu);
   if (!done) {
-    st = cancelled ? wt_status_new(WT_CANCELLED, "%s %s: cancelled", target, method)
-                   : wt_status_new(WT_DEADLINE_EXCEEDED,
-                                   "%s %s: no answer from the control plane in "
-                                   "time",
-                                   target, method);
+    st = cancelled
+             ? wt_status_new(WT_CANCELLED, "%s %s: cancelled", target, method)
+             : wt_status_new(WT_DEADLINE_EXCEEDED,
+                             "%s %s: no answer from the control plane in "
+                             "time",
+                             target, method);
   } else if (text == NULL) {
     st = wt_status_new(WT_RESOURCE_EXHAUSTED, "%s %s: out of memory", target,
                        method);
@@ -217,17 +222,20 @@ static wt_status *cb_call_wait(void *self, wt_control_call *c,
     ProtobufCMessage *r = NULL;
     st = wt_pb_from_json(wt_control_response_type(c->m), text, "response", &r);
     if (st != NULL) {
-      st = wt_status_prefix(st, "%s %s: the control plane's answer", target, method);
+      st = wt_status_prefix(st, "%s %s: the control plane's answer", target,
+                            method);
     } else {
       if (c->m == WT_CONTROL_INIT) {
         /* A plane that raises on failure (vLLM's) answers nothing: no
          * reason given is ready. */
         Wt__V1__InitWeightTransferEngineResponse *i =
             (Wt__V1__InitWeightTransferEngineResponse *)r;
-        if (!i->ready && (i->message == NULL || *i->message == '\0')) i->ready = true;
+        if (!i->ready && (i->message == NULL || *i->message == '\0'))
+          i->ready = true;
       }
       if (c->m == WT_CONTROL_START) {
-        Wt__V1__StartWeightUpdateResponse *s = (Wt__V1__StartWeightUpdateResponse *)r;
+        Wt__V1__StartWeightUpdateResponse *s =
+            (Wt__V1__StartWeightUpdateResponse *)r;
         if (s->round_id == 0) {
           pthread_mutex_lock(&p->mu);
           s->round_id = ++p->next_round;

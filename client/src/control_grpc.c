@@ -12,7 +12,8 @@
 #include "wt/log.h"
 #include "wt/secure.h"
 
-/* ---- the methods ---------------------------------------------------------- */
+/* ---- the methods ----------------------------------------------------------
+ */
 
 static const struct {
   const char *name;
@@ -20,8 +21,9 @@ static const struct {
 } methods[WT_CONTROL_METHODS] = {
     [WT_CONTROL_WORLD_SIZE] = {"GetWorldSize",
                                &wt__v1__get_world_size_response__descriptor},
-    [WT_CONTROL_INIT] = {"InitWeightTransferEngine",
-                         &wt__v1__init_weight_transfer_engine_response__descriptor},
+    [WT_CONTROL_INIT] =
+        {"InitWeightTransferEngine",
+         &wt__v1__init_weight_transfer_engine_response__descriptor},
     [WT_CONTROL_START] = {"StartWeightUpdate",
                           &wt__v1__start_weight_update_response__descriptor},
     [WT_CONTROL_UPDATE] = {"UpdateWeights",
@@ -69,7 +71,8 @@ void wt_control_plane_destroy(wt_control_plane *cp) {
   cp->self = NULL;
 }
 
-/* ---- gRPC ----------------------------------------------------------------- */
+/* ---- gRPC -----------------------------------------------------------------
+ */
 
 typedef struct grpc_plane {
   size_t n;
@@ -92,9 +95,9 @@ static wt_rpc_channel *plane_channel(void *self, size_t k) {
 }
 
 static wt_status *plane_call_start(void *self, size_t k, wt_control_method m,
-                                  const ProtobufCMessage *request,
-                                  int64_t deadline_ms,
-                                  wt_control_call **call) {
+                                   const ProtobufCMessage *request,
+                                   int64_t deadline_ms,
+                                   wt_control_call **call) {
   grpc_plane *g = self;
   char path[96];
   *call = NULL;
@@ -110,7 +113,8 @@ static wt_status *plane_call_start(void *self, size_t k, wt_control_method m,
   return st;
 }
 
-static bool plane_call_done(void *self, wt_control_call *call, int64_t wait_ms) {
+static bool plane_call_done(void *self, wt_control_call *call,
+                            int64_t wait_ms) {
   (void)self;
   wt_rpc_pending *p = (wt_rpc_pending *)call;
   return wait_ms > 0 ? wt_rpc_pending_done_within(p, wait_ms)
@@ -123,7 +127,7 @@ static void plane_call_cancel(void *self, wt_control_call *call) {
 }
 
 static wt_status *plane_call_wait(void *self, wt_control_call *call,
-                                 ProtobufCMessage **response) {
+                                  ProtobufCMessage **response) {
   (void)self;
   return wt_rpc_pending_wait((wt_rpc_pending *)call, response);
 }

@@ -34,8 +34,8 @@ static wt_status *dump(json_t *o, const char *what, char **out) {
   char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
   json_decref(o);
   if (s == NULL)
-    return wt_status_new(WT_RESOURCE_EXHAUSTED, "%s as vLLM's dict: out of memory",
-                         what);
+    return wt_status_new(WT_RESOURCE_EXHAUSTED,
+                         "%s as vLLM's dict: out of memory", what);
   *out = s;
   return NULL;
 }
@@ -44,8 +44,9 @@ static wt_status *init_dict(const Wt__V1__InitWeightTransferEngineRequest *r,
                             char **out) {
   const Wt__V1__WeightTransferInitInfo *i = r->init_info;
   const char *backend = i && i->backend ? i->backend : "";
-  if (i == NULL || i->backend_init_case !=
-                       WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_NCCL ||
+  if (i == NULL ||
+      i->backend_init_case !=
+          WT__V1__WEIGHT_TRANSFER_INIT_INFO__BACKEND_INIT_NCCL ||
       i->nccl == NULL)
     return wt_status_new(
         WT_INVALID_ARGUMENT,
@@ -64,17 +65,18 @@ static wt_status *init_dict(const Wt__V1__InitWeightTransferEngineRequest *r,
   uint32_t num_buffers = 0;
   wt_status *st = wt_nccl_packing(n, &buffer_bytes, &num_buffers);
   if (st != NULL) return st;
-  json_t *info = json_pack("{s:s, s:I, s:I, s:b, s:I, s:I}", "nccl_unique_id_b64",
-                           b64, "rank_offset", (json_int_t)i->rank_offset,
-                           "world_size", (json_int_t)i->world_size, "packed",
-                           (int)n->packed, "packed_buffer_size_bytes",
-                           (json_int_t)buffer_bytes, "packed_num_buffers",
-                           (json_int_t)num_buffers);
+  json_t *info =
+      json_pack("{s:s, s:I, s:I, s:b, s:I, s:I}", "nccl_unique_id_b64", b64,
+                "rank_offset", (json_int_t)i->rank_offset, "world_size",
+                (json_int_t)i->world_size, "packed", (int)n->packed,
+                "packed_buffer_size_bytes", (json_int_t)buffer_bytes,
+                "packed_num_buffers", (json_int_t)num_buffers);
   return dump(info ? json_pack("{s:o}", "init_info", info) : NULL,
               "InitWeightTransferEngine", out);
 }
 
-static wt_status *update_dict(const Wt__V1__UpdateWeightsRequest *r, char **out) {
+static wt_status *update_dict(const Wt__V1__UpdateWeightsRequest *r,
+                              char **out) {
   const Wt__V1__WeightTransferUpdateInfo *u = r->update_info;
   json_t *names = json_array(), *dtypes = json_array(), *shapes = json_array();
   for (size_t k = 0; u && k < u->n_names; k++)
@@ -93,12 +95,13 @@ static wt_status *update_dict(const Wt__V1__UpdateWeightsRequest *r, char **out)
               "UpdateWeights", out);
 }
 
-wt_status *wt_vllm_request_json(wt_control_method m, const ProtobufCMessage *req,
-                                char **out) {
+wt_status *wt_vllm_request_json(wt_control_method m,
+                                const ProtobufCMessage *req, char **out) {
   *out = NULL;
   switch (m) {
     case WT_CONTROL_INIT:
-      return init_dict((const Wt__V1__InitWeightTransferEngineRequest *)req, out);
+      return init_dict((const Wt__V1__InitWeightTransferEngineRequest *)req,
+                       out);
     case WT_CONTROL_UPDATE:
       return update_dict((const Wt__V1__UpdateWeightsRequest *)req, out);
     case WT_CONTROL_FINISH: {
@@ -106,7 +109,8 @@ wt_status *wt_vllm_request_json(wt_control_method m, const ProtobufCMessage *req
           (const Wt__V1__FinishWeightUpdateRequest *)req;
       json_t *o = json_object();
       if (o && f->weight_version && *f->weight_version)
-        json_object_set_new(o, "weight_version", json_string(f->weight_version));
+        json_object_set_new(o, "weight_version",
+                            json_string(f->weight_version));
       return dump(o, "FinishWeightUpdate", out);
     }
     default:
@@ -133,17 +137,17 @@ static int has_any(json_t *o, const char *const *keys) {
 
 wt_status *wt_vllm_init_info_from_dict(const char *json, char **out) {
   *out = NULL;
-  static const char *const vllm_keys[] = {"nccl_unique_id_b64", "master_address",
-                                          "master_port", NULL};
+  static const char *const vllm_keys[] = {
+      "nccl_unique_id_b64", "master_address", "master_port", NULL};
   /* Every field of vLLM's NCCLWeightTransferInitInfo in unique-id mode. */
-  static const char *const known[] = {"nccl_unique_id_b64", "packed",
-                                      "packed_buffer_size_bytes",
-                                      "packed_num_buffers", "rank_offset",
-                                      "world_size", "master_address",
-                                      "master_port", NULL};
+  static const char *const known[] = {
+      "nccl_unique_id_b64", "packed",      "packed_buffer_size_bytes",
+      "packed_num_buffers", "rank_offset", "world_size",
+      "master_address",     "master_port", NULL};
   json_error_t e;
   json_t *in = json_loads(json ? json : "", JSON_REJECT_DUPLICATES, &e);
-  if (!json_is_object(in) || json_object_get(in, "backend") || !has_any(in, vllm_keys)) {
+  if (!json_is_object(in) || json_object_get(in, "backend") ||
+      !has_any(in, vllm_keys)) {
     json_decref(in);
     return NULL; /* wt's own form (or not JSON: wt_pb_from_json says why) */
   }
@@ -182,9 +186,11 @@ wt_status *wt_vllm_init_info_from_dict(const char *json, char **out) {
   }
   /* wt's JSON carries bytes as standard base64 too: the id goes as it is. */
   json_t *nccl = json_pack("{s:O}", "nccl_unique_id", id);
-  json_t *o = nccl ? json_pack("{s:s, s:o}", "backend", "nccl", "nccl", nccl) : NULL;
+  json_t *o =
+      nccl ? json_pack("{s:s, s:o}", "backend", "nccl", "nccl", nccl) : NULL;
   json_object_foreach(in, key, v) {
-    if (o == NULL || json_is_null(v) || strcmp(key, "nccl_unique_id_b64") == 0 ||
+    if (o == NULL || json_is_null(v) ||
+        strcmp(key, "nccl_unique_id_b64") == 0 ||
         strcmp(key, "master_address") == 0 || strcmp(key, "master_port") == 0)
       continue;
     if (strcmp(key, "rank_offset") == 0 || strcmp(key, "world_size") == 0)

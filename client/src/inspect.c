@@ -46,7 +46,8 @@ wt_status *wt_sync_client_list_parameters(wt_sync_client *c, size_t k,
     req.page_token = token ? token : (char *)"";
     WT_CHECK(wt_rpc_unary(ch, METHOD("ListParameters"), &req.base,
                           &wt__v1__list_parameters_response__descriptor,
-                          wt_sync_client_timeout_ms(c), (ProtobufCMessage **)&resp));
+                          wt_sync_client_timeout_ms(c),
+                          (ProtobufCMessage **)&resp));
     if (count + resp->n_parameters > cap) {
       size_t ncap = cap ? cap : 64;
       while (ncap < count + resp->n_parameters) ncap *= 2;
@@ -114,7 +115,8 @@ wt_status *wt_sync_client_get_version(wt_sync_client *c, size_t k,
   memset(out, 0, sizeof(*out));
   WT_CHECK(wt_sync_client_reader_channel(c, k, "GetWeightVersion", &ch));
   WT_CHECK(wt_rpc_unary(ch, METHOD("GetWeightVersion"), &req.base,
-                        &wt__v1__weight_version__descriptor, wt_sync_client_timeout_ms(c),
+                        &wt__v1__weight_version__descriptor,
+                        wt_sync_client_timeout_ms(c),
                         (ProtobufCMessage **)&resp));
   WT_CHECK(version_from_pb(resp, out));
 out:
@@ -133,9 +135,8 @@ wt_status *wt_sync_client_watch(wt_sync_client *c, size_t k,
   ProtobufCMessage *msg = NULL;
   wt_weight_version v = {0};
   WT_CHECK(wt_sync_client_reader_channel(c, k, "WatchWeightVersion", &ch));
-  WT_CHECK(wt_rpc_server_stream_open(ch,
-                                     METHOD("WatchWeightVersion"), &req.base,
-                                     deadline_ms, &s));
+  WT_CHECK(wt_rpc_server_stream_open(ch, METHOD("WatchWeightVersion"),
+                                     &req.base, deadline_ms, &s));
   for (;;) {
     bool done = false;
     WT_CHECK(wt_rpc_server_stream_read(s, &wt__v1__weight_version__descriptor,
@@ -182,7 +183,8 @@ wt_status *wt_sync_client_checksums(wt_sync_client *c, size_t k,
   req.all_workers = all_workers;
   WT_CHECK(wt_rpc_unary(ch, METHOD("ChecksumWeights"), &req.base,
                         &wt__v1__checksum_weights_response__descriptor,
-                        wt_sync_client_data_timeout_ms(c), (ProtobufCMessage **)&resp));
+                        wt_sync_client_data_timeout_ms(c),
+                        (ProtobufCMessage **)&resp));
   sums = calloc(resp->n_checksums > 0 ? resp->n_checksums : 1, sizeof(*sums));
   if (sums == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory for %zu checksums",
@@ -206,4 +208,3 @@ out:
   wt_pb_free(resp ? &resp->base : NULL);
   return st;
 }
-

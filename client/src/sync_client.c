@@ -24,12 +24,12 @@ struct wt_sync_client {
   size_t n;
   bool manual_reinit;
   /* Per server, in the arrays the trainer context points into. */
-  const char **targets;       /* the control plane's */
-  wt_rpc_channel **channels;  /* the control plane's; NULL entries if none */
-  uint32_t *world_sizes;      /* as last asked; 0 before */
-  uint32_t *rank_offsets;     /* 1 + the world sizes before */
-  uint64_t *round_ids;        /* 0: no round of ours in progress */
-  uint64_t *base_sequences;   /* the start's committed version (delta.md) */
+  const char **targets;      /* the control plane's */
+  wt_rpc_channel **channels; /* the control plane's; NULL entries if none */
+  uint32_t *world_sizes;     /* as last asked; 0 before */
+  uint32_t *rank_offsets;    /* 1 + the world sizes before */
+  uint64_t *round_ids;       /* 0: no round of ours in progress */
+  uint64_t *base_sequences;  /* the start's committed version (delta.md) */
   uint64_t *base_digests;
   wt_trainer_ctx ctx;
   /* The last successful init, for a re-init the client makes by itself:
@@ -202,8 +202,9 @@ wt_status *wt_sync_client_server_info(wt_sync_client *c, size_t k,
     WT_FAIL(WT_INVALID_ARGUMENT,
             "server index %zu: the client has %zu server(s)", k, c->n);
   if (!has(c, WT_CONTROL_SERVER_INFO))
-    WT_FAIL(WT_UNIMPLEMENTED, "%s GetServerInfo: the control plane '%s' has "
-                              "no such call",
+    WT_FAIL(WT_UNIMPLEMENTED,
+            "%s GetServerInfo: the control plane '%s' has "
+            "no such call",
             c->targets[k], c->cp.ops->name);
   WT_CHECK(c->cp.ops->call_start(c->cp.self, k, WT_CONTROL_SERVER_INFO,
                                  &req.base, c->ctx.control_timeout_ms, &call));
@@ -212,7 +213,8 @@ out:
   return st;
 }
 
-/* ---- world size ----------------------------------------------------------- */
+/* ---- world size -----------------------------------------------------------
+ */
 
 wt_status *wt_sync_client_world_size(wt_sync_client *c, uint32_t *world_size) {
   wt_status *st = NULL;
@@ -227,9 +229,9 @@ wt_status *wt_sync_client_world_size(wt_sync_client *c, uint32_t *world_size) {
   WT_CHECK(
       wt_fan_out(&c->cp, WT_CONTROL_WORLD_SIZE, c->ctx.control_timeout_ms, &f));
   for (size_t k = 0; k < c->n; k++) {
-    uint32_t ws =
-        f.resps[k] ? ((Wt__V1__GetWorldSizeResponse *)f.resps[k])->world_size
-                   : 1;
+    uint32_t ws = f.resps[k]
+                      ? ((Wt__V1__GetWorldSizeResponse *)f.resps[k])->world_size
+                      : 1;
     if (ws == 0)
       WT_FAIL(WT_FAILED_PRECONDITION, "%s: server reports world size 0",
               c->targets[k]);
@@ -245,7 +247,8 @@ out:
   return st;
 }
 
-/* ---- init ----------------------------------------------------------------- */
+/* ---- init -----------------------------------------------------------------
+ */
 
 /* Per-server copies of an init info: shallow, with the ranks set. */
 typedef struct init_copy {
@@ -301,8 +304,8 @@ static wt_status *init_servers(wt_sync_client *c,
     ic->info.rank_offset = c->rank_offsets[k];
     ic->info.world_size = world;
     if (ops && ops->server_init_info)
-      WT_CHECK(wt_status_prefix(ops->server_init_info(self, k, &ic->info),
-                                "%s", c->targets[k]));
+      WT_CHECK(wt_status_prefix(ops->server_init_info(self, k, &ic->info), "%s",
+                                c->targets[k]));
     wt__v1__init_weight_transfer_engine_request__init(&ic->req);
     ic->req.init_info = &ic->info;
     f.reqs[k] = &ic->req.base;
@@ -390,7 +393,8 @@ out:
   return st;
 }
 
-/* ---- start, abort, re-init ------------------------------------------------ */
+/* ---- start, abort, re-init ------------------------------------------------
+ */
 
 /* Whether a server whose failed start said FAILED_PRECONDITION has a worker
  * in needs_init (asked through GetServerInfo, where the plane has it);
@@ -541,7 +545,8 @@ wt_status *wt_sync_client_start(wt_sync_client *c) {
   return start_once(c, &again, why, sizeof(why));
 }
 
-/* ---- finish --------------------------------------------------------------- */
+/* ---- finish ---------------------------------------------------------------
+ */
 
 wt_status *wt_sync_client_finish(wt_sync_client *c,
                                  const char *weight_version) {
@@ -574,10 +579,11 @@ out:
   return st;
 }
 
-/* ---- the protocol's update_weights ------------------------------------------ */
+/* ---- the protocol's update_weights ------------------------------------------
+ */
 
-wt_status *wt_sync_client_update_plain(wt_sync_client *c,
-                                       const Wt__V1__WeightTransferUpdateInfo *info) {
+wt_status *wt_sync_client_update_plain(
+    wt_sync_client *c, const Wt__V1__WeightTransferUpdateInfo *info) {
   wt_status *st = NULL;
   wt_fan f = {0};
   Wt__V1__UpdateWeightsRequest *reqs = NULL;
@@ -600,7 +606,8 @@ wt_status *wt_sync_client_update_plain(wt_sync_client *c,
   if (st != NULL) {
     wt_status *ast = abort_rounds(c, wt_status_message(st), NULL);
     if (ast != NULL) {
-      WT_LOGW("client", "aborting the failed round: %s", wt_status_message(ast));
+      WT_LOGW("client", "aborting the failed round: %s",
+              wt_status_message(ast));
       wt_status_free(ast);
     }
   }
@@ -610,7 +617,8 @@ out:
   return st;
 }
 
-/* ---- update --------------------------------------------------------------- */
+/* ---- update ---------------------------------------------------------------
+ */
 
 /* Per-server update info from the source's metadata, plus the backend's
  * extras. Strings point into the source's metadata. */
@@ -699,9 +707,9 @@ static wt_status *update_with_calls(wt_sync_client *c, wt_trainer *t,
   for (size_t k = 0; k < c->n; k++) {
     Wt__V1__WeightTransferUpdateInfo *info = update_req_reset(c, &u, k);
     if (ops->update_info)
-      WT_CHECK(wt_status_prefix(
-          ops->update_info(wt_trainer_self(t), src, k, info), "%s",
-          c->targets[k]));
+      WT_CHECK(
+          wt_status_prefix(ops->update_info(wt_trainer_self(t), src, k, info),
+                           "%s", c->targets[k]));
   }
   send_args a = {.t = t, .src = src, .progress = progress, .user = user};
   wt_fan_sender s = {.send = send_whole,

@@ -57,7 +57,8 @@ int wt_ctl_export_info(const char *path, uint32_t worker) {
          on_device ? "device memory (CUDA IPC)" : "host memory (read-only)");
   printf("regions:      %zu mapped\n", held);
   for (size_t i = 0; i < v->n_tensors && i < 3; i++)
-    printf("  %s %s, %" PRIu64 " bytes\n", shown(v->tensors[i].name, s1, sizeof(s1)),
+    printf("  %s %s, %" PRIu64 " bytes\n",
+           shown(v->tensors[i].name, s1, sizeof(s1)),
            shown(v->tensors[i].dtype, s2, sizeof(s2)), v->tensors[i].nbytes);
   if (v->n_tensors > 3) printf("  ... %zu more\n", v->n_tensors - 3);
   st = wt_consumer_release(c, v);

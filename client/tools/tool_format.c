@@ -45,8 +45,7 @@ void wt_tool_security_apply(const wt_tool_security *s, wt_client_options *o) {
   o->tls = s->tls_on ? &s->tls : NULL;
   o->token_file = s->token_file;
   const char *env = getenv("WT_TOKEN_FILE");
-  if (o->token_file == NULL && env != NULL && *env != '\0')
-    o->token_file = env;
+  if (o->token_file == NULL && env != NULL && *env != '\0') o->token_file = env;
   /* Where a server of this user keeps the tokens it generated. */
   o->runtime_base = getenv("XDG_RUNTIME_DIR");
 }

@@ -90,7 +90,8 @@ static void frame(FILE *f, const char *target, const Wt__V1__ServerInfo *in,
   for (size_t i = 0; i < in->n_workers && i < MAX_WORKERS_SHOWN; i++) {
     const Wt__V1__WorkerInfo *w = in->workers[i];
     char rate[40] = "-";
-    if (dt > 0 && prev->n == in->n_workers && w->bytes_received >= prev->bytes[i]) {
+    if (dt > 0 && prev->n == in->n_workers &&
+        w->bytes_received >= prev->bytes[i]) {
       double r = (double)(w->bytes_received - prev->bytes[i]) / dt;
       wt_tool_human_bytes((uint64_t)r, b2, sizeof(b2));
       snprintf(rate, sizeof(rate), "%s/s", b2);
@@ -103,10 +104,12 @@ static void frame(FILE *f, const char *target, const Wt__V1__ServerInfo *in,
             rate, eol);
     prev->bytes[i] = w->bytes_received;
   }
-  prev->n = in->n_workers < MAX_WORKERS_SHOWN ? in->n_workers : MAX_WORKERS_SHOWN;
+  prev->n =
+      in->n_workers < MAX_WORKERS_SHOWN ? in->n_workers : MAX_WORKERS_SHOWN;
   prev->at_ms = mono;
   fprintf(f, "%slast rounds (newest first):%s", eol, eol);
-  if (in->n_recent_rounds == 0) fprintf(f, "  (none yet)%s", eol);
+  if (in->n_recent_rounds == 0)
+    fprintf(f, "  (none yet)%s", eol);
   else
     fprintf(f, "  %-6s %-10s %-24s %-9s %-11s %s%s", "seq", "outcome",
             "version or cause", "took", "bytes", "ended", eol);
@@ -124,8 +127,8 @@ static void frame(FILE *f, const char *target, const Wt__V1__ServerInfo *in,
             took, wt_tool_human_bytes(r->bytes_received, b1, sizeof(b1)),
             clock_of(r->ended_unix_ms, t, sizeof(t)), eol);
   }
-  fprintf(f, "%s  %-12s %-8s %-8s %s%s", eol, "admission", "running",
-          "waiting", "refused since start", eol);
+  fprintf(f, "%s  %-12s %-8s %-8s %s%s", eol, "admission", "running", "waiting",
+          "refused since start", eol);
   for (size_t i = 0; i < in->n_admission; i++)
     fprintf(f, "  %-12s %-8u %-8u %" PRIu64 "%s", in->admission[i]->name,
             (unsigned)in->admission[i]->running,
@@ -164,15 +167,19 @@ int wt_ctl_top(wt_sync_client *c, int argc, char **argv) {
       interval = strtod(argv[++i], &end);
       if (end == argv[i] || *end || !isfinite(interval) || interval < 0.05 ||
           interval > 3600) {
-        fprintf(stderr, "wt-ctl: top: --interval '%s' is not a number of "
-                        "seconds from 0.05 to 3600\n", argv[i]);
+        fprintf(stderr,
+                "wt-ctl: top: --interval '%s' is not a number of "
+                "seconds from 0.05 to 3600\n",
+                argv[i]);
         return EXIT_USAGE;
       }
     } else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) {
       count = strtol(argv[++i], &end, 10);
       if (end == argv[i] || *end || count < 1) {
-        fprintf(stderr, "wt-ctl: top: --count '%s' is not a positive "
-                        "number\n", argv[i]);
+        fprintf(stderr,
+                "wt-ctl: top: --count '%s' is not a positive "
+                "number\n",
+                argv[i]);
         return EXIT_USAGE;
       }
     } else {

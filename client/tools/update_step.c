@@ -20,7 +20,8 @@ static double unit(uint64_t *s) {
 void wt_update_step(const wt_tensor_meta *m, void *data, double fraction,
                     uint64_t seed, uint64_t step) {
   uint64_t s = seed * 0x100000001b3ull ^ step * 0x9e3779b97f4a7c15ull;
-  for (const char *p = m->name; *p; p++) s = (s ^ (unsigned char)*p) * 0x100000001b3ull;
+  for (const char *p = m->name; *p; p++)
+    s = (s ^ (unsigned char)*p) * 0x100000001b3ull;
   unsigned char *b = data;
   if (fraction >= 1.0) { /* noise: every byte new */
     for (uint64_t i = 0; i < m->nbytes; i++) b[i] = (unsigned char)splitmix(&s);

@@ -35,31 +35,32 @@ int wt_ctl_top(wt_sync_client *c, int argc, char **argv);
 #define MAX_TIMEOUT_S 2592000
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: wt-ctl [--server HOST:PORT] [--timeout SECONDS] [TLS and "
-          "token options] COMMAND\n"
-          "\n"
-          "commands:\n"
-          "  info                       server, model, workers and version\n"
-          "  params [PREFIX]            parameters whose name starts with "
-          "PREFIX\n"
-          "  version                    the committed weight version\n"
-          "  watch [--count N]          print versions as they commit "
-          "(the current first, if any)\n"
-          "  checksum [--algo sha256|xxh3] [--all-workers] [NAME...]\n"
-          "                             digests of the committed bytes\n"
-          "  top [--interval SEC] [--count N]\n"
-          "                             a live view: version, the round in\n"
-          "                             progress per worker, last rounds,\n"
-          "                             admission (q or Ctrl-C ends it; not on\n"
-          "                             a terminal: N plain frames, default 1)\n"
-          "  export-info [--export] PATH [--worker W]\n"
-          "                             what a consumer of wt-server --export\n"
-          "                             PATH sees (acquires, then releases)\n"
-          "\n"
-          "  --server HOST:PORT         default 127.0.0.1:50051\n"
-          "  --timeout SECONDS          deadline of each call (default 30; "
-          "watch: none)\n" WT_TOOL_SECURITY_USAGE);
+  fprintf(
+      f,
+      "usage: wt-ctl [--server HOST:PORT] [--timeout SECONDS] [TLS and "
+      "token options] COMMAND\n"
+      "\n"
+      "commands:\n"
+      "  info                       server, model, workers and version\n"
+      "  params [PREFIX]            parameters whose name starts with "
+      "PREFIX\n"
+      "  version                    the committed weight version\n"
+      "  watch [--count N]          print versions as they commit "
+      "(the current first, if any)\n"
+      "  checksum [--algo sha256|xxh3] [--all-workers] [NAME...]\n"
+      "                             digests of the committed bytes\n"
+      "  top [--interval SEC] [--count N]\n"
+      "                             a live view: version, the round in\n"
+      "                             progress per worker, last rounds,\n"
+      "                             admission (q or Ctrl-C ends it; not on\n"
+      "                             a terminal: N plain frames, default 1)\n"
+      "  export-info [--export] PATH [--worker W]\n"
+      "                             what a consumer of wt-server --export\n"
+      "                             PATH sees (acquires, then releases)\n"
+      "\n"
+      "  --server HOST:PORT         default 127.0.0.1:50051\n"
+      "  --timeout SECONDS          deadline of each call (default 30; "
+      "watch: none)\n" WT_TOOL_SECURITY_USAGE);
 }
 
 static int fail(wt_status *st) {
@@ -118,8 +119,7 @@ static int cmd_info(wt_sync_client *c, int argc, char **argv) {
     printf("export:       %s, %u lease(s) open\n", info->export_path,
            (unsigned)info->lease_count);
     for (size_t i = 0; i < info->n_leases; i++)
-      printf("  lease:      pid %u (uid %u) on '%s' (sequence %" PRIu64
-             ")\n",
+      printf("  lease:      pid %u (uid %u) on '%s' (sequence %" PRIu64 ")\n",
              (unsigned)info->leases[i]->pid, (unsigned)info->leases[i]->uid,
              info->leases[i]->version, info->leases[i]->sequence);
   }
@@ -369,8 +369,10 @@ int main(int argc, char **argv) {
         char *end = NULL;
         unsigned long w = strtoul(args[++k], &end, 10);
         if (end == args[k] || *end != '\0' || w > UINT32_MAX) {
-          fprintf(stderr, "wt-ctl: export-info: --worker '%s' is not a worker "
-                          "index\n", args[k]);
+          fprintf(stderr,
+                  "wt-ctl: export-info: --worker '%s' is not a worker "
+                  "index\n",
+                  args[k]);
           return EXIT_USAGE;
         }
         worker = (uint32_t)w;
@@ -385,8 +387,9 @@ int main(int argc, char **argv) {
       }
     }
     if (path == NULL) {
-      fprintf(stderr, "wt-ctl: export-info: usage: export-info [--export] "
-                      "PATH [--worker W]\n");
+      fprintf(stderr,
+              "wt-ctl: export-info: usage: export-info [--export] "
+              "PATH [--worker W]\n");
       return EXIT_USAGE;
     }
     return wt_ctl_export_info(path, worker);

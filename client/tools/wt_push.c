@@ -175,9 +175,8 @@ static int opt_size(options *o, const char *name, const char *v) {
   uint64_t n = 0;
   if (!wt_parse_size(v, &n) || n == 0)
     return usage_error("--%s: '%s' is not a size (e.g. 1M)", name, v);
-  return add_option(o, strcmp(name, "chunk-size") == 0 ? "chunk_size"
-                                                       : "bucket_size",
-                    v);
+  return add_option(
+      o, strcmp(name, "chunk-size") == 0 ? "chunk_size" : "bucket_size", v);
 }
 
 static int opt_option(options *o, const char *name, const char *v) {
@@ -194,15 +193,15 @@ static int opt_option(options *o, const char *name, const char *v) {
  * default). */
 static int opt_seconds(options *o, const char *name, const char *v) {
   bool data = strcmp(name, "data-timeout") == 0;
-  double max = data ? 4000000 : MAX_TIMEOUT_S, *to =
-                                                   data ? &o->data_timeout_s
-                                                        : &o->timeout_s;
+  double max = data ? 4000000 : MAX_TIMEOUT_S,
+         *to = data ? &o->data_timeout_s : &o->timeout_s;
   char *end = NULL;
   *to = strtod(v, &end);
   if (end == v || *end || !isfinite(*to) || *to < 0.001 || *to > max)
-    return usage_error("--%s: '%s' is not a number of seconds from 0.001 to "
-                       "%.0f",
-                       name, v, max);
+    return usage_error(
+        "--%s: '%s' is not a number of seconds from 0.001 to "
+        "%.0f",
+        name, v, max);
   return 0;
 }
 
@@ -276,8 +275,7 @@ static const option_row rows[] = {
      "small-10k); default: the server's own, when it\nserves synthetic:NAME",
      opt_synthetic},
     {"seed", required_argument, "--seed N",
-     "synthetic contents seed (default: the server's sequence + 1)",
-     opt_seed},
+     "synthetic contents seed (default: the server's sequence + 1)", opt_seed},
     {"backend", required_argument, "--backend NAME",
      "transfer backend (default grpc)", opt_backend},
     {"version", required_argument, "--version STR",
@@ -300,8 +298,7 @@ static const option_row rows[] = {
      "own, 60 s)",
      opt_seconds},
     {"verify", optional_argument, "--verify[=ALGO]",
-     "compare checksums afterwards (sha256, the default, or xxh3)",
-     opt_verify},
+     "compare checksums afterwards (sha256, the default, or xxh3)", opt_verify},
     {"quiet", no_argument, "--quiet", "no progress output", opt_quiet},
     {"device", required_argument, "--device DEV",
      "cpu (default) or cuda:N: the update is loaded into that\nGPU's memory "
@@ -340,33 +337,34 @@ static const option_row rows[] = {
 #define NROWS (sizeof(rows) / sizeof(rows[0]))
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: wt-push [options]\n"
-             "Push one new version of the weights to wt servers.\n\n");
+  fprintf(f,
+          "usage: wt-push [options]\n"
+          "Push one new version of the weights to wt servers.\n\n");
   for (size_t i = 0; i < NROWS; i++) {
     const char *line = rows[i].help;
     bool first = true;
     while (*line) {
       size_t len = strcspn(line, "\n");
-      fprintf(f, "  %-20s %.*s\n", first ? rows[i].usage : "", (int)len,
-              line);
+      fprintf(f, "  %-20s %.*s\n", first ? rows[i].usage : "", (int)len, line);
       first = false;
       line += len + (line[len] == '\n');
     }
   }
-  fprintf(f, "  %-20s this text\n\n"
-             "Exit status: 0 ok, 1 transfer or verification failure, 2 "
-             "usage.\n",
+  fprintf(f,
+          "  %-20s this text\n\n"
+          "Exit status: 0 ok, 1 transfer or verification failure, 2 "
+          "usage.\n",
           "--help");
 }
 
 /* The ucx trainer's settings a user may keep in the environment, as the
  * options they are (given before --option, which therefore wins). */
 static int options_from_environment(options *o) {
-  static const char *const env[][2] = {{"WT_UCX_CONNECT", "connect"},
-                                       {"WT_UCX_PEER_ERRORS", "peer_errors"},
-                                       {"WT_UCX_FANOUT", "fanout"},
-                                       {"WT_UCX_SPLIT_TENSORS",
-                                        "split_tensors"}};
+  static const char *const env[][2] = {
+      {"WT_UCX_CONNECT", "connect"},
+      {"WT_UCX_PEER_ERRORS", "peer_errors"},
+      {"WT_UCX_FANOUT", "fanout"},
+      {"WT_UCX_SPLIT_TENSORS", "split_tensors"}};
   if (strcmp(o->backend, "ucx") != 0) return 0;
   for (size_t i = 0; i < sizeof(env) / sizeof(env[0]); i++) {
     const char *v = getenv(env[i][0]);
@@ -380,8 +378,8 @@ static int options_from_environment(options *o) {
 static int parse_args(int argc, char **argv, options *o) {
   struct option longs[NROWS + 2];
   for (size_t i = 0; i < NROWS; i++)
-    longs[i] = (struct option){rows[i].name, rows[i].has_arg, NULL,
-                               (int)(256 + i)};
+    longs[i] =
+        (struct option){rows[i].name, rows[i].has_arg, NULL, (int)(256 + i)};
   longs[NROWS] = (struct option){"help", no_argument, NULL, 'h'};
   longs[NROWS + 1] = (struct option){NULL, 0, NULL, 0};
   memset(o, 0, sizeof(*o));
@@ -648,8 +646,8 @@ static wt_status *hold_in_memory(run *r) {
   r->held = malloc(total ? total : 1);
   r->held_tensors = calloc(n ? n : 1, sizeof(*r->held_tensors));
   if (r->held == NULL || r->held_tensors == NULL)
-    WT_FAIL(WT_RESOURCE_EXHAUSTED, "--change: out of memory for the model (%"
-            PRIu64 " bytes)", total);
+    WT_FAIL(WT_RESOURCE_EXHAUSTED,
+            "--change: out of memory for the model (%" PRIu64 " bytes)", total);
   WT_CHECK(wt_source_rewind(r->src));
   uint64_t off = 0;
   for (size_t i = 0; i < n; i++) {
@@ -657,7 +655,8 @@ static wt_status *hold_in_memory(run *r) {
     bool done = false;
     WT_CHECK(wt_source_next(r->src, &t, &done));
     if (done) WT_FAIL(WT_INTERNAL, "--change: the source ended early");
-    if (t.nbytes) WT_CHECK(wt_source_read(r->src, &t, 0, r->held + off, t.nbytes));
+    if (t.nbytes)
+      WT_CHECK(wt_source_read(r->src, &t, 0, r->held + off, t.nbytes));
     r->held_tensors[i] = (wt_source_tensor){.name = metas[i].name,
                                             .dtype = metas[i].dtype,
                                             .ndim = metas[i].ndim,
@@ -720,8 +719,8 @@ static wt_status *run_source(run *r) {
   if (o->checkpoint)
     WT_CHECK(wt_source_checkpoint_open(o->checkpoint, &r->src));
   else
-    WT_CHECK(wt_source_synthetic(o->synthetic, o->have_seed ? o->seed : next_seq,
-                                 &r->src));
+    WT_CHECK(wt_source_synthetic(o->synthetic,
+                                 o->have_seed ? o->seed : next_seq, &r->src));
   if (o->change > 0) WT_CHECK(hold_in_memory(r));
   if (o->device != NULL && strcmp(o->device, "cpu") != 0) {
     wt_device dev;
@@ -746,8 +745,8 @@ static wt_source *push_source(const run *r) {
 /* Step 3: the backend builds its init info from the options; every server
  * inits, and the trainer engine is made. */
 static wt_status *run_init(run *r) {
-  wt_status *st = wt_trainer_init_info(r->o.backend, r->o.opts, r->o.nopts,
-                                       &r->init);
+  wt_status *st =
+      wt_trainer_init_info(r->o.backend, r->o.opts, r->o.nopts, &r->init);
   if (st != NULL) {
     if (wt_status_code(st) == WT_INVALID_ARGUMENT) r->usage_exit = EXIT_USAGE;
     return st;
@@ -792,8 +791,8 @@ static wt_status *run_round(run *r, uint64_t i, double *secs) {
   double t0 = now_s();
   WT_CHECK(wt_sync_client_start(r->c));
   ps.start = now_s();
-  st = wt_sync_client_update(r->c, r->trainer, push_source(r), on_progress,
-                             &ps);
+  st =
+      wt_sync_client_update(r->c, r->trainer, push_source(r), on_progress, &ps);
   if (ps.drawn) fputc('\n', stderr);
   if (st != NULL) goto out;
   double t_push = now_s() - ps.start;
@@ -814,7 +813,8 @@ static wt_status *run_round(run *r, uint64_t i, double *secs) {
     wt_status *dst = wt_trainer_delta_stats(r->trainer, &ds);
     if (dst == NULL && r->o.delta_set) {
       char w[32];
-      printf("  delta: %u server(s) took %" PRIu64 " bytes (%s) on the wire "
+      printf("  delta: %u server(s) took %" PRIu64
+             " bytes (%s) on the wire "
              "(%.1fx fewer than %" PRIu64 "), %u full; encode %.3f s\n",
              (unsigned)ds.delta_servers, ds.delta_wire_bytes,
              wt_tool_human_bytes(ds.delta_wire_bytes, w, sizeof(w)),
@@ -892,7 +892,8 @@ int main(int argc, char **argv) {
   if ((st = run_connect(&r)) == NULL && (st = run_source(&r)) == NULL &&
       (st = run_init(&r)) == NULL && (st = run_rounds(&r)) == NULL &&
       r.o.verify) {
-    long bad = verify(r.c, r.held_src ? r.held_src : r.src, r.o.verify_alg, &st);
+    long bad =
+        verify(r.c, r.held_src ? r.held_src : r.src, r.o.verify_alg, &st);
     if (bad != 0) exit_code = EXIT_FAIL;
   }
   if (st != NULL) {

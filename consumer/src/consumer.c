@@ -31,10 +31,10 @@
 #include "wt/v1/export.pb-c.h"
 
 #define MAX_RESPONSE (64u << 20) /* a manifest: about 500,000 tensors */
-#define UNPACK_FACTOR 8           /* what unpacking one may allocate */
-#define MAX_FDS 16    /* per frame; the server sends at most 2 */
-#define MAX_REGIONS 64 /* cached at once */
-#define KEEP_UNUSED 8  /* unreferenced mappings kept for later versions */
+#define UNPACK_FACTOR 8          /* what unpacking one may allocate */
+#define MAX_FDS 16               /* per frame; the server sends at most 2 */
+#define MAX_REGIONS 64           /* cached at once */
+#define KEEP_UNUSED 8 /* unreferenced mappings kept for later versions */
 #define REGION_ID_MAX 32
 
 typedef struct region {
@@ -52,7 +52,7 @@ typedef struct region {
 } region;
 
 typedef struct version_priv {
-  wt_consumer_version pub; /* first: the caller's pointer is this */
+  wt_consumer_version pub;      /* first: the caller's pointer is this */
   Wt__V1__ExportResponse *resp; /* owns the strings and shapes */
   wt_consumer_tensor *tensors;
   size_t *regions; /* indices into c->regions, one per manifest region */
@@ -73,7 +73,8 @@ struct wt_consumer {
   const wt_cuda_api *cuda;
 };
 
-/* ---- the socket ------------------------------------------------------------ */
+/* ---- the socket ------------------------------------------------------------
+ */
 
 typedef struct unpack_budget {
   size_t left;
@@ -126,7 +127,8 @@ static wt_status *send_request(wt_consumer *c, Wt__V1__ExportRequest *req,
   size_t off = 0, total = WT_FRAME_HEADER_BYTES + len;
   wt_status *st = NULL;
   while (off < total && st == NULL) {
-    ssize_t n = send(c->fd, buf + off, total - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n =
+        send(c->fd, buf + off, total - off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       off += (size_t)n;
     } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
@@ -167,7 +169,8 @@ static wt_status *recv_response(wt_consumer *c, int64_t deadline,
       char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
     } ctl;
     struct iovec iov = {.iov_base = chunk, .iov_len = want};
-    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1,
+    struct msghdr m = {.msg_iov = &iov,
+                       .msg_iovlen = 1,
                        .msg_control = ctl.buf,
                        .msg_controllen = sizeof(ctl.buf)};
     ssize_t n = recvmsg(c->fd, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
@@ -188,14 +191,14 @@ static wt_status *recv_response(wt_consumer *c, int64_t deadline,
       }
     }
     if (n <= 0) {
-      st = broken(c, n == 0 ? wt_status_new(
-                                  WT_UNAVAILABLE,
-                                  "export %s: the server closed the connection "
-                                  "(a peer it does not let in is closed at "
-                                  "once: see --export-allow-uid)",
-                                  c->path)
-                            : wt_status_from_errno(errno, "export %s: recvmsg",
-                                                   c->path));
+      st = broken(
+          c, n == 0
+                 ? wt_status_new(WT_UNAVAILABLE,
+                                 "export %s: the server closed the connection "
+                                 "(a peer it does not let in is closed at "
+                                 "once: see --export-allow-uid)",
+                                 c->path)
+                 : wt_status_from_errno(errno, "export %s: recvmsg", c->path));
     } else if ((m.msg_flags & MSG_CTRUNC) != 0) {
       st = broken(c, wt_status_new(WT_INTERNAL,
                                    "export %s: more descriptors than a frame "
@@ -234,8 +237,8 @@ static wt_status *recv_response(wt_consumer *c, int64_t deadline,
 
 /* One request and its answer (an error answer becomes a status). */
 static wt_status *call(wt_consumer *c, Wt__V1__ExportRequest *req,
-                       uint32_t wait_ms, Wt__V1__ExportResponse **out,
-                       int *fds, size_t *nfds) {
+                       uint32_t wait_ms, Wt__V1__ExportResponse **out, int *fds,
+                       size_t *nfds) {
   *out = NULL;
   *nfds = 0;
   if (c->broken)
@@ -255,11 +258,10 @@ static wt_status *call(wt_consumer *c, Wt__V1__ExportRequest *req,
                                  " while request %" PRIu64 " waits",
                                  c->path, r->request_id, req->request_id));
   else if (r->result_case == WT__V1__EXPORT_RESPONSE__RESULT_ERROR)
-    st = wt_status_new(r->error->code > 0 && r->error->code <= 16
-                           ? (wt_code)r->error->code
-                           : WT_UNKNOWN,
-                       "export %s: %s", c->path,
-                       r->error->message ? r->error->message : "");
+    st = wt_status_new(
+        r->error->code > 0 && r->error->code <= 16 ? (wt_code)r->error->code
+                                                   : WT_UNKNOWN,
+        "export %s: %s", c->path, r->error->message ? r->error->message : "");
   if (st != NULL) {
     wt__v1__export_response__free_unpacked(r, NULL);
     *out = NULL;
@@ -269,9 +271,11 @@ static wt_status *call(wt_consumer *c, Wt__V1__ExportRequest *req,
   return st;
 }
 
-/* ---- connect and close --------------------------------------------------------- */
+/* ---- connect and close
+ * --------------------------------------------------------- */
 
-wt_status *wt_consumer_connect(const char *path, const wt_consumer_options *opts,
+wt_status *wt_consumer_connect(const char *path,
+                               const wt_consumer_options *opts,
                                wt_consumer **out) {
   if (out == NULL)
     return wt_status_new(WT_INVALID_ARGUMENT, "consumer: 'out' is NULL");
@@ -311,7 +315,8 @@ wt_status *wt_consumer_connect(const char *path, const wt_consumer_options *opts
              cr.uid != me)
       st = wt_status_new(WT_PERMISSION_DENIED,
                          "export %s: served by uid %u (pid %d), not by uid "
-                         "%" PRId64 " or root: not a wt-server this consumer "
+                         "%" PRId64
+                         " or root: not a wt-server this consumer "
                          "trusts (see wt_consumer_options.server_uid)",
                          path, (unsigned)cr.uid, (int)cr.pid, want);
   }
@@ -322,8 +327,7 @@ wt_status *wt_consumer_connect(const char *path, const wt_consumer_options *opts
                          "the CUDA module's table is version %u, registering "
                          "host memory needs 3",
                          c->cuda->version);
-    if (st != NULL)
-      st = wt_status_prefix(st, "consumer: register_host");
+    if (st != NULL) st = wt_status_prefix(st, "consumer: register_host");
   }
   if (st != NULL) {
     wt_consumer_close(c);
@@ -347,8 +351,10 @@ static void region_drop(wt_consumer *c, region *r) {
 
 static void version_free(wt_consumer *c, version_priv *v) {
   for (size_t i = 0; i < v->nregions; i++) c->regions[v->regions[i]].refs--;
-  if (v->prev) v->prev->next = v->next;
-  else c->versions = v->next;
+  if (v->prev)
+    v->prev->next = v->next;
+  else
+    c->versions = v->next;
   if (v->next) v->next->prev = v->prev;
   wt__v1__export_response__free_unpacked(v->resp, NULL);
   free(v->tensors);
@@ -372,7 +378,8 @@ void wt_consumer_region_counts(const wt_consumer *c, uint64_t *mapped,
   if (held) *held = c ? c->nregions : 0;
 }
 
-/* ---- regions ------------------------------------------------------------------- */
+/* ---- regions
+ * ------------------------------------------------------------------- */
 
 /* Unmaps regions no version points into, oldest first, beyond KEEP_UNUSED
  * (a server that restarted has new ones; the old ones would pile up). */
@@ -414,8 +421,9 @@ static wt_status *find_gpu(wt_consumer *c, const char *uuid, int *out) {
 static wt_status *region_open(wt_consumer *c, const Wt__V1__ExportRegion *m,
                               const int *fds, size_t nfds, size_t *out) {
   if (m->region_id.len == 0 || m->region_id.len > REGION_ID_MAX)
-    return wt_status_new(WT_INTERNAL, "region %" PRIu32 ": region_id of %zu bytes",
-                         m->index, m->region_id.len);
+    return wt_status_new(WT_INTERNAL,
+                         "region %" PRIu32 ": region_id of %zu bytes", m->index,
+                         m->region_id.len);
   bool device = m->kind == WT__V1__EXPORT_REGION__KIND__DEVICE_CUDA_IPC;
   size_t slot = SIZE_MAX;
   for (size_t i = 0; i < MAX_REGIONS; i++) {
@@ -433,7 +441,8 @@ static wt_status *region_open(wt_consumer *c, const Wt__V1__ExportRegion *m,
   }
   if (slot == SIZE_MAX)
     return wt_status_new(WT_RESOURCE_EXHAUSTED,
-                         "region %" PRIu32 ": %d regions are mapped already "
+                         "region %" PRIu32
+                         ": %d regions are mapped already "
                          "(release versions)",
                          m->index, MAX_REGIONS);
   region r;
@@ -460,7 +469,8 @@ static wt_status *region_open(wt_consumer *c, const Wt__V1__ExportRegion *m,
     if (seals < 0 || (seals & need) != need ||
         (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) == 0)
       return wt_status_new(WT_PERMISSION_DENIED,
-                           "region %" PRIu32 ": its memfd is not sealed "
+                           "region %" PRIu32
+                           ": its memfd is not sealed "
                            "against shrinking, growing and writing (seals "
                            "0x%x); a server that shrank it would kill this "
                            "process: refused",
@@ -468,14 +478,16 @@ static wt_status *region_open(wt_consumer *c, const Wt__V1__ExportRegion *m,
     if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < m->size ||
         m->size > SIZE_MAX)
       return wt_status_new(WT_INTERNAL,
-                           "region %" PRIu32 ": its descriptor holds fewer "
+                           "region %" PRIu32
+                           ": its descriptor holds fewer "
                            "than its %" PRIu64 " bytes",
                            m->index, m->size);
     if (m->size > 0) {
       r.base = mmap(NULL, (size_t)m->size, PROT_READ, MAP_SHARED, fd, 0);
       if (r.base == MAP_FAILED)
-        return wt_status_from_errno(errno, "region %" PRIu32 ": mmap of %" PRIu64
-                                           " bytes", m->index, m->size);
+        return wt_status_from_errno(
+            errno, "region %" PRIu32 ": mmap of %" PRIu64 " bytes", m->index,
+            m->size);
       if (c->o.register_host) {
         st = c->cuda->host_register(r.base, (size_t)m->size, 1);
         if (st != NULL) {
@@ -502,7 +514,8 @@ static wt_status *region_open(wt_consumer *c, const Wt__V1__ExportRegion *m,
     r.start = m->handle_offset;
   } else {
     return wt_status_new(WT_UNIMPLEMENTED,
-                         "region %" PRIu32 ": kind %d is not one this library "
+                         "region %" PRIu32
+                         ": kind %d is not one this library "
                          "knows (a newer server?)",
                          m->index, (int)m->kind);
   }
@@ -515,7 +528,8 @@ static wt_status *region_open(wt_consumer *c, const Wt__V1__ExportRegion *m,
   return NULL;
 }
 
-/* ---- acquire and release ---------------------------------------------------------- */
+/* ---- acquire and release
+ * ---------------------------------------------------------- */
 
 static wt_status *build(wt_consumer *c, version_priv *v, const int *fds,
                         size_t nfds) {
@@ -613,7 +627,8 @@ wt_status *wt_consumer_acquire(wt_consumer *c, const wt_acquire_options *opts,
     /* The lease is the server's to end: the connection is unusable now. */
     version_free(c, v);
     trim(c);
-    return broken(c, wt_status_prefix(st, "export %s: a bad manifest", c->path));
+    return broken(c,
+                  wt_status_prefix(st, "export %s: a bad manifest", c->path));
   }
   trim(c);
   *out = &v->pub;

@@ -9,9 +9,8 @@
 #include "wt/log.h"
 
 /* The one registry of the process: global by design (DESIGN.md). */
-static wt_registry_once registry =
-    WT_REGISTRY_ONCE_INIT("worker engine", WT_ENGINE_ABI_VERSION,
-                          wt_engine_register_builtins);
+static wt_registry_once registry = WT_REGISTRY_ONCE_INIT(
+    "worker engine", WT_ENGINE_ABI_VERSION, wt_engine_register_builtins);
 
 static void build(void) {
   wt_registry_once_build(&registry);
@@ -43,8 +42,7 @@ out:
 /* The backend of "BACKEND.KEY" into name[], and the KEY. */
 static const char *split_key(const char *key, char *name, size_t cap) {
   const char *dot = key ? strchr(key, '.') : NULL;
-  if (dot == NULL || dot == key || dot[1] == '\0' ||
-      (size_t)(dot - key) >= cap)
+  if (dot == NULL || dot == key || dot[1] == '\0' || (size_t)(dot - key) >= cap)
     return NULL;
   memcpy(name, key, (size_t)(dot - key));
   name[dot - key] = '\0';
@@ -63,11 +61,12 @@ wt_status *wt_engine_options_for(const char *backend,
   wt_backend_option *mine = calloc(count, sizeof(*mine));
   if (mine == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED,
-                         "backend '%s': out of memory for its options", backend);
+                         "backend '%s': out of memory for its options",
+                         backend);
   for (size_t i = 0; i < n; i++)
     if (strncmp(opts[i].key, backend, len) == 0 && opts[i].key[len] == '.')
-      mine[(*nout)++] = (wt_backend_option){opts[i].key + len + 1,
-                                            opts[i].value};
+      mine[(*nout)++] =
+          (wt_backend_option){opts[i].key + len + 1, opts[i].value};
   *out = mine;
   return NULL;
 }
@@ -101,7 +100,8 @@ wt_status *wt_engine_options_check(wt_registry *reg,
       static const char *const none[] = {NULL};
       st = wt_option_unknown(name, &mine[0], none);
     }
-    if (st != NULL) st = wt_status_prefix(st, "engine option '%s'", opts[i].key);
+    if (st != NULL)
+      st = wt_status_prefix(st, "engine option '%s'", opts[i].key);
     free(mine);
     mine = NULL;
   }

@@ -101,11 +101,12 @@ struct wt_export {
   wt_log_limit log_limit; /* the export thread's */
 };
 
-#define note(e, fmt, ...)                                                      \
-  wt_log_limited(&(e)->log_limit, WT_LOG_WARN, "export", "%s: " fmt,         \
+#define note(e, fmt, ...)                                            \
+  wt_log_limited(&(e)->log_limit, WT_LOG_WARN, "export", "%s: " fmt, \
                  (e)->path, __VA_ARGS__)
 
-/* ---- connections ------------------------------------------------------------ */
+/* ---- connections ------------------------------------------------------------
+ */
 
 static void conn_close(wt_export *e, size_t k, const char *why) {
   export_conn *c = e->conns[k];
@@ -151,7 +152,8 @@ static void accept_one(wt_export *e) {
   }
   if (!peer_allowed(e, cred.uid, cred.gid)) {
     atomic_fetch_add(&e->refused, 1);
-    note(e, "pid %d (uid %u, gid %u) refused: neither the server's user nor "
+    note(e,
+         "pid %d (uid %u, gid %u) refused: neither the server's user nor "
          "allowed (--export-allow-uid, --export-allow-gid)",
          (int)cred.pid, (unsigned)cred.uid, (unsigned)cred.gid);
     close(fd);
@@ -193,7 +195,8 @@ static void accept_one(wt_export *e) {
   WT_LOGD("export", "%s connected", c->name);
 }
 
-/* ---- answers ----------------------------------------------------------------- */
+/* ---- answers
+ * ----------------------------------------------------------------- */
 
 /* Queues `resp` (and fds[0..nfd), sent with its first byte); false when
  * the connection must close. */
@@ -254,10 +257,9 @@ static bool answer_error(export_conn *c, uint64_t request_id, wt_code code,
   return answer(c, &r, NULL, 0);
 }
 
-static bool answer_status(export_conn *c, uint64_t request_id,
-                          wt_status *st) {
-  bool ok = answer_error(c, request_id, wt_status_code(st),
-                         wt_status_message(st));
+static bool answer_status(export_conn *c, uint64_t request_id, wt_status *st) {
+  bool ok =
+      answer_error(c, request_id, wt_status_code(st), wt_status_message(st));
   wt_status_free(st);
   return ok;
 }
@@ -267,8 +269,7 @@ static bool flush(export_conn *c) {
   while (c->out != NULL) {
     ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
                      MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n < 0)
-      return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
     c->out_off += (size_t)n;
     if (c->out_off == c->out_len) {
       free(c->out);
@@ -278,7 +279,8 @@ static bool flush(export_conn *c) {
   return true;
 }
 
-/* ---- acquire ----------------------------------------------------------------- */
+/* ---- acquire
+ * ----------------------------------------------------------------- */
 
 typedef enum { ACQ_DONE, ACQ_WAIT, ACQ_CLOSE } acq_result;
 
@@ -306,8 +308,9 @@ static acq_result try_acquire(wt_export *e, export_conn *c, uint64_t rid,
   /* committing: the bytes under this read lock may be the next version's
    * while its sequence is not yet counted; and an in-place round writes
    * the very bytes a lease would describe. */
-  bool busy = srv->round.committing || (inplace && (srv->round.round_id != 0 ||
-                                              !wt_param_store_complete(s)));
+  bool busy =
+      srv->round.committing ||
+      (inplace && (srv->round.round_id != 0 || !wt_param_store_complete(s)));
   bool committing = srv->round.committing;
   if (busy || seq == 0 || seq <= after) {
     pthread_mutex_unlock(&srv->round.mu);
@@ -326,7 +329,7 @@ static acq_result try_acquire(wt_export *e, export_conn *c, uint64_t rid,
              " yet (the server holds sequence %" PRIu64 ")",
              after, seq);
     return answer_error(c, rid, WT_FAILED_PRECONDITION, msg) ? ACQ_DONE
-                                                              : ACQ_CLOSE;
+                                                             : ACQ_CLOSE;
   }
   const wt_version_entry *v = &srv->round.history[seq % WT_VERSION_HISTORY];
   char version[256];
@@ -425,12 +428,12 @@ static acq_result try_acquire(wt_export *e, export_conn *c, uint64_t rid,
   return ok ? ACQ_DONE : ACQ_CLOSE;
 }
 
-/* ---- requests ------------------------------------------------------------------ */
+/* ---- requests
+ * ------------------------------------------------------------------ */
 
 static bool handle(wt_export *e, export_conn *c, const uint8_t *body,
                    size_t len) {
-  Wt__V1__ExportRequest *req =
-      wt__v1__export_request__unpack(NULL, len, body);
+  Wt__V1__ExportRequest *req = wt__v1__export_request__unpack(NULL, len, body);
   if (req == NULL) {
     note(e, "%s: a frame that is not an ExportRequest; closing", c->name);
     return false;
@@ -438,8 +441,7 @@ static bool handle(wt_export *e, export_conn *c, const uint8_t *body,
   bool ok = true;
   if (c->waiting || c->out != NULL) {
     ok = false; /* a second request before the first was answered */
-    note(e, "%s: a request before the last one was answered; closing",
-         c->name);
+    note(e, "%s: a request before the last one was answered; closing", c->name);
   } else if (req->op_case == WT__V1__EXPORT_REQUEST__OP_ACQUIRE) {
     const Wt__V1__AcquireRequest *a = req->acquire;
     acq_result r = try_acquire(e, c, req->request_id, a->version,
@@ -515,7 +517,8 @@ static bool readable(wt_export *e, export_conn *c, const char **why) {
   return true;
 }
 
-/* ---- the thread ------------------------------------------------------------------ */
+/* ---- the thread
+ * ------------------------------------------------------------------ */
 
 static void *export_main(void *arg) {
   wt_export *e = arg;
@@ -563,8 +566,9 @@ static void *export_main(void *arg) {
         why = "it did not read its answer for 10 s";
       } else if (c->frame_since_ms && now - c->frame_since_ms > e->frame_ms) {
         keep = false;
-        why = "a request did not arrive whole in time (--export's frame "
-              "deadline)";
+        why =
+            "a request did not arrive whole in time (--export's frame "
+            "deadline)";
       } else if (!c->waiting && c->out == NULL &&
                  now - c->active_ms > e->idle_ms &&
                  wt_leases_held_by(e->srv->ex.leases, c->id) == 0) {
@@ -592,13 +596,15 @@ static void *export_main(void *arg) {
   return NULL;
 }
 
-/* ---- start and stop ---------------------------------------------------------------- */
+/* ---- start and stop
+ * ---------------------------------------------------------------- */
 
 /* The socket's directory: a directory no one else may write to (a
  * stranger there could replace the socket under the consumers). */
 static wt_status *check_dir(const char *path) {
   char *copy = strdup(path);
-  if (copy == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+  if (copy == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
   char *dir = dirname(copy);
   struct stat sb;
   wt_status *st = NULL;
@@ -638,8 +644,8 @@ static wt_status *open_socket(wt_export *e) {
                            "user's; remove it",
                            e->path);
     int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    bool live = probe >= 0 &&
-                connect(probe, (struct sockaddr *)&a, sizeof(a)) == 0;
+    bool live =
+        probe >= 0 && connect(probe, (struct sockaddr *)&a, sizeof(a)) == 0;
     if (probe >= 0) close(probe);
     if (live)
       return wt_status_new(WT_UNAVAILABLE,
@@ -692,8 +698,8 @@ static wt_status *describe_workers(wt_export *e) {
       if (regions[r].kind == WT_MEM_SHARED) {
         struct stat sb;
         if (fstat(regions[r].fd, &sb) != 0)
-          return wt_status_from_errno(errno, "--export: worker %" PRIu32
-                                             " region %zu: fstat", w, r);
+          return wt_status_from_errno(
+              errno, "--export: worker %" PRIu32 " region %zu: fstat", w, r);
         uint64_t d = (uint64_t)sb.st_dev, ino = (uint64_t)sb.st_ino;
         memcpy(er->id, &d, 8);
         memcpy(er->id + 8, &ino, 8);
@@ -706,11 +712,12 @@ static wt_status *describe_workers(wt_export *e) {
       size_t size = 0;
       wt_status *st = wt_cuda_api_get(&api);
       if (st == NULL) st = wt_cuda_bind(dev.index);
-      if (st == NULL) st = api->ipc_export(regions[r].base, &base, &size,
-                                           er->handle);
+      if (st == NULL)
+        st = api->ipc_export(regions[r].base, &base, &size, er->handle);
       if (st == NULL) st = api->device_uuid(dev.index, er->uuid);
       if (st != NULL)
-        return wt_status_prefix(st, "--export: worker %" PRIu32 " (%s) region %zu",
+        return wt_status_prefix(st,
+                                "--export: worker %" PRIu32 " (%s) region %zu",
                                 w, ew->device, r);
       er->kind = WT__V1__EXPORT_REGION__KIND__DEVICE_CUDA_IPC;
       er->handle_offset =
@@ -763,8 +770,10 @@ wt_status *wt_export_start(wt_server *srv, const wt_server_options *o,
   }
   e->nuids = o->n_export_allow_uids;
   e->ngids = o->n_export_allow_gids;
-  if (e->nuids) memcpy(e->uids, o->export_allow_uids, e->nuids * sizeof(unsigned));
-  if (e->ngids) memcpy(e->gids, o->export_allow_gids, e->ngids * sizeof(unsigned));
+  if (e->nuids)
+    memcpy(e->uids, o->export_allow_uids, e->nuids * sizeof(unsigned));
+  if (e->ngids)
+    memcpy(e->gids, o->export_allow_gids, e->ngids * sizeof(unsigned));
   if ((st = describe_workers(e)) != NULL) goto fail;
   if ((st = open_socket(e)) != NULL) goto fail;
   e->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -778,8 +787,7 @@ wt_status *wt_export_start(wt_server *srv, const wt_server_options *o,
   WT_LOGI("export",
           "serving committed versions on %s (mode %03o; %zu uid(s) and %zu "
           "gid(s) let in beside this user)",
-          e->path,
-          stat(e->path, &sb) == 0 ? (unsigned)(sb.st_mode & 0777) : 0u,
+          e->path, stat(e->path, &sb) == 0 ? (unsigned)(sb.st_mode & 0777) : 0u,
           e->nuids, e->ngids);
   *out = e;
   return NULL;

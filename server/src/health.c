@@ -34,7 +34,8 @@ struct wt_health_watcher {
 };
 
 static bool known_service(const char *name) {
-  return name == NULL || *name == '\0' || strcmp(name, "wt.v1.WeightTransfer") == 0;
+  return name == NULL || *name == '\0' ||
+         strcmp(name, "wt.v1.WeightTransfer") == 0;
 }
 
 /* The server's status now (SERVING or NOT_SERVING). */
@@ -74,8 +75,8 @@ void wt_srv_health_end(wt_server *srv) {
   pthread_mutex_unlock(&srv->health.mu);
 }
 
-wt_status *wt_srv_health_check(wt_rpc_call *call, const ProtobufCMessage *request,
-                               void *user) {
+wt_status *wt_srv_health_check(wt_rpc_call *call,
+                               const ProtobufCMessage *request, void *user) {
   wt_server *srv = user;
   const Grpc__Health__V1__HealthCheckRequest *r =
       (const Grpc__Health__V1__HealthCheckRequest *)request;
@@ -91,7 +92,8 @@ wt_status *wt_srv_health_check(wt_rpc_call *call, const ProtobufCMessage *reques
 }
 
 wt_status *wt_srv_health_watch_open(wt_rpc_stream *s,
-                                    const ProtobufCMessage *request, void *user) {
+                                    const ProtobufCMessage *request,
+                                    void *user) {
   wt_server *srv = user;
   const Grpc__Health__V1__HealthCheckRequest *r =
       (const Grpc__Health__V1__HealthCheckRequest *)request;

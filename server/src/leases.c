@@ -29,7 +29,8 @@ struct wt_leases {
 wt_status *wt_leases_new(const wt_lease_limits *limits, wt_leases **out) {
   *out = NULL;
   wt_leases *t = calloc(1, sizeof(*t));
-  if (t == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "leases: out of memory");
+  if (t == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "leases: out of memory");
   t->cap = limits && limits->max_total ? limits->max_total
                                        : WT_LEASES_DEFAULT_MAX_TOTAL;
   t->max_per_consumer = limits && limits->max_per_consumer
@@ -66,7 +67,8 @@ wt_status *wt_leases_take(wt_leases *t, uint64_t consumer, int pid,
     of_uid += t->held[i].uid == uid;
     /* distinct uids holding leases (first of each), this one counted */
     bool first = t->held[i].uid != uid;
-    for (size_t j = 0; first && j < i; j++) first = t->held[j].uid != t->held[i].uid;
+    for (size_t j = 0; first && j < i; j++)
+      first = t->held[j].uid != t->held[i].uid;
     uids += first;
   }
   /* A uid's share of the table: its part among the uids holding leases
@@ -79,8 +81,7 @@ wt_status *wt_leases_take(wt_leases *t, uint64_t consumer, int pid,
                        "version '%s' (sequence %llu) is about to be "
                        "overwritten by a round; acquire again once it "
                        "commits",
-                       version ? version : "",
-                       (unsigned long long)sequence);
+                       version ? version : "", (unsigned long long)sequence);
   } else if (mine >= t->max_per_consumer) {
     st = wt_status_new(WT_RESOURCE_EXHAUSTED,
                        "this consumer (pid %d) holds %zu leases, the limit "
@@ -137,8 +138,9 @@ wt_status *wt_leases_drop(wt_leases *t, uint64_t consumer, uint64_t id) {
       return NULL;
     }
   pthread_mutex_unlock(&t->mu);
-  return wt_status_new(WT_NOT_FOUND, "lease %llu: this consumer holds no such "
-                                     "lease",
+  return wt_status_new(WT_NOT_FOUND,
+                       "lease %llu: this consumer holds no such "
+                       "lease",
                        (unsigned long long)id);
 }
 

@@ -47,7 +47,7 @@ typedef struct wt_lease_info {
 
 /* The caller owns *out (wt_leases_free). `limits` may be NULL. */
 WT_HIDDEN wt_status *wt_leases_new(const wt_lease_limits *limits,
-                                    wt_leases **out);
+                                   wt_leases **out);
 /* Frees the table; a wait still running must have returned. NULL is
  * ignored. */
 WT_HIDDEN void wt_leases_free(wt_leases *t);
@@ -57,13 +57,13 @@ WT_HIDDEN void wt_leases_free(wt_leases *t);
  * the table holds its most; UNAVAILABLE when a round waits for leases on
  * that version to end (acquire again once it committed). */
 WT_HIDDEN wt_status *wt_leases_take(wt_leases *t, uint64_t consumer, int pid,
-                                     unsigned uid, uint64_t sequence,
-                                     const char *version, uint64_t *id);
+                                    unsigned uid, uint64_t sequence,
+                                    const char *version, uint64_t *id);
 
 /* Ends lease `id` of `consumer`; NOT_FOUND (naming the id) when that
  * consumer holds no such lease, another consumer's included. */
 WT_HIDDEN wt_status *wt_leases_drop(wt_leases *t, uint64_t consumer,
-                                     uint64_t id);
+                                    uint64_t id);
 
 /* How many leases `consumer` holds. */
 WT_HIDDEN size_t wt_leases_held_by(wt_leases *t, uint64_t consumer);
@@ -79,16 +79,16 @@ WT_HIDDEN size_t wt_leases_drop_consumer(wt_leases *t, uint64_t consumer);
  * `option` (what lengthens the wait); CANCELLED when `cancelled(arg)` (may
  * be NULL; polled every 20 ms) says so. One writer at a time. */
 WT_HIDDEN wt_status *wt_leases_wait_free(wt_leases *t, uint64_t below,
-                                          int64_t deadline_ms,
-                                          const char *option,
-                                          bool (*cancelled)(void *arg),
-                                          void *arg);
+                                         int64_t deadline_ms,
+                                         const char *option,
+                                         bool (*cancelled)(void *arg),
+                                         void *arg);
 
 /* Whether a lease is on a version of sequence below `below` (the oldest
  * such into *holder, may be NULL): a round checks it under the server's
  * lock, where acquires take their leases, right before it begins. */
 WT_HIDDEN bool wt_leases_any_below(wt_leases *t, uint64_t below,
-                                    wt_lease_info *holder);
+                                   wt_lease_info *holder);
 
 /* Leases held now: up to `cap` of them into out[], the oldest first;
  * returns how many there are in all. */

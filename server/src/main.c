@@ -83,8 +83,8 @@ static bool parse_seconds(const char *name, const char *v, uint32_t *ms,
   return true;
 }
 
-static bool parse_count(const char *name, const char *v, uint64_t max,
-                        int *out, char *err) {
+static bool parse_count(const char *name, const char *v, uint64_t max, int *out,
+                        char *err) {
   uint64_t n = 0;
   if (!wt_parse_u64(v, &n) || n < 1 || n > max)
     return fail(err, "--%s '%s' is not a number from 1 to %" PRIu64, name, v,
@@ -162,8 +162,7 @@ static bool opt_header_timeout(cli *c, const char *v, char *err) {
 }
 
 static bool opt_round_calls(cli *c, const char *v, char *err) {
-  return parse_count("max-round-calls", v, 4096, &c->opts.max_round_calls,
-                     err);
+  return parse_count("max-round-calls", v, 4096, &c->opts.max_round_calls, err);
 }
 
 static bool opt_reader_calls(cli *c, const char *v, char *err) {
@@ -188,8 +187,10 @@ static bool opt_watchers_peer(cli *c, const char *v, char *err) {
 static bool opt_reader_rate(cli *c, const char *v, char *err) {
   uint64_t n = 0;
   if (!wt_parse_u64(v, &n) || n < 1 || n > 1000000)
-    return fail(err, "--reader-mib-per-sec '%s' is not a number from 1 to "
-                     "1000000", v);
+    return fail(err,
+                "--reader-mib-per-sec '%s' is not a number from 1 to "
+                "1000000",
+                v);
   c->opts.reader_bytes_per_sec = n << 20;
   return true;
 }
@@ -203,8 +204,7 @@ static bool opt_metrics_listen(cli *c, const char *v, char *err) {
 }
 
 static bool opt_export(cli *c, const char *v, char *err) {
-  if (*v != '/')
-    return fail(err, "--export '%s' is not an absolute path", v);
+  if (*v != '/') return fail(err, "--export '%s' is not an absolute path", v);
   c->opts.export_path = v;
   return true;
 }
@@ -389,16 +389,15 @@ static const option_row rows[] = {
      "64 times as\nmany wait",
      opt_reader_calls, WT_SERVER_DEFAULT_READER_CALLS},
     {"max-watchers", "N",
-     "open WatchWeightVersion streams; they\nhold no thread",
-     opt_watchers, WT_SERVER_DEFAULT_WATCHERS},
+     "open WatchWeightVersion streams; they\nhold no thread", opt_watchers,
+     WT_SERVER_DEFAULT_WATCHERS},
     {"max-reader-calls-per-peer", "N",
      "reader calls one peer (a user on this\nhost, an address beyond) may "
      "have\nrunning or waiting",
      opt_reader_peer, WT_SERVER_DEFAULT_READER_CALLS_PER_PEER},
     {"max-watchers-per-peer", "N", "watch streams one peer may have open",
      opt_watchers_peer, WT_SERVER_DEFAULT_WATCHERS_PER_PEER},
-    {"reader-mib-per-sec", "N",
-     "MiB a second one peer's checksums may\nhash",
+    {"reader-mib-per-sec", "N", "MiB a second one peer's checksums may\nhash",
      opt_reader_rate, (int)(WT_SERVER_DEFAULT_READER_BYTES_PER_SEC >> 20)},
     {"export", "PATH",
      "hand committed versions to consumers on\nthis host over a Unix "
@@ -407,8 +406,8 @@ static const option_row rows[] = {
     {"export-allow-uid", "UID",
      "also let this uid's consumers in\n(repeatable)", opt_allow_uid, 0},
     {"export-allow-gid", "GID",
-     "also let consumers of this primary gid\nin (repeatable)",
-     opt_allow_gid, 0},
+     "also let consumers of this primary gid\nin (repeatable)", opt_allow_gid,
+     0},
     {"lease-wait", "SEC",
      "how long a round waits for consumers'\nleases on the bytes it would "
      "write",
@@ -426,12 +425,14 @@ static const option_row rows[] = {
      "ucx.transports=LIST:\nthe ucx workers' UCX transports when an init\n"
      "info names none (init info > this >\n$UCX_TLS > UCX's own choice)",
      opt_engine_option, 0},
-    {"tls-cert", "PATH", "serve TLS with this certificate chain\n(PEM; with "
-                         "--tls-key)",
+    {"tls-cert", "PATH",
+     "serve TLS with this certificate chain\n(PEM; with "
+     "--tls-key)",
      opt_tls_cert, 0},
     {"tls-key", "PATH", "its private key", opt_tls_key, 0},
     {"tls-ca", "PATH",
-     "require client certificates signed by\nthis CA (mutual TLS)", opt_tls_ca, 0},
+     "require client certificates signed by\nthis CA (mutual TLS)", opt_tls_ca,
+     0},
     {"token-file", "PATH",
      "bearer tokens, lines \"trainer TOKEN\" or\n\"reader TOKEN\" (mode 600); "
      "every call\nmust then carry one of its scope",
@@ -577,11 +578,10 @@ static bool apply_value(cli *c, const option_row *r, json_t *v, char *err) {
     record(r->name, NULL);
     return r->parse(c, NULL, err);
   } else {
-    return fail(err, "expected %s", r->value ? "a string or a number"
-                                             : "true or false");
+    return fail(err, "expected %s",
+                r->value ? "a string or a number" : "true or false");
   }
-  if (r->value == NULL)
-    return fail(err, "is a flag: true or false");
+  if (r->value == NULL) return fail(err, "is a flag: true or false");
   char *copy = keep(text);
   if (copy == NULL) return fail(err, "out of memory");
   record(r->name, copy);
@@ -596,8 +596,10 @@ static int bad_option(const char *msg);
 static int read_config(int argc, char **argv, cli *c) {
   const char *path = NULL;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) path = argv[++i];
-    else if (strncmp(argv[i], "--config=", 9) == 0) path = argv[i] + 9;
+    if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+      path = argv[++i];
+    else if (strncmp(argv[i], "--config=", 9) == 0)
+      path = argv[i] + 9;
   }
   if (path == NULL) return 0;
   char err[ERR_MAX + 256], why[ERR_MAX];
@@ -614,8 +616,8 @@ static int read_config(int argc, char **argv, cli *c) {
   json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
   int rc = 0;
   if (o == NULL || !json_is_object(o)) {
-    snprintf(err, sizeof(err), "--config %s line %d: %s", path,
-             o ? 1 : je.line, o ? "not a JSON object" : je.text);
+    snprintf(err, sizeof(err), "--config %s line %d: %s", path, o ? 1 : je.line,
+             o ? "not a JSON object" : je.text);
     rc = bad_option(err);
   }
   const char *key;
@@ -626,8 +628,9 @@ static int read_config(int argc, char **argv, cli *c) {
       bool ok = true;
       why[0] = '\0';
       if (r == NULL || r->parse == opt_config || r->parse == opt_print_config) {
-        snprintf(why, sizeof(why), "unknown key (a long option's name, "
-                                   "without --)");
+        snprintf(why, sizeof(why),
+                 "unknown key (a long option's name, "
+                 "without --)");
         ok = false;
       } else if (json_is_array(v)) {
         size_t i;
@@ -665,10 +668,9 @@ static int bad_option(const char *msg) {
 static int parse_args(int argc, char **argv, cli *c) {
   struct option longopts[NROWS + 2];
   for (size_t i = 0; i < NROWS; i++)
-    longopts[i] = (struct option){rows[i].name,
-                                  rows[i].value ? required_argument
-                                                : no_argument,
-                                  NULL, (int)(i + 256)};
+    longopts[i] = (struct option){
+        rows[i].name, rows[i].value ? required_argument : no_argument, NULL,
+        (int)(i + 256)};
   longopts[NROWS] = (struct option){"help", no_argument, NULL, 'h'};
   longopts[NROWS + 1] = (struct option){NULL, 0, NULL, 0};
   char err[ERR_MAX];
@@ -788,8 +790,9 @@ int main(int argc, char **argv) {
   c.opts.generate_tokens = !c.no_auth && c.opts.token_file == NULL;
   c.opts.runtime_base = getenv("XDG_RUNTIME_DIR");
   if (c.no_auth)
-    WT_LOGW("server", "--no-auth: no tokens; any process that reaches the "
-                      "port may drive rounds and read the weights");
+    WT_LOGW("server",
+            "--no-auth: no tokens; any process that reaches the "
+            "port may drive rounds and read the weights");
 
   raise_fd_limit();
   wt_server *srv = start_or_signal(&c.opts);

@@ -61,8 +61,8 @@ void wt_srv_round_began_locked(wt_server *srv) {
   m->started_ms = wt_mono_ms();
   m->started_unix_ms = wt_unix_ms();
   if (m->base_bytes == NULL)
-    m->base_bytes = calloc(srv->nworkers ? srv->nworkers : 1,
-                           sizeof(*m->base_bytes));
+    m->base_bytes =
+        calloc(srv->nworkers ? srv->nworkers : 1, sizeof(*m->base_bytes));
   for (uint32_t i = 0; m->base_bytes && i < srv->nworkers; i++) {
     wt_worker_status ws;
     wt_worker_get_status(srv->workers[i], &ws);
@@ -115,7 +115,8 @@ void wt_srv_round_ended_locked(wt_server *srv, bool committed,
 }
 
 void wt_srv_rounds_free(wt_server *srv) {
-  for (size_t i = 0; i < WT_RECENT_ROUNDS; i++) free(srv->metrics.rounds.recent[i].version);
+  for (size_t i = 0; i < WT_RECENT_ROUNDS; i++)
+    free(srv->metrics.rounds.recent[i].version);
   free(srv->metrics.rounds.base_bytes);
 }
 
@@ -124,10 +125,14 @@ void wt_srv_rounds_free(wt_server *srv) {
 /* A label value as the format wants it: \, " and newline escaped. */
 static void put_label(FILE *f, const char *v) {
   for (; v && *v; v++) {
-    if (*v == '\\') fputs("\\\\", f);
-    else if (*v == '"') fputs("\\\"", f);
-    else if (*v == '\n') fputs("\\n", f);
-    else fputc(*v, f);
+    if (*v == '\\')
+      fputs("\\\\", f);
+    else if (*v == '"')
+      fputs("\\\"", f);
+    else if (*v == '\n')
+      fputs("\\n", f);
+    else
+      fputc(*v, f);
   }
 }
 
@@ -166,9 +171,8 @@ static void render(wt_server *srv, FILE *f) {
   pthread_mutex_lock(&srv->round.mu);
   wt_srv_round_metrics r = srv->metrics.rounds;
   uint64_t seq = srv->round.sequence;
-  int64_t committed_ms = seq ? srv->round.history[seq % WT_VERSION_HISTORY]
-                                   .committed_unix_ms
-                             : 0;
+  int64_t committed_ms =
+      seq ? srv->round.history[seq % WT_VERSION_HISTORY].committed_unix_ms : 0;
   bool open = srv->round.round_id != 0;
   char backend[64];
   snprintf(backend, sizeof(backend), "%s", srv->round.backend);
@@ -180,7 +184,8 @@ static void render(wt_server *srv, FILE *f) {
   put_label(f, srv->config.model_name);
   fputs("\",backend=\"", f);
   put_label(f, backend);
-  fprintf(f, "\",auth=\"%s\",workers=\"%u\"} 1\n", srv->auth.mode, srv->nworkers);
+  fprintf(f, "\",auth=\"%s\",workers=\"%u\"} 1\n", srv->auth.mode,
+          srv->nworkers);
 
   uint64_t failed = 0;
   for (int c = 0; c < WT_CAUSE_COUNT; c++) failed += r.failed[c];
@@ -254,7 +259,8 @@ static void render(wt_server *srv, FILE *f) {
 
   /* Admission. */
   static const char *const k_adm[3][2] = {
-      {"wt_admission_running", "Calls of the class running (watch: streams open)."},
+      {"wt_admission_running",
+       "Calls of the class running (watch: streams open)."},
       {"wt_admission_queued", "Calls of the class waiting for a thread."},
       {"wt_admission_refused_total",
        "Calls of the class refused RESOURCE_EXHAUSTED (the class or the "
@@ -265,7 +271,8 @@ static void render(wt_server *srv, FILE *f) {
   for (int k = 0; k < 3; k++) {
     head(f, k_adm[k][0], k == 2 ? "counter" : "gauge", k_adm[k][1]);
     for (size_t c = 0; c < WT_NCLASSES; c++)
-      fprintf(f, "%s{class=\"%s\"} %" PRIu64 "\n", k_adm[k][0], srv->classes[c].name,
+      fprintf(f, "%s{class=\"%s\"} %" PRIu64 "\n", k_adm[k][0],
+              srv->classes[c].name,
               k == 0   ? (uint64_t)load[c].running
               : k == 1 ? (uint64_t)load[c].queued
                        : load[c].refused);
@@ -343,7 +350,8 @@ wt_status *wt_server_metrics_text(wt_server *srv, char **text, size_t *len) {
   return NULL;
 }
 
-/* ---- the endpoint ---------------------------------------------------------- */
+/* ---- the endpoint ----------------------------------------------------------
+ */
 
 /* One open connection, for the header deadline. */
 typedef struct metrics_conn {
@@ -358,7 +366,7 @@ struct wt_metrics_http {
   struct MHD_Daemon *daemon;
   wt_server *srv;
   int port;
-  char error[256]; /* libmicrohttpd's last message, for a failed start */
+  char error[256];    /* libmicrohttpd's last message, for a failed start */
   pthread_mutex_t mu; /* conns */
   metrics_conn *conns;
   pthread_t watchdog;
@@ -460,8 +468,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
                  "GET, HEAD");
   }
   if (strcmp(url, "/metrics") != 0)
-    return reply(c, MHD_HTTP_NOT_FOUND, "not found: the metrics are at /metrics\n",
-                 NULL);
+    return reply(c, MHD_HTTP_NOT_FOUND,
+                 "not found: the metrics are at /metrics\n", NULL);
   char *text = NULL;
   size_t len = 0;
   wt_status *st = wt_server_metrics_text(h->srv, &text, &len);
@@ -485,7 +493,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 }
 
 wt_status *wt_srv_metrics_start(wt_server *srv, const char *listen,
-                                const char *host, struct wt_metrics_http **out) {
+                                const char *host,
+                                struct wt_metrics_http **out) {
   *out = NULL;
   const char *colon = strrchr(listen, ':');
   const char *port = colon ? colon + 1 : "";
@@ -510,23 +519,21 @@ wt_status *wt_srv_metrics_start(wt_server *srv, const char *listen,
   h->srv = srv;
   pthread_mutex_init(&h->mu, NULL);
   atomic_init(&h->quit, false);
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
-                   MHD_USE_ERROR_LOG;
+  unsigned flags =
+      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
   h->daemon = MHD_start_daemon(
-      flags, (uint16_t)pn, NULL, NULL, on_request, h,
-      MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
+      flags, (uint16_t)pn, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
+      ai->ai_addr, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_CONNECTIONS,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_TIMEOUT_S,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)METRICS_CONNECTION_MEMORY,
-      MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
-      MHD_OPTION_END);
+      MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_END);
   freeaddrinfo(ai);
   if (h->daemon == NULL) {
-    wt_status *st = wt_status_new(WT_UNAVAILABLE,
-                                  "--metrics-listen '%s': cannot serve: %s",
-                                  listen, h->error[0] ? h->error : "bind failed");
+    wt_status *st =
+        wt_status_new(WT_UNAVAILABLE, "--metrics-listen '%s': cannot serve: %s",
+                      listen, h->error[0] ? h->error : "bind failed");
     pthread_mutex_destroy(&h->mu);
     free(h);
     return st;
@@ -537,13 +544,15 @@ wt_status *wt_srv_metrics_start(wt_server *srv, const char *listen,
     pthread_mutex_destroy(&h->mu);
     free(h);
     return wt_status_new(WT_RESOURCE_EXHAUSTED,
-                         "--metrics-listen '%s': cannot start a thread", listen);
+                         "--metrics-listen '%s': cannot start a thread",
+                         listen);
   }
   const union MHD_DaemonInfo *di =
       MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
   h->port = di ? di->port : (int)pn;
-  WT_LOGI("server", "metrics on http://%s%s%s:%d/metrics", strchr(host, ':') ? "[" : "",
-          host, strchr(host, ':') ? "]" : "", h->port);
+  WT_LOGI("server", "metrics on http://%s%s%s:%d/metrics",
+          strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "",
+          h->port);
   *out = h;
   return NULL;
 }

@@ -142,8 +142,8 @@ static wt_status *embed_buffers(wt_param_store *s, size_t len, int nsets) {
                          "host, pinned or device memory",
                          s->name);
   void *bufs[2] = {NULL, NULL};
-  wt_status *st = s->embed.buffers(s->embed.user, s->name, (uint64_t)len,
-                                   nsets, bufs);
+  wt_status *st =
+      s->embed.buffers(s->embed.user, s->name, (uint64_t)len, nsets, bufs);
   if (st != NULL)
     return wt_status_prefix(st, "param store '%s': embed.buffers", s->name);
   for (int b = 0; b < nsets; b++) {
@@ -383,7 +383,9 @@ size_t wt_param_store_regions(const wt_param_store *s,
   return n;
 }
 
-const char *wt_param_store_name(const wt_param_store *s) { return s->name; }
+const char *wt_param_store_name(const wt_param_store *s) {
+  return s->name;
+}
 
 wt_staging wt_param_store_staging(const wt_param_store *s) {
   return s->staging;
@@ -626,8 +628,7 @@ static wt_status *hash_chunk(void *arg, uint64_t pos, const void *buf,
 }
 
 wt_status *wt_param_store_hash_part(wt_param_store *s, size_t i,
-                                    uint64_t offset, size_t len,
-                                    wt_hasher *h) {
+                                    uint64_t offset, size_t len, wt_hasher *h) {
   wt_status *range = check_range(s, i, offset, len);
   if (range != NULL) return range;
   if (len == 0) return NULL;

@@ -102,8 +102,8 @@ static void fail_round_locked(wt_server *srv, const wt_srv_push *p,
              "PushWeights from %s failed after %s of %s: %s", p->peer, sent,
              total, why);
   else
-    snprintf(reason, sizeof(reason), "PushWeights from %s failed: %s",
-             p->peer, why);
+    snprintf(reason, sizeof(reason), "PushWeights from %s failed: %s", p->peer,
+             why);
   wt_srv_abort_round_locked(srv, WT_CAUSE_RECEIVE, reason);
 }
 

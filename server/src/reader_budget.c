@@ -44,7 +44,8 @@ void wt_srv_budget_release(wt_server *srv, wt_reader_budget *b) {
   if (b == NULL) return;
   pthread_mutex_lock(&srv->readers.mu);
   if (--b->users == 0)
-    for (wt_reader_budget **pp = &srv->readers.budgets; *pp != NULL; pp = &(*pp)->next)
+    for (wt_reader_budget **pp = &srv->readers.budgets; *pp != NULL;
+         pp = &(*pp)->next)
       if (*pp == b) {
         *pp = b->next;
         free(b);

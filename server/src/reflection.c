@@ -173,10 +173,11 @@ static bool index_message(refl_index *ix, size_t file, const char *scope,
   refl_field f;
   while (next_field(&msg, &f, bad)) {
     if (f.wire != 2) continue;
-    if (f.number == 3 && !index_message(ix, file, full, f.value, depth + 1, bad))
+    if (f.number == 3 &&
+        !index_message(ix, file, full, f.value, depth + 1, bad))
       return false;
-    if (f.number == 4 && !add_symbol(ix, join(full, name_of(f.value, bad)),
-                                     file, false))
+    if (f.number == 4 &&
+        !add_symbol(ix, join(full, name_of(f.value, bad)), file, false))
       return false;
   }
   return !*bad;
@@ -247,8 +248,9 @@ static void build_index(void) {
   ix->ok = true;
   return;
 fail:
-  WT_LOGE("reflection", "the embedded descriptor set does not parse; "
-                        "reflection answers UNAVAILABLE");
+  WT_LOGE("reflection",
+          "the embedded descriptor set does not parse; "
+          "reflection answers UNAVAILABLE");
 }
 
 static const refl_index *the_index(void) {
@@ -283,7 +285,8 @@ static void closure(const refl_index *ix, size_t k, bool *seen,
                                       (uint8_t *)ix->files[k].bytes.p};
 }
 
-/* ---- the stream ------------------------------------------------------------ */
+/* ---- the stream ------------------------------------------------------------
+ */
 
 /* Answers one request into *resp (its parts in the caller's storage). */
 static wt_status *answer(const refl_index *ix,
@@ -292,8 +295,8 @@ static wt_status *answer(const refl_index *ix,
                          Grpc__Reflection__V1__FileDescriptorResponse *fd,
                          Grpc__Reflection__V1__ListServiceResponse *ls,
                          Grpc__Reflection__V1__ExtensionNumberResponse *en,
-                         Grpc__Reflection__V1__ErrorResponse *er,
-                         char *why, size_t whylen) {
+                         Grpc__Reflection__V1__ErrorResponse *er, char *why,
+                         size_t whylen) {
   resp->valid_host = req->host;
   resp->original_request = req;
   long k = -1;
@@ -307,7 +310,8 @@ static wt_status *answer(const refl_index *ix,
           calloc(n ? n : 1, sizeof(*items));
       if (ls->service == NULL || items == NULL) {
         free(items);
-        return wt_status_new(WT_RESOURCE_EXHAUSTED, "reflection: out of memory");
+        return wt_status_new(WT_RESOURCE_EXHAUSTED,
+                             "reflection: out of memory");
       }
       if (n == 0) { /* a build without services: an empty list */
         free(items);
@@ -405,8 +409,8 @@ wt_status *wt_srv_reflection(wt_rpc_call *call, const ProtobufCMessage *request,
     if (st != NULL) return st;
     if (bb == NULL) return NULL; /* the client is done */
     ProtobufCMessage *m = NULL;
-    st = wt_pb_unpack(bb, &grpc__reflection__v1__server_reflection_request__descriptor,
-                      &m);
+    st = wt_pb_unpack(
+        bb, &grpc__reflection__v1__server_reflection_request__descriptor, &m);
     grpc_byte_buffer_destroy(bb);
     if (st != NULL) return wt_status_prefix(st, "reflection request");
     Grpc__Reflection__V1__ServerReflectionRequest *req = (void *)m;

@@ -233,7 +233,8 @@ bool wt_srv_abort_round_locked(wt_server *srv, wt_srv_cause cause,
   uint64_t id = srv->round.round_id;
   wt_srv_round_ended_locked(srv, false, cause, NULL, 0);
   /* In place, the live bytes may be part written: no base for a delta. */
-  if (srv->config.staging == WT_STAGING_INPLACE) srv->round.committed_digest = 0;
+  if (srv->config.staging == WT_STAGING_INPLACE)
+    srv->round.committed_digest = 0;
   char *why = strdup(reason ? reason : "aborted");
   /* A caller's words, later quoted in errors, GetServerInfo and logs: no
    * control byte (a newline forging a log line, a terminal escape). */
@@ -469,7 +470,8 @@ wt_status *wt_srv_check_delta_base_locked(const wt_server *srv,
                          "%s: delta base refused: backend '%s' takes no delta "
                          "rounds; send the full bytes",
                          call, srv->round.backend);
-  if (srv->round.committed_digest != 0 && base->digest == srv->round.committed_digest &&
+  if (srv->round.committed_digest != 0 &&
+      base->digest == srv->round.committed_digest &&
       base->sequence == srv->round.sequence)
     return NULL;
   return wt_status_new(WT_FAILED_PRECONDITION,
@@ -477,7 +479,8 @@ wt_status *wt_srv_check_delta_base_locked(const wt_server *srv,
                        "sequence %" PRIu64 " (digest %016" PRIx64
                        "), this server holds sequence %" PRIu64
                        " (digest %s%016" PRIx64 "); send the full bytes",
-                       call, what, base->sequence, base->digest, srv->round.sequence,
+                       call, what, base->sequence, base->digest,
+                       srv->round.sequence,
                        srv->round.committed_digest ? "" : "unknown, ",
                        srv->round.committed_digest);
 }
@@ -648,7 +651,8 @@ wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
   }
   wt_srv_touch(srv);
   uint64_t seq = ++srv->round.sequence;
-  srv->round.committed_digest = srv->round.round_updates == 1 ? srv->round.round_digest : 0;
+  srv->round.committed_digest =
+      srv->round.round_updates == 1 ? srv->round.round_digest : 0;
   wt_version_entry *e = &srv->round.history[seq % WT_VERSION_HISTORY];
   free(e->version);
   e->version = copy;

@@ -87,7 +87,8 @@ static wt_status *load_store(wt_worker *w, void *arg) {
   snprintf(name, sizeof(name), "worker-%u", wt_worker_rank(w));
   wt_store_config cfg = {
       .staging = a->srv->config.staging,
-      .memory = dev.type == WT_DEVICE_CUDA ? WT_MEM_DEVICE : a->srv->config.memory,
+      .memory =
+          dev.type == WT_DEVICE_CUDA ? WT_MEM_DEVICE : a->srv->config.memory,
       .device = dev,
       .name = name,
       .embed = a->srv->config.embed,
@@ -154,7 +155,8 @@ static void *watchdog_main(void *p) {
     wt_cond_wait_until(&srv->round.cv, &srv->round.mu, wt_mono_ms() + period);
     if (srv->round.stopping) break;
     int64_t idle = wt_mono_ms() - atomic_load(&srv->round.last_activity_ms);
-    if (srv->round.round_id != 0 && srv->round.engine_calls == 0 && !srv->round.committing &&
+    if (srv->round.round_id != 0 && srv->round.engine_calls == 0 &&
+        !srv->round.committing &&
         idle > (int64_t)srv->config.round_timeout_ms) {
       char why[128];
       snprintf(why, sizeof(why),
@@ -203,10 +205,12 @@ static void server_free(wt_server *srv) {
   for (uint32_t i = 0; srv->workers != NULL && i < srv->nworkers; i++)
     wt_worker_destroy(srv->workers[i]);
   free(srv->workers);
-  for (size_t i = 0; i < WT_VERSION_HISTORY; i++) free(srv->round.history[i].version);
+  for (size_t i = 0; i < WT_VERSION_HISTORY; i++)
+    free(srv->round.history[i].version);
   free(srv->round.abort_reason);
   if (srv->auth.token_path != NULL)
-    wt_tokens_unlink_if_ours(srv->auth.token_path, srv->auth.tokens, srv->auth.ntokens);
+    wt_tokens_unlink_if_ours(srv->auth.token_path, srv->auth.tokens,
+                             srv->auth.ntokens);
   free(srv->auth.token_path);
   free(srv->auth.token_dir);
   wt_tokens_free(srv->auth.tokens, srv->auth.ntokens);
@@ -232,21 +236,25 @@ static wt_status *copy_engine_options(wt_server *srv,
   wt_status *st = NULL;
   if (o->n_engine_options == 0) return NULL;
   if (o->engine_options == NULL)
-    WT_FAIL(WT_INVALID_ARGUMENT, "engine_options is NULL but n_engine_options "
-                                 "is %zu", o->n_engine_options);
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "engine_options is NULL but n_engine_options "
+            "is %zu",
+            o->n_engine_options);
   WT_CHECK(wt_engine_options_check(srv->config.engines, o->engine_options,
                                    o->n_engine_options));
-  srv->config.engine_options = calloc(o->n_engine_options, sizeof(wt_backend_option));
+  srv->config.engine_options =
+      calloc(o->n_engine_options, sizeof(wt_backend_option));
   if (srv->config.engine_options == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory for engine options");
   for (size_t i = 0; i < o->n_engine_options; i++) {
     wt_backend_option *d = &srv->config.engine_options[i];
     srv->config.n_engine_options = i + 1;
     d->key = strdup(o->engine_options[i].key);
-    d->value = strdup(o->engine_options[i].value ? o->engine_options[i].value
-                                                 : "");
+    d->value =
+        strdup(o->engine_options[i].value ? o->engine_options[i].value : "");
     if (d->key == NULL || d->value == NULL)
-      WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory for engine options");
+      WT_FAIL(WT_RESOURCE_EXHAUSTED,
+              "server: out of memory for engine options");
   }
 out:
   return st;
@@ -330,7 +338,8 @@ static wt_status *check_options(const wt_server_options *o) {
                          o->max_watchers_per_peer);
   if (o->max_round_calls < 0 || o->max_round_calls > 4096)
     return wt_status_new(WT_INVALID_ARGUMENT,
-                         "max_round_calls is %d; 1 to 4096", o->max_round_calls);
+                         "max_round_calls is %d; 1 to 4096",
+                         o->max_round_calls);
   if (o->max_reader_calls < 0 || o->max_reader_calls > 4096)
     return wt_status_new(WT_INVALID_ARGUMENT,
                          "max_reader_calls is %d; 1 to 4096",
@@ -340,7 +349,8 @@ static wt_status *check_options(const wt_server_options *o) {
                          "max_watchers is %d; 1 to 1000000", o->max_watchers);
   if (wt_staging_name(o->staging) == NULL)
     return wt_status_new(WT_INVALID_ARGUMENT,
-                         "staging %d is not shadow or inplace", (int)o->staging);
+                         "staging %d is not shadow or inplace",
+                         (int)o->staging);
   if (!wt_mem_kind_host_addressable(o->memory))
     return wt_status_new(
         WT_INVALID_ARGUMENT,
@@ -355,7 +365,8 @@ static wt_status *server_new(const wt_server_options *o, uint32_t nworkers,
                              wt_server **out) {
   wt_status *st = NULL;
   wt_server *srv = calloc(1, sizeof(*srv));
-  if (srv == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "server: out of memory");
+  if (srv == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "server: out of memory");
   pthread_mutex_init(&srv->round.mu, NULL);
   wt_cond_init_monotonic(&srv->round.cv);
   pthread_mutex_init(&srv->readers.mu, NULL);
@@ -486,26 +497,30 @@ static wt_status *rpc_start(wt_server *srv, const wt_server_options *o) {
                      .trainers = true};
   /* Readers: a quota per peer (their hashing runs on readers.hashers,
    * below the rounds' threads when the CPU is short). */
-  srv->classes[WT_CLASS_READER] =
-      (wt_rpc_class){.name = "reader",
-                     .max_running = o->max_reader_calls,
-                     .max_queued = o->max_reader_calls * READER_QUEUE_FACTOR,
-                     .option = "wt-server --max-reader-calls",
-                     .max_per_peer = o->max_reader_calls_per_peer,
-                     .option_per_peer = "wt-server --max-reader-calls-per-peer"};
-  srv->classes[WT_CLASS_HEALTH] =
-      (wt_rpc_class){.name = "health", .max_running = 2, .max_queued = 64,
-                     .max_per_peer = 8, .per_peer_cap = true};
+  srv->classes[WT_CLASS_READER] = (wt_rpc_class){
+      .name = "reader",
+      .max_running = o->max_reader_calls,
+      .max_queued = o->max_reader_calls * READER_QUEUE_FACTOR,
+      .option = "wt-server --max-reader-calls",
+      .max_per_peer = o->max_reader_calls_per_peer,
+      .option_per_peer = "wt-server --max-reader-calls-per-peer"};
+  srv->classes[WT_CLASS_HEALTH] = (wt_rpc_class){.name = "health",
+                                                 .max_running = 2,
+                                                 .max_queued = 64,
+                                                 .max_per_peer = 8,
+                                                 .per_peer_cap = true};
   /* Reflection (grpcurl): a stream holds its thread, so few at once and
    * two per peer; one silent for 10 s is ended (reflection.c). */
-  srv->classes[WT_CLASS_REFLECTION] =
-      (wt_rpc_class){.name = "reflection", .max_running = 4, .max_queued = 16,
-                     .max_per_peer = 2};
+  srv->classes[WT_CLASS_REFLECTION] = (wt_rpc_class){.name = "reflection",
+                                                     .max_running = 4,
+                                                     .max_queued = 16,
+                                                     .max_per_peer = 2};
   /* Health.Watch holds no thread; a kubelet or a load balancer needs a
    * few streams, a stranger gets no more than 4 per peer. */
-  srv->classes[WT_CLASS_HEALTH_WATCH] =
-      (wt_rpc_class){.name = "health-watch", .max_running = 256,
-                     .max_per_peer = 4, .per_peer_cap = true};
+  srv->classes[WT_CLASS_HEALTH_WATCH] = (wt_rpc_class){.name = "health-watch",
+                                                       .max_running = 256,
+                                                       .max_per_peer = 4,
+                                                       .per_peer_cap = true};
   srv->classes[WT_CLASS_WATCH] =
       (wt_rpc_class){.name = "watch",
                      .max_running = o->max_watchers,
@@ -549,8 +564,8 @@ static wt_status *metrics_start(wt_server *srv, const wt_server_options *o) {
         "beyond this host anyway",
         o->metrics_listen);
   else
-    st = wt_srv_metrics_start(srv, o->metrics_listen, mhost,
-                              &srv->metrics.http);
+    st =
+        wt_srv_metrics_start(srv, o->metrics_listen, mhost, &srv->metrics.http);
   free(mhost);
   return st;
 }
@@ -560,8 +575,8 @@ static wt_status *tokens_publish(wt_server *srv) {
   wt_status *st = NULL;
   if (srv->auth.token_dir == NULL) return NULL;
   char path[4200];
-  wt_runtime_token_path(srv->auth.token_dir, wt_rpc_server_port(srv->rpc),
-                        path, sizeof(path));
+  wt_runtime_token_path(srv->auth.token_dir, wt_rpc_server_port(srv->rpc), path,
+                        sizeof(path));
   WT_CHECK(wt_tokens_write(path, srv->auth.tokens, srv->auth.ntokens));
   if ((srv->auth.token_path = strdup(path)) == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
@@ -663,8 +678,9 @@ void wt_server_stop(wt_server *srv) {
     srv->health.down = true;
     pthread_mutex_unlock(&srv->round.mu);
     wt_srv_health_changed(srv);
-    struct timespec ts = {srv->config.health_grace_ms / 1000,
-                          (long)(srv->config.health_grace_ms % 1000) * 1000000L};
+    struct timespec ts = {
+        srv->config.health_grace_ms / 1000,
+        (long)(srv->config.health_grace_ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
   }
   if (srv->rpc != NULL) wt_rpc_server_shutdown(srv->rpc, srv->config.drain_ms);

@@ -48,7 +48,7 @@ enum {
   WT_CLASS_ROUND = WT_SERVER_CLASS_ROUND,
   WT_CLASS_READER = WT_SERVER_CLASS_READER,
   WT_CLASS_WATCH = WT_SERVER_CLASS_WATCH,
-  WT_CLASS_HEALTH = 3, /* Health.Check: probes never wait behind readers */
+  WT_CLASS_HEALTH = 3,     /* Health.Check: probes never wait behind readers */
   WT_CLASS_REFLECTION = 4, /* reflection streams hold a thread each */
   /* Health.Watch: public streams, apart from the readers' watches, so
    * token-less peers cannot take a reader's place (trust row 6). */
@@ -408,7 +408,8 @@ WT_HIDDEN void wt_srv_watch_closed(wt_rpc_stream *s, void *user);
  * commit, outside mu. */
 WT_HIDDEN void wt_srv_notify_watchers(wt_server *srv);
 
-/* ---- health (health.c) ------------------------------------------------------ */
+/* ---- health (health.c) ------------------------------------------------------
+ */
 
 WT_HIDDEN wt_status *wt_srv_health_check(wt_rpc_call *call,
                                          const ProtobufCMessage *request,
@@ -466,8 +467,7 @@ WT_HIDDEN void wt_srv_end_watchers(wt_server *srv);
 typedef struct wt_export wt_export;
 /* Serves o->export_path (the worker 0 store must be shared memory); the
  * caller owns *out (wt_export_stop). Errors name --export and why. */
-WT_HIDDEN wt_status *wt_export_start(wt_server *srv,
-                                     const wt_server_options *o,
+WT_HIDDEN wt_status *wt_export_start(wt_server *srv, const wt_server_options *o,
                                      wt_export **out);
 /* Closes every consumer (their leases end), the socket, its path. */
 WT_HIDDEN void wt_export_stop(wt_export *e);
@@ -486,16 +486,14 @@ WT_HIDDEN wt_status *wt_hash_pool_new(unsigned threads, int nice,
 WT_HIDDEN void wt_hash_pool_free(wt_hash_pool *p);
 /* Runs fn(arg) on one of the pool's threads and returns once it did (on
  * this thread when p is NULL). */
-WT_HIDDEN void wt_hash_pool_run(wt_hash_pool *p, void (*fn)(void *),
-                                void *arg);
+WT_HIDDEN void wt_hash_pool_run(wt_hash_pool *p, void (*fn)(void *), void *arg);
 
 /* --- reader_budget.c ------------------------------------------------------ */
 
 typedef struct wt_reader_budget wt_reader_budget;
 /* The budget of peer `key` (made on first use), held until released; NULL
  * when out of memory (the call then goes unmetered). */
-WT_HIDDEN wt_reader_budget *wt_srv_budget_take(wt_server *srv,
-                                                const char *key);
+WT_HIDDEN wt_reader_budget *wt_srv_budget_take(wt_server *srv, const char *key);
 WT_HIDDEN void wt_srv_budget_release(wt_server *srv, wt_reader_budget *b);
 /* Takes `bytes` from the budget, sleeping while it is overdrawn; false
  * when stop(arg) said to give up while waiting. */

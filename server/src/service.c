@@ -228,8 +228,9 @@ static wt_status *get_server_info(wt_rpc_call *call,
   info.state = (char *)wt_srv_state_locked(srv);
   info.auth = (char *)(srv->auth.mode ? srv->auth.mode : "none");
   info.weight_version =
-      srv->round.sequence ? srv->round.history[srv->round.sequence % WT_VERSION_HISTORY].version
-                    : (char *)"";
+      srv->round.sequence
+          ? srv->round.history[srv->round.sequence % WT_VERSION_HISTORY].version
+          : (char *)"";
   /* Packed at once: the version may change after unlock. */
   st = wt_rpc_call_respond(call, &info.base);
   pthread_mutex_unlock(&srv->round.mu);
@@ -444,8 +445,8 @@ static void release_msg(void *msg) {
 static int64_t read_timeout(wt_server *srv, bool pushing) {
   if (!pushing) return srv->config.header_timeout_ms;
   pthread_mutex_lock(&srv->round.mu);
-  int64_t t =
-      srv->round.data_timeout_ms ? srv->round.data_timeout_ms : srv->config.data_timeout_ms;
+  int64_t t = srv->round.data_timeout_ms ? srv->round.data_timeout_ms
+                                         : srv->config.data_timeout_ms;
   pthread_mutex_unlock(&srv->round.mu);
   return t;
 }
@@ -519,8 +520,9 @@ static wt_status *push_weights(wt_rpc_call *call,
       const Wt__V1__DeltaChunk *c = msg->delta;
       if (push == NULL)
         WT_FAIL(WT_INVALID_ARGUMENT,
-                "PushWeights message %" PRIu64 " is a delta chunk (bucket %"
-                PRIu32 " offset %" PRIu64 "); the first message must be a "
+                "PushWeights message %" PRIu64
+                " is a delta chunk (bucket %" PRIu32 " offset %" PRIu64
+                "); the first message must be a "
                 "header",
                 nmsg, c->bucket, c->offset);
       Wt__V1__PushWeightsChunk *owned = msg;
@@ -737,8 +739,8 @@ static wt_status *checksum_weights(wt_rpc_call *call,
                              (size_t)w * n + k, total);
           break;
         }
-        size_t part = size - off < CHECKSUM_PART ? (size_t)(size - off)
-                                                 : CHECKSUM_PART;
+        size_t part =
+            size - off < CHECKSUM_PART ? (size_t)(size - off) : CHECKSUM_PART;
         wt_param_store_read_lock(s);
         if (k == 0 && off == 0) commits[w] = wt_param_store_commits(s);
         bool same = wt_param_store_commits(s) == commits[w];
@@ -839,8 +841,8 @@ static const wt_rpc_method methods[] = {
      NULL, WT_SCOPE_READER},
     {METHOD("WatchWeightVersion"), WT_RPC_WATCH,
      &wt__v1__watch_weight_version_request__descriptor,
-     &wt__v1__weight_version__descriptor, NULL, WT_CLASS_WATCH, wt_srv_watch_open,
-     wt_srv_watch_closed, WT_SCOPE_READER},
+     &wt__v1__weight_version__descriptor, NULL, WT_CLASS_WATCH,
+     wt_srv_watch_open, wt_srv_watch_closed, WT_SCOPE_READER},
     {METHOD("ChecksumWeights"), WT_RPC_UNARY,
      &wt__v1__checksum_weights_request__descriptor,
      &wt__v1__checksum_weights_response__descriptor, checksum_weights, READER,
@@ -853,8 +855,8 @@ static const wt_rpc_method methods[] = {
     {"/grpc.health.v1.Health/Watch", WT_RPC_WATCH,
      &grpc__health__v1__health_check_request__descriptor,
      &grpc__health__v1__health_check_response__descriptor, NULL,
-     WT_CLASS_HEALTH_WATCH, wt_srv_health_watch_open, wt_srv_health_watch_closed,
-     WT_SCOPE_PUBLIC},
+     WT_CLASS_HEALTH_WATCH, wt_srv_health_watch_open,
+     wt_srv_health_watch_closed, WT_SCOPE_PUBLIC},
     /* Server reflection (reflection.c): v1 and v1alpha are the same
      * messages, read and written with v1's descriptors. A reader's token. */
     {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",

@@ -31,7 +31,8 @@ static void watcher_catch_up(wt_server *srv, wt_watcher *w) {
     }
     if (seq >= WT_VERSION_HISTORY && w->next <= seq - WT_VERSION_HISTORY)
       w->next = seq - WT_VERSION_HISTORY + 1;
-    const wt_version_entry *e = &srv->round.history[w->next % WT_VERSION_HISTORY];
+    const wt_version_entry *e =
+        &srv->round.history[w->next % WT_VERSION_HISTORY];
     version = strdup(e->version);
     v.sequence = e->sequence;
     v.committed_unix_ms = e->committed_unix_ms;
@@ -64,8 +65,8 @@ void wt_srv_end_watchers(wt_server *srv) {
 
 /* On the polling thread: the current version first, if any, then every
  * commit after it. */
-wt_status *wt_srv_watch_open(wt_rpc_stream *s,
-                             const ProtobufCMessage *request, void *user) {
+wt_status *wt_srv_watch_open(wt_rpc_stream *s, const ProtobufCMessage *request,
+                             void *user) {
   wt_server *srv = user;
   wt_watcher *w = calloc(1, sizeof(*w));
   if (w == NULL)

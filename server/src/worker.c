@@ -298,8 +298,8 @@ static wt_status *op_start(wt_worker *w, wt_worker_op *op) {
   WT_CHECK(need_state(w, WT_WORKER_READY, "start"));
   char reason[640];
   if (give_up_engine(w, reason, sizeof(reason)))
-    WT_FAIL(WT_FAILED_PRECONDITION, "%s needs a new InitWeightTransferEngine: %s",
-            w->where, reason);
+    WT_FAIL(WT_FAILED_PRECONDITION,
+            "%s needs a new InitWeightTransferEngine: %s", w->where, reason);
   wt_param_store_begin(w->store);
   st = w->ops->start_update(w->engine, op->round_id);
   if (st != NULL) {
@@ -540,13 +540,13 @@ wt_status *wt_worker_new(const wt_worker_options *o, wt_worker **out) {
   snprintf(w->where, sizeof(w->where), "worker %u (%s)", o->rank,
            w->device_name);
   w->data_timeout_ms = o->data_timeout_ms ? o->data_timeout_ms
-                                         : WT_SERVER_DEFAULT_DATA_TIMEOUT_MS;
+                                          : WT_SERVER_DEFAULT_DATA_TIMEOUT_MS;
   w->max_message_bytes = o->max_message_bytes;
   w->engines = o->engines;
   w->engine_options = o->engine_options;
-  w->engine_check_ms = o->engine_check_ms == 0    ? WT_WORKER_ENGINE_CHECK_MS
-                       : o->engine_check_ms < 0   ? 0
-                                                  : o->engine_check_ms;
+  w->engine_check_ms = o->engine_check_ms == 0  ? WT_WORKER_ENGINE_CHECK_MS
+                       : o->engine_check_ms < 0 ? 0
+                                                : o->engine_check_ms;
   w->n_engine_options = o->n_engine_options;
   w->host = strdup(o->host ? o->host : "127.0.0.1");
   if (w->host == NULL) {

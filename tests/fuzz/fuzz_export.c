@@ -70,11 +70,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t n = wt__v1__export_request__get_packed_size(req);
     uint8_t *out = malloc(n ? n : 1);
     wt__v1__export_request__pack(req, out);
-    Wt__V1__ExportRequest *again =
-        wt__v1__export_request__unpack(NULL, n, out);
+    Wt__V1__ExportRequest *again = wt__v1__export_request__unpack(NULL, n, out);
     if (again == NULL) {
-      fprintf(stderr, "fuzz_export: a parsed request packed to bytes that "
-                      "do not parse\n");
+      fprintf(stderr,
+              "fuzz_export: a parsed request packed to bytes that "
+              "do not parse\n");
       abort();
     }
     wt__v1__export_request__free_unpacked(again, NULL);

@@ -41,8 +41,8 @@ int main(int argc, char **argv) {
   if (st)
     fprintf(stderr, "example: %s\n", wt_status_message(st));
   else
-    printf("example: 3 rounds over %s; %zu of %zu digests verified\n",
-           backend, same, nsums);
+    printf("example: 3 rounds over %s; %zu of %zu digests verified\n", backend,
+           same, nsums);
   int rc = st || same != nsums || nsums == 0 ? 1 : 0;
   wt_param_checksums_free(sums, nsums);
   free(mine);

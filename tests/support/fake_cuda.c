@@ -309,8 +309,8 @@ static wt_status *f_ipc_open(
     a = import_locked(&h, device);
   } else if (magic) {
     a = alloc_of_locked((void *)(uintptr_t)h.dev, h.len);
-    if (a != NULL && ((uint64_t)(uintptr_t)a->dev != h.dev ||
-                      a->len != h.len || a->gen != h.gen))
+    if (a != NULL && ((uint64_t)(uintptr_t)a->dev != h.dev || a->len != h.len ||
+                      a->gen != h.gen))
       a = NULL;
   }
   if (a != NULL) {

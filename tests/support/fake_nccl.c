@@ -51,7 +51,9 @@ static uint64_t next_id;
 
 static int version_code;
 
-void fake_nccl_set_version(int code) { version_code = code; }
+void fake_nccl_set_version(int code) {
+  version_code = code;
+}
 
 static int f_version(void) {
   return version_code;

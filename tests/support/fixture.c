@@ -428,10 +428,9 @@ wt_status *wtt_push_open(wtt_pusher *p, wt_rpc_channel *ch, const wtt_upd *u,
                              NULL);
 }
 
-wt_status *wtt_push_delta_chunk(wtt_pusher *p, uint32_t bucket,
-                                uint64_t offset, uint64_t raw_len,
-                                uint64_t base_digest, const void *frame,
-                                size_t len) {
+wt_status *wtt_push_delta_chunk(wtt_pusher *p, uint32_t bucket, uint64_t offset,
+                                uint64_t raw_len, uint64_t base_digest,
+                                const void *frame, size_t len) {
   Wt__V1__DeltaChunk c = WT__V1__DELTA_CHUNK__INIT;
   c.bucket = bucket;
   c.offset = offset;
@@ -654,9 +653,9 @@ wt_status *wtt_health_check(wt_rpc_channel *ch, const char *service,
       GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
   req.service = (char *)service;
   ProtobufCMessage *resp = NULL;
-  wt_status *st = wt_rpc_unary(ch, "/grpc.health.v1.Health/Check", &req.base,
-                               &grpc__health__v1__health_check_response__descriptor,
-                               2000, &resp);
+  wt_status *st = wt_rpc_unary(
+      ch, "/grpc.health.v1.Health/Check", &req.base,
+      &grpc__health__v1__health_check_response__descriptor, 2000, &resp);
   if (st == NULL)
     *status = ((Grpc__Health__V1__HealthCheckResponse *)resp)->status;
   wt_pb_free(resp);

@@ -220,10 +220,9 @@ wt_status *wtt_push_open_delta(wtt_pusher *p, wt_rpc_channel *ch,
 wt_status *wtt_push_raw_chunk(wtt_pusher *p, uint32_t bucket, uint64_t offset,
                               const void *data, size_t len);
 /* A DeltaChunk as a stranger may write it: any fields, any frame. */
-wt_status *wtt_push_delta_chunk(wtt_pusher *p, uint32_t bucket,
-                                uint64_t offset, uint64_t raw_len,
-                                uint64_t base_digest, const void *frame,
-                                size_t len);
+wt_status *wtt_push_delta_chunk(wtt_pusher *p, uint32_t bucket, uint64_t offset,
+                                uint64_t raw_len, uint64_t base_digest,
+                                const void *frame, size_t len);
 /* Sends chunks until at least `bytes` more went out, or the plan ends. */
 wt_status *wtt_push_send(wtt_pusher *p, uint64_t bytes);
 /* Half-closes and returns the server's answer; frees the pusher. */

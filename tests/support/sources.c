@@ -70,17 +70,17 @@ void wtt_abc_metas(wt_tensor_meta m[3]) {
 }
 
 const wt_source_tensor wtt_t_a = {.name = "a",
-                                     .dtype = WT_DTYPE_FLOAT32,
-                                     .ndim = 2,
-                                     .shape = shape_a,
-                                     .data = data_a,
-                                     .nbytes = 24};
+                                  .dtype = WT_DTYPE_FLOAT32,
+                                  .ndim = 2,
+                                  .shape = shape_a,
+                                  .data = data_a,
+                                  .nbytes = 24};
 const wt_source_tensor wtt_t_b = {.name = "b",
-                                     .dtype = WT_DTYPE_BFLOAT16,
-                                     .ndim = 1,
-                                     .shape = shape_b,
-                                     .data = data_b,
-                                     .nbytes = 8};
+                                  .dtype = WT_DTYPE_BFLOAT16,
+                                  .ndim = 1,
+                                  .shape = shape_b,
+                                  .data = data_b,
+                                  .nbytes = 8};
 const wt_source_tensor wtt_t_c = {
     .name = "c", .dtype = WT_DTYPE_UINT8, .data = data_c, .nbytes = 1};
 
@@ -103,8 +103,8 @@ wt_status *wtt_validate_scripted(const wt_source_tensor *yields, size_t n) {
 
 /* Writes `layout` with `seed` as one safetensors file, or as two shards and
  * an index when `sharded`; returns the path to open (caller frees). */
-char *wtt_write_layout(const char *dir, const char *layout,
-                              uint64_t seed, bool sharded) {
+char *wtt_write_layout(const char *dir, const char *layout, uint64_t seed,
+                       bool sharded) {
   wtt_held h;
   wtt_held_load(layout, seed, &h);
   wt_st_write_tensor *w = calloc(h.n, sizeof(*w));

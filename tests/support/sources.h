@@ -42,6 +42,6 @@ wt_status *wtt_validate_scripted(const wt_source_tensor *yields, size_t n);
 /* Writes `layout` with `seed` as one safetensors file, or as two shards and
  * an index when `sharded`; returns the path to open (caller frees). */
 char *wtt_write_layout(const char *dir, const char *layout, uint64_t seed,
-                           bool sharded);
+                       bool sharded);
 
 #endif /* WT_TEST_SOURCES_H */

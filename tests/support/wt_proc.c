@@ -173,7 +173,8 @@ bool wt_proc_server_start_bin(wt_proc_server *s, const char *bin,
   size_t n = 3;
   bool auth = false;
   for (size_t i = 0; extra && extra[i]; i++)
-    if (strcmp(extra[i], "--token-file") == 0 || strcmp(extra[i], "--auth") == 0)
+    if (strcmp(extra[i], "--token-file") == 0 ||
+        strcmp(extra[i], "--auth") == 0)
       auth = true;
   /* Tests that are not about who may call run servers open; the trust
    * suite runs the default (generated tokens) on purpose ("--auth"). */

@@ -23,7 +23,6 @@ typedef struct wt_proc_server {
   char log[PATH_MAX]; /* its stderr */
 } wt_proc_server;
 
-
 /* Starts argv[0] (argv NULL-terminated) with stdin from /dev/null, stderr
  * to the file `log` (truncated), and stdout to a pipe whose read end goes to
  * *out_fd when out_fd is not NULL, else to `log` too. The child is

@@ -53,7 +53,8 @@ wt_status *wt_bindings_client_new_with(wt_control_plane *cp, int64_t timeout_ms,
  * fields) is taken as the nccl backend's; its TCPStore mode
  * (master_address) is INVALID_ARGUMENT naming the field and the mode wt
  * takes. */
-wt_status *wt_bindings_init_transfer(wt_sync_client *c, const char *init_info_json,
+wt_status *wt_bindings_init_transfer(wt_sync_client *c,
+                                     const char *init_info_json,
                                      bool make_trainer, wt_trainer **trainer);
 
 /* The init info the trainer engine of `backend` builds from its options
@@ -93,7 +94,8 @@ wt_status *wt_bindings_trainer_init_info(const char *backend,
  * are a sender's that runs beside it. On a failure the round is aborted on
  * every server. vLLM's update dict (shapes as lists of ints) is taken as
  * well as wt's ({"dims": [...]}). */
-wt_status *wt_bindings_update_info(wt_sync_client *c, const char *update_info_json);
+wt_status *wt_bindings_update_info(wt_sync_client *c,
+                                   const char *update_info_json);
 
 /* Server k's GetServerInfo as JSON (a ServerInfo object) into *json. */
 wt_status *wt_bindings_server_info(wt_sync_client *c, size_t k, char **json);
@@ -103,7 +105,8 @@ wt_status *wt_bindings_server_info(wt_sync_client *c, size_t k, char **json);
 wt_status *wt_bindings_list_parameters(wt_sync_client *c, size_t k,
                                        const char *prefix, char **json);
 
-/* --- a control plane over a synchronous callback ---------------------------- */
+/* --- a control plane over a synchronous callback ----------------------------
+ */
 
 /* The answer a callback gives, through one of the two calls below; owned
  * by the plane, valid until the callback returns. */
@@ -134,8 +137,9 @@ typedef void (*wt_control_callback)(void *user, size_t server, int method,
  * StartWeightUpdate answered without a round id (a control plane that has
  * none, as vLLM's) gets one of the plane's own, so the orchestration's
  * rules hold; an InitWeightTransferEngine answered with neither `ready` nor
- * a `message` (a plane that raises on failure) is ready. Destroying the plane waits for the callbacks still running.
- * The caller owns *out (wt_sync_client_new_with takes it). */
+ * a `message` (a plane that raises on failure) is ready. Destroying the plane
+ * waits for the callbacks still running. The caller owns *out
+ * (wt_sync_client_new_with takes it). */
 wt_status *wt_control_callback_new(const char *const *targets, size_t n,
                                    uint32_t methods, uint32_t flags,
                                    wt_control_callback fn, void *user,

@@ -3,10 +3,10 @@
  * The role of vLLM's VLLMWeightSyncClient. A client drives its servers
  * through a control plane (wt/control.h): wt's own, one gRPC channel per
  * server target ("host:port"), made by wt_sync_client_new; or a caller's
- * own, handed to wt_sync_client_new_with. The calls of a round (init, start, update,
- * finish, abort) are fanned out to every server, in parallel (each server's
- * call is started before any is waited for); the inspection calls (info,
- * parameters, version, watch, checksums) address one server by index.
+ * own, handed to wt_sync_client_new_with. The calls of a round (init, start,
+ * update, finish, abort) are fanned out to every server, in parallel (each
+ * server's call is started before any is waited for); the inspection calls
+ * (info, parameters, version, watch, checksums) address one server by index.
  *
  * Ranks: the trainer is rank 0; the world is 1 + the sum of every server's
  * GetWorldSize; server k's first worker is rank `rank_offset(k)`, i.e. 1 +

@@ -55,7 +55,7 @@ typedef enum wt_control_method {
 
 #define WT_CONTROL_BIT(m) (1u << (m))
 /* What every control plane must have. */
-#define WT_CONTROL_REQUIRED                                       \
+#define WT_CONTROL_REQUIRED                                             \
   (WT_CONTROL_BIT(WT_CONTROL_INIT) | WT_CONTROL_BIT(WT_CONTROL_START) | \
    WT_CONTROL_BIT(WT_CONTROL_UPDATE) | WT_CONTROL_BIT(WT_CONTROL_FINISH))
 

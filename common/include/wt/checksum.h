@@ -21,7 +21,7 @@ extern "C" {
 WT_API_BEGIN
 
 typedef enum wt_hash_alg {
-  WT_HASH_SHA256 = 0,  /* same numbers as wt.v1.ChecksumAlgorithm */
+  WT_HASH_SHA256 = 0, /* same numbers as wt.v1.ChecksumAlgorithm */
   WT_HASH_XXH3_64 = 1,
 } wt_hash_alg;
 
@@ -30,7 +30,8 @@ typedef enum wt_hash_alg {
 
 /* "sha256", "xxh3_64". Static; NULL outside the enum. */
 const char *wt_hash_alg_name(wt_hash_alg alg);
-/* Parses "sha256" / "xxh3" / "xxh3_64" (any case). Unknown: INVALID_ARGUMENT. */
+/* Parses "sha256" / "xxh3" / "xxh3_64" (any case). Unknown: INVALID_ARGUMENT.
+ */
 wt_status *wt_hash_alg_parse(const char *name, wt_hash_alg *out);
 
 /* Streaming hasher: new, update any number of times, then final. */

@@ -129,7 +129,7 @@ typedef struct wt_registry_once {
 } wt_registry_once;
 
 #define WT_REGISTRY_ONCE_INIT(kind_, abi_, fill_) \
-  {PTHREAD_ONCE_INIT, (kind_), (abi_), (fill_), NULL, NULL}
+  { PTHREAD_ONCE_INIT, (kind_), (abi_), (fill_), NULL, NULL }
 
 /* Sets *out to the registry, made on the first call (`build` is the
  * side's function calling wt_registry_once_build(&g), since pthread_once

@@ -31,9 +31,9 @@ WT_API_BEGIN
 #define WT_SAFETENSORS_MAX_HEADER (100u * 1000u * 1000u)
 
 typedef struct wt_st_tensor {
-  wt_tensor_meta meta;   /* name, dtype, shape, nbytes */
-  uint64_t offset;       /* start within the data region */
-  const void *data;      /* meta.nbytes bytes, inside the mapping */
+  wt_tensor_meta meta; /* name, dtype, shape, nbytes */
+  uint64_t offset;     /* start within the data region */
+  const void *data;    /* meta.nbytes bytes, inside the mapping */
 } wt_st_tensor;
 
 typedef struct wt_safetensors wt_safetensors;
@@ -64,7 +64,7 @@ typedef struct wt_st_write_tensor {
   wt_dtype dtype;
   int ndim;
   const int64_t *shape;
-  const void *data;   /* numel x itemsize bytes */
+  const void *data; /* numel x itemsize bytes */
 } wt_st_write_tensor;
 
 /* Writes `n` tensors to `path` (atomically: a temporary file renamed into

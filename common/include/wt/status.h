@@ -91,21 +91,21 @@ wt_code wt_code_from_grpc(int grpc_code);
 /* Check idiom after NCCL's checks.h: evaluate `expr` (returning wt_status *);
  * on error, store it in the function's `st` variable, log where it passed
  * through at debug level, and jump to the function's `out` label. */
-#define WT_CHECK(expr)                                                         \
-  do {                                                                         \
-    wt_status *wt_check_st_ = (expr);                                          \
-    if (wt_check_st_ != NULL) {                                                \
-      wt_status_trace_(wt_check_st_, __FILE__, __LINE__, #expr);               \
-      st = wt_check_st_;                                                       \
-      goto out;                                                                \
-    }                                                                          \
+#define WT_CHECK(expr)                                           \
+  do {                                                           \
+    wt_status *wt_check_st_ = (expr);                            \
+    if (wt_check_st_ != NULL) {                                  \
+      wt_status_trace_(wt_check_st_, __FILE__, __LINE__, #expr); \
+      st = wt_check_st_;                                         \
+      goto out;                                                  \
+    }                                                            \
   } while (0)
 
 /* Sets `st` to a new status and jumps to `out`. */
-#define WT_FAIL(code, ...)                                                     \
-  do {                                                                         \
-    st = wt_status_new((code), __VA_ARGS__);                                   \
-    goto out;                                                                  \
+#define WT_FAIL(code, ...)                   \
+  do {                                       \
+    st = wt_status_new((code), __VA_ARGS__); \
+    goto out;                                \
   } while (0)
 
 /* Internal: debug trace for WT_CHECK. */

@@ -27,8 +27,8 @@ typedef struct wt_tensor_meta {
   wt_dtype dtype;
   int ndim;
   int64_t shape[WT_MAX_NDIM];
-  uint64_t numel;   /* product of shape; 1 for a scalar (ndim 0) */
-  uint64_t nbytes;  /* numel * itemsize */
+  uint64_t numel;  /* product of shape; 1 for a scalar (ndim 0) */
+  uint64_t nbytes; /* numel * itemsize */
 } wt_tensor_meta;
 
 /* Element count of `shape[0..ndim)`. Negative dimensions, ndim outside
@@ -42,8 +42,8 @@ wt_status *wt_tensor_nbytes(wt_dtype dt, const int64_t *shape, int ndim,
 
 /* Fills `m`: copies `name` (strdup), checks shape and sizes. On error `m` is
  * left cleared (name NULL). The caller releases with wt_tensor_meta_clear(). */
-wt_status *wt_tensor_meta_init(wt_tensor_meta *m, const char *name,
-                               wt_dtype dt, const int64_t *shape, int ndim);
+wt_status *wt_tensor_meta_init(wt_tensor_meta *m, const char *name, wt_dtype dt,
+                               const int64_t *shape, int ndim);
 
 /* Frees m->name and zeroes `m`. NULL is ignored. */
 void wt_tensor_meta_clear(wt_tensor_meta *m);

@@ -85,9 +85,9 @@ wt_status *wt_delta_decode(wt_delta_codec *c, const void *frame, size_t len,
  * canonical encoding: fields in number order, zeros left out, data last),
  * before `data_len` frame bytes. Returns its length; writes it to out
  * (WT_DELTA_PREFIX_MAX bytes) when out is not NULL. */
-size_t wt_delta_chunk_prefix(uint32_t bucket, uint64_t offset,
-                             uint64_t raw_len, uint64_t base_digest,
-                             uint64_t data_len, uint8_t *out);
+size_t wt_delta_chunk_prefix(uint32_t bucket, uint64_t offset, uint64_t raw_len,
+                             uint64_t base_digest, uint64_t data_len,
+                             uint8_t *out);
 
 WT_API_END
 

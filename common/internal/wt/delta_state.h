@@ -19,8 +19,8 @@ enum { WT_DELTA_OFF, WT_DELTA_ON, WT_DELTA_AUTO };
 #define WT_DELTA_PROBE_ROUNDS 16
 
 typedef struct wt_delta_state {
-  int mode;             /* WT_DELTA_* */
-  unsigned char *base;  /* the bytes last sent, plan order; base_bytes long */
+  int mode;            /* WT_DELTA_* */
+  unsigned char *base; /* the bytes last sent, plan order; base_bytes long */
   uint64_t base_bytes;
   uint64_t base_layout; /* digest of the names and sizes they were sent as */
   uint64_t base_digest; /* of base; 0: base holds no complete round */
@@ -36,7 +36,7 @@ typedef struct wt_delta_state {
  * otherwise) and, unless off, makes the digest and the codec. The caller
  * frees with wt_delta_state_clear (also after a failure). */
 wt_status *wt_delta_state_init(wt_delta_state *d, const char *mode,
-                                         const char *field);
+                               const char *field);
 void wt_delta_state_clear(wt_delta_state *d);
 
 /* The trainer option delta=on|off|auto (wt-push --delta) into its init
@@ -46,13 +46,12 @@ wt_status *wt_delta_option_set(const char *value, char **field);
 
 /* A digest of a round's layout (names, dtypes, sizes in order): a base is
  * only a base for the same layout. */
-uint64_t wt_delta_layout_digest(const wt_tensor_meta *metas,
-                                          size_t n);
+uint64_t wt_delta_layout_digest(const wt_tensor_meta *metas, size_t n);
 
 /* The base buffer for a round of `total` bytes (forgets the base when the
  * size changed); RESOURCE_EXHAUSTED naming `who` and the size. */
 wt_status *wt_delta_state_reserve(wt_delta_state *d, uint64_t total,
-                                            const char *who);
+                                  const char *who);
 
 /* This round's way: whether to send deltas where a server holds the base
  * (*try_delta; `usable`: the base is one), and whether to keep the base for
@@ -61,16 +60,14 @@ wt_status *wt_delta_state_reserve(wt_delta_state *d, uint64_t total,
  * rounds; every WT_DELTA_PROBE_ROUNDS it tries the other once, keeping the
  * base the round before so that the probe can be a delta. While full
  * rounds win, no base is kept: those rounds cost what delta=off costs. */
-void wt_delta_plan_round(wt_delta_state *d, bool usable,
-                                   bool *try_delta, bool *keep);
+void wt_delta_plan_round(wt_delta_state *d, bool usable, bool *try_delta,
+                         bool *keep);
 
 /* A round took ns_per_byte nanoseconds per byte of the model, as a delta
  * round (`delta`) or a full one. The first round of an engine is not
  * counted: it also sets up connections (and, over ucx, their wireup),
  * which would make full rounds look slower than they are. */
-void wt_delta_measured(wt_delta_state *d, bool delta,
-                                 double ns_per_byte);
-
+void wt_delta_measured(wt_delta_state *d, bool delta, double ns_per_byte);
 
 WT_API_END
 

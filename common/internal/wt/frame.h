@@ -26,8 +26,8 @@ WT_API_BEGIN
  * what wt_frame_reader_want says, take frames with _next, free. */
 typedef struct wt_frame_reader {
   uint8_t *buf;
-  size_t len;     /* bytes held */
-  size_t max;     /* the largest frame body accepted */
+  size_t len;       /* bytes held */
+  size_t max;       /* the largest frame body accepted */
   const char *peer; /* names the peer in errors (borrowed) */
 } wt_frame_reader;
 
@@ -44,8 +44,7 @@ size_t wt_frame_reader_want(const wt_frame_reader *r);
  * naming the peer when the header just completed announces 0 bytes or more
  * than the limit (say, 4 GiB): the stream is then unusable and must be
  * closed. RESOURCE_EXHAUSTED when out of memory. */
-wt_status *wt_frame_reader_feed(wt_frame_reader *r, const void *data,
-                                size_t n);
+wt_status *wt_frame_reader_feed(wt_frame_reader *r, const void *data, size_t n);
 
 /* True when a whole frame is held: *body and *len (borrowed, valid until
  * the next feed) are it; the next feed starts the next frame. */

@@ -86,9 +86,8 @@ typedef struct wt_log_limit {
   int64_t last_ms;
   uint64_t held_back;
 } wt_log_limit;
-void wt_log_limited(wt_log_limit *limit, wt_log_level level,
-                    const char *module, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+void wt_log_limited(wt_log_limit *limit, wt_log_level level, const char *module,
+                    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 #define WT_LOGD(module, ...) wt_log(WT_LOG_DEBUG, (module), __VA_ARGS__)
 #define WT_LOGI(module, ...) wt_log(WT_LOG_INFO, (module), __VA_ARGS__)

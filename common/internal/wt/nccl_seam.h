@@ -40,7 +40,6 @@ WT_API_BEGIN
 /* sizeof(ncclUniqueId) */
 #define WT_NCCL_UNIQUE_ID_BYTES 128
 
-
 typedef struct wt_nccl_api {
   uint32_t version; /* WT_NCCL_API_VERSION */
   const char *name; /* "NCCL 2.28.9", "fake" */
@@ -92,7 +91,6 @@ wt_status *wt_nccl_version_parse(const char *text, int *code);
 
 /* What the module exports, under the symbol "wt_nccl_module_api". */
 typedef const wt_nccl_api *(*wt_nccl_module_fn)(void);
-
 
 WT_API_END
 

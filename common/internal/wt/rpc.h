@@ -144,7 +144,6 @@ typedef struct wt_rpc_method {
   uint32_t scope;
 } wt_rpc_method;
 
-
 /* Zero (or a NULL options pointer) means the default for every field. */
 typedef struct wt_rpc_server_options {
   /* "host:port"; port 0 picks a free port (see wt_rpc_server_port). Default
@@ -387,7 +386,6 @@ void wt_rpc_stream_release(wt_rpc_stream *s);
 /* ------------------------------------------------------------------------ */
 /* Client                                                                   */
 /* ------------------------------------------------------------------------ */
-
 
 /* Zero (or a NULL options pointer) means the default for every field. */
 typedef struct wt_rpc_channel_options {

@@ -122,8 +122,7 @@ wt_status *wt_token_read(const char *path, char **out);
  * directory (not a link) owned by this user that no one else may enter:
  * anything else is FAILED_PRECONDITION naming it (someone may have made it
  * to read what a server writes there). */
-wt_status *wt_runtime_dir(const char *base, bool create, char *out,
-                          size_t cap);
+wt_status *wt_runtime_dir(const char *base, bool create, char *out, size_t cap);
 
 /* DIR/tokens-PORT. */
 void wt_runtime_token_path(const char *dir, int port, char *out, size_t cap);
@@ -170,8 +169,7 @@ bool wt_tcp_peer_uid(const struct sockaddr *client,
  * the port's listener is not this user's; a file that is there but
  * unreadable or malformed is an error naming it. The caller frees *out
  * (wt_secret_free). */
-wt_status *wt_token_discover(const char *base, const char *target,
-                             char **out);
+wt_status *wt_token_discover(const char *base, const char *target, char **out);
 
 WT_API_END
 

@@ -116,7 +116,9 @@ wt_log_level wt_log_get_level(void) {
   return (wt_log_level)atomic_load(&log_level);
 }
 
-void wt_log_set_level(wt_log_level level) { atomic_store(&log_level, (int)level); }
+void wt_log_set_level(wt_log_level level) {
+  atomic_store(&log_level, (int)level);
+}
 
 int wt_log_enabled(wt_log_level level) {
   return level != WT_LOG_OFF && level >= wt_log_get_level();
@@ -211,8 +213,8 @@ void wt_log_level_from(const char *name, const char *what) {
 
 #define LOG_LIMIT_MS 1000
 
-void wt_log_limited(wt_log_limit *limit, wt_log_level level,
-                    const char *module, const char *fmt, ...) {
+void wt_log_limited(wt_log_limit *limit, wt_log_level level, const char *module,
+                    const char *fmt, ...) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;

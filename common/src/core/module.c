@@ -22,7 +22,8 @@ wt_status *wt_module_open(const char *what, const char *path,
     const char *why = dlerror();
     /* dlerror starts with the path itself: say it once. */
     size_t n = strlen(path);
-    if (why != NULL && strncmp(why, path, n) == 0 && strncmp(why + n, ": ", 2) == 0)
+    if (why != NULL && strncmp(why, path, n) == 0 &&
+        strncmp(why + n, ": ", 2) == 0)
       why += n + 2;
     return wt_status_new(WT_FAILED_PRECONDITION,
                          "%s: cannot load shared object '%s' (for symbol "
@@ -71,8 +72,8 @@ void wt_module_load(wt_module *m) {
   }
   char *path = beside_common(m->file);
   if (path == NULL) {
-    m->error = wt_status_new(WT_RESOURCE_EXHAUSTED, "%s: out of memory",
-                             m->what);
+    m->error =
+        wt_status_new(WT_RESOURCE_EXHAUSTED, "%s: out of memory", m->what);
     return;
   }
   if (access(path, F_OK) != 0) {
@@ -106,8 +107,7 @@ void wt_module_load(wt_module *m) {
   m->table = table; /* kept loaded for the life of the process */
 }
 
-wt_status *wt_module_get(wt_module *m, void (*load)(void),
-                         const void **table) {
+wt_status *wt_module_get(wt_module *m, void (*load)(void), const void **table) {
   const void *o = atomic_load(&m->override);
   if (o != NULL) {
     *table = o;

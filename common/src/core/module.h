@@ -40,10 +40,12 @@ typedef struct wt_module {
   _Atomic(const void *) override;
 } wt_module;
 
-#define WT_MODULE_INIT(what_, file_, symbol_, version_, not_built_)      \
-  {.what = (what_), .file = (file_), .symbol = (symbol_),                \
-   .version = (version_), .not_built = (not_built_),                      \
-   .once = PTHREAD_ONCE_INIT}
+#define WT_MODULE_INIT(what_, file_, symbol_, version_, not_built_) \
+  {                                                                 \
+    .what = (what_), .file = (file_), .symbol = (symbol_),          \
+    .version = (version_), .not_built = (not_built_),               \
+    .once = PTHREAD_ONCE_INIT                                       \
+  }
 
 /* The override when set, else the module's table, loaded on the first
  * call; the same FAILED_PRECONDITION (a copy, the caller's) every call

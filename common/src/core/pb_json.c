@@ -22,10 +22,12 @@
 #define JSON_MAX_DEPTH 32
 #define JSON_MAX_BYTES (64u << 20)
 
-/* ---- helpers ---------------------------------------------------------------- */
+/* ---- helpers ----------------------------------------------------------------
+ */
 
 static bool is_map_entry(const ProtobufCFieldDescriptor *f) {
-  if (f->type != PROTOBUF_C_TYPE_MESSAGE || f->label != PROTOBUF_C_LABEL_REPEATED)
+  if (f->type != PROTOBUF_C_TYPE_MESSAGE ||
+      f->label != PROTOBUF_C_LABEL_REPEATED)
     return false;
   const ProtobufCMessageDescriptor *d = f->descriptor;
   size_t n = strlen(d->name);
@@ -65,7 +67,8 @@ static size_t elem_size(ProtobufCType t) {
   return 0;
 }
 
-/* ---- to JSON ------------------------------------------------------------------ */
+/* ---- to JSON
+ * ------------------------------------------------------------------ */
 
 static json_t *msg_to_json(const ProtobufCMessage *m, int depth);
 
@@ -124,7 +127,8 @@ static json_t *value_to_json(const ProtobufCFieldDescriptor *f, const void *p,
 }
 
 /* Whether a singular field holds something other than its default. */
-static bool field_set(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
+static bool field_set(const ProtobufCMessage *m,
+                      const ProtobufCFieldDescriptor *f) {
   const char *base = (const char *)m;
   const void *p = base + f->offset;
   if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF)
@@ -164,8 +168,10 @@ static json_t *msg_to_json(const ProtobufCMessage *m, int depth) {
         v = json_object();
         for (size_t k = 0; v != NULL && k < n; k++) {
           const ProtobufCMessage *e = ((ProtobufCMessage *const *)arr)[k];
-          const char *key = *(char *const *)((const char *)e + e->descriptor->fields[0].offset);
-          const char *val = *(char *const *)((const char *)e + e->descriptor->fields[1].offset);
+          const char *key = *(char *const *)((const char *)e +
+                                             e->descriptor->fields[0].offset);
+          const char *val = *(char *const *)((const char *)e +
+                                             e->descriptor->fields[1].offset);
           json_object_set_new(v, key ? key : "", json_string(val ? val : ""));
         }
       } else {
@@ -193,7 +199,8 @@ static json_t *msg_to_json(const ProtobufCMessage *m, int depth) {
 
 wt_status *wt_pb_to_json(const ProtobufCMessage *msg, char **out) {
   *out = NULL;
-  if (msg == NULL) return wt_status_new(WT_INVALID_ARGUMENT, "to JSON: no message");
+  if (msg == NULL)
+    return wt_status_new(WT_INVALID_ARGUMENT, "to JSON: no message");
   json_t *o = msg_to_json(msg, 0);
   char *s = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
   json_decref(o);
@@ -204,7 +211,8 @@ wt_status *wt_pb_to_json(const ProtobufCMessage *msg, char **out) {
   return NULL;
 }
 
-/* ---- from JSON ------------------------------------------------------------------ */
+/* ---- from JSON
+ * ------------------------------------------------------------------ */
 
 typedef struct path {
   char buf[256];
@@ -213,17 +221,18 @@ typedef struct path {
 /* A field's path for messages; a path too long for the buffer is cut (the
  * message then still names where it starts). */
 static void path_push(const path *in, const char *name, long idx, path *out) {
-  int n = idx >= 0 ? snprintf(out->buf, sizeof(out->buf), "%s[%ld]", in->buf, idx)
-                   : snprintf(out->buf, sizeof(out->buf), "%s%s%s", in->buf,
-                              *in->buf ? "." : "", name ? name : "");
+  int n = idx >= 0
+              ? snprintf(out->buf, sizeof(out->buf), "%s[%ld]", in->buf, idx)
+              : snprintf(out->buf, sizeof(out->buf), "%s%s%s", in->buf,
+                         *in->buf ? "." : "", name ? name : "");
   if (n < 0 || (size_t)n >= sizeof(out->buf))
     memcpy(out->buf + sizeof(out->buf) - 4, "...", 4);
 }
 
 static wt_status *bad(const path *p, const char *want, const json_t *got) {
-  static const char *const kinds[] = {"an object", "an array", "a string",
+  static const char *const kinds[] = {"an object",  "an array", "a string",
                                       "an integer", "a number", "true",
-                                      "false", "null"};
+                                      "false",      "null"};
   int t = got ? (int)json_typeof(got) : 7;
   return wt_status_new(WT_INVALID_ARGUMENT, "field %s: expected %s, got %s",
                        p->buf, want, t >= 0 && t < 8 ? kinds[t] : "?");
@@ -320,12 +329,14 @@ static wt_status *value_from_json(const ProtobufCFieldDescriptor *f,
       const ProtobufCEnumDescriptor *ed = f->descriptor;
       const ProtobufCEnumValue *ev = NULL;
       if (json_is_string(v))
-        ev = protobuf_c_enum_descriptor_get_value_by_name(ed, json_string_value(v));
+        ev = protobuf_c_enum_descriptor_get_value_by_name(ed,
+                                                          json_string_value(v));
       else if (json_is_integer(v))
-        ev = protobuf_c_enum_descriptor_get_value(ed, (int)json_integer_value(v));
+        ev = protobuf_c_enum_descriptor_get_value(ed,
+                                                  (int)json_integer_value(v));
       if (ev == NULL)
-        return wt_status_new(WT_INVALID_ARGUMENT,
-                             "field %s: not a value of %s", p->buf, ed->name);
+        return wt_status_new(WT_INVALID_ARGUMENT, "field %s: not a value of %s",
+                             p->buf, ed->name);
       *(int *)dst = ev->value;
       return NULL;
     }
@@ -334,10 +345,11 @@ static wt_status *value_from_json(const ProtobufCFieldDescriptor *f,
       size_t n = json_string_length(v);
       const char *s = json_string_value(v);
       if (memchr(s, '\0', n) != NULL)
-        return wt_status_new(WT_INVALID_ARGUMENT, "field %s: a NUL in the string",
-                             p->buf);
+        return wt_status_new(WT_INVALID_ARGUMENT,
+                             "field %s: a NUL in the string", p->buf);
       char *c = strdup(s);
-      if (c == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+      if (c == NULL)
+        return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
       *(char **)dst = c;
       return NULL;
     }
@@ -346,7 +358,8 @@ static wt_status *value_from_json(const ProtobufCFieldDescriptor *f,
       size_t len = json_string_length(v);
       ProtobufCBinaryData *b = dst;
       b->data = malloc(len / 4 * 3 + 3);
-      if (b->data == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+      if (b->data == NULL)
+        return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
       if (len == 0) {
         b->len = 0;
         return NULL;
@@ -357,7 +370,8 @@ static wt_status *value_from_json(const ProtobufCFieldDescriptor *f,
     }
     case PROTOBUF_C_TYPE_MESSAGE:
       if (!json_is_object(v)) return bad(p, "an object", v);
-      return json_to_msg(f->descriptor, v, p, depth + 1, (ProtobufCMessage **)dst);
+      return json_to_msg(f->descriptor, v, p, depth + 1,
+                         (ProtobufCMessage **)dst);
   }
   return wt_status_new(WT_INTERNAL, "field %s: type %d", p->buf, (int)f->type);
 }
@@ -402,7 +416,8 @@ static wt_status *repeated_from_json(const ProtobufCFieldDescriptor *f,
   for (size_t k = 0; k < n; k++) {
     path e;
     path_push(q, NULL, (long)k, &e);
-    wt_status *st = value_from_json(f, json_array_get(v, k), &e, depth, arr + k * sz);
+    wt_status *st =
+        value_from_json(f, json_array_get(v, k), &e, depth, arr + k * sz);
     /* Count what was set, so that the free releases it. */
     if (st == NULL || f->type == PROTOBUF_C_TYPE_MESSAGE ||
         f->type == PROTOBUF_C_TYPE_STRING || f->type == PROTOBUF_C_TYPE_BYTES)
@@ -417,8 +432,9 @@ static wt_status *json_to_msg(const ProtobufCMessageDescriptor *d,
                               ProtobufCMessage **out) {
   *out = NULL;
   if (depth > JSON_MAX_DEPTH)
-    return wt_status_new(WT_INVALID_ARGUMENT, "field %s: nested more than %d deep",
-                         p->buf, JSON_MAX_DEPTH);
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "field %s: nested more than %d deep", p->buf,
+                         JSON_MAX_DEPTH);
   if (!json_is_object(j)) return bad(p, "an object", j);
   ProtobufCMessage *m = calloc(1, d->sizeof_message);
   if (m == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
@@ -433,8 +449,8 @@ static wt_status *json_to_msg(const ProtobufCMessageDescriptor *d,
     const ProtobufCFieldDescriptor *f =
         protobuf_c_message_descriptor_get_field_by_name(d, key);
     if (f == NULL)
-      return wt_status_new(WT_INVALID_ARGUMENT, "field %s: %s has no such field",
-                           q.buf, d->name);
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "field %s: %s has no such field", q.buf, d->name);
     if (json_is_null(v)) continue; /* as absent */
     if (f->label == PROTOBUF_C_LABEL_REPEATED) {
       if (is_map_entry(f)) {
@@ -454,7 +470,8 @@ static wt_status *json_to_msg(const ProtobufCMessageDescriptor *d,
                              "already",
                              q.buf);
       *c = f->id;
-    } else if (f->label == PROTOBUF_C_LABEL_OPTIONAL && f->quantifier_offset != 0 &&
+    } else if (f->label == PROTOBUF_C_LABEL_OPTIONAL &&
+               f->quantifier_offset != 0 &&
                f->type != PROTOBUF_C_TYPE_MESSAGE &&
                f->type != PROTOBUF_C_TYPE_STRING) {
       *(protobuf_c_boolean *)(base + f->quantifier_offset) = 1;
@@ -474,13 +491,14 @@ wt_status *wt_pb_from_json(const ProtobufCMessageDescriptor *desc,
     return wt_status_new(WT_INVALID_ARGUMENT, "%s: no JSON", what);
   size_t n = strlen(text);
   if (n > JSON_MAX_BYTES)
-    return wt_status_new(WT_INVALID_ARGUMENT, "%s: %zu bytes of JSON (at most %u)",
-                         what, n, JSON_MAX_BYTES);
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "%s: %zu bytes of JSON (at most %u)", what, n,
+                         JSON_MAX_BYTES);
   json_error_t err;
   json_t *j = json_loadb(text, n, JSON_REJECT_DUPLICATES, &err);
   if (j == NULL)
-    return wt_status_new(WT_INVALID_ARGUMENT, "%s: not JSON (line %d: %s)", what,
-                         err.line, err.text);
+    return wt_status_new(WT_INVALID_ARGUMENT, "%s: not JSON (line %d: %s)",
+                         what, err.line, err.text);
   path root;
   snprintf(root.buf, sizeof(root.buf), "%s", what);
   ProtobufCMessage *m = NULL;
@@ -495,7 +513,8 @@ wt_status *wt_pb_from_json(const ProtobufCMessageDescriptor *desc,
   return NULL;
 }
 
-/* ---- merging JSON into a message ------------------------------------------ */
+/* ---- merging JSON into a message ------------------------------------------
+ */
 
 /* One value of a field's type at p, released (strings and bytes with free,
  * messages with protobuf_c_message_free_unpacked: how every message wt
@@ -511,7 +530,8 @@ static void value_free(const ProtobufCFieldDescriptor *f, void *p) {
     case PROTOBUF_C_TYPE_BYTES: {
       ProtobufCBinaryData *b = p;
       const ProtobufCBinaryData *def = f->default_value;
-      if (b->data != NULL && (def == NULL || b->data != def->data)) free(b->data);
+      if (b->data != NULL && (def == NULL || b->data != def->data))
+        free(b->data);
       break;
     }
     case PROTOBUF_C_TYPE_MESSAGE:
@@ -524,13 +544,15 @@ static void value_free(const ProtobufCFieldDescriptor *f, void *p) {
 }
 
 /* Field f of m back to its default (absent), its value released. */
-static void field_clear(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
+static void field_clear(ProtobufCMessage *m,
+                        const ProtobufCFieldDescriptor *f) {
   char *base = (char *)m;
   if (f->label == PROTOBUF_C_LABEL_REPEATED) {
     size_t *n = (size_t *)(base + f->quantifier_offset);
     char **arr = (char **)(base + f->offset);
     size_t sz = elem_size(f->type);
-    for (size_t k = 0; *arr != NULL && k < *n; k++) value_free(f, *arr + k * sz);
+    for (size_t k = 0; *arr != NULL && k < *n; k++)
+      value_free(f, *arr + k * sz);
     free(*arr);
     *arr = NULL;
     *n = 0;
@@ -540,8 +562,8 @@ static void field_clear(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) 
     uint32_t *c = (uint32_t *)(base + f->quantifier_offset);
     if (*c != f->id) return; /* another member holds the union's memory */
     *c = 0;
-  } else if (f->label == PROTOBUF_C_LABEL_OPTIONAL && f->quantifier_offset != 0 &&
-             f->type != PROTOBUF_C_TYPE_MESSAGE &&
+  } else if (f->label == PROTOBUF_C_LABEL_OPTIONAL &&
+             f->quantifier_offset != 0 && f->type != PROTOBUF_C_TYPE_MESSAGE &&
              f->type != PROTOBUF_C_TYPE_STRING) {
     *(protobuf_c_boolean *)(base + f->quantifier_offset) = 0;
   }
@@ -555,8 +577,9 @@ static void field_clear(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) 
 
 /* The entries of the JSON object v set in the map field f of m: a key's
  * value replaced, a new key added. */
-static wt_status *map_merge(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
-                            const json_t *v, const path *p) {
+static wt_status *map_merge(ProtobufCMessage *m,
+                            const ProtobufCFieldDescriptor *f, const json_t *v,
+                            const path *p) {
   if (!json_is_object(v)) return bad(p, "an object (a map)", v);
   char *base = (char *)m;
   const ProtobufCMessageDescriptor *ed = f->descriptor;
@@ -569,7 +592,8 @@ static wt_status *map_merge(ProtobufCMessage *m, const ProtobufCFieldDescriptor 
     path_push(p, key, -1, &q);
     if (!json_is_string(val)) return bad(&q, "a string", val);
     char *vs = strdup(json_string_value(val));
-    if (vs == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+    if (vs == NULL)
+      return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
     ProtobufCMessage *e = NULL;
     for (size_t k = 0; k < *n && e == NULL; k++) {
       const char *ek = *(char **)((char *)(*arr)[k] + ed->fields[0].offset);
@@ -598,8 +622,9 @@ static wt_status *map_merge(ProtobufCMessage *m, const ProtobufCFieldDescriptor 
 static wt_status *msg_merge(ProtobufCMessage *m, const json_t *j, const path *p,
                             int depth) {
   if (depth > JSON_MAX_DEPTH)
-    return wt_status_new(WT_INVALID_ARGUMENT, "field %s: nested more than %d deep",
-                         p->buf, JSON_MAX_DEPTH);
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "field %s: nested more than %d deep", p->buf,
+                         JSON_MAX_DEPTH);
   if (!json_is_object(j)) return bad(p, "an object", j);
   const ProtobufCMessageDescriptor *d = m->descriptor;
   char *base = (char *)m;
@@ -611,8 +636,8 @@ static wt_status *msg_merge(ProtobufCMessage *m, const json_t *j, const path *p,
     const ProtobufCFieldDescriptor *f =
         protobuf_c_message_descriptor_get_field_by_name(d, key);
     if (f == NULL)
-      return wt_status_new(WT_INVALID_ARGUMENT, "field %s: %s has no such field",
-                           q.buf, d->name);
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "field %s: %s has no such field", q.buf, d->name);
     wt_status *st = NULL;
     bool oneof = (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) != 0;
     uint32_t *c = oneof ? (uint32_t *)(base + f->quantifier_offset) : NULL;
@@ -626,7 +651,8 @@ static wt_status *msg_merge(ProtobufCMessage *m, const json_t *j, const path *p,
     } else if (f->type == PROTOBUF_C_TYPE_MESSAGE &&
                *(ProtobufCMessage **)(base + f->offset) != NULL &&
                (!oneof || *c == f->id)) {
-      st = msg_merge(*(ProtobufCMessage **)(base + f->offset), v, &q, depth + 1);
+      st =
+          msg_merge(*(ProtobufCMessage **)(base + f->offset), v, &q, depth + 1);
     } else {
       /* Setting a oneof's member ends the member set before. */
       if (oneof && *c != 0 && *c != f->id)
@@ -634,8 +660,10 @@ static wt_status *msg_merge(ProtobufCMessage *m, const json_t *j, const path *p,
       field_clear(m, f);
       if (oneof)
         *c = f->id;
-      else if (f->label == PROTOBUF_C_LABEL_OPTIONAL && f->quantifier_offset != 0 &&
-               f->type != PROTOBUF_C_TYPE_MESSAGE && f->type != PROTOBUF_C_TYPE_STRING)
+      else if (f->label == PROTOBUF_C_LABEL_OPTIONAL &&
+               f->quantifier_offset != 0 &&
+               f->type != PROTOBUF_C_TYPE_MESSAGE &&
+               f->type != PROTOBUF_C_TYPE_STRING)
         *(protobuf_c_boolean *)(base + f->quantifier_offset) = 1;
       st = value_from_json(f, v, &q, depth, base + f->offset);
     }
@@ -647,16 +675,18 @@ static wt_status *msg_merge(ProtobufCMessage *m, const json_t *j, const path *p,
 wt_status *wt_pb_merge_json(ProtobufCMessage *msg, const char *text,
                             const char *what) {
   if (what == NULL) what = msg->descriptor->name;
-  if (text == NULL) return wt_status_new(WT_INVALID_ARGUMENT, "%s: no JSON", what);
+  if (text == NULL)
+    return wt_status_new(WT_INVALID_ARGUMENT, "%s: no JSON", what);
   size_t n = strlen(text);
   if (n > JSON_MAX_BYTES)
-    return wt_status_new(WT_INVALID_ARGUMENT, "%s: %zu bytes of JSON (at most %u)",
-                         what, n, JSON_MAX_BYTES);
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "%s: %zu bytes of JSON (at most %u)", what, n,
+                         JSON_MAX_BYTES);
   json_error_t err;
   json_t *j = json_loadb(text, n, JSON_REJECT_DUPLICATES, &err);
   if (j == NULL)
-    return wt_status_new(WT_INVALID_ARGUMENT, "%s: not JSON (line %d: %s)", what,
-                         err.line, err.text);
+    return wt_status_new(WT_INVALID_ARGUMENT, "%s: not JSON (line %d: %s)",
+                         what, err.line, err.text);
   path root;
   snprintf(root.buf, sizeof(root.buf), "%s", what);
   wt_status *st = msg_merge(msg, j, &root, 0);

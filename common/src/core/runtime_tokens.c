@@ -120,16 +120,15 @@ wt_status *wt_tokens_generate(wt_token **out, size_t *n) {
   return NULL;
 }
 
-wt_status *wt_tokens_write(const char *path, const wt_token *tokens,
-                           size_t n) {
+wt_status *wt_tokens_write(const char *path, const wt_token *tokens, size_t n) {
   char tmp[4096];
   if (snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid()) >=
       (int)sizeof(tmp))
     return wt_status_new(WT_INVALID_ARGUMENT, "token file '%s': path too long",
                          path);
   unlink(tmp);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                0600);
+  int fd =
+      open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0)
     return wt_status_new(WT_FAILED_PRECONDITION, "token file '%s': %s", tmp,
                          strerror(errno));
@@ -292,8 +291,7 @@ static int loopback_port(const char *target) {
   return (int)port;
 }
 
-wt_status *wt_token_discover(const char *base, const char *target,
-                             char **out) {
+wt_status *wt_token_discover(const char *base, const char *target, char **out) {
   *out = NULL;
   int port = loopback_port(target);
   if (port < 0) return NULL;

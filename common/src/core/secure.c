@@ -114,8 +114,8 @@ wt_status *wt_open_regular(const char *what, const char *path, int *fd,
   if (f < 0)
     return wt_status_from_errno(errno, "%s '%s': cannot open", what, path);
   if (fstat(f, sb) != 0) {
-    wt_status *st = wt_status_from_errno(errno, "%s '%s': cannot stat", what,
-                                         path);
+    wt_status *st =
+        wt_status_from_errno(errno, "%s '%s': cannot stat", what, path);
     close(f);
     return st;
   }

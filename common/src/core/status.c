@@ -20,12 +20,23 @@ static struct wt_status oom_status = {WT_RESOURCE_EXHAUSTED,
                                       (char *)"out of memory"};
 
 static const char *const code_names[] = {
-    "OK",           "CANCELLED",          "UNKNOWN",
-    "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-    "ALREADY_EXISTS",   "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION", "ABORTED",        "OUT_OF_RANGE",
-    "UNIMPLEMENTED",    "INTERNAL",          "UNAVAILABLE",
-    "DATA_LOSS",        "UNAUTHENTICATED",
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
 };
 #define NCODES ((int)(sizeof(code_names) / sizeof(code_names[0])))
 
@@ -52,17 +63,31 @@ wt_status *wt_status_new(wt_code code, const char *fmt, ...) {
 wt_status *wt_status_from_errno(int err, const char *fmt, ...) {
   wt_code code;
   switch (err) {
-    case ENOENT: code = WT_NOT_FOUND; break;
+    case ENOENT:
+      code = WT_NOT_FOUND;
+      break;
     case EACCES:
-    case EPERM: code = WT_PERMISSION_DENIED; break;
+    case EPERM:
+      code = WT_PERMISSION_DENIED;
+      break;
     case ENOMEM:
-    case ENOSPC: code = WT_RESOURCE_EXHAUSTED; break;
-    case EINVAL: code = WT_INVALID_ARGUMENT; break;
-    case ETIMEDOUT: code = WT_DEADLINE_EXCEEDED; break;
+    case ENOSPC:
+      code = WT_RESOURCE_EXHAUSTED;
+      break;
+    case EINVAL:
+      code = WT_INVALID_ARGUMENT;
+      break;
+    case ETIMEDOUT:
+      code = WT_DEADLINE_EXCEEDED;
+      break;
     case ECONNREFUSED:
     case ECONNRESET:
-    case EPIPE: code = WT_UNAVAILABLE; break;
-    default: code = WT_INTERNAL; break;
+    case EPIPE:
+      code = WT_UNAVAILABLE;
+      break;
+    default:
+      code = WT_INTERNAL;
+      break;
   }
   char *head = NULL;
   va_list ap;
@@ -83,7 +108,9 @@ void wt_status_free(wt_status *s) {
   free(s);
 }
 
-wt_code wt_status_code(const wt_status *s) { return s ? s->code : WT_OK; }
+wt_code wt_status_code(const wt_status *s) {
+  return s ? s->code : WT_OK;
+}
 
 const char *wt_status_message(const wt_status *s) {
   return s ? s->msg : "OK";

@@ -20,7 +20,6 @@
 #include "wt/secure.h"
 #include "safetensors_internal.h"
 
-
 /* ---- checkpoints ------------------------------------------------------ */
 
 typedef struct {
@@ -326,4 +325,3 @@ void wt_checkpoint_close(wt_checkpoint *c) {
   free(c->path);
   free(c);
 }
-

@@ -449,4 +449,3 @@ void wt_safetensors_close(wt_safetensors *f) {
   free(f->what);
   free(f);
 }
-

@@ -19,7 +19,6 @@
 #include "wt/log.h"
 #include "safetensors_internal.h"
 
-
 /* ---- writing ---------------------------------------------------------- */
 
 static wt_status *write_all(int fd, const void *buf, uint64_t len,
@@ -240,4 +239,3 @@ out:
   json_decref(root);
   return st;
 }
-

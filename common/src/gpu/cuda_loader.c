@@ -11,14 +11,14 @@
 #ifdef WT_WITH_CUDA
 #define NOT_BUILT NULL
 #else
-#define NOT_BUILT                                                     \
+#define NOT_BUILT                                                           \
   "this build of wt has no CUDA support (configured with WT_WITH_CUDA=OFF " \
   "or without the CUDA toolkit)"
 #endif
 
-static wt_module module = WT_MODULE_INIT(
-    "CUDA", "libwt_cuda.so", "wt_cuda_module_api", WT_CUDA_API_VERSION,
-    NOT_BUILT);
+static wt_module module =
+    WT_MODULE_INIT("CUDA", "libwt_cuda.so", "wt_cuda_module_api",
+                   WT_CUDA_API_VERSION, NOT_BUILT);
 
 static void load(void) {
   wt_module_load(&module);

@@ -17,14 +17,14 @@
 #ifdef WT_WITH_NCCL
 #define NOT_BUILT NULL
 #else
-#define NOT_BUILT                                                      \
+#define NOT_BUILT                                                           \
   "this build of wt has no NCCL support (configured with WT_WITH_NCCL=OFF " \
   "or without NCCL)"
 #endif
 
-static wt_module module = WT_MODULE_INIT(
-    "NCCL", "libwt_nccl.so", "wt_nccl_module_api", WT_NCCL_API_VERSION,
-    NOT_BUILT);
+static wt_module module =
+    WT_MODULE_INIT("NCCL", "libwt_nccl.so", "wt_nccl_module_api",
+                   WT_NCCL_API_VERSION, NOT_BUILT);
 
 static void load(void) {
   wt_module_load(&module);
@@ -41,7 +41,8 @@ void wt_nccl_api_override(const wt_nccl_api *api) {
   wt_module_override(&module, api);
 }
 
-/* --- choosing the NCCL ------------------------------------------------------ */
+/* --- choosing the NCCL ------------------------------------------------------
+ */
 
 static pthread_mutex_t select_mu = PTHREAD_MUTEX_INITIALIZER;
 static char selected[1024]; /* the library wt_nccl_select loaded first */
@@ -85,8 +86,8 @@ wt_status *wt_nccl_select(const char *library, const char *expect_version) {
       int (*get)(int *) = h ? (int (*)(int *))dlsym(h, "ncclGetVersion") : NULL;
       int code = 0;
       if (h == NULL)
-        st = wt_status_new(WT_FAILED_PRECONDITION, "nccl_library %s: %s", library,
-                           dlerror());
+        st = wt_status_new(WT_FAILED_PRECONDITION, "nccl_library %s: %s",
+                           library, dlerror());
       else if (get == NULL || get(&code) != 0)
         st = wt_status_new(WT_FAILED_PRECONDITION,
                            "nccl_library %s: no ncclGetVersion there: not NCCL",
@@ -114,4 +115,3 @@ wt_status *wt_nccl_select(const char *library, const char *expect_version) {
   }
   return NULL;
 }
-

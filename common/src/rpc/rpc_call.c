@@ -180,8 +180,8 @@ wt_status *rpc_call_handle(wt_rpc_call *c) {
     return call_failed(c, "waiting for a handler thread");
   /* The handler's lines name the peer (and, where it sets one, the
    * round); the thread's context is put back for its next call. */
-  wt_log_context old = wt_log_context_set(
-      (wt_log_context){0, -1, wt_rpc_call_peer(c)});
+  wt_log_context old =
+      wt_log_context_set((wt_log_context){0, -1, wt_rpc_call_peer(c)});
   wt_status *st = c->method->handler(c, c->request, c->server->user);
   if (st != NULL)
     WT_LOGD(RPC_MOD, "%s: %s: %s", c->method->path,

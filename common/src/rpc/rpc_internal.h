@@ -141,7 +141,7 @@ struct wt_rpc_server {
    * turn (rpc_server.c's request_read). */
   int reads, read_waiting;
   struct request_read *read_head, *read_tail;
-  atomic_int_fast64_t held_bytes;  /* requests held by admitted calls */
+  atomic_int_fast64_t held_bytes; /* requests held by admitted calls */
   int64_t auth_log_ms; /* polling thread only: the last refusal logged */
   uint64_t auth_unlogged;
 };
@@ -207,10 +207,10 @@ WT_HIDDEN int rpc_listener_budget(int max_connections, int per_connection,
  * is UNAVAILABLE naming it; a descriptor limit with no room
  * FAILED_PRECONDITION. */
 WT_HIDDEN wt_status *rpc_listener_start(grpc_server *gs, const char *listen,
-                                         rpc_tls_server *tls,
-                                         int max_connections, int grace_ms,
-                                         int handshake_ms, rpc_listener **out,
-                                         int *port);
+                                        rpc_tls_server *tls,
+                                        int max_connections, int grace_ms,
+                                        int handshake_ms, rpc_listener **out,
+                                        int *port);
 /* Stops accepting: no connection is handed to gRPC from here, and the
  * listening sockets close (within a tick). Open connections stay gRPC's;
  * TLS ones are still relayed until rpc_listener_destroy, so calls in
@@ -222,7 +222,7 @@ WT_HIDDEN void rpc_listener_destroy(rpc_listener *l);
 /* The connection gRPC names `grpc_peer` ("fd:N") made an authorized call of
  * `scope`. l may be NULL. */
 WT_HIDDEN void rpc_listener_authorized(rpc_listener *l, const char *grpc_peer,
-                                        uint32_t scope);
+                                       uint32_t scope);
 /* Takes `grpc_peer` (gpr_malloc'd) and returns the peer's address in its
  * place ("ipv4:127.0.0.1:5555", gpr_malloc'd) when it names one of l's
  * connections, else grpc_peer itself. l may be NULL. */
@@ -231,7 +231,7 @@ WT_HIDDEN void rpc_listener_counts(rpc_listener *l, wt_rpc_conn_counts *out);
 /* The quota key of the connection gRPC names `grpc_peer` (see rpc_peer),
  * worked out on its first use and kept; false when l does not know it. */
 WT_HIDDEN bool rpc_listener_peer_key(rpc_listener *l, const char *grpc_peer,
-                                      char *key, size_t n);
+                                     char *key, size_t n);
 
 /* --- rpc_peer.c: peers and their shares ----------------------------------- */
 
@@ -247,8 +247,8 @@ WT_HIDDEN void rpc_peer_release_locked(wt_rpc_server *s, rpc_peer *slot);
  * accepted (gpr_malloc'd). */
 WT_HIDDEN char *rpc_server_peer(wt_rpc_server *s, grpc_call *call);
 /* The quota key of the call's peer (see rpc_peer). */
-WT_HIDDEN void rpc_server_peer_key(wt_rpc_server *s, grpc_call *call,
-                                    char *key, size_t n);
+WT_HIDDEN void rpc_server_peer_key(wt_rpc_server *s, grpc_call *call, char *key,
+                                   size_t n);
 
 /* --- rpc_relay.c: TLS terminated by wt ------------------------------------ */
 
@@ -275,9 +275,8 @@ enum {
 WT_HIDDEN rpc_relay *rpc_relay_new(rpc_tls_server *t, int net_fd);
 WT_HIDDEN void rpc_relay_attach(rpc_relay *r, int pair_fd);
 WT_HIDDEN bool rpc_relay_handshaken(const rpc_relay *r);
-WT_HIDDEN int rpc_relay_pump(rpc_relay *r, size_t budget,
-                             uint32_t *net_events, uint32_t *pair_events,
-                             const char **why);
+WT_HIDDEN int rpc_relay_pump(rpc_relay *r, size_t budget, uint32_t *net_events,
+                             uint32_t *pair_events, const char **why);
 WT_HIDDEN void rpc_relay_free(rpc_relay *r);
 
 /* --- rpc_tls.c ------------------------------------------------------------ */
@@ -288,12 +287,12 @@ WT_HIDDEN wt_status *rpc_read_pem(const char *what, const char *path,
                                   char **out);
 /* Channel credentials for `tls` (NULL: insecure). */
 WT_HIDDEN wt_status *rpc_channel_credentials(const wt_rpc_tls *tls,
-                                              grpc_channel_credentials **out);
+                                             grpc_channel_credentials **out);
 /* The scope the call's "authorization: Bearer" token grants among
  * tokens[0..n) (0: none); *presented says whether it carried one. */
 WT_HIDDEN uint32_t rpc_token_scope(const wt_token *tokens, size_t n,
-                                    const grpc_metadata_array *md,
-                                    bool *presented);
+                                   const grpc_metadata_array *md,
+                                   bool *presented);
 
 /* --- rpc_call.c ----------------------------------------------------------- */
 
@@ -301,9 +300,9 @@ WT_HIDDEN uint32_t rpc_token_scope(const wt_token *tokens, size_t n,
  * and `request`), with its RECV_CLOSE_ON_SERVER batch started. NULL when
  * out of memory (the caller rejects the call). */
 WT_HIDDEN wt_rpc_call *rpc_call_new(wt_rpc_server *s, const wt_rpc_method *m,
-                                     rpc_pool *pool, grpc_call *call,
-                                     gpr_timespec deadline,
-                                     ProtobufCMessage *request);
+                                    rpc_pool *pool, grpc_call *call,
+                                    gpr_timespec deadline,
+                                    ProtobufCMessage *request);
 /* Runs the call's handler on a pool thread and returns its status (the
  * caller's); then rpc_call_finish sends it without waiting and drops the
  * pool's reference. The pool frees the call's place in between, so the
@@ -321,9 +320,9 @@ WT_HIDDEN void rpc_call_on_status(wt_rpc_call *c, int ok);
  * `request` is freed here): opens the stream through the method's `open`.
  * Counts in the pool until the call is over. */
 WT_HIDDEN void rpc_stream_accept(wt_rpc_server *s, const wt_rpc_method *m,
-                                  rpc_pool *pool, grpc_call *call,
-                                  ProtobufCMessage *request,
-                                  rpc_peer *peer_slot);
+                                 rpc_pool *pool, grpc_call *call,
+                                 ProtobufCMessage *request,
+                                 rpc_peer *peer_slot);
 /* Completions, on the polling thread. */
 WT_HIDDEN void rpc_stream_on_send(wt_rpc_stream *st, int ok);
 WT_HIDDEN void rpc_stream_on_close(wt_rpc_stream *st);

@@ -12,10 +12,10 @@
  *
  * A plaintext connection is two descriptors: gRPC owns a dup, this file
  * owns the original. A TLS connection is three: the socket and our end of
- * the pair (ours), gRPC's end (gRPC's). Ours is never closed while its record lives, so shutting the
- * socket down through it can never hit another file that reused a number
- * (gRPC's copy may be closed at any time). gRPC shuts a socket down
- * before it closes it (ev_epoll1's orphan path), which wakes our epoll
+ * the pair (ours), gRPC's end (gRPC's). Ours is never closed while its record
+ * lives, so shutting the socket down through it can never hit another file that
+ * reused a number (gRPC's copy may be closed at any time). gRPC shuts a socket
+ * down before it closes it (ev_epoll1's orphan path), which wakes our epoll
  * with a hang-up; a check that gRPC's number still names the same socket
  * catches any other way out.
  *
@@ -85,7 +85,7 @@ typedef struct rpc_conn {
   uint32_t scope;       /* WT_SCOPE_* of its authorized calls; 0: none */
   char key[80];         /* the quota key once worked out; "" before */
   struct sockaddr_storage addr, local; /* the peer's and ours */
-  char peer[72];        /* as gRPC writes peers: "ipv4:127.0.0.1:5555" */
+  char peer[72]; /* as gRPC writes peers: "ipv4:127.0.0.1:5555" */
   /* TLS (accept thread only, but for grpc_fd): the relay, our end of the
    * pair (-1 before the handshake is done; grpc_fd too), the events each
    * descriptor waits for, and whether a step ran out of budget. */
@@ -122,12 +122,13 @@ struct rpc_listener {
   /* accept thread only */
   bool paused;
   int64_t resume_ms, next_gone_check;
-  size_t nagain;      /* records with `again` set */
-  int64_t hs_us;      /* handshake time spent in this pass of the loop */
+  size_t nagain; /* records with `again` set */
+  int64_t hs_us; /* handshake time spent in this pass of the loop */
   wt_log_limit log_limit;
 };
 
-/* ---- the table (under mu) ------------------------------------------------- */
+/* ---- the table (under mu) -------------------------------------------------
+ */
 
 static size_t open_count_locked(const rpc_listener *l) {
   size_t n = 0;
@@ -197,16 +198,17 @@ static int grpc_fd_of(const char *peer) {
   return end && *end == 0 && v >= 0 && v < INT32_MAX ? (int)v : -1;
 }
 
-/* ---- logging --------------------------------------------------------------- */
+/* ---- logging ---------------------------------------------------------------
+ */
 
-#define note(l, fmt, ...)                                                      \
-  wt_log_limited(&(l)->log_limit, WT_LOG_WARN, RPC_MOD, "port %d: " fmt,      \
+#define note(l, fmt, ...)                                                \
+  wt_log_limited(&(l)->log_limit, WT_LOG_WARN, RPC_MOD, "port %d: " fmt, \
                  (l)->port, __VA_ARGS__)
 
-/* ---- accepting ------------------------------------------------------------- */
+/* ---- accepting -------------------------------------------------------------
+ */
 
-static void format_peer(const struct sockaddr_storage *a, char *out,
-                        size_t n) {
+static void format_peer(const struct sockaddr_storage *a, char *out, size_t n) {
   char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?";
   getnameinfo((const struct sockaddr *)a, sizeof(*a), host, sizeof(host), serv,
               sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV);
@@ -254,7 +256,8 @@ static void shed(rpc_listener *l, int lfd, int err) {
     pthread_mutex_unlock(&l->mu);
   }
   l->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  note(l, "accept: %s: a new connection was closed at once (descriptors "
+  note(l,
+       "accept: %s: a new connection was closed at once (descriptors "
        "ran short; raise ulimit -n or lower --max-connections)",
        strerror(err));
   if (l->spare < 0) pause_accepting(l, now);
@@ -316,7 +319,8 @@ static void admit(rpc_listener *l, int fd, const struct sockaddr_storage *a) {
   pthread_mutex_unlock(&l->mu);
   if (refused) {
     close(fd);
-    note(l, "%s refused: %d connections open (the limit; --max-connections) "
+    note(l,
+         "%s refused: %d connections open (the limit; --max-connections) "
          "and %s",
          c.peer, l->max_conns, refused);
     return;
@@ -369,7 +373,8 @@ static void admit(rpc_listener *l, int fd, const struct sockaddr_storage *a) {
   }
 }
 
-/* ---- TLS ------------------------------------------------------------------- */
+/* ---- TLS -------------------------------------------------------------------
+ */
 
 /* A TLS connection waits for its ClientHello; gRPC hears of it once the
  * handshake is done (attach). */
@@ -404,7 +409,8 @@ static bool attach(rpc_listener *l, rpc_conn *c) {
     pthread_mutex_lock(&l->mu);
     l->counts.shed++;
     pthread_mutex_unlock(&l->mu);
-    note(l, "%s closed after its TLS handshake: socketpair: %s (descriptors "
+    note(l,
+         "%s closed after its TLS handshake: socketpair: %s (descriptors "
          "ran short; raise ulimit -n or lower --max-connections)",
          c->peer, strerror(err));
     return false;
@@ -416,7 +422,8 @@ static bool attach(rpc_listener *l, rpc_conn *c) {
     setsockopt(sv[k], SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
   }
   struct epoll_event ev = {.events = 0, .data.u64 = (uint64_t)sv[0]};
-  if (fstat(sv[1], &st) != 0 || epoll_ctl(l->epfd, EPOLL_CTL_ADD, sv[0], &ev) != 0) {
+  if (fstat(sv[1], &st) != 0 ||
+      epoll_ctl(l->epfd, EPOLL_CTL_ADD, sv[0], &ev) != 0) {
     int err = errno;
     close(sv[0]);
     close(sv[1]);
@@ -534,28 +541,29 @@ static void accept_some(rpc_listener *l, int lfd) {
       continue;
     }
     switch (errno) {
-    case EAGAIN:
+      case EAGAIN:
 #if EAGAIN != EWOULDBLOCK
-    case EWOULDBLOCK:
+      case EWOULDBLOCK:
 #endif
-      return;
-    case EINTR:
-    case ECONNABORTED:
-    case EPROTO:
-      continue;
-    case EMFILE:
-    case ENFILE:
-      shed(l, lfd, errno);
-      return;
-    default:
-      note(l, "accept: %s: pausing for %d ms", strerror(errno), PAUSE_MS);
-      pause_accepting(l, wt_mono_ms());
-      return;
+        return;
+      case EINTR:
+      case ECONNABORTED:
+      case EPROTO:
+        continue;
+      case EMFILE:
+      case ENFILE:
+        shed(l, lfd, errno);
+        return;
+      default:
+        note(l, "accept: %s: pausing for %d ms", strerror(errno), PAUSE_MS);
+        pause_accepting(l, wt_mono_ms());
+        return;
     }
   }
 }
 
-/* ---- closing ----------------------------------------------------------------- */
+/* ---- closing
+ * ----------------------------------------------------------------- */
 
 /* Our descriptor's events: the socket was shut down both ways (by gRPC,
  * which closes it next, or by us) or failed: forget it. The peer only
@@ -651,11 +659,12 @@ static void *listener_main(void *arg) {
   return NULL;
 }
 
-/* ---- binding ------------------------------------------------------------------ */
+/* ---- binding
+ * ------------------------------------------------------------------ */
 
 /* Splits "host:port" / "[v6]:port" into host and port. */
-static bool split_listen(const char *listen, char *host, size_t hn,
-                         char *port, size_t pn) {
+static bool split_listen(const char *listen, char *host, size_t hn, char *port,
+                         size_t pn) {
   const char *colon = strrchr(listen, ':');
   if (colon == NULL || colon[1] == 0) return false;
   const char *h = listen;
@@ -674,8 +683,8 @@ static bool split_listen(const char *listen, char *host, size_t hn,
 static wt_status *bind_all(rpc_listener *l, const char *addr) {
   char host[256], port[16];
   if (!split_listen(addr, host, sizeof(host), port, sizeof(port)))
-    return wt_status_new(WT_UNAVAILABLE,
-                         "listen address '%s': not host:port", addr);
+    return wt_status_new(WT_UNAVAILABLE, "listen address '%s': not host:port",
+                         addr);
   struct addrinfo hints, *res = NULL;
   memset(&hints, 0, sizeof(hints));
   hints.ai_family = AF_UNSPEC;
@@ -696,8 +705,8 @@ static wt_status *bind_all(rpc_listener *l, const char *addr) {
       else if (a.ss_family == AF_INET6)
         ((struct sockaddr_in6 *)&a)->sin6_port = htons((uint16_t)l->port);
     }
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                    0);
+    int fd =
+        socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
       err = errno;
       continue;
@@ -716,9 +725,9 @@ static wt_status *bind_all(rpc_listener *l, const char *addr) {
       struct sockaddr_storage b;
       socklen_t blen = sizeof(b);
       getsockname(fd, (struct sockaddr *)&b, &blen);
-      l->port = ntohs(b.ss_family == AF_INET6
-                          ? ((struct sockaddr_in6 *)&b)->sin6_port
-                          : ((struct sockaddr_in *)&b)->sin_port);
+      l->port =
+          ntohs(b.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&b)->sin6_port
+                                        : ((struct sockaddr_in *)&b)->sin_port);
     }
     l->lfd[l->nl++] = fd;
   }
@@ -729,7 +738,8 @@ static wt_status *bind_all(rpc_listener *l, const char *addr) {
   return NULL;
 }
 
-/* ---- the interface ---------------------------------------------------------------- */
+/* ---- the interface
+ * ---------------------------------------------------------------- */
 
 int rpc_listener_budget(int max_connections, int per_connection,
                         int *limit_out) {
@@ -739,10 +749,11 @@ int rpc_listener_budget(int max_connections, int per_connection,
     nofile = (long)rl.rlim_cur;
   else if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
     nofile = 1 << 20;
-  long room = (nofile - WT_RPC_FD_RESERVE) / (per_connection > 0 ? per_connection : 2);
+  long room =
+      (nofile - WT_RPC_FD_RESERVE) / (per_connection > 0 ? per_connection : 2);
   if (limit_out) *limit_out = (int)(nofile < INT32_MAX ? nofile : INT32_MAX);
-  long cap = max_connections > 0 ? max_connections
-                                 : WT_RPC_DEFAULT_MAX_CONNECTIONS;
+  long cap =
+      max_connections > 0 ? max_connections : WT_RPC_DEFAULT_MAX_CONNECTIONS;
   return (int)(cap < room ? cap : room);
 }
 
@@ -902,9 +913,8 @@ static void work_out_key(const char *peer, const struct sockaddr_storage *addr,
   unsigned uid = 0;
   if (here && (wt_tcp_peer_uid((const struct sockaddr *)addr,
                                (const struct sockaddr *)local, &uid) ||
-               (last != NULL &&
-                wt_tcp_socket_uid(atoi(last + 1), server_port,
-                                  1 /* established */, &uid))))
+               (last != NULL && wt_tcp_socket_uid(atoi(last + 1), server_port,
+                                                  1 /* established */, &uid))))
     snprintf(key, n, "uid:%u", uid);
   else
     snprintf(key, n, "ip:%s", a);
@@ -932,7 +942,8 @@ bool rpc_listener_peer_key(rpc_listener *l, const char *grpc_peer, char *key,
   work_out_key(peer, &addr, &local, l->port, k, sizeof(k));
   pthread_mutex_lock(&l->mu);
   c = by_grpc_fd_locked(l, gfd);
-  if (c != NULL && strcmp(c->peer, peer) == 0) snprintf(c->key, sizeof(c->key), "%s", k);
+  if (c != NULL && strcmp(c->peer, peer) == 0)
+    snprintf(c->key, sizeof(c->key), "%s", k);
   pthread_mutex_unlock(&l->mu);
   snprintf(key, n, "%s", k);
   return true;

@@ -60,7 +60,8 @@ struct rpc_relay {
   char why[160];
 };
 
-/* ---- the socket under TLS -------------------------------------------------------- */
+/* ---- the socket under TLS
+ * -------------------------------------------------------- */
 
 /* OpenSSL's socket BIO writes with write(2): a peer that reset raises
  * SIGPIPE, which a library may not ignore for its process. This one sends
@@ -95,7 +96,8 @@ static int sock_create(BIO *b) {
   return 1;
 }
 
-/* ---- the context ------------------------------------------------------------ */
+/* ---- the context ------------------------------------------------------------
+ */
 
 /* OpenSSL's first queued error as text (and the queue cleared). */
 static void ssl_error(char *out, size_t n, const char *what) {
@@ -145,8 +147,9 @@ static int need_alpn(SSL *ssl, int *alert, void *arg) {
   (void)arg;
   const unsigned char *ext = NULL;
   size_t len = 0;
-  if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_application_layer_protocol_negotiation,
-                                &ext, &len) == 1 &&
+  if (SSL_client_hello_get0_ext(
+          ssl, TLSEXT_TYPE_application_layer_protocol_negotiation, &ext,
+          &len) == 1 &&
       len > 0)
     return SSL_CLIENT_HELLO_SUCCESS;
   *alert = SSL_AD_NO_APPLICATION_PROTOCOL;
@@ -185,7 +188,8 @@ static wt_status *load_key(SSL_CTX *ctx, const char *path, const char *pem) {
   BIO_free(bio);
   wt_status *st = NULL;
   if (key == NULL)
-    st = file_error("--tls-key", path, "not a private key without a pass phrase");
+    st = file_error("--tls-key", path,
+                    "not a private key without a pass phrase");
   else if (SSL_CTX_use_PrivateKey(ctx, key) != 1 ||
            SSL_CTX_check_private_key(ctx) != 1)
     st = file_error("--tls-key", path, "does not match --tls-cert");
@@ -202,7 +206,8 @@ static wt_status *load_ca(SSL_CTX *ctx, const char *path, const char *pem) {
   for (;;) {
     X509 *ca = PEM_read_bio_X509(bio, NULL, no_pass_phrase, NULL);
     if (ca == NULL) break;
-    if (X509_STORE_add_cert(store, ca) != 1 || SSL_CTX_add_client_CA(ctx, ca) != 1) {
+    if (X509_STORE_add_cert(store, ca) != 1 ||
+        SSL_CTX_add_client_CA(ctx, ca) != 1) {
       st = file_error("--tls-ca", path, "cannot use it");
       X509_free(ca);
       break;
@@ -213,8 +218,8 @@ static wt_status *load_ca(SSL_CTX *ctx, const char *path, const char *pem) {
   ERR_clear_error();
   BIO_free(bio);
   if (st == NULL && n == 0)
-    st = wt_status_new(WT_INVALID_ARGUMENT, "--tls-ca '%s': no certificate in it",
-                       path);
+    st = wt_status_new(WT_INVALID_ARGUMENT,
+                       "--tls-ca '%s': no certificate in it", path);
   if (st == NULL)
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
                        NULL);
@@ -241,7 +246,8 @@ wt_status *rpc_tls_server_new(const wt_rpc_tls *tls, rpc_tls_server **out) {
   WT_CHECK(rpc_read_pem("--tls-key", tls->key_file, &key));
   if (tls->ca_file) WT_CHECK(rpc_read_pem("--tls-ca", tls->ca_file, &ca));
   t->ctx = SSL_CTX_new(TLS_server_method());
-  t->bio = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "wt socket");
+  t->bio =
+      BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "wt socket");
   if (t->ctx == NULL || t->bio == NULL ||
       BIO_meth_set_write(t->bio, sock_write) != 1 ||
       BIO_meth_set_read(t->bio, sock_read) != 1 ||
@@ -285,7 +291,8 @@ void rpc_tls_server_free(rpc_tls_server *t) {
   free(t);
 }
 
-/* ---- one connection ------------------------------------------------------------ */
+/* ---- one connection
+ * ------------------------------------------------------------ */
 
 rpc_relay *rpc_relay_new(rpc_tls_server *t, int net_fd) {
   rpc_relay *r = calloc(1, sizeof(*r));
@@ -305,9 +312,13 @@ rpc_relay *rpc_relay_new(rpc_tls_server *t, int net_fd) {
   return r;
 }
 
-void rpc_relay_attach(rpc_relay *r, int pair_fd) { r->pair = pair_fd; }
+void rpc_relay_attach(rpc_relay *r, int pair_fd) {
+  r->pair = pair_fd;
+}
 
-bool rpc_relay_handshaken(const rpc_relay *r) { return r->handshaken; }
+bool rpc_relay_handshaken(const rpc_relay *r) {
+  return r->handshaken;
+}
 
 void rpc_relay_free(rpc_relay *r) {
   if (r == NULL) return;
@@ -326,27 +337,27 @@ static bool ensure_buf(relay_dir *d) {
 static int ssl_wait(rpc_relay *r, int rc, const char *what, bool *eof) {
   int e = SSL_get_error(r->ssl, rc);
   switch (e) {
-  case SSL_ERROR_WANT_READ:
-    return WAIT_NET_IN;
-  case SSL_ERROR_WANT_WRITE:
-    return WAIT_NET_OUT;
-  case SSL_ERROR_ZERO_RETURN:
-    *eof = true;
-    return WAIT_NONE;
-  case SSL_ERROR_SYSCALL:
-    if (ERR_peek_error() == 0) {
-      if (errno == 0 || errno == ECONNRESET || errno == EPIPE) {
-        *eof = true; /* the peer went away */
-        ERR_clear_error();
-        return WAIT_NONE;
+    case SSL_ERROR_WANT_READ:
+      return WAIT_NET_IN;
+    case SSL_ERROR_WANT_WRITE:
+      return WAIT_NET_OUT;
+    case SSL_ERROR_ZERO_RETURN:
+      *eof = true;
+      return WAIT_NONE;
+    case SSL_ERROR_SYSCALL:
+      if (ERR_peek_error() == 0) {
+        if (errno == 0 || errno == ECONNRESET || errno == EPIPE) {
+          *eof = true; /* the peer went away */
+          ERR_clear_error();
+          return WAIT_NONE;
+        }
+        snprintf(r->why, sizeof(r->why), "%s: %s", what, strerror(errno));
+        return -1;
       }
-      snprintf(r->why, sizeof(r->why), "%s: %s", what, strerror(errno));
+      /* fall through */
+    default:
+      ssl_error(r->why, sizeof(r->why), what);
       return -1;
-    }
-    /* fall through */
-  default:
-    ssl_error(r->why, sizeof(r->why), what);
-    return -1;
   }
 }
 
@@ -471,11 +482,20 @@ static bool pump_down(rpc_relay *r, size_t *budget) {
 
 static void wants(const relay_dir *d, uint32_t *net, uint32_t *pair) {
   switch (d->wait) {
-  case WAIT_NET_IN: *net |= EPOLLIN; break;
-  case WAIT_NET_OUT: *net |= EPOLLOUT; break;
-  case WAIT_PAIR_IN: *pair |= EPOLLIN; break;
-  case WAIT_PAIR_OUT: *pair |= EPOLLOUT; break;
-  default: break;
+    case WAIT_NET_IN:
+      *net |= EPOLLIN;
+      break;
+    case WAIT_NET_OUT:
+      *net |= EPOLLOUT;
+      break;
+    case WAIT_PAIR_IN:
+      *pair |= EPOLLIN;
+      break;
+    case WAIT_PAIR_OUT:
+      *pair |= EPOLLOUT;
+      break;
+    default:
+      break;
   }
 }
 

@@ -331,8 +331,7 @@ static void read_start(wt_rpc_server *s, request_read *r) {
   memset(&op, 0, sizeof(op));
   op.op = GRPC_OP_RECV_MESSAGE;
   op.data.recv_message.recv_message = &r->payload;
-  grpc_call_error err =
-      grpc_call_start_batch(r->call, &op, 1, &r->tag, NULL);
+  grpc_call_error err = grpc_call_start_batch(r->call, &op, 1, &r->tag, NULL);
   if (err != GRPC_CALL_OK) {
     s->reads--;
     reject(r->call, WT_INTERNAL, "%s: cannot read the request: %s",
@@ -410,8 +409,10 @@ static void on_request(request_slot *slot, int ok) {
     read_start(s, r);
     return;
   }
-  if (s->read_tail) s->read_tail->next = r;
-  else s->read_head = r;
+  if (s->read_tail)
+    s->read_tail->next = r;
+  else
+    s->read_head = r;
   s->read_tail = r;
   s->read_waiting++;
 }
@@ -736,7 +737,8 @@ wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
                                 ? opts->handshake_timeout_ms
                                 : DEFAULT_HANDSHAKE_TIMEOUT_MS;
   s->max_connections = opts->max_connections;
-  s->max_reads = opts->max_reads > 0 ? opts->max_reads : WT_RPC_DEFAULT_MAX_READS;
+  s->max_reads =
+      opts->max_reads > 0 ? opts->max_reads : WT_RPC_DEFAULT_MAX_READS;
   s->max_held_bytes = opts->max_held_bytes > 0 ? opts->max_held_bytes
                                                : WT_RPC_DEFAULT_MAX_HELD_BYTES;
   atomic_init(&s->held_bytes, 0);

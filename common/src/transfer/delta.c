@@ -11,12 +11,12 @@
 #include "wt/varint.h"
 
 /* Wire tags of PushWeightsChunk.delta and DeltaChunk. */
-#define TAG_DELTA ((3u << 3) | 2u)     /* PushWeightsChunk.delta, bytes */
-#define TAG_BUCKET ((1u << 3) | 0u)    /* bucket, varint */
-#define TAG_OFFSET ((2u << 3) | 0u)    /* offset, varint */
-#define TAG_RAW ((3u << 3) | 0u)       /* raw_length, varint */
-#define TAG_BASE ((4u << 3) | 1u)      /* base_digest, fixed64 */
-#define TAG_DATA ((5u << 3) | 2u)      /* data, bytes */
+#define TAG_DELTA ((3u << 3) | 2u)  /* PushWeightsChunk.delta, bytes */
+#define TAG_BUCKET ((1u << 3) | 0u) /* bucket, varint */
+#define TAG_OFFSET ((2u << 3) | 0u) /* offset, varint */
+#define TAG_RAW ((3u << 3) | 0u)    /* raw_length, varint */
+#define TAG_BASE ((4u << 3) | 1u)   /* base_digest, fixed64 */
+#define TAG_DATA ((5u << 3) | 2u)   /* data, bytes */
 
 uint64_t wt_delta_digest(const void *p, size_t n) {
   uint64_t d = XXH3_64bits(p, n);
@@ -136,11 +136,10 @@ wt_status *wt_delta_decode(wt_delta_codec *c, const void *frame, size_t len,
                          where, claims, (unsigned long long)raw_len);
   size_t flen = ZSTD_findFrameCompressedSize(frame, len);
   if (ZSTD_isError(flen) || flen != len)
-    return wt_status_new(WT_INVALID_ARGUMENT,
-                         "%s: the delta is not exactly one zstd frame (%s)",
-                         where,
-                         ZSTD_isError(flen) ? ZSTD_getErrorName(flen)
-                                            : "bytes after the frame");
+    return wt_status_new(
+        WT_INVALID_ARGUMENT, "%s: the delta is not exactly one zstd frame (%s)",
+        where,
+        ZSTD_isError(flen) ? ZSTD_getErrorName(flen) : "bytes after the frame");
   size_t r = ZSTD_decompressDCtx(c->d, out, (size_t)raw_len, frame, len);
   if (ZSTD_isError(r))
     return wt_status_new(WT_INVALID_ARGUMENT,
@@ -154,9 +153,9 @@ wt_status *wt_delta_decode(wt_delta_codec *c, const void *frame, size_t len,
   return NULL;
 }
 
-size_t wt_delta_chunk_prefix(uint32_t bucket, uint64_t offset,
-                             uint64_t raw_len, uint64_t base_digest,
-                             uint64_t data_len, uint8_t *out) {
+size_t wt_delta_chunk_prefix(uint32_t bucket, uint64_t offset, uint64_t raw_len,
+                             uint64_t base_digest, uint64_t data_len,
+                             uint8_t *out) {
   uint64_t inner = 1 + wt_varint_len(data_len) + data_len +
                    wt_varint_field_len(bucket) + wt_varint_field_len(offset) +
                    wt_varint_field_len(raw_len) + (base_digest ? 1 + 8 : 0);

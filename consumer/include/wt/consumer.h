@@ -80,7 +80,8 @@ typedef struct wt_consumer_options {
  * end it with wt_consumer_close. UNAVAILABLE naming the path when nothing
  * answers there or the server closed the connection (it refuses a peer it
  * does not let in by closing it: the first acquire then says so). */
-wt_status *wt_consumer_connect(const char *path, const wt_consumer_options *opts,
+wt_status *wt_consumer_connect(const char *path,
+                               const wt_consumer_options *opts,
                                wt_consumer **out);
 
 /* Releases every lease this consumer holds (the server ends them when the

@@ -59,10 +59,10 @@
  *
  * Registration: a table starts with wt_ops_header {WT_ENGINE_ABI_VERSION,
  * name} and is registered in the worker-engine registry
- * (wt_engine_registry(), built-ins in backends/builtins_worker.c, all registered
- * directly; a third-party backend lazily, as a shared object exporting the
- * table under a symbol). What is lazy about the built-in GPU backends is
- * their driver libraries: CUDA and NCCL sit in modules (wt/cuda.h,
+ * (wt_engine_registry(), built-ins in backends/builtins_worker.c, all
+ * registered directly; a third-party backend lazily, as a shared object
+ * exporting the table under a symbol). What is lazy about the built-in GPU
+ * backends is their driver libraries: CUDA and NCCL sit in modules (wt/cuda.h,
  * wt/nccl_seam.h) loaded on first use.
  */
 #ifndef WT_ENGINE_H

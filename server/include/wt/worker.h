@@ -62,8 +62,8 @@ typedef struct wt_worker_options {
   const char *host; /* where listening engines bind; NULL: loopback */
   /* The data deadline when the init info says 0 (0: 60 s). */
   uint32_t data_timeout_ms;
-  uint64_t max_message_bytes;  /* the control channel's receive limit */
-  wt_registry *engines;        /* where backends are found; NULL: global */
+  uint64_t max_message_bytes; /* the control channel's receive limit */
+  wt_registry *engines;       /* where backends are found; NULL: global */
   /* Every backend's server settings ("BACKEND.KEY"), borrowed: they must
    * outlive the worker (the server's copy). */
   const wt_backend_option *engine_options;

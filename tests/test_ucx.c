@@ -1270,51 +1270,11 @@ static void test_stranger_endpoints_mid_round(void) {
   free(dir);
 }
 
-/* The listening TCP ports of process `pid` other than `skip`, from its
- * socket fds and the kernel's tables. */
-static size_t listening_ports(pid_t pid, int skip, int *ports, size_t cap) {
-  char path[64];
-  unsigned long inodes[256];
-  size_t ni = 0, n = 0;
-  snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-  DIR *d = opendir(path);
-  struct dirent *de;
-  while (d && (de = readdir(d)) != NULL && ni < 256) {
-    char link[PATH_MAX], target[128];
-    snprintf(link, sizeof(link), "%s/%s", path, de->d_name);
-    ssize_t l = readlink(link, target, sizeof(target) - 1);
-    if (l <= 0) continue;
-    target[l] = '\0';
-    unsigned long ino = 0;
-    if (sscanf(target, "socket:[%lu]", &ino) == 1) inodes[ni++] = ino;
-  }
-  if (d) closedir(d);
-  const char *tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
-  for (size_t k = 0; k < 2; k++) {
-    FILE *f = fopen(tables[k], "r");
-    char line[512];
-    while (f && fgets(line, sizeof(line), f)) {
-      char local[128];
-      unsigned st = 0;
-      unsigned long ino = 0;
-      if (sscanf(line, " %*d: %127s %*s %x %*s %*s %*s %*s %*s %lu", local, &st,
-                 &ino) != 3 ||
-          st != 0x0a)
-        continue;
-      const char *colon = strrchr(local, ':');
-      int port = colon ? (int)strtol(colon + 1, NULL, 16) : 0;
-      for (size_t i = 0; i < ni; i++)
-        if (inodes[i] == ino && port != skip && n < cap) ports[n++] = port;
-    }
-    if (f) fclose(f);
-  }
-  return n;
-}
-
-/* How many TCP connections process `pid` has established to `port` (0:
- * to any port): its sockets that the kernel's tables list as ESTABLISHED
- * with that remote port. */
-static size_t connections_to(pid_t pid, int port) {
+/* Process `pid`'s TCP sockets in kernel state `state` (0x0a LISTEN, 0x01
+ * ESTABLISHED), from its socket fds and the kernel's tables: each one's
+ * local and remote port (at most cap). */
+static size_t tcp_sockets(pid_t pid, unsigned state, int *local, int *remote,
+                          size_t cap) {
   char path[64];
   unsigned long inodes[1024];
   size_t ni = 0, n = 0;
@@ -1336,21 +1296,41 @@ static size_t connections_to(pid_t pid, int port) {
     FILE *f = fopen(tables[k], "r");
     char line[512];
     while (f && fgets(line, sizeof(line), f)) {
-      char remote[128];
+      char lo[128], re[128];
       unsigned st = 0;
       unsigned long ino = 0;
-      if (sscanf(line, " %*d: %*s %127s %x %*s %*s %*s %*s %*s %lu", remote,
-                 &st, &ino) != 3 ||
-          st != 0x01)
+      if (sscanf(line, " %*d: %127s %127s %x %*s %*s %*s %*s %*s %lu", lo, re,
+                 &st, &ino) != 4 ||
+          st != state)
         continue;
-      const char *colon = strrchr(remote, ':');
-      int rport = colon ? (int)strtol(colon + 1, NULL, 16) : 0;
-      if (port != 0 && rport != port) continue;
-      for (size_t i = 0; i < ni; i++)
-        if (inodes[i] == ino) n++;
+      const char *lc = strrchr(lo, ':'), *rc = strrchr(re, ':');
+      for (size_t i = 0; i < ni && n < cap; i++)
+        if (inodes[i] == ino) {
+          local[n] = lc ? (int)strtol(lc + 1, NULL, 16) : 0;
+          remote[n++] = rc ? (int)strtol(rc + 1, NULL, 16) : 0;
+        }
     }
     if (f) fclose(f);
   }
+  return n;
+}
+
+/* The listening TCP ports of process `pid` other than `skip`. */
+static size_t listening_ports(pid_t pid, int skip, int *ports, size_t cap) {
+  int local[256], remote[256];
+  size_t m = tcp_sockets(pid, 0x0a, local, remote, 256), n = 0;
+  for (size_t i = 0; i < m && n < cap; i++)
+    if (local[i] != skip) ports[n++] = local[i];
+  return n;
+}
+
+/* How many TCP connections process `pid` has established to `port` (0:
+ * to any port). */
+static size_t connections_to(pid_t pid, int port) {
+  static int local[1024], remote[1024];
+  size_t m = tcp_sockets(pid, 0x01, local, remote, 1024), n = 0;
+  for (size_t i = 0; i < m; i++)
+    if (port == 0 || remote[i] == port) n++;
   return n;
 }
 

@@ -482,11 +482,10 @@ static wt_status *json_to_msg(const ProtobufCMessageDescriptor *d,
   return NULL;
 }
 
-wt_status *wt_pb_from_json(const ProtobufCMessageDescriptor *desc,
-                           const char *text, const char *what,
-                           ProtobufCMessage **out) {
-  *out = NULL;
-  if (what == NULL) what = desc->name;
+/* `text` as JSON (at most JSON_MAX_BYTES; duplicate keys refused) into *j,
+ * the caller's (json_decref), and the path of its root, `what`. */
+static wt_status *json_load(const char *text, const char *what, json_t **j,
+                            path *root) {
   if (text == NULL)
     return wt_status_new(WT_INVALID_ARGUMENT, "%s: no JSON", what);
   size_t n = strlen(text);
@@ -495,14 +494,25 @@ wt_status *wt_pb_from_json(const ProtobufCMessageDescriptor *desc,
                          "%s: %zu bytes of JSON (at most %u)", what, n,
                          JSON_MAX_BYTES);
   json_error_t err;
-  json_t *j = json_loadb(text, n, JSON_REJECT_DUPLICATES, &err);
-  if (j == NULL)
+  *j = json_loadb(text, n, JSON_REJECT_DUPLICATES, &err);
+  if (*j == NULL)
     return wt_status_new(WT_INVALID_ARGUMENT, "%s: not JSON (line %d: %s)",
                          what, err.line, err.text);
+  snprintf(root->buf, sizeof(root->buf), "%s", what);
+  return NULL;
+}
+
+wt_status *wt_pb_from_json(const ProtobufCMessageDescriptor *desc,
+                           const char *text, const char *what,
+                           ProtobufCMessage **out) {
+  *out = NULL;
+  if (what == NULL) what = desc->name;
+  json_t *j = NULL;
   path root;
-  snprintf(root.buf, sizeof(root.buf), "%s", what);
+  wt_status *st = json_load(text, what, &j, &root);
+  if (st != NULL) return st;
   ProtobufCMessage *m = NULL;
-  wt_status *st = json_to_msg(desc, j, &root, 0, &m);
+  st = json_to_msg(desc, j, &root, 0, &m);
   json_decref(j);
   if (st == NULL) st = wt_pb_check_utf8(m);
   if (st != NULL) {
@@ -675,21 +685,11 @@ static wt_status *msg_merge(ProtobufCMessage *m, const json_t *j, const path *p,
 wt_status *wt_pb_merge_json(ProtobufCMessage *msg, const char *text,
                             const char *what) {
   if (what == NULL) what = msg->descriptor->name;
-  if (text == NULL)
-    return wt_status_new(WT_INVALID_ARGUMENT, "%s: no JSON", what);
-  size_t n = strlen(text);
-  if (n > JSON_MAX_BYTES)
-    return wt_status_new(WT_INVALID_ARGUMENT,
-                         "%s: %zu bytes of JSON (at most %u)", what, n,
-                         JSON_MAX_BYTES);
-  json_error_t err;
-  json_t *j = json_loadb(text, n, JSON_REJECT_DUPLICATES, &err);
-  if (j == NULL)
-    return wt_status_new(WT_INVALID_ARGUMENT, "%s: not JSON (line %d: %s)",
-                         what, err.line, err.text);
+  json_t *j = NULL;
   path root;
-  snprintf(root.buf, sizeof(root.buf), "%s", what);
-  wt_status *st = msg_merge(msg, j, &root, 0);
+  wt_status *st = json_load(text, what, &j, &root);
+  if (st != NULL) return st;
+  st = msg_merge(msg, j, &root, 0);
   json_decref(j);
   if (st == NULL) st = wt_pb_check_utf8(msg);
   return st;

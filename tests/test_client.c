@@ -1416,6 +1416,7 @@ static void test_bindings_init_one_way(void) {
   wtt_assert_servers_hold(c, src, WT_HASH_SHA256);
   wt_trainer_destroy(t);
   wt_source_destroy(src);
+  wt_sync_client_destroy(c);
   wtt_servers_stop(&s);
 }
 

@@ -1378,24 +1378,25 @@ static void test_bindings_init_one_way(void) {
   wt_trainer *t = NULL;
   char *json = NULL;
   WT_ASSERT_OK(wt_source_synthetic("tiny", 78, &src));
+  void *info = NULL;
+  WT_ASSERT_ERR(wt_bindings_trainer_init_info_new(
+                    "grpc", "{\"chunk_size\":\"x\"}", NULL, &info),
+                WT_INVALID_ARGUMENT, "chunk_size");
+  WT_ASSERT_ERR(wt_bindings_trainer_init_info_new("nope", NULL, NULL, &info),
+                WT_NOT_FOUND, "nope");
   WT_ASSERT_ERR(
-      wt_bindings_trainer_check_options("grpc", "{\"chunk_size\":\"x\"}"),
-      WT_INVALID_ARGUMENT, "chunk_size");
-  WT_ASSERT_ERR(wt_bindings_trainer_check_options("nope", NULL), WT_NOT_FOUND,
-                "nope");
-  WT_ASSERT_OK(
-      wt_bindings_trainer_check_options("grpc", "{\"chunk_size\":\"65536\"}"));
+      wt_bindings_trainer_init_info_new("grpc", NULL, "{\"nope\":1}", &info),
+      WT_INVALID_ARGUMENT, "nope");
+  CU_ASSERT_PTR_NULL(info);
   WT_ASSERT_ERR(wt_bindings_client_init_info(c, &json), WT_FAILED_PRECONDITION,
                 "init_info");
-  WT_ASSERT_ERR(
-      wt_bindings_trainer_init_transfer(c, "grpc", NULL, "{\"nope\":1}", &t),
-      WT_INVALID_ARGUMENT, "nope");
-  CU_ASSERT_PTR_NULL(t);
-  WT_ASSERT_OK(wt_bindings_trainer_init_transfer(
-      c, "grpc", "{\"chunk_size\":\"65536\",\"bucket_size\":\"1048576\"}",
+  WT_ASSERT_OK(wt_bindings_trainer_init_info_new(
+      "grpc", "{\"chunk_size\":\"65536\",\"bucket_size\":\"1048576\"}",
       "{\"backend\":\"ucx\",\"timeout_ms\":7000,"
       "\"grpc\":{\"packed_buffer_size_bytes\":{\"value\":2097152}}}",
-      &t));
+      &info));
+  WT_ASSERT_OK(wt_bindings_trainer_init_transfer(c, info, &t));
+  wt_bindings_init_info_free(info);
   CU_ASSERT_FATAL(t != NULL);
   CU_ASSERT_STRING_EQUAL(wt_trainer_backend(t), "grpc");
   const Wt__V1__WeightTransferInitInfo *sent = wt_sync_client_init_info(c);

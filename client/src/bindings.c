@@ -135,20 +135,11 @@ wt_status *wt_bindings_trainer_init_info(const char *backend,
   return st;
 }
 
-wt_status *wt_bindings_trainer_check_options(const char *backend,
-                                             const char *options_json) {
-  Wt__V1__WeightTransferInitInfo *info = NULL;
-  wt_status *st = backend_init_info(backend, options_json, &info);
-  if (info) wt_pb_free(&info->base);
-  return st;
-}
-
-wt_status *wt_bindings_trainer_init_transfer(wt_sync_client *c,
-                                             const char *backend,
+wt_status *wt_bindings_trainer_init_info_new(const char *backend,
                                              const char *options_json,
                                              const char *init_info_json,
-                                             wt_trainer **trainer) {
-  *trainer = NULL;
+                                             void **out) {
+  *out = NULL;
   Wt__V1__WeightTransferInitInfo *info = NULL;
   char *as_wt = NULL;
   wt_status *st = backend_init_info(backend, options_json, &info);
@@ -169,10 +160,27 @@ wt_status *wt_bindings_trainer_init_transfer(wt_sync_client *c,
       info->backend = b;
     }
   }
-  if (st == NULL) st = wt_sync_client_init_transfer(c, info, NULL, trainer);
   free(as_wt);
+  if (st == NULL) {
+    *out = info;
+    info = NULL;
+  }
   if (info) wt_pb_free(&info->base);
   return st;
+}
+
+void wt_bindings_init_info_free(void *info) {
+  if (info) wt_pb_free(info);
+}
+
+wt_status *wt_bindings_trainer_init_transfer(wt_sync_client *c,
+                                             const void *info,
+                                             wt_trainer **trainer) {
+  *trainer = NULL;
+  if (info == NULL)
+    return wt_status_new(WT_INVALID_ARGUMENT, "init_info: NULL");
+  return wt_sync_client_init_transfer(
+      c, (const Wt__V1__WeightTransferInitInfo *)info, NULL, trainer);
 }
 
 wt_status *wt_bindings_client_init_info(wt_sync_client *c, char **json) {

@@ -57,34 +57,38 @@ wt_status *wt_bindings_init_transfer(wt_sync_client *c,
                                      const char *init_info_json,
                                      bool make_trainer, wt_trainer **trainer);
 
-/* The init info the trainer engine of `backend` builds from its options
+/* The Python path's init info, built once and in one direction: the
+ * init info the trainer engine of `backend` builds from its options
  * (wt_trainer_init_info; `options_json` a JSON object of strings, NULL or
- * "{}": none) as JSON into *json: a binding merges the caller's fields over
- * it (secrets the backend draws for this init, rendezvous, defaults). */
-/* Whether the trainer engine of `backend` takes these options (as
- * wt_trainer_init_info: INVALID_ARGUMENT naming the option, NOT_FOUND for
- * an unknown backend), before a binding sets up anything else. */
-wt_status *wt_bindings_trainer_check_options(const char *backend,
-                                             const char *options_json);
-
-/* The Python path's init, in one call and one direction: the init info
- * the trainer engine of `backend` builds from its options (as
- * wt_bindings_trainer_init_info), the fields the caller's
- * `init_info_json` names (wt's JSON or vLLM's dict; NULL or "": none) set
- * over it (wt_pb_merge_json: each field it names wins, a message field
- * merges, a map merges by key, null clears; `backend` is always the
- * engine's), then wt_sync_client_init_transfer with a trainer engine
- * (*trainer, the caller's: wt_trainer_destroy). No JSON comes back. */
-wt_status *wt_bindings_trainer_init_transfer(wt_sync_client *c,
-                                             const char *backend,
+ * "{}": none: secrets the backend draws for this init, rendezvous,
+ * defaults), the fields the caller's `init_info_json` names (wt's JSON or
+ * vLLM's dict; NULL or "": none) set over it (wt_pb_merge_json: each field
+ * it names wins, a message field merges, a map merges by key, null
+ * clears; `backend` is always the engine's). Touches no client, so a bad
+ * option or field fails before anything is set up: INVALID_ARGUMENT
+ * naming it, NOT_FOUND for an unknown backend. *out is opaque, the
+ * caller's (wt_bindings_init_info_free). */
+wt_status *wt_bindings_trainer_init_info_new(const char *backend,
                                              const char *options_json,
                                              const char *init_info_json,
+                                             void **out);
+/* Releases what wt_bindings_trainer_init_info_new made. NULL is ignored. */
+void wt_bindings_init_info_free(void *info);
+
+/* wt_sync_client_init_transfer with `info` (from
+ * wt_bindings_trainer_init_info_new, borrowed for the call) and a trainer
+ * engine (*trainer, the caller's: wt_trainer_destroy). No JSON comes back. */
+wt_status *wt_bindings_trainer_init_transfer(wt_sync_client *c,
+                                             const void *info,
                                              wt_trainer **trainer);
 
 /* The init info of the client's last init, as sent (JSON into *json);
  * FAILED_PRECONDITION before any init. */
 wt_status *wt_bindings_client_init_info(wt_sync_client *c, char **json);
 
+/* The init info the trainer engine of `backend` builds from its options
+ * (as wt_bindings_trainer_init_info_new, without a caller's fields) as
+ * JSON into *json. */
 wt_status *wt_bindings_trainer_init_info(const char *backend,
                                          const char *options_json, char **json);
 

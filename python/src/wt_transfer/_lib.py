@@ -142,9 +142,11 @@ def lib():
                POINTER(c_void_p))
         _proto(L, "wt_bindings_trainer_init_info", st, c_char_p, c_char_p,
                POINTER(c_void_p))
-        _proto(L, "wt_bindings_trainer_check_options", st, c_char_p, c_char_p)
-        _proto(L, "wt_bindings_trainer_init_transfer", st, c_void_p, c_char_p,
-               c_char_p, c_char_p, POINTER(c_void_p))
+        _proto(L, "wt_bindings_trainer_init_info_new", st, c_char_p, c_char_p,
+               c_char_p, POINTER(c_void_p))
+        _proto(L, "wt_bindings_init_info_free", None, c_void_p)
+        _proto(L, "wt_bindings_trainer_init_transfer", st, c_void_p, c_void_p,
+               POINTER(c_void_p))
         _proto(L, "wt_bindings_client_init_info", st, c_void_p,
                POINTER(c_void_p))
         _proto(L, "wt_control_callback_new", st, POINTER(c_char_p), c_size_t,

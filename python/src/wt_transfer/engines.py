@@ -86,19 +86,23 @@ class CTrainerEngine:
         if source is None or not hasattr(source, "metadata"):
             raise ValueError("source: a WeightSource (metadata and iteration)")
         L = _lib.lib()
-        options = json.dumps(_options(config)).encode()
-        _lib.check(L.wt_bindings_trainer_check_options(cls.backend.encode(), options))
-        handle, owner, owned = client_handle(client, timeout, data_timeout)
-        trainer = c_void_p()
+        # Built once in C, and checked before any client is touched.
+        info = c_void_p()
+        _lib.check(L.wt_bindings_trainer_init_info_new(
+            cls.backend.encode(), json.dumps(_options(config)).encode(),
+            json.dumps(init_info).encode() if init_info else None, byref(info)))
         try:
-            _lib.check(L.wt_bindings_trainer_init_transfer(
-                handle, cls.backend.encode(), options,
-                json.dumps(init_info).encode() if init_info else None,
-                byref(trainer)))
-        except BaseException:
-            if owned:
-                L.wt_sync_client_destroy(handle)
-            raise
+            handle, owner, owned = client_handle(client, timeout, data_timeout)
+            trainer = c_void_p()
+            try:
+                _lib.check(L.wt_bindings_trainer_init_transfer(
+                    handle, info, byref(trainer)))
+            except BaseException:
+                if owned:
+                    L.wt_sync_client_destroy(handle)
+                raise
+        finally:
+            L.wt_bindings_init_info_free(info)
         return cls(handle, owner, owned, trainer, source)
 
     @property

@@ -31,14 +31,20 @@
 #include "wt/synthetic.h"
 #include "wt/trainer.h"
 
+/* The real table in *api, or why no device can be used. */
+static wt_status *gpu_api(const wt_cuda_api **api) {
+  wt_status *st = wt_cuda_api_get(api);
+  int count = 0;
+  if (st == NULL) st = (*api)->device_count(&count);
+  if (st == NULL && count == 0)
+    st = wt_status_new(WT_FAILED_PRECONDITION, "0 devices visible");
+  return st;
+}
+
 /* The real table, or NULL after printing why the test does not run. */
 static const wt_cuda_api *gpu_or_skip(const char *test) {
   const wt_cuda_api *api = NULL;
-  wt_status *st = wt_cuda_api_get(&api);
-  int count = 0;
-  if (st == NULL) st = api->device_count(&count);
-  if (st == NULL && count == 0)
-    st = wt_status_new(WT_FAILED_PRECONDITION, "0 devices visible");
+  wt_status *st = gpu_api(&api);
   if (st != NULL) {
     char why[600];
     snprintf(why, sizeof(why), "no CUDA device (%s)", wt_status_message(st));
@@ -780,11 +786,7 @@ void wt_test_suite_gpu(void) {
    * rather than passing with no assertion. */
   if (!emulated()) {
     const wt_cuda_api *api = NULL;
-    wt_status *st = wt_cuda_api_get(&api);
-    int count = 0;
-    if (st == NULL) st = api->device_count(&count);
-    if (st == NULL && count == 0)
-      st = wt_status_new(WT_FAILED_PRECONDITION, "0 devices visible");
+    wt_status *st = gpu_api(&api);
     if (st != NULL) {
       char why[800];
       snprintf(why, sizeof(why),

@@ -404,6 +404,27 @@ static wt_status *map_from_json(const ProtobufCFieldDescriptor *f,
   return NULL;
 }
 
+/* j is an object nested at most JSON_MAX_DEPTH deep, else why not. */
+static wt_status *check_object(const json_t *j, const path *p, int depth) {
+  if (depth > JSON_MAX_DEPTH)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "field %s: nested more than %d deep", p->buf,
+                         JSON_MAX_DEPTH);
+  return json_is_object(j) ? NULL : bad(p, "an object", j);
+}
+
+/* The field `key` names in d (*f) and its path under p (*q);
+ * INVALID_ARGUMENT naming it when d has none. */
+static wt_status *field_named(const ProtobufCMessageDescriptor *d,
+                              const char *key, const path *p, path *q,
+                              const ProtobufCFieldDescriptor **f) {
+  path_push(p, key, -1, q);
+  *f = protobuf_c_message_descriptor_get_field_by_name(d, key);
+  return *f ? NULL
+            : wt_status_new(WT_INVALID_ARGUMENT,
+                            "field %s: %s has no such field", q->buf, d->name);
+}
+
 /* A repeated (not map) field of the message at `base` from the array v. */
 static wt_status *repeated_from_json(const ProtobufCFieldDescriptor *f,
                                      const json_t *v, const path *q, int depth,
@@ -431,11 +452,8 @@ static wt_status *json_to_msg(const ProtobufCMessageDescriptor *d,
                               const json_t *j, const path *p, int depth,
                               ProtobufCMessage **out) {
   *out = NULL;
-  if (depth > JSON_MAX_DEPTH)
-    return wt_status_new(WT_INVALID_ARGUMENT,
-                         "field %s: nested more than %d deep", p->buf,
-                         JSON_MAX_DEPTH);
-  if (!json_is_object(j)) return bad(p, "an object", j);
+  wt_status *ost = check_object(j, p, depth);
+  if (ost != NULL) return ost;
   ProtobufCMessage *m = calloc(1, d->sizeof_message);
   if (m == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
   d->message_init(m);
@@ -445,12 +463,9 @@ static wt_status *json_to_msg(const ProtobufCMessageDescriptor *d,
   json_t *v;
   json_object_foreach((json_t *)j, key, v) {
     path q;
-    path_push(p, key, -1, &q);
-    const ProtobufCFieldDescriptor *f =
-        protobuf_c_message_descriptor_get_field_by_name(d, key);
-    if (f == NULL)
-      return wt_status_new(WT_INVALID_ARGUMENT,
-                           "field %s: %s has no such field", q.buf, d->name);
+    const ProtobufCFieldDescriptor *f = NULL;
+    wt_status *fst = field_named(d, key, p, &q, &f);
+    if (fst != NULL) return fst;
     if (json_is_null(v)) continue; /* as absent */
     if (f->label == PROTOBUF_C_LABEL_REPEATED) {
       if (is_map_entry(f)) {
@@ -631,23 +646,17 @@ static wt_status *map_merge(ProtobufCMessage *m,
 
 static wt_status *msg_merge(ProtobufCMessage *m, const json_t *j, const path *p,
                             int depth) {
-  if (depth > JSON_MAX_DEPTH)
-    return wt_status_new(WT_INVALID_ARGUMENT,
-                         "field %s: nested more than %d deep", p->buf,
-                         JSON_MAX_DEPTH);
-  if (!json_is_object(j)) return bad(p, "an object", j);
+  wt_status *ost = check_object(j, p, depth);
+  if (ost != NULL) return ost;
   const ProtobufCMessageDescriptor *d = m->descriptor;
   char *base = (char *)m;
   const char *key;
   json_t *v;
   json_object_foreach((json_t *)j, key, v) {
     path q;
-    path_push(p, key, -1, &q);
-    const ProtobufCFieldDescriptor *f =
-        protobuf_c_message_descriptor_get_field_by_name(d, key);
-    if (f == NULL)
-      return wt_status_new(WT_INVALID_ARGUMENT,
-                           "field %s: %s has no such field", q.buf, d->name);
+    const ProtobufCFieldDescriptor *f = NULL;
+    wt_status *fst = field_named(d, key, p, &q, &f);
+    if (fst != NULL) return fst;
     wt_status *st = NULL;
     bool oneof = (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) != 0;
     uint32_t *c = oneof ? (uint32_t *)(base + f->quantifier_offset) : NULL;

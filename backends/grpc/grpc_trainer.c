@@ -67,6 +67,8 @@ typedef struct grpc_trainer {
   uint64_t buffer_bytes;
   int64_t release_wait_ms;
   unsigned pushes; /* numbers transfer ids */
+  /* A rank of a shard plan (docs/multirank.md): every push names it. */
+  uint32_t trainer_rank;
   /* Delta rounds. */
   wt_delta_state d;
   unsigned char *new_buf, *xor_buf;
@@ -105,6 +107,13 @@ static wt_status *grpc_trainer_init(const wt_trainer_init_args *args,
   WT_CHECK(wt_delta_state_init(&g->d,
                                info && info->grpc ? info->grpc->delta : NULL,
                                "init info grpc.delta"));
+  if (info && info->shard_plan) {
+    g->trainer_rank = info->shard_plan->rank;
+    if (g->d.mode != WT_DELTA_OFF)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "init info grpc.delta: a shard plan's rounds send every box "
+              "in full; leave delta off");
+  }
   if (g->d.mode != WT_DELTA_OFF) {
     g->new_buf = malloc(g->chunk_bytes);
     g->xor_buf = malloc(g->chunk_bytes);
@@ -445,6 +454,7 @@ static wt_status *headers_build(grpc_trainer *g, const wt_update_lists *l,
     h[k].header = hd;
     wt_update_lists_apply(l, ui);
     hd->round_id = round;
+    hd->trainer_rank = g->trainer_rank;
     hd->packed_buffer_size_bytes = g->buffer_bytes;
   }
   *out = h;

@@ -40,7 +40,12 @@ struct wt_engine {
   /* The push in progress (pushing), or nothing. */
   bool pushing;
   size_t n;
-  size_t *index; /* store index of tensor k (copied from the update) */
+  size_t *index;  /* store index of tensor k (copied from the update) */
+  uint64_t *size; /* its bytes in the push: the tensor's, or its box's */
+  /* A shard plan's push (wt_update.boxes): tensor k is box boxes[k], whose
+   * arrays live in dims (copied: the update is borrowed). */
+  wt_box *boxes;
+  int64_t *dims;
   wt_pack_plan *plan;
   size_t bucket;   /* next bucket expected */
   uint64_t offset; /* next offset expected within it */
@@ -89,6 +94,12 @@ static wt_status *grpc_init_transfer(wt_engine *e,
 static void push_reset(wt_engine *e) {
   free(e->index);
   e->index = NULL;
+  free(e->size);
+  e->size = NULL;
+  free(e->boxes);
+  e->boxes = NULL;
+  free(e->dims);
+  e->dims = NULL;
   wt_pack_plan_free(e->plan);
   e->plan = NULL;
   e->pushing = false;
@@ -139,8 +150,7 @@ static void settle(wt_engine *e) {
   const wt_pack_plan *p = e->plan;
   for (;;) {
     while (e->next < e->n && p->tensor_bucket[e->next] == e->bucket &&
-           p->tensor_offset[e->next] <= e->offset &&
-           wt_param_store_meta(e->ctx.store, e->index[e->next])->nbytes == 0) {
+           p->tensor_offset[e->next] <= e->offset && e->size[e->next] == 0) {
       wt_param_store_stage(e->ctx.store, e->index[e->next]);
       wt_param_store_staged(e->ctx.store, e->index[e->next]);
       e->next++;
@@ -152,6 +162,32 @@ static void settle(wt_engine *e) {
     }
     return;
   }
+}
+
+/* Copies the update's boxes and their arrays (a shard plan's push). */
+static wt_status *copy_boxes(wt_engine *e, const wt_update *u) {
+  size_t ndims = 0;
+  if (u->delta)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "worker %u: a push of boxes takes no delta base",
+                         e->ctx.rank);
+  for (size_t k = 0; k < u->n; k++) ndims += 3 * (size_t)u->boxes[k].ndim;
+  e->boxes = malloc((u->n ? u->n : 1) * sizeof(*e->boxes));
+  e->dims = malloc((ndims ? ndims : 1) * sizeof(*e->dims));
+  if (e->boxes == NULL || e->dims == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED,
+                         "grpc engine: out of memory for %zu boxes", u->n);
+  int64_t *at = e->dims;
+  for (size_t k = 0; k < u->n; k++) {
+    const wt_box *b = &u->boxes[k];
+    size_t nd = b->ndim;
+    memcpy(at, b->shape, nd * sizeof(*at));
+    memcpy(at + nd, b->offsets, nd * sizeof(*at));
+    memcpy(at + 2 * nd, b->sizes, nd * sizeof(*at));
+    e->boxes[k] = (wt_box){b->ndim, at, at + nd, at + 2 * nd, b->elem_bytes};
+    at += 3 * nd;
+  }
+  return NULL;
 }
 
 static wt_status *grpc_push_begin(wt_engine *e, const wt_update *u) {
@@ -169,12 +205,18 @@ static wt_status *grpc_push_begin(wt_engine *e, const wt_update *u) {
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "grpc engine: out of memory for %zu tensors",
             u->n);
   if (u->n) memcpy(e->index, u->index, u->n * sizeof(*e->index));
+  e->size = malloc((u->n ? u->n : 1) * sizeof(*e->size));
+  if (e->size == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "grpc engine: out of memory for %zu tensors",
+            u->n);
+  if (u->n) memcpy(e->size, u->nbytes, u->n * sizeof(*e->size));
+  if (u->boxes != NULL) WT_CHECK(copy_boxes(e, u));
   e->n = u->n;
   e->pushing = true;
   e->delta = u->delta;
   /* Every tensor of the store once (the server refuses duplicates): the
    * version this push makes has a digest. */
-  if (u->n == wt_param_store_count(e->ctx.store)) {
+  if (u->boxes == NULL && u->n == wt_param_store_count(e->ctx.store)) {
     if (e->hash == NULL) WT_CHECK(wt_delta_hasher_new(&e->hash));
     wt_delta_hasher_reset(e->hash);
     e->hashing = true;
@@ -183,6 +225,32 @@ static wt_status *grpc_push_begin(wt_engine *e, const wt_update *u) {
 out:
   if (st != NULL) push_reset(e);
   return st;
+}
+
+/* One run of a box's bytes into its tensor's staging buffer. */
+typedef struct box_write {
+  wt_param_store *store;
+  size_t idx;
+  const unsigned char *src; /* the bytes from payload offset `base` on */
+  uint64_t base;
+} box_write;
+
+static wt_status *write_run(uint64_t dst, uint64_t src, uint64_t n,
+                            void *user) {
+  box_write *w = user;
+  return wt_param_store_stage_write(w->store, w->idx, dst,
+                                    w->src + (src - w->base), (size_t)n);
+}
+
+/* Lands src[0..n), bytes [at, at + n) of tensor k of the push: into the
+ * tensor at `at`, or, for a box, scattered where the box lies. */
+static wt_status *land(wt_engine *e, size_t k, uint64_t at,
+                       const unsigned char *src, uint64_t n) {
+  if (e->boxes == NULL)
+    return wt_param_store_stage_write(e->ctx.store, e->index[k], at, src,
+                                      (size_t)n);
+  box_write w = {e->ctx.store, e->index[k], src, at};
+  return wt_box_runs(&e->boxes[k], at, n, write_run, &w);
 }
 
 /* Copies n bytes that belong at `pos` of the current bucket into the
@@ -198,7 +266,7 @@ static wt_status *copy_in(wt_engine *e, uint64_t pos, const unsigned char *src,
     size_t k = e->next;
     size_t idx = e->index[k];
     uint64_t t_off = p->tensor_offset[k];
-    uint64_t t_end = t_off + wt_param_store_meta(e->ctx.store, idx)->nbytes;
+    uint64_t t_end = t_off + e->size[k];
     if (pos == t_end) { /* a zero-size tensor between two others */
       wt_param_store_stage(e->ctx.store, idx);
       wt_param_store_staged(e->ctx.store, idx);
@@ -210,13 +278,16 @@ static wt_status *copy_in(wt_engine *e, uint64_t pos, const unsigned char *src,
       e->begun = true;
     }
     uint64_t take = t_end - pos < left ? t_end - pos : left;
-    wt_status *st = wt_param_store_stage_write(e->ctx.store, idx, pos - t_off,
-                                               src, (size_t)take);
+    wt_status *st = land(e, k, pos - t_off, src, take);
     if (st != NULL) return st;
     src += take;
     pos += take;
     left -= (size_t)take;
-    if (pos == t_end) {
+    if (pos == t_end && e->boxes != NULL) {
+      wt_param_store_staged_part(e->ctx.store, idx, e->size[k]);
+      e->begun = false;
+      e->next++;
+    } else if (pos == t_end) {
       wt_param_store_staged(e->ctx.store, idx);
       e->begun = false;
       e->next++;
@@ -404,7 +475,8 @@ const wt_engine_ops wt_grpc_engine_ops = {
     /* Chunks are copied through the store, so every kind works: device
      * memory takes one host-to-device copy per piece. */
     .memory_kinds = WT_MEM_ALL_KINDS,
-    .caps = WT_ENGINE_CROSS_HOST | WT_ENGINE_SURVIVES_ABORT,
+    .caps =
+        WT_ENGINE_CROSS_HOST | WT_ENGINE_SURVIVES_ABORT | WT_ENGINE_TAKES_BOXES,
     .create = grpc_create,
     .init_transfer = grpc_init_transfer,
     .start_update = grpc_start_update,

@@ -8,6 +8,7 @@
 
 #include "client_internal.h"
 #include "wt/pb.h"
+#include "wt/shard_plan.h"
 #include "wt/dtype.h"
 #include "wt/trainer.h"
 
@@ -191,6 +192,20 @@ wt_status *wt_bindings_client_init_info(wt_sync_client *c, char **json) {
         WT_FAILED_PRECONDITION,
         "init_info: the client has not initialized a transfer");
   return wt_pb_to_json(&info->base, json);
+}
+
+wt_status *wt_bindings_shard_plan(const char *layouts_json, char **plan_json) {
+  ProtobufCMessage *m = NULL;
+  Wt__V1__ShardPlan *plan = NULL;
+  *plan_json = NULL;
+  wt_status *st =
+      wt_pb_from_json(&wt__v1__shard_plan__descriptor,
+                      layouts_json ? layouts_json : "", "layouts", &m);
+  if (st == NULL) st = wt_shard_plan_build((const Wt__V1__ShardPlan *)m, &plan);
+  if (st == NULL) st = wt_pb_to_json(&plan->base, plan_json);
+  wt_shard_plan_free(plan);
+  if (m != NULL) wt_pb_free(m);
+  return st;
 }
 
 wt_status *wt_bindings_list_parameters(wt_sync_client *c, size_t k,

@@ -469,6 +469,11 @@ static wt_status *start_once(wt_sync_client *c, bool *reinit, char *why,
   Wt__V1__StartWeightUpdateRequest req =
       WT__V1__START_WEIGHT_UPDATE_REQUEST__INIT;
   *reinit = false;
+  /* A rank of a shard plan joins the plan's round (docs/multirank.md). */
+  if (c->init != NULL && c->init->shard_plan != NULL) {
+    req.trainer_rank = c->init->shard_plan->rank;
+    req.plan_digest = c->init->shard_plan->digest;
+  }
   WT_CHECK(wt_fan_alloc(c->n, &f));
   for (size_t k = 0; k < c->n; k++) f.reqs[k] = &req.base;
   st = wt_fan_out(&c->cp, WT_CONTROL_START, c->ctx.control_timeout_ms, &f);
@@ -553,6 +558,7 @@ wt_status *wt_sync_client_finish(wt_sync_client *c,
   wt_status *st = NULL;
   wt_fan f = {0};
   Wt__V1__FinishWeightUpdateRequest *reqs = NULL;
+  const Wt__V1__ShardPlan *plan = c->init ? c->init->shard_plan : NULL;
   if (weight_version == NULL || *weight_version == '\0')
     WT_FAIL(WT_INVALID_ARGUMENT, "weight_version: must not be empty");
   for (size_t k = 0; k < c->n; k++)
@@ -568,9 +574,15 @@ wt_status *wt_sync_client_finish(wt_sync_client *c,
     wt__v1__finish_weight_update_request__init(&reqs[k]);
     reqs[k].weight_version = (char *)weight_version;
     reqs[k].round_id = c->round_ids[k];
+    if (plan != NULL) reqs[k].trainer_rank = plan->rank;
     f.reqs[k] = &reqs[k].base;
   }
-  st = wt_fan_out(&c->cp, WT_CONTROL_FINISH, c->ctx.control_timeout_ms, &f);
+  /* Under a shard plan a finish returns when every rank finished, which
+   * the server bounds by the data deadline. */
+  st = wt_fan_out(&c->cp, WT_CONTROL_FINISH,
+                  plan != NULL ? wt_sync_client_data_timeout_ms(c)
+                               : c->ctx.control_timeout_ms,
+                  &f);
   for (size_t k = 0; k < c->n; k++)
     if (f.errs[k] == NULL) c->round_ids[k] = 0;
 out:

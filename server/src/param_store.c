@@ -54,6 +54,9 @@ struct wt_param_store {
   unsigned char *state;
   size_t *touched;
   size_t ntouched;
+  /* Bytes of boxes landed in the round (wt_param_store_staged_part); reset
+   * at a tensor's first touch of a round. */
+  uint64_t *landed;
 
   /* Inplace: tensors whose live bytes belong to no committed version. */
   unsigned char *dirty;
@@ -194,8 +197,9 @@ wt_status *wt_param_store_new(const wt_tensor_meta *metas, size_t n,
   s->state = calloc(cnt, 1);
   s->dirty = calloc(cnt, 1);
   s->touched = calloc(cnt, sizeof(*s->touched));
+  s->landed = calloc(cnt, sizeof(*s->landed));
   if (!s->metas || !s->offset || !s->live || !s->state || !s->dirty ||
-      !s->touched || !s->name)
+      !s->touched || !s->landed || !s->name)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "param store: out of memory for %zu tensors",
             n);
   uint64_t len = 0;
@@ -274,6 +278,7 @@ void wt_param_store_destroy(wt_param_store *s) {
   free(s->state);
   free(s->dirty);
   free(s->touched);
+  free(s->landed);
   free(s->slots);
   free(s);
 }
@@ -437,7 +442,10 @@ void wt_param_store_begin(wt_param_store *s) {
 
 void *wt_param_store_stage(wt_param_store *s, size_t i) {
   if (i >= s->n) return NULL;
-  if (s->state[i] == T_UNTOUCHED) s->touched[s->ntouched++] = i;
+  if (s->state[i] == T_UNTOUCHED) {
+    s->touched[s->ntouched++] = i;
+    s->landed[i] = 0;
+  }
   s->state[i] = T_PARTIAL;
   if (s->staging == WT_STAGING_INPLACE) {
     atomic_store(&s->complete, false);
@@ -482,6 +490,12 @@ void wt_param_store_staged(wt_param_store *s, size_t i) {
   if (i >= s->n) return;
   if (s->state[i] == T_UNTOUCHED) s->touched[s->ntouched++] = i;
   s->state[i] = T_STAGED;
+}
+
+void wt_param_store_staged_part(wt_param_store *s, size_t i, uint64_t bytes) {
+  if (i >= s->n || s->state[i] != T_PARTIAL) return;
+  s->landed[i] += bytes;
+  if (s->landed[i] >= s->metas[i].nbytes) s->state[i] = T_STAGED;
 }
 
 void wt_param_store_round_stats(const wt_param_store *s, size_t *staged,

@@ -31,6 +31,7 @@ struct wt_srv_push {
   wt_server *srv;
   uint64_t push_id;
   uint64_t round_id;
+  uint32_t rank;        /* under a shard plan: the sending trainer rank */
   bool resolved;        /* the header was valid */
   uint64_t total_bytes; /* what the header announced */
   uint64_t bytes;       /* handed to the workers so far */
@@ -115,7 +116,7 @@ static void push_free(wt_srv_push *p) {
 }
 
 wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
-                             uint64_t round_id,
+                             uint64_t round_id, uint32_t trainer_rank,
                              const Wt__V1__WeightTransferUpdateInfo *info,
                              uint64_t packed_buffer_bytes,
                              const Wt__V1__DeltaBase *delta_base,
@@ -136,6 +137,15 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
   pthread_mutex_lock(&srv->round.mu);
   locked = true;
   WT_CHECK(wt_srv_need_round_locked(srv, "PushWeights", round_id));
+  p->rank = trainer_rank;
+  if (srv->round.plan != NULL) {
+    /* Each rank's push waits its turn (or fails the round). */
+    if (delta_base != NULL)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "PushWeights: rank %u: a shard plan's round takes no delta base",
+              trainer_rank);
+    WT_CHECK(wt_srv_plan_push_turn(srv, call, trainer_rank, round_id));
+  }
   WT_CHECK(wt_srv_need_idle_locked(srv, "PushWeights"));
   const wt_engine_ops *eops = wt_worker_engine_ops(srv->workers[0]);
   if (delta_base != NULL) {
@@ -153,7 +163,10 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
             "PushWeights: backend '%s' does not take PushWeights; its data "
             "moves through UpdateWeights",
             srv->round.backend);
-  WT_CHECK(wt_srv_resolve_update(srv, info, &r));
+  if (srv->round.plan != NULL)
+    WT_CHECK(wt_srv_plan_resolve(srv, trainer_rank, info, &r));
+  else
+    WT_CHECK(wt_srv_resolve_update(srv, info, &r));
   r.u.packed_buffer_bytes = packed_buffer_bytes;
   r.u.delta = delta_base != NULL;
   p->total_bytes = r.u.total_bytes;
@@ -347,6 +360,8 @@ wt_status *wt_srv_push_end(wt_srv_push *p, const wt_status *cause,
     for (uint32_t i = 1; i < srv->nworkers; i++)
       if (ops[i].stats.digest != d) d = 0;
     srv->round.round_digest = ++srv->round.round_updates == 1 ? d : 0;
+    if (srv->round.plan != NULL)
+      wt_srv_plan_pushed(srv->round.plan, p->round_id, p->rank);
   }
   wt_srv_touch(srv);
   pthread_cond_broadcast(&srv->round.cv);

@@ -292,10 +292,39 @@ out:
 
 /* --- init ----------------------------------------------------------------- */
 
+/* Under mu: rank `rank` of `plan` joins the init of the same plan (digest)
+ * that the server has or is making; endpoints as the init gave them. */
+static wt_status *join_init_locked(wt_server *srv, const wt_srv_plan *plan,
+                                   uint32_t rank, const char *peer,
+                                   wt_engine_endpoint *endpoints) {
+  const char *digest = wt_srv_plan_digest(plan);
+  int64_t deadline = wt_mono_ms() + srv->config.data_timeout_ms;
+  while (srv->round.initializing && srv->round.plan != NULL &&
+         strcmp(wt_srv_plan_digest(srv->round.plan), digest) == 0 &&
+         wt_mono_ms() < deadline)
+    wt_cond_wait_until(&srv->round.cv, &srv->round.mu, deadline);
+  if (!srv->round.initialized || srv->round.initializing ||
+      srv->round.plan == NULL ||
+      strcmp(wt_srv_plan_digest(srv->round.plan), digest) != 0)
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "InitWeightTransferEngine: the init of plan "
+                         "%.16s... that rank %u joins failed or was replaced "
+                         "(state: %s); init again",
+                         digest, rank, wt_srv_state_locked(srv));
+  wt_status *st = wt_srv_plan_join_locked(srv->round.plan, rank, peer);
+  if (st == NULL)
+    st = wt_srv_plan_endpoints(srv->round.plan, endpoints, srv->nworkers);
+  if (st == NULL)
+    WT_LOGI("server", "trainer rank %u joined the init of plan %.16s...", rank,
+            digest);
+  return st;
+}
+
 wt_status *wt_srv_init_engine(wt_server *srv,
                               const Wt__V1__WeightTransferInitInfo *init,
-                              wt_engine_endpoint *endpoints) {
+                              const char *peer, wt_engine_endpoint *endpoints) {
   wt_status *st = NULL;
+  wt_srv_plan *plan = NULL;
   bool locked = false, marked = false;
   char *names = NULL;
   const char *backend = NULL;
@@ -322,12 +351,28 @@ wt_status *wt_srv_init_engine(wt_server *srv,
             backend);
   /* The trainer's world must hold this server's workers. */
   WT_CHECK(wt_init_info_check_ranks(init, srv->nworkers));
+  if (init->shard_plan != NULL) {
+    if (!(eops->caps & WT_ENGINE_TAKES_BOXES))
+      WT_FAIL(WT_FAILED_PRECONDITION,
+              "InitWeightTransferEngine: init_info.shard_plan: backend '%s' "
+              "cannot take a shard plan's boxes (docs/multirank.md lists the "
+              "backends that can)",
+              backend);
+    WT_CHECK(wt_srv_plan_new(srv, init->shard_plan, &plan));
+  }
 
   pthread_mutex_lock(&srv->round.mu);
   locked = true;
   if (srv->round.stopping)
     WT_FAIL(WT_UNAVAILABLE,
             "InitWeightTransferEngine: the server is shutting down");
+  /* Another rank of the same plan: it joins the init, which stays. */
+  if (plan != NULL && srv->round.plan != NULL &&
+      strcmp(wt_srv_plan_digest(srv->round.plan), wt_srv_plan_digest(plan)) ==
+          0) {
+    st = join_init_locked(srv, plan, init->shard_plan->rank, peer, endpoints);
+    goto out;
+  }
   if (srv->round.initializing)
     WT_FAIL(WT_FAILED_PRECONDITION,
             "InitWeightTransferEngine: another InitWeightTransferEngine is "
@@ -342,6 +387,14 @@ wt_status *wt_srv_init_engine(wt_server *srv,
   srv->round.initializing = true;
   srv->round.initialized = false;
   srv->round.backend[0] = '\0';
+  /* The new init's plan (or none) replaces the old one at once: a rank of
+   * the old plan is refused from now on, a rank of the new one waits. */
+  wt_srv_plan_free(srv->round.plan);
+  srv->round.plan = plan;
+  plan = NULL;
+  if (srv->round.plan != NULL) /* the first rank: never refused */
+    wt_status_free(
+        wt_srv_plan_join_locked(srv->round.plan, init->shard_plan->rank, peer));
   srv->round.engine_calls++;
   marked = true;
   Wt__V1__WeightTransferInitInfo named = *init;
@@ -359,15 +412,21 @@ wt_status *wt_srv_init_engine(wt_server *srv,
     snprintf(srv->round.backend, sizeof(srv->round.backend), "%s", backend);
     srv->round.data_timeout_ms =
         init->timeout_ms ? init->timeout_ms : srv->config.data_timeout_ms;
+    if (srv->round.plan != NULL)
+      st =
+          wt_srv_plan_keep_endpoints(srv->round.plan, endpoints, srv->nworkers);
     WT_LOGI("server", "backend '%s' initialized on %u worker(s)", backend,
             srv->nworkers);
   } else {
     /* Workers whose init succeeded give their engine up again. */
     wt_srv_submit_detached(srv, WT_WORKER_OP_RELEASE, 0, NULL);
+    wt_srv_plan_free(srv->round.plan);
+    srv->round.plan = NULL;
   }
 out:
   if (marked) pthread_cond_broadcast(&srv->round.cv);
   if (locked) pthread_mutex_unlock(&srv->round.mu);
+  wt_srv_plan_free(plan);
   free(names);
   free(ops);
   return st;
@@ -392,8 +451,42 @@ static uint64_t leases_below_locked(const wt_server *srv) {
                                                          : srv->round.sequence;
 }
 
-wt_status *wt_srv_start(wt_server *srv, uint64_t *round_id) {
+/* Under mu: a start under a shard plan (docs/multirank.md) checks the
+ * rank and the digest, and joins the round in progress (*joined, with its
+ * id) if there is one. Without a plan, a start naming one is refused. */
+static wt_status *plan_start_locked(wt_server *srv, uint32_t rank,
+                                    const char *digest, bool *joined,
+                                    uint64_t *round_id) {
+  *joined = false;
+  if (srv->round.plan == NULL) {
+    if (digest == NULL || *digest == '\0') return NULL;
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "StartWeightUpdate: plan_digest %.16s... (rank %u) "
+                         "names a shard plan; this server's init has none "
+                         "(state: %s): init again with the plan",
+                         digest, rank, wt_srv_state_locked(srv));
+  }
+  wt_status *st = need_init_locked(srv, "StartWeightUpdate");
+  if (st == NULL) st = wt_srv_plan_check_start(srv->round.plan, rank, digest);
+  if (st != NULL || srv->round.round_id == 0) return st;
+  st = wt_srv_plan_round_join(srv->round.plan, srv->round.round_id, rank);
+  if (st == NULL) {
+    *joined = true;
+    *round_id = srv->round.round_id;
+    wt_srv_touch(srv);
+    WT_LOGD("server", "rank %u joined round %" PRIu64, rank, *round_id);
+  }
+  return st;
+}
+
+wt_status *wt_srv_start(wt_server *srv, uint32_t trainer_rank,
+                        const char *plan_digest, uint64_t *round_id) {
   wt_status *st = NULL;
+  bool joined = false;
+  pthread_mutex_lock(&srv->round.mu);
+  st = plan_start_locked(srv, trainer_rank, plan_digest, &joined, round_id);
+  pthread_mutex_unlock(&srv->round.mu);
+  if (st != NULL || joined) return st;
   wt_worker_op *ops = ops_new(srv);
   if (ops == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED,
@@ -421,6 +514,10 @@ lease_wait:
     goto lease_wait;
   }
   WT_CHECK(need_init_locked(srv, "StartWeightUpdate"));
+  /* Another rank may have opened the plan's round meanwhile. */
+  WT_CHECK(
+      plan_start_locked(srv, trainer_rank, plan_digest, &joined, round_id));
+  if (joined) goto out;
   if (srv->round.round_id != 0)
     WT_FAIL(WT_FAILED_PRECONDITION,
             "StartWeightUpdate: a round is in progress (state: updating); "
@@ -442,6 +539,8 @@ lease_wait:
   srv->round.round_updates = 0;
   wt_srv_round_began_locked(srv);
   srv->round.busy = "StartWeightUpdate";
+  if (srv->round.plan != NULL)
+    wt_status_free(wt_srv_plan_round_join(srv->round.plan, id, trainer_rank));
   wt_srv_touch(srv);
   wt_worker_op proto = {.kind = WT_WORKER_OP_START, .round_id = id};
   st = run_round_op(srv, ops, &proto, "StartWeightUpdate");
@@ -564,8 +663,8 @@ out:
 
 /* --- finish --------------------------------------------------------------- */
 
-wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
-                         const char *version) {
+wt_status *wt_srv_finish(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
+                         uint32_t trainer_rank, const char *version) {
   wt_status *st = NULL;
   char *copy = NULL;
   wt_worker_op *ops = NULL;
@@ -598,6 +697,13 @@ wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
   }
   pthread_mutex_lock(&srv->round.mu);
   WT_CHECK(wt_srv_need_round_locked(srv, "FinishWeightUpdate", round_id));
+  if (srv->round.plan != NULL) {
+    /* Every rank finishes; all but the last wait for its commit. */
+    bool last = false;
+    WT_CHECK(
+        wt_srv_plan_finish(srv, call, trainer_rank, round_id, version, &last));
+    if (!last) goto out;
+  }
   WT_CHECK(wt_srv_need_idle_locked(srv, "FinishWeightUpdate"));
   uint64_t round = srv->round.round_id;
   srv->round.busy = "FinishWeightUpdate";
@@ -660,6 +766,7 @@ wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
   e->sequence = seq;
   e->committed_unix_ms = wt_unix_ms();
   wt_srv_round_ended_locked(srv, true, WT_CAUSE_COUNT, version, seq);
+  if (srv->round.plan != NULL) wt_srv_plan_committed(srv->round.plan, round);
   WT_LOGI("server",
           "round %" PRIu64 " committed version '%s' (sequence %" PRIu64 ")",
           round, version, seq);

@@ -208,6 +208,7 @@ static void server_free(wt_server *srv) {
   for (size_t i = 0; i < WT_VERSION_HISTORY; i++)
     free(srv->round.history[i].version);
   free(srv->round.abort_reason);
+  wt_srv_plan_free(srv->round.plan);
   if (srv->auth.token_path != NULL)
     wt_tokens_unlink_if_ours(srv->auth.token_path, srv->auth.tokens,
                              srv->auth.ntokens);

@@ -217,6 +217,9 @@ typedef struct wt_srv_round {
   uint64_t round_digest;
   unsigned round_updates;
   wt_version_entry history[WT_VERSION_HISTORY]; /* by sequence % size */
+  /* The init's shard plan (multirank.c, docs/multirank.md); NULL when the
+   * init had none. Set when its init begins, freed by the next init. */
+  struct wt_srv_plan *plan;
 } wt_srv_round;
 
 /* A server: its subsystems' states, each with its own lock where it has
@@ -258,6 +261,7 @@ typedef struct wt_srv_resolved {
   wt_update u;
   size_t *index;
   uint64_t *nbytes;
+  wt_box *boxes; /* a shard plan's push (multirank.c); else NULL */
 } wt_srv_resolved;
 
 WT_HIDDEN void wt_srv_resolved_clear(wt_srv_resolved *r);
@@ -271,14 +275,19 @@ WT_HIDDEN wt_status *wt_srv_resolve_update(
     wt_server *srv, const Wt__V1__WeightTransferUpdateInfo *info,
     wt_srv_resolved *out);
 
-/* InitWeightTransferEngine on every worker (in parallel). The endpoints
+/* InitWeightTransferEngine on every worker (in parallel), or, for a rank
+ * of the shard plan the server has (init->shard_plan), a join of that init
+ * (`peer`, the caller, is named when two claim one rank). The endpoints
  * array (nworkers entries) is filled; the caller frees each
  * worker_address. */
 WT_HIDDEN wt_status *wt_srv_init_engine(
     wt_server *srv, const Wt__V1__WeightTransferInitInfo *init,
-    wt_engine_endpoint *endpoints);
+    const char *peer, wt_engine_endpoint *endpoints);
 
-WT_HIDDEN wt_status *wt_srv_start(wt_server *srv, uint64_t *round_id);
+/* StartWeightUpdate; under a shard plan, rank `trainer_rank` of the plan
+ * `plan_digest` opens the plan's round or joins the one in progress. */
+WT_HIDDEN wt_status *wt_srv_start(wt_server *srv, uint32_t trainer_rank,
+                                  const char *plan_digest, uint64_t *round_id);
 
 /* UpdateWeights: validates, then runs receive on every worker in
  * parallel. Any failure once the round is named (validation, a worker's
@@ -289,7 +298,11 @@ WT_HIDDEN wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call,
                                    const Wt__V1__WeightTransferUpdateInfo *info,
                                    wt_receive_stats *stats);
 
-WT_HIDDEN wt_status *wt_srv_finish(wt_server *srv, uint64_t round_id,
+/* FinishWeightUpdate; under a shard plan, of rank `trainer_rank`, which
+ * returns when every rank finished and the last one committed (`call`,
+ * which may be NULL, is watched meanwhile for a trainer gone). */
+WT_HIDDEN wt_status *wt_srv_finish(wt_server *srv, wt_rpc_call *call,
+                                   uint64_t round_id, uint32_t trainer_rank,
                                    const char *version);
 
 /* AbortWeightUpdate: *aborted false when no round was open. */
@@ -348,12 +361,14 @@ WT_HIDDEN wt_status *wt_srv_run_all(wt_server *srv, wt_worker_op *ops,
 /* One PushWeights stream's path into the workers. */
 typedef struct wt_srv_push wt_srv_push;
 
-/* Validates the header and begins the push on every worker. `call` is the
+/* Validates the header and begins the push on every worker; under a
+ * shard plan, rank `trainer_rank`'s push of its boxes (which waits its
+ * turn, multirank.c). `call` is the
  * PushWeights call, which an abort of the round cancels until end. The
  * caller owns *out and ends it with wt_srv_push_end. A header that names
  * the open round but fails (validation, an engine) fails that round. */
 WT_HIDDEN wt_status *wt_srv_push_begin(
-    wt_server *srv, wt_rpc_call *call, uint64_t round_id,
+    wt_server *srv, wt_rpc_call *call, uint64_t round_id, uint32_t trainer_rank,
     const Wt__V1__WeightTransferUpdateInfo *info, uint64_t packed_buffer_bytes,
     const Wt__V1__DeltaBase *delta_base, wt_srv_push **out);
 
@@ -388,6 +403,62 @@ WT_HIDDEN wt_status *wt_srv_push_chunk(wt_srv_push *p, uint32_t bucket,
  * missing) fails its round: every worker aborts it at once. Frees p. */
 WT_HIDDEN wt_status *wt_srv_push_end(wt_srv_push *p, const wt_status *cause,
                                      wt_receive_stats *stats);
+
+/* --- multirank.c (docs/multirank.md; all under the round's mu) ----------
+ */
+
+typedef struct wt_srv_plan wt_srv_plan;
+
+/* Checks an init's shard plan (wt_shard_plan_check) and against the model
+ * (names, dtypes, shapes); *out is a copy the caller owns. */
+WT_HIDDEN wt_status *wt_srv_plan_new(wt_server *srv,
+                                     const Wt__V1__ShardPlan *msg,
+                                     wt_srv_plan **out);
+WT_HIDDEN void wt_srv_plan_free(wt_srv_plan *p);
+WT_HIDDEN const char *wt_srv_plan_digest(const wt_srv_plan *p);
+WT_HIDDEN void wt_srv_plan_info(const wt_srv_plan *p, uint32_t *world,
+                                uint32_t *joined);
+/* Rank `rank` joins the init; ALREADY_EXISTS when it did (two processes
+ * claim it; `peer` names the second). */
+WT_HIDDEN wt_status *wt_srv_plan_join_locked(wt_srv_plan *p, uint32_t rank,
+                                             const char *peer);
+/* The init's endpoints, kept for the ranks that join it, and copies of
+ * them (out[i].worker_address the caller's). */
+WT_HIDDEN wt_status *wt_srv_plan_keep_endpoints(wt_srv_plan *p,
+                                                const wt_engine_endpoint *eps,
+                                                uint32_t n);
+WT_HIDDEN wt_status *wt_srv_plan_endpoints(const wt_srv_plan *p,
+                                           wt_engine_endpoint *out, uint32_t n);
+/* A StartWeightUpdate's plan_digest and rank against the plan. */
+WT_HIDDEN wt_status *wt_srv_plan_check_start(const wt_srv_plan *p,
+                                             uint32_t rank, const char *digest);
+/* Rank `rank` joins round `round_id` (the first join of a round resets the
+ * round's record); FAILED_PRECONDITION when it did already. */
+WT_HIDDEN wt_status *wt_srv_plan_round_join(wt_srv_plan *p, uint64_t round_id,
+                                            uint32_t rank);
+/* PushWeights of `rank` in `round`: checks it may push, then waits (within
+ * the data deadline, mu released meanwhile) until no other call of the
+ * round runs. A wait that times out or whose call is cut fails the round. */
+WT_HIDDEN wt_status *wt_srv_plan_push_turn(wt_server *srv, wt_rpc_call *call,
+                                           uint32_t rank, uint64_t round);
+/* Resolves a rank's push against its boxes of the plan: exactly those,
+ * each once, dtype and shape (the box's sizes) equal; fills *out with
+ * u.boxes set. INVALID_ARGUMENT naming the rank and the tensor. */
+WT_HIDDEN wt_status *wt_srv_plan_resolve(
+    const wt_server *srv, uint32_t rank,
+    const Wt__V1__WeightTransferUpdateInfo *info, wt_srv_resolved *out);
+/* Rank `rank`'s push in `round` landed in full. */
+WT_HIDDEN void wt_srv_plan_pushed(wt_srv_plan *p, uint64_t round,
+                                  uint32_t rank);
+/* FinishWeightUpdate of `rank`: records it; *last when every rank has
+ * finished (the caller then commits, and calls wt_srv_plan_committed).
+ * Otherwise waits (mu released, within the data deadline) until the last
+ * rank's finish committed the round (NULL) or it failed. A rank that did
+ * not push, another version, a wait cut or timed out fail the round. */
+WT_HIDDEN wt_status *wt_srv_plan_finish(wt_server *srv, wt_rpc_call *call,
+                                        uint32_t rank, uint64_t round,
+                                        const char *version, bool *last);
+WT_HIDDEN void wt_srv_plan_committed(wt_srv_plan *p, uint64_t round);
 
 /* --- service.c -------------------------------------------------------------
  */

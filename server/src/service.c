@@ -226,6 +226,10 @@ static wt_status *get_server_info(wt_rpc_call *call,
   info.n_recent_rounds = nrec;
   info.recent_rounds = rp;
   info.state = (char *)wt_srv_state_locked(srv);
+  if (srv->round.plan != NULL) {
+    info.plan_digest = (char *)wt_srv_plan_digest(srv->round.plan);
+    wt_srv_plan_info(srv->round.plan, &info.plan_world_size, &info.plan_joined);
+  }
   info.auth = (char *)(srv->auth.mode ? srv->auth.mode : "none");
   info.weight_version =
       srv->round.sequence
@@ -332,7 +336,8 @@ static wt_status *init_engine(wt_rpc_call *call,
   Wt__V1__WorkerEndpoint **wp = calloc(n, sizeof(*wp));
   if (eps == NULL || we == NULL || wp == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "InitWeightTransferEngine: out of memory");
-  WT_CHECK(wt_srv_init_engine(srv, req->init_info, eps));
+  WT_CHECK(
+      wt_srv_init_engine(srv, req->init_info, wt_rpc_call_peer(call), eps));
   for (uint32_t i = 0; i < n; i++) {
     wt__v1__worker_endpoint__init(&we[i]);
     we[i].rank = i;
@@ -362,10 +367,13 @@ out:
 
 static wt_status *start_update(wt_rpc_call *call,
                                const ProtobufCMessage *request, void *user) {
+  const Wt__V1__StartWeightUpdateRequest *req =
+      (const Wt__V1__StartWeightUpdateRequest *)request;
   wt_status *st = NULL;
   Wt__V1__StartWeightUpdateResponse resp =
       WT__V1__START_WEIGHT_UPDATE_RESPONSE__INIT;
-  WT_CHECK(wt_srv_start(user, &resp.round_id));
+  WT_CHECK(
+      wt_srv_start(user, req->trainer_rank, req->plan_digest, &resp.round_id));
   /* The round is this caller's now: nobody commits before its finish. */
   wt_srv_committed(user, &resp.committed_sequence, &resp.committed_digest);
   st = wt_rpc_call_respond(call, &resp.base);
@@ -406,7 +414,8 @@ static wt_status *finish_update(wt_rpc_call *call,
   const Wt__V1__FinishWeightUpdateRequest *req =
       (const Wt__V1__FinishWeightUpdateRequest *)request;
   wt_status *st = NULL;
-  WT_CHECK(wt_srv_finish(user, req->round_id, req->weight_version));
+  WT_CHECK(wt_srv_finish(user, call, req->round_id, req->trainer_rank,
+                         req->weight_version));
   Wt__V1__FinishWeightUpdateResponse resp =
       WT__V1__FINISH_WEIGHT_UPDATE_RESPONSE__INIT;
   resp.weight_version = req->weight_version;
@@ -500,9 +509,9 @@ static wt_status *push_weights(wt_rpc_call *call,
                 "PushWeights message %" PRIu64
                 ": a second header; one PushWeights call carries one header",
                 nmsg);
-      WT_CHECK(wt_srv_push_begin(srv, call, h->round_id, h->update_info,
-                                 h->packed_buffer_size_bytes, h->delta_base,
-                                 &push));
+      WT_CHECK(wt_srv_push_begin(srv, call, h->round_id, h->trainer_rank,
+                                 h->update_info, h->packed_buffer_size_bytes,
+                                 h->delta_base, &push));
     } else if (msg->payload_case == WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_CHUNK) {
       const Wt__V1__BucketChunk *c = msg->chunk;
       if (push == NULL)

@@ -13,6 +13,7 @@
 void wt_srv_resolved_clear(wt_srv_resolved *r) {
   free(r->index);
   free(r->nbytes);
+  free(r->boxes);
   memset(r, 0, sizeof(*r));
 }
 

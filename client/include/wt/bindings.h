@@ -86,6 +86,13 @@ wt_status *wt_bindings_trainer_init_transfer(wt_sync_client *c,
  * FAILED_PRECONDITION before any init. */
 wt_status *wt_bindings_client_init_info(wt_sync_client *c, char **json);
 
+/* Many trainer ranks (docs/multirank.md): every rank's layout (a
+ * wt.v1.ShardPlan whose ranks list what each rank holds, as JSON) becomes
+ * the plan (wt's JSON into *plan_json, the caller's to free with
+ * wt_bindings_free), with its digest. INVALID_ARGUMENT naming the rank and
+ * the tensor when the layouts disagree, overlap or leave bytes uncovered. */
+wt_status *wt_bindings_shard_plan(const char *layouts_json, char **plan_json);
+
 /* The init info the trainer engine of `backend` builds from its options
  * (as wt_bindings_trainer_init_info_new, without a caller's fields) as
  * JSON into *json. */

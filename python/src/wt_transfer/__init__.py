@@ -17,6 +17,7 @@ from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss,
                      ResourceExhausted, Unauthenticated, Unavailable,
                      Unimplemented, Unknown, WtError)
 from .factory import WeightTransferTrainerFactory
+from .multirank import Box, ShardedTrainer, TorchGroup, build_plan
 from .sources import ArraySource, OnTheFly, ParamMeta, view
 from ._lib import bin_dir, lib_dir
 
@@ -26,6 +27,6 @@ __all__ = [
     "DeadlineExceeded", "NotFound", "AlreadyExists", "PermissionDenied",
     "ResourceExhausted", "FailedPrecondition", "Aborted", "OutOfRange",
     "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated",
-    "lib_dir", "bin_dir",
+    "lib_dir", "bin_dir", "Box", "ShardedTrainer", "TorchGroup", "build_plan",
 ]
 __version__ = "0.1.0"

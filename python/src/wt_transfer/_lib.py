@@ -149,6 +149,7 @@ def lib():
                POINTER(c_void_p))
         _proto(L, "wt_bindings_client_init_info", st, c_void_p,
                POINTER(c_void_p))
+        _proto(L, "wt_bindings_shard_plan", st, c_char_p, POINTER(c_void_p))
         _proto(L, "wt_control_callback_new", st, POINTER(c_char_p), c_size_t,
                c_uint32, c_uint32, CONTROL_CALLBACK, c_void_p,
                POINTER(ControlPlane))

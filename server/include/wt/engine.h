@@ -73,6 +73,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "wt/box.h"
 #include "wt/options.h"
 #include "wt/packing.h"
 #include "wt/param_store.h"
@@ -89,7 +90,7 @@ WT_API_BEGIN
 
 /* Bumped whenever wt_engine_ops, wt_worker_ctx, wt_update or
  * wt_engine_endpoint change layout or meaning. */
-#define WT_ENGINE_ABI_VERSION 7u
+#define WT_ENGINE_ABI_VERSION 8u
 
 /* wt_engine_ops.caps */
 enum {
@@ -102,6 +103,10 @@ enum {
    * base the server checked is its committed version; docs/delta.md) and
    * reports the digest of what it landed (wt_receive_stats.digest). */
   WT_ENGINE_RECEIVES_DELTA = 1u << 2,
+  /* Takes updates of boxes (wt_update.boxes: one trainer rank's boxes of a
+   * shard plan, docs/multirank.md). A server refuses an init with a shard
+   * plan for an engine without it. */
+  WT_ENGINE_TAKES_BOXES = 1u << 3,
 };
 
 /* A backend's engine state; each backend defines its own struct. */
@@ -164,6 +169,13 @@ typedef struct wt_update {
    * may come) or the update info (receive: every bucket is a delta
    * bucket) named a base the server checked is its committed version. */
   bool delta;
+  /* A shard plan's round (docs/multirank.md, WT_ENGINE_TAKES_BOXES):
+   * tensor k's nbytes[k] bytes are box boxes[k] of the store's tensor
+   * index[k], dense and row-major; the engine scatters them with
+   * wt_box_runs, stages the tensor (wt_param_store_stage) before its first
+   * byte and records each box landed with wt_param_store_staged_part.
+   * NULL: every tensor whole. */
+  const wt_box *boxes;
 } wt_update;
 
 /* What a receive or a push moved: tensors and bytes landed in this

@@ -192,6 +192,12 @@ wt_status *wt_param_store_stage_write(wt_param_store *s, size_t i,
 /* Records that every byte of tensor `i` landed in its staging buffer. */
 void wt_param_store_staged(wt_param_store *s, size_t i);
 
+/* Records that a box of `bytes` bytes of tensor `i` (staged with
+ * wt_param_store_stage in this round) landed: the tensor is staged once
+ * its boxes' bytes add up to its nbytes. The caller lands each byte once
+ * (a shard plan's boxes do not overlap, docs/multirank.md). */
+void wt_param_store_staged_part(wt_param_store *s, size_t i, uint64_t bytes);
+
 /* Counts of the current round: tensors staged (all bytes landed), tensors
  * partly written, and the staged tensors' bytes. Any pointer may be NULL. */
 void wt_param_store_round_stats(const wt_param_store *s, size_t *staged,

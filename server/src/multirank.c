@@ -1,0 +1,561 @@
+/* multirank.c: many trainer ranks, one version (docs/multirank.md).
+ *
+ * An init with a shard plan (init_info.shard_plan) is joined by every
+ * trainer rank: the first with a new digest creates the engines, the others
+ * join it (each rank once). A round of the plan is joined by every rank
+ * (StartWeightUpdate with plan_digest and trainer_rank), each rank sends
+ * exactly its boxes of the plan (one PushWeights; the server takes one push
+ * at a time and queues the others), and every rank finishes: the last
+ * finish commits, for every rank at once, and only when every rank's boxes
+ * landed, which the plan makes every byte of every tensor it names, once.
+ * Whatever fails (a push, a rank's call cut by its death, a rank that does
+ * not come within the data deadline) aborts the round for every rank.
+ *
+ * Everything here runs under the round's mu unless it says otherwise.
+ */
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server_state.h"
+#include "wt/dtype.h"
+#include "wt/log.h"
+#include "wt/pb.h"
+#include "wt/shard_plan.h"
+
+/* How often a wait for other ranks looks at its own call (a trainer that
+ * died while it waited), besides every change of the round. */
+#define PLAN_POLL_MS 50
+
+typedef struct rank_boxes {
+  size_t n;
+  const Wt__V1__TensorBox **boxes; /* into the plan message, sorted by name */
+  size_t *index;                   /* the store's index of each */
+  wt_box *box;
+  uint64_t *nbytes;
+} rank_boxes;
+
+struct wt_srv_plan {
+  Wt__V1__ShardPlan *msg; /* a packed-and-unpacked copy, owned */
+  uint32_t world;
+  rank_boxes *ranks;
+  bool *joined; /* joined the init */
+  uint32_t njoined;
+  /* The endpoints of the init, for the ranks that join it. */
+  wt_engine_endpoint *endpoints;
+  uint32_t nendpoints;
+  /* The open round of the plan (round_id), and each rank's part in it. */
+  uint64_t round_id;
+  bool *in_round, *pushed, *finished;
+  uint32_t nfinished;
+  char *version;          /* the first finisher's */
+  uint64_t committed_round; /* the last round of the plan that committed */
+};
+
+void wt_srv_plan_free(wt_srv_plan *p) {
+  if (p == NULL) return;
+  for (uint32_t r = 0; p->ranks && r < p->world; r++) {
+    free(p->ranks[r].boxes);
+    free(p->ranks[r].index);
+    free(p->ranks[r].box);
+    free(p->ranks[r].nbytes);
+  }
+  for (uint32_t i = 0; p->endpoints && i < p->nendpoints; i++)
+    free(p->endpoints[i].worker_address);
+  free(p->endpoints);
+  free(p->ranks);
+  free(p->joined);
+  free(p->in_round);
+  free(p->pushed);
+  free(p->finished);
+  free(p->version);
+  if (p->msg != NULL) wt_pb_free(&p->msg->base);
+  free(p);
+}
+
+const char *wt_srv_plan_digest(const wt_srv_plan *p) {
+  return p->msg->digest;
+}
+
+void wt_srv_plan_info(const wt_srv_plan *p, uint32_t *world,
+                      uint32_t *joined) {
+  *world = p->world;
+  *joined = p->njoined;
+}
+
+/* A copy of `m` (pack, then unpack). */
+static wt_status *copy_plan(const Wt__V1__ShardPlan *m,
+                            Wt__V1__ShardPlan **out) {
+  size_t len = protobuf_c_message_get_packed_size(&m->base);
+  uint8_t *buf = malloc(len ? len : 1);
+  if (buf == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED,
+                         "InitWeightTransferEngine: out of memory");
+  protobuf_c_message_pack(&m->base, buf);
+  *out = wt__v1__shard_plan__unpack(NULL, len, buf);
+  free(buf);
+  if (*out == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED,
+                         "InitWeightTransferEngine: out of memory");
+  return NULL;
+}
+
+wt_status *wt_srv_plan_new(wt_server *srv, const Wt__V1__ShardPlan *msg,
+                           wt_srv_plan **out) {
+  wt_status *st = NULL;
+  wt_srv_plan *p = calloc(1, sizeof(*p));
+  *out = NULL;
+  if (p == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED,
+                         "InitWeightTransferEngine: out of memory");
+  st = wt_shard_plan_check(msg);
+  if (st != NULL) {
+    st = wt_status_prefix(st, "InitWeightTransferEngine: init_info");
+    goto out;
+  }
+  WT_CHECK(copy_plan(msg, &p->msg));
+  p->world = msg->world_size;
+  p->ranks = calloc(p->world, sizeof(*p->ranks));
+  p->joined = calloc(p->world, sizeof(bool));
+  p->in_round = calloc(p->world, sizeof(bool));
+  p->pushed = calloc(p->world, sizeof(bool));
+  p->finished = calloc(p->world, sizeof(bool));
+  if (!p->ranks || !p->joined || !p->in_round || !p->pushed || !p->finished)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "InitWeightTransferEngine: out of memory");
+  const wt_param_store *store = wt_worker_store(srv->workers[0]);
+  for (uint32_t r = 0; r < p->world; r++) {
+    const Wt__V1__RankBoxes *rb = p->msg->ranks[r];
+    rank_boxes *q = &p->ranks[r];
+    size_t n = rb->n_boxes ? rb->n_boxes : 1;
+    q->boxes = calloc(n, sizeof(*q->boxes));
+    q->index = calloc(n, sizeof(*q->index));
+    q->box = calloc(n, sizeof(*q->box));
+    q->nbytes = calloc(n, sizeof(*q->nbytes));
+    if (!q->boxes || !q->index || !q->box || !q->nbytes)
+      WT_FAIL(WT_RESOURCE_EXHAUSTED, "InitWeightTransferEngine: out of memory");
+    q->n = rb->n_boxes;
+    for (size_t k = 0; k < rb->n_boxes; k++) {
+      const Wt__V1__TensorBox *b = rb->boxes[k];
+      size_t idx = 0;
+      wt_status *e = wt_param_store_find(store, b->name, &idx);
+      if (e != NULL) {
+        st = wt_status_prefix(e,
+                              "InitWeightTransferEngine: "
+                              "init_info.shard_plan (rank %u)",
+                              r);
+        goto out;
+      }
+      const wt_tensor_meta *m = wt_param_store_meta(store, idx);
+      wt_dtype dt;
+      WT_CHECK(wt_dtype_from_name(b->dtype, &dt)); /* checked by the plan */
+      if (dt != m->dtype || (int)b->n_shape != m->ndim ||
+          memcmp(b->shape, m->shape, b->n_shape * sizeof(int64_t)) != 0) {
+        char a[128], c[128];
+        WT_FAIL(WT_INVALID_ARGUMENT,
+                "InitWeightTransferEngine: init_info.shard_plan: tensor '%s' "
+                "is %s %s in the plan and %s %s in the model",
+                b->name, wt_dtype_torch_name(dt),
+                wt_shape_format(b->shape, (int)b->n_shape, a, sizeof(a)),
+                wt_dtype_torch_name(m->dtype),
+                wt_shape_format(m->shape, m->ndim, c, sizeof(c)));
+      }
+      q->boxes[k] = b;
+      q->index[k] = idx;
+      q->box[k] = (wt_box){(uint32_t)b->n_shape, b->shape, b->offsets,
+                           b->sizes, wt_dtype_itemsize(dt)};
+      q->nbytes[k] = wt_box_bytes(&q->box[k]);
+    }
+  }
+  *out = p;
+  p = NULL;
+out:
+  wt_srv_plan_free(p);
+  return st;
+}
+
+wt_status *wt_srv_plan_join_locked(wt_srv_plan *p, uint32_t rank,
+                                   const char *peer) {
+  if (p->joined[rank])
+    return wt_status_new(WT_ALREADY_EXISTS,
+                         "InitWeightTransferEngine: rank %u already joined "
+                         "this init (plan digest %.16s...); two trainer "
+                         "processes claim rank %u (the second from %s)",
+                         rank, p->msg->digest, rank, peer ? peer : "?");
+  p->joined[rank] = true;
+  p->njoined++;
+  return NULL;
+}
+
+wt_status *wt_srv_plan_keep_endpoints(wt_srv_plan *p,
+                                      const wt_engine_endpoint *eps,
+                                      uint32_t n) {
+  p->endpoints = calloc(n ? n : 1, sizeof(*p->endpoints));
+  if (p->endpoints == NULL) goto oom;
+  p->nendpoints = n;
+  for (uint32_t i = 0; i < n; i++) {
+    p->endpoints[i] = eps[i];
+    p->endpoints[i].worker_address = NULL;
+    if (eps[i].worker_address_len) {
+      p->endpoints[i].worker_address = malloc(eps[i].worker_address_len);
+      if (p->endpoints[i].worker_address == NULL) goto oom;
+      memcpy(p->endpoints[i].worker_address, eps[i].worker_address,
+             eps[i].worker_address_len);
+    }
+  }
+  return NULL;
+oom:
+  return wt_status_new(WT_RESOURCE_EXHAUSTED,
+                       "InitWeightTransferEngine: out of memory");
+}
+
+wt_status *wt_srv_plan_endpoints(const wt_srv_plan *p, wt_engine_endpoint *out,
+                                 uint32_t n) {
+  for (uint32_t i = 0; i < n && i < p->nendpoints; i++) {
+    out[i] = p->endpoints[i];
+    out[i].worker_address = NULL;
+    if (p->endpoints[i].worker_address_len) {
+      out[i].worker_address = malloc(p->endpoints[i].worker_address_len);
+      if (out[i].worker_address == NULL)
+        return wt_status_new(WT_RESOURCE_EXHAUSTED,
+                             "InitWeightTransferEngine: out of memory");
+      memcpy(out[i].worker_address, p->endpoints[i].worker_address,
+             p->endpoints[i].worker_address_len);
+    }
+  }
+  return NULL;
+}
+
+/* --- rounds ---------------------------------------------------------------
+ */
+
+wt_status *wt_srv_plan_check_start(const wt_srv_plan *p, uint32_t rank,
+                                   const char *digest) {
+  if (digest == NULL || *digest == '\0')
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "StartWeightUpdate: this server's init has a shard "
+                         "plan of %u trainer ranks (digest %.16s...); every "
+                         "rank's StartWeightUpdate names plan_digest and "
+                         "trainer_rank (docs/multirank.md)",
+                         p->world, p->msg->digest);
+  if (strcmp(digest, p->msg->digest) != 0)
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "StartWeightUpdate: plan_digest %.16s... (rank %u) "
+                         "is not this server's plan (%.16s..., from its last "
+                         "InitWeightTransferEngine); the ranks' layouts "
+                         "changed or another init replaced it: init again",
+                         digest, rank, p->msg->digest);
+  if (rank >= p->world)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "StartWeightUpdate: trainer_rank %u; the plan has "
+                         "ranks 0..%u",
+                         rank, p->world - 1);
+  if (!p->joined[rank])
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "StartWeightUpdate: rank %u has not joined this "
+                         "init (plan digest %.16s...); its "
+                         "InitWeightTransferEngine comes first",
+                         rank, p->msg->digest);
+  return NULL;
+}
+
+void wt_srv_plan_round_begin(wt_srv_plan *p, uint64_t round_id) {
+  p->round_id = round_id;
+  memset(p->in_round, 0, p->world * sizeof(bool));
+  memset(p->pushed, 0, p->world * sizeof(bool));
+  memset(p->finished, 0, p->world * sizeof(bool));
+  p->nfinished = 0;
+  free(p->version);
+  p->version = NULL;
+}
+
+wt_status *wt_srv_plan_round_join(wt_srv_plan *p, uint64_t round_id,
+                                  uint32_t rank) {
+  if (p->round_id != round_id) wt_srv_plan_round_begin(p, round_id);
+  if (p->in_round[rank])
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "StartWeightUpdate: rank %u already joined the round "
+                         "in progress (state: updating); two trainer "
+                         "processes claim rank %u, or it started twice",
+                         rank, rank);
+  p->in_round[rank] = true;
+  return NULL;
+}
+
+/* The ranks of `flags` that are false, as "1, 3" into buf. */
+static const char *missing(const wt_srv_plan *p, const bool *flags, char *buf,
+                           size_t n) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (uint32_t r = 0; r < p->world && at + 16 < n; r++)
+    if (!flags[r])
+      at += (size_t)snprintf(buf + at, n - at, "%s%u", at ? ", " : "", r);
+  return buf;
+}
+
+/* Why a wait of `call` for the other ranks ended: NULL when ready(p) holds;
+ * else the round ended (ABORTED or its error), the call was cut, or the
+ * data deadline passed. Under mu (released while waiting). */
+static wt_status *wait_ranks(wt_server *srv, wt_rpc_call *call,
+                             const char *what, uint64_t round,
+                             bool (*ready)(const wt_server *srv),
+                             int64_t deadline_ms, bool *timed_out,
+                             bool *cut) {
+  *timed_out = *cut = false;
+  for (;;) {
+    if (srv->round.round_id != round)
+      return wt_srv_aborted_error(srv, what, round);
+    if (ready(srv)) return NULL;
+    if (call != NULL && wt_rpc_call_cancelled(call)) {
+      *cut = true;
+      return wt_status_new(WT_CANCELLED, "%s: the call ended", what);
+    }
+    int64_t now = wt_mono_ms();
+    if (now >= deadline_ms) {
+      *timed_out = true;
+      return wt_status_new(WT_DEADLINE_EXCEEDED, "%s: data deadline", what);
+    }
+    int64_t until = now + PLAN_POLL_MS < deadline_ms ? now + PLAN_POLL_MS
+                                                     : deadline_ms;
+    srv->round.engine_calls++; /* not idle: its own deadline bounds it */
+    wt_cond_wait_until(&srv->round.cv, &srv->round.mu, until);
+    srv->round.engine_calls--;
+  }
+}
+
+static bool round_idle(const wt_server *srv) {
+  return srv->round.busy == NULL;
+}
+
+wt_status *wt_srv_plan_push_turn(wt_server *srv, wt_rpc_call *call,
+                                 uint32_t rank, uint64_t round) {
+  wt_srv_plan *p = srv->round.plan;
+  if (rank >= p->world)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "PushWeights: trainer_rank %u; the plan has ranks "
+                         "0..%u",
+                         rank, p->world - 1);
+  if (p->round_id != round || !p->in_round[rank])
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "PushWeights: rank %u has not joined this round; "
+                         "its StartWeightUpdate comes first",
+                         rank);
+  if (p->pushed[rank])
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "PushWeights: rank %u already sent its boxes in "
+                         "this round (one push per rank)",
+                         rank);
+  /* One push at a time: the others wait their turn, within the data
+   * deadline. */
+  bool timed_out, cut;
+  int64_t deadline = wt_mono_ms() + srv->round.data_timeout_ms;
+  wt_status *st = wait_ranks(srv, call, "PushWeights", round, round_idle,
+                             deadline, &timed_out, &cut);
+  if (st == NULL || (!timed_out && !cut)) return st;
+  wt_status_free(st);
+  char why[512];
+  snprintf(why, sizeof(why),
+           cut ? "PushWeights from %s (rank %u): the trainer's call ended "
+                 "(cancelled, or the trainer is gone) while it waited for "
+                 "its turn"
+               : "PushWeights from %s (rank %u): waited %u ms (the data "
+                 "deadline) for its turn",
+           call ? wt_rpc_call_peer(call) : "?", rank,
+           srv->round.data_timeout_ms);
+  wt_srv_abort_round_locked(srv, WT_CAUSE_RECEIVE, why);
+  return wt_status_new(cut ? WT_CANCELLED : WT_DEADLINE_EXCEEDED, "%s", why);
+}
+
+wt_status *wt_srv_plan_resolve(const wt_server *srv, uint32_t rank,
+                               const Wt__V1__WeightTransferUpdateInfo *info,
+                               wt_srv_resolved *out) {
+  const wt_srv_plan *p = srv->round.plan;
+  const rank_boxes *q = &p->ranks[rank];
+  memset(out, 0, sizeof(*out));
+  if (info == NULL)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "PushWeights: header.update_info is missing");
+  if (info->n_dtype_names != info->n_names || info->n_shapes != info->n_names)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "PushWeights: update_info lists %zu names, %zu "
+                         "dtype_names and %zu shapes",
+                         info->n_names, info->n_dtype_names, info->n_shapes);
+  if (info->n_packed_tensor_sizes != 0 &&
+      info->n_packed_tensor_sizes != info->n_names)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "PushWeights: update_info lists %zu names and %zu "
+                         "packed_tensor_sizes",
+                         info->n_names, info->n_packed_tensor_sizes);
+  if (info->n_names != q->n)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "PushWeights: rank %u sends %zu tensors; its boxes "
+                         "of the plan are %zu",
+                         rank, info->n_names, q->n);
+  size_t n = q->n ? q->n : 1;
+  out->index = calloc(n, sizeof(size_t));
+  out->nbytes = calloc(n, sizeof(uint64_t));
+  out->boxes = calloc(n, sizeof(wt_box));
+  bool *seen = calloc(n, sizeof(bool));
+  wt_status *st = NULL;
+  if (!out->index || !out->nbytes || !out->boxes || !seen)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "PushWeights: out of memory");
+  for (size_t k = 0; k < info->n_names; k++) {
+    const char *name = info->names[k];
+    /* The rank's boxes are sorted by name. */
+    size_t lo = 0, hi = q->n;
+    while (lo < hi) {
+      size_t mid = (lo + hi) / 2;
+      int c = strcmp(q->boxes[mid]->name, name);
+      if (c == 0) {
+        lo = mid;
+        break;
+      }
+      if (c < 0)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    if (lo >= q->n || strcmp(q->boxes[lo]->name, name) != 0)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "PushWeights: rank %u sends '%s', which is none of its boxes "
+              "of the plan",
+              rank, name);
+    if (seen[lo])
+      WT_FAIL(WT_INVALID_ARGUMENT, "PushWeights: rank %u sends '%s' twice",
+              rank, name);
+    seen[lo] = true;
+    const Wt__V1__TensorBox *b = q->boxes[lo];
+    wt_dtype dt;
+    WT_CHECK(wt_status_prefix(wt_dtype_from_name(info->dtype_names[k], &dt),
+                              "PushWeights: '%s'", name));
+    const Wt__V1__Shape *sh = info->shapes[k];
+    wt_dtype want;
+    WT_CHECK(wt_dtype_from_name(b->dtype, &want));
+    if (dt != want || sh == NULL || sh->n_dims != b->n_sizes ||
+        memcmp(sh->dims, b->sizes, b->n_sizes * sizeof(int64_t)) != 0) {
+      char a[128], c[160];
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "PushWeights: rank %u sends '%s' as %s %s; its box %s of the "
+              "plan is %s %s",
+              rank, name, wt_dtype_torch_name(dt),
+              sh ? wt_shape_format(sh->dims, (int)sh->n_dims, a, sizeof(a))
+                 : "(no shape)",
+              wt_box_format(b, c, sizeof(c)), wt_dtype_torch_name(want),
+              wt_shape_format(b->sizes, (int)b->n_sizes, a, sizeof(a)));
+    }
+    if (info->n_packed_tensor_sizes != 0 &&
+        info->packed_tensor_sizes[k] != q->nbytes[lo])
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "PushWeights: rank %u: '%s': packed_tensor_sizes[%zu] is %" PRIu64
+              " bytes; its box has %" PRIu64,
+              rank, name, k, info->packed_tensor_sizes[k], q->nbytes[lo]);
+    out->index[k] = q->index[lo];
+    out->nbytes[k] = q->nbytes[lo];
+    out->boxes[k] = q->box[lo];
+    out->u.total_bytes += q->nbytes[lo];
+  }
+  out->u.n = info->n_names;
+  out->u.index = out->index;
+  out->u.nbytes = out->nbytes;
+  out->u.boxes = out->boxes;
+  out->u.packed = info->packed;
+  out->u.info = info;
+out:
+  free(seen);
+  if (st != NULL) wt_srv_resolved_clear(out);
+  return st;
+}
+
+void wt_srv_plan_pushed(wt_srv_plan *p, uint64_t round, uint32_t rank) {
+  if (p->round_id == round && rank < p->world) p->pushed[rank] = true;
+}
+
+static bool all_finished(const wt_server *srv) {
+  const wt_srv_plan *p = srv->round.plan;
+  return p == NULL || p->nfinished == p->world;
+}
+
+wt_status *wt_srv_plan_finish(wt_server *srv, wt_rpc_call *call,
+                              uint32_t rank, uint64_t round,
+                              const char *version, bool *last) {
+  wt_srv_plan *p = srv->round.plan;
+  char why[768], list[256];
+  *last = false;
+  if (rank >= p->world)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "FinishWeightUpdate: trainer_rank %u; the plan has "
+                         "ranks 0..%u",
+                         rank, p->world - 1);
+  if (p->round_id != round || !p->in_round[rank])
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "FinishWeightUpdate: rank %u has not joined this "
+                         "round",
+                         rank);
+  if (p->finished[rank])
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "FinishWeightUpdate: rank %u already finished this "
+                         "round",
+                         rank);
+  if (!p->pushed[rank]) {
+    snprintf(why, sizeof(why),
+             "FinishWeightUpdate: rank %u finished without having sent its "
+             "boxes",
+             rank);
+    wt_srv_abort_round_locked(srv, WT_CAUSE_FINISH, why);
+    return wt_status_new(WT_FAILED_PRECONDITION, "%s", why);
+  }
+  if (p->version != NULL && strcmp(p->version, version) != 0) {
+    snprintf(why, sizeof(why),
+             "FinishWeightUpdate: rank %u finishes as version '%.200s', an "
+             "earlier rank as '%.200s'; every rank commits the same version",
+             rank, version, p->version);
+    wt_srv_abort_round_locked(srv, WT_CAUSE_FINISH, why);
+    return wt_status_new(WT_INVALID_ARGUMENT, "%s", why);
+  }
+  if (p->version == NULL && (p->version = strdup(version)) == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED,
+                         "FinishWeightUpdate: out of memory");
+  p->finished[rank] = true;
+  p->nfinished++;
+  pthread_cond_broadcast(&srv->round.cv);
+  if (p->nfinished == p->world) {
+    *last = true;
+    return NULL;
+  }
+  bool timed_out, cut;
+  int64_t deadline = wt_mono_ms() + srv->round.data_timeout_ms;
+  wt_status *st = wait_ranks(srv, call, "FinishWeightUpdate", round,
+                             all_finished, deadline, &timed_out, &cut);
+  if (st == NULL) {
+    /* Every rank finished: the last one commits; wait for that. */
+    while (srv->round.round_id == round)
+      wt_cond_wait_until(&srv->round.cv, &srv->round.mu,
+                         wt_mono_ms() + PLAN_POLL_MS);
+  } else if (!timed_out && !cut) {
+    return st;
+  }
+  if (st == NULL) {
+    if (srv->round.plan == p && p->committed_round == round) return NULL;
+    return wt_srv_aborted_error(srv, "FinishWeightUpdate", round);
+  }
+  wt_status_free(st);
+  if (cut)
+    snprintf(why, sizeof(why),
+             "FinishWeightUpdate from %s (rank %u): the trainer's call ended "
+             "(cancelled, or the trainer is gone) while it waited for the "
+             "other ranks",
+             call ? wt_rpc_call_peer(call) : "?", rank);
+  else
+    snprintf(why, sizeof(why),
+             "FinishWeightUpdate: rank(s) %s did not finish within the data "
+             "deadline (%u ms) after rank %u did",
+             missing(p, p->finished, list, sizeof(list)),
+             srv->round.data_timeout_ms, rank);
+  wt_srv_abort_round_locked(srv, WT_CAUSE_TIMEOUT, why);
+  return wt_status_new(cut ? WT_CANCELLED : WT_DEADLINE_EXCEEDED, "%s", why);
+}
+
+void wt_srv_plan_committed(wt_srv_plan *p, uint64_t round) {
+  if (p->round_id == round) p->committed_round = round;
+}

@@ -11,14 +11,14 @@
 
 static Wt__V1__ShardPlan *parse(const char *json) {
   ProtobufCMessage *m = NULL;
-  WT_ASSERT_OK(wt_pb_from_json(&wt__v1__shard_plan__descriptor, json,
-                               "layouts", &m));
+  WT_ASSERT_OK(
+      wt_pb_from_json(&wt__v1__shard_plan__descriptor, json, "layouts", &m));
   return (Wt__V1__ShardPlan *)m;
 }
 
-static const char *box(char *buf, size_t n, const char *name,
-                       const char *dtype, const char *shape,
-                       const char *offsets, const char *sizes) {
+static const char *box(char *buf, size_t n, const char *name, const char *dtype,
+                       const char *shape, const char *offsets,
+                       const char *sizes) {
   snprintf(buf, n,
            "{\"name\":\"%s\",\"dtype\":\"%s\",\"shape\":%s,\"offsets\":%s,"
            "\"sizes\":%s}",
@@ -115,8 +115,8 @@ static void expect_refused(const char *json, const char *needle) {
   wt_pb_free(&in->base);
 }
 
-#define BOX(n, sh, off, sz)                                                \
-  "{\"name\":\"" n "\",\"dtype\":\"float32\",\"shape\":" sh                \
+#define BOX(n, sh, off, sz)                                 \
+  "{\"name\":\"" n "\",\"dtype\":\"float32\",\"shape\":" sh \
   ",\"offsets\":" off ",\"sizes\":" sz "}"
 
 static void test_refusals(void) {
@@ -169,13 +169,14 @@ static void test_refusals(void) {
                      "w", "[4,10]", "[3,0]", "[2,10]") "]}]}",
                  "rank 0: tensor 'w': box [3:5, 0:10] lies outside its shape "
                  "[4, 10] (dimension 0)");
-  expect_refused("{\"ranks\":[{\"rank\":0,\"boxes\":[" BOX(
-                     "w", "[4]", "[0]", "[2]") "," BOX("w", "[4]", "[2]",
-                                                       "[2]") "]}]}",
-                 "rank 0 lists tensor 'w' twice");
-  expect_refused("{\"ranks\":[{\"rank\":0,\"boxes\":[{\"name\":\"w\","
-                 "\"dtype\":\"float32\",\"shape\":[4],\"offsets\":[0]}]}]}",
-                 "the box has 1 offsets and 0 sizes for 1 dimensions");
+  expect_refused(
+      "{\"ranks\":[{\"rank\":0,\"boxes\":[" BOX(
+          "w", "[4]", "[0]", "[2]") "," BOX("w", "[4]", "[2]", "[2]") "]}]}",
+      "rank 0 lists tensor 'w' twice");
+  expect_refused(
+      "{\"ranks\":[{\"rank\":0,\"boxes\":[{\"name\":\"w\","
+      "\"dtype\":\"float32\",\"shape\":[4],\"offsets\":[0]}]}]}",
+      "the box has 1 offsets and 0 sizes for 1 dimensions");
 }
 
 /* The replicate rule spreads replicated tensors over their holders. */
@@ -276,8 +277,7 @@ static void test_runs(void) {
 
 void wt_test_suite_shard_plan(void) {
   CU_pSuite s = CU_add_suite("shard_plan", NULL, NULL);
-  CU_add_test(s, "layouts of 4 ranks become a plan with a digest",
-              test_build);
+  CU_add_test(s, "layouts of 4 ranks become a plan with a digest", test_build);
   CU_add_test(s, "refusals name the rank and the tensor", test_refusals);
   CU_add_test(s, "the replicate rule", test_replicate_rule);
   CU_add_test(s, "boxes become runs", test_runs);

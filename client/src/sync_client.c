@@ -578,9 +578,12 @@ wt_status *wt_sync_client_finish(wt_sync_client *c,
     f.reqs[k] = &reqs[k].base;
   }
   /* Under a shard plan a finish returns when every rank finished, which
-   * the server bounds by the data deadline. */
+   * the server bounds by the data deadline: this call's deadline is past
+   * it, so that the server's answer (naming the rank that did not come)
+   * arrives first. */
   st = wt_fan_out(&c->cp, WT_CONTROL_FINISH,
-                  plan != NULL ? wt_sync_client_data_timeout_ms(c)
+                  plan != NULL ? wt_sync_client_data_timeout_ms(c) +
+                                     c->ctx.control_timeout_ms
                                : c->ctx.control_timeout_ms,
                   &f);
   for (size_t k = 0; k < c->n; k++)

@@ -50,8 +50,7 @@ struct wt_srv_plan {
   uint64_t round_id;
   bool *in_round, *pushed, *finished;
   uint32_t nfinished;
-  char *version;          /* the first finisher's */
-  uint64_t committed_round; /* the last round of the plan that committed */
+  char *version; /* the first finisher's */
 };
 
 void wt_srv_plan_free(wt_srv_plan *p) {
@@ -79,8 +78,7 @@ const char *wt_srv_plan_digest(const wt_srv_plan *p) {
   return p->msg->digest;
 }
 
-void wt_srv_plan_info(const wt_srv_plan *p, uint32_t *world,
-                      uint32_t *joined) {
+void wt_srv_plan_info(const wt_srv_plan *p, uint32_t *world, uint32_t *joined) {
   *world = p->world;
   *joined = p->njoined;
 }
@@ -163,8 +161,8 @@ wt_status *wt_srv_plan_new(wt_server *srv, const Wt__V1__ShardPlan *msg,
       }
       q->boxes[k] = b;
       q->index[k] = idx;
-      q->box[k] = (wt_box){(uint32_t)b->n_shape, b->shape, b->offsets,
-                           b->sizes, wt_dtype_itemsize(dt)};
+      q->box[k] = (wt_box){(uint32_t)b->n_shape, b->shape, b->offsets, b->sizes,
+                           wt_dtype_itemsize(dt)};
       q->nbytes[k] = wt_box_bytes(&q->box[k]);
     }
   }
@@ -300,8 +298,7 @@ static const char *missing(const wt_srv_plan *p, const bool *flags, char *buf,
 static wt_status *wait_ranks(wt_server *srv, wt_rpc_call *call,
                              const char *what, uint64_t round,
                              bool (*ready)(const wt_server *srv),
-                             int64_t deadline_ms, bool *timed_out,
-                             bool *cut) {
+                             int64_t deadline_ms, bool *timed_out, bool *cut) {
   *timed_out = *cut = false;
   for (;;) {
     if (srv->round.round_id != round)
@@ -316,8 +313,8 @@ static wt_status *wait_ranks(wt_server *srv, wt_rpc_call *call,
       *timed_out = true;
       return wt_status_new(WT_DEADLINE_EXCEEDED, "%s: data deadline", what);
     }
-    int64_t until = now + PLAN_POLL_MS < deadline_ms ? now + PLAN_POLL_MS
-                                                     : deadline_ms;
+    int64_t until =
+        now + PLAN_POLL_MS < deadline_ms ? now + PLAN_POLL_MS : deadline_ms;
     srv->round.engine_calls++; /* not idle: its own deadline bounds it */
     wt_cond_wait_until(&srv->round.cv, &srv->round.mu, until);
     srv->round.engine_calls--;
@@ -476,9 +473,8 @@ static bool all_finished(const wt_server *srv) {
   return p == NULL || p->nfinished == p->world;
 }
 
-wt_status *wt_srv_plan_finish(wt_server *srv, wt_rpc_call *call,
-                              uint32_t rank, uint64_t round,
-                              const char *version, bool *last) {
+wt_status *wt_srv_plan_finish(wt_server *srv, wt_rpc_call *call, uint32_t rank,
+                              uint64_t round, const char *version, bool *last) {
   wt_srv_plan *p = srv->round.plan;
   char why[768], list[256];
   *last = false;
@@ -532,11 +528,11 @@ wt_status *wt_srv_plan_finish(wt_server *srv, wt_rpc_call *call,
     while (srv->round.round_id == round)
       wt_cond_wait_until(&srv->round.cv, &srv->round.mu,
                          wt_mono_ms() + PLAN_POLL_MS);
-  } else if (!timed_out && !cut) {
-    return st;
   }
-  if (st == NULL) {
-    if (srv->round.plan == p && p->committed_round == round) return NULL;
+  if (st == NULL || (!timed_out && !cut)) {
+    /* The round ended: committed by the last rank's finish, or failed. */
+    wt_status_free(st);
+    if (srv->round.committed_round == round) return NULL;
     return wt_srv_aborted_error(srv, "FinishWeightUpdate", round);
   }
   wt_status_free(st);
@@ -554,8 +550,4 @@ wt_status *wt_srv_plan_finish(wt_server *srv, wt_rpc_call *call,
              srv->round.data_timeout_ms, rank);
   wt_srv_abort_round_locked(srv, WT_CAUSE_TIMEOUT, why);
   return wt_status_new(cut ? WT_CANCELLED : WT_DEADLINE_EXCEEDED, "%s", why);
-}
-
-void wt_srv_plan_committed(wt_srv_plan *p, uint64_t round) {
-  if (p->round_id == round) p->committed_round = round;
 }

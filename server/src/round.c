@@ -766,7 +766,7 @@ wt_status *wt_srv_finish(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
   e->sequence = seq;
   e->committed_unix_ms = wt_unix_ms();
   wt_srv_round_ended_locked(srv, true, WT_CAUSE_COUNT, version, seq);
-  if (srv->round.plan != NULL) wt_srv_plan_committed(srv->round.plan, round);
+  srv->round.committed_round = round;
   WT_LOGI("server",
           "round %" PRIu64 " committed version '%s' (sequence %" PRIu64 ")",
           round, version, seq);

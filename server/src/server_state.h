@@ -208,8 +208,9 @@ typedef struct wt_srv_round {
   wt_rpc_call *push_call;
   uint64_t next_push_id;
 
-  /* Committed versions. */
+  /* Committed versions, and the id of the last round that committed. */
   uint64_t sequence;
+  uint64_t committed_round;
   /* Delta rounds (docs/delta.md): the committed version's digest (0:
    * unknown), and the open round's: its updates so far and the digest of
    * its one push that covered the store. */
@@ -451,14 +452,13 @@ WT_HIDDEN wt_status *wt_srv_plan_resolve(
 WT_HIDDEN void wt_srv_plan_pushed(wt_srv_plan *p, uint64_t round,
                                   uint32_t rank);
 /* FinishWeightUpdate of `rank`: records it; *last when every rank has
- * finished (the caller then commits, and calls wt_srv_plan_committed).
+ * finished (the caller then commits).
  * Otherwise waits (mu released, within the data deadline) until the last
  * rank's finish committed the round (NULL) or it failed. A rank that did
  * not push, another version, a wait cut or timed out fail the round. */
 WT_HIDDEN wt_status *wt_srv_plan_finish(wt_server *srv, wt_rpc_call *call,
                                         uint32_t rank, uint64_t round,
                                         const char *version, bool *last);
-WT_HIDDEN void wt_srv_plan_committed(wt_srv_plan *p, uint64_t round);
 
 /* --- service.c -------------------------------------------------------------
  */

@@ -108,8 +108,7 @@ static wt_status *check_box(entry *e, const char *who) {
     return wt_status_new(WT_INVALID_ARGUMENT, "%s: a box has no tensor name",
                          who);
   wt_status *st = wt_dtype_from_name(b->dtype, &e->dtype);
-  if (st != NULL)
-    return wt_status_prefix(st, "%s: tensor '%s'", who, b->name);
+  if (st != NULL) return wt_status_prefix(st, "%s: tensor '%s'", who, b->name);
   if (b->n_shape > WT_MAX_NDIM)
     return wt_status_new(WT_INVALID_ARGUMENT,
                          "%s: tensor '%s' has %zu dimensions; at most %d", who,
@@ -120,12 +119,11 @@ static wt_status *check_box(entry *e, const char *who) {
                          "sizes for %zu dimensions",
                          who, b->name, b->n_offsets, b->n_sizes, b->n_shape);
   st = wt_shape_numel(b->shape, (int)b->n_shape, &e->numel);
-  if (st != NULL)
-    return wt_status_prefix(st, "%s: tensor '%s'", who, b->name);
+  if (st != NULL) return wt_status_prefix(st, "%s: tensor '%s'", who, b->name);
   e->volume = 1;
   for (size_t d = 0; d < b->n_shape; d++) {
-    if (b->offsets[d] < 0 || b->sizes[d] < 0 ||
-        b->offsets[d] > b->shape[d] || b->sizes[d] > b->shape[d] - b->offsets[d])
+    if (b->offsets[d] < 0 || b->sizes[d] < 0 || b->offsets[d] > b->shape[d] ||
+        b->sizes[d] > b->shape[d] - b->offsets[d])
       return wt_status_new(
           WT_INVALID_ARGUMENT,
           "%s: tensor '%s': box %s lies outside its shape %s (dimension %zu)",
@@ -194,8 +192,7 @@ static wt_status *check_tensor(entry *e, size_t n, size_t tindex,
                          "%srank %u's layout differs from rank %u's: it lists "
                          "no tensor '%s' (every rank lists every tensor, with "
                          "an empty box for none of it)",
-                         field, r, r == 0 ? e[0].rank : 0,
-                         name);
+                         field, r, r == 0 ? e[0].rank : 0, name);
   }
   if (n > WT_PLAN_MAX_BOXES_PER_TENSOR)
     return wt_status_new(WT_INVALID_ARGUMENT,
@@ -228,8 +225,8 @@ static wt_status *check_tensor(entry *e, size_t n, size_t tindex,
                              "%stensor '%s': rank %u's box %s overlaps rank "
                              "%u's box %s",
                              field, name, e[i].rank,
-                             wt_box_format(e[i].box, b1, sizeof(b1)),
-                             e[j].rank, wt_box_format(e[j].box, b2, sizeof(b2)));
+                             wt_box_format(e[i].box, b1, sizeof(b1)), e[j].rank,
+                             wt_box_format(e[j].box, b2, sizeof(b2)));
   }
   if (covered != e[0].numel)
     return wt_status_new(WT_INVALID_ARGUMENT,
@@ -262,7 +259,8 @@ static wt_status *collect(const Wt__V1__ShardPlan *in, bool build,
                          "%snonce is %zu bytes; at most %d", field,
                          in->nonce.len, WT_PLAN_MAX_NONCE);
   seen = calloc(world, sizeof(*seen));
-  if (seen == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+  if (seen == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t i = 0; i < in->n_ranks; i++) {
     const Wt__V1__RankBoxes *r = in->ranks[i];
     if (r == NULL) continue;
@@ -272,8 +270,8 @@ static wt_status *collect(const Wt__V1__ShardPlan *in, bool build,
               r->rank, world, world - 1);
     if (!build && r->rank != i)
       WT_FAIL(WT_INVALID_ARGUMENT,
-              "%sranks[%zu] is rank %u; a plan lists its ranks in order",
-              field, i, r->rank);
+              "%sranks[%zu] is rank %u; a plan lists its ranks in order", field,
+              i, r->rank);
     if (seen[r->rank])
       WT_FAIL(WT_INVALID_ARGUMENT,
               "%srank %u is claimed by two layouts (%zu and %zu)", field,
@@ -493,9 +491,9 @@ wt_status *wt_shard_plan_check(const Wt__V1__ShardPlan *plan) {
                          "%sworld_size is %u but it lists %zu ranks", field,
                          plan->world_size, plan->n_ranks);
   if (plan->rank >= plan->world_size)
-    return wt_status_new(WT_INVALID_ARGUMENT,
-                         "%srank is %u; the plan has ranks 0..%u", field,
-                         plan->rank, plan->world_size ? plan->world_size - 1 : 0);
+    return wt_status_new(
+        WT_INVALID_ARGUMENT, "%srank is %u; the plan has ranks 0..%u", field,
+        plan->rank, plan->world_size ? plan->world_size - 1 : 0);
   WT_CHECK(collect(plan, false, field, &e, &n));
   WT_CHECK(check_all(e, n, plan->world_size, false, field));
   char hex[WT_PLAN_DIGEST_HEX];

@@ -1,0 +1,302 @@
+"""Many trainer ranks, one version (docs/multirank.md), from numpy boxes:
+ranks as threads of this process, each with its own Client, exchanging
+layouts through a stand-in group (the torch process-group runs are in
+test_torch_multirank.py). The servers are real wt-servers."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import wt_transfer as wt
+from conftest import digests, model_tensors
+
+W = 4
+
+
+class Group:
+    """W ranks' allgather over a barrier (what TorchGroup does over gloo)."""
+
+    def __init__(self, n=W, timeout=30):
+        self.n, self.slots = n, [None] * n
+        self.barrier = threading.Barrier(n, timeout=timeout)
+
+    def member(self, r):
+        g = self
+
+        class Member:
+            def rank(self):
+                return r
+
+            def size(self):
+                return g.n
+
+            def allgather(self, obj):
+                g.slots[r] = obj
+                g.barrier.wait()
+                out = list(g.slots)
+                g.barrier.wait()
+                return out
+        return Member()
+
+
+def arr(t):
+    return t.array if isinstance(t, wt.view) else t
+
+
+def rows(t, lo, hi):
+    """Rows [lo, hi) of t (a numpy array or a wt.view), contiguous."""
+    a = t.array if isinstance(t, wt.view) else t
+    loc = np.ascontiguousarray(a[lo:hi])
+    return wt.view(loc, t.dtype) if isinstance(t, wt.view) else loc
+
+
+def shard(full: dict, r: int, n: int = W) -> dict:
+    """Rank r's boxes: dimension 0 split as FSDP2 does (ceil, the last ones
+    short or empty); tensors of fewer than n rows whole (replicated)."""
+    out = {}
+    for name, t in full.items():
+        a = t.array if isinstance(t, wt.view) else t
+        if a.ndim == 0 or a.shape[0] < n:
+            out[name] = t
+            continue
+        step = -(-a.shape[0] // n)
+        lo, hi = min(r * step, a.shape[0]), min((r + 1) * step, a.shape[0])
+        out[name] = wt.Box(rows(t, lo, hi), a.shape, (lo,) + (0,) * (a.ndim - 1))
+    return out
+
+
+def run_ranks(fn, n=W):
+    """fn(r) on n threads; their exceptions (None for none) by rank."""
+    errs = [None] * n
+
+    def body(r):
+        try:
+            fn(r)
+        except BaseException as e:  # noqa: BLE001 - reported per rank
+            errs[r] = e
+    ts = [threading.Thread(target=body, args=(r,)) for r in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not any(t.is_alive() for t in ts), "a rank hung"
+    return errs
+
+
+@pytest.fixture
+def two_servers(start_server):
+    return [start_server("--model", "synthetic:tiny", "--no-auth") for _ in range(2)]
+
+
+def params_of(addr):
+    with wt.Client(addr) as c:
+        return c.parameters()
+
+
+def test_four_ranks_rounds_land_every_byte_once(two_servers):
+    addrs = [s.addr for s in two_servers]
+    params = params_of(addrs[0])
+    state = {"full": model_tensors(params, 1)}
+    g, step = Group(), threading.Barrier(W, timeout=30)
+    digests_seen = []
+
+    def rank(r):
+        with wt.Client(addrs, data_timeout=30) as client:
+            tr = wt.ShardedTrainer("grpc", client,
+                                   lambda: shard(state["full"], r),
+                                   group=g.member(r))
+            assert tr.world_size == W
+            for i in range(5):
+                if r == 0:
+                    state["full"] = model_tensors(params, 100 + i)
+                step.wait()
+                tr.send_weights(f"step-{i}")
+                step.wait()
+                if r == 0:
+                    for a in addrs:
+                        with wt.Client(a) as c:
+                            assert c.version().version == f"step-{i}"
+                            digests_seen.append(c.checksums())
+                step.wait()
+            tr.shutdown()
+    errs = run_ranks(rank)
+    assert errs == [None] * W, errs
+    want = digests(state["full"])
+    assert digests_seen[-1] == want and digests_seen[-2] == want
+    assert digests_seen[0] != want
+    with wt.Client(addrs[0]) as c:
+        info = c.server_info()
+        assert info["plan_world_size"] == W and info["plan_joined"] == W
+        assert len(info["plan_digest"]) == 64
+
+
+def test_plan_is_the_same_on_every_rank_and_spreads_replicas(two_servers):
+    params = params_of(two_servers[0].addr)
+    full = model_tensors(params, 3)
+    layouts = [wt.multirank.layout(shard(full, r), r) for r in range(W)]
+    plan = wt.build_plan(layouts, b"nonce")
+    again = wt.build_plan(list(reversed(layouts)), b"nonce")
+    assert plan["digest"] == again["digest"]
+    assert wt.build_plan(layouts, b"other")["digest"] != plan["digest"]
+    # Every tensor's bytes are sent once: replicated ones by one holder,
+    # spread over the ranks by the rule (tensor index % holders).
+    names = sorted(full)
+    sent = {}
+    for r, rk in enumerate(plan["ranks"]):
+        for b in rk.get("boxes", []):
+            sent.setdefault(b["name"], []).append(r)
+    for i, name in enumerate(names):
+        a = arr(full[name])
+        if a.ndim == 0 or a.shape[0] < W:
+            assert sent[name] == [i % W], name
+        else:
+            assert len(sent[name]) >= 1
+
+
+def refused(layouts_by_rank, needle, servers):
+    """Every rank's ShardedTrainer refuses at init, naming the problem."""
+    g = Group()
+
+    def rank(r):
+        tensors, claimed = layouts_by_rank(r)
+        with wt.Client([s.addr for s in servers]) as client:
+            wt.ShardedTrainer("grpc", client, tensors, group=g.member(r),
+                              rank=claimed)
+    errs = run_ranks(rank)
+    for e in errs:
+        assert isinstance(e, wt.InvalidArgument), repr(e)
+        assert needle in str(e), str(e)
+    # Nothing reached the servers: no plan, no version.
+    for s in servers:
+        with wt.Client(s.addr) as c:
+            assert "plan_digest" not in c.server_info()
+            assert c.version().version == ""
+
+
+def test_refusals_at_init_name_rank_and_tensor(two_servers):
+    params = params_of(two_servers[0].addr)
+    full = model_tensors(params, 5)
+    big = next(n for n in sorted(full)
+               if arr(full[n]).ndim == 2 and arr(full[n]).shape[0] >= W)
+    rows_n = arr(full[big]).shape[0]
+
+    def overlap(r):
+        t = shard(full, r)
+        if r == 1:  # rank 1 claims one row of rank 0's too
+            b = t[big]
+            lo = b.offsets[0] - 1
+            t[big] = wt.Box(rows(full[big], lo, lo + -(-rows_n // W) + 1),
+                            b.shape, (lo,) + b.offsets[1:])
+        return t, None
+    refused(overlap, f"tensor '{big}': rank 1's box", two_servers)
+
+    def missing(r):
+        t = shard(full, r)
+        if r == 0:  # rank 0 holds nothing of it: its rows are nobody's
+            b = t[big]
+            t[big] = wt.Box(rows(full[big], 0, 0), b.shape, b.offsets)
+        return t, None
+    refused(missing, f"tensor '{big}': ", two_servers)
+
+    def other_layout(r):
+        t = shard(full, r)
+        if r == 2:  # rank 2 was built from another model: one more row
+            b = t[big]
+            t[big] = wt.Box(b.local, (rows_n + 4,) + b.shape[1:], b.offsets)
+        return t, None
+    refused(other_layout, f"rank 2's layout differs from rank 0's: tensor '{big}'",
+            two_servers)
+
+    def same_rank(r):
+        return shard(full, r), (1 if r == 2 else r)
+    refused(same_rank, "rank 1 is claimed by two layouts", two_servers)
+
+
+def test_a_rank_that_never_comes_fails_the_round_within_the_deadline(two_servers):
+    addrs = [s.addr for s in two_servers]
+    params = params_of(addrs[0])
+    full = model_tensors(params, 7)
+    g, ready = Group(), threading.Barrier(W, timeout=30)
+    times = [None] * W
+
+    def rank(r):
+        with wt.Client(addrs) as client:
+            # The init's data deadline: how long the servers wait for a rank.
+            tr = wt.ShardedTrainer("grpc", client, lambda: shard(full, r),
+                                   group=g.member(r),
+                                   init_info={"timeout_ms": 3000})
+            tr.send_weights("v1")  # every rank
+            ready.wait()
+            if r == 3:
+                return  # rank 3 never starts round 2
+            t0 = time.monotonic()
+            try:
+                tr.send_weights("v2")
+            finally:
+                times[r] = time.monotonic() - t0
+    errs = run_ranks(rank)
+    assert errs[3] is None
+    for r in range(3):
+        assert isinstance(errs[r], (wt.DeadlineExceeded, wt.Aborted)), repr(errs[r])
+        assert times[r] < 3 + 5, times
+    assert any("rank(s) 3 did not finish" in str(e) for e in errs[:3]), errs
+    for a in addrs:
+        with wt.Client(a) as c:
+            assert c.version().version == "v1"
+            assert c.checksums() == digests(full)
+
+
+def test_a_second_process_claiming_a_joined_rank_is_refused(two_servers):
+    addr = two_servers[0].addr
+    params = params_of(addr)
+    full = model_tensors(params, 9)
+    plan = wt.build_plan([wt.multirank.layout(shard(full, r), r) for r in range(W)],
+                         b"n1")
+    boxes = {b["name"] for b in plan["ranks"][1].get("boxes", [])}
+    src = wt.ArraySource({n: t.local if isinstance(t, wt.Box) else t
+                          for n, t in shard(full, 1).items() if n in boxes})
+    info = {"shard_plan": dict(plan, rank=1)}
+    with wt.Client(addr) as a, wt.Client(addr) as b:
+        e1 = wt.WeightTransferTrainerFactory.trainer_init(
+            "grpc", None, info, client=a, source=src)
+        with pytest.raises(wt.AlreadyExists, match="rank 1 already joined this init"):
+            wt.WeightTransferTrainerFactory.trainer_init(
+                "grpc", None, info, client=b, source=src)
+        # A plain start (no plan) is refused while the plan is the server's.
+        with pytest.raises(wt.FailedPrecondition, match="shard plan of 4 trainer ranks"):
+            b.start_weight_update()
+        e1.shutdown()
+
+
+def test_a_new_init_invalidates_the_old_plan(two_servers):
+    addrs = [two_servers[0].addr]
+    params = params_of(addrs[0])
+    full = model_tensors(params, 11)
+    g1, g2 = Group(), Group()
+    trainers = [None] * W
+
+    def first(r):
+        client = wt.Client(addrs, data_timeout=5)
+        trainers[r] = (client, wt.ShardedTrainer("grpc", client,
+                                                 lambda: shard(full, r),
+                                                 group=g1.member(r)))
+        trainers[r][1].send_weights("a")
+    assert run_ranks(first) == [None] * W
+
+    def second(r):  # the ranks restarted: a new init, a new plan
+        with wt.Client(addrs, data_timeout=5) as client:
+            wt.ShardedTrainer("grpc", client, lambda: shard(full, r),
+                              group=g2.member(r)).send_weights("b")
+    assert run_ranks(second) == [None] * W
+    # The old trainers' plan is gone: refused by digest, never reused.
+    with pytest.raises(wt.FailedPrecondition, match="is not this server's plan"):
+        trainers[0][1].send_weights("c")
+    for client, tr in trainers:
+        tr.shutdown()
+        client.close()
+    with wt.Client(addrs[0]) as c:
+        assert c.version().version == "b"

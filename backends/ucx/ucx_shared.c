@@ -21,6 +21,10 @@
 /* The TCP send segment wt asks for unless UCX_TCP_TX_SEG_SIZE is set. */
 #define WT_UCX_TCP_TX_SEG "64k"
 
+uint64_t wt_ucx_rank_bucket(bool ranked, uint32_t rank, uint64_t bucket) {
+  return ranked ? ((uint64_t)rank + 1) << 32 | (bucket & 0xffffffffu) : bucket;
+}
+
 ucp_tag_t wt_ucx_tag(const uint8_t secret[WT_UCX_SECRET_BYTES],
                      uint64_t round_id, uint64_t bucket) {
   uint8_t msg[16], mac[32];

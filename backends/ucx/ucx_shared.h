@@ -200,6 +200,12 @@ wt_status *wt_ucx_sockaddr(const char *host, uint32_t port,
 ucp_tag_t wt_ucx_tag(const uint8_t secret[WT_UCX_SECRET_BYTES],
                      uint64_t round_id, uint64_t bucket);
 
+/* The bucket number a tag carries: bucket `bucket` (or
+ * WT_UCX_ROUTE_BUCKET) of trainer rank `rank` of a shard plan's round
+ * (docs/multirank.md), whose ranks send at once, each with its own bucket
+ * plan; a round of one sender (ranked false) keeps the bucket as it is. */
+uint64_t wt_ucx_rank_bucket(bool ranked, uint32_t rank, uint64_t bucket);
+
 /* The init's secret: init_info.ucx.auth_secret (32 bytes), or, for a
  * backend built on the ucx engines that has no ucx message of its own (its
  * name is not "ucx"), init_info.options["ucx_auth_secret"] as 64 hex

@@ -207,6 +207,14 @@ static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
             "\"ucx_connect\" is 'sockaddr': connections through the "
             "workers' listeners always handle peer failures; set "
             "\"ucx_connect\" to 'address' too");
+  if (init->shard_plan != NULL) {
+    t->ranked = true;
+    t->rank = init->shard_plan->rank;
+    if (t->fanout_option != FANOUT_AUTO && t->fanout_option != FANOUT_PARALLEL)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "init_info.options[\"ucx_fanout\"]: a shard plan's ranks send "
+              "at once, in parallel; leave it 'auto' or 'parallel'");
+  }
   WT_CHECK(wt_ucx_init_secret(init, t->secret));
   wt_ucx_hello(t->secret, t->hello);
   WT_CHECK(wt_ucx_new(x ? x->transports : NULL, NULL, t->by_sockaddr,
@@ -224,6 +232,10 @@ static wt_status *ucx_trainer_init(const wt_trainer_init_args *args,
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
   WT_CHECK(
       wt_delta_state_init(&t->d, x ? x->delta : NULL, "init_info.ucx.delta"));
+  if (t->ranked && t->d.mode != WT_DELTA_OFF)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "init_info.ucx.delta: a shard plan's rounds send every box in "
+            "full; leave delta off");
   if (t->d.mode != WT_DELTA_OFF &&
       (t->xor_buf = malloc(WT_UCX_DELTA_SEGMENT_BYTES)) == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory for delta buffers");

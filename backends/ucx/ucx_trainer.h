@@ -80,6 +80,10 @@ typedef struct ucx_trainer {
   bool lanes_logged;
   uint8_t secret[WT_UCX_SECRET_BYTES]; /* init_info.ucx.auth_secret */
   uint8_t hello[WT_UCX_HELLO_BYTES];
+  /* A rank of a shard plan (docs/multirank.md): its tags carry its rank
+   * (wt_ucx_rank_bucket), and its rounds fan out in parallel. */
+  bool ranked;
+  uint32_t rank;
   unsigned char *route; /* the route message being sent */
   void **route_reqs;    /* its sends, one per peer */
   /* Per server: its update info, and the base a delta round names. */

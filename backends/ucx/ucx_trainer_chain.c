@@ -56,7 +56,8 @@ wt_status *wt_ucxt_send_routes(ucx_trainer *t, size_t j0, size_t j1) {
                               .datatype = ucp_dt_make_contig(1)};
     void *req = ucp_tag_send_nbx(
         p->ep, route, len,
-        wt_ucx_tag(t->secret, wt_ucxt_round_of(t, p), WT_UCX_ROUTE_BUCKET),
+        wt_ucx_tag(t->secret, wt_ucxt_round_of(t, p),
+                   wt_ucx_rank_bucket(t->ranked, t->rank, WT_UCX_ROUTE_BUCKET)),
         &rp);
     if (UCS_PTR_IS_ERR(req))
       WT_FAIL(WT_UNAVAILABLE, "%s: sending the round's route: %s", p->name,
@@ -103,6 +104,7 @@ out:
  * while they share one (the trainer's host, or any one: the copies then share a
  * CPU and memory bus, where parallel was ahead in bench/ucx_bench.sh). */
 int wt_ucxt_round_fanout(const ucx_trainer *t) {
+  if (t->ranked) return FANOUT_PARALLEL; /* the ranks send at once */
   if (t->fanout_option != FANOUT_AUTO) return t->fanout_option;
   for (size_t j = 1; j < t->npeers; j++)
     if (strcmp(t->peers[j]->host, t->peers[0]->host) != 0) return FANOUT_CHAIN;

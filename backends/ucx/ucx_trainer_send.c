@@ -327,7 +327,9 @@ static wt_status *send_bucket(ucx_trainer *t, sbuf *b, size_t bkt,
       }
     }
     void *req = ucp_tag_send_nbx(
-        p->ep, bytes, len, wt_ucx_tag(t->secret, wt_ucxt_round_of(t, p), bkt),
+        p->ep, bytes, len,
+        wt_ucx_tag(t->secret, wt_ucxt_round_of(t, p),
+                   wt_ucx_rank_bucket(t->ranked, t->rank, bkt)),
         &rp);
     if (UCS_PTR_IS_ERR(req))
       return wt_status_new(WT_UNAVAILABLE, "%s: sending bucket %zu: %s",

@@ -376,9 +376,55 @@ static void ucx_destroy(wt_engine *e) {
 
 /* Posts the receive of bucket `b`: into its tensors' staging buffers, or
  * (a delta round) into dmsg[0..dcap) of the engine's receive buffer. */
+/* Appends [p, p + len) to the slot's iov, merged with its last entry when
+ * they are neighbours (the store lays tensors out back to back, so a
+ * bucket usually lands as one contiguous receive). */
+static void append_iov(slot *s, char *p, size_t len) {
+  ucp_dt_iov_t *last = s->iovcnt ? &s->iov[s->iovcnt - 1] : NULL;
+  if (last != NULL && (char *)last->buffer + last->length == p) {
+    last->length += len;
+    return;
+  }
+  s->iov[s->iovcnt].buffer = p;
+  s->iov[s->iovcnt].length = len;
+  s->iovcnt++;
+}
+
+/* A box's runs into a slot's iov (s NULL: only counted, into *count). */
+typedef struct run_to_iov {
+  slot *s;
+  char *base; /* the tensor's staging buffer */
+  size_t count;
+} run_to_iov;
+
+static wt_status *run_iov(uint64_t dst, uint64_t src, uint64_t n, void *user) {
+  run_to_iov *r = user;
+  (void)src;
+  r->count++;
+  if (r->s != NULL) append_iov(r->s, r->base + dst, (size_t)n);
+  return NULL;
+}
+
+/* The iov entries bucket b of `plan` can need: one per tensor (part), or,
+ * for boxes, one per run. */
+static size_t bucket_iov_count(const wt_update *u, const wt_pack_plan *plan,
+                               size_t b) {
+  const wt_bucket *bk = &plan->buckets[b];
+  if (u->boxes == NULL) return bk->count;
+  size_t n = 0;
+  for (size_t k = bk->first; k < bk->first + bk->count; k++) {
+    uint64_t off = 0, len = 0;
+    wt_pack_part(plan, b, k, u->nbytes[k], &off, &len);
+    run_to_iov r = {NULL, NULL, 0};
+    if (len) wt_status_free(wt_box_runs(&u->boxes[k], off, len, run_iov, &r));
+    n += r.count;
+  }
+  return n;
+}
+
 static wt_status *post_bucket(wt_engine *e, const wt_update *u,
                               const wt_pack_plan *plan, uint64_t round_id,
-                              size_t b, ucp_dt_iov_t *iov_all,
+                              uint64_t tag_bucket, size_t b, ucp_dt_iov_t *iov,
                               unsigned char *dmsg, size_t dcap, slot *s) {
   wt_status *st = NULL;
   const wt_bucket *bk = &plan->buckets[b];
@@ -387,32 +433,27 @@ static wt_status *post_bucket(wt_engine *e, const wt_update *u,
   s->req = NULL;
   s->dmsg = NULL;
   s->dlen = 0;
-  /* Bucket b's entries start at first + b: a split plan's buckets share
-   * the tensors they cut (iov_all has n + nbuckets entries). */
-  s->iov = iov_all + bk->first + b;
+  s->iov = iov;
   for (size_t k = bk->first; k < bk->first + bk->count; k++) {
     uint64_t off = 0, len = 0;
     wt_pack_part(plan, b, k, u->nbytes[k], &off, &len);
     if (len == 0) continue;
-    char *dst = (char *)wt_param_store_stage(e->ctx.store, u->index[k]) + off;
-    /* The store lays tensors out back to back: merge neighbours, so that a
-     * bucket usually lands as one contiguous receive. */
-    ucp_dt_iov_t *last = s->iovcnt ? &s->iov[s->iovcnt - 1] : NULL;
-    if (last != NULL && (char *)last->buffer + last->length == dst) {
-      last->length += len;
+    char *base = wt_param_store_stage(e->ctx.store, u->index[k]);
+    if (u->boxes != NULL) { /* a box: its runs, where it lies */
+      run_to_iov r = {s, base, 0};
+      WT_CHECK(wt_box_runs(&u->boxes[k], off, len, run_iov, &r));
       continue;
     }
-    s->iov[s->iovcnt].buffer = dst;
-    s->iov[s->iovcnt].length = len;
-    s->iovcnt++;
+    append_iov(s, base + off, (size_t)len);
   }
   /* UCX moves device memory as contiguous runs only. */
   if (e->cuda && s->iovcnt > 1)
     WT_FAIL(WT_UNIMPLEMENTED,
             "%s: bucket %zu lands in %zu separate runs of this worker's GPU "
-            "memory (its tensors are not neighbours in the store); ucx "
-            "receives into device memory contiguously only: send the "
-            "tensors in the store's order (ListParameters)",
+            "memory (its tensors are not neighbours in the store, or a box "
+            "is not a block of whole rows); ucx receives into device memory "
+            "contiguously only: send the tensors in the store's order "
+            "(ListParameters)",
             e->where, b, s->iovcnt);
   ucp_datatype_t dt = ucp_dt_make_iov();
   void *buf = s->iov;
@@ -433,8 +474,9 @@ static wt_status *post_bucket(wt_engine *e, const wt_update *u,
   s->note = malloc(sizeof(*s->note));
   if (s->note == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
-  s->req = wt_ucx_tag_recv(e->ucx, buf, count, dt, memh,
-                           wt_ucx_tag(e->secret, round_id, b), s->note);
+  s->req =
+      wt_ucx_tag_recv(e->ucx, buf, count, dt, memh,
+                      wt_ucx_tag(e->secret, round_id, tag_bucket), s->note);
   if (UCS_PTR_IS_ERR(s->req)) {
     ucs_status_t us = UCS_PTR_STATUS(s->req);
     s->req = NULL;
@@ -478,28 +520,40 @@ static wt_status *land_bucket(wt_engine *e, const wt_update *u,
     wt_ucxe_hash_bucket(e, s);
   }
   for (size_t k = bk->done_first; k < bk->done_first + bk->done_count; k++)
-    wt_param_store_staged(e->ctx.store, u->index[k]);
+    if (u->boxes != NULL)
+      wt_param_store_staged_part(e->ctx.store, u->index[k], u->nbytes[k]);
+    else
+      wt_param_store_staged(e->ctx.store, u->index[k]);
   stats->tensors += bk->done_count;
   stats->bytes += bk->nbytes;
 out:
   return st;
 }
 
-static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
-                              wt_receive_stats *stats) {
+/* Rank r's part of a shard plan's update (docs/multirank.md), as an
+ * update of its own; the update itself when it has one sender. */
+static wt_update sub_update(const wt_update *u, uint32_t r) {
+  if (u->nranks == 0) return *u;
+  wt_update v = *u;
+  size_t a = u->rank_first[r], b = u->rank_first[r + 1];
+  v.n = b - a;
+  v.index = u->index + a;
+  v.nbytes = u->nbytes + a;
+  v.boxes = u->boxes ? u->boxes + a : NULL;
+  v.info = u->rank_info[r];
+  v.total_bytes = 0;
+  for (size_t k = 0; k < v.n; k++) v.total_bytes += v.nbytes[k];
+  v.nranks = 0;
+  v.rank_first = NULL;
+  v.rank_info = NULL;
+  return v;
+}
+
+/* The bucket plan of one sender's update: its update info's buffer size
+ * and split setting, as the trainer planned. */
+static wt_status *plan_of(wt_engine *e, const wt_update *u,
+                          wt_pack_plan **plan) {
   wt_status *st = NULL;
-  wt_pack_plan *plan = NULL;
-  slot *slots = NULL;
-  ucp_dt_iov_t *iov_all = NULL;
-  void **fwd_reqs = NULL; /* per bucket, then the route's */
-  size_t posted = 0, landed = 0, nhops = 0;
-  uint32_t rflags = 0;
-  const int64_t timeout = e->ctx.data_timeout_ms;
-  const int64_t connect_timeout =
-      wt_ucx_connect_timeout_ms(e->connect_timeout_ms, timeout);
-  if (e->ucx == NULL)
-    WT_FAIL(WT_FAILED_PRECONDITION, "%s: not initialised (init_transfer)",
-            e->where);
   uint64_t buffer = e->buffer_bytes;
   if (u->packed_buffer_bytes) buffer = u->packed_buffer_bytes;
   const Wt__V1__UcxUpdateInfo *ux =
@@ -515,62 +569,131 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
               "update_info.ucx.packed_buffer_size_bytes is 0; it must be at "
               "least 1");
   }
-  /* A stray bucket still moving moves within the data deadline; one that
-   * does not is stuck (a cut link), and the caller hears so in time. */
-  WT_CHECK(wt_ucxe_check_strays(e, timeout));
   if (ux != NULL && ux->split_tensors)
     /* The plan refuses a buffer so small it would make more buckets than
      * WT_PACK_SPLIT_MAX_BUCKETS: a stranger cannot make this worker keep
      * state for millions. */
     WT_CHECK(wt_status_prefix(
-        wt_pack_plan_build_split(u->nbytes, u->n, buffer, &plan),
+        wt_pack_plan_build_split(u->nbytes, u->n, buffer, plan),
         "%s: update_info.ucx.packed_buffer_size_bytes with split_tensors",
         e->where));
   else
-    WT_CHECK(wt_pack_plan_build(u->nbytes, u->n, buffer, &plan));
+    WT_CHECK(wt_pack_plan_build(u->nbytes, u->n, buffer, plan));
+out:
+  return st;
+}
+
+static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
+                              wt_receive_stats *stats) {
+  wt_status *st = NULL;
+  const uint32_t nr = u->nranks ? u->nranks : 1;
+  const bool ranked = u->nranks != 0;
+  wt_update *subs = NULL;
+  wt_pack_plan **plans = NULL;
+  size_t *iov_at = NULL; /* each slot's first iov entry */
+  slot *slots = NULL;
+  ucp_dt_iov_t *iov_all = NULL;
+  void **fwd_reqs = NULL; /* per bucket, then the route's */
+  size_t nslots = 0, niov = 0, posted = 0, landed = 0, nhops = 0;
+  uint32_t rflags = 0;
+  const int64_t timeout = e->ctx.data_timeout_ms;
+  const int64_t connect_timeout =
+      wt_ucx_connect_timeout_ms(e->connect_timeout_ms, timeout);
+  if (e->ucx == NULL)
+    WT_FAIL(WT_FAILED_PRECONDITION, "%s: not initialised (init_transfer)",
+            e->where);
+  if (ranked && u->delta)
+    WT_FAIL(WT_INVALID_ARGUMENT, "%s: a shard plan's round takes no delta base",
+            e->where);
+  subs = calloc(nr, sizeof(*subs));
+  plans = calloc(nr, sizeof(*plans));
+  if (subs == NULL || plans == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
+  for (uint32_t r = 0; r < nr; r++) {
+    subs[r] = sub_update(u, r);
+    st = plan_of(e, &subs[r], &plans[r]);
+    if (st != NULL && ranked) st = wt_status_prefix(st, "trainer rank %u", r);
+    if (st != NULL) goto out;
+    nslots += plans[r]->nbuckets;
+  }
+  iov_at = calloc(nslots + 1, sizeof(*iov_at));
+  if (iov_at == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
+  for (uint32_t r = 0, i = 0; r < nr; r++)
+    for (size_t b = 0; b < plans[r]->nbuckets; b++, i++) {
+      iov_at[i] = niov;
+      niov += bucket_iov_count(&subs[r], plans[r], b);
+    }
+  /* A stray bucket still moving moves within the data deadline; one that
+   * does not is stuck (a cut link), and the caller hears so in time. */
+  WT_CHECK(wt_ucxe_check_strays(e, timeout));
   /* A round that covers the host store digests what it lands when the
    * trainer asks (it keeps a base): the base a later delta names. */
-  e->hashing = ux != NULL && (ux->digest || u->delta) && !e->cuda &&
+  const Wt__V1__UcxUpdateInfo *ux =
+      u->info != NULL &&
+              u->info->backend_update_case ==
+                  WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_UCX
+          ? u->info->ucx
+          : NULL;
+  e->hashing = !ranked && u->boxes == NULL && ux != NULL &&
+               (ux->digest || u->delta) && !e->cuda &&
                u->n == wt_param_store_count(e->ctx.store);
   if (e->hashing && e->hash == NULL) WT_CHECK(wt_delta_hasher_new(&e->hash));
   if (e->hashing) wt_delta_hasher_reset(e->hash);
-  if (u->delta) WT_CHECK(wt_ucxe_delta_prepare(e, u, plan));
+  if (u->delta) WT_CHECK(wt_ucxe_delta_prepare(e, u, plans[0]));
   wt_ucxe_reap_peers(e);
   e->gone_since_ms = 0;
-  /* Every bucket's receive is posted before the first wait, straight into
-   * its staging buffers: then every message of the round matches a posted
-   * receive as it arrives, and whatever lands in the unexpected queue
-   * meanwhile is no trainer's (its tag is keyed with the init's secret),
-   * so each wait discards it at once and a flood cannot pile up. */
-  slots = calloc(plan->nbuckets ? plan->nbuckets : 1, sizeof(*slots));
-  e->nslots = plan->nbuckets;
-  iov_all = calloc(u->n + plan->nbuckets + 1, sizeof(*iov_all));
+  /* Every bucket's receive (of every rank) is posted before the first
+   * wait, straight into its staging buffers: then every message of the
+   * round matches a posted receive as it arrives, and whatever lands in the
+   * unexpected queue meanwhile is no trainer's (its tag is keyed with the
+   * init's secret), so each wait discards it at once and a flood cannot
+   * pile up. */
+  slots = calloc(nslots ? nslots : 1, sizeof(*slots));
+  e->nslots = nslots;
+  iov_all = calloc(niov + 1, sizeof(*iov_all));
   if (slots == NULL || iov_all == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
+  for (uint32_t r = 0, at = 0; r < nr; r++)
+    for (size_t b = 0; b < plans[r]->nbuckets; b++) {
+      size_t dcap =
+          u->delta ? (size_t)wt_ucx_delta_bound(plans[r]->buckets[b].nbytes)
+                   : 0;
+      slots[posted].rank = r;
+      WT_CHECK(post_bucket(
+          e, &subs[r], plans[r], e->round_id, wt_ucx_rank_bucket(ranked, r, b),
+          b, iov_all + iov_at[posted], u->delta ? e->dbuf + at : NULL, dcap,
+          &slots[posted]));
+      posted++;
+      at += dcap;
+    }
+  e->ucx->discard = true;
   /* The route is the round's first message: its wait also covers the
    * trainer's (re)connection and its start, hence the connect deadline. */
-  for (size_t at = 0; posted < plan->nbuckets; posted++) {
-    size_t dcap =
-        u->delta ? (size_t)wt_ucx_delta_bound(plan->buckets[posted].nbytes) : 0;
-    WT_CHECK(post_bucket(e, u, plan, e->round_id, posted, iov_all,
-                         u->delta ? e->dbuf + at : NULL, dcap, &slots[posted]));
-    at += dcap;
+  if (ranked) {
+    WT_CHECK(wt_ucxe_recv_routes_ranked(e, u, connect_timeout));
+  } else {
+    WT_CHECK(wt_ucxe_recv_route(e, u, connect_timeout, &rflags, &nhops));
   }
-  e->ucx->discard = true;
-  WT_CHECK(wt_ucxe_recv_route(e, u, connect_timeout, &rflags, &nhops));
   if (nhops > 0) {
-    fwd_reqs = calloc(plan->nbuckets + 1, sizeof(*fwd_reqs));
+    fwd_reqs = calloc(plans[0]->nbuckets + 1, sizeof(*fwd_reqs));
     if (fwd_reqs == NULL)
       WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
-    WT_CHECK(wt_ucxe_fwd_start(e, rflags, nhops, &fwd_reqs[plan->nbuckets]));
+    WT_CHECK(
+        wt_ucxe_fwd_start(e, rflags, nhops, &fwd_reqs[plans[0]->nbuckets]));
   }
   const int64_t t_route = wt_mono_ms();
   int64_t t_first = t_route;
-  while (landed < plan->nbuckets) {
+  while (landed < nslots) {
     slot *s = &slots[landed];
+    const wt_pack_plan *plan = plans[s->rank];
     char what[160];
-    snprintf(what, sizeof(what), "bucket %zu of %zu from the trainer", landed,
-             plan->nbuckets);
+    if (ranked)
+      snprintf(what, sizeof(what), "bucket %zu of %zu from trainer rank %u",
+               s->bucket, plan->nbuckets, s->rank);
+    else
+      snprintf(what, sizeof(what), "bucket %zu of %zu from the trainer", landed,
+               plan->nbuckets);
     WT_CHECK(wt_ucxe_wait_recv(e, s->req, timeout, what));
     /* A delta bucket goes on as it came before this worker decodes it (the
      * next worker checks it for itself), so that the chain does not wait
@@ -583,7 +706,10 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
       WT_CHECK(wt_ucxe_fwd_bucket(e, s, &fwd_reqs[s->bucket]));
       sent_on = true;
     }
-    WT_CHECK(land_bucket(e, u, plan, s, stats));
+    st = land_bucket(e, &subs[s->rank], plan, s, stats);
+    if (st != NULL && ranked)
+      st = wt_status_prefix(st, "trainer rank %u", s->rank);
+    if (st != NULL) goto out;
     if (landed == 0) t_first = wt_mono_ms();
     if (fwd_reqs != NULL && !sent_on)
       WT_CHECK(wt_ucxe_fwd_bucket(e, s, &fwd_reqs[s->bucket]));
@@ -591,16 +717,16 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
   }
   const int64_t t_landed = wt_mono_ms();
   if (fwd_reqs != NULL) {
-    WT_CHECK(wt_ucxe_fwd_finish(e, fwd_reqs, plan->nbuckets + 1, timeout));
-    stats->forwarded_bytes += plan->total_bytes;
+    WT_CHECK(wt_ucxe_fwd_finish(e, fwd_reqs, plans[0]->nbuckets + 1, timeout));
+    stats->forwarded_bytes += plans[0]->total_bytes;
   }
   if (e->hashing) stats->digest = wt_delta_hasher_digest(e->hash);
   /* Where a round's time goes, hop by hop (bench/fanout_bench.sh). */
   WT_LOGD("ucx",
           "%s: round %" PRIu64
-          ": %zu bucket(s); after the route: first "
+          ": %zu bucket(s) from %u sender(s); after the route: first "
           "landed %lld ms, last %lld ms%s, forwarded %lld ms",
-          e->where, e->round_id, plan->nbuckets, (long long)(t_first - t_route),
+          e->where, e->round_id, nslots, nr, (long long)(t_first - t_route),
           (long long)(t_landed - t_route),
           fwd_reqs != NULL ? "" : " (last in the chain)",
           (long long)(wt_mono_ms() - t_route));
@@ -614,13 +740,17 @@ out:
       wt_ucx_ep_close(e->ucx, e->fwd.ep, false, UCX_GRACE_MS);
       memset(&e->fwd, 0, sizeof(e->fwd));
     }
-    for (size_t i = 0; i <= plan->nbuckets; i++)
+    for (size_t i = 0; i <= plans[0]->nbuckets; i++)
       wt_ucx_request_drop(e->ucx, fwd_reqs[i], UCX_GRACE_MS);
     free(fwd_reqs);
   }
   free(iov_all);
   free(slots);
-  wt_pack_plan_free(plan);
+  free(iov_at);
+  for (uint32_t r = 0; plans != NULL && r < nr; r++)
+    wt_pack_plan_free(plans[r]);
+  free(plans);
+  free(subs);
   return st;
 }
 
@@ -681,7 +811,7 @@ const wt_engine_ops wt_ucx_engine_ops = {
     .memory_kinds = WT_MEM_HOST_KINDS | WT_MEM_BIT(WT_MEM_DEVICE),
     .probe_memory = ucx_probe_memory,
     .caps = WT_ENGINE_CROSS_HOST | WT_ENGINE_SURVIVES_ABORT |
-            WT_ENGINE_RECEIVES_DELTA,
+            WT_ENGINE_TAKES_BOXES | WT_ENGINE_RECEIVES_DELTA,
     .create = ucx_create,
     .init_transfer = ucx_init_transfer,
     .start_update = ucx_start_update,

@@ -77,6 +77,7 @@ typedef struct slot {
   void *req;
   wt_ucx_recv_note *note; /* malloc'd with the request, freed with it */
   size_t bucket;
+  uint32_t rank;     /* a shard plan's round: the sending trainer rank */
   ucp_dt_iov_t *iov; /* into the round's iov array, at the bucket's first */
   size_t iovcnt;
   /* A delta round's bucket: received into dmsg (the engine's bounce
@@ -237,6 +238,12 @@ WT_HIDDEN void wt_ucxe_settle_receives(wt_engine *e, slot *slots,
 WT_HIDDEN wt_status *wt_ucxe_check_strays(wt_engine *e, int64_t timeout);
 
 /* Receives the round's route (ucx_shared.h) into e->hops. */
+/* A shard plan's round (u->nranks ranks): every rank's route message,
+ * all posted before the first wait; each must name no hop (such a round
+ * fans out in parallel). */
+WT_HIDDEN wt_status *wt_ucxe_recv_routes_ranked(wt_engine *e,
+                                                const wt_update *u,
+                                                int64_t timeout);
 WT_HIDDEN wt_status *wt_ucxe_recv_route(wt_engine *e, const wt_update *u,
                                         int64_t timeout, uint32_t *flags,
                                         size_t *nhops);

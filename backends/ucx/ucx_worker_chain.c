@@ -43,6 +43,58 @@ out:
   return st;
 }
 
+wt_status *wt_ucxe_recv_routes_ranked(wt_engine *e, const wt_update *u,
+                                      int64_t timeout) {
+  wt_status *st = NULL;
+  uint32_t n = u->nranks;
+  void **reqs = calloc(n, sizeof(*reqs));
+  wt_ucx_recv_note *notes = calloc(n, sizeof(*notes));
+  unsigned char *bufs = malloc((size_t)n * WT_UCX_ROUTE_MAX);
+  if (reqs == NULL || notes == NULL || bufs == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s: out of memory", e->where);
+  for (uint32_t r = 0; r < n; r++) {
+    reqs[r] = wt_ucx_tag_recv(
+        e->ucx, bufs + (size_t)r * WT_UCX_ROUTE_MAX, WT_UCX_ROUTE_MAX,
+        ucp_dt_make_contig(1), NULL,
+        wt_ucx_tag(e->secret, e->round_id,
+                   wt_ucx_rank_bucket(true, r, WT_UCX_ROUTE_BUCKET)),
+        &notes[r]);
+    if (UCS_PTR_IS_ERR(reqs[r])) {
+      ucs_status_t us = UCS_PTR_STATUS(reqs[r]);
+      reqs[r] = NULL;
+      WT_FAIL(WT_INTERNAL, "%s: posting the receive of rank %u's route: %s",
+              e->where, r, ucs_status_string(us));
+    }
+  }
+  for (uint32_t r = 0; r < n; r++) {
+    char what[128];
+    snprintf(what, sizeof(what), "the route of the round from trainer rank %u",
+             r);
+    WT_CHECK(wt_ucxe_wait_recv(e, reqs[r], timeout, what));
+    ucs_status_t us = notes[r].done ? notes[r].status : UCS_ERR_NO_MESSAGE;
+    if (us != UCS_OK)
+      WT_FAIL(WT_UNAVAILABLE, "%s: receiving %s failed: %s", e->where, what,
+              ucs_status_string(us));
+    uint32_t flags = 0;
+    size_t nhops = 0;
+    WT_CHECK(wt_ucx_route_parse(bufs + (size_t)r * WT_UCX_ROUTE_MAX,
+                                notes[r].length, e->where, &flags, e->hops,
+                                &nhops));
+    if (nhops != 0)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "%s: trainer rank %u's route names %zu hop(s); a shard plan's "
+              "round fans out in parallel (ucx_fanout 'parallel')",
+              e->where, r, nhops);
+  }
+out:
+  for (uint32_t r = 0; reqs != NULL && r < n; r++)
+    if (reqs[r] != NULL) wt_ucx_request_drop(e->ucx, reqs[r], UCX_GRACE_MS);
+  free(reqs);
+  free(notes);
+  free(bufs);
+  return st;
+}
+
 /* Connects to the route's first hop and sends it the rest of the route. */
 wt_status *wt_ucxe_fwd_start(wt_engine *e, uint32_t flags, size_t nhops,
                              void **route_req) {

@@ -615,6 +615,8 @@ wt_status *wt_sync_client_update_plain(
     wt__v1__update_weights_request__init(&reqs[k]);
     reqs[k].update_info = (Wt__V1__WeightTransferUpdateInfo *)info;
     reqs[k].round_id = c->round_ids[k];
+    if (c->init != NULL && c->init->shard_plan != NULL)
+      reqs[k].trainer_rank = c->init->shard_plan->rank;
     f.reqs[k] = &reqs[k].base;
   }
   st = wt_fan_out(&c->cp, WT_CONTROL_UPDATE, c->ctx.data_timeout_ms, &f);
@@ -676,6 +678,8 @@ static Wt__V1__WeightTransferUpdateInfo *update_req_reset(wt_sync_client *c,
   wt__v1__update_weights_request__init(&uc->req);
   uc->req.update_info = &uc->info;
   uc->req.round_id = c->round_ids[k];
+  if (c->init != NULL && c->init->shard_plan != NULL)
+    uc->req.trainer_rank = c->init->shard_plan->rank;
   u->reqs[k] = &uc->req.base;
   return &uc->info;
 }

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import wt_transfer as wt
-from conftest import digests, model_tensors
+from conftest import digests, has_backend, model_tensors
 
 W = 4
 
@@ -97,8 +97,12 @@ def params_of(addr):
         return c.parameters()
 
 
-def test_four_ranks_rounds_land_every_byte_once(two_servers):
+@pytest.mark.parametrize("backend", ["grpc", "ucx"])
+def test_four_ranks_rounds_land_every_byte_once(two_servers, backend):
     addrs = [s.addr for s in two_servers]
+    with wt.Client(addrs[0]) as c:
+        if not has_backend(c, backend):
+            pytest.skip(f"backend '{backend}' is not in this build")
     params = params_of(addrs[0])
     state = {"full": model_tensors(params, 1)}
     g, step = Group(), threading.Barrier(W, timeout=30)
@@ -106,7 +110,7 @@ def test_four_ranks_rounds_land_every_byte_once(two_servers):
 
     def rank(r):
         with wt.Client(addrs, data_timeout=30) as client:
-            tr = wt.ShardedTrainer("grpc", client,
+            tr = wt.ShardedTrainer(backend, client,
                                    lambda: shard(state["full"], r),
                                    group=g.member(r))
             assert tr.world_size == W

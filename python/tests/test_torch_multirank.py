@@ -79,10 +79,16 @@ def servers_hold(servers, digests, version):
             assert c.checksums() == digests, s.addr
 
 
-def test_fsdp2_four_ranks_twenty_rounds_grpc(start_server, model_file, tmp_path):
+@pytest.mark.parametrize("backend", ["grpc", "ucx"])
+def test_fsdp2_four_ranks_twenty_rounds(start_server, model_file, tmp_path,
+                                        backend):
     servers = [start_server("--model", str(model_file), "--no-auth")
                for _ in range(2)]
-    procs, results, logs = ranks(servers, tmp_path)
+    with wt.Client(servers[0].addr) as c:
+        if not any(b.get("name") == backend and b.get("available")
+                   for b in c.server_info().get("backend_info", [])):
+            pytest.skip(f"backend '{backend}' is not in this build")
+    procs, results, logs = ranks(servers, tmp_path, backend=backend)
     assert [p.returncode for p in procs] == [0] * W, "\n".join(logs)
     digests = json.loads((tmp_path / "digests-19.json").read_text())
     servers_hold(servers, digests, "step-19")
@@ -94,17 +100,22 @@ def test_fsdp2_four_ranks_twenty_rounds_grpc(start_server, model_file, tmp_path)
     assert sum("extra.rep" in s for s in sent) == 1
     assert all("extra.col" in s for s in sent)
     assert "2.weight" in sent[0] and "2.weight" not in sent[3]
-    print(f"4 ranks x 20 rounds to 2 servers; rank peaks (KiB): "
+    print(f"{backend}: 4 ranks x 20 rounds to 2 servers; rank peaks (KiB): "
           f"{[results[r]['peak_rss_kib'] for r in range(W)]}")
 
 
+@pytest.mark.parametrize("backend", ["grpc", "ucx"])
 def test_a_rank_sigkilled_mid_round_commits_nothing(start_server, model_file,
-                                                    tmp_path):
+                                                    tmp_path, backend):
     servers = [start_server("--model", str(model_file), "--no-auth")
                for _ in range(2)]
+    with wt.Client(servers[0].addr) as c:
+        if not any(b.get("name") == backend and b.get("available")
+                   for b in c.server_info().get("backend_info", [])):
+            pytest.skip(f"backend '{backend}' is not in this build")
     out = tmp_path / "killed"
     out.mkdir()
-    procs, results, logs = ranks(servers, out, rounds=6, extra=(
+    procs, results, logs = ranks(servers, out, backend=backend, rounds=6, extra=(
         "--kill-rank", "2", "--kill-round", "3", "--timeout-ms", "5000"))
     assert procs[2].returncode == -signal.SIGKILL, "\n".join(logs)
     for r in (0, 1, 3):
@@ -120,7 +131,7 @@ def test_a_rank_sigkilled_mid_round_commits_nothing(start_server, model_file,
     # A new init (the ranks restarted, a new plan) commits the next round.
     again = tmp_path / "again"
     again.mkdir()
-    procs, results, logs = ranks(servers, again, rounds=1)
+    procs, results, logs = ranks(servers, again, backend=backend, rounds=1)
     assert [p.returncode for p in procs] == [0] * W, "\n".join(logs)
     servers_hold(servers, json.loads((again / "digests-0.json").read_text()),
                  "step-0")

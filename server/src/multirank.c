@@ -51,6 +51,11 @@ struct wt_srv_plan {
   bool *in_round, *pushed, *finished;
   uint32_t nfinished;
   char *version; /* the first finisher's */
+  /* A receiving backend's round: each rank's UpdateWeights info (copies),
+   * until every rank's came and one receive took them all. */
+  Wt__V1__WeightTransferUpdateInfo **arrived;
+  uint32_t narrived;
+  uint64_t received_round; /* that receive landed every rank's boxes */
 };
 
 void wt_srv_plan_free(wt_srv_plan *p) {
@@ -70,6 +75,9 @@ void wt_srv_plan_free(wt_srv_plan *p) {
   free(p->pushed);
   free(p->finished);
   free(p->version);
+  for (uint32_t r = 0; p->arrived != NULL && r < p->world; r++)
+    if (p->arrived[r] != NULL) wt_pb_free(&p->arrived[r]->base);
+  free(p->arrived);
   if (p->msg != NULL) wt_pb_free(&p->msg->base);
   free(p);
 }
@@ -120,7 +128,9 @@ wt_status *wt_srv_plan_new(wt_server *srv, const Wt__V1__ShardPlan *msg,
   p->in_round = calloc(p->world, sizeof(bool));
   p->pushed = calloc(p->world, sizeof(bool));
   p->finished = calloc(p->world, sizeof(bool));
-  if (!p->ranks || !p->joined || !p->in_round || !p->pushed || !p->finished)
+  p->arrived = calloc(p->world, sizeof(*p->arrived));
+  if (!p->ranks || !p->joined || !p->in_round || !p->pushed || !p->finished ||
+      !p->arrived)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "InitWeightTransferEngine: out of memory");
   const wt_param_store *store = wt_worker_store(srv->workers[0]);
   for (uint32_t r = 0; r < p->world; r++) {
@@ -266,6 +276,12 @@ void wt_srv_plan_round_begin(wt_srv_plan *p, uint64_t round_id) {
   p->nfinished = 0;
   free(p->version);
   p->version = NULL;
+  for (uint32_t r = 0; r < p->world; r++)
+    if (p->arrived[r] != NULL) {
+      wt_pb_free(&p->arrived[r]->base);
+      p->arrived[r] = NULL;
+    }
+  p->narrived = 0;
 }
 
 wt_status *wt_srv_plan_round_join(wt_srv_plan *p, uint64_t round_id,
@@ -366,7 +382,7 @@ wt_status *wt_srv_plan_push_turn(wt_server *srv, wt_rpc_call *call,
 
 wt_status *wt_srv_plan_resolve(const wt_server *srv, uint32_t rank,
                                const Wt__V1__WeightTransferUpdateInfo *info,
-                               wt_srv_resolved *out) {
+                               bool in_order, wt_srv_resolved *out) {
   const wt_srv_plan *p = srv->round.plan;
   const rank_boxes *q = &p->ranks[rank];
   memset(out, 0, sizeof(*out));
@@ -418,6 +434,12 @@ wt_status *wt_srv_plan_resolve(const wt_server *srv, uint32_t rank,
               "PushWeights: rank %u sends '%s', which is none of its boxes "
               "of the plan",
               rank, name);
+    if (in_order && lo != k)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "UpdateWeights: rank %u sends '%s' as its tensor %zu; the plan "
+              "has it at %zu (a receiving backend takes a rank's boxes in the "
+              "plan's order, sorted by name)",
+              rank, name, k, lo);
     if (seen[lo])
       WT_FAIL(WT_INVALID_ARGUMENT, "PushWeights: rank %u sends '%s' twice",
               rank, name);
@@ -549,5 +571,151 @@ wt_status *wt_srv_plan_finish(wt_server *srv, wt_rpc_call *call, uint32_t rank,
              missing(p, p->finished, list, sizeof(list)),
              srv->round.data_timeout_ms, rank);
   wt_srv_abort_round_locked(srv, WT_CAUSE_TIMEOUT, why);
+  return wt_status_new(cut ? WT_CANCELLED : WT_DEADLINE_EXCEEDED, "%s", why);
+}
+
+/* --- a receiving backend's round (UpdateWeights) ------------------------- */
+
+wt_status *wt_srv_plan_update_arrive(
+    wt_server *srv, uint32_t rank, uint64_t round,
+    const Wt__V1__WeightTransferUpdateInfo *info, bool *last) {
+  wt_srv_plan *p = srv->round.plan;
+  *last = false;
+  if (rank >= p->world)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "UpdateWeights: trainer_rank %u; the plan has ranks "
+                         "0..%u",
+                         rank, p->world - 1);
+  if (p->round_id != round || !p->in_round[rank])
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "UpdateWeights: rank %u has not joined this round; "
+                         "its StartWeightUpdate comes first",
+                         rank);
+  if (p->arrived[rank] != NULL || p->pushed[rank])
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "UpdateWeights: rank %u already sent its update in "
+                         "this round (one per rank)",
+                         rank);
+  wt_srv_resolved r;
+  wt_status *st = wt_srv_plan_resolve(srv, rank, info, true, &r);
+  wt_srv_resolved_clear(&r);
+  if (st != NULL) return st;
+  size_t len = protobuf_c_message_get_packed_size(&info->base);
+  uint8_t *buf = malloc(len ? len : 1);
+  if (buf != NULL) {
+    protobuf_c_message_pack(&info->base, buf);
+    p->arrived[rank] =
+        wt__v1__weight_transfer_update_info__unpack(NULL, len, buf);
+    free(buf);
+  }
+  if (p->arrived[rank] == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "UpdateWeights: out of memory");
+  p->narrived++;
+  pthread_cond_broadcast(&srv->round.cv);
+  *last = p->narrived == p->world;
+  return NULL;
+}
+
+wt_status *wt_srv_plan_update_whole(const wt_server *srv,
+                                    wt_srv_resolved *out) {
+  const wt_srv_plan *p = srv->round.plan;
+  size_t n = 0;
+  memset(out, 0, sizeof(*out));
+  for (uint32_t r = 0; r < p->world; r++) n += p->ranks[r].n;
+  out->index = calloc(n ? n : 1, sizeof(size_t));
+  out->nbytes = calloc(n ? n : 1, sizeof(uint64_t));
+  out->boxes = calloc(n ? n : 1, sizeof(wt_box));
+  out->rank_first = calloc(p->world + 1, sizeof(size_t));
+  out->rank_info = calloc(p->world, sizeof(*out->rank_info));
+  if (!out->index || !out->nbytes || !out->boxes || !out->rank_first ||
+      !out->rank_info) {
+    wt_srv_resolved_clear(out);
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "UpdateWeights: out of memory");
+  }
+  size_t at = 0;
+  for (uint32_t r = 0; r < p->world; r++) {
+    const rank_boxes *q = &p->ranks[r];
+    out->rank_first[r] = at;
+    out->rank_info[r] = p->arrived[r];
+    for (size_t k = 0; k < q->n; k++, at++) {
+      out->index[at] = q->index[k];
+      out->nbytes[at] = q->nbytes[k];
+      out->boxes[at] = q->box[k];
+      out->u.total_bytes += q->nbytes[k];
+    }
+  }
+  out->rank_first[p->world] = at;
+  out->u.n = n;
+  out->u.index = out->index;
+  out->u.nbytes = out->nbytes;
+  out->u.boxes = out->boxes;
+  out->u.packed = true;
+  out->u.info = p->arrived[0];
+  out->u.nranks = p->world;
+  out->u.rank_first = out->rank_first;
+  out->u.rank_info =
+      (const Wt__V1__WeightTransferUpdateInfo *const *)out->rank_info;
+  return NULL;
+}
+
+void wt_srv_plan_received(wt_srv_plan *p, uint64_t round) {
+  if (p->round_id != round) return;
+  p->received_round = round;
+  for (uint32_t r = 0; r < p->world; r++) p->pushed[r] = true;
+}
+
+static bool all_arrived(const wt_server *srv) {
+  const wt_srv_plan *p = srv->round.plan;
+  return p == NULL || p->narrived == p->world;
+}
+
+wt_status *wt_srv_plan_update_wait(wt_server *srv, wt_rpc_call *call,
+                                   uint32_t rank, uint64_t round) {
+  wt_srv_plan *p = srv->round.plan;
+  char why[768], list[256];
+  bool timed_out, cut;
+  int64_t deadline = wt_mono_ms() + srv->round.data_timeout_ms;
+  wt_status *st = wait_ranks(srv, call, "UpdateWeights", round, all_arrived,
+                             deadline, &timed_out, &cut);
+  if (st == NULL) {
+    /* Every rank's came: one receive takes them all; wait for it (its own
+     * deadlines bound it), or for this trainer's end. */
+    while (srv->round.round_id == round && p->received_round != round) {
+      if (call != NULL && wt_rpc_call_cancelled(call)) {
+        cut = true;
+        break;
+      }
+      srv->round.engine_calls++;
+      wt_cond_wait_until(&srv->round.cv, &srv->round.mu,
+                         wt_mono_ms() + PLAN_POLL_MS);
+      srv->round.engine_calls--;
+    }
+    if (!cut) {
+      if (srv->round.round_id == round || srv->round.plan == p) {
+        if (p->received_round == round) return NULL;
+      }
+      return wt_srv_aborted_error(srv, "UpdateWeights", round);
+    }
+  } else if (!timed_out && !cut) {
+    return st;
+  }
+  wt_status_free(st);
+  bool *came = calloc(p->world, sizeof(bool));
+  for (uint32_t r = 0; came != NULL && r < p->world; r++)
+    came[r] = p->arrived[r] != NULL;
+  if (cut)
+    snprintf(why, sizeof(why),
+             "UpdateWeights from %s (rank %u): the trainer's call ended "
+             "(cancelled, or the trainer is gone) while it waited for the "
+             "other ranks",
+             call ? wt_rpc_call_peer(call) : "?", rank);
+  else
+    snprintf(why, sizeof(why),
+             "UpdateWeights: rank(s) %s sent no update within the data "
+             "deadline (%u ms) after rank %u did",
+             came ? missing(p, came, list, sizeof(list)) : "?",
+             srv->round.data_timeout_ms, rank);
+  free(came);
+  wt_srv_abort_round_locked(srv, WT_CAUSE_RECEIVE, why);
   return wt_status_new(cut ? WT_CANCELLED : WT_DEADLINE_EXCEEDED, "%s", why);
 }

@@ -587,6 +587,7 @@ wt_status *wt_srv_check_delta_base_locked(const wt_server *srv,
 /* --- update (receive) ----------------------------------------------------- */
 
 wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
+                         uint32_t trainer_rank,
                          const Wt__V1__WeightTransferUpdateInfo *info,
                          wt_receive_stats *stats) {
   wt_status *st = NULL;
@@ -598,6 +599,16 @@ wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "UpdateWeights: out of memory");
   pthread_mutex_lock(&srv->round.mu);
   WT_CHECK(wt_srv_need_round_locked(srv, "UpdateWeights", round_id));
+  if (srv->round.plan != NULL) {
+    /* Every rank's update, then one receive of them all (multirank.c). */
+    bool last = false;
+    WT_CHECK(
+        wt_srv_plan_update_arrive(srv, trainer_rank, round_id, info, &last));
+    if (!last) {
+      st = wt_srv_plan_update_wait(srv, call, trainer_rank, round_id);
+      goto out;
+    }
+  }
   WT_CHECK(wt_srv_need_idle_locked(srv, "UpdateWeights"));
   const wt_engine_ops *eops = wt_worker_engine_ops(srv->workers[0]);
   const Wt__V1__DeltaBase *delta_base =
@@ -618,7 +629,14 @@ wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
     WT_FAIL(WT_FAILED_PRECONDITION,
             "UpdateWeights: backend '%s' receives weights through PushWeights",
             srv->round.backend);
-  WT_CHECK(wt_srv_resolve_update(srv, info, &r));
+  if (srv->round.plan != NULL) {
+    if (delta_base != NULL)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "UpdateWeights: a shard plan's round takes no delta base");
+    WT_CHECK(wt_srv_plan_update_whole(srv, &r));
+  } else {
+    WT_CHECK(wt_srv_resolve_update(srv, info, &r));
+  }
   r.u.delta = delta_base != NULL;
   srv->round.busy = "UpdateWeights";
   srv->round.round_updates++;
@@ -637,6 +655,8 @@ wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
       if (ops[i].stats.digest != d) d = 0;
     if (srv->round.round_id == round && srv->round.round_updates == 1)
       srv->round.round_digest = d;
+    if (srv->round.round_id == round && srv->round.plan != NULL)
+      wt_srv_plan_received(srv->round.plan, round);
   }
 out:
   if (st != NULL && round != 0 && srv->round.round_id == round) {

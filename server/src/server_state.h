@@ -263,6 +263,9 @@ typedef struct wt_srv_resolved {
   size_t *index;
   uint64_t *nbytes;
   wt_box *boxes; /* a shard plan's push (multirank.c); else NULL */
+  /* A shard plan's receive of every rank (wt_srv_plan_update_whole). */
+  size_t *rank_first;
+  const Wt__V1__WeightTransferUpdateInfo **rank_info;
 } wt_srv_resolved;
 
 WT_HIDDEN void wt_srv_resolved_clear(wt_srv_resolved *r);
@@ -291,11 +294,12 @@ WT_HIDDEN wt_status *wt_srv_start(wt_server *srv, uint32_t trainer_rank,
                                   const char *plan_digest, uint64_t *round_id);
 
 /* UpdateWeights: validates, then runs receive on every worker in
- * parallel. Any failure once the round is named (validation, a worker's
- * receive, a deadline, `call` cancelled by a trainer that is gone) fails
- * the round on every worker at once. `call` may be NULL. */
+ * parallel (under a shard plan, once every rank's came: multirank.c). Any
+ * failure once the round is named (validation, a worker's receive, a deadline,
+ * `call` cancelled by a trainer that is gone) fails the round on every worker
+ * at once. `call` may be NULL. */
 WT_HIDDEN wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call,
-                                   uint64_t round_id,
+                                   uint64_t round_id, uint32_t trainer_rank,
                                    const Wt__V1__WeightTransferUpdateInfo *info,
                                    wt_receive_stats *stats);
 
@@ -447,7 +451,24 @@ WT_HIDDEN wt_status *wt_srv_plan_push_turn(wt_server *srv, wt_rpc_call *call,
  * u.boxes set. INVALID_ARGUMENT naming the rank and the tensor. */
 WT_HIDDEN wt_status *wt_srv_plan_resolve(
     const wt_server *srv, uint32_t rank,
-    const Wt__V1__WeightTransferUpdateInfo *info, wt_srv_resolved *out);
+    const Wt__V1__WeightTransferUpdateInfo *info, bool in_order,
+    wt_srv_resolved *out);
+/* UpdateWeights of `rank` (a receiving backend): checks and keeps its
+ * update info (its boxes in the plan's order); *last when every rank's
+ * came (the caller then runs the one receive of them all). */
+WT_HIDDEN wt_status *wt_srv_plan_update_arrive(
+    wt_server *srv, uint32_t rank, uint64_t round,
+    const Wt__V1__WeightTransferUpdateInfo *info, bool *last);
+/* The receive of every rank's boxes, rank by rank (u.nranks). */
+WT_HIDDEN wt_status *wt_srv_plan_update_whole(const wt_server *srv,
+                                              wt_srv_resolved *out);
+/* That receive landed: every rank's boxes are in. */
+WT_HIDDEN void wt_srv_plan_received(wt_srv_plan *p, uint64_t round);
+/* A rank whose update came before the last one's: waits (mu released)
+ * for every rank's, within the data deadline, then for the receive. A
+ * rank that does not come, or a call cut meanwhile, fails the round. */
+WT_HIDDEN wt_status *wt_srv_plan_update_wait(wt_server *srv, wt_rpc_call *call,
+                                             uint32_t rank, uint64_t round);
 /* Rank `rank`'s push in `round` landed in full. */
 WT_HIDDEN void wt_srv_plan_pushed(wt_srv_plan *p, uint64_t round,
                                   uint32_t rank);

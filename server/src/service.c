@@ -398,7 +398,8 @@ static wt_status *update_weights(wt_rpc_call *call,
   /* A trainer gone mid-receive (its call cancelled) stops the workers'
    * receives at once; wt_srv_update then ends the round. */
   wt_rpc_call_set_cancel_callback(call, cancel_receives, user);
-  st = wt_srv_update(user, call, req->round_id, req->update_info, &stats);
+  st = wt_srv_update(user, call, req->round_id, req->trainer_rank,
+                     req->update_info, &stats);
   wt_rpc_call_set_cancel_callback(call, NULL, NULL);
   if (st != NULL) goto out;
   Wt__V1__UpdateWeightsResponse resp = WT__V1__UPDATE_WEIGHTS_RESPONSE__INIT;

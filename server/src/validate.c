@@ -14,6 +14,8 @@ void wt_srv_resolved_clear(wt_srv_resolved *r) {
   free(r->index);
   free(r->nbytes);
   free(r->boxes);
+  free(r->rank_first);
+  free(r->rank_info);
   memset(r, 0, sizeof(*r));
 }
 

@@ -169,7 +169,9 @@ class ShardedTrainer:
         # Each init is a new plan: the nonce of the group's first rank.
         gathered = group.allgather({"layout": mine,
                                     "nonce": base64.b64encode(
-                                        os.urandom(16)).decode()})
+                                        os.urandom(16)).decode(),
+                                    "secret": base64.b64encode(
+                                        os.urandom(32)).decode()})
         nonce = base64.b64decode(gathered[0]["nonce"])
         self.plan = build_plan([g["layout"] for g in gathered], nonce)
         self.world_size = len(gathered)
@@ -178,6 +180,12 @@ class ShardedTrainer:
         self.source = _BoxSource(tensors, boxes)
         info = dict(init_info or {})
         info["shard_plan"] = dict(self.plan, rank=self.rank)
+        if backend == "ucx":
+            # Every rank's connections prove the one init's secret (the
+            # first rank's, exchanged through the group, never the servers).
+            ucx = dict(info.get("ucx") or {})
+            ucx.setdefault("auth_secret", gathered[0]["secret"])
+            info["ucx"] = ucx
         # The client's deadlines apply: its data deadline bounds a wait for
         # the other ranks (wt.Client(servers, data_timeout=...)).
         self.engine = WeightTransferTrainerFactory.trainer_init(

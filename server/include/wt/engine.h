@@ -176,6 +176,14 @@ typedef struct wt_update {
    * byte and records each box landed with wt_param_store_staged_part.
    * NULL: every tensor whole. */
   const wt_box *boxes;
+  /* A shard plan's round on an engine that receives (receive, not push):
+   * every trainer rank's boxes in one update, rank by rank. Rank r sent
+   * tensors [rank_first[r], rank_first[r + 1]) with its own update info
+   * rank_info[r] (its own bucket plan over them, its own tags). 0: one
+   * sender, the whole update. */
+  uint32_t nranks;
+  const size_t *rank_first; /* nranks + 1 entries */
+  const Wt__V1__WeightTransferUpdateInfo *const *rank_info;
 } wt_update;
 
 /* What a receive or a push moved: tensors and bytes landed in this

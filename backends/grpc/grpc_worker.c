@@ -11,6 +11,11 @@
  * when its header says 0. There is no receive op: UpdateWeights is for
  * backends that move data outside the control channel.
  *
+ * A shard plan's push (docs/multirank.md): tensor k of the push is a box
+ * of its tensor (wt_update.boxes), whose dense bytes land through the
+ * box's runs (wt_box_runs); the tensor counts as staged once its boxes'
+ * bytes, from every rank's push, add up to it.
+ *
  * Delta pushes (docs/delta.md, wt/delta.h): a DeltaChunk is decoded into a
  * scratch buffer of its raw length (the frame's claimed size checked
  * first), the committed bytes of its range are read and their digest

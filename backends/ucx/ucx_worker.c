@@ -549,6 +549,15 @@ static wt_update sub_update(const wt_update *u, uint32_t r) {
   return v;
 }
 
+/* The update info's ucx extras, or NULL. */
+static const Wt__V1__UcxUpdateInfo *ucx_info_of(const wt_update *u) {
+  return u->info != NULL &&
+                 u->info->backend_update_case ==
+                     WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_UCX
+             ? u->info->ucx
+             : NULL;
+}
+
 /* The bucket plan of one sender's update: its update info's buffer size
  * and split setting, as the trainer planned. */
 static wt_status *plan_of(wt_engine *e, const wt_update *u,
@@ -556,12 +565,7 @@ static wt_status *plan_of(wt_engine *e, const wt_update *u,
   wt_status *st = NULL;
   uint64_t buffer = e->buffer_bytes;
   if (u->packed_buffer_bytes) buffer = u->packed_buffer_bytes;
-  const Wt__V1__UcxUpdateInfo *ux =
-      u->info != NULL &&
-              u->info->backend_update_case ==
-                  WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_UCX
-          ? u->info->ucx
-          : NULL;
+  const Wt__V1__UcxUpdateInfo *ux = ucx_info_of(u);
   if (ux != NULL && ux->packed_buffer_size_bytes != NULL) {
     buffer = ux->packed_buffer_size_bytes->value;
     if (buffer == 0)
@@ -629,12 +633,7 @@ static wt_status *ucx_receive(wt_engine *e, const wt_update *u,
   WT_CHECK(wt_ucxe_check_strays(e, timeout));
   /* A round that covers the host store digests what it lands when the
    * trainer asks (it keeps a base): the base a later delta names. */
-  const Wt__V1__UcxUpdateInfo *ux =
-      u->info != NULL &&
-              u->info->backend_update_case ==
-                  WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_UCX
-          ? u->info->ucx
-          : NULL;
+  const Wt__V1__UcxUpdateInfo *ux = ucx_info_of(u);
   e->hashing = !ranked && u->boxes == NULL && ux != NULL &&
                (ux->digest || u->delta) && !e->cuda &&
                u->n == wt_param_store_count(e->ctx.store);

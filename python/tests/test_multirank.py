@@ -254,15 +254,20 @@ def test_a_rank_that_never_comes_fails_the_round_within_the_deadline(two_servers
             assert c.checksums() == digests(full)
 
 
+def plan_and_rank1(full, nonce):
+    """The plan of W ranks sharding `full`, and rank 1's boxes to send."""
+    plan = wt.build_plan([wt.multirank.layout(shard(full, r), r)
+                          for r in range(W)], nonce)
+    mine = {b["name"] for b in plan["ranks"][1].get("boxes", [])}
+    return plan, {n: t.local if isinstance(t, wt.Box) else t
+                  for n, t in shard(full, 1).items() if n in mine}
+
+
 def test_a_second_process_claiming_a_joined_rank_is_refused(two_servers):
     addr = two_servers[0].addr
-    params = params_of(addr)
-    full = model_tensors(params, 9)
-    plan = wt.build_plan([wt.multirank.layout(shard(full, r), r) for r in range(W)],
-                         b"n1")
-    boxes = {b["name"] for b in plan["ranks"][1].get("boxes", [])}
-    src = wt.ArraySource({n: t.local if isinstance(t, wt.Box) else t
-                          for n, t in shard(full, 1).items() if n in boxes})
+    full = model_tensors(params_of(addr), 9)
+    plan, held = plan_and_rank1(full, b"n1")
+    src = wt.ArraySource(held)
     info = {"shard_plan": dict(plan, rank=1)}
     with wt.Client(addr) as a, wt.Client(addr) as b:
         e1 = wt.WeightTransferTrainerFactory.trainer_init(
@@ -311,13 +316,8 @@ def test_plans_and_claims_a_server_refuses(two_servers):
     not its own, a plan of another model, too many ranks, a rank's push of
     boxes that are not its own, a start naming a plan the server lacks."""
     addr = two_servers[0].addr
-    params = params_of(addr)
-    full = model_tensors(params, 13)
-    plan = wt.build_plan([wt.multirank.layout(shard(full, r), r) for r in range(W)],
-                         b"n2")
-    mine = {b["name"] for b in plan["ranks"][1].get("boxes", [])}
-    held = {n: t.local if isinstance(t, wt.Box) else t
-            for n, t in shard(full, 1).items() if n in mine}
+    full = model_tensors(params_of(addr), 13)
+    plan, held = plan_and_rank1(full, b"n2")
 
     def init(client, p, tensors=held):
         return wt.WeightTransferTrainerFactory.trainer_init(
@@ -349,8 +349,7 @@ def test_plans_and_claims_a_server_refuses(two_servers):
         assert c.version().version == ""
     # A rank whose server was re-initialized without a plan: its start,
     # naming the plan, is refused.
-    plan2 = wt.build_plan([wt.multirank.layout(shard(full, r), r)
-                           for r in range(W)], b"n3")
+    plan2, _ = plan_and_rank1(full, b"n3")
     with wt.Client(addr) as c, wt.Client(addr) as plain:
         e = init(c, dict(plan2, rank=1))
         wt.WeightTransferTrainerFactory.trainer_init(

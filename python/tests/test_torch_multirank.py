@@ -72,6 +72,17 @@ def ranks(servers, out, *, backend="grpc", rounds=20, extra=(), timeout=240):
     return procs, results, logs
 
 
+def two_servers(start_server, model_file, backend):
+    """Two servers of the test's model; skips a backend this build lacks."""
+    servers = [start_server("--model", str(model_file), "--no-auth")
+               for _ in range(2)]
+    with wt.Client(servers[0].addr) as c:
+        if not any(b.get("name") == backend and b.get("available")
+                   for b in c.server_info().get("backend_info", [])):
+            pytest.skip(f"backend '{backend}' is not in this build")
+    return servers
+
+
 def servers_hold(servers, digests, version):
     for s in servers:
         with wt.Client(s.addr) as c:
@@ -82,12 +93,7 @@ def servers_hold(servers, digests, version):
 @pytest.mark.parametrize("backend", ["grpc", "ucx"])
 def test_fsdp2_four_ranks_twenty_rounds(start_server, model_file, tmp_path,
                                         backend):
-    servers = [start_server("--model", str(model_file), "--no-auth")
-               for _ in range(2)]
-    with wt.Client(servers[0].addr) as c:
-        if not any(b.get("name") == backend and b.get("available")
-                   for b in c.server_info().get("backend_info", [])):
-            pytest.skip(f"backend '{backend}' is not in this build")
+    servers = two_servers(start_server, model_file, backend)
     procs, results, logs = ranks(servers, tmp_path, backend=backend)
     assert [p.returncode for p in procs] == [0] * W, "\n".join(logs)
     digests = json.loads((tmp_path / "digests-19.json").read_text())
@@ -107,12 +113,7 @@ def test_fsdp2_four_ranks_twenty_rounds(start_server, model_file, tmp_path,
 @pytest.mark.parametrize("backend", ["grpc", "ucx"])
 def test_a_rank_sigkilled_mid_round_commits_nothing(start_server, model_file,
                                                     tmp_path, backend):
-    servers = [start_server("--model", str(model_file), "--no-auth")
-               for _ in range(2)]
-    with wt.Client(servers[0].addr) as c:
-        if not any(b.get("name") == backend and b.get("available")
-                   for b in c.server_info().get("backend_info", [])):
-            pytest.skip(f"backend '{backend}' is not in this build")
+    servers = two_servers(start_server, model_file, backend)
     out = tmp_path / "killed"
     out.mkdir()
     procs, results, logs = ranks(servers, out, backend=backend, rounds=6, extra=(

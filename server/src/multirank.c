@@ -308,6 +308,28 @@ static const char *missing(const wt_srv_plan *p, const bool *flags, char *buf,
   return buf;
 }
 
+/* A wait for the other ranks that cannot end well: `rank`'s own call was
+ * cut, or the ranks not `done` did not come (`verb`) within the data
+ * deadline. Fails the round for every rank and says why. */
+static wt_status *give_up(wt_server *srv, wt_rpc_call *call, const char *what,
+                          uint32_t rank, bool cut, const bool *done,
+                          const char *verb, wt_srv_cause cause) {
+  char why[768], list[256];
+  if (cut)
+    snprintf(why, sizeof(why),
+             "%s from %s (rank %u): the trainer's call ended (cancelled, or "
+             "the trainer is gone) while it waited for the other ranks",
+             what, call ? wt_rpc_call_peer(call) : "?", rank);
+  else
+    snprintf(why, sizeof(why),
+             "%s: rank(s) %s %s within the data deadline (%u ms) after rank "
+             "%u did",
+             what, missing(srv->round.plan, done, list, sizeof(list)), verb,
+             srv->round.data_timeout_ms, rank);
+  wt_srv_abort_round_locked(srv, cause, why);
+  return wt_status_new(cut ? WT_CANCELLED : WT_DEADLINE_EXCEEDED, "%s", why);
+}
+
 /* Why a wait of `call` for the other ranks ended: NULL when ready(p) holds;
  * else the round ended (ABORTED or its error), the call was cut, or the
  * data deadline passed. Under mu (released while waiting). */
@@ -337,6 +359,22 @@ static wt_status *wait_ranks(wt_server *srv, wt_rpc_call *call,
   }
 }
 
+/* `call`'s trainer_rank against the open round `round` of the plan: in
+ * range, and joined. */
+static wt_status *rank_in_round(const wt_srv_plan *p, const char *call,
+                                uint32_t rank, uint64_t round) {
+  if (rank >= p->world)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "%s: trainer_rank %u; the plan has ranks 0..%u", call,
+                         rank, p->world - 1);
+  if (p->round_id != round || !p->in_round[rank])
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "%s: rank %u has not joined this round; its "
+                         "StartWeightUpdate comes first",
+                         call, rank);
+  return NULL;
+}
+
 static bool round_idle(const wt_server *srv) {
   return srv->round.busy == NULL;
 }
@@ -344,16 +382,8 @@ static bool round_idle(const wt_server *srv) {
 wt_status *wt_srv_plan_push_turn(wt_server *srv, wt_rpc_call *call,
                                  uint32_t rank, uint64_t round) {
   wt_srv_plan *p = srv->round.plan;
-  if (rank >= p->world)
-    return wt_status_new(WT_INVALID_ARGUMENT,
-                         "PushWeights: trainer_rank %u; the plan has ranks "
-                         "0..%u",
-                         rank, p->world - 1);
-  if (p->round_id != round || !p->in_round[rank])
-    return wt_status_new(WT_FAILED_PRECONDITION,
-                         "PushWeights: rank %u has not joined this round; "
-                         "its StartWeightUpdate comes first",
-                         rank);
+  wt_status *st = rank_in_round(p, "PushWeights", rank, round);
+  if (st != NULL) return st;
   if (p->pushed[rank])
     return wt_status_new(WT_FAILED_PRECONDITION,
                          "PushWeights: rank %u already sent its boxes in "
@@ -363,8 +393,8 @@ wt_status *wt_srv_plan_push_turn(wt_server *srv, wt_rpc_call *call,
    * deadline. */
   bool timed_out, cut;
   int64_t deadline = wt_mono_ms() + srv->round.data_timeout_ms;
-  wt_status *st = wait_ranks(srv, call, "PushWeights", round, round_idle,
-                             deadline, &timed_out, &cut);
+  st = wait_ranks(srv, call, "PushWeights", round, round_idle, deadline,
+                  &timed_out, &cut);
   if (st == NULL || (!timed_out && !cut)) return st;
   wt_status_free(st);
   char why[512];
@@ -474,12 +504,7 @@ wt_status *wt_srv_plan_resolve(const wt_server *srv, uint32_t rank,
     out->boxes[k] = q->box[lo];
     out->u.total_bytes += q->nbytes[lo];
   }
-  out->u.n = info->n_names;
-  out->u.index = out->index;
-  out->u.nbytes = out->nbytes;
-  out->u.boxes = out->boxes;
-  out->u.packed = info->packed;
-  out->u.info = info;
+  wt_srv_resolved_done(out, info->n_names, info);
 out:
   free(seen);
   if (st != NULL) wt_srv_resolved_clear(out);
@@ -498,18 +523,10 @@ static bool all_finished(const wt_server *srv) {
 wt_status *wt_srv_plan_finish(wt_server *srv, wt_rpc_call *call, uint32_t rank,
                               uint64_t round, const char *version, bool *last) {
   wt_srv_plan *p = srv->round.plan;
-  char why[768], list[256];
+  char why[768];
   *last = false;
-  if (rank >= p->world)
-    return wt_status_new(WT_INVALID_ARGUMENT,
-                         "FinishWeightUpdate: trainer_rank %u; the plan has "
-                         "ranks 0..%u",
-                         rank, p->world - 1);
-  if (p->round_id != round || !p->in_round[rank])
-    return wt_status_new(WT_FAILED_PRECONDITION,
-                         "FinishWeightUpdate: rank %u has not joined this "
-                         "round",
-                         rank);
+  wt_status *st = rank_in_round(p, "FinishWeightUpdate", rank, round);
+  if (st != NULL) return st;
   if (p->finished[rank])
     return wt_status_new(WT_FAILED_PRECONDITION,
                          "FinishWeightUpdate: rank %u already finished this "
@@ -543,8 +560,8 @@ wt_status *wt_srv_plan_finish(wt_server *srv, wt_rpc_call *call, uint32_t rank,
   }
   bool timed_out, cut;
   int64_t deadline = wt_mono_ms() + srv->round.data_timeout_ms;
-  wt_status *st = wait_ranks(srv, call, "FinishWeightUpdate", round,
-                             all_finished, deadline, &timed_out, &cut);
+  st = wait_ranks(srv, call, "FinishWeightUpdate", round, all_finished,
+                  deadline, &timed_out, &cut);
   if (st == NULL) {
     /* Every rank finished: the last one commits; wait for that. */
     while (srv->round.round_id == round)
@@ -558,20 +575,8 @@ wt_status *wt_srv_plan_finish(wt_server *srv, wt_rpc_call *call, uint32_t rank,
     return wt_srv_aborted_error(srv, "FinishWeightUpdate", round);
   }
   wt_status_free(st);
-  if (cut)
-    snprintf(why, sizeof(why),
-             "FinishWeightUpdate from %s (rank %u): the trainer's call ended "
-             "(cancelled, or the trainer is gone) while it waited for the "
-             "other ranks",
-             call ? wt_rpc_call_peer(call) : "?", rank);
-  else
-    snprintf(why, sizeof(why),
-             "FinishWeightUpdate: rank(s) %s did not finish within the data "
-             "deadline (%u ms) after rank %u did",
-             missing(p, p->finished, list, sizeof(list)),
-             srv->round.data_timeout_ms, rank);
-  wt_srv_abort_round_locked(srv, WT_CAUSE_TIMEOUT, why);
-  return wt_status_new(cut ? WT_CANCELLED : WT_DEADLINE_EXCEEDED, "%s", why);
+  return give_up(srv, call, "FinishWeightUpdate", rank, cut, p->finished,
+                 "did not finish", WT_CAUSE_TIMEOUT);
 }
 
 /* --- a receiving backend's round (UpdateWeights) ------------------------- */
@@ -581,23 +586,15 @@ wt_status *wt_srv_plan_update_arrive(
     const Wt__V1__WeightTransferUpdateInfo *info, bool *last) {
   wt_srv_plan *p = srv->round.plan;
   *last = false;
-  if (rank >= p->world)
-    return wt_status_new(WT_INVALID_ARGUMENT,
-                         "UpdateWeights: trainer_rank %u; the plan has ranks "
-                         "0..%u",
-                         rank, p->world - 1);
-  if (p->round_id != round || !p->in_round[rank])
-    return wt_status_new(WT_FAILED_PRECONDITION,
-                         "UpdateWeights: rank %u has not joined this round; "
-                         "its StartWeightUpdate comes first",
-                         rank);
+  wt_status *st = rank_in_round(p, "UpdateWeights", rank, round);
+  if (st != NULL) return st;
   if (p->arrived[rank] != NULL || p->pushed[rank])
     return wt_status_new(WT_FAILED_PRECONDITION,
                          "UpdateWeights: rank %u already sent its update in "
                          "this round (one per rank)",
                          rank);
   wt_srv_resolved r;
-  wt_status *st = wt_srv_plan_resolve(srv, rank, info, true, &r);
+  st = wt_srv_plan_resolve(srv, rank, info, true, &r);
   wt_srv_resolved_clear(&r);
   if (st != NULL) return st;
   size_t len = protobuf_c_message_get_packed_size(&info->base);
@@ -672,7 +669,7 @@ static bool all_arrived(const wt_server *srv) {
 wt_status *wt_srv_plan_update_wait(wt_server *srv, wt_rpc_call *call,
                                    uint32_t rank, uint64_t round) {
   wt_srv_plan *p = srv->round.plan;
-  char why[768], list[256];
+
   bool timed_out, cut;
   int64_t deadline = wt_mono_ms() + srv->round.data_timeout_ms;
   wt_status *st = wait_ranks(srv, call, "UpdateWeights", round, all_arrived,
@@ -700,22 +697,8 @@ wt_status *wt_srv_plan_update_wait(wt_server *srv, wt_rpc_call *call,
     return st;
   }
   wt_status_free(st);
-  bool *came = calloc(p->world, sizeof(bool));
-  for (uint32_t r = 0; came != NULL && r < p->world; r++)
-    came[r] = p->arrived[r] != NULL;
-  if (cut)
-    snprintf(why, sizeof(why),
-             "UpdateWeights from %s (rank %u): the trainer's call ended "
-             "(cancelled, or the trainer is gone) while it waited for the "
-             "other ranks",
-             call ? wt_rpc_call_peer(call) : "?", rank);
-  else
-    snprintf(why, sizeof(why),
-             "UpdateWeights: rank(s) %s sent no update within the data "
-             "deadline (%u ms) after rank %u did",
-             came ? missing(p, came, list, sizeof(list)) : "?",
-             srv->round.data_timeout_ms, rank);
-  free(came);
-  wt_srv_abort_round_locked(srv, WT_CAUSE_RECEIVE, why);
-  return wt_status_new(cut ? WT_CANCELLED : WT_DEADLINE_EXCEEDED, "%s", why);
+  bool came[WT_PLAN_MAX_RANKS];
+  for (uint32_t r = 0; r < p->world; r++) came[r] = p->arrived[r] != NULL;
+  return give_up(srv, call, "UpdateWeights", rank, cut, came, "sent no update",
+                 WT_CAUSE_RECEIVE);
 }

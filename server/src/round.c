@@ -119,39 +119,6 @@ static wt_worker_op *ops_new(const wt_server *srv) {
   return calloc(srv->nworkers, sizeof(wt_worker_op));
 }
 
-/* An ABORT of `round` that nobody waits for: freed once it ran. */
-typedef struct detached_abort {
-  wt_worker_op op;
-  char reason[512];
-} detached_abort;
-
-static void detached_done(wt_worker_op *op, wt_status *st, void *user) {
-  (void)user;
-  wt_status_free(st);
-  free(op);
-}
-
-void wt_srv_submit_detached(wt_server *srv, wt_worker_op_kind kind,
-                            uint64_t round, const char *reason) {
-  for (uint32_t i = 0; i < srv->nworkers; i++) {
-    detached_abort *d = calloc(1, sizeof(*d));
-    if (d == NULL) {
-      WT_LOGE("server", "worker %u: out of memory queueing an abort", i);
-      continue;
-    }
-    snprintf(d->reason, sizeof(d->reason), "%s", reason ? reason : "");
-    d->op.kind = kind;
-    d->op.round_id = round;
-    d->op.reason = d->reason;
-    d->op.on_done = detached_done;
-    wt_status *st = wt_worker_submit(srv->workers[i], &d->op);
-    if (st != NULL) {
-      wt_status_free(st);
-      free(d);
-    }
-  }
-}
-
 /* --- preconditions (under mu) --------------------------------------------- */
 
 static wt_status *need_init_locked(const wt_server *srv, const char *call) {
@@ -213,56 +180,7 @@ wt_status *wt_srv_need_idle_locked(const wt_server *srv, const char *call) {
                        call, srv->round.busy);
 }
 
-wt_status *wt_srv_aborted_error(const wt_server *srv, const char *call,
-                                uint64_t round) {
-  if (srv->round.stopping)
-    return wt_status_new(WT_UNAVAILABLE, "%s: the server is shutting down",
-                         call);
-  if (round == srv->round.aborted_round && srv->round.abort_reason != NULL)
-    return wt_status_new(WT_ABORTED, "%s: round %" PRIu64 " was aborted: %s",
-                         call, round, srv->round.abort_reason);
-  return wt_status_new(WT_ABORTED, "%s: round %" PRIu64 " is no longer open",
-                       call, round);
-}
-
 /* --- abort ---------------------------------------------------------------- */
-
-bool wt_srv_abort_round_locked(wt_server *srv, wt_srv_cause cause,
-                               const char *reason) {
-  if (srv->round.round_id == 0 || srv->round.committing) return false;
-  uint64_t id = srv->round.round_id;
-  wt_srv_round_ended_locked(srv, false, cause, NULL, 0);
-  /* In place, the live bytes may be part written: no base for a delta. */
-  if (srv->config.staging == WT_STAGING_INPLACE)
-    srv->round.committed_digest = 0;
-  char *why = strdup(reason ? reason : "aborted");
-  /* A caller's words, later quoted in errors, GetServerInfo and logs: no
-   * control byte (a newline forging a log line, a terminal escape). */
-  for (char *p = why; p && *p; p++)
-    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
-  free(srv->round.abort_reason);
-  srv->round.abort_reason = why;
-  srv->round.aborted_round = id;
-  if (srv->round.push_call != NULL) {
-    /* Its handler may be blocked reading a client gone quiet. */
-    char msg[512];
-    snprintf(msg, sizeof(msg), "PushWeights: round %" PRIu64 " was aborted: %s",
-             id, why ? why : "(out of memory)");
-    wt_rpc_call_cancel(srv->round.push_call, WT_ABORTED, msg);
-    srv->round.push_call = NULL;
-  }
-  srv->round.push_id = 0;
-  srv->round.busy = NULL;
-  srv->round.round_id = 0;
-  /* Blocked engine calls return at once; the ABORT ops run after them. */
-  for (uint32_t i = 0; i < srv->nworkers; i++)
-    wt_worker_cancel(srv->workers[i]);
-  wt_srv_submit_detached(srv, WT_WORKER_OP_ABORT, id, why);
-  pthread_cond_broadcast(&srv->round.cv);
-  WT_LOGW("server", "round %" PRIu64 " aborted: %s", id,
-          why ? why : "(out of memory)");
-  return true;
-}
 
 wt_status *wt_srv_abort(wt_server *srv, uint64_t round_id, const char *reason,
                         bool *aborted) {

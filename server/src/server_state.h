@@ -269,6 +269,9 @@ typedef struct wt_srv_resolved {
 } wt_srv_resolved;
 
 WT_HIDDEN void wt_srv_resolved_clear(wt_srv_resolved *r);
+/* Points r->u at r's arrays: n tensors of `info` (borrowed). */
+WT_HIDDEN void wt_srv_resolved_done(
+    wt_srv_resolved *r, size_t n, const Wt__V1__WeightTransferUpdateInfo *info);
 
 /* Validates `info` against the model (worker 0's store): equal list
  * lengths, names in the model, no duplicates, dtypes and shapes (and stated

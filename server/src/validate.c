@@ -19,6 +19,16 @@ void wt_srv_resolved_clear(wt_srv_resolved *r) {
   memset(r, 0, sizeof(*r));
 }
 
+void wt_srv_resolved_done(wt_srv_resolved *r, size_t n,
+                          const Wt__V1__WeightTransferUpdateInfo *info) {
+  r->u.n = n;
+  r->u.index = r->index;
+  r->u.nbytes = r->nbytes;
+  r->u.boxes = r->boxes;
+  r->u.packed = info->packed;
+  r->u.info = info;
+}
+
 wt_status *wt_srv_resolve_update(wt_server *srv,
                                  const Wt__V1__WeightTransferUpdateInfo *info,
                                  wt_srv_resolved *out) {
@@ -97,11 +107,7 @@ wt_status *wt_srv_resolve_update(wt_server *srv,
     out->nbytes[k] = m->nbytes;
     out->u.total_bytes += m->nbytes;
   }
-  out->u.n = n;
-  out->u.index = out->index;
-  out->u.nbytes = out->nbytes;
-  out->u.packed = info->packed;
-  out->u.info = info;
+  wt_srv_resolved_done(out, n, info);
 out:
   free(seen);
   if (st != NULL) wt_srv_resolved_clear(out);

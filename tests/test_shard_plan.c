@@ -245,6 +245,7 @@ static void check_box(const int64_t *shape, const int64_t *off,
   scatter s = {got, src, 0};
   WT_ASSERT_OK(wt_box_runs(&b, 0, pay, put, &s));
   CU_ASSERT_EQUAL(s.runs, want_runs);
+  CU_ASSERT_EQUAL(wt_box_nruns(&b), want_runs);
   CU_ASSERT(memcmp(got, want, total) == 0);
   /* In pieces of every size from 1 to 7 bytes. */
   for (uint64_t piece = 1; piece < 8; piece++) {

@@ -54,6 +54,8 @@ struct wt_srv_plan {
   /* A receiving backend's round: each rank's UpdateWeights info (copies),
    * until every rank's came and one receive took them all. */
   Wt__V1__WeightTransferUpdateInfo **arrived;
+  bool *came;    /* its update came (the info may have moved to the receive) */
+  bool *pushing; /* a push of the rank has its turn */
   uint32_t narrived;
   uint64_t received_round; /* that receive landed every rank's boxes */
 };
@@ -78,6 +80,8 @@ void wt_srv_plan_free(wt_srv_plan *p) {
   for (uint32_t r = 0; p->arrived != NULL && r < p->world; r++)
     if (p->arrived[r] != NULL) wt_pb_free(&p->arrived[r]->base);
   free(p->arrived);
+  free(p->came);
+  free(p->pushing);
   if (p->msg != NULL) wt_pb_free(&p->msg->base);
   free(p);
 }
@@ -129,10 +133,13 @@ wt_status *wt_srv_plan_new(wt_server *srv, const Wt__V1__ShardPlan *msg,
   p->pushed = calloc(p->world, sizeof(bool));
   p->finished = calloc(p->world, sizeof(bool));
   p->arrived = calloc(p->world, sizeof(*p->arrived));
+  p->came = calloc(p->world, sizeof(bool));
+  p->pushing = calloc(p->world, sizeof(bool));
   if (!p->ranks || !p->joined || !p->in_round || !p->pushed || !p->finished ||
-      !p->arrived)
+      !p->arrived || !p->came || !p->pushing)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "InitWeightTransferEngine: out of memory");
   const wt_param_store *store = wt_worker_store(srv->workers[0]);
+  uint64_t runs = 0;
   for (uint32_t r = 0; r < p->world; r++) {
     const Wt__V1__RankBoxes *rb = p->msg->ranks[r];
     rank_boxes *q = &p->ranks[r];
@@ -174,8 +181,17 @@ wt_status *wt_srv_plan_new(wt_server *srv, const Wt__V1__ShardPlan *msg,
       q->box[k] = (wt_box){(uint32_t)b->n_shape, b->shape, b->offsets, b->sizes,
                            wt_dtype_itemsize(dt)};
       q->nbytes[k] = wt_box_bytes(&q->box[k]);
+      runs += wt_box_nruns(&q->box[k]);
     }
   }
+  /* An engine may keep an entry per run for a round (ucx's iov). */
+  if (runs > WT_PLAN_MAX_RUNS)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "InitWeightTransferEngine: init_info.shard_plan: its boxes land "
+            "in %" PRIu64
+            " separate runs of their tensors; at most %u (a box "
+            "of whole rows is one run: shard on dimension 0)",
+            runs, WT_PLAN_MAX_RUNS);
   *out = p;
   p = NULL;
 out:
@@ -282,6 +298,8 @@ void wt_srv_plan_round_begin(wt_srv_plan *p, uint64_t round_id) {
       p->arrived[r] = NULL;
     }
   p->narrived = 0;
+  memset(p->came, 0, p->world * sizeof(bool));
+  memset(p->pushing, 0, p->world * sizeof(bool));
 }
 
 wt_status *wt_srv_plan_round_join(wt_srv_plan *p, uint64_t round_id,
@@ -336,7 +354,7 @@ static wt_status *give_up(wt_server *srv, wt_rpc_call *call, const char *what,
 static wt_status *wait_ranks(wt_server *srv, wt_rpc_call *call,
                              const char *what, uint64_t round,
                              bool (*ready)(const wt_server *srv),
-                             int64_t deadline_ms, bool *timed_out, bool *cut) {
+                             int64_t since_ms, bool *timed_out, bool *cut) {
   *timed_out = *cut = false;
   for (;;) {
     if (srv->round.round_id != round)
@@ -346,7 +364,12 @@ static wt_status *wait_ranks(wt_server *srv, wt_rpc_call *call,
       *cut = true;
       return wt_status_new(WT_CANCELLED, "%s: the call ended", what);
     }
+    /* The data deadline runs from the round's last progress (a chunk, a
+     * rank's call), so ranks that take turns are not cut short. */
     int64_t now = wt_mono_ms();
+    int64_t last = atomic_load(&srv->round.last_activity_ms);
+    int64_t deadline_ms =
+        (last > since_ms ? last : since_ms) + srv->round.data_timeout_ms;
     if (now >= deadline_ms) {
       *timed_out = true;
       return wt_status_new(WT_DEADLINE_EXCEEDED, "%s: data deadline", what);
@@ -384,7 +407,7 @@ wt_status *wt_srv_plan_push_turn(wt_server *srv, wt_rpc_call *call,
   wt_srv_plan *p = srv->round.plan;
   wt_status *st = rank_in_round(p, "PushWeights", rank, round);
   if (st != NULL) return st;
-  if (p->pushed[rank])
+  if (p->pushed[rank] || p->pushing[rank])
     return wt_status_new(WT_FAILED_PRECONDITION,
                          "PushWeights: rank %u already sent its boxes in "
                          "this round (one push per rank)",
@@ -392,22 +415,58 @@ wt_status *wt_srv_plan_push_turn(wt_server *srv, wt_rpc_call *call,
   /* One push at a time: the others wait their turn, within the data
    * deadline. */
   bool timed_out, cut;
-  int64_t deadline = wt_mono_ms() + srv->round.data_timeout_ms;
-  st = wait_ranks(srv, call, "PushWeights", round, round_idle, deadline,
+  int64_t since = wt_mono_ms();
+  st = wait_ranks(srv, call, "PushWeights", round, round_idle, since,
                   &timed_out, &cut);
-  if (st == NULL || (!timed_out && !cut)) return st;
+  if (st == NULL) {
+    /* Another push of the rank may have had its turn meanwhile. */
+    if (p->pushed[rank] || p->pushing[rank])
+      return wt_status_new(WT_FAILED_PRECONDITION,
+                           "PushWeights: rank %u already sent its boxes in "
+                           "this round (one push per rank)",
+                           rank);
+    p->pushing[rank] = true;
+    return NULL;
+  }
+  if (!timed_out && !cut) return st;
   wt_status_free(st);
   char why[512];
   snprintf(why, sizeof(why),
            cut ? "PushWeights from %s (rank %u): the trainer's call ended "
                  "(cancelled, or the trainer is gone) while it waited for "
                  "its turn"
-               : "PushWeights from %s (rank %u): waited %u ms (the data "
-                 "deadline) for its turn",
+               : "PushWeights from %s (rank %u): waited for its turn %u ms "
+                 "(the data deadline) while the round did not move",
            call ? wt_rpc_call_peer(call) : "?", rank,
            srv->round.data_timeout_ms);
   wt_srv_abort_round_locked(srv, WT_CAUSE_RECEIVE, why);
   return wt_status_new(cut ? WT_CANCELLED : WT_DEADLINE_EXCEEDED, "%s", why);
+}
+
+/* The boxes of *out, n of them, point at copies out owns: the plan's own
+ * arrays may go (a new init frees it) while the workers read them. */
+static wt_status *own_dims(wt_srv_resolved *out, size_t n) {
+  size_t total = 0;
+  for (size_t k = 0; k < n; k++) total += 3 * (size_t)out->boxes[k].ndim;
+  out->dims = malloc((total ? total : 1) * sizeof(*out->dims));
+  if (out->dims == NULL) {
+    wt_srv_resolved_clear(out);
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory for %zu boxes",
+                         n);
+  }
+  int64_t *at = out->dims;
+  for (size_t k = 0; k < n; k++) {
+    wt_box *b = &out->boxes[k];
+    size_t nd = b->ndim;
+    memcpy(at, b->shape, nd * sizeof(*at));
+    memcpy(at + nd, b->offsets, nd * sizeof(*at));
+    memcpy(at + 2 * nd, b->sizes, nd * sizeof(*at));
+    b->shape = at;
+    b->offsets = at + nd;
+    b->sizes = at + 2 * nd;
+    at += 3 * nd;
+  }
+  return NULL;
 }
 
 wt_status *wt_srv_plan_resolve(const wt_server *srv, uint32_t rank,
@@ -505,6 +564,7 @@ wt_status *wt_srv_plan_resolve(const wt_server *srv, uint32_t rank,
     out->u.total_bytes += q->nbytes[lo];
   }
   wt_srv_resolved_done(out, info->n_names, info);
+  st = own_dims(out, info->n_names);
 out:
   free(seen);
   if (st != NULL) wt_srv_resolved_clear(out);
@@ -512,7 +572,9 @@ out:
 }
 
 void wt_srv_plan_pushed(wt_srv_plan *p, uint64_t round, uint32_t rank) {
-  if (p->round_id == round && rank < p->world) p->pushed[rank] = true;
+  if (p->round_id != round || rank >= p->world) return;
+  p->pushed[rank] = true;
+  p->pushing[rank] = false;
 }
 
 static bool all_finished(const wt_server *srv) {
@@ -552,6 +614,7 @@ wt_status *wt_srv_plan_finish(wt_server *srv, wt_rpc_call *call, uint32_t rank,
     return wt_status_new(WT_RESOURCE_EXHAUSTED,
                          "FinishWeightUpdate: out of memory");
   p->finished[rank] = true;
+  wt_srv_touch(srv);
   p->nfinished++;
   pthread_cond_broadcast(&srv->round.cv);
   if (p->nfinished == p->world) {
@@ -559,9 +622,9 @@ wt_status *wt_srv_plan_finish(wt_server *srv, wt_rpc_call *call, uint32_t rank,
     return NULL;
   }
   bool timed_out, cut;
-  int64_t deadline = wt_mono_ms() + srv->round.data_timeout_ms;
-  st = wait_ranks(srv, call, "FinishWeightUpdate", round, all_finished,
-                  deadline, &timed_out, &cut);
+  int64_t since = wt_mono_ms();
+  st = wait_ranks(srv, call, "FinishWeightUpdate", round, all_finished, since,
+                  &timed_out, &cut);
   if (st == NULL) {
     /* Every rank finished: the last one commits; wait for that. */
     while (srv->round.round_id == round)
@@ -588,7 +651,7 @@ wt_status *wt_srv_plan_update_arrive(
   *last = false;
   wt_status *st = rank_in_round(p, "UpdateWeights", rank, round);
   if (st != NULL) return st;
-  if (p->arrived[rank] != NULL || p->pushed[rank])
+  if (p->came[rank] || p->pushed[rank])
     return wt_status_new(WT_FAILED_PRECONDITION,
                          "UpdateWeights: rank %u already sent its update in "
                          "this round (one per rank)",
@@ -607,15 +670,16 @@ wt_status *wt_srv_plan_update_arrive(
   }
   if (p->arrived[rank] == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "UpdateWeights: out of memory");
+  p->came[rank] = true;
   p->narrived++;
+  wt_srv_touch(srv);
   pthread_cond_broadcast(&srv->round.cv);
   *last = p->narrived == p->world;
   return NULL;
 }
 
-wt_status *wt_srv_plan_update_whole(const wt_server *srv,
-                                    wt_srv_resolved *out) {
-  const wt_srv_plan *p = srv->round.plan;
+wt_status *wt_srv_plan_update_whole(wt_server *srv, wt_srv_resolved *out) {
+  wt_srv_plan *p = srv->round.plan;
   size_t n = 0;
   memset(out, 0, sizeof(*out));
   for (uint32_t r = 0; r < p->world; r++) n += p->ranks[r].n;
@@ -633,7 +697,10 @@ wt_status *wt_srv_plan_update_whole(const wt_server *srv,
   for (uint32_t r = 0; r < p->world; r++) {
     const rank_boxes *q = &p->ranks[r];
     out->rank_first[r] = at;
+    /* The receive owns them: the plan may go (a new init) while it runs. */
     out->rank_info[r] = p->arrived[r];
+    p->arrived[r] = NULL;
+    out->nranks = r + 1;
     for (size_t k = 0; k < q->n; k++, at++) {
       out->index[at] = q->index[k];
       out->nbytes[at] = q->nbytes[k];
@@ -647,12 +714,12 @@ wt_status *wt_srv_plan_update_whole(const wt_server *srv,
   out->u.nbytes = out->nbytes;
   out->u.boxes = out->boxes;
   out->u.packed = true;
-  out->u.info = p->arrived[0];
+  out->u.info = out->rank_info[0];
   out->u.nranks = p->world;
   out->u.rank_first = out->rank_first;
   out->u.rank_info =
       (const Wt__V1__WeightTransferUpdateInfo *const *)out->rank_info;
-  return NULL;
+  return own_dims(out, n);
 }
 
 void wt_srv_plan_received(wt_srv_plan *p, uint64_t round) {
@@ -671,9 +738,9 @@ wt_status *wt_srv_plan_update_wait(wt_server *srv, wt_rpc_call *call,
   wt_srv_plan *p = srv->round.plan;
 
   bool timed_out, cut;
-  int64_t deadline = wt_mono_ms() + srv->round.data_timeout_ms;
+  int64_t since = wt_mono_ms();
   wt_status *st = wait_ranks(srv, call, "UpdateWeights", round, all_arrived,
-                             deadline, &timed_out, &cut);
+                             since, &timed_out, &cut);
   if (st == NULL) {
     /* Every rank's came: one receive takes them all; wait for it (its own
      * deadlines bound it), or for this trainer's end. */
@@ -688,9 +755,8 @@ wt_status *wt_srv_plan_update_wait(wt_server *srv, wt_rpc_call *call,
       srv->round.engine_calls--;
     }
     if (!cut) {
-      if (srv->round.round_id == round || srv->round.plan == p) {
-        if (p->received_round == round) return NULL;
-      }
+      if (srv->round.round_id == round && p->received_round == round)
+        return NULL;
       return wt_srv_aborted_error(srv, "UpdateWeights", round);
     }
   } else if (!timed_out && !cut) {
@@ -698,7 +764,7 @@ wt_status *wt_srv_plan_update_wait(wt_server *srv, wt_rpc_call *call,
   }
   wt_status_free(st);
   bool came[WT_PLAN_MAX_RANKS];
-  for (uint32_t r = 0; r < p->world; r++) came[r] = p->arrived[r] != NULL;
+  for (uint32_t r = 0; r < p->world; r++) came[r] = p->came[r];
   return give_up(srv, call, "UpdateWeights", rank, cut, came, "sent no update",
                  WT_CAUSE_RECEIVE);
 }

@@ -520,12 +520,22 @@ wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
   if (srv->round.plan != NULL) {
     /* Every rank's update, then one receive of them all (multirank.c). */
     bool last = false;
+    if (info != NULL &&
+        info->backend_update_case ==
+            WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_UCX &&
+        info->ucx != NULL && info->ucx->delta_base != NULL)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "UpdateWeights: rank %u: a shard plan's round takes no delta "
+              "base",
+              trainer_rank);
     WT_CHECK(
         wt_srv_plan_update_arrive(srv, trainer_rank, round_id, info, &last));
     if (!last) {
       st = wt_srv_plan_update_wait(srv, call, trainer_rank, round_id);
       goto out;
     }
+    /* Every rank waits for this call: whatever fails now fails the round. */
+    round = srv->round.round_id;
   }
   WT_CHECK(wt_srv_need_idle_locked(srv, "UpdateWeights"));
   const wt_engine_ops *eops = wt_worker_engine_ops(srv->workers[0]);
@@ -641,6 +651,12 @@ wt_status *wt_srv_finish(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
     WT_CHECK(
         wt_srv_plan_finish(srv, call, trainer_rank, round_id, version, &last));
     if (!last) goto out;
+    /* The other ranks wait for this finish: it commits or fails the round. */
+    if (srv->round.busy != NULL) {
+      st = wt_srv_need_idle_locked(srv, "FinishWeightUpdate");
+      wt_srv_abort_round_locked(srv, WT_CAUSE_FINISH, wt_status_message(st));
+      goto out;
+    }
   }
   WT_CHECK(wt_srv_need_idle_locked(srv, "FinishWeightUpdate"));
   uint64_t round = srv->round.round_id;

@@ -263,9 +263,12 @@ typedef struct wt_srv_resolved {
   size_t *index;
   uint64_t *nbytes;
   wt_box *boxes; /* a shard plan's push (multirank.c); else NULL */
-  /* A shard plan's receive of every rank (wt_srv_plan_update_whole). */
+  int64_t *dims; /* the boxes' shapes, offsets and sizes (owned copies) */
+  /* A shard plan's receive of every rank (wt_srv_plan_update_whole): the
+   * ranks' update infos, owned (nranks of them). */
   size_t *rank_first;
-  const Wt__V1__WeightTransferUpdateInfo **rank_info;
+  Wt__V1__WeightTransferUpdateInfo **rank_info;
+  uint32_t nranks;
 } wt_srv_resolved;
 
 WT_HIDDEN void wt_srv_resolved_clear(wt_srv_resolved *r);
@@ -463,7 +466,7 @@ WT_HIDDEN wt_status *wt_srv_plan_update_arrive(
     wt_server *srv, uint32_t rank, uint64_t round,
     const Wt__V1__WeightTransferUpdateInfo *info, bool *last);
 /* The receive of every rank's boxes, rank by rank (u.nranks). */
-WT_HIDDEN wt_status *wt_srv_plan_update_whole(const wt_server *srv,
+WT_HIDDEN wt_status *wt_srv_plan_update_whole(wt_server *srv,
                                               wt_srv_resolved *out);
 /* That receive landed: every rank's boxes are in. */
 WT_HIDDEN void wt_srv_plan_received(wt_srv_plan *p, uint64_t round);

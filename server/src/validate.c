@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "server_state.h"
+#include "wt/pb.h"
 #include "wt/dtype.h"
 #include "wt/tensor.h"
 
@@ -14,7 +15,10 @@ void wt_srv_resolved_clear(wt_srv_resolved *r) {
   free(r->index);
   free(r->nbytes);
   free(r->boxes);
+  free(r->dims);
   free(r->rank_first);
+  for (uint32_t i = 0; r->rank_info != NULL && i < r->nranks; i++)
+    if (r->rank_info[i] != NULL) wt_pb_free(&r->rank_info[i]->base);
   free(r->rank_info);
   memset(r, 0, sizeof(*r));
 }

@@ -34,6 +34,10 @@ typedef struct wt_box {
  * must have passed a plan check. */
 uint64_t wt_box_bytes(const wt_box *b);
 
+/* How many contiguous runs of its tensor the box's bytes land in: one for
+ * a box of whole rows (Shard(0)), one per row of a Shard(1) box. */
+uint64_t wt_box_nruns(const wt_box *b);
+
 /* One contiguous run: payload bytes [src, src + n) belong at byte `dst` of
  * the whole tensor. */
 typedef wt_status *(*wt_box_run_fn)(uint64_t dst, uint64_t src, uint64_t n,

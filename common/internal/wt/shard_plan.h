@@ -35,7 +35,12 @@ WT_API_BEGIN
 
 /* Limits a plan (a stranger's init) is held to. */
 #define WT_PLAN_MAX_RANKS 4096
-#define WT_PLAN_MAX_BOXES_PER_TENSOR 4096 /* overlap checks are pairwise */
+#define WT_PLAN_MAX_BOXES_PER_TENSOR 4096
+/* Box comparisons a plan's overlap check may make, in all. */
+#define WT_PLAN_MAX_COMPARISONS (1ull << 26)
+/* Contiguous runs a plan's boxes may make, in all (an engine may keep one
+ * entry per run: ucx's iov). */
+#define WT_PLAN_MAX_RUNS (1u << 22)
 #define WT_PLAN_MAX_NONCE 64
 #define WT_PLAN_DIGEST_HEX 65 /* 64 hex digits and a NUL */
 

@@ -21,6 +21,14 @@ uint64_t wt_box_bytes(const wt_box *b) {
   return n;
 }
 
+uint64_t wt_box_nruns(const wt_box *b) {
+  int k = (int)b->ndim - 1;
+  while (k >= 0 && b->offsets[k] == 0 && b->sizes[k] == b->shape[k]) k--;
+  uint64_t n = 1;
+  for (int d = 0; d < k; d++) n *= (uint64_t)b->sizes[d];
+  return n;
+}
+
 wt_status *wt_box_runs(const wt_box *b, uint64_t pos, uint64_t len,
                        wt_box_run_fn fn, void *user) {
   uint64_t total = wt_box_bytes(b);
@@ -169,13 +177,81 @@ static wt_status *meta_differs(const entry *e, const entry *ref,
       ref->rank);
 }
 
+/* A box's start and index, sorted by the start on one dimension. */
+typedef struct keyed {
+  int64_t start;
+  size_t i;
+} keyed;
+
+static int keyed_cmp(const void *a, const void *b) {
+  const keyed *x = a, *y = b;
+  return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* No two of the distinct boxes of e[0..n) (nd of them) overlap. A sweep
+ * along the dimension whose offsets vary most: a box that starts at or
+ * after the end of every box before it overlaps none of them (every box of
+ * a Shard(d) layout), else it is compared with each; *budget bounds the
+ * comparisons of a whole plan (a stranger's plan costs bounded time). */
+static wt_status *check_overlaps(const entry *e, size_t n, size_t nd,
+                                 const char *name, const char *field,
+                                 uint64_t *budget) {
+  char b1[160], b2[160];
+  wt_status *st = NULL;
+  if (nd < 2) return NULL;
+  keyed *k = malloc(nd * sizeof(*k));
+  if (k == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+  size_t ndim = e[0].box->n_shape, best = 0, best_d = 0;
+  for (size_t d = 0; d < ndim; d++) {
+    size_t m = 0, distinct = 0;
+    for (size_t i = 0; i < n; i++)
+      if (e[i].volume != 0 && e[i].cls == i)
+        k[m++] = (keyed){e[i].box->offsets[d], i};
+    qsort(k, m, sizeof(*k), keyed_cmp);
+    for (size_t j = 0; j < m; j++)
+      distinct += j == 0 || k[j].start != k[j - 1].start;
+    if (distinct > best) best = distinct, best_d = d;
+  }
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++)
+    if (e[i].volume != 0 && e[i].cls == i)
+      k[m++] = (keyed){ndim ? e[i].box->offsets[best_d] : 0, i};
+  qsort(k, m, sizeof(*k), keyed_cmp);
+  int64_t max_end = INT64_MIN;
+  for (size_t a = 0; a < m; a++) {
+    const Wt__V1__TensorBox *x = e[k[a].i].box;
+    if (ndim == 0 || k[a].start < max_end)
+      for (size_t b = 0; b < a; b++) {
+        if (*budget == 0)
+          WT_FAIL(WT_INVALID_ARGUMENT,
+                  "%stensor '%s': the plan's boxes need more than %llu "
+                  "comparisons to check for overlap",
+                  field, name, (unsigned long long)WT_PLAN_MAX_COMPARISONS);
+        (*budget)--;
+        const entry *y = &e[k[b].i];
+        if (overlap(x, y->box))
+          WT_FAIL(WT_INVALID_ARGUMENT,
+                  "%stensor '%s': rank %u's box %s overlaps rank %u's box %s",
+                  field, name, e[k[a].i].rank, wt_box_format(x, b1, sizeof(b1)),
+                  y->rank, wt_box_format(y->box, b2, sizeof(b2)));
+      }
+    if (ndim) {
+      int64_t end = x->offsets[best_d] + x->sizes[best_d];
+      if (end > max_end) max_end = end;
+    }
+  }
+out:
+  free(k);
+  return st;
+}
+
 /* Checks one tensor's entries e[0..n) (sorted by rank): one dtype and
  * shape, one box per rank, and (build) a box from every one of `world`
  * ranks; resolves replicas (build: marks `send`), then checks that the
  * boxes sent overlap nowhere and cover every element. */
 static wt_status *check_tensor(entry *e, size_t n, size_t tindex,
-                               uint32_t world, bool build, const char *field) {
-  char b1[160], b2[160];
+                               uint32_t world, bool build, const char *field,
+                               uint64_t *budget) {
   const char *name = e[0].box->name;
   for (size_t i = 1; i < n; i++) {
     if (e[i].rank == e[i - 1].rank)
@@ -211,23 +287,20 @@ static wt_status *check_tensor(entry *e, size_t n, size_t tindex,
         }
   }
   uint64_t covered = 0;
+  size_t nd = 0; /* distinct boxes, the ones sent */
   for (size_t i = 0; i < n; i++) {
     if (e[i].volume == 0 || e[i].cls != i) continue;
+    covered += e[i].volume;
+    nd++;
+    if (!build) continue;
     size_t holders = 0, pick, seen = 0;
     for (size_t j = i; j < n; j++) holders += e[j].cls == i && e[j].volume;
     pick = wt_shard_replica_holder(tindex, holders);
     for (size_t j = i; j < n; j++)
       if (e[j].cls == i && e[j].volume && seen++ == pick) e[j].send = true;
-    covered += e[i].volume;
-    for (size_t j = 0; j < i; j++)
-      if (e[j].volume != 0 && e[j].cls == j && overlap(e[i].box, e[j].box))
-        return wt_status_new(WT_INVALID_ARGUMENT,
-                             "%stensor '%s': rank %u's box %s overlaps rank "
-                             "%u's box %s",
-                             field, name, e[i].rank,
-                             wt_box_format(e[i].box, b1, sizeof(b1)), e[j].rank,
-                             wt_box_format(e[j].box, b2, sizeof(b2)));
   }
+  wt_status *st = check_overlaps(e, n, nd, name, field, budget);
+  if (st != NULL) return st;
   if (covered != e[0].numel)
     return wt_status_new(WT_INVALID_ARGUMENT,
                          "%stensor '%s': %" PRIu64 " of its %" PRIu64
@@ -322,10 +395,12 @@ out:
 static wt_status *check_all(entry *e, size_t n, uint32_t world, bool build,
                             const char *field) {
   size_t tindex = 0;
+  uint64_t budget = WT_PLAN_MAX_COMPARISONS;
   for (size_t i = 0; i < n; tindex++) {
     size_t j = i + 1;
     while (j < n && strcmp(e[j].box->name, e[i].box->name) == 0) j++;
-    wt_status *st = check_tensor(e + i, j - i, tindex, world, build, field);
+    wt_status *st =
+        check_tensor(e + i, j - i, tindex, world, build, field, &budget);
     if (st != NULL) return st;
     i = j;
   }

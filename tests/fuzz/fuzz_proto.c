@@ -9,7 +9,11 @@
  * bytes that parse back to the same bytes. It also feeds every input to the
  * grpc backend's own chunk parser (wt/chunk.h): whatever it accepts,
  * protobuf-c must read as the same bucket, offset and data, whole or split
- * into received slices. */
+ * into received slices. And it reads every input as a shard plan
+ * (docs/multirank.md), a stranger's init: the server's check must end
+ * without a crash; a plan it accepts has boxes whose runs stay inside their
+ * tensors; and whatever the trainer's builder accepts as layouts makes a
+ * plan the check accepts. */
 
 #include <grpc/byte_buffer.h>
 #include <grpc/slice.h>
@@ -21,6 +25,7 @@
 
 #include "backends/grpc/grpc_shared.h"
 #include "wt/pb.h"
+#include "wt/shard_plan.h"
 #include "wt/v1/wt.pb-c.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -169,9 +174,55 @@ static void chunk(const uint8_t *data, size_t size) {
   grpc_byte_buffer_destroy(bb);
 }
 
+typedef struct run_bound {
+  const ProtobufCMessageDescriptor *d;
+  uint64_t tensor_bytes;
+} run_bound;
+
+static wt_status *in_tensor(uint64_t dst, uint64_t src, uint64_t n,
+                            void *user) {
+  const run_bound *b = user;
+  (void)src;
+  if (dst > b->tensor_bytes || n > b->tensor_bytes - dst)
+    fail(b->d, "a box's run lies outside its tensor");
+  return NULL;
+}
+
+static void plan(const uint8_t *data, size_t size) {
+  const ProtobufCMessageDescriptor *d = &wt__v1__shard_plan__descriptor;
+  Wt__V1__ShardPlan *m = wt__v1__shard_plan__unpack(NULL, size, data);
+  if (m == NULL) return;
+  wt_status *st = wt_shard_plan_check(m);
+  if (st == NULL) {
+    for (size_t r = 0; r < m->n_ranks; r++)
+      for (size_t k = 0; k < m->ranks[r]->n_boxes; k++) {
+        const Wt__V1__TensorBox *tb = m->ranks[r]->boxes[k];
+        wt_box b = {(uint32_t)tb->n_shape, tb->shape, tb->offsets, tb->sizes,
+                    1};
+        run_bound rb = {d, 1};
+        for (size_t i = 0; i < tb->n_shape; i++)
+          rb.tensor_bytes *= (uint64_t)tb->shape[i];
+        uint64_t bytes = wt_box_bytes(&b);
+        if (bytes <= (1u << 16)) /* every run, for a small box */
+          wt_status_free(wt_box_runs(&b, 0, bytes, in_tensor, &rb));
+      }
+  }
+  wt_status_free(st);
+  Wt__V1__ShardPlan *built = NULL;
+  st = wt_shard_plan_build(m, &built);
+  if (st == NULL) {
+    wt_status *again = wt_shard_plan_check(built);
+    if (again != NULL) fail(d, wt_status_message(again));
+    wt_shard_plan_free(built);
+  }
+  wt_status_free(st);
+  wt__v1__shard_plan__free_unpacked(m, NULL);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const ProtobufCServiceDescriptor *svc = &wt__v1__weight_transfer__descriptor;
   chunk(data, size);
+  plan(data, size);
   for (unsigned i = 0; i < svc->n_methods; i++) {
     one(svc->methods[i].input, data, size);
     one(svc->methods[i].output, data, size);

@@ -71,6 +71,30 @@ def safetensors_seeds():
     write("safetensors", "bad_short", b"\x10\x00\x00")
 
 
+def plan_seeds(pb):
+    """Shard plans (docs/multirank.md): 2 ranks' layouts of a Shard(0), a
+    Shard(1) and a replicated tensor, and the plan they make (its digest
+    from wt's builder is not needed: the fuzzer checks what it accepts)."""
+    def box(name, shape, off, size, dtype="float32"):
+        return pb.TensorBox(name=name, dtype=dtype, shape=shape, offsets=off,
+                            sizes=size)
+    layouts = pb.ShardPlan(world_size=2, nonce=b"seed", ranks=[
+        pb.RankBoxes(rank=r, boxes=[
+            box("a", [6, 4], [3 * r, 0], [3, 4]),
+            box("b", [4, 10], [0, 5 * r], [4, 5], "bfloat16"),
+            box("c", [5], [0], [5])]) for r in (1, 0)])
+    write("proto", "shard_layouts", layouts.SerializeToString())
+    plan = pb.ShardPlan(world_size=2, nonce=b"seed", rank=1, digest="0" * 64,
+                        ranks=[pb.RankBoxes(rank=0, boxes=[
+                            box("a", [6, 4], [0, 0], [3, 4]),
+                            box("b", [4, 10], [0, 0], [4, 5], "bfloat16"),
+                            box("c", [5], [0], [5])]),
+                            pb.RankBoxes(rank=1, boxes=[
+                                box("a", [6, 4], [3, 0], [3, 4]),
+                                box("b", [4, 10], [0, 5], [4, 5], "bfloat16")])])
+    write("proto", "shard_plan", plan.SerializeToString())
+
+
 def proto_seeds():
     try:
         from grpc_tools import protoc  # noqa: F401
@@ -99,6 +123,7 @@ def proto_seeds():
                 trainer_address="10.0.0.1", trainer_port=13337,
                 packed_num_buffers=pb.UInt32Value(value=2), transports="tcp")))
         write("proto", "init_ucx", ucx.SerializeToString())
+        plan_seeds(pb)
         ring = pb.InitWeightTransferEngineRequest(init_info=pb.WeightTransferInitInfo(
             backend="ipc", timeout_ms=2000, ipc=pb.IpcInitInfo(
                 packed=True,

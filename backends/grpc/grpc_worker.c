@@ -48,7 +48,7 @@ struct wt_engine {
   size_t *index;  /* store index of tensor k (copied from the update) */
   uint64_t *size; /* its bytes in the push: the tensor's, or its box's */
   /* A shard plan's push (wt_update.boxes): tensor k is box boxes[k], whose
-   * arrays live in dims (copied: the update is borrowed). */
+   * arrays live in dims (wt_boxes_own: the update is borrowed). */
   wt_box *boxes;
   int64_t *dims;
   wt_pack_plan *plan;
@@ -170,28 +170,21 @@ static void settle(wt_engine *e) {
 }
 
 /* Copies the update's boxes and their arrays (a shard plan's push). */
+/* Keeps the update's boxes (a shard plan's push): the update is borrowed
+ * for push_begin only, the chunks come later. */
 static wt_status *copy_boxes(wt_engine *e, const wt_update *u) {
-  size_t ndims = 0;
   if (u->delta)
     return wt_status_new(WT_INVALID_ARGUMENT,
                          "worker %u: a push of boxes takes no delta base",
                          e->ctx.rank);
-  for (size_t k = 0; k < u->n; k++) ndims += 3 * (size_t)u->boxes[k].ndim;
   e->boxes = malloc((u->n ? u->n : 1) * sizeof(*e->boxes));
-  e->dims = malloc((ndims ? ndims : 1) * sizeof(*e->dims));
+  if (e->boxes != NULL) {
+    if (u->n) memcpy(e->boxes, u->boxes, u->n * sizeof(*e->boxes));
+    e->dims = wt_boxes_own(e->boxes, u->n);
+  }
   if (e->boxes == NULL || e->dims == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED,
                          "grpc engine: out of memory for %zu boxes", u->n);
-  int64_t *at = e->dims;
-  for (size_t k = 0; k < u->n; k++) {
-    const wt_box *b = &u->boxes[k];
-    size_t nd = b->ndim;
-    memcpy(at, b->shape, nd * sizeof(*at));
-    memcpy(at + nd, b->offsets, nd * sizeof(*at));
-    memcpy(at + 2 * nd, b->sizes, nd * sizeof(*at));
-    e->boxes[k] = (wt_box){b->ndim, at, at + nd, at + 2 * nd, b->elem_bytes};
-    at += 3 * nd;
-  }
   return NULL;
 }
 

@@ -458,6 +458,12 @@ wt_status *wt_sync_client_abort(wt_sync_client *c, const char *reason) {
   return abort_rounds(c, reason, NULL);
 }
 
+/* The shard plan this client's rank joined (docs/multirank.md), or NULL:
+ * its start, update, push and finish then name its rank. */
+static const Wt__V1__ShardPlan *shard_plan(const wt_sync_client *c) {
+  return c->init != NULL ? c->init->shard_plan : NULL;
+}
+
 /* One StartWeightUpdate on every server. When some fail, the rounds that
  * started elsewhere are aborted; *reinit says whether a failed server has a
  * worker in needs_init (and `why` which). */
@@ -470,9 +476,10 @@ static wt_status *start_once(wt_sync_client *c, bool *reinit, char *why,
       WT__V1__START_WEIGHT_UPDATE_REQUEST__INIT;
   *reinit = false;
   /* A rank of a shard plan joins the plan's round (docs/multirank.md). */
-  if (c->init != NULL && c->init->shard_plan != NULL) {
-    req.trainer_rank = c->init->shard_plan->rank;
-    req.plan_digest = c->init->shard_plan->digest;
+  const Wt__V1__ShardPlan *plan = shard_plan(c);
+  if (plan != NULL) {
+    req.trainer_rank = plan->rank;
+    req.plan_digest = plan->digest;
   }
   WT_CHECK(wt_fan_alloc(c->n, &f));
   for (size_t k = 0; k < c->n; k++) f.reqs[k] = &req.base;
@@ -558,7 +565,7 @@ wt_status *wt_sync_client_finish(wt_sync_client *c,
   wt_status *st = NULL;
   wt_fan f = {0};
   Wt__V1__FinishWeightUpdateRequest *reqs = NULL;
-  const Wt__V1__ShardPlan *plan = c->init ? c->init->shard_plan : NULL;
+  const Wt__V1__ShardPlan *plan = shard_plan(c);
   if (weight_version == NULL || *weight_version == '\0')
     WT_FAIL(WT_INVALID_ARGUMENT, "weight_version: must not be empty");
   for (size_t k = 0; k < c->n; k++)
@@ -615,8 +622,7 @@ wt_status *wt_sync_client_update_plain(
     wt__v1__update_weights_request__init(&reqs[k]);
     reqs[k].update_info = (Wt__V1__WeightTransferUpdateInfo *)info;
     reqs[k].round_id = c->round_ids[k];
-    if (c->init != NULL && c->init->shard_plan != NULL)
-      reqs[k].trainer_rank = c->init->shard_plan->rank;
+    if (shard_plan(c) != NULL) reqs[k].trainer_rank = shard_plan(c)->rank;
     f.reqs[k] = &reqs[k].base;
   }
   st = wt_fan_out(&c->cp, WT_CONTROL_UPDATE, c->ctx.data_timeout_ms, &f);
@@ -678,8 +684,7 @@ static Wt__V1__WeightTransferUpdateInfo *update_req_reset(wt_sync_client *c,
   wt__v1__update_weights_request__init(&uc->req);
   uc->req.update_info = &uc->info;
   uc->req.round_id = c->round_ids[k];
-  if (c->init != NULL && c->init->shard_plan != NULL)
-    uc->req.trainer_rank = c->init->shard_plan->rank;
+  if (shard_plan(c) != NULL) uc->req.trainer_rank = shard_plan(c)->rank;
   u->reqs[k] = &uc->req.base;
   return &uc->info;
 }

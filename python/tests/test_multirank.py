@@ -13,6 +13,7 @@ import pytest
 
 import wt_transfer as wt
 from conftest import digests, has_backend, model_tensors
+from test_foreign import stubs  # noqa: F401 - the grpcio stubs fixture
 
 W = 4
 
@@ -359,3 +360,101 @@ def test_plans_and_claims_a_server_refuses(two_servers):
             e.send_weights("stale")
         e.shutdown()
         assert c.version().version == "plain"
+
+
+def test_strangers_beside_a_plan_round_change_nothing(two_servers, stubs):
+    """While 4 ranks run 5 rounds, strangers (grpcio, the no-auth server's
+    anyone) send garbage bytes, starts and finishes naming made-up plans,
+    ranks and rounds, pushes claiming ranks, a plan with a forged digest,
+    and a push stream that stays silent: every one is refused, every round
+    commits, and the servers hold the trainers' bytes."""
+    import os as _os
+    import grpc
+    pb2, pb2_grpc = stubs
+    addr = two_servers[0].addr
+    full = model_tensors(params_of(addr), 17)
+    g, stop = Group(), threading.Event()
+    refused, accepted = {}, []
+
+    def note(e):
+        refused[e.code()] = refused.get(e.code(), 0) + 1
+
+    def flood():
+        ch = grpc.insecure_channel(addr)
+        stub = pb2_grpc.WeightTransferStub(ch)
+        raw_push = ch.stream_unary("/wt.v1.WeightTransfer/PushWeights")
+        raw_init = ch.unary_unary("/wt.v1.WeightTransfer/InitWeightTransferEngine")
+        forged = pb2.ShardPlan(world_size=1, digest="0" * 64, ranks=[
+            pb2.RankBoxes(rank=0, boxes=[pb2.TensorBox(
+                name="x", dtype="float32", shape=[4], offsets=[0], sizes=[4])])])
+        while not stop.is_set():
+            rank, rid = int.from_bytes(_os.urandom(1), "little") % 8, \
+                int.from_bytes(_os.urandom(8), "little") or 1
+            calls = [
+                lambda: stub.StartWeightUpdate(pb2.StartWeightUpdateRequest(
+                    trainer_rank=rank, plan_digest=_os.urandom(32).hex()), timeout=5),
+                lambda: stub.FinishWeightUpdate(pb2.FinishWeightUpdateRequest(
+                    weight_version="evil", round_id=rid, trainer_rank=rank), timeout=5),
+                lambda: stub.PushWeights(iter([pb2.PushWeightsChunk(
+                    header=pb2.PushWeightsHeader(round_id=rid, trainer_rank=rank,
+                                                 update_info=pb2.WeightTransferUpdateInfo(
+                                                     names=["x"], dtype_names=["float32"],
+                                                     shapes=[pb2.Shape(dims=[4])],
+                                                     packed=True))),
+                    pb2.PushWeightsChunk(chunk=pb2.BucketChunk(
+                        bucket=0, offset=0, data=b"\xee" * 16))]), timeout=5),
+                lambda: raw_push(iter([_os.urandom(64)]), timeout=5),
+                lambda: raw_init(_os.urandom(48), timeout=5),
+                lambda: stub.InitWeightTransferEngine(
+                    pb2.InitWeightTransferEngineRequest(init_info=pb2.WeightTransferInitInfo(
+                        backend="grpc", shard_plan=forged)), timeout=5),
+            ]
+            for c in calls:
+                try:
+                    c()
+                    accepted.append(c)
+                except grpc.RpcError as e:
+                    note(e)
+        ch.close()
+
+    def silent():  # a push stream that never sends its header
+        ch = grpc.insecure_channel(addr)
+        push = ch.stream_unary("/wt.v1.WeightTransfer/PushWeights")
+
+        def nothing():
+            stop.wait()
+            return
+            yield
+        try:
+            push(nothing(), timeout=60)
+        except grpc.RpcError as e:
+            note(e)
+        ch.close()
+
+    def rank(r):
+        with wt.Client([addr], data_timeout=30) as client:
+            tr = wt.ShardedTrainer("grpc", client, lambda: shard(full, r),
+                                   group=g.member(r))
+            for i in range(5):
+                tr.send_weights(f"v{i}")
+            tr.shutdown()
+
+    strangers = [threading.Thread(target=flood) for _ in range(3)]
+    strangers.append(threading.Thread(target=silent))
+    for t in strangers:
+        t.start()
+    try:
+        errs = run_ranks(rank)
+    finally:
+        stop.set()
+        for t in strangers:
+            t.join(30)
+    assert errs == [None] * W, errs
+    assert not accepted, accepted
+    assert sum(refused.values()) > 20, refused
+    with wt.Client(addr) as c:
+        assert c.version().version == "v4"
+        assert c.checksums() == digests(full)
+        info = c.server_info()
+        assert info["plan_joined"] == W and info["plan_world_size"] == W
+    print(f"\n  strangers refused: {dict((k.name, v) for k, v in refused.items())}")

@@ -446,27 +446,10 @@ wt_status *wt_srv_plan_push_turn(wt_server *srv, wt_rpc_call *call,
 /* The boxes of *out, n of them, point at copies out owns: the plan's own
  * arrays may go (a new init frees it) while the workers read them. */
 static wt_status *own_dims(wt_srv_resolved *out, size_t n) {
-  size_t total = 0;
-  for (size_t k = 0; k < n; k++) total += 3 * (size_t)out->boxes[k].ndim;
-  out->dims = malloc((total ? total : 1) * sizeof(*out->dims));
-  if (out->dims == NULL) {
-    wt_srv_resolved_clear(out);
-    return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory for %zu boxes",
-                         n);
-  }
-  int64_t *at = out->dims;
-  for (size_t k = 0; k < n; k++) {
-    wt_box *b = &out->boxes[k];
-    size_t nd = b->ndim;
-    memcpy(at, b->shape, nd * sizeof(*at));
-    memcpy(at + nd, b->offsets, nd * sizeof(*at));
-    memcpy(at + 2 * nd, b->sizes, nd * sizeof(*at));
-    b->shape = at;
-    b->offsets = at + nd;
-    b->sizes = at + 2 * nd;
-    at += 3 * nd;
-  }
-  return NULL;
+  out->dims = wt_boxes_own(out->boxes, n);
+  if (out->dims != NULL) return NULL;
+  wt_srv_resolved_clear(out);
+  return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory for %zu boxes", n);
 }
 
 wt_status *wt_srv_plan_resolve(const wt_server *srv, uint32_t rank,
@@ -476,22 +459,21 @@ wt_status *wt_srv_plan_resolve(const wt_server *srv, uint32_t rank,
   const rank_boxes *q = &p->ranks[rank];
   memset(out, 0, sizeof(*out));
   if (info == NULL)
-    return wt_status_new(WT_INVALID_ARGUMENT,
-                         "PushWeights: header.update_info is missing");
+    return wt_status_new(WT_INVALID_ARGUMENT, "update_info is missing");
   if (info->n_dtype_names != info->n_names || info->n_shapes != info->n_names)
     return wt_status_new(WT_INVALID_ARGUMENT,
-                         "PushWeights: update_info lists %zu names, %zu "
+                         "update_info lists %zu names, %zu "
                          "dtype_names and %zu shapes",
                          info->n_names, info->n_dtype_names, info->n_shapes);
   if (info->n_packed_tensor_sizes != 0 &&
       info->n_packed_tensor_sizes != info->n_names)
     return wt_status_new(WT_INVALID_ARGUMENT,
-                         "PushWeights: update_info lists %zu names and %zu "
+                         "update_info lists %zu names and %zu "
                          "packed_tensor_sizes",
                          info->n_names, info->n_packed_tensor_sizes);
   if (info->n_names != q->n)
     return wt_status_new(WT_INVALID_ARGUMENT,
-                         "PushWeights: rank %u sends %zu tensors; its boxes "
+                         "rank %u sends %zu tensors; its boxes "
                          "of the plan are %zu",
                          rank, info->n_names, q->n);
   size_t n = q->n ? q->n : 1;
@@ -501,7 +483,7 @@ wt_status *wt_srv_plan_resolve(const wt_server *srv, uint32_t rank,
   bool *seen = calloc(n, sizeof(bool));
   wt_status *st = NULL;
   if (!out->index || !out->nbytes || !out->boxes || !seen)
-    WT_FAIL(WT_RESOURCE_EXHAUSTED, "PushWeights: out of memory");
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t k = 0; k < info->n_names; k++) {
     const char *name = info->names[k];
     /* The rank's boxes are sorted by name. */
@@ -520,23 +502,22 @@ wt_status *wt_srv_plan_resolve(const wt_server *srv, uint32_t rank,
     }
     if (lo >= q->n || strcmp(q->boxes[lo]->name, name) != 0)
       WT_FAIL(WT_INVALID_ARGUMENT,
-              "PushWeights: rank %u sends '%s', which is none of its boxes "
+              "rank %u sends '%s', which is none of its boxes "
               "of the plan",
               rank, name);
     if (in_order && lo != k)
       WT_FAIL(WT_INVALID_ARGUMENT,
-              "UpdateWeights: rank %u sends '%s' as its tensor %zu; the plan "
+              "rank %u sends '%s' as its tensor %zu; the plan "
               "has it at %zu (a receiving backend takes a rank's boxes in the "
               "plan's order, sorted by name)",
               rank, name, k, lo);
     if (seen[lo])
-      WT_FAIL(WT_INVALID_ARGUMENT, "PushWeights: rank %u sends '%s' twice",
-              rank, name);
+      WT_FAIL(WT_INVALID_ARGUMENT, "rank %u sends '%s' twice", rank, name);
     seen[lo] = true;
     const Wt__V1__TensorBox *b = q->boxes[lo];
     wt_dtype dt;
     WT_CHECK(wt_status_prefix(wt_dtype_from_name(info->dtype_names[k], &dt),
-                              "PushWeights: '%s'", name));
+                              "'%s'", name));
     const Wt__V1__Shape *sh = info->shapes[k];
     wt_dtype want;
     WT_CHECK(wt_dtype_from_name(b->dtype, &want));
@@ -544,7 +525,7 @@ wt_status *wt_srv_plan_resolve(const wt_server *srv, uint32_t rank,
         memcmp(sh->dims, b->sizes, b->n_sizes * sizeof(int64_t)) != 0) {
       char a[128], c[160];
       WT_FAIL(WT_INVALID_ARGUMENT,
-              "PushWeights: rank %u sends '%s' as %s %s; its box %s of the "
+              "rank %u sends '%s' as %s %s; its box %s of the "
               "plan is %s %s",
               rank, name, wt_dtype_torch_name(dt),
               sh ? wt_shape_format(sh->dims, (int)sh->n_dims, a, sizeof(a))
@@ -555,7 +536,7 @@ wt_status *wt_srv_plan_resolve(const wt_server *srv, uint32_t rank,
     if (info->n_packed_tensor_sizes != 0 &&
         info->packed_tensor_sizes[k] != q->nbytes[lo])
       WT_FAIL(WT_INVALID_ARGUMENT,
-              "PushWeights: rank %u: '%s': packed_tensor_sizes[%zu] is %" PRIu64
+              "rank %u: '%s': packed_tensor_sizes[%zu] is %" PRIu64
               " bytes; its box has %" PRIu64,
               rank, name, k, info->packed_tensor_sizes[k], q->nbytes[lo]);
     out->index[k] = q->index[lo];
@@ -657,7 +638,8 @@ wt_status *wt_srv_plan_update_arrive(
                          "this round (one per rank)",
                          rank);
   wt_srv_resolved r;
-  st = wt_srv_plan_resolve(srv, rank, info, true, &r);
+  st = wt_status_prefix(wt_srv_plan_resolve(srv, rank, info, true, &r),
+                        "UpdateWeights");
   wt_srv_resolved_clear(&r);
   if (st != NULL) return st;
   size_t len = protobuf_c_message_get_packed_size(&info->base);

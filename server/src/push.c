@@ -164,7 +164,9 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
             "moves through UpdateWeights",
             srv->round.backend);
   if (srv->round.plan != NULL)
-    WT_CHECK(wt_srv_plan_resolve(srv, trainer_rank, info, false, &r));
+    WT_CHECK(wt_status_prefix(
+        wt_srv_plan_resolve(srv, trainer_rank, info, false, &r),
+        "PushWeights"));
   else
     WT_CHECK(wt_srv_resolve_update(srv, info, &r));
   r.u.packed_buffer_bytes = packed_buffer_bytes;

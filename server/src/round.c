@@ -517,17 +517,28 @@ wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "UpdateWeights: out of memory");
   pthread_mutex_lock(&srv->round.mu);
   WT_CHECK(wt_srv_need_round_locked(srv, "UpdateWeights", round_id));
+  const wt_engine_ops *eops = wt_worker_engine_ops(srv->workers[0]);
+  const Wt__V1__DeltaBase *delta_base =
+      info != NULL &&
+              info->backend_update_case ==
+                  WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_UCX &&
+              info->ucx != NULL
+          ? info->ucx->delta_base
+          : NULL;
   if (srv->round.plan != NULL) {
-    /* Every rank's update, then one receive of them all (multirank.c). */
+    /* Every rank's update, then one receive of them all (multirank.c);
+     * what would refuse the receive is refused before the rank counts. */
     bool last = false;
-    if (info != NULL &&
-        info->backend_update_case ==
-            WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_UCX &&
-        info->ucx != NULL && info->ucx->delta_base != NULL)
+    if (delta_base != NULL)
       WT_FAIL(WT_INVALID_ARGUMENT,
               "UpdateWeights: rank %u: a shard plan's round takes no delta "
               "base",
               trainer_rank);
+    if (eops == NULL || eops->receive == NULL)
+      WT_FAIL(WT_FAILED_PRECONDITION,
+              "UpdateWeights: backend '%s' receives weights through "
+              "PushWeights",
+              srv->round.backend);
     WT_CHECK(
         wt_srv_plan_update_arrive(srv, trainer_rank, round_id, info, &last));
     if (!last) {
@@ -538,14 +549,6 @@ wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
     round = srv->round.round_id;
   }
   WT_CHECK(wt_srv_need_idle_locked(srv, "UpdateWeights"));
-  const wt_engine_ops *eops = wt_worker_engine_ops(srv->workers[0]);
-  const Wt__V1__DeltaBase *delta_base =
-      info != NULL &&
-              info->backend_update_case ==
-                  WT__V1__WEIGHT_TRANSFER_UPDATE_INFO__BACKEND_UPDATE_UCX &&
-              info->ucx != NULL
-          ? info->ucx->delta_base
-          : NULL;
   /* A delta against another version is refused before the call is the
    * round's, naming both versions (docs/delta.md). */
   WT_CHECK(wt_srv_check_delta_base_locked(
@@ -558,9 +561,6 @@ wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
             "UpdateWeights: backend '%s' receives weights through PushWeights",
             srv->round.backend);
   if (srv->round.plan != NULL) {
-    if (delta_base != NULL)
-      WT_FAIL(WT_INVALID_ARGUMENT,
-              "UpdateWeights: a shard plan's round takes no delta base");
     WT_CHECK(wt_srv_plan_update_whole(srv, &r));
   } else {
     WT_CHECK(wt_srv_resolve_update(srv, info, &r));

@@ -452,9 +452,11 @@ WT_HIDDEN wt_status *wt_srv_plan_round_join(wt_srv_plan *p, uint64_t round_id,
  * round runs. A wait that times out or whose call is cut fails the round. */
 WT_HIDDEN wt_status *wt_srv_plan_push_turn(wt_server *srv, wt_rpc_call *call,
                                            uint32_t rank, uint64_t round);
-/* Resolves a rank's push against its boxes of the plan: exactly those,
- * each once, dtype and shape (the box's sizes) equal; fills *out with
- * u.boxes set. INVALID_ARGUMENT naming the rank and the tensor. */
+/* Resolves a rank's update against its boxes of the plan: exactly those,
+ * each once (`in_order`: in the plan's order), dtype and shape (the box's
+ * sizes) equal; fills *out with u.boxes set, the boxes' arrays its own.
+ * INVALID_ARGUMENT naming the rank and the tensor (the caller names its
+ * call). */
 WT_HIDDEN wt_status *wt_srv_plan_resolve(
     const wt_server *srv, uint32_t rank,
     const Wt__V1__WeightTransferUpdateInfo *info, bool in_order,

@@ -38,6 +38,12 @@ uint64_t wt_box_bytes(const wt_box *b);
  * a box of whole rows (Shard(0)), one per row of a Shard(1) box. */
 uint64_t wt_box_nruns(const wt_box *b);
 
+/* Copies the shape, offsets and sizes of boxes[0..n) into one new
+ * allocation and points the boxes at it, so that they outlive what they
+ * pointed into. Returns the allocation (the caller's, to free() after the
+ * boxes), or NULL when out of memory (the boxes are then unchanged). */
+int64_t *wt_boxes_own(wt_box *boxes, size_t n);
+
 /* One contiguous run: payload bytes [src, src + n) belong at byte `dst` of
  * the whole tensor. */
 typedef wt_status *(*wt_box_run_fn)(uint64_t dst, uint64_t src, uint64_t n,

@@ -21,6 +21,28 @@ uint64_t wt_box_bytes(const wt_box *b) {
   return n;
 }
 
+int64_t *wt_boxes_own(wt_box *boxes, size_t n) {
+  size_t total = 0;
+  for (size_t k = 0; k < n; k++) total += 3 * (size_t)boxes[k].ndim;
+  int64_t *dims = malloc((total ? total : 1) * sizeof(*dims));
+  if (dims == NULL) return NULL;
+  int64_t *at = dims;
+  for (size_t k = 0; k < n; k++) {
+    wt_box *b = &boxes[k];
+    size_t nd = b->ndim;
+    if (nd) {
+      memcpy(at, b->shape, nd * sizeof(*at));
+      memcpy(at + nd, b->offsets, nd * sizeof(*at));
+      memcpy(at + 2 * nd, b->sizes, nd * sizeof(*at));
+    }
+    b->shape = at;
+    b->offsets = at + nd;
+    b->sizes = at + 2 * nd;
+    at += 3 * nd;
+  }
+  return dims;
+}
+
 uint64_t wt_box_nruns(const wt_box *b) {
   int k = (int)b->ndim - 1;
   while (k >= 0 && b->offsets[k] == 0 && b->sizes[k] == b->shape[k]) k--;

@@ -104,8 +104,11 @@ def test_gzip_bombs_at_health_cost_a_refusal(guarded):
         # A connection per probe, as kubelet's gRPC probe makes: a token-less
         # connection is closed at the auth grace (3 s), and a probe in flight
         # on a long-lived one at that moment would fail for that reason only.
+        # Its own subchannel pool: grpcio otherwise shares one connection
+        # among the process's channels to the same target, the attackers'.
         while not stop.is_set():
-            ch = grpc.insecure_channel(s.addr)
+            ch = grpc.insecure_channel(
+                s.addr, options=[("grpc.use_local_subchannel_pool", 1)])
             try:
                 health_pb2_grpc.HealthStub(ch).Check(
                     health_pb2.HealthCheckRequest(), timeout=1)

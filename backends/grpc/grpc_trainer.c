@@ -43,6 +43,7 @@
 
 #include "backends/backends.h"
 #include "backends/grpc/grpc_shared.h"
+#include "wt/adapter_spec.h"
 #include "wt/clock.h"
 #include "wt/delta.h"
 #include "wt/delta_state.h"
@@ -69,6 +70,8 @@ typedef struct grpc_trainer {
   unsigned pushes; /* numbers transfer ids */
   /* A rank of a shard plan (docs/multirank.md): every push names it. */
   uint32_t trainer_rank;
+  /* The adapter set the pushes fill (docs/lora.md); "" for the model. */
+  char adapter[WT_ADAPTER_NAME_MAX + 1];
   /* Delta rounds. */
   wt_delta_state d;
   unsigned char *new_buf, *xor_buf;
@@ -107,6 +110,8 @@ static wt_status *grpc_trainer_init(const wt_trainer_init_args *args,
   WT_CHECK(wt_delta_state_init(&g->d,
                                info && info->grpc ? info->grpc->delta : NULL,
                                "init info grpc.delta"));
+  if (info && info->adapter && info->adapter->name)
+    snprintf(g->adapter, sizeof(g->adapter), "%s", info->adapter->name);
   if (info && info->shard_plan) {
     g->trainer_rank = info->shard_plan->rank;
     if (g->d.mode != WT_DELTA_OFF)
@@ -455,6 +460,7 @@ static wt_status *headers_build(grpc_trainer *g, const wt_update_lists *l,
     wt_update_lists_apply(l, ui);
     hd->round_id = round;
     hd->trainer_rank = g->trainer_rank;
+    hd->adapter = g->adapter;
     hd->packed_buffer_size_bytes = g->buffer_bytes;
   }
   *out = h;

@@ -20,13 +20,14 @@ wt_status *wt_bindings_client_new(const char *const *targets, size_t n,
                                   int64_t timeout_ms, int64_t data_timeout_ms,
                                   const char *token_file,
                                   const char *runtime_base,
-                                  bool no_token_discovery,
+                                  bool no_token_discovery, const char *adapter,
                                   wt_sync_client **out) {
   wt_client_options o = {.timeout_ms = timeout_ms,
                          .data_timeout_ms = data_timeout_ms,
                          .token_file = token_file,
                          .runtime_base = runtime_base,
-                         .no_token_discovery = no_token_discovery};
+                         .no_token_discovery = no_token_discovery,
+                         .adapter = adapter};
   return wt_sync_client_new(targets, n, &o, out);
 }
 

@@ -43,6 +43,7 @@ wt_status *wt_sync_client_list_parameters(wt_sync_client *c, size_t k,
   for (;;) {
     Wt__V1__ListParametersRequest req = WT__V1__LIST_PARAMETERS_REQUEST__INIT;
     req.name_prefix = (char *)(prefix ? prefix : "");
+    req.adapter = (char *)wt_sync_client_adapter(c);
     req.page_token = token ? token : (char *)"";
     WT_CHECK(wt_rpc_unary(ch, METHOD("ListParameters"), &req.base,
                           &wt__v1__list_parameters_response__descriptor,
@@ -113,6 +114,7 @@ wt_status *wt_sync_client_get_version(wt_sync_client *c, size_t k,
       WT__V1__GET_WEIGHT_VERSION_REQUEST__INIT;
   Wt__V1__WeightVersion *resp = NULL;
   memset(out, 0, sizeof(*out));
+  req.adapter = (char *)wt_sync_client_adapter(c);
   WT_CHECK(wt_sync_client_reader_channel(c, k, "GetWeightVersion", &ch));
   WT_CHECK(wt_rpc_unary(ch, METHOD("GetWeightVersion"), &req.base,
                         &wt__v1__weight_version__descriptor,
@@ -134,6 +136,7 @@ wt_status *wt_sync_client_watch(wt_sync_client *c, size_t k,
   wt_rpc_server_stream *s = NULL;
   ProtobufCMessage *msg = NULL;
   wt_weight_version v = {0};
+  req.adapter = (char *)wt_sync_client_adapter(c);
   WT_CHECK(wt_sync_client_reader_channel(c, k, "WatchWeightVersion", &ch));
   WT_CHECK(wt_rpc_server_stream_open(ch, METHOD("WatchWeightVersion"),
                                      &req.base, deadline_ms, &s));
@@ -177,6 +180,7 @@ wt_status *wt_sync_client_checksums(wt_sync_client *c, size_t k,
   WT_CHECK(wt_sync_client_reader_channel(c, k, "ChecksumWeights", &ch));
   req.n_names = n;
   req.names = (char **)names;
+  req.adapter = (char *)wt_sync_client_adapter(c);
   req.algorithm = alg == WT_HASH_XXH3_64
                       ? WT__V1__CHECKSUM_ALGORITHM__CHECKSUM_ALGORITHM_XXH3_64
                       : WT__V1__CHECKSUM_ALGORITHM__CHECKSUM_ALGORITHM_SHA256;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "client_internal.h"
+#include "wt/adapter_spec.h"
 #include "wt/init_info.h"
 #include "wt/log.h"
 #include "wt/pb.h"
@@ -38,6 +39,9 @@ struct wt_sync_client {
   Wt__V1__WeightTransferInitInfo *init;
   wt_trainer_link *trainer;
   wt_source *init_source;
+  /* The adapter set every call names; "" for the model (docs/lora.md). */
+  char adapter[WT_ADAPTER_NAME_MAX + 1];
+  bool adapter_fixed; /* by the options: an init may not name another */
 };
 
 wt_status *wt_sync_client_new_with(wt_control_plane *cp,
@@ -73,6 +77,11 @@ wt_status *wt_sync_client_new_with(wt_control_plane *cp,
         c->cp.ops->channel ? c->cp.ops->channel(c->cp.self, k) : NULL;
   }
   c->manual_reinit = opts && opts->manual_reinit;
+  if (opts && opts->adapter && *opts->adapter) {
+    WT_CHECK(wt_adapter_name_check(opts->adapter, "options.adapter"));
+    snprintf(c->adapter, sizeof(c->adapter), "%s", opts->adapter);
+    c->adapter_fixed = true;
+  }
   c->ctx = (wt_trainer_ctx){
       .nservers = n,
       .targets = c->targets,
@@ -126,6 +135,10 @@ void wt_sync_client_destroy(wt_sync_client *c) {
   free(c->base_sequences);
   free(c->base_digests);
   free(c);
+}
+
+const char *wt_sync_client_adapter(const wt_sync_client *c) {
+  return c->adapter;
 }
 
 size_t wt_sync_client_server_count(const wt_sync_client *c) {
@@ -349,6 +362,50 @@ static wt_status *init_info_copy(const Wt__V1__WeightTransferInitInfo *info,
   return NULL;
 }
 
+/* The adapter set of an init (docs/lora.md): the options' or the spec's
+ * name, the spec completed from the source's tensors. On wt's own control
+ * plane only: another (vLLM's HTTP routes) has no adapter sets. */
+static wt_status *adapter_init(wt_sync_client *c,
+                               Wt__V1__WeightTransferInitInfo *copy,
+                               wt_source *source) {
+  wt_status *st = NULL;
+  Wt__V1__AdapterSpec *spec = copy->adapter;
+  if (spec == NULL && !c->adapter_fixed) {
+    c->adapter[0] = '\0'; /* an init of the model */
+    return NULL;
+  }
+  if (c->channels[0] == NULL)
+    return wt_status_new(WT_FAILED_PRECONDITION,
+                         "adapter '%s': adapter sets need wt's own control "
+                         "plane; control plane '%s' has none",
+                         spec ? spec->name : c->adapter, c->cp.ops->name);
+  if (spec == NULL) {
+    /* The options name the set: the spec comes from the source. */
+    if ((spec = calloc(1, sizeof(*spec))) == NULL)
+      return wt_status_new(WT_RESOURCE_EXHAUSTED, "adapter: out of memory");
+    wt__v1__adapter_spec__init(spec);
+    copy->adapter = spec; /* freed with the copy */
+    if ((spec->name = strdup(c->adapter)) == NULL)
+      return wt_status_new(WT_RESOURCE_EXHAUSTED, "adapter: out of memory");
+  } else if (c->adapter_fixed && strcmp(spec->name, c->adapter) != 0) {
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "init_info.adapter.name '%s', but the client's "
+                         "options.adapter is '%s'",
+                         spec->name, c->adapter);
+  }
+  size_t n = 0;
+  const wt_tensor_meta *metas = source ? wt_source_metas(source, &n) : NULL;
+  WT_CHECK(wt_adapter_spec_complete(spec, metas, n));
+  if (copy->shard_plan != NULL)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "init_info: adapter '%s' with a shard_plan; an adapter set's "
+            "rounds come from one trainer rank",
+            spec->name);
+  snprintf(c->adapter, sizeof(c->adapter), "%s", spec->name);
+out:
+  return st;
+}
+
 wt_status *wt_sync_client_init_transfer(
     wt_sync_client *c, const Wt__V1__WeightTransferInitInfo *info,
     wt_source *source, wt_trainer **trainer) {
@@ -362,6 +419,7 @@ wt_status *wt_sync_client_init_transfer(
   WT_CHECK(wt_init_info_backend(info, &backend));
   if (trainer) WT_CHECK(wt_trainer_lookup(backend, &ops));
   WT_CHECK(init_info_copy(info, &copy));
+  WT_CHECK(adapter_init(c, copy, source));
   if (trainer) {
     /* The ranks are known once the servers answered their world size. */
     uint32_t world = 0;
@@ -438,6 +496,7 @@ static wt_status *abort_rounds(wt_sync_client *c, const char *reason,
   for (size_t k = 0; k < c->n; k++) {
     if ((mask && !mask[k]) || c->round_ids[k] == 0) continue;
     wt__v1__abort_weight_update_request__init(&reqs[k]);
+    reqs[k].adapter = c->adapter;
     reqs[k].reason = (char *)(reason ? reason : "");
     reqs[k].round_id = c->round_ids[k];
     /* Without the call the round is left to the server's round timeout. */
@@ -474,6 +533,7 @@ static wt_status *start_once(wt_sync_client *c, bool *reinit, char *why,
   bool *started = NULL;
   Wt__V1__StartWeightUpdateRequest req =
       WT__V1__START_WEIGHT_UPDATE_REQUEST__INIT;
+  req.adapter = c->adapter;
   *reinit = false;
   /* A rank of a shard plan joins the plan's round (docs/multirank.md). */
   const Wt__V1__ShardPlan *plan = shard_plan(c);
@@ -579,6 +639,7 @@ wt_status *wt_sync_client_finish(wt_sync_client *c,
   if (reqs == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t k = 0; k < c->n; k++) {
     wt__v1__finish_weight_update_request__init(&reqs[k]);
+    reqs[k].adapter = c->adapter;
     reqs[k].weight_version = (char *)weight_version;
     reqs[k].round_id = c->round_ids[k];
     if (plan != NULL) reqs[k].trainer_rank = plan->rank;
@@ -620,6 +681,7 @@ wt_status *wt_sync_client_update_plain(
   if (reqs == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t k = 0; k < c->n; k++) {
     wt__v1__update_weights_request__init(&reqs[k]);
+    reqs[k].adapter = c->adapter;
     reqs[k].update_info = (Wt__V1__WeightTransferUpdateInfo *)info;
     reqs[k].round_id = c->round_ids[k];
     if (shard_plan(c) != NULL) reqs[k].trainer_rank = shard_plan(c)->rank;
@@ -682,6 +744,7 @@ static Wt__V1__WeightTransferUpdateInfo *update_req_reset(wt_sync_client *c,
   wt__v1__weight_transfer_update_info__init(&uc->info);
   wt_update_lists_apply(&u->lists, &uc->info);
   wt__v1__update_weights_request__init(&uc->req);
+  uc->req.adapter = c->adapter;
   uc->req.update_info = &uc->info;
   uc->req.round_id = c->round_ids[k];
   if (shard_plan(c) != NULL) uc->req.trainer_rank = shard_plan(c)->rank;

@@ -59,6 +59,8 @@ static void usage(FILE *f) {
       "                             PATH sees (acquires, then releases)\n"
       "\n"
       "  --server HOST:PORT         default 127.0.0.1:50051\n"
+      "  --adapter NAME             params, version, watch, checksum of a\n"
+      "                             LoRA adapter set (docs/lora.md)\n"
       "  --timeout SECONDS          deadline of each call (default 30; "
       "watch: none)\n" WT_TOOL_SECURITY_USAGE);
 }
@@ -122,6 +124,18 @@ static int cmd_info(wt_sync_client *c, int argc, char **argv) {
       printf("  lease:      pid %u (uid %u) on '%s' (sequence %" PRIu64 ")\n",
              (unsigned)info->leases[i]->pid, (unsigned)info->leases[i]->uid,
              info->leases[i]->version, info->leases[i]->sequence);
+  }
+  for (size_t i = 0; i < info->n_adapters; i++) {
+    const Wt__V1__AdapterInfo *a = info->adapters[i];
+    printf(
+        "adapter:      %s: rank %u, alpha %g, %u tensors, %" PRIu64
+        " bytes; version %s (sequence %" PRIu64 "), %s%s%s\n",
+        a->name, (unsigned)a->rank, a->alpha, (unsigned)a->num_tensors,
+        a->total_bytes,
+        a->weight_version && *a->weight_version ? a->weight_version : "(none)",
+        a->sequence, a->state,
+        a->export_path && *a->export_path ? ", export " : "",
+        a->export_path ? a->export_path : "");
   }
   if (info->auth && *info->auth)
     printf("auth:         %s\n",
@@ -313,6 +327,7 @@ int main(int argc, char **argv) {
   const char *server = "127.0.0.1:50051";
   double timeout_s = 0;
   wt_tool_security sec = {0};
+  const char *adapter = NULL;
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; i++) {
     const char *eq = strchr(argv[i], '=');
@@ -334,6 +349,8 @@ int main(int argc, char **argv) {
       server = argv[++i];
     } else if (strncmp(argv[i], "--server=", 9) == 0) {
       server = argv[i] + 9;
+    } else if (strcmp(argv[i], "--adapter") == 0 && i + 1 < argc) {
+      adapter = argv[++i];
     } else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) {
       char *end = NULL;
       timeout_s = strtod(argv[++i], &end);
@@ -410,7 +427,7 @@ int main(int argc, char **argv) {
     return EXIT_USAGE;
   }
 
-  wt_client_options opts = {0};
+  wt_client_options opts = {.adapter = adapter};
   wt_tool_security_apply(&sec, &opts);
   if (timeout_s > 0)
     opts.timeout_ms = opts.data_timeout_ms = (int64_t)(timeout_s * 1000);

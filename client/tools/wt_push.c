@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "wt/adapter_spec.h"
 #include "wt/client.h"
 #include "wt/cuda.h"
 #include "wt/log.h"
@@ -67,10 +68,12 @@ typedef struct options {
   bool verify;
   wt_hash_alg verify_alg;
   bool quiet;
-  uint64_t rounds;    /* rounds on one init (default 1) */
-  double change;      /* --change: the fraction a step changes; 0: none */
-  bool delta_set;     /* --delta given (its stats are printed) */
-  const char *device; /* --device: the source in this GPU's memory */
+  uint64_t rounds;     /* rounds on one init (default 1) */
+  double change;       /* --change: the fraction a step changes; 0: none */
+  bool delta_set;      /* --delta given (its stats are printed) */
+  const char *device;  /* --device: the source in this GPU's memory */
+  const char *adapter; /* --adapter: a LoRA adapter set (docs/lora.md) */
+  double lora_alpha;   /* --lora-alpha; 0: not given */
   wt_tool_security sec;
 } options;
 
@@ -259,6 +262,27 @@ static int opt_device(options *o, const char *name, const char *v) {
   return 0;
 }
 
+static int opt_adapter(options *o, const char *name, const char *v) {
+  wt_status *st = wt_adapter_name_check(v, "--adapter");
+  if (st != NULL) {
+    int rc = usage_error("%s", wt_status_message(st));
+    wt_status_free(st);
+    return rc;
+  }
+  (void)name;
+  o->adapter = v;
+  return 0;
+}
+
+static int opt_lora_alpha(options *o, const char *name, const char *v) {
+  char *end = NULL;
+  double a = strtod(v, &end);
+  if (end == v || *end || !(a > 0) || a > 1e9)
+    return usage_error("--%s: '%s' is not a positive number", name, v);
+  o->lora_alpha = a;
+  return 0;
+}
+
 static int opt_security(options *o, const char *name, const char *v) {
   wt_tool_security_option(&o->sec, name, v);
   return 0;
@@ -321,6 +345,13 @@ static const option_row rows[] = {
      "N rounds on one init, as a trainer that stays up does\n(default 1); "
      "prints the first round and the steady state",
      opt_rounds},
+    {"adapter", required_argument, "--adapter NAME",
+     "push a LoRA adapter set of this name beside the model\n(docs/lora.md): "
+     "--checkpoint is its adapter_model.\nsafetensors (PEFT's naming); rank "
+     "and target modules\ncome from its tensors",
+     opt_adapter},
+    {"lora-alpha", required_argument, "--lora-alpha A",
+     "with --adapter: PEFT's lora_alpha (adapter_config.json)", opt_lora_alpha},
     {"tls-ca", required_argument, "--tls-ca PATH",
      "CA of the servers' certificates: talk TLS (PEM)", opt_security},
     {"tls-cert", required_argument, "--tls-cert PATH",
@@ -420,6 +451,13 @@ static int parse_args(int argc, char **argv, options *o) {
     return usage_error("--checkpoint and --synthetic exclude each other");
   if (o->have_seed && o->checkpoint)
     return usage_error("--seed applies to a synthetic update only");
+  if (o->adapter && (!o->checkpoint || o->lora_alpha == 0))
+    return usage_error(
+        "--adapter %s needs --checkpoint (its adapter_model.safetensors) and "
+        "--lora-alpha (its adapter_config.json's lora_alpha)",
+        o->adapter);
+  if (o->lora_alpha > 0 && !o->adapter)
+    return usage_error("--lora-alpha applies to --adapter only");
   if (o->nservers == 0) o->servers[o->nservers++] = "127.0.0.1:50051";
   return 0;
 }
@@ -689,10 +727,30 @@ static wt_status *run_connect(run *r) {
     if (copts.data_timeout_ms < WT_CLIENT_DEFAULT_TIMEOUT_MS)
       copts.timeout_ms = copts.data_timeout_ms;
   }
+  copts.adapter = r->o.adapter;
   WT_CHECK(wt_sync_client_new(r->o.servers, r->o.nservers, &copts, &r->c));
-  WT_CHECK(wt_sync_client_get_version(r->c, 0, &r->ver));
+  st = wt_sync_client_get_version(r->c, 0, &r->ver);
+  /* An adapter set's first round makes it: no version yet. */
+  if (st != NULL && r->o.adapter && wt_status_code(st) == WT_NOT_FOUND) {
+    wt_status_free(st);
+    st = NULL;
+  }
 out:
   return st;
+}
+
+/* --adapter: the init's adapter spec; its tensors, rank and target
+ * modules come from the source (wt_sync_client_init_transfer). */
+static wt_status *adapter_spec(run *r) {
+  Wt__V1__AdapterSpec *spec = calloc(1, sizeof(*spec));
+  if (spec == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+  wt__v1__adapter_spec__init(spec);
+  r->init->adapter = spec; /* freed with the init info */
+  spec->alpha = r->o.lora_alpha;
+  if ((spec->name = strdup(r->o.adapter)) == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
+  return NULL;
 }
 
 /* Step 2: the source: the checkpoint, the synthetic layout named, or the
@@ -753,6 +811,7 @@ static wt_status *run_init(run *r) {
   }
   if (r->o.data_timeout_s > 0)
     r->init->timeout_ms = (uint32_t)(r->o.data_timeout_s * 1000);
+  if (r->o.adapter && (st = adapter_spec(r)) != NULL) return st;
   st = wt_sync_client_init_transfer(r->c, r->init, push_source(r), &r->trainer);
   if (st != NULL || r->o.quiet) return st;
   char a[32];

@@ -184,6 +184,22 @@ static bool opt_watchers_peer(cli *c, const char *v, char *err) {
                      &c->opts.max_watchers_per_peer, err);
 }
 
+static bool opt_max_adapters(cli *c, const char *v, char *err) {
+  int n = 0;
+  if (!parse_count("max-adapters", v, 4096, &n, err)) return false;
+  c->opts.max_adapters = (uint32_t)n;
+  return true;
+}
+
+static bool opt_adapter_mib(cli *c, const char *v, char *err) {
+  uint64_t n = 0;
+  if (!wt_parse_u64(v, &n) || n < 1 || n > (1ull << 30))
+    return fail(err, "--max-adapter-mib '%s' is not a number from 1 to %llu", v,
+                1ull << 30);
+  c->opts.max_adapter_bytes = n << 20;
+  return true;
+}
+
 static bool opt_reader_rate(cli *c, const char *v, char *err) {
   uint64_t n = 0;
   if (!wt_parse_u64(v, &n) || n < 1 || n > 1000000)
@@ -399,6 +415,11 @@ static const option_row rows[] = {
      opt_watchers_peer, WT_SERVER_DEFAULT_WATCHERS_PER_PEER},
     {"reader-mib-per-sec", "N", "MiB a second one peer's checksums may\nhash",
      opt_reader_rate, (int)(WT_SERVER_DEFAULT_READER_BYTES_PER_SEC >> 20)},
+    {"max-adapters", "N",
+     "LoRA adapter sets held beside the model\n(docs/lora.md)",
+     opt_max_adapters, WT_SERVER_DEFAULT_MAX_ADAPTERS},
+    {"max-adapter-mib", "N", "MiB per worker the adapter sets may hold\nin all",
+     opt_adapter_mib, (int)(WT_SERVER_DEFAULT_MAX_ADAPTER_BYTES >> 20)},
     {"export", "PATH",
      "hand committed versions to consumers on\nthis host over a Unix "
      "socket (mode 0600;\nneeds --memory shared; docs/export.md)",

@@ -722,8 +722,9 @@ wt_status *wt_srv_finish(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
   wt_srv_round_ended_locked(srv, true, WT_CAUSE_COUNT, version, seq);
   srv->round.committed_round = round;
   WT_LOGI("server",
-          "round %" PRIu64 " committed version '%s' (sequence %" PRIu64 ")",
-          round, version, seq);
+          "round %" PRIu64 " committed version '%s' (sequence %" PRIu64 ")%s%s",
+          round, version, seq, srv->base ? " of " : "",
+          srv->base ? srv->config.model_name : "");
   srv->round.round_id = 0;
   srv->round.busy = NULL;
   pthread_cond_broadcast(&srv->round.cv);

@@ -76,8 +76,10 @@ static wt_status *check_exposure(const wt_server_options *o, const char *host) {
 /* What one worker's thread loads. */
 typedef struct load_arg {
   wt_server *srv;
-  const char *layout;      /* synthetic, or */
-  const wt_checkpoint *ck; /* a checkpoint, shared read-only */
+  const char *layout;          /* synthetic, or */
+  const wt_checkpoint *ck;     /* a checkpoint, shared read-only, or */
+  const wt_tensor_meta *metas; /* an adapter set's layout (zeros) */
+  size_t nmetas;
 } load_arg;
 
 static wt_status *load_store(wt_worker *w, void *arg) {
@@ -97,7 +99,8 @@ static wt_status *load_store(wt_worker *w, void *arg) {
   wt_status *st =
       a->layout != NULL
           ? wt_param_store_from_synthetic(a->layout, 0, &cfg, &store)
-          : wt_param_store_from_checkpoint(a->ck, &cfg, &store);
+      : a->metas != NULL ? wt_param_store_new(a->metas, a->nmetas, &cfg, &store)
+                         : wt_param_store_from_checkpoint(a->ck, &cfg, &store);
   if (st != NULL)
     return wt_status_prefix(st, "worker %u (%s)", wt_worker_rank(w),
                             wt_worker_device_name(w));
@@ -192,6 +195,11 @@ static void on_shutdown(void *user) {
   wt_srv_end_watchers(srv);
   wt_srv_health_changed(srv); /* NOT_SERVING, then the streams end */
   wt_srv_health_end(srv);
+  wt_srv_adapters_shutdown(srv);
+}
+
+void wt_srv_shutdown(wt_server *srv) {
+  on_shutdown(srv);
 }
 
 static void server_free(wt_server *srv) {
@@ -223,6 +231,11 @@ static void server_free(wt_server *srv) {
     free((char *)srv->config.engine_options[i].value);
   }
   free(srv->config.engine_options);
+  free((char *)srv->config.slot.export_path);
+  free((unsigned *)srv->config.slot.export_allow_uids);
+  free((unsigned *)srv->config.slot.export_allow_gids);
+  pthread_mutex_destroy(&srv->adapters.mu);
+  pthread_mutex_destroy(&srv->adapters.create_mu);
   pthread_mutex_destroy(&srv->watch.mu);
   pthread_mutex_destroy(&srv->health.mu);
   pthread_cond_destroy(&srv->round.cv);
@@ -326,6 +339,9 @@ void wt_server_options_defaults(wt_server_options *o) {
   if (o->reader_bytes_per_sec == 0)
     o->reader_bytes_per_sec = WT_SERVER_DEFAULT_READER_BYTES_PER_SEC;
   if (o->lease_wait_ms == 0) o->lease_wait_ms = WT_SERVER_DEFAULT_LEASE_WAIT_MS;
+  if (o->max_adapters == 0) o->max_adapters = WT_SERVER_DEFAULT_MAX_ADAPTERS;
+  if (o->max_adapter_bytes == 0)
+    o->max_adapter_bytes = WT_SERVER_DEFAULT_MAX_ADAPTER_BYTES;
 }
 
 /* The options' ranges (after wt_server_options_defaults), before anything
@@ -361,6 +377,40 @@ static wt_status *check_options(const wt_server_options *o) {
   return NULL;
 }
 
+/* What an adapter set's server needs of the start's options
+ * (wt_srv_config.slot). */
+static wt_status *keep_slot_options(wt_server *srv,
+                                    const wt_server_options *o) {
+  wt_server_options *k = &srv->config.slot;
+  *k = (wt_server_options){
+      .staging = o->staging,
+      .memory = o->memory,
+      .round_timeout_ms = o->round_timeout_ms,
+      .data_timeout_ms = o->data_timeout_ms,
+      .max_receive_message_bytes = o->max_receive_message_bytes,
+      .engine_check_ms = o->engine_check_ms,
+      .lease_wait_ms = o->lease_wait_ms,
+      .export_idle_ms = o->export_idle_ms,
+      .export_frame_ms = o->export_frame_ms,
+      .max_adapters = o->max_adapters,
+      .max_adapter_bytes = o->max_adapter_bytes,
+  };
+  size_t nu = o->export_allow_uids ? o->n_export_allow_uids : 0;
+  size_t ng = o->export_allow_gids ? o->n_export_allow_gids : 0;
+  unsigned *uids = nu ? malloc(nu * sizeof(*uids)) : NULL;
+  unsigned *gids = ng ? malloc(ng * sizeof(*gids)) : NULL;
+  k->export_allow_uids = uids;
+  k->export_allow_gids = gids;
+  if (o->export_path != NULL) k->export_path = strdup(o->export_path);
+  if ((nu && !uids) || (ng && !gids) || (o->export_path && !k->export_path))
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "server: out of memory");
+  if (nu) memcpy(uids, o->export_allow_uids, nu * sizeof(*uids));
+  if (ng) memcpy(gids, o->export_allow_gids, ng * sizeof(*gids));
+  k->n_export_allow_uids = nu;
+  k->n_export_allow_gids = ng;
+  return NULL;
+}
+
 /* A server with its fixed settings and its locks, no thread yet. */
 static wt_status *server_new(const wt_server_options *o, uint32_t nworkers,
                              wt_server **out) {
@@ -373,6 +423,8 @@ static wt_status *server_new(const wt_server_options *o, uint32_t nworkers,
   pthread_mutex_init(&srv->readers.mu, NULL);
   pthread_mutex_init(&srv->watch.mu, NULL);
   pthread_mutex_init(&srv->health.mu, NULL);
+  pthread_mutex_init(&srv->adapters.mu, NULL);
+  pthread_mutex_init(&srv->adapters.create_mu, NULL);
   *out = srv; /* from here on, wt_server_stop releases it */
   wt_srv_config *c = &srv->config;
   c->health_grace_ms = o->health_grace_ms;
@@ -396,10 +448,10 @@ static wt_status *server_new(const wt_server_options *o, uint32_t nworkers,
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
   srv->nworkers = nworkers; /* what wt_server_stop walks */
   WT_CHECK(listen_host(o->listen, &c->host));
-  WT_CHECK(check_exposure(o, c->host));
   c->engines = o->engine_registry;
   if (c->engines == NULL) WT_CHECK(wt_engine_registry(&c->engines));
   WT_CHECK(copy_engine_options(srv, o));
+  WT_CHECK(keep_slot_options(srv, o));
 out:
   return st;
 }
@@ -608,6 +660,7 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
         devices[i].type == WT_DEVICE_CUDA ? WT_MEM_DEVICE : o.memory,
         devices[i]));
   WT_CHECK(server_new(&o, ndevices, &srv));
+  WT_CHECK(check_exposure(&o, srv->config.host));
   WT_CHECK(auth_start(srv, &o));
   WT_CHECK(workers_start(srv, &o, devices));
   WT_CHECK(load_model(srv, o.model));
@@ -624,6 +677,54 @@ wt_status *wt_server_start(const wt_server_options *opts, wt_server **out) {
           : srv->auth.ntokens ? ", bearer tokens"
                               : ", no tokens: any process that reaches the "
                                 "port may call");
+  *out = srv;
+  srv = NULL;
+out:
+  free(devices);
+  if (srv != NULL) wt_server_stop(srv);
+  return st;
+}
+
+wt_status *wt_srv_slot_start(wt_server *base, const char *name,
+                             const wt_tensor_meta *metas, size_t n,
+                             const char *export_path, wt_server **out) {
+  wt_status *st = NULL;
+  wt_server *srv = NULL;
+  wt_device *devices = NULL;
+  char model[128];
+  *out = NULL;
+  snprintf(model, sizeof(model), "adapter:%s", name);
+  wt_server_options o = base->config.slot;
+  o.listen = base->config.listen;
+  o.model = model;
+  o.engine_registry = base->config.engines;
+  o.engine_options = base->config.engine_options;
+  o.n_engine_options = base->config.n_engine_options;
+  o.embed = NULL; /* an embedding engine's buffers are the model's */
+  o.export_path = export_path;
+  o.max_send_message_bytes = base->config.max_send_bytes > INT32_MAX
+                                 ? -1
+                                 : (int)base->config.max_send_bytes;
+  o.header_timeout_ms = base->config.header_timeout_ms;
+  o.drain_ms = base->config.drain_ms;
+  devices = calloc(base->nworkers, sizeof(*devices));
+  if (devices == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
+  for (uint32_t i = 0; i < base->nworkers; i++)
+    devices[i] = wt_worker_device(base->workers[i]);
+  WT_CHECK(server_new(&o, base->nworkers, &srv));
+  srv->base = base;
+  srv->auth.mode = base->auth.mode;
+  WT_CHECK(workers_start(srv, &o, devices));
+  wt_worker_op *ops = calloc(srv->nworkers, sizeof(*ops));
+  if (ops == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "server: out of memory");
+  load_arg a = {.srv = srv, .metas = metas, .nmetas = n};
+  wt_worker_op proto = {.kind = WT_WORKER_OP_CALL, .fn = load_store, .arg = &a};
+  st = wt_srv_run_all(srv, ops, &proto);
+  free(ops);
+  if (st != NULL) goto out;
+  WT_CHECK(watchdog_start(srv));
+  WT_CHECK(wt_hash_pool_new(1, WT_SERVER_READER_NICE, &srv->readers.hashers));
+  WT_CHECK(export_start(srv, &o));
   *out = srv;
   srv = NULL;
 out:
@@ -687,6 +788,8 @@ void wt_server_stop(wt_server *srv) {
   if (srv->rpc != NULL) wt_rpc_server_shutdown(srv->rpc, srv->config.drain_ms);
   /* Also when the RPC server never started, so the watchdog ends. */
   on_shutdown(srv);
+  /* No handler runs now: the adapter sets' servers go. */
+  wt_srv_adapters_stop(srv);
   if (srv->watchdog_started) pthread_join(srv->watchdog, NULL);
   server_free(srv);
 }

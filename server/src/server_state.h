@@ -120,7 +120,25 @@ typedef struct wt_srv_config {
   uint64_t max_send_bytes; /* the largest reply gRPC will send */
   int64_t started_unix_ms;
   wt_registry *engines; /* never NULL after start */
+  /* What an adapter set's server (adapters.c) is made with: the start's
+   * options after their defaults, with export_path and the export's uid
+   * and gid lists owned (freed with the config) and every other pointer
+   * NULL. */
+  wt_server_options slot;
 } wt_srv_config;
+
+/* The LoRA adapter sets held beside the model (adapters.c, docs/lora.md),
+ * under `mu`, which is taken alone or before a set's own locks (never
+ * while a set's server starts or stops). Sets are
+ * created by their first init and live until the server stops. */
+typedef struct wt_srv_adapters {
+  pthread_mutex_t mu;
+  pthread_mutex_t create_mu; /* one set made at a time, taken before mu */
+  struct wt_srv_adapter **list;
+  size_t n;
+  uint64_t bytes; /* every set's bytes, per worker */
+  bool stopping;
+} wt_srv_adapters;
 
 /* The bearer tokens (server.c, at start), which the RPC server checks. */
 typedef struct wt_srv_auth {
@@ -241,6 +259,10 @@ struct wt_server {
   wt_srv_watch watch;
   wt_srv_health health;
   wt_srv_metrics metrics;
+  wt_srv_adapters adapters;
+  /* An adapter set's server: the model's server it is held beside (its
+   * RPC server, tokens and metrics serve both); NULL for that server. */
+  wt_server *base;
 };
 
 /* The calling thread's log lines name round `round_id` from now on (the
@@ -547,6 +569,51 @@ WT_HIDDEN void wt_srv_round_ended_locked(wt_server *srv, bool committed,
 WT_HIDDEN uint64_t wt_srv_round_bytes_locked(wt_server *srv, uint32_t i,
                                              uint64_t received_now);
 WT_HIDDEN void wt_srv_rounds_free(wt_server *srv);
+
+/* --- adapters.c ------------------------------------------------------------
+ */
+
+/* The server a call naming `adapter` works on: srv itself for NULL or "",
+ * else the adapter set's. NOT_FOUND naming the adapter when the server has
+ * no such set (INVALID_ARGUMENT for a name no set can have). */
+WT_HIDDEN wt_status *wt_srv_route(wt_server *srv, const char *adapter,
+                                  wt_server **out);
+
+/* The adapter set `spec` describes: made from it at its first init (a
+ * store per worker, its own round and export; RESOURCE_EXHAUSTED past
+ * --max-adapters or --max-adapter-bytes), else checked against the spec
+ * that made it (wt_adapter_spec_same). */
+WT_HIDDEN wt_status *wt_srv_adapter_open(wt_server *srv,
+                                         const Wt__V1__AdapterSpec *spec,
+                                         wt_server **out);
+
+/* GetServerInfo's adapters: *out (n entries, each with its strings) is
+ * freed with wt_srv_adapters_info_free. */
+WT_HIDDEN wt_status *wt_srv_adapters_info(wt_server *srv,
+                                          Wt__V1__AdapterInfo ***out,
+                                          size_t *n);
+WT_HIDDEN void wt_srv_adapters_info_free(Wt__V1__AdapterInfo **info, size_t n);
+
+/* From the server's shutdown: every set's round ends and no set is made
+ * from now on. */
+WT_HIDDEN void wt_srv_adapters_shutdown(wt_server *srv);
+/* Stops and frees every set (after the RPC server stopped). */
+WT_HIDDEN void wt_srv_adapters_stop(wt_server *srv);
+
+/* --- server.c (for adapters.c) ---------------------------------------------
+ */
+
+/* An adapter set's server beside `base`: base's settings and devices, a
+ * store of metas[0..n) per worker (zeros, no version yet), its own round,
+ * watchdog, hashing thread and, when export_path is not NULL, its export
+ * there. No RPC server: base's routes calls to it (wt_srv_route). Stopped
+ * with wt_server_stop. */
+WT_HIDDEN wt_status *wt_srv_slot_start(wt_server *base, const char *name,
+                                       const wt_tensor_meta *metas, size_t n,
+                                       const char *export_path,
+                                       wt_server **out);
+/* From the server's shutdown (server.c's on_shutdown) for a set's. */
+WT_HIDDEN void wt_srv_shutdown(wt_server *srv);
 /* The name of a cause ("timeout"). Static. */
 WT_HIDDEN const char *wt_srv_cause_name(wt_srv_cause cause);
 

@@ -101,6 +101,8 @@ static wt_status *get_server_info(wt_rpc_call *call,
   Wt__V1__BackendInfo **bp = NULL;
   const char *(*kinds)[WT_MEM_KIND_COUNT] = NULL;
   char(*reasons)[256] = NULL;
+  Wt__V1__AdapterInfo **adapters = NULL;
+  size_t nadapters = 0;
   uint32_t n = srv->nworkers;
   Wt__V1__WorkerInfo *wi = calloc(n, sizeof(*wi));
   Wt__V1__WorkerInfo **wp = calloc(n, sizeof(*wp));
@@ -162,6 +164,10 @@ static wt_status *get_server_info(wt_rpc_call *call,
   }
   info.n_workers = n;
   info.workers = wp;
+  /* The adapter sets, before the round's lock (their locks come first). */
+  WT_CHECK(wt_srv_adapters_info(srv, &adapters, &nadapters));
+  info.n_adapters = nadapters;
+  info.adapters = adapters;
   /* The export's leases: who holds what, for an operator to see. */
   wt_lease_info held[64];
   Wt__V1__LeaseInfo li[64];
@@ -248,6 +254,7 @@ out:
   free(wi);
   free(wp);
   free(ws);
+  wt_srv_adapters_info_free(adapters, nadapters);
   return st;
 }
 
@@ -261,10 +268,11 @@ static wt_status *get_world_size(wt_rpc_call *call,
 
 static wt_status *list_parameters(wt_rpc_call *call,
                                   const ProtobufCMessage *request, void *user) {
-  wt_server *srv = user;
+  wt_server *srv = NULL;
   const Wt__V1__ListParametersRequest *req =
       (const Wt__V1__ListParametersRequest *)request;
-  wt_status *st = NULL;
+  wt_status *st = wt_srv_route(user, req->adapter, &srv);
+  if (st != NULL) return st;
   const wt_param_store *s = store0(srv);
   size_t total = wt_param_store_count(s);
   const char *prefix = req->name_prefix ? req->name_prefix : "";
@@ -330,6 +338,15 @@ static wt_status *init_engine(wt_rpc_call *call,
   const Wt__V1__InitWeightTransferEngineRequest *req =
       (const Wt__V1__InitWeightTransferEngineRequest *)request;
   wt_status *st = NULL;
+  if (req->init_info != NULL && req->init_info->adapter != NULL) {
+    if (req->init_info->shard_plan != NULL)
+      return wt_status_new(WT_INVALID_ARGUMENT,
+                           "init_info: adapter '%s' with a shard_plan; an "
+                           "adapter set's rounds come from one trainer rank",
+                           req->init_info->adapter->name);
+    st = wt_srv_adapter_open(user, req->init_info->adapter, &srv);
+    if (st != NULL) return st;
+  }
   uint32_t n = srv->nworkers;
   wt_engine_endpoint *eps = calloc(n, sizeof(*eps));
   Wt__V1__WorkerEndpoint *we = calloc(n, sizeof(*we));
@@ -370,12 +387,14 @@ static wt_status *start_update(wt_rpc_call *call,
   const Wt__V1__StartWeightUpdateRequest *req =
       (const Wt__V1__StartWeightUpdateRequest *)request;
   wt_status *st = NULL;
+  wt_server *srv = NULL;
   Wt__V1__StartWeightUpdateResponse resp =
       WT__V1__START_WEIGHT_UPDATE_RESPONSE__INIT;
+  WT_CHECK(wt_srv_route(user, req->adapter, &srv));
   WT_CHECK(
-      wt_srv_start(user, req->trainer_rank, req->plan_digest, &resp.round_id));
+      wt_srv_start(srv, req->trainer_rank, req->plan_digest, &resp.round_id));
   /* The round is this caller's now: nobody commits before its finish. */
-  wt_srv_committed(user, &resp.committed_sequence, &resp.committed_digest);
+  wt_srv_committed(srv, &resp.committed_sequence, &resp.committed_digest);
   st = wt_rpc_call_respond(call, &resp.base);
 out:
   return st;
@@ -393,12 +412,14 @@ static wt_status *update_weights(wt_rpc_call *call,
                                  const ProtobufCMessage *request, void *user) {
   const Wt__V1__UpdateWeightsRequest *req =
       (const Wt__V1__UpdateWeightsRequest *)request;
-  wt_status *st = NULL;
+  wt_server *srv = NULL;
   wt_receive_stats stats = {0};
+  wt_status *st = wt_srv_route(user, req->adapter, &srv);
+  if (st != NULL) return st;
   /* A trainer gone mid-receive (its call cancelled) stops the workers'
    * receives at once; wt_srv_update then ends the round. */
-  wt_rpc_call_set_cancel_callback(call, cancel_receives, user);
-  st = wt_srv_update(user, call, req->round_id, req->trainer_rank,
+  wt_rpc_call_set_cancel_callback(call, cancel_receives, srv);
+  st = wt_srv_update(srv, call, req->round_id, req->trainer_rank,
                      req->update_info, &stats);
   wt_rpc_call_set_cancel_callback(call, NULL, NULL);
   if (st != NULL) goto out;
@@ -414,8 +435,10 @@ static wt_status *finish_update(wt_rpc_call *call,
                                 const ProtobufCMessage *request, void *user) {
   const Wt__V1__FinishWeightUpdateRequest *req =
       (const Wt__V1__FinishWeightUpdateRequest *)request;
-  wt_status *st = NULL;
-  WT_CHECK(wt_srv_finish(user, call, req->round_id, req->trainer_rank,
+  wt_server *srv = NULL;
+  wt_status *st = wt_srv_route(user, req->adapter, &srv);
+  if (st != NULL) return st;
+  WT_CHECK(wt_srv_finish(srv, call, req->round_id, req->trainer_rank,
                          req->weight_version));
   Wt__V1__FinishWeightUpdateResponse resp =
       WT__V1__FINISH_WEIGHT_UPDATE_RESPONSE__INIT;
@@ -429,9 +452,11 @@ static wt_status *abort_update(wt_rpc_call *call,
                                const ProtobufCMessage *request, void *user) {
   const Wt__V1__AbortWeightUpdateRequest *req =
       (const Wt__V1__AbortWeightUpdateRequest *)request;
-  wt_status *st = NULL;
+  wt_server *srv = NULL;
   bool aborted = false;
-  WT_CHECK(wt_srv_abort(user, req->round_id, req->reason, &aborted));
+  wt_status *st = wt_srv_route(user, req->adapter, &srv);
+  if (st != NULL) return st;
+  WT_CHECK(wt_srv_abort(srv, req->round_id, req->reason, &aborted));
   Wt__V1__AbortWeightUpdateResponse resp =
       WT__V1__ABORT_WEIGHT_UPDATE_RESPONSE__INIT;
   resp.aborted = aborted;
@@ -510,6 +535,8 @@ static wt_status *push_weights(wt_rpc_call *call,
                 "PushWeights message %" PRIu64
                 ": a second header; one PushWeights call carries one header",
                 nmsg);
+      /* From here on the push and its deadlines are the named set's. */
+      WT_CHECK(wt_srv_route(user, h->adapter, &srv));
       WT_CHECK(wt_srv_push_begin(srv, call, h->round_id, h->trainer_rank,
                                  h->update_info, h->packed_buffer_size_bytes,
                                  h->delta_base, &push));
@@ -585,7 +612,11 @@ out:
 static wt_status *get_weight_version(wt_rpc_call *call,
                                      const ProtobufCMessage *request,
                                      void *user) {
-  wt_server *srv = user;
+  wt_server *srv = NULL;
+  const Wt__V1__GetWeightVersionRequest *req =
+      (const Wt__V1__GetWeightVersionRequest *)request;
+  wt_status *rst = wt_srv_route(user, req->adapter, &srv);
+  if (rst != NULL) return rst;
   Wt__V1__WeightVersion v = WT__V1__WEIGHT_VERSION__INIT;
   pthread_mutex_lock(&srv->round.mu);
   if (srv->round.sequence > 0) {
@@ -650,12 +681,13 @@ static bool halted(void *arg) {
 static wt_status *checksum_weights(wt_rpc_call *call,
                                    const ProtobufCMessage *request,
                                    void *user) {
-  wt_server *srv = user;
+  wt_server *srv = NULL;
   wt_reader_budget *budget = NULL;
   wt_hasher *h = NULL;
   const Wt__V1__ChecksumWeightsRequest *req =
       (const Wt__V1__ChecksumWeightsRequest *)request;
-  wt_status *st = NULL;
+  wt_status *st = wt_srv_route(user, req->adapter, &srv);
+  if (st != NULL) return st;
   wt_param_store *s0 = store0(srv);
   size_t *idx = NULL;
   unsigned char *seen = NULL;
@@ -729,7 +761,9 @@ static wt_status *checksum_weights(wt_rpc_call *call,
    * Every part is paid for from the peer's budget (reader_budget.c). */
   char key[80];
   wt_rpc_call_peer_key(call, key, sizeof(key));
-  budget = wt_srv_budget_take(srv, key);
+  /* Readers pay from the model server's budgets for every set they read. */
+  wt_server *bsrv = srv->base ? srv->base : srv;
+  budget = wt_srv_budget_take(bsrv, key);
   WT_CHECK(wt_hasher_new(alg, &h));
   halt_arg ha = {srv, call};
   for (uint32_t w = 0; w < nw; w++) {
@@ -770,7 +804,7 @@ static wt_status *checksum_weights(wt_rpc_call *call,
         off += part;
         /* Halted while it waits: the next part's check says so. */
         if (st == NULL && part > 0)
-          wt_srv_budget_spend(srv, budget, part, halted, &ha);
+          wt_srv_budget_spend(bsrv, budget, part, halted, &ha);
       } while (st == NULL && off < size);
       if (st == NULL) wt_hasher_final_hex(h, hex[w * n + k]);
     }
@@ -793,7 +827,8 @@ static wt_status *checksum_weights(wt_rpc_call *call,
   st = wt_rpc_call_respond(call, &resp.base);
 out:
   wt_hasher_free(h);
-  wt_srv_budget_release(srv, budget);
+  if (budget != NULL)
+    wt_srv_budget_release(srv->base ? srv->base : srv, budget);
   free(idx);
   free(seen);
   free(commits);

@@ -13,7 +13,8 @@
  * under srv->watch.mu; each remembers the next sequence it is owed. */
 struct wt_watcher {
   wt_rpc_stream *stream;
-  uint64_t next; /* the sequence to send next */
+  wt_server *srv; /* the model's server or an adapter set's */
+  uint64_t next;  /* the sequence to send next */
   wt_watcher *prev, *nextw;
 };
 
@@ -67,12 +68,17 @@ void wt_srv_end_watchers(wt_server *srv) {
  * commit after it. */
 wt_status *wt_srv_watch_open(wt_rpc_stream *s, const ProtobufCMessage *request,
                              void *user) {
-  wt_server *srv = user;
+  wt_server *srv = NULL;
+  const Wt__V1__WatchWeightVersionRequest *req =
+      (const Wt__V1__WatchWeightVersionRequest *)request;
+  wt_status *st = wt_srv_route(user, req->adapter, &srv);
+  if (st != NULL) return st;
   wt_watcher *w = calloc(1, sizeof(*w));
   if (w == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED,
                          "WatchWeightVersion: out of memory");
   w->stream = s;
+  w->srv = srv;
   wt_rpc_stream_set_user(s, w);
   pthread_mutex_lock(&srv->watch.mu);
   pthread_mutex_lock(&srv->round.mu);
@@ -90,8 +96,9 @@ wt_status *wt_srv_watch_open(wt_rpc_stream *s, const ProtobufCMessage *request,
 }
 
 void wt_srv_watch_closed(wt_rpc_stream *s, void *user) {
-  wt_server *srv = user;
+  (void)user;
   wt_watcher *w = wt_rpc_stream_user(s);
+  wt_server *srv = w->srv;
   pthread_mutex_lock(&srv->watch.mu);
   if (w->prev)
     w->prev->nextw = w->nextw;

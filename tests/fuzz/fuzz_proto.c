@@ -25,6 +25,7 @@
 
 #include "backends/grpc/grpc_shared.h"
 #include "wt/pb.h"
+#include "wt/adapter_spec.h"
 #include "wt/shard_plan.h"
 #include "wt/v1/wt.pb-c.h"
 
@@ -219,10 +220,38 @@ static void plan(const uint8_t *data, size_t size) {
   wt__v1__shard_plan__free_unpacked(m, NULL);
 }
 
+/* The input as an adapter spec (a stranger's init, docs/lora.md): the
+ * server's check must not crash; a spec it accepts has the layout it says
+ * (every tensor a matrix of its rank), equals itself, and completing it
+ * again changes nothing the check sees. */
+static void adapter(const uint8_t *data, size_t size) {
+  const ProtobufCMessageDescriptor *d = &wt__v1__adapter_spec__descriptor;
+  Wt__V1__AdapterSpec *m = wt__v1__adapter_spec__unpack(NULL, size, data);
+  if (m == NULL) return;
+  wt_tensor_meta *metas = NULL;
+  size_t n = 0;
+  wt_status *st = wt_adapter_spec_check(m, &metas, &n);
+  if (st == NULL) {
+    if (n != m->n_tensors || n == 0) fail(d, "accepted with another count");
+    for (size_t i = 0; i < n; i++)
+      if (metas[i].ndim != 2 || (metas[i].shape[0] != (int64_t)m->rank &&
+                                 metas[i].shape[1] != (int64_t)m->rank))
+        fail(d, "accepted a tensor not of the spec's rank");
+    wt_status *same = wt_adapter_spec_same(m, m);
+    if (same != NULL) fail(d, wt_status_message(same));
+    wt_status *again = wt_adapter_spec_complete(m, NULL, 0);
+    if (again != NULL) fail(d, wt_status_message(again));
+  }
+  wt_status_free(st);
+  wt_tensor_meta_array_free(metas, n);
+  wt__v1__adapter_spec__free_unpacked(m, NULL);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const ProtobufCServiceDescriptor *svc = &wt__v1__weight_transfer__descriptor;
   chunk(data, size);
   plan(data, size);
+  adapter(data, size);
   for (unsigned i = 0; i < svc->n_methods; i++) {
     one(svc->methods[i].input, data, size);
     one(svc->methods[i].output, data, size);

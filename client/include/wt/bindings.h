@@ -36,7 +36,7 @@ wt_status *wt_bindings_client_new(const char *const *targets, size_t n,
                                   int64_t timeout_ms, int64_t data_timeout_ms,
                                   const char *token_file,
                                   const char *runtime_base,
-                                  bool no_token_discovery,
+                                  bool no_token_discovery, const char *adapter,
                                   wt_sync_client **out);
 
 /* wt_sync_client_new_with, the same options. Takes `cp` in every case. */

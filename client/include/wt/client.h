@@ -88,6 +88,11 @@ typedef struct wt_client_options {
    * /run/user/UID or /tmp/wt-UID). no_token_discovery: never look. */
   const char *runtime_base;
   bool no_token_discovery;
+  /* The LoRA adapter set every call of this client names (docs/lora.md):
+   * its rounds, versions, checksums and parameters instead of the model's.
+   * NULL: the model, or the set an init's adapter spec names
+   * (WeightTransferInitInfo.adapter). Copied. */
+  const char *adapter;
 } wt_client_options;
 
 /* Progress of a transfer, reported by trainer engines. */
@@ -125,6 +130,10 @@ wt_status *wt_sync_client_new_with(wt_control_plane *cp,
 void wt_sync_client_destroy(wt_sync_client *c);
 
 size_t wt_sync_client_server_count(const wt_sync_client *c);
+/* The adapter set this client's calls name (docs/lora.md): the options',
+ * else that of its last init's adapter spec; "" for the model. Owned by the
+ * client. */
+const char *wt_sync_client_adapter(const wt_sync_client *c);
 /* Target of server k as given; owned by the client. */
 const char *wt_sync_client_target(const wt_sync_client *c, size_t k);
 
@@ -204,8 +213,11 @@ void wt_param_checksums_free(wt_param_checksum *sums, size_t n);
  * started; the trainer's connect (a rendezvous) while they are pending; then
  * every answer. `info` stays the caller's (the client keeps a copy for a
  * re-init). A backend not in the registry is NOT_FOUND listing the names,
- * before any server is called. The caller owns *trainer
- * (wt_trainer_destroy()). */
+ * before any server is called. With an adapter set (info->adapter, or the
+ * client's options.adapter), the spec is completed first from `source`'s
+ * tensors (wt/adapter_spec.h: its tensors, rank and target modules when
+ * left out; alpha must be given) and every server makes or checks the set.
+ * The caller owns *trainer (wt_trainer_destroy()). */
 wt_status *wt_sync_client_init_transfer(
     wt_sync_client *c, const Wt__V1__WeightTransferInitInfo *info,
     wt_source *source, wt_trainer **trainer);

@@ -44,7 +44,10 @@ class Client:
     `token_file`, a server of this user on this host is found through the
     token file it wrote (its runtime directory: `runtime_base`, by default
     $XDG_RUNTIME_DIR as wt's tools use it); `token_discovery=False` never
-    looks.
+    looks. `adapter` names the LoRA adapter set every call works on
+    (docs/lora.md): its rounds, versions, checksums and parameters instead
+    of the model's; an init whose info carries an adapter spec
+    (`wt_transfer.lora.adapter_init_info`) sets it too.
     """
 
     def __init__(self, servers: Union[str, Sequence[str]], *,
@@ -52,7 +55,8 @@ class Client:
                  data_timeout: Optional[float] = None,
                  token_file: Optional[str] = None,
                  runtime_base: Optional[str] = None,
-                 token_discovery: bool = True) -> None:
+                 token_discovery: bool = True,
+                 adapter: Optional[str] = None) -> None:
         if isinstance(servers, str):
             servers = [servers]
         servers = list(servers)
@@ -68,7 +72,8 @@ class Client:
             arr, len(servers), _ms(timeout), _ms(data_timeout),
             token_file.encode() if token_file else None,
             runtime_base.encode() if runtime_base else None,
-            not token_discovery, byref(self._h)))
+            not token_discovery, adapter.encode() if adapter else None,
+            byref(self._h)))
         self.servers = servers
 
     @classmethod
@@ -220,6 +225,11 @@ class Client:
             q["shape"] = [int(x) for x in q["shape"]]
             q["nbytes"] = int(q.get("nbytes", 0))
         return params
+
+    @property
+    def adapter(self) -> str:
+        """The adapter set this client's calls name ("" for the model)."""
+        return _lib.lib().wt_sync_client_adapter(self._handle()).decode()
 
     def server_info(self, server: int = 0) -> dict:
         """GetServerInfo of one server, as a dict of wt.v1.ServerInfo's fields."""

@@ -39,6 +39,19 @@ def _options(config) -> dict:
     return out
 
 
+def _adapter_from_source(init_info, source):
+    """An adapter spec (docs/lora.md) without tensors takes the source's:
+    the C client completes rank and target modules from them."""
+    adapter = (init_info or {}).get("adapter")
+    if not isinstance(adapter, dict) or adapter.get("tensors"):
+        return init_info
+    md = source.metadata
+    md = md() if callable(md) else md
+    tensors = [{"name": m.name, "dtype": str(m.dtype).replace("torch.", ""),
+                "shape": [int(d) for d in m.shape]} for m in md]
+    return dict(init_info, adapter=dict(adapter, tensors=tensors))
+
+
 class CTrainerEngine:
     """A trainer engine of libwt_client (the backend named `backend`)."""
 
@@ -85,6 +98,7 @@ class CTrainerEngine:
                                  "fields (or None)")
         if source is None or not hasattr(source, "metadata"):
             raise ValueError("source: a WeightSource (metadata and iteration)")
+        init_info = _adapter_from_source(init_info, source)
         L = _lib.lib()
         # Built once in C, and checked before any client is touched.
         info = c_void_p()

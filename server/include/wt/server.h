@@ -41,6 +41,8 @@ WT_API_BEGIN
 #define WT_SERVER_DEFAULT_READER_CALLS 16
 #define WT_SERVER_DEFAULT_WATCHERS 16384
 #define WT_SERVER_DEFAULT_LEASE_WAIT_MS 10000u
+#define WT_SERVER_DEFAULT_MAX_ADAPTERS 16u
+#define WT_SERVER_DEFAULT_MAX_ADAPTER_BYTES (8ull << 30)
 /* One peer's share (a user on this host, an address beyond it): reader
  * calls running or waiting, watch streams open, and the bytes a second its
  * checksums may hash. */
@@ -169,6 +171,12 @@ typedef struct wt_server_options {
    * NULL: none. A host beyond loopback needs `insecure`, as `listen` does
    * without TLS (the metrics are plaintext and carry no token). */
   const char *metrics_listen;
+  /* LoRA adapter sets (docs/lora.md), each made by its first init: at most
+   * max_adapters of them (WT_SERVER_DEFAULT_MAX_ADAPTERS), holding at most
+   * max_adapter_bytes per worker in all (WT_SERVER_DEFAULT_MAX_ADAPTER_BYTES;
+   * on top of the model). 0: the defaults. */
+  uint32_t max_adapters;
+  uint64_t max_adapter_bytes;
 } wt_server_options;
 
 typedef struct wt_server wt_server;

@@ -1,0 +1,248 @@
+/* adapters.c: LoRA adapter sets held beside the model (docs/lora.md).
+ *
+ * Each set is a server of its own (wt_srv_slot_start): a store per worker
+ * laid out by the spec of its first init, its own round state, versions,
+ * watchers and export, so an adapter's rounds never touch the model's
+ * round or reallocate its store. It has no RPC server: the model's server
+ * takes every call and routes it by the adapter it names (wt_srv_route),
+ * with the same tokens and admission. Sets are never removed while the
+ * server runs, so a routed pointer stays valid for the call.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server_state.h"
+#include "wt/adapter_spec.h"
+#include "wt/log.h"
+#include "wt/param_store.h"
+#include "wt/pb.h"
+
+typedef struct wt_srv_adapter {
+  Wt__V1__AdapterSpec *spec; /* owned: the first init's, with its name */
+  wt_server *slot;
+  uint64_t bytes; /* per worker */
+  char *export_path;
+} wt_srv_adapter;
+
+/* Under mu. */
+static wt_srv_adapter *find_locked(wt_server *srv, const char *name) {
+  for (size_t i = 0; i < srv->adapters.n; i++)
+    if (strcmp(srv->adapters.list[i]->spec->name, name) == 0)
+      return srv->adapters.list[i];
+  return NULL;
+}
+
+wt_status *wt_srv_route(wt_server *srv, const char *adapter, wt_server **out) {
+  *out = srv;
+  if (adapter == NULL || *adapter == '\0') return NULL;
+  wt_status *st = wt_adapter_name_check(adapter, "adapter");
+  if (st != NULL) return st;
+  pthread_mutex_lock(&srv->adapters.mu);
+  wt_srv_adapter *a = find_locked(srv, adapter);
+  if (a != NULL) *out = a->slot;
+  size_t n = srv->adapters.n;
+  pthread_mutex_unlock(&srv->adapters.mu);
+  if (a == NULL)
+    return wt_status_new(WT_NOT_FOUND,
+                         "adapter '%s': this server holds no such adapter set "
+                         "(%zu held; an init with its spec makes one)",
+                         adapter, n);
+  return NULL;
+}
+
+/* A deep copy of `spec` (pack and unpack). */
+static wt_status *spec_copy(const Wt__V1__AdapterSpec *spec,
+                            Wt__V1__AdapterSpec **out) {
+  size_t len = wt__v1__adapter_spec__get_packed_size(spec);
+  uint8_t *buf = malloc(len ? len : 1);
+  if (buf == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "adapter: out of memory");
+  wt__v1__adapter_spec__pack(spec, buf);
+  *out = wt__v1__adapter_spec__unpack(NULL, len, buf);
+  free(buf);
+  return *out ? NULL
+              : wt_status_new(WT_RESOURCE_EXHAUSTED, "adapter: out of memory");
+}
+
+static void adapter_free(wt_srv_adapter *a) {
+  if (a == NULL) return;
+  if (a->spec) wt__v1__adapter_spec__free_unpacked(a->spec, NULL);
+  free(a->export_path);
+  free(a);
+}
+
+/* Makes the set of `spec` (checked, its layout metas[0..n)): the limits
+ * under mu, the set's server without it (its stores may take a while to
+ * allocate; routes of other calls go on meanwhile), then the list under mu
+ * again. Under create_mu, so one name is made once. */
+static wt_status *create(wt_server *srv, const Wt__V1__AdapterSpec *spec,
+                         const wt_tensor_meta *metas, size_t n,
+                         wt_srv_adapter **out) {
+  wt_status *st = NULL;
+  const wt_server_options *lim = &srv->config.slot;
+  wt_srv_adapter *a = NULL;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < n; i++) bytes += metas[i].nbytes;
+  pthread_mutex_lock(&srv->adapters.mu);
+  size_t held = srv->adapters.n;
+  uint64_t held_bytes = srv->adapters.bytes;
+  wt_srv_adapter **list =
+      realloc(srv->adapters.list, (held + 1) * sizeof(*list));
+  if (list != NULL) srv->adapters.list = list;
+  pthread_mutex_unlock(&srv->adapters.mu);
+  if (list == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "adapter: out of memory");
+  if (held >= lim->max_adapters)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED,
+            "adapter '%s': the server holds %zu adapter sets, its most "
+            "(wt-server --max-adapters)",
+            spec->name, held);
+  if (bytes > lim->max_adapter_bytes - held_bytes)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED,
+            "adapter '%s': %" PRIu64 " bytes per worker, with the %" PRIu64
+            " its %zu other set(s) hold, is above wt-server "
+            "--max-adapter-bytes (%" PRIu64 ")",
+            spec->name, bytes, held_bytes, held, lim->max_adapter_bytes);
+  if ((a = calloc(1, sizeof(*a))) == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "adapter: out of memory");
+  WT_CHECK(spec_copy(spec, &a->spec));
+  a->bytes = bytes;
+  if (srv->ex.path != NULL) {
+    size_t len = strlen(srv->ex.path) + strlen(spec->name) + 8;
+    if ((a->export_path = malloc(len)) == NULL)
+      WT_FAIL(WT_RESOURCE_EXHAUSTED, "adapter: out of memory");
+    snprintf(a->export_path, len, "%s.lora.%s", srv->ex.path, spec->name);
+  }
+  st = wt_srv_slot_start(srv, spec->name, metas, n, a->export_path, &a->slot);
+  if (st != NULL) {
+    st = wt_status_prefix(st, "adapter '%s'", spec->name);
+    goto out;
+  }
+  /* Listed even when the server began to stop meanwhile: the stop, which
+   * waits for this call, then stops it. */
+  pthread_mutex_lock(&srv->adapters.mu);
+  srv->adapters.list[srv->adapters.n++] = a;
+  srv->adapters.bytes += bytes;
+  pthread_mutex_unlock(&srv->adapters.mu);
+  WT_LOGI("server",
+          "adapter '%s': rank %u, alpha %g, %zu tensors, %" PRIu64
+          " bytes per worker%s%s",
+          spec->name, spec->rank, spec->alpha, n, bytes,
+          a->export_path ? ", export " : "",
+          a->export_path ? a->export_path : "");
+  *out = a;
+  a = NULL;
+out:
+  adapter_free(a);
+  return st;
+}
+
+wt_status *wt_srv_adapter_open(wt_server *srv, const Wt__V1__AdapterSpec *spec,
+                               wt_server **out) {
+  wt_status *st = NULL;
+  wt_tensor_meta *metas = NULL;
+  size_t n = 0;
+  *out = NULL;
+  if (srv->base != NULL)
+    return wt_status_new(WT_INTERNAL, "adapter: a set holds no sets");
+  WT_CHECK(wt_adapter_spec_check(spec, &metas, &n));
+  pthread_mutex_lock(&srv->adapters.create_mu);
+  pthread_mutex_lock(&srv->adapters.mu);
+  wt_srv_adapter *a = find_locked(srv, spec->name);
+  bool stopping = srv->adapters.stopping;
+  pthread_mutex_unlock(&srv->adapters.mu);
+  if (stopping)
+    st = wt_status_new(WT_UNAVAILABLE, "adapter '%s': the server is stopping",
+                       spec->name);
+  else if (a != NULL)
+    st = wt_adapter_spec_same(a->spec, spec);
+  else
+    st = create(srv, spec, metas, n, &a);
+  pthread_mutex_unlock(&srv->adapters.create_mu);
+  if (st == NULL) *out = a->slot;
+out:
+  wt_tensor_meta_array_free(metas, n);
+  return st;
+}
+
+void wt_srv_adapters_info_free(Wt__V1__AdapterInfo **info, size_t n) {
+  for (size_t i = 0; info != NULL && i < n; i++) {
+    if (info[i] == NULL) continue;
+    free(info[i]->weight_version);
+    free(info[i]);
+  }
+  free(info);
+}
+
+wt_status *wt_srv_adapters_info(wt_server *srv, Wt__V1__AdapterInfo ***out,
+                                size_t *nout) {
+  wt_status *st = NULL;
+  *out = NULL;
+  *nout = 0;
+  pthread_mutex_lock(&srv->adapters.mu);
+  size_t n = srv->adapters.n;
+  Wt__V1__AdapterInfo **info = calloc(n ? n : 1, sizeof(*info));
+  if (info == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "adapters: out of memory");
+  for (size_t i = 0; i < n; i++) {
+    const wt_srv_adapter *a = srv->adapters.list[i];
+    wt_server *slot = a->slot;
+    Wt__V1__AdapterInfo *ai = calloc(1, sizeof(*ai));
+    if (ai == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "adapters: out of memory");
+    info[i] = ai;
+    wt__v1__adapter_info__init(ai);
+    /* Borrowed from the set, which outlives the reply (sets are never
+     * removed while calls run); the version is copied under the set's
+     * round lock. */
+    ai->name = a->spec->name;
+    ai->rank = a->spec->rank;
+    ai->alpha = a->spec->alpha;
+    ai->n_target_modules = a->spec->n_target_modules;
+    ai->target_modules = a->spec->target_modules;
+    ai->num_tensors = (uint32_t)a->spec->n_tensors;
+    ai->total_bytes = a->bytes;
+    ai->export_path = a->export_path ? a->export_path : (char *)"";
+    pthread_mutex_lock(&slot->round.mu);
+    ai->sequence = slot->round.sequence;
+    ai->weight_version = strdup(
+        slot->round.sequence
+            ? slot->round.history[slot->round.sequence % WT_VERSION_HISTORY]
+                  .version
+            : "");
+    ai->state = (char *)wt_srv_state_locked(slot);
+    pthread_mutex_unlock(&slot->round.mu);
+    if (ai->weight_version == NULL)
+      WT_FAIL(WT_RESOURCE_EXHAUSTED, "adapters: out of memory");
+  }
+  *out = info;
+  *nout = n;
+  info = NULL;
+out:
+  pthread_mutex_unlock(&srv->adapters.mu);
+  wt_srv_adapters_info_free(info, n);
+  return st;
+}
+
+void wt_srv_adapters_shutdown(wt_server *srv) {
+  pthread_mutex_lock(&srv->adapters.mu);
+  srv->adapters.stopping = true;
+  for (size_t i = 0; i < srv->adapters.n; i++)
+    wt_srv_shutdown(srv->adapters.list[i]->slot);
+  pthread_mutex_unlock(&srv->adapters.mu);
+}
+
+void wt_srv_adapters_stop(wt_server *srv) {
+  pthread_mutex_lock(&srv->adapters.mu);
+  wt_srv_adapter **list = srv->adapters.list;
+  size_t n = srv->adapters.n;
+  srv->adapters.list = NULL;
+  srv->adapters.n = 0;
+  srv->adapters.bytes = 0;
+  srv->adapters.stopping = true;
+  pthread_mutex_unlock(&srv->adapters.mu);
+  for (size_t i = 0; i < n; i++) {
+    wt_server_stop(list[i]->slot);
+    adapter_free(list[i]);
+  }
+  free(list);
+}

@@ -17,13 +17,15 @@
 #include "wt_test.h"
 
 #define PREFIX "base_model.model.model.layers."
-#define NMOD 4 /* 2 layers x (q_proj, v_proj) */
+/* 2 layers x (q_proj, v_proj), of layers 1 and 2, which the "tiny" model
+ * does not have (its layer 0 is checked in test_against_the_model). */
+#define NMOD 4
 
 /* An adapter's layout: per module a lora_A [r, in] and a lora_B [out, r]. */
 static size_t adapter_metas(uint32_t r, int64_t in, int64_t out,
                             wt_tensor_meta *m) {
   size_t n = 0;
-  for (int l = 0; l < 2; l++)
+  for (int l = 1; l <= 2; l++)
     for (int k = 0; k < 2; k++) {
       char name[128];
       const char *mod = k == 0 ? "q_proj" : "v_proj";
@@ -80,7 +82,7 @@ static void test_spec_rules(void) {
   s->rank = 4;
   WT_ASSERT_ERR(wt_adapter_spec_check(s, NULL, NULL), WT_INVALID_ARGUMENT,
                 "tensor '" PREFIX
-                "0.self_attn.q_proj.lora_A.weight' of shape [8, 64] has "
+                "1.self_attn.q_proj.lora_A.weight' of shape [8, 64] has "
                 "rank 8; the adapter's rank is 4");
   s->rank = 8;
   char *t0 = s->target_modules[0];
@@ -92,7 +94,8 @@ static void test_spec_rules(void) {
   size_t nt = s->n_tensors;
   s->n_tensors = nt - 1;
   WT_ASSERT_ERR(wt_adapter_spec_check(s, NULL, NULL), WT_INVALID_ARGUMENT,
-                "module '" PREFIX "1.self_attn.v_proj' has lora_A but no "
+                "module '" PREFIX
+                "2.self_attn.v_proj' has lora_A but no "
                 "lora_B");
   s->n_tensors = nt;
   char *name0 = s->tensors[0]->name;
@@ -120,12 +123,12 @@ static void test_spec_rules(void) {
   Wt__V1__AdapterSpec *wider = spec_of("policy", 16, m2, n);
   WT_ASSERT_ERR(wt_adapter_spec_same(s, wider), WT_FAILED_PRECONDITION,
                 "tensor '" PREFIX
-                "0.self_attn.q_proj.lora_B.weight' is float32 [128, 8], but "
+                "1.self_attn.q_proj.lora_B.weight' is float32 [128, 8], but "
                 "its first round made it float32 [96, 8]");
   Wt__V1__AdapterSpec *fewer = spec_of("policy", 16, m, n - 2);
   WT_ASSERT_ERR(wt_adapter_spec_same(s, fewer), WT_FAILED_PRECONDITION,
                 "tensor '" PREFIX
-                "1.self_attn.v_proj.lora_A.weight' of its first round is "
+                "2.self_attn.v_proj.lora_A.weight' of its first round is "
                 "missing");
   Wt__V1__AdapterSpec *louder = spec_of("policy", 32, m, n);
   WT_ASSERT_ERR(wt_adapter_spec_same(s, louder), WT_FAILED_PRECONDITION,
@@ -171,8 +174,7 @@ static void adapter_src_new(adapter_src *a, uint32_t r) {
 
 static void adapter_src_step(adapter_src *a, uint64_t seed) {
   for (size_t i = 0; i < a->n; i++)
-    wt_synthetic_fill(&a->m[i], seed, 0, (void *)a->ts[i].data,
-                      a->m[i].nbytes);
+    wt_synthetic_fill(&a->m[i], seed, 0, (void *)a->ts[i].data, a->m[i].nbytes);
 }
 
 static void adapter_src_free(adapter_src *a) {
@@ -291,7 +293,7 @@ static void test_rounds_beside_the_model(void) {
   WT_ASSERT_ERR(wt_sync_client_init_transfer(wc, ii, wide.src, &wtr),
                 WT_FAILED_PRECONDITION,
                 "adapter 'policy': tensor '" PREFIX
-                "0.self_attn.q_proj.lora_A.weight' is float32 [16, 64], but "
+                "1.self_attn.q_proj.lora_A.weight' is float32 [16, 64], but "
                 "its first round made it float32 [8, 64]");
   /* Without alpha the spec is refused before any server is called. */
   ii->adapter->alpha = 0;
@@ -334,7 +336,7 @@ static void test_limits(void) {
   wtt_servers one = {.n = 1};
   one.targets[0] = S.target;
   adapter_src a, b, big;
-  adapter_src_new(&a, 8);  /* 8 x 8 x (64 or 96) x 4 bytes: 20480 */
+  adapter_src_new(&a, 8); /* 8 x 8 x (64 or 96) x 4 bytes: 20480 */
   adapter_src_new(&b, 4);
   adapter_src_new(&big, 16); /* 40960: above the bytes allowed */
   wt_trainer *t = NULL;
@@ -385,9 +387,82 @@ static void test_limits(void) {
   wtt_server_stop(&S);
 }
 
+/* An init of a set whose module is in the server's model: PEFT's name
+ * less its prefix, plus ".weight" ("tiny" has layer 0's q_proj, [16, 16]).
+ * Shapes that read and write the module's sizes make the set; others are
+ * refused at its first init, naming the tensor and the model's weight. */
+static wt_status *init_q_proj(const wtt_servers *s, const char *name,
+                              int64_t in, int64_t out) {
+  wt_tensor_meta m[2];
+  int64_t a[2] = {4, in}, b[2] = {out, 4};
+  WT_ASSERT_OK(wt_tensor_meta_init(
+      &m[0], "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight",
+      WT_DTYPE_FLOAT32, a, 2));
+  WT_ASSERT_OK(wt_tensor_meta_init(
+      &m[1], "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight",
+      WT_DTYPE_FLOAT32, b, 2));
+  static float zeros[4 * 64];
+  wt_source_tensor ts[2];
+  for (int i = 0; i < 2; i++)
+    ts[i] = (wt_source_tensor){.name = m[i].name,
+                               .dtype = m[i].dtype,
+                               .ndim = 2,
+                               .shape = m[i].shape,
+                               .data = zeros,
+                               .nbytes = m[i].nbytes};
+  wt_source *src = NULL;
+  WT_ASSERT_OK(wt_source_memory(ts, 2, &src));
+  wt_client_options co = {.timeout_ms = 10000, .adapter = name};
+  wt_sync_client *c = NULL;
+  WT_ASSERT_OK(wt_sync_client_new(s->targets, s->n, &co, &c));
+  Wt__V1__WeightTransferInitInfo *ii = NULL;
+  WT_ASSERT_OK(wt_trainer_init_info("grpc", NULL, 0, &ii));
+  ii->adapter = calloc(1, sizeof(*ii->adapter));
+  wt__v1__adapter_spec__init(ii->adapter);
+  ii->adapter->name = strdup(name);
+  ii->adapter->alpha = 8;
+  wt_status *st = wt_sync_client_init_transfer(c, ii, src, NULL);
+  wt_pb_free(&ii->base);
+  wt_sync_client_destroy(c);
+  wt_source_destroy(src);
+  wt_tensor_meta_clear(&m[0]);
+  wt_tensor_meta_clear(&m[1]);
+  return st;
+}
+
+static void test_against_the_model(void) {
+  static wtt_server S;
+  wtt_server_start(&S, "tiny", NULL);
+  wtt_servers one = {.n = 1};
+  one.targets[0] = S.target;
+  WT_ASSERT_OK(init_q_proj(&one, "fits", 16, 16));
+  WT_ASSERT_ERR(init_q_proj(&one, "wide", 64, 16), WT_INVALID_ARGUMENT,
+                "adapter 'wide': tensor "
+                "'base_model.model.model.layers.0.self_attn.q_proj.lora_A."
+                "weight' is [4, 64], but the model's "
+                "'model.layers.0.self_attn.q_proj.weight' is [16, 16]: a "
+                "lora_A reads its 16 inputs");
+  WT_ASSERT_ERR(init_q_proj(&one, "tall", 16, 40), WT_INVALID_ARGUMENT,
+                "is [40, 4], but the model's "
+                "'model.layers.0.self_attn.q_proj.weight' is [16, 16]: a "
+                "lora_B writes its 16 outputs");
+  /* Neither refused set was made. */
+  Wt__V1__ServerInfo *info = NULL;
+  Wt__V1__GetServerInfoRequest req = WT__V1__GET_SERVER_INFO_REQUEST__INIT;
+  WT_ASSERT_OK(wtt_call(S.ch, "GetServerInfo", &req.base,
+                        &wt__v1__server_info__descriptor,
+                        (ProtobufCMessage **)&info));
+  CU_ASSERT_EQUAL_FATAL(info->n_adapters, 1);
+  CU_ASSERT_STRING_EQUAL(info->adapters[0]->name, "fits");
+  wt_pb_free(&info->base);
+  wtt_server_stop(&S);
+}
+
 void wt_test_suite_adapters(void) {
   CU_pSuite s = CU_add_suite("adapters", NULL, NULL);
   CU_add_test(s, "the spec's rules, refusals by name", test_spec_rules);
-  CU_add_test(s, "adapter rounds beside the model", test_rounds_beside_the_model);
+  CU_add_test(s, "adapter rounds beside the model",
+              test_rounds_beside_the_model);
   CU_add_test(s, "max adapters and bytes", test_limits);
+  CU_add_test(s, "shapes against the model's modules", test_against_the_model);
 }

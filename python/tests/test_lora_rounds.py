@@ -28,10 +28,12 @@ P = "base_model.model.model.layers"
 
 def adapter(rank: int = 8, seed: int = 0, hidden: int = 64, layers: int = 2,
             modules=("q_proj", "v_proj"), dtype=np.float32) -> dict:
-    """PEFT's tensors of a LoRA adapter: lora_A [r, in], lora_B [out, r]."""
+    """PEFT's tensors of a LoRA adapter: lora_A [r, in], lora_B [out, r], on
+    layers from 1 (the servers' model, synthetic "tiny", has only layer 0,
+    against whose modules test_refusals_name_the_tensor checks shapes)."""
     rng = np.random.default_rng(seed)
     t = {}
-    for layer in range(layers):
+    for layer in range(1, layers + 1):
         for m in modules:
             p = f"{P}.{layer}.self_attn.{m}"
             t[p + ".lora_A.weight"] = rng.standard_normal((rank, hidden)).astype(dtype)
@@ -123,7 +125,7 @@ def test_refusals_name_the_tensor(start_server):
         e.shutdown()
     cases = [
         (adapter(rank=16), {"name": "policy", "alpha": 16}, wt.errors.FailedPrecondition,
-         f"tensor '{P}.0.self_attn.q_proj.lora_A.weight' is float32 [16, 64], but "
+         f"tensor '{P}.1.self_attn.q_proj.lora_A.weight' is float32 [16, 64], but "
          "its first round made it float32 [8, 64]"),
         (adapter(hidden=32), {"name": "policy", "alpha": 16}, wt.errors.FailedPrecondition,
          "[8, 32], but its first round made it float32 [8, 64]"),
@@ -135,6 +137,13 @@ def test_refusals_name_the_tensor(start_server):
          "tensor 'model.embed_tokens.weight' is not a LoRA weight in PEFT's naming"),
         (adapter(), {"name": "no/slash", "alpha": 1}, wt.errors.InvalidArgument,
          "adapter name 'no/slash' has byte 0x2f"),
+        # layer 0's q_proj is in the server's model: [16, 16]
+        ({f"{P}.0.self_attn.q_proj.lora_A.weight": np.zeros((4, 16), np.float32),
+          f"{P}.0.self_attn.q_proj.lora_B.weight": np.zeros((20, 4), np.float32)},
+         {"name": "wrong", "alpha": 1}, wt.errors.InvalidArgument,
+         f"tensor '{P}.0.self_attn.q_proj.lora_B.weight' is [20, 4], but the "
+         "model's 'model.layers.0.self_attn.q_proj.weight' is [16, 16]: a lora_B "
+         "writes its 16 outputs"),
     ]
     for tensors, spec, err, words in cases:
         with wt.Client(s.addr) as c:
@@ -154,7 +163,7 @@ CHILD = r"""
 import sys, time, numpy as np, wt_transfer as wt
 addr, rank = sys.argv[1], 8
 names = [f"base_model.model.model.layers.{l}.mlp.{m}.lora_{x}.weight"
-         for l in range(4) for m in ("up_proj", "down_proj") for x in "AB"]
+         for l in range(1, 5) for m in ("up_proj", "down_proj") for x in "AB"]
 shape = lambda n: (rank, 4096) if ".lora_A." in n else (4096, rank)
 class Stalling:
     # Sent tensor by tensor (an update per tensor, wt.OnTheFly's way), it
@@ -222,7 +231,7 @@ def test_trainer_killed_mid_round_commits_nothing(start_server):
 
 def _kill_layout() -> dict:
     names = [f"{P}.{l}.mlp.{m}.lora_{x}.weight"
-             for l in range(4) for m in ("up_proj", "down_proj") for x in "AB"]
+             for l in range(1, 5) for m in ("up_proj", "down_proj") for x in "AB"]
     return {n: np.zeros((8, 4096) if ".lora_A." in n else (4096, 8), np.float32)
             for n in names}
 
@@ -280,7 +289,7 @@ def test_strangers_naming_adapters(start_server, stubs):  # noqa: F811
         ch = grpc.insecure_channel(s.addr, options=[("grpc.use_local_subchannel_pool", 1)])
         stub = pb2_grpc.WeightTransferStub(ch)
         other = pb2.AdapterSpec(name="policy", alpha=16, tensors=[
-            pb2.ParameterInfo(name=f"{P}.0.self_attn.q_proj.lora_{x}.weight",
+            pb2.ParameterInfo(name=f"{P}.1.self_attn.q_proj.lora_{x}.weight",
                               dtype="float32", shape=[64, 64]) for x in "AB"])
         calls = [
             lambda: stub.GetWeightVersion(pb2.GetWeightVersionRequest(adapter="x" * 65), timeout=5),

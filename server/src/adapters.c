@@ -9,6 +9,7 @@
  * server runs, so a routed pointer stays valid for the call.
  */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,53 @@ static void adapter_free(wt_srv_adapter *a) {
   if (a->spec) wt__v1__adapter_spec__free_unpacked(a->spec, NULL);
   free(a->export_path);
   free(a);
+}
+
+/* The model's prefix of a PEFT name: what get_peft_model_state_dict
+ * writes before the module's own path. */
+#define PEFT_PREFIX "base_model.model."
+
+/* Each adapter tensor against the model this server holds, where the model
+ * has the module's weight ("<module>.weight", PEFT's prefix dropped, of
+ * shape [out, in]): lora_A must read its `in` inputs, lora_B write its
+ * `out` outputs. A set for a model of other names (or none) is taken as
+ * the spec says; vLLM's loader checks against its own modules too. */
+static wt_status *check_against_model(wt_server *srv,
+                                      const Wt__V1__AdapterSpec *spec,
+                                      const wt_tensor_meta *metas, size_t n) {
+  const wt_param_store *s = wt_worker_store(srv->workers[0]);
+  char name[WT_ADAPTER_TENSOR_NAME_MAX + 16];
+  const size_t suffix = strlen(".lora_A.weight");
+  for (size_t i = 0; i < n; i++) {
+    const char *t = metas[i].name;
+    size_t len = strlen(t), skip = 0;
+    if (strncmp(t, PEFT_PREFIX, strlen(PEFT_PREFIX)) == 0)
+      skip = strlen(PEFT_PREFIX);
+    snprintf(name, sizeof(name), "%.*s.weight", (int)(len - suffix - skip),
+             t + skip);
+    size_t k = 0;
+    wt_status *st = wt_param_store_find(s, name, &k);
+    if (st != NULL) {
+      wt_status_free(st);
+      continue;
+    }
+    const wt_tensor_meta *w = wt_param_store_meta(s, k);
+    if (w->ndim != 2) continue;
+    bool is_a = strcmp(t + len - suffix, ".lora_A.weight") == 0;
+    int64_t want = is_a ? w->shape[1] : w->shape[0];
+    int64_t got = metas[i].shape[is_a ? 1 : 0];
+    if (got != want)
+      return wt_status_new(
+          WT_INVALID_ARGUMENT,
+          "adapter '%s': tensor '%s' is [%lld, %lld], but the model's '%s' "
+          "is [%lld, %lld]: a %s %s its %lld %s",
+          spec->name, t, (long long)metas[i].shape[0],
+          (long long)metas[i].shape[1], name, (long long)w->shape[0],
+          (long long)w->shape[1], is_a ? "lora_A" : "lora_B",
+          is_a ? "reads" : "writes", (long long)want,
+          is_a ? "inputs" : "outputs");
+  }
+  return NULL;
 }
 
 /* Makes the set of `spec` (checked, its layout metas[0..n)): the limits
@@ -157,7 +205,7 @@ wt_status *wt_srv_adapter_open(wt_server *srv, const Wt__V1__AdapterSpec *spec,
                        spec->name);
   else if (a != NULL)
     st = wt_adapter_spec_same(a->spec, spec);
-  else
+  else if ((st = check_against_model(srv, spec, metas, n)) == NULL)
     st = create(srv, spec, metas, n, &a);
   pthread_mutex_unlock(&srv->adapters.create_mu);
   if (st == NULL) *out = a->slot;

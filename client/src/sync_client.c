@@ -349,17 +349,7 @@ out:
 /* A deep copy of `info` (the client keeps it to init again by itself). */
 static wt_status *init_info_copy(const Wt__V1__WeightTransferInitInfo *info,
                                  Wt__V1__WeightTransferInitInfo **out) {
-  size_t len = wt__v1__weight_transfer_init_info__get_packed_size(info);
-  uint8_t *buf = malloc(len ? len : 1);
-  *out = NULL;
-  if (buf == NULL)
-    return wt_status_new(WT_RESOURCE_EXHAUSTED, "init info: out of memory");
-  wt__v1__weight_transfer_init_info__pack(info, buf);
-  *out = wt__v1__weight_transfer_init_info__unpack(NULL, len, buf);
-  free(buf);
-  if (*out == NULL)
-    return wt_status_new(WT_INTERNAL, "init info: cannot copy it");
-  return NULL;
+  return wt_pb_copy(&info->base, (ProtobufCMessage **)out);
 }
 
 /* The adapter set of an init (docs/lora.md): the options' or the spec's

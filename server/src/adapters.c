@@ -53,23 +53,9 @@ wt_status *wt_srv_route(wt_server *srv, const char *adapter, wt_server **out) {
   return NULL;
 }
 
-/* A deep copy of `spec` (pack and unpack). */
-static wt_status *spec_copy(const Wt__V1__AdapterSpec *spec,
-                            Wt__V1__AdapterSpec **out) {
-  size_t len = wt__v1__adapter_spec__get_packed_size(spec);
-  uint8_t *buf = malloc(len ? len : 1);
-  if (buf == NULL)
-    return wt_status_new(WT_RESOURCE_EXHAUSTED, "adapter: out of memory");
-  wt__v1__adapter_spec__pack(spec, buf);
-  *out = wt__v1__adapter_spec__unpack(NULL, len, buf);
-  free(buf);
-  return *out ? NULL
-              : wt_status_new(WT_RESOURCE_EXHAUSTED, "adapter: out of memory");
-}
-
 static void adapter_free(wt_srv_adapter *a) {
   if (a == NULL) return;
-  if (a->spec) wt__v1__adapter_spec__free_unpacked(a->spec, NULL);
+  if (a->spec) wt_pb_free(&a->spec->base);
   free(a->export_path);
   free(a);
 }
@@ -154,7 +140,7 @@ static wt_status *create(wt_server *srv, const Wt__V1__AdapterSpec *spec,
             spec->name, bytes, held_bytes, held, lim->max_adapter_bytes);
   if ((a = calloc(1, sizeof(*a))) == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "adapter: out of memory");
-  WT_CHECK(spec_copy(spec, &a->spec));
+  WT_CHECK(wt_pb_copy(&spec->base, (ProtobufCMessage **)&a->spec));
   a->bytes = bytes;
   if (srv->ex.path != NULL) {
     size_t len = strlen(srv->ex.path) + strlen(spec->name) + 8;

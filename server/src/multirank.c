@@ -95,21 +95,11 @@ void wt_srv_plan_info(const wt_srv_plan *p, uint32_t *world, uint32_t *joined) {
   *joined = p->njoined;
 }
 
-/* A copy of `m` (pack, then unpack). */
+/* A copy of `m`. */
 static wt_status *copy_plan(const Wt__V1__ShardPlan *m,
                             Wt__V1__ShardPlan **out) {
-  size_t len = protobuf_c_message_get_packed_size(&m->base);
-  uint8_t *buf = malloc(len ? len : 1);
-  if (buf == NULL)
-    return wt_status_new(WT_RESOURCE_EXHAUSTED,
-                         "InitWeightTransferEngine: out of memory");
-  protobuf_c_message_pack(&m->base, buf);
-  *out = wt__v1__shard_plan__unpack(NULL, len, buf);
-  free(buf);
-  if (*out == NULL)
-    return wt_status_new(WT_RESOURCE_EXHAUSTED,
-                         "InitWeightTransferEngine: out of memory");
-  return NULL;
+  return wt_status_prefix(wt_pb_copy(&m->base, (ProtobufCMessage **)out),
+                          "InitWeightTransferEngine");
 }
 
 wt_status *wt_srv_plan_new(wt_server *srv, const Wt__V1__ShardPlan *msg,
@@ -642,16 +632,8 @@ wt_status *wt_srv_plan_update_arrive(
                         "UpdateWeights");
   wt_srv_resolved_clear(&r);
   if (st != NULL) return st;
-  size_t len = protobuf_c_message_get_packed_size(&info->base);
-  uint8_t *buf = malloc(len ? len : 1);
-  if (buf != NULL) {
-    protobuf_c_message_pack(&info->base, buf);
-    p->arrived[rank] =
-        wt__v1__weight_transfer_update_info__unpack(NULL, len, buf);
-    free(buf);
-  }
-  if (p->arrived[rank] == NULL)
-    return wt_status_new(WT_RESOURCE_EXHAUSTED, "UpdateWeights: out of memory");
+  st = wt_pb_copy(&info->base, (ProtobufCMessage **)&p->arrived[rank]);
+  if (st != NULL) return wt_status_prefix(st, "UpdateWeights");
   p->came[rank] = true;
   p->narrived++;
   wt_srv_touch(srv);

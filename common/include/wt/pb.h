@@ -74,6 +74,11 @@ wt_status *wt_pb_check_utf8(const ProtobufCMessage *msg);
  * default allocator). NULL is ignored. */
 void wt_pb_free(ProtobufCMessage *msg);
 
+/* A deep copy of `msg` (packed, then unpacked), of its type; the caller
+ * owns *out and releases it with wt_pb_free. RESOURCE_EXHAUSTED naming the
+ * type when memory runs out. */
+wt_status *wt_pb_copy(const ProtobufCMessage *msg, ProtobufCMessage **out);
+
 /* The bytes of `bb` as one slice: a new reference to the buffer's own slice
  * when it holds exactly one uncompressed slice (no copy), else a joined copy.
  * The caller owns *out and releases it with grpc_slice_unref(); a NULL `bb`

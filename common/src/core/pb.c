@@ -201,3 +201,18 @@ wt_status *wt_pb_unpack(grpc_byte_buffer *bb,
 void wt_pb_free(ProtobufCMessage *msg) {
   if (msg != NULL) protobuf_c_message_free_unpacked(msg, NULL);
 }
+
+wt_status *wt_pb_copy(const ProtobufCMessage *msg, ProtobufCMessage **out) {
+  size_t len = protobuf_c_message_get_packed_size(msg);
+  uint8_t *buf = malloc(len ? len : 1);
+  *out = NULL;
+  if (buf != NULL) {
+    protobuf_c_message_pack(msg, buf);
+    *out = protobuf_c_message_unpack(msg->descriptor, NULL, len, buf);
+    free(buf);
+  }
+  if (*out == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "%s: out of memory for a copy",
+                         msg->descriptor->name);
+  return NULL;
+}

@@ -92,8 +92,8 @@ static wt_status *check_tensor(const char *adapter,
   else
     return wt_status_new(WT_INVALID_ARGUMENT,
                          "adapter '%s': tensor '%s' is not a LoRA weight in "
-                         "PEFT's naming (<module>" SUFFIX_A " or <module>" SUFFIX_B
-                         ")",
+                         "PEFT's naming (<module>" SUFFIX_A
+                         " or <module>" SUFFIX_B ")",
                          adapter, name);
   e->name = name;
   e->mod = len - strlen(SUFFIX_A);
@@ -112,9 +112,10 @@ static wt_status *check_tensor(const char *adapter,
     return wt_status_new(WT_INVALID_ARGUMENT,
                          "adapter '%s': tensor '%s' has shape %s; a LoRA "
                          "weight is a matrix",
-                         adapter, name, p->n_shape > WT_MAX_NDIM ? "(too many "
-                                                                   "dims)"
-                                                                 : buf);
+                         adapter, name,
+                         p->n_shape > WT_MAX_NDIM ? "(too many "
+                                                    "dims)"
+                                                  : buf);
   }
   st = wt_tensor_meta_init(m, name, dt, p->shape, 2);
   if (st != NULL)
@@ -216,8 +217,7 @@ wt_status *wt_adapter_spec_check(const Wt__V1__AdapterSpec *s,
     if (!pair)
       WT_FAIL(WT_INVALID_ARGUMENT,
               "adapter '%s': module '%.*s' has %s but no %s", s->name,
-              (int)es[i].mod, es[i].name,
-              es[i].kind == 0 ? "lora_A" : "lora_B",
+              (int)es[i].mod, es[i].name, es[i].kind == 0 ? "lora_A" : "lora_B",
               es[i].kind == 0 ? "lora_B" : "lora_A");
     i += 2;
   }
@@ -378,8 +378,8 @@ wt_status *wt_adapter_spec_complete(Wt__V1__AdapterSpec *s,
     if (s->tensors == NULL)
       WT_FAIL(WT_RESOURCE_EXHAUSTED, "adapter '%s': out of memory", s->name);
     for (size_t i = 0; i < n; i++)
-      WT_CHECK(wt_status_prefix(add_tensor(s, &metas[i]), "adapter '%s'",
-                                s->name));
+      WT_CHECK(
+          wt_status_prefix(add_tensor(s, &metas[i]), "adapter '%s'", s->name));
   }
   if (s->rank == 0)
     for (size_t i = 0; i < s->n_tensors; i++) {

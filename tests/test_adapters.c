@@ -2,14 +2,18 @@
  * rules (wt/adapter_spec.h) and, against in-process wt-servers, adapter
  * rounds beside the model: the bytes that arrive, versions of their own,
  * two sets in alternate rounds, and the refusals a caller sees. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "support/fixture.h"
+#include "support/wt_proc.h"
 #include "wt/adapter_spec.h"
 #include "wt/client.h"
+#include "wt/clock.h"
 #include "wt/pb.h"
+#include "wt/safetensors.h"
 #include "wt/server.h"
 #include "wt/source.h"
 #include "wt/synthetic.h"
@@ -458,6 +462,109 @@ static void test_against_the_model(void) {
   wtt_server_stop(&S);
 }
 
+/* A PEFT adapter file of 4 modules x (A [64, 65536], B [65536, 64]),
+ * float32 (128 MiB), every element `v`: large enough that a wt-push of it
+ * in 64 KiB chunks is still streaming at its first progress line. */
+#define BIG_IN 65536
+static void write_big_adapter(const char *path, float v) {
+  size_t numel = (size_t)64 * BIG_IN;
+  float *data = malloc(numel * sizeof(float));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(data);
+  for (size_t i = 0; i < numel; i++) data[i] = v;
+  static char names[8][96];
+  static const int64_t a[2] = {64, BIG_IN}, b[2] = {BIG_IN, 64};
+  wt_st_write_tensor t[8];
+  for (int k = 0; k < 8; k++) {
+    snprintf(names[k], sizeof(names[k]), PREFIX "%d.mlp.up_proj.lora_%c.weight",
+             1 + k / 2, k % 2 ? 'B' : 'A');
+    t[k] = (wt_st_write_tensor){.name = names[k],
+                                .dtype = WT_DTYPE_FLOAT32,
+                                .ndim = 2,
+                                .shape = k % 2 ? b : a,
+                                .data = data};
+  }
+  wt_status *st = wt_safetensors_write(path, t, 8, NULL);
+  free(data);
+  WT_ASSERT_OK(st);
+}
+
+static int push_adapter(const char *addr, const char *file, const char *version,
+                        const char *log) {
+  const char *const argv[] = {
+      WT_PUSH_BIN, "--server",     addr, "--adapter", "big",   "--lora-alpha",
+      "16",        "--checkpoint", file, "--version", version, "--quiet",
+      NULL};
+  return wt_proc_run(argv, log, 120000, NULL);
+}
+
+/* wt-push --adapter SIGKILLed mid-stream: the set keeps its version and
+ * bytes, the abandoned round ends by the round timeout (1 s), and the
+ * next push of the set commits. The model is not touched. */
+static void test_push_killed_midstream(void) {
+  char *dir = wt_test_tmpdir();
+  CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
+  char v1[512], v2[512], log[512];
+  snprintf(v1, sizeof(v1), "%s/v1.safetensors", dir);
+  snprintf(v2, sizeof(v2), "%s/v2.safetensors", dir);
+  write_big_adapter(v1, 1.0f);
+  write_big_adapter(v2, 2.0f);
+  static const char *const sargs[] = {"--model", "synthetic:tiny",
+                                      "--round-timeout", "1", NULL};
+  wt_proc_server s;
+  CU_ASSERT_FATAL(wt_proc_server_start(&s, dir, "adapter-kill", sargs));
+  snprintf(log, sizeof(log), "%s/push-v1.log", dir);
+  CU_ASSERT_EQUAL_FATAL(push_adapter(s.addr, v1, "big-v1", log), 0);
+
+  snprintf(log, sizeof(log), "%s/push-v2.log", dir);
+  const char *const slow[] = {
+      WT_PUSH_BIN,    "--server",     s.addr,         "--adapter", "big",
+      "--lora-alpha", "16",           "--checkpoint", v2,          "--version",
+      "big-v2",       "--chunk-size", "65536",        NULL};
+  pid_t pid = wt_proc_spawn(slow, log, NULL);
+  CU_ASSERT_FATAL(pid > 0);
+  bool streaming = wt_proc_wait_for_text(log, "progress:", pid, 60000);
+  if (!streaming) wt_proc_dump("push-v2", log);
+  CU_ASSERT_FATAL(streaming);
+  kill(pid, SIGKILL);
+  int status = 0;
+  CU_ASSERT(wt_proc_wait(pid, 10000, &status));
+
+  const char *targets[1] = {s.addr};
+  wt_client_options co = {.timeout_ms = 10000, .adapter = "big"};
+  wt_sync_client *c = NULL;
+  WT_ASSERT_OK(wt_sync_client_new(targets, 1, &co, &c));
+  uint32_t world = 0;
+  WT_ASSERT_OK(wt_sync_client_world_size(c, &world));
+  CU_ASSERT_EQUAL(sequence_of(c, 0), 1);
+  wt_source *src = NULL;
+  WT_ASSERT_OK(wt_source_checkpoint_open(v1, &src));
+  wtt_assert_servers_hold(c, src, WT_HASH_XXH3_64);
+  wt_source_destroy(src);
+
+  /* The killed push's round is open until the round timeout. */
+  int64_t t0 = wt_mono_ms();
+  wt_status *st = NULL;
+  while ((st = wt_sync_client_start(c)) != NULL && wt_mono_ms() - t0 < 10000) {
+    wt_status_free(st);
+    wtt_sleep_ms(50);
+  }
+  WT_ASSERT_OK(st);
+  CU_ASSERT(wt_mono_ms() - t0 < 8000);
+  WT_ASSERT_OK(wt_sync_client_abort(c, "test: clear the way"));
+  CU_ASSERT_EQUAL(sequence_of(c, 0), 1);
+
+  snprintf(log, sizeof(log), "%s/push-v3.log", dir);
+  CU_ASSERT_EQUAL(push_adapter(s.addr, v2, "big-v3", log), 0);
+  CU_ASSERT_EQUAL(sequence_of(c, 0), 2);
+  WT_ASSERT_OK(wt_source_checkpoint_open(v2, &src));
+  wtt_assert_servers_hold(c, src, WT_HASH_XXH3_64);
+  wt_source_destroy(src);
+  wt_sync_client_destroy(c);
+  CU_ASSERT_EQUAL(wt_proc_server_stop(&s, 30000, NULL), 0);
+  wt_test_rmtree(dir);
+  free(dir);
+}
+
 void wt_test_suite_adapters(void) {
   CU_pSuite s = CU_add_suite("adapters", NULL, NULL);
   CU_add_test(s, "the spec's rules, refusals by name", test_spec_rules);
@@ -465,4 +572,6 @@ void wt_test_suite_adapters(void) {
               test_rounds_beside_the_model);
   CU_add_test(s, "max adapters and bytes", test_limits);
   CU_add_test(s, "shapes against the model's modules", test_against_the_model);
+  CU_add_test(s, "wt-push --adapter SIGKILLed mid-stream",
+              test_push_killed_midstream);
 }

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -35,6 +34,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 from . import _vllm_load
 from . import errors
+from ._fanout import fan_out
 
 # wt's error class travels through vLLM's routes in the message: a worker
 # raises "[wt:NOT_FOUND] ..." and the trainer's side raises NotFound.
@@ -191,10 +191,8 @@ def load_on_vllm(urls: Union[str, Sequence[str]], path: str, version: str, *,
         urls = [urls]
     if pause is not None and pause not in PAUSE_MODES:
         raise ValueError(f"pause: '{pause}' is not one of {PAUSE_MODES} or None")
-    results: Dict[str, dict] = {}
-    failures: Dict[str, errors.WtError] = {}
 
-    def one(url: str) -> None:
+    def one(url: str) -> dict:
         base = url.rstrip("/")
         t0 = time.perf_counter()
         body = {"method": method, "args": [str(path)],
@@ -205,13 +203,12 @@ def load_on_vllm(urls: Union[str, Sequence[str]], path: str, version: str, *,
                 try:
                     _post(f"{base}/pause?mode={pause}", None, timeout + 10)
                 except (urllib.error.URLError, OSError) as e:
-                    failures[url] = _http_error(url, "/pause", e)
                     # it may have paused before the answer was lost
                     try:
                         _post(base + "/resume", None, 10)
                     except (urllib.error.URLError, OSError):
                         pass
-                    return
+                    raise _http_error(url, "/pause", e) from None
                 paused_at = time.perf_counter()
             try:
                 r = _post(base + "/collective_rpc", body, timeout + 10)
@@ -219,64 +216,49 @@ def load_on_vllm(urls: Union[str, Sequence[str]], path: str, version: str, *,
                 err = _http_error(url, "/collective_rpc", e)
                 # vLLM writes "<path>" for any file path in an error it
                 # returns; the export's is the caller's own
-                failures[url] = type(err)(err.message.replace(
-                    "export <path>", f"export {path}"))
-                return
+                raise type(err)(err.message.replace(
+                    "export <path>", f"export {path}")) from None
             if pause is None:
                 try:
                     _post(base + "/reset_prefix_cache", None, timeout + 10)
                 except (urllib.error.URLError, OSError) as e:
-                    failures[url] = _http_error(url, "/reset_prefix_cache", e)
-                    return
-        finally:
-            if paused_at is not None:
+                    raise _http_error(url, "/reset_prefix_cache", e) from None
+        except BaseException:
+            if paused_at is not None:  # resumed; the first failure stands
                 try:
                     _post(base + "/resume", None, timeout + 10)
-                except (urllib.error.URLError, OSError) as e:
-                    failures.setdefault(url, _http_error(url, "/resume", e))
+                except (urllib.error.URLError, OSError):
+                    pass
+            raise
+        if paused_at is not None:
+            try:
+                _post(base + "/resume", None, timeout + 10)
+            except (urllib.error.URLError, OSError) as e:
+                raise _http_error(url, "/resume", e) from None
         pause_s = time.perf_counter() - paused_at if paused_at is not None else 0.0
         per_worker = r.get("results", []) if isinstance(r, dict) else []
         for i, w in enumerate(per_worker):
             got = w.get("version") if isinstance(w, dict) else None
             if got != version:
-                failures[url] = errors.FailedPrecondition(
+                raise errors.FailedPrecondition(
                     f"{url} worker {i} loaded version '{got}', not '{version}' "
                     "(the one the trainer committed)")
-                return
-        results[url] = {"version": version, "workers": len(per_worker),
-                        "seconds": time.perf_counter() - t0, "pause_s": pause_s,
-                        "results": per_worker}
+        return {"version": version, "workers": len(per_worker),
+                "seconds": time.perf_counter() - t0, "pause_s": pause_s,
+                "results": per_worker}
 
-    def guarded(url: str) -> None:
-        try:
-            one(url)
-        except Exception as e:  # noqa: BLE001  (a bad answer: never lost)
-            failures.setdefault(url, errors.Unavailable(
-                f"{url}: {type(e).__name__}: {e}"))
-        if url not in results and url not in failures:
-            failures[url] = errors.Unknown(f"{url}: no result")
-
-    threads = [threading.Thread(target=guarded, args=(u,)) for u in urls]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if failures:
-        first = next(u for u in urls if u in failures)
-        err = failures[first]
-        if len(failures) > 1:
-            err = type(err)(str(err) + f" (and {len(failures) - 1} more server(s))")
-        err.results = results  # type: ignore[attr-defined]
-        err.failures = failures  # type: ignore[attr-defined]
-        raise err
-    return results
+    return fan_out(urls, one)
 
 
 def register() -> None:
     """The `vllm.general_plugins` entry point: registers backend "wt" in
     vLLM's worker and trainer factories (each process of vLLM runs it; a
     name registered already, by an earlier call or by vLLM itself, is left
-    as it is)."""
+    as it is), and teaches vLLM's LoRA manager wt lora paths
+    (`wt_transfer.lora.install_vllm_loader`: LoRA adapter versions loaded
+    from a wt export)."""
+    from . import lora
+    lora.install_vllm_loader()
     from vllm.distributed.weight_transfer.factory import (
         WeightTransferEngineFactory, WeightTransferTrainerFactory)
     for factory, cls in ((WeightTransferEngineFactory, "WtWeightTransferEngine"),

@@ -89,6 +89,22 @@ static void test_spec_rules(void) {
                 "1.self_attn.q_proj.lora_A.weight' of shape [8, 64] has "
                 "rank 8; the adapter's rank is 4");
   s->rank = 8;
+  /* More targets than any model has modules: refused before any lookup. */
+  char **many = calloc(WT_ADAPTER_MAX_TARGETS + 1, sizeof(*many));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(many);
+  for (size_t i = 0; i <= WT_ADAPTER_MAX_TARGETS; i++) many[i] = (char *)"x";
+  char **keep_t = s->target_modules;
+  size_t keep_nt = s->n_target_modules;
+  s->target_modules = many;
+  s->n_target_modules = WT_ADAPTER_MAX_TARGETS + 1;
+  WT_ASSERT_ERR(wt_adapter_spec_check(s, NULL, NULL), WT_INVALID_ARGUMENT,
+                "1025 target modules; at most 1024");
+  s->n_target_modules = 2;
+  WT_ASSERT_ERR(wt_adapter_spec_check(s, NULL, NULL), WT_INVALID_ARGUMENT,
+                "target module 'x' is listed twice");
+  s->target_modules = keep_t;
+  s->n_target_modules = keep_nt;
+  free(many);
   char *t0 = s->target_modules[0];
   s->target_modules[0] = (char *)"k_proj";
   WT_ASSERT_ERR(wt_adapter_spec_check(s, NULL, NULL), WT_INVALID_ARGUMENT,
@@ -335,14 +351,15 @@ static void test_rounds_beside_the_model(void) {
  * its first init, naming the option; the sets held serve on. */
 static void test_limits(void) {
   static wtt_server S;
-  wt_server_options o = {.max_adapters = 1, .max_adapter_bytes = 40000};
+  /* Shadow staging (the default) holds two copies of a set. */
+  wt_server_options o = {.max_adapters = 1, .max_adapter_bytes = 100000};
   wtt_server_start(&S, "tiny", &o);
   wtt_servers one = {.n = 1};
   one.targets[0] = S.target;
   adapter_src a, b, big;
-  adapter_src_new(&a, 8); /* 8 x 8 x (64 or 96) x 4 bytes: 20480 */
+  adapter_src_new(&a, 8); /* 4 x 8 x (64 + 96) x 4 bytes: 20480 */
   adapter_src_new(&b, 4);
-  adapter_src_new(&big, 16); /* 40960: above the bytes allowed */
+  adapter_src_new(&big, 16); /* 40960: twice that is above what is left */
   wt_trainer *t = NULL;
   wt_sync_client *c = adapter_client(&one, "first", 8, &a, &t);
   round_of(c, t, &a, 1, "v1");
@@ -377,8 +394,9 @@ static void test_limits(void) {
   ii->adapter->alpha = 8;
   WT_ASSERT_ERR(wt_sync_client_init_transfer(c2, ii, big.src, &t2),
                 WT_RESOURCE_EXHAUSTED,
-                "adapter 'big': 40960 bytes per worker, with the 20480 its 1 "
-                "other set(s) hold, is above wt-server --max-adapter-bytes");
+                "adapter 'big': 81920 bytes per worker (two copies: shadow "
+                "staging), with the 40960 its 1 other set(s) hold, is above "
+                "wt-server --max-adapter-mib (100000 bytes)");
   wt_pb_free(&ii->base);
   wt_sync_client_destroy(c2);
   round_of(c, t, &a, 2, "v2");

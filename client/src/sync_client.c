@@ -79,6 +79,11 @@ wt_status *wt_sync_client_new_with(wt_control_plane *cp,
   c->manual_reinit = opts && opts->manual_reinit;
   if (opts && opts->adapter && *opts->adapter) {
     WT_CHECK(wt_adapter_name_check(opts->adapter, "options.adapter"));
+    if (c->channels[0] == NULL)
+      WT_FAIL(WT_FAILED_PRECONDITION,
+              "options.adapter '%s': adapter sets need wt's own control "
+              "plane; control plane '%s' has none",
+              opts->adapter, c->cp.ops->name);
     snprintf(c->adapter, sizeof(c->adapter), "%s", opts->adapter);
     c->adapter_fixed = true;
   }
@@ -352,18 +357,39 @@ static wt_status *init_info_copy(const Wt__V1__WeightTransferInitInfo *info,
   return wt_pb_copy(&info->base, (ProtobufCMessage **)out);
 }
 
+/* Every server says it holds adapter sets (capability "lora_adapters"):
+ * a server before them would drop the spec and re-init its model. */
+static wt_status *adapter_capable(wt_sync_client *c, const char *name) {
+  for (size_t k = 0; k < c->n; k++) {
+    Wt__V1__ServerInfo *info = NULL;
+    wt_status *st = wt_sync_client_server_info(c, k, &info);
+    if (st != NULL) return st;
+    bool capable = false;
+    for (size_t i = 0; i < info->n_capabilities && !capable; i++)
+      capable = strcmp(info->capabilities[i], "lora_adapters") == 0;
+    wt_pb_free(&info->base);
+    if (!capable)
+      return wt_status_new(WT_FAILED_PRECONDITION,
+                           "%s: adapter '%s': this server holds no adapter "
+                           "sets (no capability lora_adapters: wt before "
+                           "docs/lora.md)",
+                           c->targets[k], name);
+  }
+  return NULL;
+}
+
 /* The adapter set of an init (docs/lora.md): the options' or the spec's
- * name, the spec completed from the source's tensors. On wt's own control
- * plane only: another (vLLM's HTTP routes) has no adapter sets. */
+ * name into name[WT_ADAPTER_NAME_MAX + 1] ("" for the model), the spec
+ * completed from the source's tensors. On wt's own control plane only:
+ * another (vLLM's HTTP routes) has no adapter sets. The client names it
+ * once the init succeeded. */
 static wt_status *adapter_init(wt_sync_client *c,
                                Wt__V1__WeightTransferInitInfo *copy,
-                               wt_source *source) {
+                               wt_source *source, char *name) {
   wt_status *st = NULL;
   Wt__V1__AdapterSpec *spec = copy->adapter;
-  if (spec == NULL && !c->adapter_fixed) {
-    c->adapter[0] = '\0'; /* an init of the model */
-    return NULL;
-  }
+  name[0] = '\0';
+  if (spec == NULL && !c->adapter_fixed) return NULL; /* the model's */
   if (c->channels[0] == NULL)
     return wt_status_new(WT_FAILED_PRECONDITION,
                          "adapter '%s': adapter sets need wt's own control "
@@ -391,7 +417,8 @@ static wt_status *adapter_init(wt_sync_client *c,
             "init_info: adapter '%s' with a shard_plan; an adapter set's "
             "rounds come from one trainer rank",
             spec->name);
-  snprintf(c->adapter, sizeof(c->adapter), "%s", spec->name);
+  WT_CHECK(adapter_capable(c, spec->name));
+  snprintf(name, WT_ADAPTER_NAME_MAX + 1, "%s", spec->name);
 out:
   return st;
 }
@@ -405,11 +432,12 @@ wt_status *wt_sync_client_init_transfer(
   wt_trainer *t = NULL;
   wt_trainer_link *link = NULL;
   Wt__V1__WeightTransferInitInfo *copy = NULL;
+  char adapter[WT_ADAPTER_NAME_MAX + 1];
   if (trainer) *trainer = NULL;
   WT_CHECK(wt_init_info_backend(info, &backend));
   if (trainer) WT_CHECK(wt_trainer_lookup(backend, &ops));
   WT_CHECK(init_info_copy(info, &copy));
-  WT_CHECK(adapter_init(c, copy, source));
+  WT_CHECK(adapter_init(c, copy, source, adapter));
   if (trainer) {
     /* The ranks are known once the servers answered their world size. */
     uint32_t world = 0;
@@ -426,6 +454,7 @@ wt_status *wt_sync_client_init_transfer(
   if (c->init != NULL) wt_pb_free(&c->init->base);
   c->init = copy;
   copy = NULL;
+  memcpy(c->adapter, adapter, sizeof(c->adapter));
   c->init_source = source;
   wt_trainer_link_put(c->trainer);
   c->trainer = link;
@@ -459,7 +488,18 @@ static bool needs_init(wt_sync_client *c, wt_status **errs, char *why,
       wt_status_free(st);
       continue;
     }
-    for (size_t i = 0; i < info->n_workers; i++) {
+    /* A set's round: its own state says (docs/lora.md). */
+    for (size_t i = 0; c->adapter[0] && i < info->n_adapters; i++) {
+      const Wt__V1__AdapterInfo *a = info->adapters[i];
+      if (strcmp(a->name, c->adapter) != 0 || a->state == NULL ||
+          strcmp(a->state, "needs_init") != 0)
+        continue;
+      if (!any)
+        snprintf(why, cap, "%s adapter '%s': needs a new init", c->targets[k],
+                 a->name);
+      any = true;
+    }
+    for (size_t i = 0; !c->adapter[0] && i < info->n_workers; i++) {
       const Wt__V1__WorkerInfo *w = info->workers[i];
       if (w->state == NULL || strcmp(w->state, "needs_init") != 0) continue;
       if (!any)

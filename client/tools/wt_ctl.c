@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "wt/adapter_spec.h"
 #include "wt/client.h"
 #include "wt/pb.h"
 
@@ -351,6 +352,8 @@ int main(int argc, char **argv) {
       server = argv[i] + 9;
     } else if (strcmp(argv[i], "--adapter") == 0 && i + 1 < argc) {
       adapter = argv[++i];
+    } else if (strncmp(argv[i], "--adapter=", 10) == 0) {
+      adapter = argv[i] + 10;
     } else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) {
       char *end = NULL;
       timeout_s = strtod(argv[++i], &end);
@@ -427,6 +430,14 @@ int main(int argc, char **argv) {
     return EXIT_USAGE;
   }
 
+  if (adapter != NULL) {
+    wt_status *bad = wt_adapter_name_check(adapter, "--adapter");
+    if (bad != NULL) {
+      fprintf(stderr, "wt-ctl: %s\n", wt_status_message(bad));
+      wt_status_free(bad);
+      return EXIT_USAGE;
+    }
+  }
   wt_client_options opts = {.adapter = adapter};
   wt_tool_security_apply(&sec, &opts);
   if (timeout_s > 0)

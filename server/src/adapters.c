@@ -78,7 +78,8 @@ static wt_status *check_against_model(wt_server *srv,
   for (size_t i = 0; i < n; i++) {
     const char *t = metas[i].name;
     size_t len = strlen(t), skip = 0;
-    if (strncmp(t, PEFT_PREFIX, strlen(PEFT_PREFIX)) == 0)
+    if (strncmp(t, PEFT_PREFIX, strlen(PEFT_PREFIX)) == 0 &&
+        len - suffix >= strlen(PEFT_PREFIX))
       skip = strlen(PEFT_PREFIX);
     snprintf(name, sizeof(name), "%.*s.weight", (int)(len - suffix - skip),
              t + skip);
@@ -117,8 +118,15 @@ static wt_status *create(wt_server *srv, const Wt__V1__AdapterSpec *spec,
   wt_status *st = NULL;
   const wt_server_options *lim = &srv->config.slot;
   wt_srv_adapter *a = NULL;
-  uint64_t bytes = 0;
-  for (size_t i = 0; i < n; i++) bytes += metas[i].nbytes;
+  /* What the set's stores hold per worker: twice its bytes when shadow
+   * staging keeps a second copy. */
+  uint64_t bytes = 0, copies = srv->config.staging == WT_STAGING_SHADOW ? 2 : 1;
+  for (size_t i = 0; i < n; i++)
+    if (__builtin_add_overflow(bytes, metas[i].nbytes, &bytes) ||
+        __builtin_mul_overflow(bytes, copies, &(uint64_t){0}))
+      WT_FAIL(WT_RESOURCE_EXHAUSTED,
+              "adapter '%s': its tensors' bytes overflow 64 bits", spec->name);
+  bytes *= copies;
   pthread_mutex_lock(&srv->adapters.mu);
   size_t held = srv->adapters.n;
   uint64_t held_bytes = srv->adapters.bytes;
@@ -134,10 +142,12 @@ static wt_status *create(wt_server *srv, const Wt__V1__AdapterSpec *spec,
             spec->name, held);
   if (bytes > lim->max_adapter_bytes - held_bytes)
     WT_FAIL(WT_RESOURCE_EXHAUSTED,
-            "adapter '%s': %" PRIu64 " bytes per worker, with the %" PRIu64
+            "adapter '%s': %" PRIu64 " bytes per worker%s, with the %" PRIu64
             " its %zu other set(s) hold, is above wt-server "
-            "--max-adapter-bytes (%" PRIu64 ")",
-            spec->name, bytes, held_bytes, held, lim->max_adapter_bytes);
+            "--max-adapter-mib (%" PRIu64 " bytes)",
+            spec->name, bytes,
+            copies == 2 ? " (two copies: shadow staging)" : "", held_bytes,
+            held, lim->max_adapter_bytes);
   if ((a = calloc(1, sizeof(*a))) == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "adapter: out of memory");
   WT_CHECK(wt_pb_copy(&spec->base, (ProtobufCMessage **)&a->spec));
@@ -153,12 +163,19 @@ static wt_status *create(wt_server *srv, const Wt__V1__AdapterSpec *spec,
     st = wt_status_prefix(st, "adapter '%s'", spec->name);
     goto out;
   }
-  /* Listed even when the server began to stop meanwhile: the stop, which
-   * waits for this call, then stops it. */
+  /* Listed even when the server began to stop meanwhile (the stop, which
+   * waits for this call, then frees it), but stopped at once then: no
+   * init may wait on it. */
   pthread_mutex_lock(&srv->adapters.mu);
   srv->adapters.list[srv->adapters.n++] = a;
   srv->adapters.bytes += bytes;
+  bool stopping = srv->adapters.stopping;
   pthread_mutex_unlock(&srv->adapters.mu);
+  if (stopping) {
+    wt_srv_shutdown(a->slot);
+    a = NULL; /* listed: the stop frees it */
+    WT_FAIL(WT_UNAVAILABLE, "adapter '%s': the server is stopping", spec->name);
+  }
   WT_LOGI("server",
           "adapter '%s': rank %u, alpha %g, %zu tensors, %" PRIu64
           " bytes per worker%s%s",
@@ -181,20 +198,27 @@ wt_status *wt_srv_adapter_open(wt_server *srv, const Wt__V1__AdapterSpec *spec,
   if (srv->base != NULL)
     return wt_status_new(WT_INTERNAL, "adapter: a set holds no sets");
   WT_CHECK(wt_adapter_spec_check(spec, &metas, &n));
-  pthread_mutex_lock(&srv->adapters.create_mu);
+  /* A set that exists: checked without waiting for another's making. */
   pthread_mutex_lock(&srv->adapters.mu);
   wt_srv_adapter *a = find_locked(srv, spec->name);
-  bool stopping = srv->adapters.stopping;
   pthread_mutex_unlock(&srv->adapters.mu);
-  if (stopping)
-    st = wt_status_new(WT_UNAVAILABLE, "adapter '%s': the server is stopping",
-                       spec->name);
-  else if (a != NULL)
-    st = wt_adapter_spec_same(a->spec, spec);
-  else if ((st = check_against_model(srv, spec, metas, n)) == NULL)
-    st = create(srv, spec, metas, n, &a);
-  pthread_mutex_unlock(&srv->adapters.create_mu);
-  if (st == NULL) *out = a->slot;
+  if (a == NULL) {
+    pthread_mutex_lock(&srv->adapters.create_mu);
+    pthread_mutex_lock(&srv->adapters.mu);
+    a = find_locked(srv, spec->name); /* made meanwhile? */
+    bool stopping = srv->adapters.stopping;
+    pthread_mutex_unlock(&srv->adapters.mu);
+    if (stopping)
+      st = wt_status_new(WT_UNAVAILABLE, "adapter '%s': the server is stopping",
+                         spec->name);
+    else if (a == NULL &&
+             (st = check_against_model(srv, spec, metas, n)) == NULL)
+      st = create(srv, spec, metas, n, &a);
+    pthread_mutex_unlock(&srv->adapters.create_mu);
+    if (st != NULL) goto out;
+  }
+  WT_CHECK(wt_adapter_spec_same(a->spec, spec));
+  *out = a->slot;
 out:
   wt_tensor_meta_array_free(metas, n);
   return st;

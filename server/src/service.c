@@ -35,7 +35,7 @@ static const char *const capabilities[] = {
     "push_weights",      "update_weights",   "watch_weight_version",
     "checksum_sha256",   "checksum_xxh3_64", "list_parameters_paging",
     "round_timeout",     "memory_kinds",     "worker_needs_init",
-    "admission_classes",
+    "admission_classes", "lora_adapters",
 };
 #define NCAPS (sizeof(capabilities) / sizeof(capabilities[0]))
 

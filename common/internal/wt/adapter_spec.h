@@ -36,6 +36,7 @@ WT_API_BEGIN
 #define WT_ADAPTER_MAX_TENSORS 65536
 #define WT_ADAPTER_MAX_RANK 65536
 #define WT_ADAPTER_TENSOR_NAME_MAX 1024
+#define WT_ADAPTER_MAX_TARGETS 1024
 
 /* `name` is 1..WT_ADAPTER_NAME_MAX bytes of [A-Za-z0-9_-]; else
  * INVALID_ARGUMENT naming `what` (the field or option that held it). */

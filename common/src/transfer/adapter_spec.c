@@ -123,45 +123,83 @@ static wt_status *check_tensor(const char *adapter,
   return NULL;
 }
 
-/* The spec's targets equal the modules' last names (entries sorted). */
+/* `t` against the `len` bytes at `last`, as strcmp orders them. */
+static int name_cmp(const char *t, const char *last, size_t len) {
+  size_t tl = strlen(t);
+  int c = memcmp(t, last, tl < len ? tl : len);
+  if (c != 0) return c;
+  return tl < len ? -1 : tl > len ? 1 : 0;
+}
+
+/* The spec's targets equal the modules' last names (entries sorted by
+ * module): the targets sorted, then each module's last name looked up in
+ * them; n log n, whatever a stranger sends. */
 static wt_status *check_targets(const Wt__V1__AdapterSpec *s, const entry *es,
                                 size_t n) {
-  for (size_t i = 0; i < s->n_target_modules; i++) {
+  wt_status *st = NULL;
+  size_t nt = s->n_target_modules;
+  const char **sorted = NULL;
+  bool *used = NULL;
+  if (nt > WT_ADAPTER_MAX_TARGETS)
+    WT_FAIL(WT_INVALID_ARGUMENT, "adapter '%s': %zu target modules; at most %d",
+            s->name, nt, WT_ADAPTER_MAX_TARGETS);
+  sorted = malloc((nt ? nt : 1) * sizeof(*sorted));
+  used = calloc(nt ? nt : 1, sizeof(*used));
+  if (sorted == NULL || used == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "adapter '%s': out of memory", s->name);
+  for (size_t i = 0; i < nt; i++) {
     const char *t = s->target_modules[i];
-    if (t == NULL || *t == '\0')
-      return wt_status_new(WT_INVALID_ARGUMENT,
-                           "adapter '%s': target_modules[%zu] is empty",
-                           s->name, i);
-    for (size_t j = 0; j < i; j++)
-      if (strcmp(s->target_modules[j], t) == 0)
-        return wt_status_new(WT_INVALID_ARGUMENT,
-                             "adapter '%s': target module '%s' is listed twice",
-                             s->name, t);
-    bool found = false;
-    for (size_t k = 0; k < n && !found; k += 2) {
-      size_t len;
-      const char *last = last_name(&es[k], &len);
-      found = strlen(t) == len && memcmp(t, last, len) == 0;
-    }
-    if (!found)
-      return wt_status_new(WT_INVALID_ARGUMENT,
-                           "adapter '%s': target module '%s' has no tensor",
-                           s->name, t);
+    if (t == NULL || *t == '\0' || strlen(t) > WT_ADAPTER_TENSOR_NAME_MAX)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "adapter '%s': target_modules[%zu] is empty or longer than %d "
+              "bytes",
+              s->name, i, WT_ADAPTER_TENSOR_NAME_MAX);
+    sorted[i] = t;
   }
+  qsort(sorted, nt, sizeof(*sorted), str_cmp);
+  for (size_t i = 0; i + 1 < nt; i++)
+    if (strcmp(sorted[i], sorted[i + 1]) == 0)
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "adapter '%s': target module '%s' is listed twice", s->name,
+              sorted[i]);
+  /* Every module's last name among the targets (the first that is not,
+   * named below), every target used by a module. */
+  const entry *unlisted = NULL;
   for (size_t k = 0; k < n; k += 2) {
     size_t len;
     const char *last = last_name(&es[k], &len);
-    bool listed = false;
-    for (size_t i = 0; i < s->n_target_modules && !listed; i++)
-      listed = strlen(s->target_modules[i]) == len &&
-               memcmp(s->target_modules[i], last, len) == 0;
-    if (!listed)
-      return wt_status_new(WT_INVALID_ARGUMENT,
-                           "adapter '%s': tensor '%s' is of module '%.*s', "
-                           "which target_modules does not list",
-                           s->name, es[k].name, (int)len, last);
+    size_t lo = 0, hi = nt;
+    bool found = false;
+    while (lo < hi && !found) {
+      size_t mid = lo + (hi - lo) / 2;
+      int c = name_cmp(sorted[mid], last, len);
+      if (c == 0) {
+        used[mid] = found = true;
+      } else if (c < 0) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    if (!found && unlisted == NULL) unlisted = &es[k];
   }
-  return NULL;
+  for (size_t i = 0; i < nt; i++)
+    if (!used[i])
+      WT_FAIL(WT_INVALID_ARGUMENT,
+              "adapter '%s': target module '%s' has no tensor", s->name,
+              sorted[i]);
+  if (unlisted != NULL) {
+    size_t len;
+    const char *last = last_name(unlisted, &len);
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "adapter '%s': tensor '%s' is of module '%.*s', which "
+            "target_modules does not list",
+            s->name, unlisted->name, (int)len, last);
+  }
+out:
+  free(sorted);
+  free(used);
+  return st;
 }
 
 wt_status *wt_adapter_spec_check(const Wt__V1__AdapterSpec *s,
@@ -350,17 +388,22 @@ static wt_status *derive_targets(Wt__V1__AdapterSpec *s) {
     entry e = {.name = name, .mod = len - strlen(SUFFIX_A)};
     size_t tl;
     const char *t = last_name(&e, &tl);
-    bool seen = false;
-    for (size_t j = 0; j < s->n_target_modules && !seen; j++)
-      seen = strlen(s->target_modules[j]) == tl &&
-             memcmp(s->target_modules[j], t, tl) == 0;
-    if (seen) continue;
     char *copy = strndup(t, tl);
     if (copy == NULL)
       WT_FAIL(WT_RESOURCE_EXHAUSTED, "adapter '%s': out of memory", s->name);
     s->target_modules[s->n_target_modules++] = copy;
   }
   qsort(s->target_modules, s->n_target_modules, sizeof(char *), str_cmp);
+  size_t kept = 0;
+  for (size_t i = 0; i < s->n_target_modules; i++) {
+    if (kept > 0 &&
+        strcmp(s->target_modules[kept - 1], s->target_modules[i]) == 0) {
+      free(s->target_modules[i]);
+      continue;
+    }
+    s->target_modules[kept++] = s->target_modules[i];
+  }
+  s->n_target_modules = kept;
 out:
   return st;
 }

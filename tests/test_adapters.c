@@ -203,6 +203,20 @@ static void adapter_src_free(adapter_src *a) {
   free(a->buf);
 }
 
+/* grpc's init info with the spec of set `name` (alpha; the rest from the
+ * source): the caller frees it with wt_pb_free. */
+static Wt__V1__WeightTransferInitInfo *adapter_info(const char *name,
+                                                    double alpha) {
+  Wt__V1__WeightTransferInitInfo *info = NULL;
+  WT_ASSERT_OK(wt_trainer_init_info("grpc", NULL, 0, &info));
+  info->adapter = calloc(1, sizeof(*info->adapter));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(info->adapter);
+  wt__v1__adapter_spec__init(info->adapter);
+  info->adapter->name = strdup(name);
+  info->adapter->alpha = alpha;
+  return info;
+}
+
 /* A client of `s` for adapter `name` with a grpc trainer over `a`. */
 static wt_sync_client *adapter_client(const wtt_servers *s, const char *name,
                                       double alpha, adapter_src *a,
@@ -211,14 +225,7 @@ static wt_sync_client *adapter_client(const wtt_servers *s, const char *name,
       .timeout_ms = 10000, .data_timeout_ms = 20000, .adapter = name};
   wt_sync_client *c = NULL;
   WT_ASSERT_OK(wt_sync_client_new(s->targets, s->n, &co, &c));
-  Wt__V1__WeightTransferInitInfo *info = NULL;
-  WT_ASSERT_OK(wt_trainer_init_info("grpc", NULL, 0, &info));
-  Wt__V1__AdapterSpec *spec = calloc(1, sizeof(*spec));
-  CU_ASSERT_PTR_NOT_NULL_FATAL(spec);
-  wt__v1__adapter_spec__init(spec);
-  spec->name = strdup(name);
-  spec->alpha = alpha;
-  info->adapter = spec;
+  Wt__V1__WeightTransferInitInfo *info = adapter_info(name, alpha);
   WT_ASSERT_OK(wt_sync_client_init_transfer(c, info, a->src, t));
   wt_pb_free(&info->base);
   return c;
@@ -304,12 +311,7 @@ static void test_rounds_beside_the_model(void) {
   wt_client_options co = {.timeout_ms = 10000, .adapter = "policy"};
   wt_sync_client *wc = NULL;
   WT_ASSERT_OK(wt_sync_client_new(S.targets, S.n, &co, &wc));
-  Wt__V1__WeightTransferInitInfo *ii = NULL;
-  WT_ASSERT_OK(wt_trainer_init_info("grpc", NULL, 0, &ii));
-  ii->adapter = calloc(1, sizeof(*ii->adapter));
-  wt__v1__adapter_spec__init(ii->adapter);
-  ii->adapter->name = strdup("policy");
-  ii->adapter->alpha = 16;
+  Wt__V1__WeightTransferInitInfo *ii = adapter_info("policy", 16);
   WT_ASSERT_ERR(wt_sync_client_init_transfer(wc, ii, wide.src, &wtr),
                 WT_FAILED_PRECONDITION,
                 "adapter 'policy': tensor '" PREFIX
@@ -366,12 +368,7 @@ static void test_limits(void) {
   wt_client_options co = {.timeout_ms = 10000, .adapter = "second"};
   wt_sync_client *c2 = NULL;
   WT_ASSERT_OK(wt_sync_client_new(one.targets, 1, &co, &c2));
-  Wt__V1__WeightTransferInitInfo *ii = NULL;
-  WT_ASSERT_OK(wt_trainer_init_info("grpc", NULL, 0, &ii));
-  ii->adapter = calloc(1, sizeof(*ii->adapter));
-  wt__v1__adapter_spec__init(ii->adapter);
-  ii->adapter->name = strdup("second");
-  ii->adapter->alpha = 8;
+  Wt__V1__WeightTransferInitInfo *ii = adapter_info("second", 8);
   wt_trainer *t2 = NULL;
   WT_ASSERT_ERR(wt_sync_client_init_transfer(c2, ii, b.src, &t2),
                 WT_RESOURCE_EXHAUSTED, "(wt-server --max-adapters)");
@@ -387,11 +384,7 @@ static void test_limits(void) {
   c = adapter_client(&one, "first", 8, &a, &t);
   co.adapter = "big";
   WT_ASSERT_OK(wt_sync_client_new(one.targets, 1, &co, &c2));
-  WT_ASSERT_OK(wt_trainer_init_info("grpc", NULL, 0, &ii));
-  ii->adapter = calloc(1, sizeof(*ii->adapter));
-  wt__v1__adapter_spec__init(ii->adapter);
-  ii->adapter->name = strdup("big");
-  ii->adapter->alpha = 8;
+  ii = adapter_info("big", 8);
   WT_ASSERT_ERR(wt_sync_client_init_transfer(c2, ii, big.src, &t2),
                 WT_RESOURCE_EXHAUSTED,
                 "adapter 'big': 81920 bytes per worker (two copies: shadow "
@@ -437,12 +430,7 @@ static wt_status *init_q_proj(const wtt_servers *s, const char *name,
   wt_client_options co = {.timeout_ms = 10000, .adapter = name};
   wt_sync_client *c = NULL;
   WT_ASSERT_OK(wt_sync_client_new(s->targets, s->n, &co, &c));
-  Wt__V1__WeightTransferInitInfo *ii = NULL;
-  WT_ASSERT_OK(wt_trainer_init_info("grpc", NULL, 0, &ii));
-  ii->adapter = calloc(1, sizeof(*ii->adapter));
-  wt__v1__adapter_spec__init(ii->adapter);
-  ii->adapter->name = strdup(name);
-  ii->adapter->alpha = 8;
+  Wt__V1__WeightTransferInitInfo *ii = adapter_info(name, 8);
   wt_status *st = wt_sync_client_init_transfer(c, ii, src, NULL);
   wt_pb_free(&ii->base);
   wt_sync_client_destroy(c);

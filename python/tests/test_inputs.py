@@ -118,3 +118,56 @@ def test_bad_calls(server):
         assert "127.0.0.1:1" in str(e.value)
     assert issubclass(wt.InvalidArgument, ValueError)
     assert issubclass(wt.DeadlineExceeded, TimeoutError)
+
+
+def test_sources_made_at_once_in_threads_keep_their_names():
+    """Eight threads make C sources at once over tensors of one new layout
+    per step (as the ranks of a sharded trainer do, each with its boxes of
+    the same sizes): every C source holds exactly the names it was given.
+    wt's layout cache once let a thread's layout go while its table still
+    pointed into it: a rank then sent a tensor named '\\x07'."""
+    import ctypes
+    import threading
+    from wt_transfer import _lib
+    from wt_transfer.sources import CSource
+
+    class Meta(ctypes.Structure):  # wt_tensor_meta (wt/tensor.h)
+        _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_int),
+                    ("ndim", ctypes.c_int), ("shape", ctypes.c_int64 * 16),
+                    ("numel", ctypes.c_uint64), ("nbytes", ctypes.c_uint64)]
+
+    L = _lib.lib()
+    L.wt_source_metas.restype = ctypes.POINTER(Meta)
+    L.wt_source_metas.argtypes = [ctypes.c_void_p,
+                                  ctypes.POINTER(ctypes.c_size_t)]
+    T, STEPS = 8, 150
+    go = threading.Barrier(T, timeout=60)
+    bad = []
+
+    def run():
+        try:
+            steps()
+        except Exception as e:  # a thread's failure fails the test
+            bad.append(repr(e))
+            go.abort()
+
+    def steps():
+        for step in range(STEPS):
+            names = [f"step{step}.layer{i}.weight.{'x' * 40}"
+                     for i in range(16)]
+            arrays = {n: np.zeros(4, np.float32) for n in names}
+            go.wait()
+            with CSource(wt.ArraySource(arrays)) as cs:
+                n = ctypes.c_size_t()
+                metas = L.wt_source_metas(cs.handle, ctypes.byref(n))
+                got = [metas[i].name.decode("utf-8", "replace")
+                       for i in range(n.value)]
+            if got != names:
+                bad.append((step, got[:2]))
+
+    threads = [threading.Thread(target=run) for _ in range(T)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not bad, bad[:3]

@@ -20,6 +20,7 @@ use ml_dtypes' bfloat16, which is recognised by name).
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections import namedtuple
 from ctypes import byref, c_int, c_void_p
 
@@ -282,16 +283,21 @@ class _Layout:
 
 
 _layouts: dict = {}
+_layouts_lock = threading.Lock()
 
 
 def _layout(metas) -> _Layout:
+    """The cached layout of `metas`. A table it makes points into it (the
+    names, the shapes): whoever holds the table holds the layout too, as
+    the cache may drop it at any time (from another thread as well)."""
     key = tuple(metas)
-    lay = _layouts.get(key)
-    if lay is None:
-        if len(_layouts) >= 64:  # an on-the-fly round has one per part
-            _layouts.pop(next(iter(_layouts)))
-        lay = _layouts[key] = _Layout(metas)
-    return lay
+    with _layouts_lock:
+        lay = _layouts.get(key)
+        if lay is None:
+            if len(_layouts) >= 64:  # an on-the-fly round has one per part
+                _layouts.pop(next(iter(_layouts)))
+            lay = _layouts[key] = _Layout(metas)
+        return lay
 
 
 def source_iter(source):
@@ -381,8 +387,9 @@ class CSource:
         self.tensors = described
         self.metas = metas
         n = len(described)
-        arr = _layout(metas).table()
-        self._keep = [arr]
+        lay = _layout(metas)
+        arr = lay.table()
+        self._keep = [arr, lay]  # arr points into lay
         for i, d in enumerate(described):
             t = arr[i]
             t.data = d.data if d.nbytes else (d.data or 1)

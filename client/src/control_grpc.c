@@ -183,9 +183,19 @@ wt_status *wt_control_grpc_new(const char *const *targets, size_t n,
   bool discover = token == NULL && !(opts && opts->no_token_discovery);
   int64_t timeout = opts && opts->timeout_ms > 0 ? opts->timeout_ms
                                                  : WT_CLIENT_DEFAULT_TIMEOUT_MS;
+  int64_t ka = opts && opts->keepalive_timeout_ms
+                   ? opts->keepalive_timeout_ms
+                   : WT_CLIENT_DEFAULT_KEEPALIVE_TIMEOUT_MS;
+  if (ka > INT32_MAX)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "keepalive_timeout_ms: %lld is above %d (a negative value turns "
+            "keepalive off)",
+            (long long)ka, INT32_MAX);
   wt_rpc_channel_options copts = {.default_deadline_ms = timeout,
                                   .tls = opts ? opts->tls : NULL,
-                                  .token = token};
+                                  .token = token,
+                                  .keepalive_time_ms = ka < 0 ? -1 : 0,
+                                  .keepalive_timeout_ms = ka < 0 ? 0 : (int)ka};
   for (size_t i = 0; i < n; i++) {
     g->n = i + 1;
     if ((g->targets[i] = strdup(targets[i])) == NULL)

@@ -42,6 +42,12 @@ struct wt_sync_client {
   /* The adapter set every call names; "" for the model (docs/lora.md). */
   char adapter[WT_ADAPTER_NAME_MAX + 1];
   bool adapter_fixed; /* by the options: an init may not name another */
+  /* How long the best-effort abort after a failed call waits for the
+   * servers: the control timeout, at most the keepalive timeout (a server
+   * that cannot answer within it is one this client deems silent; its
+   * round ends anyway when the failed call's cancel reaches it, or at its
+   * round timeout). The caller's error must not wait on a dead peer. */
+  int64_t failure_abort_ms;
 };
 
 wt_status *wt_sync_client_new_with(wt_control_plane *cp,
@@ -103,6 +109,11 @@ wt_status *wt_sync_client_new_with(wt_control_plane *cp,
                              ? opts->data_timeout_ms
                              : WT_CLIENT_DEFAULT_DATA_TIMEOUT_MS,
   };
+  int64_t ka = opts && opts->keepalive_timeout_ms > 0
+                   ? opts->keepalive_timeout_ms
+                   : WT_CLIENT_DEFAULT_KEEPALIVE_TIMEOUT_MS;
+  c->failure_abort_ms =
+      ka < c->ctx.control_timeout_ms ? ka : c->ctx.control_timeout_ms;
   *out = c;
   c = NULL;
 out:
@@ -514,9 +525,9 @@ static bool needs_init(wt_sync_client *c, wt_status **errs, char *why,
 }
 
 /* Aborts the rounds this client started, on the servers in `mask` (NULL:
- * every server with a round), best effort. */
+ * every server with a round), best effort, waiting at most deadline_ms. */
 static wt_status *abort_rounds(wt_sync_client *c, const char *reason,
-                               const bool *mask) {
+                               const bool *mask, int64_t deadline_ms) {
   wt_status *st = NULL;
   wt_fan f = {0};
   Wt__V1__AbortWeightUpdateRequest *reqs = NULL;
@@ -533,7 +544,7 @@ static wt_status *abort_rounds(wt_sync_client *c, const char *reason,
     if (has(c, WT_CONTROL_ABORT)) f.reqs[k] = &reqs[k].base;
     c->round_ids[k] = 0;
   }
-  st = wt_fan_out(&c->cp, WT_CONTROL_ABORT, c->ctx.control_timeout_ms, &f);
+  st = wt_fan_out(&c->cp, WT_CONTROL_ABORT, deadline_ms, &f);
 out:
   wt_fan_free(&f);
   free(reqs);
@@ -544,7 +555,7 @@ wt_status *wt_sync_client_abort(wt_sync_client *c, const char *reason) {
   /* Only the servers with a round of ours are asked, with its ids: a round
    * is aborted only by the trainer that started it (another's id is not
    * known here, and a server refuses round id 0). */
-  return abort_rounds(c, reason, NULL);
+  return abort_rounds(c, reason, NULL, c->ctx.control_timeout_ms);
 }
 
 /* The shard plan this client's rank joined (docs/multirank.md), or NULL:
@@ -588,8 +599,8 @@ static wt_status *start_once(wt_sync_client *c, bool *reinit, char *why,
     for (size_t k = 0; started && k < c->n; k++)
       any |= started[k] = f.errs[k] == NULL;
     if (any) {
-      wt_status *ast =
-          abort_rounds(c, "start failed on another server", started);
+      wt_status *ast = abort_rounds(c, "start failed on another server",
+                                    started, c->failure_abort_ms);
       if (ast) WT_LOGW("client", "%s", wt_status_message(ast));
       wt_status_free(ast);
     }
@@ -719,7 +730,8 @@ wt_status *wt_sync_client_update_plain(
   }
   st = wt_fan_out(&c->cp, WT_CONTROL_UPDATE, c->ctx.data_timeout_ms, &f);
   if (st != NULL) {
-    wt_status *ast = abort_rounds(c, wt_status_message(st), NULL);
+    wt_status *ast =
+        abort_rounds(c, wt_status_message(st), NULL, c->failure_abort_ms);
     if (ast != NULL) {
       WT_LOGW("client", "aborting the failed round: %s",
               wt_status_message(ast));
@@ -923,7 +935,8 @@ wt_status *wt_sync_client_update(wt_sync_client *c, wt_trainer *trainer,
 out:
   if (st != NULL && trainer != NULL && src != NULL) {
     /* A half-sent round must not be finished by mistake. */
-    wt_status *ast = abort_rounds(c, wt_status_message(st), NULL);
+    wt_status *ast =
+        abort_rounds(c, wt_status_message(st), NULL, c->failure_abort_ms);
     if (ast != NULL) {
       WT_LOGW("client", "aborting the failed round: %s",
               wt_status_message(ast));

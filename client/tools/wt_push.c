@@ -65,6 +65,7 @@ typedef struct options {
   char opt_text[MAX_OPTIONS][256];
   double timeout_s;      /* 0: library default */
   double data_timeout_s; /* init_info.timeout_ms; 0: the servers' default */
+  double keepalive_s;    /* --keepalive-timeout; 0: library default */
   bool verify;
   wt_hash_alg verify_alg;
   bool quiet;
@@ -191,13 +192,18 @@ static int opt_option(options *o, const char *name, const char *v) {
   return add_option(o, key, eq + 1);
 }
 
-/* --timeout and --data-timeout. The bounds keep the milliseconds an
- * int64_t (a uint32_t for the init info) and at least 1 (0 would mean the
- * default). */
+/* --timeout, --data-timeout and --keepalive-timeout. The bounds keep the
+ * milliseconds an int64_t (a uint32_t for the init info, an int for
+ * keepalive) and at least 1 (0 would mean the default). */
 static int opt_seconds(options *o, const char *name, const char *v) {
-  bool data = strcmp(name, "data-timeout") == 0;
-  double max = data ? 4000000 : MAX_TIMEOUT_S,
-         *to = data ? &o->data_timeout_s : &o->timeout_s;
+  bool data = strcmp(name, "data-timeout") == 0,
+       ka = strcmp(name, "keepalive-timeout") == 0;
+  double max = data ? 4000000
+               : ka ? 2000000
+                    : MAX_TIMEOUT_S,
+         *to = data ? &o->data_timeout_s
+               : ka ? &o->keepalive_s
+                    : &o->timeout_s;
   char *end = NULL;
   *to = strtod(v, &end);
   if (end == v || *end || !isfinite(*to) || *to < 0.001 || *to > max)
@@ -320,6 +326,11 @@ static const option_row rows[] = {
      "how long any side waits for the next data (a bucket,\na chunk) before "
      "the round fails: the init info's\ntimeout_ms (default: the servers' "
      "own, 60 s)",
+     opt_seconds},
+    {"keepalive-timeout", required_argument, "--keepalive-timeout SEC",
+     "how long a server may leave a keepalive ping unanswered\nbefore its "
+     "connection is closed and the round fails\n(default 10; a ping every "
+     "second while a call is open)",
      opt_seconds},
     {"verify", optional_argument, "--verify[=ALGO]",
      "compare checksums afterwards (sha256, the default, or xxh3)", opt_verify},
@@ -722,6 +733,8 @@ static wt_status *run_connect(run *r) {
   wt_status *st = NULL;
   wt_client_options copts = {0};
   wt_tool_security_apply(&r->o.sec, &copts);
+  if (r->o.keepalive_s > 0)
+    copts.keepalive_timeout_ms = (int64_t)(r->o.keepalive_s * 1000);
   if (r->o.timeout_s > 0) {
     copts.data_timeout_ms = (int64_t)(r->o.timeout_s * 1000);
     if (copts.data_timeout_ms < WT_CLIENT_DEFAULT_TIMEOUT_MS)

@@ -37,6 +37,7 @@ wt_status *wt_bindings_client_new(const char *const *targets, size_t n,
                                   const char *token_file,
                                   const char *runtime_base,
                                   bool no_token_discovery, const char *adapter,
+                                  int64_t keepalive_timeout_ms,
                                   wt_sync_client **out);
 
 /* wt_sync_client_new_with, the same options. Takes `cp` in every case. */

@@ -61,6 +61,11 @@ WT_API_BEGIN
  * catches a trainer that went quiet much earlier. */
 #define WT_CLIENT_DEFAULT_DATA_TIMEOUT_MS (30 * 60 * 1000)
 
+/* 10 s: a host whose CPUs are busy with inference (vLLM's threads spin)
+ * answered a ping in more than 1 s; a cut link is noticed in about 11 s,
+ * far inside the data deadline. */
+#define WT_CLIENT_DEFAULT_KEEPALIVE_TIMEOUT_MS 10000
+
 typedef struct wt_sync_client wt_sync_client;
 typedef struct wt_trainer wt_trainer;
 typedef struct wt_trainer_ctx wt_trainer_ctx;
@@ -93,6 +98,13 @@ typedef struct wt_client_options {
    * NULL: the model, or the set an init's adapter spec names
    * (WeightTransferInitInfo.adapter). Copied. */
   const char *adapter;
+  /* How long a server may leave an HTTP/2 keepalive ping unanswered while
+   * a call to it is open (a ping every second) before its connection is
+   * closed and its calls fail UNAVAILABLE: how soon a cut link or a
+   * vanished host is noticed, and how long a loaded but healthy host may
+   * stall. 0: WT_CLIENT_DEFAULT_KEEPALIVE_TIMEOUT_MS; < 0: no keepalive
+   * (a dead peer is then noticed at the call's deadline). */
+  int64_t keepalive_timeout_ms;
 } wt_client_options;
 
 /* Progress of a transfer, reported by trainer engines. */

@@ -48,6 +48,10 @@ class Client:
     (docs/lora.md): its rounds, versions, checksums and parameters instead
     of the model's; an init whose info carries an adapter spec
     (`wt_transfer.lora.adapter_init_info`) sets it too.
+    `keepalive_timeout` (seconds; None: 10 s) is how long a server may
+    leave a keepalive ping unanswered while a call is open before its
+    connection is closed and the call fails `Unavailable`: how soon a cut
+    link is noticed, and how long a loaded host may stall.
     """
 
     def __init__(self, servers: Union[str, Sequence[str]], *,
@@ -56,7 +60,11 @@ class Client:
                  token_file: Optional[str] = None,
                  runtime_base: Optional[str] = None,
                  token_discovery: bool = True,
-                 adapter: Optional[str] = None) -> None:
+                 adapter: Optional[str] = None,
+                 keepalive_timeout: Optional[float] = None) -> None:
+        if keepalive_timeout is not None and not keepalive_timeout > 0:
+            raise ValueError(f"keepalive_timeout: {keepalive_timeout!r} is "
+                             "not a positive number of seconds")
         if isinstance(servers, str):
             servers = [servers]
         servers = list(servers)
@@ -73,7 +81,7 @@ class Client:
             token_file.encode() if token_file else None,
             runtime_base.encode() if runtime_base else None,
             not token_discovery, adapter.encode() if adapter else None,
-            byref(self._h)))
+            _ms(keepalive_timeout), byref(self._h)))
         self.servers = servers
 
     @classmethod

@@ -144,7 +144,8 @@ class WtTrainerInitInfo(TrainerInitInfo):
     options: the transport's options (docs/python.md: delta, ...).
     pause: how vLLM pauses around the load ("wait", "keep", "abort"), or
         None to reset its prefix cache after the load without pausing.
-    token_file, timeout, data_timeout: as wt's Client takes them."""
+    token_file, timeout, data_timeout, keepalive_timeout: as wt's Client
+        takes them."""
 
     backend: ClassVar[str] = "wt"
 
@@ -157,6 +158,7 @@ class WtTrainerInitInfo(TrainerInitInfo):
     token_file: Optional[str] = None
     timeout: Optional[float] = None
     data_timeout: Optional[float] = None
+    keepalive_timeout: Optional[float] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.servers, str):
@@ -281,7 +283,8 @@ class WtTrainerWeightTransferEngine(TrainerWeightTransferEngine[WtTrainerInitInf
                               init_info.timeout or 300.0)
         engine.wt_client = Client(init_info.servers, token_file=init_info.token_file,
                                   timeout=init_info.timeout,
-                                  data_timeout=init_info.data_timeout)
+                                  data_timeout=init_info.data_timeout,
+                                  keepalive_timeout=init_info.keepalive_timeout)
         try:
             engine.wt_engine = WtFactory.trainer_init(
                 init_info.transport, dict(init_info.options), None,

@@ -1967,7 +1967,13 @@ static void test_two_hosts_link_cut(void) {
     goto out;
   }
   const char *targets[] = {srv.addr};
-  wt_client_options o = {.timeout_ms = 5000, .data_timeout_ms = 5000};
+  /* The link is down until the failed update returns: keepalive answers
+   * within 1 s keep that short (with the default 10 s the outage grew to
+   * about 8 s, and TCP's retransmission backoff on the trainer's old
+   * connection could then outlast the next round's 1.5 s bucket wait). */
+  wt_client_options o = {.timeout_ms = 5000,
+                         .data_timeout_ms = 5000,
+                         .keepalive_timeout_ms = 1000};
   WT_ASSERT_OK(wt_sync_client_new(targets, 1, &o, &c));
   /* Worker and trainer waits end 1.5 s after the last progress. */
   WT_ASSERT_OK(wt_sync_client_init_transfer(

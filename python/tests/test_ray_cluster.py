@@ -157,6 +157,28 @@ def test_ray_servers_rounds_and_cleanup(cluster):
             open(f"/proc/{pid}/stat").read().split()[2] == "Z", pid
 
 
+def fails_mid_rounds(servers, fault, node_id):
+    """A trainer actor on the head commits round 0 over `servers`, starts
+    rounds 1 to 29 and calls `fault()` while they run: the first round that
+    fails names the second server's address and Ray node `node_id`, within
+    the data deadline (5 s, plus 5 s of slack). Returns the trainer and the
+    second server's state before the fault."""
+    tr = Trainer.options(resources={"head": 1}).remote(servers.info, "grpc")
+    assert "error" not in ray.get(tr.round.remote(0))
+    victim = servers.states()[1]
+    rounds = [tr.round.remote(step) for step in range(1, 30)]
+    time.sleep(0.05)
+    fault(victim)
+    results = ray.get(rounds, timeout=300)
+    failed = [r for r in results if "error" in r]
+    assert failed, "no round failed"
+    first = failed[0]
+    assert victim["address"] in first["error"], first
+    assert f"Ray node {node_id}" in first["error"], first
+    assert first["seconds"] < 5 + 5, first
+    return tr, victim
+
+
 def test_ray_server_killed_mid_round_comes_back(cluster):
     """node2's wt-server SIGKILLed while rounds run: the round in progress
     fails within the data deadline (5 s) with an error naming node2's
@@ -169,19 +191,9 @@ def test_ray_server_killed_mid_round_comes_back(cluster):
     servers = start_servers([n.node_id for n in nodes], args=MODEL,
                             server_bin=_server_bin())
     try:
-        tr = Trainer.options(resources={"head": 1}).remote(servers.info, "grpc")
-        assert "error" not in ray.get(tr.round.remote(0))
-        victim = servers.states()[1]
-        rounds = [tr.round.remote(step) for step in range(1, 30)]
-        time.sleep(0.05)
-        os.kill(victim["pid"], signal.SIGKILL)
-        results = ray.get(rounds, timeout=300)
-        failed = [r for r in results if "error" in r]
-        assert failed, "no round failed"
-        first = failed[0]
-        assert victim["address"] in first["error"], first
-        assert f"Ray node {nodes[1].node_id}" in first["error"], first
-        assert first["seconds"] < 5 + 5, first
+        tr, victim = fails_mid_rounds(
+            servers, lambda v: os.kill(v["pid"], signal.SIGKILL),
+            nodes[1].node_id)
         back = ray.get(servers.actors[1].wait_serving.remote(1, 30))
         assert back["address"] == victim["address"] and back["pid"] != victim["pid"]
         with servers.client() as check:
@@ -217,18 +229,8 @@ def test_ray_node_removed_mid_round(cluster):
     servers = start_servers([nodes[0].node_id, extra.node_id], args=MODEL,
                             server_bin=_server_bin())
     try:
-        tr = Trainer.options(resources={"head": 1}).remote(servers.info, "grpc")
-        assert "error" not in ray.get(tr.round.remote(0))
-        victim = servers.states()[1]
-        rounds = [tr.round.remote(step) for step in range(1, 30)]
-        time.sleep(0.05)
-        c.remove_node(extra)
-        results = ray.get(rounds, timeout=300)
-        failed = [r for r in results if "error" in r]
-        assert failed, "no round failed"
-        assert victim["address"] in failed[0]["error"], failed[0]
-        assert f"Ray node {extra.node_id}" in failed[0]["error"], failed[0]
-        assert failed[0]["seconds"] < 5 + 5, failed[0]
+        tr, victim = fails_mid_rounds(
+            servers, lambda v: c.remove_node(extra), extra.node_id)
         states = servers.states()
         assert states[0] is not None and states[1] is None
         deadline = time.monotonic() + 10

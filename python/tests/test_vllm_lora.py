@@ -330,37 +330,31 @@ def test_refusals_leave_the_served_version(stack):
     served = stack.greedy("a", prompt)
     assert served == stack.reference(tensors, prompt)
 
+    def refused(path, error=wt.WtError) -> str:
+        """Loading `path` raises `error`; "a" still serves `served`."""
+        with pytest.raises(error) as e:
+            load_adapter_on_vllm(stack.vllm.url, "a", path)
+        msg = str(e.value)
+        print(f"refused: {type(e.value).__name__}: {msg}")
+        assert stack.greedy("a", prompt) == served
+        return msg
+
     export, version, seq = stack.push_adapter(
         "a", "rank-32", _adapter(stack, A_TARGETS, 401, rank=32))
-    with pytest.raises(wt.WtError) as e:
-        load_adapter_on_vllm(stack.vllm.url, "a",
-                             lora_path(export, "a", version, seq, ALPHA))
-    msg = str(e.value)
-    print(f"refused: {type(e.value).__name__}: {msg}")
+    msg = refused(lora_path(export, "a", version, seq, ALPHA))
     assert "LoRA rank 32 is greater than max_lora_rank 16." in msg, msg
     assert stack.vllm.url in msg and "adapter 'a'" in msg, msg
-    assert stack.greedy("a", prompt) == served
 
     export, version, seq = stack.push_adapter(
         "a", "x-proj", _adapter(stack, NO_SUCH_TARGET, 402))
-    with pytest.raises(wt.WtError) as e:
-        load_adapter_on_vllm(stack.vllm.url, "a",
-                             lora_path(export, "a", version, seq, ALPHA))
-    msg = str(e.value)
-    print(f"refused: {type(e.value).__name__}: {msg}")
+    msg = refused(lora_path(export, "a", version, seq, ALPHA))
     assert "expected target modules in" in msg, msg
     assert "but received ['model.layers.0.self_attn.x_proj'" in msg, msg
     assert f"While loading wt:{export}?adapter=a&" in msg, msg
-    assert stack.greedy("a", prompt) == served
 
     # a version the export does not hold: wt's NotFound, naming what it holds
-    with pytest.raises(wt.NotFound) as e:
-        load_adapter_on_vllm(stack.vllm.url, "a",
-                             lora_path(export, "a", "no-such", seq, ALPHA))
-    msg = str(e.value)
-    print(f"refused: {type(e.value).__name__}: {msg}")
+    msg = refused(lora_path(export, "a", "no-such", seq, ALPHA), wt.NotFound)
     assert "adapter 'a': version 'no-such'" in msg and "'x-proj'" in msg, msg
-    assert stack.greedy("a", prompt) == served
     assert stack.vllm.healthy()
 
 

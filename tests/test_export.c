@@ -77,6 +77,10 @@ static bool send_request(int fd, Wt__V1__ExportRequest *req) {
 }
 
 static char g_map_why[256]; /* the first unmapped view's manifest, in short */
+/* The first torn view: its version and where it differs from every seed's
+ * bytes (the tensor count, a name, or the first tensor whose digest
+ * matches no seed), so that a failure says what it saw. */
+static char g_torn_why[512];
 
 /* Reads `n` bytes (the first of them with recvmsg, taking the descriptors
  * that came with them into fds[0..*nfd)); false on EOF or timeout. */
@@ -194,21 +198,42 @@ static uint64_t mapped_seed(const Wt__V1__Manifest *m, const int *fds,
     return UNMAPPED;
   }
   uint64_t found = UINT64_MAX;
+  char why[256] = "";
   for (size_t k = 0; k < nseeds && found == UINT64_MAX; k++) {
     bool all = m->n_tensors == s->n;
+    if (!all)
+      snprintf(why, sizeof(why), "%zu tensors, the model has %zu", m->n_tensors,
+               s->n);
     for (size_t i = 0; all && i < m->n_tensors; i++) {
       const Wt__V1__ExportTensor *t = m->tensors[i];
       char got[WT_DIGEST_HEX_MAX], want[WT_DIGEST_HEX_MAX];
       all = t->region < m->n_regions && base[t->region] != NULL &&
             strcmp(t->name, s->metas[i].name) == 0;
-      if (!all) break;
+      if (!all) {
+        snprintf(why, sizeof(why), "tensor %zu '%.60s' (region %u of %zu)", i,
+                 t->name, (unsigned)t->region, m->n_regions);
+        break;
+      }
       WT_ASSERT_OK(wt_digest_hex(WT_HASH_SHA256, base[t->region] + t->offset,
                                  (size_t)t->nbytes, got));
       wtt_expected_digest(&s->metas[i], seeds[k], WT_HASH_SHA256, want);
       all = strcmp(got, want) == 0;
+      if (!all && i > 0)
+        snprintf(why, sizeof(why),
+                 "tensor %zu '%.60s' matches no seed (seed %llu held the "
+                 "ones before it)",
+                 i, t->name, (unsigned long long)seeds[k]);
+      else if (!all && why[0] == '\0')
+        snprintf(why, sizeof(why),
+                 "tensor 0 '%.60s' at offset %llu matches no seed", t->name,
+                 (unsigned long long)t->offset);
     }
     if (all) found = seeds[k];
   }
+  if (found == UINT64_MAX && g_torn_why[0] == '\0')
+    snprintf(g_torn_why, sizeof(g_torn_why),
+             "version '%.60s' (sequence %llu), %zu seeds tried: %s", m->version,
+             (unsigned long long)m->sequence, nseeds, why);
   for (size_t r = 0; r < m->n_regions && r < nfd; r++)
     if (base[r]) munmap((void *)base[r], m->regions[r]->size);
   return found;
@@ -590,6 +615,7 @@ static void test_views_during_rounds(void) {
       h.views, h.torn, h.errors, h.unmapped,
       h.unmapped ? strerror(g_map_errno) : "-", h.unmapped ? "; " : "",
       g_map_why, (long long)worst);
+  if (h.torn) printf("  the first torn view: %s\n", g_torn_why);
   CU_ASSERT(h.views > 0);
   CU_ASSERT_EQUAL(h.torn, 0);
   CU_ASSERT_EQUAL(h.unmapped, 0);

@@ -10,6 +10,20 @@
 #include <time.h>
 #include <unistd.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define WTT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WTT_ASAN 1
+#endif
+#endif
+#ifdef WTT_ASAN
+/* The sanitizer runtime's own (GCC 12 ships no allocator_interface.h):
+ * the bytes the program has allocated and not freed, quarantine apart. */
+size_t __sanitizer_get_current_allocated_bytes(void);
+#define WTT_HELD_HEAP 1
+#endif
+
 #include "grpc/health/v1/health.pb-c.h"
 #include "wt/cuda.h"
 #include "wt/dtype.h"
@@ -38,6 +52,22 @@ long wtt_rss_kib(void) {
     if (strncmp(line, "VmRSS:", 6) == 0) kib = atol(line + 6);
   if (f) fclose(f);
   return kib;
+}
+
+long wtt_held_kib(void) {
+#ifdef WTT_HELD_HEAP
+  return (long)(__sanitizer_get_current_allocated_bytes() / 1024);
+#else
+  return wtt_rss_kib();
+#endif
+}
+
+const char *wtt_held_what(void) {
+#ifdef WTT_HELD_HEAP
+  return "heap";
+#else
+  return "RSS";
+#endif
 }
 
 /* --- servers -------------------------------------------------------------- */

@@ -28,6 +28,15 @@
 
 /* This process's resident set (VmRSS) in KiB; -1 when unknown. */
 long wtt_rss_kib(void);
+/* The memory this process holds that a leak or an unbounded buffer grows,
+ * in KiB: the resident set, or under AddressSanitizer the heap bytes in use.
+ * A sanitized process's RSS also holds ASan's quarantine of freed memory
+ * (256 MiB by default), its shadow and its allocator's caches, which grow
+ * with the number of allocations, not with what is kept; the live heap is
+ * the measure there that means what RSS means in a normal build. */
+long wtt_held_kib(void);
+/* "RSS" or "heap": what wtt_held_kib() measures in this build. */
+const char *wtt_held_what(void);
 /* Descriptors this process has open now. */
 int wtt_open_fds(void);
 void wtt_sleep_ms(int ms);

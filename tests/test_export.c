@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../server/src/server_state.h" /* to hold a commit's window open */
 #include "support/fixture.h"
 #include "support/wt_proc.h"
 #include "wt/checksum.h"
@@ -161,6 +162,14 @@ static Wt__V1__ExportResponse *release(int fd, uint64_t lease) {
 
 static void close_fds(int *fds, size_t n) {
   for (size_t i = 0; i < n; i++) close(fds[i]);
+}
+
+/* The answer's manifest, or NULL when it is none (an error: the oneof's
+ * members share their storage, so r->manifest alone may be an error's). */
+static const Wt__V1__Manifest *manifest_of(const Wt__V1__ExportResponse *r) {
+  return r != NULL && r->result_case == WT__V1__EXPORT_RESPONSE__RESULT_MANIFEST
+             ? r->manifest
+             : NULL;
 }
 
 /* The seed every tensor of the manifest's mapped bytes was filled with, or
@@ -333,7 +342,7 @@ static void test_shadow_leases(void) {
   int fds[4];
   size_t nfd = 0;
   Wt__V1__ExportResponse *r = acquire(fd, NULL, 0, 0, fds, &nfd);
-  CU_ASSERT_FATAL(r && r->manifest);
+  CU_ASSERT_FATAL(manifest_of(r) != NULL);
   uint64_t lease = r->manifest->lease_id;
   int64_t t0 = wt_mono_ms();
   /* The live version's lease: no delay. A round a lease holds back can only
@@ -367,7 +376,7 @@ static void test_shadow_leases(void) {
   wtt_commit_round(&s, "v3", 3);
   /* Waiting for the next commit. */
   r = acquire(fd, NULL, 0, 0, fds, &nfd);
-  CU_ASSERT_FATAL(r && r->manifest);
+  CU_ASSERT_FATAL(manifest_of(r) != NULL);
   uint64_t seq = r->manifest->sequence;
   Wt__V1__ExportResponse *rel = release(fd, r->manifest->lease_id);
   CU_ASSERT_PTR_NOT_NULL(rel);
@@ -388,7 +397,7 @@ static void test_shadow_leases(void) {
   wtt_sleep_ms(100);
   wtt_commit_round(&s, "v4", 4);
   r = recv_response(fd2, fds, &nfd, 10000);
-  CU_ASSERT_FATAL(r && r->manifest);
+  CU_ASSERT_FATAL(manifest_of(r) != NULL);
   CU_ASSERT_STRING_EQUAL(r->manifest->version, "v4");
   CU_ASSERT_EQUAL(r->manifest->sequence, seq + 1);
   wt__v1__export_response__free_unpacked(r, NULL);
@@ -476,7 +485,7 @@ static void test_inplace_leases(void) {
   int fds[4];
   size_t nfd = 0;
   Wt__V1__ExportResponse *r = acquire(fd, NULL, 0, 0, fds, &nfd);
-  CU_ASSERT_FATAL(r && r->manifest);
+  CU_ASSERT_FATAL(manifest_of(r) != NULL);
   CU_ASSERT_EQUAL(r->manifest->n_regions, 1);
   uint64_t id = 0;
   WT_ASSERT_ERR(wtt_start(s.ch, &id), WT_FAILED_PRECONDITION,
@@ -498,7 +507,7 @@ static void test_inplace_leases(void) {
     int kf[4];
     size_t kn = 0;
     Wt__V1__ExportResponse *kr = acquire(k, NULL, 0, 0, kf, &kn);
-    if (kr == NULL || kr->manifest == NULL) _exit(1);
+    if (manifest_of(kr) == NULL) _exit(1);
     pause();
     _exit(0);
   }
@@ -528,7 +537,7 @@ static void test_inplace_leases(void) {
   wtt_commit_round(&s, "v1", 1);
   fd = consumer_connect();
   r = acquire(fd, NULL, 0, 0, fds, &nfd);
-  CU_ASSERT_FATAL(r && r->manifest);
+  CU_ASSERT_FATAL(manifest_of(r) != NULL);
   release_waiting rw = {.fd = fd, .lease = r->manifest->lease_id};
   wt__v1__export_response__free_unpacked(r, NULL);
   close_fds(fds, nfd);
@@ -549,12 +558,91 @@ static void test_inplace_leases(void) {
   wtt_server_stop(&s);
 }
 
+/* Sets the server's `committing`, as FinishWeightUpdate does between a
+ * store's new bytes going live and the sequence that names them. */
+static void set_committing(wtt_server *s, bool on) {
+  pthread_mutex_lock(&s->srv->round.mu);
+  s->srv->round.committing = on;
+  pthread_mutex_unlock(&s->srv->round.mu);
+}
+
+/* An acquire (even with timeout 0) that meets a commit in progress waits it
+ * out and gets the version, instead of a refusal that says no version is
+ * held (a consumer acquiring beside rounds got one in about one run of
+ * forty); a commit that outlasts a second is UNAVAILABLE, never a stall.
+ * The window is held open by the test: a real one lasts microseconds. */
+static void test_acquire_during_commit(void) {
+  wtt_server s;
+  start(&s, WT_STAGING_SHADOW, 0);
+  wtt_commit_round(&s, "v1", 1);
+  int fd = consumer_connect();
+  CU_ASSERT_FATAL(fd >= 0);
+  int fds[4];
+  size_t nfd = 0;
+  Wt__V1__AcquireRequest a = WT__V1__ACQUIRE_REQUEST__INIT;
+  a.version = "";
+  Wt__V1__ExportRequest req = WT__V1__EXPORT_REQUEST__INIT;
+  req.request_id = 9;
+  req.op_case = WT__V1__EXPORT_REQUEST__OP_ACQUIRE;
+  req.acquire = &a;
+
+  set_committing(&s, true);
+  CU_ASSERT_FATAL(send_request(fd, &req));
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  int early = poll(&p, 1, 300); /* no answer while the commit lasts */
+  int64_t t0 = wt_mono_ms();
+  set_committing(&s, false);
+  Wt__V1__ExportResponse *r = recv_response(fd, fds, &nfd, 5000);
+  int64_t took = wt_mono_ms() - t0;
+  CU_ASSERT_EQUAL(early, 0);
+  const Wt__V1__Manifest *m = manifest_of(r);
+  CU_ASSERT_FATAL(m != NULL);
+  CU_ASSERT_STRING_EQUAL(m->version, "v1");
+  uint64_t seeds[1] = {1};
+  CU_ASSERT_EQUAL(mapped_seed(m, fds, nfd, &s, seeds, 1), 1);
+  Wt__V1__ExportResponse *rr = release(fd, m->lease_id);
+  CU_ASSERT(rr != NULL &&
+            rr->result_case == WT__V1__EXPORT_RESPONSE__RESULT_RELEASED);
+  if (rr) wt__v1__export_response__free_unpacked(rr, NULL);
+  wt__v1__export_response__free_unpacked(r, NULL);
+  close_fds(fds, nfd);
+
+  /* A commit that does not end: refused once a second has passed. */
+  set_committing(&s, true);
+  int64_t t1 = wt_mono_ms();
+  CU_ASSERT_FATAL(send_request(fd, &req));
+  r = recv_response(fd, fds, &nfd, 10000);
+  int64_t refused_after = wt_mono_ms() - t1;
+  set_committing(&s, false);
+  CU_ASSERT_FATAL(r != NULL);
+  CU_ASSERT_EQUAL(r->result_case, WT__V1__EXPORT_RESPONSE__RESULT_ERROR);
+  if (r->result_case == WT__V1__EXPORT_RESPONSE__RESULT_ERROR) {
+    CU_ASSERT_EQUAL(r->error->code, WT_UNAVAILABLE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r->error->message, "committing"));
+    printf(
+        "\n  answered %lld ms after the commit ended; a commit held open: "
+        "%s after %lld ms\n",
+        (long long)took, r->error->message, (long long)refused_after);
+  }
+  CU_ASSERT(refused_after >= 1000 && refused_after < 5000);
+  wt__v1__export_response__free_unpacked(r, NULL);
+  close_fds(fds, nfd);
+  /* And the connection still answers. */
+  r = acquire(fd, NULL, 0, 0, fds, &nfd);
+  CU_ASSERT(manifest_of(r) != NULL);
+  if (r) wt__v1__export_response__free_unpacked(r, NULL);
+  close_fds(fds, nfd);
+  close(fd);
+  wtt_server_stop(&s);
+}
+
 /* A consumer that acquires, hashes and releases in a loop while rounds
  * commit as fast as they can: every view is exactly one version. */
 typedef struct hasher_arg {
   wtt_server *s;
   atomic_bool stop;
-  int views, torn, errors, unmapped;
+  int views, torn, errors, unmapped, refused;
+  char first_refusal[256];
   uint64_t seeds[64];
   atomic_size_t nseeds;
 } hasher_arg;
@@ -566,17 +654,26 @@ static void *hasher_main(void *p) {
     int fds[4];
     size_t nfd = 0;
     Wt__V1__ExportResponse *r = acquire(fd, NULL, 0, 0, fds, &nfd);
-    if (r == NULL || r->manifest == NULL) {
+    const Wt__V1__Manifest *m = manifest_of(r);
+    if (m == NULL) {
       h->errors += r == NULL;
+      /* Refused: with shadow staging a version is always held, and an
+       * acquire that meets a commit waits it out. */
+      if (r != NULL &&
+          r->result_case == WT__V1__EXPORT_RESPONSE__RESULT_ERROR &&
+          h->refused++ == 0)
+        snprintf(h->first_refusal, sizeof(h->first_refusal), "%s: %s",
+                 wt_code_name((wt_code)r->error->code), r->error->message);
       if (r) wt__v1__export_response__free_unpacked(r, NULL);
+      close_fds(fds, nfd);
       continue;
     }
     size_t n = atomic_load(&h->nseeds);
-    uint64_t got = mapped_seed(r->manifest, fds, nfd, h->s, h->seeds, n);
+    uint64_t got = mapped_seed(m, fds, nfd, h->s, h->seeds, n);
     h->views++;
     if (got == UINT64_MAX) h->torn++;
     if (got == UNMAPPED) h->unmapped++;
-    Wt__V1__ExportResponse *rr = release(fd, r->manifest->lease_id);
+    Wt__V1__ExportResponse *rr = release(fd, m->lease_id);
     if (rr) wt__v1__export_response__free_unpacked(rr, NULL);
     wt__v1__export_response__free_unpacked(r, NULL);
     close_fds(fds, nfd);
@@ -616,8 +713,11 @@ static void test_views_during_rounds(void) {
       h.unmapped ? strerror(g_map_errno) : "-", h.unmapped ? "; " : "",
       g_map_why, (long long)worst);
   if (h.torn) printf("  the first torn view: %s\n", g_torn_why);
+  printf("  %d acquires refused%s%s\n", h.refused,
+         h.refused ? "; the first: " : "", h.first_refusal);
   CU_ASSERT(h.views > 0);
   CU_ASSERT_EQUAL(h.torn, 0);
+  CU_ASSERT_EQUAL(h.refused, 0);
   CU_ASSERT_EQUAL(h.unmapped, 0);
   CU_ASSERT_EQUAL(h.errors, 0);
   wtt_server_stop(&s);
@@ -643,7 +743,7 @@ static void test_eight_consumers(void) {
       int fds[4];
       size_t nfd = 0;
       Wt__V1__ExportResponse *r = acquire(fd, NULL, 0, 0, fds, &nfd);
-      if (r == NULL || r->manifest == NULL) _exit(2);
+      if (manifest_of(r) == NULL) _exit(2);
       uint64_t seeds[] = {1};
       uint64_t got = mapped_seed(r->manifest, fds, nfd, &s, seeds, 1);
       /* Holding the lease (and the mapping) until the parent looked. */
@@ -806,7 +906,7 @@ static void test_strangers(void) {
   int fds[4];
   size_t nfd = 0;
   Wt__V1__ExportResponse *r = acquire(fd, NULL, 0, 0, fds, &nfd);
-  CU_ASSERT_FATAL(r && r->manifest);
+  CU_ASSERT_FATAL(manifest_of(r) != NULL);
   uint64_t seeds[] = {2};
   CU_ASSERT_EQUAL(mapped_seed(r->manifest, fds, nfd, &s, seeds, 1), 2);
   wt__v1__export_response__free_unpacked(r, NULL);
@@ -854,7 +954,7 @@ static void test_allow_uid(void) {
       int fds[4];
       size_t nfd = 0;
       Wt__V1__ExportResponse *r = acquire(fd, NULL, 0, 0, fds, &nfd);
-      _exit(r != NULL && r->manifest != NULL ? 0 : 1);
+      _exit(manifest_of(r) != NULL ? 0 : 1);
     }
     int status = -1;
     waitpid(kid, &status, 0);
@@ -976,6 +1076,8 @@ void wt_test_suite_export(void) {
   CU_add_test(s, "shadow: leases and the rounds they hold back",
               test_shadow_leases);
   CU_add_test(s, "in place: leases, a killed consumer", test_inplace_leases);
+  CU_add_test(s, "an acquire during a commit waits it out",
+              test_acquire_during_commit);
   CU_add_test(s, "views during 50 rounds are never torn",
               test_views_during_rounds);
   CU_add_test(s, "eight consumers, one host copy", test_eight_consumers);

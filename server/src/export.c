@@ -43,6 +43,12 @@
 /* Connections one uid may hold: its part among the uids connected and one
  * more, so that another uid always finds a place; never below this. */
 #define EXPORT_MIN_CONNS_PER_UID 4
+/* How long any acquire, even one with timeout_ms 0, waits out a commit in
+ * progress: the window between a store's new bytes going live and the
+ * sequence that names them is a few pointer flips, so an acquire that met
+ * it is answered with the new version instead of a refusal. A commit that
+ * outlasts this is UNAVAILABLE (and says so), never a stalled consumer. */
+#define EXPORT_COMMIT_WAIT_MS 1000
 
 typedef struct export_conn {
   int fd;
@@ -56,6 +62,7 @@ typedef struct export_conn {
   uint64_t wait_request, wait_after;
   uint32_t wait_worker;
   int64_t wait_deadline;
+  int64_t wait_since; /* when the acquire came */
   char *wait_version;
   /* An answer not yet all sent; its descriptors went with its first byte. */
   uint8_t *out;
@@ -286,10 +293,12 @@ typedef enum { ACQ_DONE, ACQ_WAIT, ACQ_CLOSE } acq_result;
 
 /* Builds and sends the manifest of the version held now, under a lease,
  * when it can be had now: ACQ_WAIT when the caller should wait (nothing
- * newer than `after` yet, or an in-place round is writing). */
+ * newer than `after` yet, or an in-place round is writing) and `may_wait`
+ * (its timeout has not passed), or when a commit is in progress and
+ * `commit_wait` (EXPORT_COMMIT_WAIT_MS has not passed since it came). */
 static acq_result try_acquire(wt_export *e, export_conn *c, uint64_t rid,
                               const char *want, uint64_t after, uint32_t worker,
-                              bool may_wait) {
+                              bool may_wait, bool commit_wait) {
   wt_server *srv = e->srv;
   if (worker >= srv->nworkers) {
     char msg[128];
@@ -315,8 +324,16 @@ static acq_result try_acquire(wt_export *e, export_conn *c, uint64_t rid,
   if (busy || seq == 0 || seq <= after) {
     pthread_mutex_unlock(&srv->round.mu);
     wt_param_store_read_unlock(s);
-    if (may_wait) return ACQ_WAIT;
-    if (busy && !committing)
+    if (may_wait || (committing && commit_wait)) return ACQ_WAIT;
+    if (committing) {
+      char msg[200];
+      snprintf(msg, sizeof(msg),
+               "FinishWeightUpdate has been committing the version after "
+               "sequence %" PRIu64 " for over %d ms; acquire again",
+               seq, EXPORT_COMMIT_WAIT_MS);
+      return answer_error(c, rid, WT_UNAVAILABLE, msg) ? ACQ_DONE : ACQ_CLOSE;
+    }
+    if (busy)
       return answer_error(c, rid, WT_UNAVAILABLE,
                           "a round is writing the weights in place (or the "
                           "store is incomplete after a failed one); acquire "
@@ -444,14 +461,16 @@ static bool handle(wt_export *e, export_conn *c, const uint8_t *body,
     note(e, "%s: a request before the last one was answered; closing", c->name);
   } else if (req->op_case == WT__V1__EXPORT_REQUEST__OP_ACQUIRE) {
     const Wt__V1__AcquireRequest *a = req->acquire;
-    acq_result r = try_acquire(e, c, req->request_id, a->version,
-                               a->after_sequence, a->worker, a->timeout_ms > 0);
+    acq_result r =
+        try_acquire(e, c, req->request_id, a->version, a->after_sequence,
+                    a->worker, a->timeout_ms > 0, true);
     if (r == ACQ_WAIT) {
       c->waiting = true;
       c->wait_request = req->request_id;
       c->wait_after = a->after_sequence;
       c->wait_worker = a->worker;
-      c->wait_deadline = wt_mono_ms() + a->timeout_ms;
+      c->wait_since = wt_mono_ms();
+      c->wait_deadline = c->wait_since + a->timeout_ms;
       c->wait_version = strdup(a->version ? a->version : "");
       if (c->wait_version == NULL) ok = false;
     }
@@ -576,8 +595,10 @@ static void *export_main(void *arg) {
         why = "it held no lease and asked nothing for the idle limit";
       } else if (c->waiting) {
         bool last = now >= c->wait_deadline;
-        acq_result r = try_acquire(e, c, c->wait_request, c->wait_version,
-                                   c->wait_after, c->wait_worker, !last);
+        bool commit_wait = now - c->wait_since < EXPORT_COMMIT_WAIT_MS;
+        acq_result r =
+            try_acquire(e, c, c->wait_request, c->wait_version, c->wait_after,
+                        c->wait_worker, !last, commit_wait);
         if (r != ACQ_WAIT) {
           c->waiting = false;
           free(c->wait_version);

@@ -18,6 +18,15 @@
 #include "wt/trainer.h"
 #include "wt/visibility.h"
 
+/* The keepalive timeout `opts` asks for, in ms (wt_client_options.
+ * keepalive_timeout_ms): its own, WT_CLIENT_DEFAULT_KEEPALIVE_TIMEOUT_MS
+ * for 0 or no options, -1 when keepalive is off. The channel's pings and
+ * the failure abort's bound both follow it. */
+static inline int64_t wt_client_keepalive_ms(const wt_client_options *opts) {
+  int64_t ka = opts ? opts->keepalive_timeout_ms : 0;
+  return ka == 0 ? WT_CLIENT_DEFAULT_KEEPALIVE_TIMEOUT_MS : ka < 0 ? -1 : ka;
+}
+
 /* ---- fan-out (fanout.c) ------------------------------------------------- */
 
 /* Per-server arrays of one method fanned out to every server: reqs[k] NULL

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client_internal.h"
 #include "wt/client.h"
 #include "wt/log.h"
 #include "wt/secure.h"
@@ -183,9 +184,7 @@ wt_status *wt_control_grpc_new(const char *const *targets, size_t n,
   bool discover = token == NULL && !(opts && opts->no_token_discovery);
   int64_t timeout = opts && opts->timeout_ms > 0 ? opts->timeout_ms
                                                  : WT_CLIENT_DEFAULT_TIMEOUT_MS;
-  int64_t ka = opts && opts->keepalive_timeout_ms
-                   ? opts->keepalive_timeout_ms
-                   : WT_CLIENT_DEFAULT_KEEPALIVE_TIMEOUT_MS;
+  int64_t ka = wt_client_keepalive_ms(opts);
   if (ka > INT32_MAX)
     WT_FAIL(WT_INVALID_ARGUMENT,
             "keepalive_timeout_ms: %lld is above %d (a negative value turns "

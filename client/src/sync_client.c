@@ -43,7 +43,8 @@ struct wt_sync_client {
   char adapter[WT_ADAPTER_NAME_MAX + 1];
   bool adapter_fixed; /* by the options: an init may not name another */
   /* How long the best-effort abort after a failed call waits for the
-   * servers: the control timeout, at most the keepalive timeout (a server
+   * servers: the control timeout, at most the keepalive timeout when
+   * keepalive is on (a server
    * that cannot answer within it is one this client deems silent; its
    * round ends anyway when the failed call's cancel reaches it, or at its
    * round timeout). The caller's error must not wait on a dead peer. */
@@ -109,11 +110,9 @@ wt_status *wt_sync_client_new_with(wt_control_plane *cp,
                              ? opts->data_timeout_ms
                              : WT_CLIENT_DEFAULT_DATA_TIMEOUT_MS,
   };
-  int64_t ka = opts && opts->keepalive_timeout_ms > 0
-                   ? opts->keepalive_timeout_ms
-                   : WT_CLIENT_DEFAULT_KEEPALIVE_TIMEOUT_MS;
+  int64_t ka = wt_client_keepalive_ms(opts);
   c->failure_abort_ms =
-      ka < c->ctx.control_timeout_ms ? ka : c->ctx.control_timeout_ms;
+      ka > 0 && ka < c->ctx.control_timeout_ms ? ka : c->ctx.control_timeout_ms;
   *out = c;
   c = NULL;
 out:

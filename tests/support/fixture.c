@@ -11,17 +11,16 @@
 #include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__)
-#define WTT_ASAN 1
+#define WTT_HELD_HEAP 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-#define WTT_ASAN 1
+#define WTT_HELD_HEAP 1
 #endif
 #endif
-#ifdef WTT_ASAN
+#ifdef WTT_HELD_HEAP
 /* The sanitizer runtime's own (GCC 12 ships no allocator_interface.h):
  * the bytes the program has allocated and not freed, quarantine apart. */
 size_t __sanitizer_get_current_allocated_bytes(void);
-#define WTT_HELD_HEAP 1
 #endif
 
 #include "grpc/health/v1/health.pb-c.h"

@@ -20,6 +20,12 @@
 #include "wt/pb.h"
 #include "wt/trainer.h"
 
+/* The most the best-effort abort after a failed call waits for the servers
+ * (wt_sync_client.failure_abort_ms): long enough for a loaded but healthy
+ * server to answer, short enough that a dead one does not hold the
+ * caller's error. */
+#define FAILURE_ABORT_MAX_MS 5000
+
 struct wt_sync_client {
   wt_control_plane cp; /* owned */
   size_t n;
@@ -43,11 +49,10 @@ struct wt_sync_client {
   char adapter[WT_ADAPTER_NAME_MAX + 1];
   bool adapter_fixed; /* by the options: an init may not name another */
   /* How long the best-effort abort after a failed call waits for the
-   * servers: the control timeout, at most the keepalive timeout when
-   * keepalive is on (a server
-   * that cannot answer within it is one this client deems silent; its
-   * round ends anyway when the failed call's cancel reaches it, or at its
-   * round timeout). The caller's error must not wait on a dead peer. */
+   * servers: FAILURE_ABORT_MAX_MS, less when the control timeout or the
+   * keepalive timeout is shorter. A server that does not answer by then
+   * still ends its round when the failed call's cancel reaches it, or at
+   * its round timeout; the caller's error must not wait on a dead peer. */
   int64_t failure_abort_ms;
 };
 
@@ -111,8 +116,10 @@ wt_status *wt_sync_client_new_with(wt_control_plane *cp,
                              : WT_CLIENT_DEFAULT_DATA_TIMEOUT_MS,
   };
   int64_t ka = wt_client_keepalive_ms(opts);
-  c->failure_abort_ms =
-      ka > 0 && ka < c->ctx.control_timeout_ms ? ka : c->ctx.control_timeout_ms;
+  c->failure_abort_ms = c->ctx.control_timeout_ms < FAILURE_ABORT_MAX_MS
+                            ? c->ctx.control_timeout_ms
+                            : FAILURE_ABORT_MAX_MS;
+  if (ka > 0 && ka < c->failure_abort_ms) c->failure_abort_ms = ka;
   *out = c;
   c = NULL;
 out:

@@ -329,7 +329,7 @@ static const option_row rows[] = {
      opt_seconds},
     {"keepalive-timeout", required_argument, "--keepalive-timeout SEC",
      "how long a server may leave a keepalive ping unanswered\nbefore its "
-     "connection is closed and the round fails\n(default 10; a ping every "
+     "connection is closed and the round fails\n(default 20; a ping every "
      "second while a call is open)",
      opt_seconds},
     {"verify", optional_argument, "--verify[=ALGO]",

@@ -132,7 +132,7 @@ def test_answers_late_by_less_than_the_keepalive_timeout_keep_the_round(
         big_server):
     """Everything the server sends is held back 3 s once 8 MiB of a
     252 MiB push went through: about three pings are answered 1 to 3 s
-    late (the default keepalive timeout is 10 s; a client with 1 s, as wt
+    late (the default keepalive timeout is 20 s; a client with 1 s, as wt
     had before, fails here). The round commits every byte."""
     with wt.Client(big_server.addr) as direct:
         params = direct.parameters()
@@ -156,7 +156,8 @@ def test_answers_late_by_less_than_the_keepalive_timeout_keep_the_round(
     # answers withheld, 1 s: the ping (1 s) goes unanswered (1 s), the
     # best-effort abort waits 1 s more: about 3 s
     (1.0, False, 8.0),
-    # nothing read, the default: 1 + 10 + 10 s, about 21 s
+    # nothing read, the default: the ping (1 s) unanswered for 20 s, then
+    # the abort's 5 s at most: about 26 s
     (None, True, 40.0)])
 def test_silence_past_the_keepalive_timeout_fails_the_call_and_commits_nothing(
         big_server, keepalive, both, within):

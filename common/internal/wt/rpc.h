@@ -411,7 +411,7 @@ typedef struct wt_rpc_channel_options {
 } wt_rpc_channel_options;
 
 #define WT_RPC_KEEPALIVE_TIME_MS 1000
-#define WT_RPC_KEEPALIVE_TIMEOUT_MS 10000
+#define WT_RPC_KEEPALIVE_TIMEOUT_MS 20000
 /* A server takes a client's pings this often (a client that pings faster,
  * twice, gets GOAWAY); below WT_RPC_KEEPALIVE_TIME_MS. */
 #define WT_RPC_MIN_PING_INTERVAL_MS 500

@@ -48,7 +48,7 @@ class Client:
     (docs/lora.md): its rounds, versions, checksums and parameters instead
     of the model's; an init whose info carries an adapter spec
     (`wt_transfer.lora.adapter_init_info`) sets it too.
-    `keepalive_timeout` (seconds; None: 10 s) is how long a server may
+    `keepalive_timeout` (seconds; None: 20 s) is how long a server may
     leave a keepalive ping unanswered while a call is open before its
     connection is closed and the call fails `Unavailable`: how soon a cut
     link is noticed, and how long a loaded host may stall.

@@ -180,6 +180,14 @@ def test_silence_past_the_keepalive_timeout_fails_the_call_and_commits_nothing(
         msg = str(e.value)
         assert relay.addr in msg, msg
         assert failed_after < within, (failed_after, msg)
+        # The ping's watchdog names the setting that decided (TCP's user
+        # timeout, which gRPC sets alike, may come first when nothing is
+        # read at all).
+        ka_ms = int((keepalive or 20.0) * 1000)
+        if not both or "keepalive watchdog" in msg:
+            assert (f"keepalive watchdog timeout (the server left a keepalive "
+                    f"ping unanswered for {ka_ms} ms, this client's "
+                    "keepalive_timeout_ms") in msg, msg
     finally:
         relay.close()
     tensors = model_tensors(params, 3)

@@ -33,9 +33,13 @@ struct wt_rpc_channel {
   char *target;
   grpc_channel *channel;
   int64_t default_deadline_ms;
-  grpc_metadata auth; /* "authorization: Bearer ..." */
-  size_t nmd;         /* 1 with a token, else 0 */
+  grpc_metadata auth;       /* "authorization: Bearer ..." */
+  size_t nmd;               /* 1 with a token, else 0 */
+  int keepalive_timeout_ms; /* the pings' answer deadline; 0: no keepalive */
 };
+
+/* What gRPC 1.51 says when a keepalive ping went unanswered. */
+#define KEEPALIVE_WATCHDOG_DETAILS "keepalive watchdog timeout"
 
 /* What every kind of client call shares. */
 typedef struct client_call {
@@ -120,6 +124,9 @@ wt_status *wt_rpc_channel_new(const char *target,
   size_t nargs = wt_rpc_message_limit_args(
       args, opts->max_receive_message_bytes, opts->max_send_message_bytes);
   if (opts->keepalive_time_ms >= 0) {
+    ch->keepalive_timeout_ms = opts->keepalive_timeout_ms > 0
+                                   ? opts->keepalive_timeout_ms
+                                   : WT_RPC_KEEPALIVE_TIMEOUT_MS;
     const struct {
       const char *key;
       int value;
@@ -127,9 +134,7 @@ wt_status *wt_rpc_channel_new(const char *target,
         {GRPC_ARG_KEEPALIVE_TIME_MS, opts->keepalive_time_ms
                                          ? opts->keepalive_time_ms
                                          : WT_RPC_KEEPALIVE_TIME_MS},
-        {GRPC_ARG_KEEPALIVE_TIMEOUT_MS, opts->keepalive_timeout_ms > 0
-                                            ? opts->keepalive_timeout_ms
-                                            : WT_RPC_KEEPALIVE_TIMEOUT_MS},
+        {GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ch->keepalive_timeout_ms},
         /* A push blocked by flow control sends no data: keep pinging. */
         {GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0},
     };
@@ -293,9 +298,20 @@ static wt_status *cc_status(const client_call *cc) {
   if (len == 0)
     return wt_status_new(code, "%s %s: %s", cc->ch->target, cc->method,
                          wt_code_name(code));
+  const char *details = (const char *)GRPC_SLICE_START_PTR(cc->details);
+  /* gRPC's words name neither side nor the setting: say which. */
+  const char *ka = KEEPALIVE_WATCHDOG_DETAILS;
+  if (cc->ch->keepalive_timeout_ms > 0 && len == strlen(ka) &&
+      memcmp(details, ka, len) == 0)
+    return wt_status_new(
+        code,
+        "%s %s: %s: %s (the server left a keepalive ping unanswered for "
+        "%d ms, this client's keepalive_timeout_ms; a server that is alive "
+        "but loaded needs a longer one)",
+        cc->ch->target, cc->method, wt_code_name(code), ka,
+        cc->ch->keepalive_timeout_ms);
   return wt_status_new(code, "%s %s: %s: %.*s", cc->ch->target, cc->method,
-                       wt_code_name(code), (int)len,
-                       (const char *)GRPC_SLICE_START_PTR(cc->details));
+                       wt_code_name(code), (int)len, details);
 }
 
 /* Opens a streaming call: starts `ops` (its opening batch, which begins with

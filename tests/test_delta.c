@@ -466,9 +466,9 @@ static void ucx_rounds(wt_staging staging, const char *fanout,
      * backend's round or a failed in-place round leave): white box, since
      * each of those also ends this init, and a re-init starts the
      * trainer's engine afresh (no base), which the abort below covers. */
-    pthread_mutex_lock(&s.srv[1]->round.mu);
+    wt_mutex_lock(&s.srv[1]->round.mu);
     s.srv[1]->round.committed_digest = 0;
-    pthread_mutex_unlock(&s.srv[1]->round.mu);
+    wt_mutex_unlock(&s.srv[1]->round.mu);
     step(&d.h, 5);
     st = round_of(&d, "u5");
     CU_ASSERT_EQUAL(st.delta_servers, nservers - 1);

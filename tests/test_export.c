@@ -561,9 +561,9 @@ static void test_inplace_leases(void) {
 /* Sets the server's `committing`, as FinishWeightUpdate does between a
  * store's new bytes going live and the sequence that names them. */
 static void set_committing(wtt_server *s, bool on) {
-  pthread_mutex_lock(&s->srv->round.mu);
+  wt_mutex_lock(&s->srv->round.mu);
   s->srv->round.committing = on;
-  pthread_mutex_unlock(&s->srv->round.mu);
+  wt_mutex_unlock(&s->srv->round.mu);
 }
 
 /* An acquire (even with timeout 0) that meets a commit in progress waits it
@@ -720,6 +720,114 @@ static void test_views_during_rounds(void) {
   CU_ASSERT_EQUAL(h.refused, 0);
   CU_ASSERT_EQUAL(h.unmapped, 0);
   CU_ASSERT_EQUAL(h.errors, 0);
+  wtt_server_stop(&s);
+}
+
+/* Issue 45, item 1: consumers that hold a lease across commits (the vLLM
+ * pattern: a worker serves version N while N+1 and N+2 land, then loads)
+ * beside back-to-back rounds. A round's start then waits for the shadow's
+ * lease while consumers acquire: the lease table's lock and round.mu were
+ * taken in both orders and the export hung for good after 100-250 rounds.
+ * Every acquire is answered, every round commits, the server still
+ * answers. */
+#define HOLDERS 4
+typedef struct holder_arg {
+  atomic_bool stop;
+  atomic_int acquires, unanswered, refused;
+  char first_refusal[256];
+} holder_arg;
+
+static void *holder_main(void *p) {
+  holder_arg *h = p;
+  int fd = consumer_connect();
+  uint64_t held = 0; /* the lease kept across commits */
+  while (!atomic_load(&h->stop)) {
+    int fds[4];
+    size_t nfd = 0;
+    Wt__V1__ExportResponse *r = acquire(fd, NULL, 0, 0, fds, &nfd);
+    atomic_fetch_add(&h->acquires, 1);
+    if (r == NULL) {
+      atomic_fetch_add(&h->unanswered, 1);
+      break;
+    }
+    const Wt__V1__Manifest *m = manifest_of(r);
+    if (m != NULL) {
+      if (held != 0) {
+        Wt__V1__ExportResponse *rr = release(fd, held);
+        if (rr == NULL) atomic_fetch_add(&h->unanswered, 1);
+        if (rr) wt__v1__export_response__free_unpacked(rr, NULL);
+      }
+      held = m->lease_id;
+    } else if (atomic_fetch_add(&h->refused, 1) == 0 &&
+               r->result_case == WT__V1__EXPORT_RESPONSE__RESULT_ERROR) {
+      snprintf(h->first_refusal, sizeof(h->first_refusal), "%s: %s",
+               wt_code_name((wt_code)r->error->code), r->error->message);
+    }
+    wt__v1__export_response__free_unpacked(r, NULL);
+    close_fds(fds, nfd);
+  }
+  close(fd);
+  return NULL;
+}
+
+static void test_leases_beside_rounds(void) {
+  enum { ROUNDS = 10000 };
+  wtt_server s;
+  /* A start waits for the shadow's leases up to 10 s: far above a
+   * holder's next acquire (they loop), a deadline against hanging. */
+  wt_server_options o = {.staging = WT_STAGING_SHADOW,
+                         .memory = WT_MEM_SHARED,
+                         .export_path = g_sock,
+                         .lease_wait_ms = 10000};
+  wtt_server_start(&s, "tiny", &o);
+  WT_ASSERT_OK(wtt_init_grpc(s.ch, 0, s.workers));
+  wtt_commit_round(&s, "v1", 1);
+  static holder_arg h;
+  memset(&h, 0, sizeof(h));
+  pthread_t th[HOLDERS];
+  for (int i = 0; i < HOLDERS; i++)
+    CU_ASSERT_FATAL(pthread_create(&th[i], NULL, holder_main, &h) == 0);
+  int64_t t0 = wt_mono_ms(), worst = 0;
+  int done = 0;
+  for (uint64_t k = 2; k <= ROUNDS + 1; k++) {
+    char v[16];
+    snprintf(v, sizeof(v), "v%llu", (unsigned long long)k);
+    int64_t r0 = wt_mono_ms();
+    uint64_t id = 0;
+    wt_status *st = wtt_start(s.ch, &id);
+    if (st == NULL) {
+      wtt_upd u;
+      wtt_upd_init(&u, s.metas, NULL, s.n);
+      st = wtt_push_all(s.ch, &u, id, 0, 1 << 20, k, NULL);
+      if (st == NULL) st = wtt_finish(s.ch, v, id);
+    }
+    if (st != NULL) {
+      printf("\n  round %llu failed: %s\n", (unsigned long long)k,
+             wt_status_message(st));
+      wt_status_free(st);
+      CU_FAIL("a round beside lease holders failed");
+      break;
+    }
+    int64_t took = wt_mono_ms() - r0;
+    if (took > worst) worst = took;
+    done++;
+  }
+  atomic_store(&h.stop, true);
+  for (int i = 0; i < HOLDERS; i++) pthread_join(th[i], NULL);
+  printf("\n  %d rounds beside %d lease holders in %lld ms (slowest %lld "
+         "ms): %d acquires, %d unanswered, %d refused%s%s\n",
+         done, HOLDERS, (long long)(wt_mono_ms() - t0), (long long)worst,
+         atomic_load(&h.acquires), atomic_load(&h.unanswered),
+         atomic_load(&h.refused), h.first_refusal[0] ? "; the first: " : "",
+         h.first_refusal);
+  CU_ASSERT_EQUAL(done, ROUNDS);
+  CU_ASSERT_EQUAL(atomic_load(&h.unanswered), 0);
+  CU_ASSERT(atomic_load(&h.acquires) > 0);
+  /* The server still answers, and holds the last version. */
+  Wt__V1__ServerInfo *info = wtt_info(s.ch);
+  CU_ASSERT_FATAL(info != NULL);
+  wt_pb_free(&info->base);
+  wtt_assert_model_seed(&s, ROUNDS + 1);
   wtt_server_stop(&s);
 }
 
@@ -1080,6 +1188,8 @@ void wt_test_suite_export(void) {
               test_acquire_during_commit);
   CU_add_test(s, "views during 50 rounds are never torn",
               test_views_during_rounds);
+  CU_add_test(s, "10,000 rounds beside consumers holding leases",
+              test_leases_beside_rounds);
   CU_add_test(s, "eight consumers, one host copy", test_eight_consumers);
   CU_add_test(s, "strangers on the socket", test_strangers);
   CU_add_test(s, "a Python consumer from the proto", test_python_consumer);

@@ -77,6 +77,7 @@
 #include "backends/ucx/ucx_worker.h"
 #include "wt/delta.h"
 #include "wt/log.h"
+#include "wt/lock.h"
 
 static void ucx_destroy(wt_engine *e);
 
@@ -160,14 +161,15 @@ out:
 
 /* Held while a worker's UCX opens its listening sockets, so that the
  * sockets that appear are that worker's (ucx_worker_socks.c). */
-static pthread_mutex_t g_listen_mu = PTHREAD_MUTEX_INITIALIZER;
+static wt_mutex g_listen_mu =
+    WT_MUTEX_INITIALIZER(WT_LOCK_UCX_LISTEN, "ucx_worker.listen_mu");
 
 static wt_status *ucx_init_transfer(wt_engine *e,
                                     wt_engine_endpoint *endpoint) {
   wt_status *st = NULL;
   uint16_t before[64];
   size_t nbefore = 0;
-  pthread_mutex_lock(&g_listen_mu);
+  wt_mutex_lock(&g_listen_mu);
   nbefore = wt_ucxe_listening_ports(before, 64);
   struct sockaddr_storage ss;
   socklen_t len = 0;
@@ -263,7 +265,7 @@ out : {
     if (!old) e->own_ports[e->nown++] = after[i];
   }
 }
-  pthread_mutex_unlock(&g_listen_mu);
+  wt_mutex_unlock(&g_listen_mu);
   return st;
 }
 

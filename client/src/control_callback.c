@@ -19,6 +19,7 @@
 #include "wt/clock.h"
 #include "client_internal.h"
 #include "wt/pb.h"
+#include "wt/lock.h"
 
 typedef struct cb_plane {
   char **targets;
@@ -27,7 +28,7 @@ typedef struct cb_plane {
   uint32_t flags; /* WT_CONTROL_VLLM_DICTS */
   wt_control_callback fn;
   void *user;
-  pthread_mutex_t mu;
+  wt_mutex mu;
   pthread_cond_t idle;
   size_t running;
   uint64_t next_round; /* round ids of a plane without them */
@@ -35,7 +36,7 @@ typedef struct cb_plane {
 
 struct wt_control_call {
   cb_plane *p;
-  pthread_mutex_t mu;
+  wt_mutex mu;
   pthread_cond_t cv;
   int refs;
   bool done, cancelled, replied;
@@ -52,11 +53,11 @@ struct wt_control_reply {
 };
 
 static void call_unref(wt_control_call *c) {
-  pthread_mutex_lock(&c->mu);
+  wt_mutex_lock(&c->mu);
   int left = --c->refs;
-  pthread_mutex_unlock(&c->mu);
+  wt_mutex_unlock(&c->mu);
   if (left > 0) return;
-  pthread_mutex_destroy(&c->mu);
+  wt_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
   free(c->request);
   free(c->response);
@@ -64,13 +65,13 @@ static void call_unref(wt_control_call *c) {
 }
 
 static void reply(wt_control_call *c, int code, const char *text) {
-  pthread_mutex_lock(&c->mu);
+  wt_mutex_lock(&c->mu);
   if (!c->replied) {
     c->replied = true;
     c->code = code;
     c->response = strdup(text ? text : (code == 0 ? "{}" : ""));
   }
-  pthread_mutex_unlock(&c->mu);
+  wt_mutex_unlock(&c->mu);
 }
 
 void wt_control_reply_ok(wt_control_reply *r, const char *response_json) {
@@ -90,7 +91,7 @@ static void *call_main(void *arg) {
   wt_control_call *c = arg;
   cb_plane *p = c->p;
   p->fn(p->user, c->k, (int)c->m, c->request, (wt_control_reply *)c);
-  pthread_mutex_lock(&c->mu);
+  wt_mutex_lock(&c->mu);
   if (!c->replied) {
     c->replied = true;
     c->code = WT_INTERNAL;
@@ -100,11 +101,11 @@ static void *call_main(void *arg) {
   }
   c->done = true;
   pthread_cond_broadcast(&c->cv);
-  pthread_mutex_unlock(&c->mu);
+  wt_mutex_unlock(&c->mu);
   call_unref(c);
-  pthread_mutex_lock(&p->mu);
+  wt_mutex_lock(&p->mu);
   if (--p->running == 0) pthread_cond_broadcast(&p->idle);
-  pthread_mutex_unlock(&p->mu);
+  wt_mutex_unlock(&p->mu);
   return NULL;
 }
 
@@ -140,11 +141,11 @@ static wt_status *cb_call_start(void *self, size_t k, wt_control_method m,
   c->m = m;
   c->refs = 2;
   c->deadline = wt_mono_ms() + deadline_ms;
-  pthread_mutex_init(&c->mu, NULL);
+  wt_mutex_init(&c->mu, WT_LOCK_CONTROL_CALLBACK, 0, "control_callback.mu");
   wt_cond_init_monotonic(&c->cv);
-  pthread_mutex_lock(&p->mu);
+  wt_mutex_lock(&p->mu);
   p->running++;
-  pthread_mutex_unlock(&p->mu);
+  wt_mutex_unlock(&p->mu);
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -152,9 +153,9 @@ static wt_status *cb_call_start(void *self, size_t k, wt_control_method m,
   int rc = pthread_create(&th, &attr, call_main, c);
   pthread_attr_destroy(&attr);
   if (rc != 0) {
-    pthread_mutex_lock(&p->mu);
+    wt_mutex_lock(&p->mu);
     p->running--;
-    pthread_mutex_unlock(&p->mu);
+    wt_mutex_unlock(&p->mu);
     c->refs = 1;
     call_unref(c);
     return wt_status_from_errno(rc, "%s %s: starting its thread", p->targets[k],
@@ -172,22 +173,22 @@ static bool over(const wt_control_call *c) {
 static bool cb_call_done(void *self, wt_control_call *c, int64_t wait_ms) {
   (void)self;
   int64_t until = wt_mono_ms() + (wait_ms > 0 ? wait_ms : 0);
-  pthread_mutex_lock(&c->mu);
+  wt_mutex_lock(&c->mu);
   while (!over(c) && wt_mono_ms() < until) {
     int64_t t = until < c->deadline ? until : c->deadline;
     wt_cond_wait_until(&c->cv, &c->mu, t);
   }
   bool d = over(c);
-  pthread_mutex_unlock(&c->mu);
+  wt_mutex_unlock(&c->mu);
   return d;
 }
 
 static void cb_call_cancel(void *self, wt_control_call *c) {
   (void)self;
-  pthread_mutex_lock(&c->mu);
+  wt_mutex_lock(&c->mu);
   c->cancelled = true;
   pthread_cond_broadcast(&c->cv);
-  pthread_mutex_unlock(&c->mu);
+  wt_mutex_unlock(&c->mu);
 }
 
 static wt_status *cb_call_wait(void *self, wt_control_call *c,
@@ -199,13 +200,13 @@ static wt_status *cb_call_wait(void *self, wt_control_call *c,
   const char *target = p->targets[c->k];
   const char *method = wt_control_method_name(c->m);
   wt_status *st = NULL;
-  pthread_mutex_lock(&c->mu);
+  wt_mutex_lock(&c->mu);
   bool done = c->done;
   int code = c->code;
   char *text = done ? c->response : NULL;
   c->response = NULL;
   bool cancelled = c->cancelled;
-  pthread_mutex_unlock(&c->mu);
+  wt_mutex_unlock(&c->mu);
   if (!done) {
     st = cancelled
              ? wt_status_new(WT_CANCELLED, "%s %s: cancelled", target, method)
@@ -237,9 +238,9 @@ static wt_status *cb_call_wait(void *self, wt_control_call *c,
         Wt__V1__StartWeightUpdateResponse *s =
             (Wt__V1__StartWeightUpdateResponse *)r;
         if (s->round_id == 0) {
-          pthread_mutex_lock(&p->mu);
+          wt_mutex_lock(&p->mu);
           s->round_id = ++p->next_round;
-          pthread_mutex_unlock(&p->mu);
+          wt_mutex_unlock(&p->mu);
         }
       }
       if (response)
@@ -256,12 +257,12 @@ static wt_status *cb_call_wait(void *self, wt_control_call *c,
 static void cb_destroy(void *self) {
   cb_plane *p = self;
   if (p == NULL) return;
-  pthread_mutex_lock(&p->mu);
-  while (p->running > 0) pthread_cond_wait(&p->idle, &p->mu);
-  pthread_mutex_unlock(&p->mu);
+  wt_mutex_lock(&p->mu);
+  while (p->running > 0) wt_cond_wait(&p->idle, &p->mu);
+  wt_mutex_unlock(&p->mu);
   for (size_t k = 0; k < p->n; k++) free(p->targets[k]);
   free(p->targets);
-  pthread_mutex_destroy(&p->mu);
+  wt_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->idle);
   free(p);
 }
@@ -307,7 +308,8 @@ wt_status *wt_control_callback_new(const char *const *targets, size_t n,
   cb_plane *p = calloc(1, sizeof(*p));
   if (p == NULL) return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
   p->targets = calloc(n, sizeof(*p->targets));
-  pthread_mutex_init(&p->mu, NULL);
+  wt_mutex_init(&p->mu, WT_LOCK_CONTROL_CALLBACK_CALL, 0,
+                "control_callback.call_mu");
   pthread_cond_init(&p->idle, NULL);
   p->n = n;
   p->fn = fn;

@@ -11,6 +11,7 @@
 #include "wt/clock.h"
 #include "wt/log.h"
 #include "wt/pb.h"
+#include "wt/lock.h"
 
 wt_status *wt_fan_alloc(size_t n, wt_fan *f) {
   memset(f, 0, sizeof(*f));
@@ -90,7 +91,7 @@ typedef struct update_watch {
   wt_control_call **calls;
   wt_status **errs;
   size_t n;
-  pthread_mutex_t mu;
+  wt_mutex mu;
   bool cancel_calls;  /* set by the sender's side when send failed */
   long cancelled_for; /* server whose error cancelled the sender, or -1 */
   /* Once the sender is done, every server must answer by then (0: not
@@ -123,10 +124,10 @@ static void *watch_updates(void *arg) {
   bool calls_cancelled = false;
   for (size_t k = 0; k < w->n; k++) remaining += w->calls[k] != NULL;
   while (remaining > 0) {
-    pthread_mutex_lock(&w->mu);
+    wt_mutex_lock(&w->mu);
     bool cancel = w->cancel_calls;
     int64_t answer_by = w->answer_by_ms;
-    pthread_mutex_unlock(&w->mu);
+    wt_mutex_unlock(&w->mu);
     if (answer_by != 0 && !cancel && wt_mono_ms() > answer_by) {
       give_up_calls(w, &remaining);
       break;
@@ -192,8 +193,7 @@ wt_status *wt_fan_around(const wt_control_plane *cp,
   w.errs = calloc(n, sizeof(*w.errs));
   if (!w.calls || !w.errs)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory for an update");
-  if (pthread_mutex_init(&w.mu, NULL) != 0)
-    WT_FAIL(WT_INTERNAL, "cannot create the update's lock");
+  wt_mutex_init(&w.mu, WT_LOCK_FANOUT, 0, "fanout.mu");
   mu_init = true;
   for (size_t k = 0; k < n && st == NULL; k++) {
     st = cp->ops->call_start(cp->self, k, WT_CONTROL_UPDATE, reqs[k],
@@ -218,23 +218,23 @@ wt_status *wt_fan_around(const wt_control_plane *cp,
   if (st != NULL) goto out;
   send_st = s->send != NULL ? s->send(s->arg) : NULL;
   if (send_st == NULL) {
-    pthread_mutex_lock(&w.mu);
+    wt_mutex_lock(&w.mu);
     w.answer_by_ms = wt_mono_ms() + s->answer_within_ms + 1000;
-    pthread_mutex_unlock(&w.mu);
+    wt_mutex_unlock(&w.mu);
   }
 out:
   if (thread_started) {
     if (send_st != NULL || st != NULL) {
-      pthread_mutex_lock(&w.mu);
+      wt_mutex_lock(&w.mu);
       w.cancel_calls = true;
-      pthread_mutex_unlock(&w.mu);
+      wt_mutex_unlock(&w.mu);
     }
     pthread_join(thread, NULL);
   }
   if (st == NULL) st = round_error(&w, send_st);
   wt_status_free(send_st);
   for (size_t k = 0; w.errs && k < n; k++) wt_status_free(w.errs[k]);
-  if (mu_init) pthread_mutex_destroy(&w.mu);
+  if (mu_init) wt_mutex_destroy(&w.mu);
   free(w.errs);
   free(w.calls);
   return st;

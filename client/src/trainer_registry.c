@@ -10,6 +10,7 @@
 #include "wt/parse.h"
 #include "wt/pb.h"
 #include "wt/trainer.h"
+#include "wt/lock.h"
 
 /* The one registry of the process: global by design (DESIGN.md). */
 static wt_registry_once registry = WT_REGISTRY_ONCE_INIT(
@@ -65,7 +66,7 @@ out:
 }
 
 struct wt_trainer_link {
-  pthread_mutex_t mu;
+  wt_mutex mu;
   int refs;
   wt_trainer *t; /* NULL once the trainer was destroyed */
 };
@@ -80,34 +81,35 @@ struct wt_trainer {
 wt_trainer_link *wt_trainer_link_get(wt_trainer *t) {
   if (t->link == NULL) {
     wt_trainer_link *l = calloc(1, sizeof(*l));
-    if (l == NULL || pthread_mutex_init(&l->mu, NULL) != 0) {
+    if (l == NULL) {
       free(l);
       return NULL;
     }
+    wt_mutex_init(&l->mu, WT_LOCK_TRAINER_REGISTRY, 0, "trainer_link.mu");
     l->refs = 1; /* the trainer's */
     l->t = t;
     t->link = l;
   }
-  pthread_mutex_lock(&t->link->mu);
+  wt_mutex_lock(&t->link->mu);
   t->link->refs++;
-  pthread_mutex_unlock(&t->link->mu);
+  wt_mutex_unlock(&t->link->mu);
   return t->link;
 }
 
 wt_trainer *wt_trainer_link_trainer(wt_trainer_link *l) {
-  pthread_mutex_lock(&l->mu);
+  wt_mutex_lock(&l->mu);
   wt_trainer *t = l->t;
-  pthread_mutex_unlock(&l->mu);
+  wt_mutex_unlock(&l->mu);
   return t;
 }
 
 void wt_trainer_link_put(wt_trainer_link *l) {
   if (l == NULL) return;
-  pthread_mutex_lock(&l->mu);
+  wt_mutex_lock(&l->mu);
   int left = --l->refs;
-  pthread_mutex_unlock(&l->mu);
+  wt_mutex_unlock(&l->mu);
   if (left > 0) return;
-  pthread_mutex_destroy(&l->mu);
+  wt_mutex_destroy(&l->mu);
   free(l);
 }
 
@@ -165,9 +167,9 @@ out:
 void wt_trainer_destroy(wt_trainer *t) {
   if (t == NULL) return;
   if (t->link != NULL) {
-    pthread_mutex_lock(&t->link->mu);
+    wt_mutex_lock(&t->link->mu);
     t->link->t = NULL;
-    pthread_mutex_unlock(&t->link->mu);
+    wt_mutex_unlock(&t->link->mu);
     wt_trainer_link_put(t->link);
   }
   if (t->self != NULL) t->ops->destroy(t->self);

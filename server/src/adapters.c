@@ -19,6 +19,7 @@
 #include "wt/log.h"
 #include "wt/param_store.h"
 #include "wt/pb.h"
+#include "wt/lock.h"
 
 typedef struct wt_srv_adapter {
   Wt__V1__AdapterSpec *spec; /* owned: the first init's, with its name */
@@ -40,11 +41,11 @@ wt_status *wt_srv_route(wt_server *srv, const char *adapter, wt_server **out) {
   if (adapter == NULL || *adapter == '\0') return NULL;
   wt_status *st = wt_adapter_name_check(adapter, "adapter");
   if (st != NULL) return st;
-  pthread_mutex_lock(&srv->adapters.mu);
+  wt_mutex_lock(&srv->adapters.mu);
   wt_srv_adapter *a = find_locked(srv, adapter);
   if (a != NULL) *out = a->slot;
   size_t n = srv->adapters.n;
-  pthread_mutex_unlock(&srv->adapters.mu);
+  wt_mutex_unlock(&srv->adapters.mu);
   if (a == NULL)
     return wt_status_new(WT_NOT_FOUND,
                          "adapter '%s': this server holds no such adapter set "
@@ -127,13 +128,17 @@ static wt_status *create(wt_server *srv, const Wt__V1__AdapterSpec *spec,
       WT_FAIL(WT_RESOURCE_EXHAUSTED,
               "adapter '%s': its tensors' bytes overflow 64 bits", spec->name);
   bytes *= copies;
-  pthread_mutex_lock(&srv->adapters.mu);
+  wt_mutex_lock(&srv->adapters.mu);
   size_t held = srv->adapters.n;
   uint64_t held_bytes = srv->adapters.bytes;
+  /* Once stopping, the list stays where the shutdown read it. */
+  bool stopping = srv->adapters.stopping;
   wt_srv_adapter **list =
-      realloc(srv->adapters.list, (held + 1) * sizeof(*list));
+      stopping ? NULL : realloc(srv->adapters.list, (held + 1) * sizeof(*list));
   if (list != NULL) srv->adapters.list = list;
-  pthread_mutex_unlock(&srv->adapters.mu);
+  wt_mutex_unlock(&srv->adapters.mu);
+  if (stopping)
+    WT_FAIL(WT_UNAVAILABLE, "adapter '%s': the server is stopping", spec->name);
   if (list == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "adapter: out of memory");
   if (held >= lim->max_adapters)
     WT_FAIL(WT_RESOURCE_EXHAUSTED,
@@ -166,11 +171,11 @@ static wt_status *create(wt_server *srv, const Wt__V1__AdapterSpec *spec,
   /* Listed even when the server began to stop meanwhile (the stop, which
    * waits for this call, then frees it), but stopped at once then: no
    * init may wait on it. */
-  pthread_mutex_lock(&srv->adapters.mu);
+  wt_mutex_lock(&srv->adapters.mu);
   srv->adapters.list[srv->adapters.n++] = a;
   srv->adapters.bytes += bytes;
-  bool stopping = srv->adapters.stopping;
-  pthread_mutex_unlock(&srv->adapters.mu);
+  stopping = srv->adapters.stopping;
+  wt_mutex_unlock(&srv->adapters.mu);
   if (stopping) {
     wt_srv_shutdown(a->slot);
     a = NULL; /* listed: the stop frees it */
@@ -199,22 +204,22 @@ wt_status *wt_srv_adapter_open(wt_server *srv, const Wt__V1__AdapterSpec *spec,
     return wt_status_new(WT_INTERNAL, "adapter: a set holds no sets");
   WT_CHECK(wt_adapter_spec_check(spec, &metas, &n));
   /* A set that exists: checked without waiting for another's making. */
-  pthread_mutex_lock(&srv->adapters.mu);
+  wt_mutex_lock(&srv->adapters.mu);
   wt_srv_adapter *a = find_locked(srv, spec->name);
-  pthread_mutex_unlock(&srv->adapters.mu);
+  wt_mutex_unlock(&srv->adapters.mu);
   if (a == NULL) {
-    pthread_mutex_lock(&srv->adapters.create_mu);
-    pthread_mutex_lock(&srv->adapters.mu);
+    wt_mutex_lock(&srv->adapters.create_mu);
+    wt_mutex_lock(&srv->adapters.mu);
     a = find_locked(srv, spec->name); /* made meanwhile? */
     bool stopping = srv->adapters.stopping;
-    pthread_mutex_unlock(&srv->adapters.mu);
+    wt_mutex_unlock(&srv->adapters.mu);
     if (stopping)
       st = wt_status_new(WT_UNAVAILABLE, "adapter '%s': the server is stopping",
                          spec->name);
     else if (a == NULL &&
              (st = check_against_model(srv, spec, metas, n)) == NULL)
       st = create(srv, spec, metas, n, &a);
-    pthread_mutex_unlock(&srv->adapters.create_mu);
+    wt_mutex_unlock(&srv->adapters.create_mu);
     if (st != NULL) goto out;
   }
   WT_CHECK(wt_adapter_spec_same(a->spec, spec));
@@ -238,7 +243,7 @@ wt_status *wt_srv_adapters_info(wt_server *srv, Wt__V1__AdapterInfo ***out,
   wt_status *st = NULL;
   *out = NULL;
   *nout = 0;
-  pthread_mutex_lock(&srv->adapters.mu);
+  wt_mutex_lock(&srv->adapters.mu);
   size_t n = srv->adapters.n;
   Wt__V1__AdapterInfo **info = calloc(n ? n : 1, sizeof(*info));
   if (info == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "adapters: out of memory");
@@ -260,7 +265,7 @@ wt_status *wt_srv_adapters_info(wt_server *srv, Wt__V1__AdapterInfo ***out,
     ai->num_tensors = (uint32_t)a->spec->n_tensors;
     ai->total_bytes = a->bytes;
     ai->export_path = a->export_path ? a->export_path : (char *)"";
-    pthread_mutex_lock(&slot->round.mu);
+    wt_mutex_lock(&slot->round.mu);
     ai->sequence = slot->round.sequence;
     ai->weight_version = strdup(
         slot->round.sequence
@@ -268,7 +273,7 @@ wt_status *wt_srv_adapters_info(wt_server *srv, Wt__V1__AdapterInfo ***out,
                   .version
             : "");
     ai->state = (char *)wt_srv_state_locked(slot);
-    pthread_mutex_unlock(&slot->round.mu);
+    wt_mutex_unlock(&slot->round.mu);
     if (ai->weight_version == NULL)
       WT_FAIL(WT_RESOURCE_EXHAUSTED, "adapters: out of memory");
   }
@@ -276,28 +281,32 @@ wt_status *wt_srv_adapters_info(wt_server *srv, Wt__V1__AdapterInfo ***out,
   *nout = n;
   info = NULL;
 out:
-  pthread_mutex_unlock(&srv->adapters.mu);
+  wt_mutex_unlock(&srv->adapters.mu);
   wt_srv_adapters_info_free(info, n);
   return st;
 }
 
 void wt_srv_adapters_shutdown(wt_server *srv) {
-  pthread_mutex_lock(&srv->adapters.mu);
+  /* The sets listed now are shut down outside the list's lock (a set's
+   * shutdown takes its own locks); one made later sees `stopping` and
+   * shuts itself down. None is freed before wt_srv_adapters_stop. */
+  wt_mutex_lock(&srv->adapters.mu);
   srv->adapters.stopping = true;
-  for (size_t i = 0; i < srv->adapters.n; i++)
-    wt_srv_shutdown(srv->adapters.list[i]->slot);
-  pthread_mutex_unlock(&srv->adapters.mu);
+  size_t n = srv->adapters.n;
+  wt_srv_adapter **list = srv->adapters.list;
+  wt_mutex_unlock(&srv->adapters.mu);
+  for (size_t i = 0; i < n; i++) wt_srv_shutdown(list[i]->slot);
 }
 
 void wt_srv_adapters_stop(wt_server *srv) {
-  pthread_mutex_lock(&srv->adapters.mu);
+  wt_mutex_lock(&srv->adapters.mu);
   wt_srv_adapter **list = srv->adapters.list;
   size_t n = srv->adapters.n;
   srv->adapters.list = NULL;
   srv->adapters.n = 0;
   srv->adapters.bytes = 0;
   srv->adapters.stopping = true;
-  pthread_mutex_unlock(&srv->adapters.mu);
+  wt_mutex_unlock(&srv->adapters.mu);
   for (size_t i = 0; i < n; i++) {
     wt_server_stop(list[i]->slot);
     adapter_free(list[i]);

@@ -30,6 +30,7 @@
 #include "wt/frame.h"
 #include "wt/log.h"
 #include "wt/v1/export.pb-c.h"
+#include "wt/lock.h"
 
 #define EXPORT_MAX_REQUEST 65536
 #define EXPORT_MAX_CONNS 64
@@ -312,7 +313,7 @@ static acq_result try_acquire(wt_export *e, export_conn *c, uint64_t rid,
   wt_param_store *s = wt_worker_store(srv->workers[worker]);
   bool inplace = wt_param_store_staging(s) == WT_STAGING_INPLACE;
   wt_param_store_read_lock(s);
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   uint64_t seq = srv->round.sequence;
   /* committing: the bytes under this read lock may be the next version's
    * while its sequence is not yet counted; and an in-place round writes
@@ -322,7 +323,7 @@ static acq_result try_acquire(wt_export *e, export_conn *c, uint64_t rid,
       (inplace && (srv->round.round_id != 0 || !wt_param_store_complete(s)));
   bool committing = srv->round.committing;
   if (busy || seq == 0 || seq <= after) {
-    pthread_mutex_unlock(&srv->round.mu);
+    wt_mutex_unlock(&srv->round.mu);
     wt_param_store_read_unlock(s);
     if (may_wait || (committing && commit_wait)) return ACQ_WAIT;
     if (committing) {
@@ -362,7 +363,7 @@ static acq_result try_acquire(wt_export *e, export_conn *c, uint64_t rid,
   else /* under mu, where a round checks for leases before it begins */
     st = wt_leases_take(srv->ex.leases, c->id, c->pid, c->uid, seq, version,
                         &lease);
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
   if (st != NULL) {
     wt_param_store_read_unlock(s);
     return answer_status(c, rid, st) ? ACQ_DONE : ACQ_CLOSE;

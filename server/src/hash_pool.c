@@ -15,6 +15,7 @@
 
 #include "server_state.h"
 #include "wt/log.h"
+#include "wt/lock.h"
 
 typedef struct hash_job {
   struct hash_job *next;
@@ -24,7 +25,7 @@ typedef struct hash_job {
 } hash_job;
 
 struct wt_hash_pool {
-  pthread_mutex_t mu;
+  wt_mutex mu;
   pthread_cond_t work, done;
   hash_job *head, *tail;
   bool quit;
@@ -39,20 +40,20 @@ static void *hasher_main(void *arg) {
       setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), p->nice) != 0)
     WT_LOGD("server", "hash threads: cannot lower their priority: %s",
             strerror(errno));
-  pthread_mutex_lock(&p->mu);
+  wt_mutex_lock(&p->mu);
   for (;;) {
-    while (p->head == NULL && !p->quit) pthread_cond_wait(&p->work, &p->mu);
+    while (p->head == NULL && !p->quit) wt_cond_wait(&p->work, &p->mu);
     if (p->head == NULL) break;
     hash_job *j = p->head;
     p->head = j->next;
     if (p->head == NULL) p->tail = NULL;
-    pthread_mutex_unlock(&p->mu);
+    wt_mutex_unlock(&p->mu);
     j->fn(j->arg);
-    pthread_mutex_lock(&p->mu);
+    wt_mutex_lock(&p->mu);
     j->done = true;
     pthread_cond_broadcast(&p->done);
   }
-  pthread_mutex_unlock(&p->mu);
+  wt_mutex_unlock(&p->mu);
   return NULL;
 }
 
@@ -65,7 +66,7 @@ wt_status *wt_hash_pool_new(unsigned threads, int nice, wt_hash_pool **out) {
     free(p);
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "out of memory");
   }
-  pthread_mutex_init(&p->mu, NULL);
+  wt_mutex_init(&p->mu, WT_LOCK_HASH_POOL, 0, "hash_pool.mu");
   pthread_cond_init(&p->work, NULL);
   pthread_cond_init(&p->done, NULL);
   p->nice = nice;
@@ -83,12 +84,12 @@ wt_status *wt_hash_pool_new(unsigned threads, int nice, wt_hash_pool **out) {
 
 void wt_hash_pool_free(wt_hash_pool *p) {
   if (p == NULL) return;
-  pthread_mutex_lock(&p->mu);
+  wt_mutex_lock(&p->mu);
   p->quit = true;
   pthread_cond_broadcast(&p->work);
-  pthread_mutex_unlock(&p->mu);
+  wt_mutex_unlock(&p->mu);
   for (unsigned i = 0; i < p->n; i++) pthread_join(p->threads[i], NULL);
-  pthread_mutex_destroy(&p->mu);
+  wt_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->work);
   pthread_cond_destroy(&p->done);
   free(p->threads);
@@ -101,7 +102,7 @@ void wt_hash_pool_run(wt_hash_pool *p, void (*fn)(void *), void *arg) {
     return;
   }
   hash_job j = {.fn = fn, .arg = arg};
-  pthread_mutex_lock(&p->mu);
+  wt_mutex_lock(&p->mu);
   /* The job lives on this stack while it is queued: a pool thread takes it
    * off the queue before it marks it done, which this call waits for. */
   if (p->tail)
@@ -110,6 +111,6 @@ void wt_hash_pool_run(wt_hash_pool *p, void (*fn)(void *), void *arg) {
     p->head = &j; /* cppcheck-suppress autoVariables */
   p->tail = &j;   /* cppcheck-suppress autoVariables */
   pthread_cond_signal(&p->work);
-  while (!j.done) pthread_cond_wait(&p->done, &p->mu);
-  pthread_mutex_unlock(&p->mu);
+  while (!j.done) wt_cond_wait(&p->done, &p->mu);
+  wt_mutex_unlock(&p->mu);
 }

@@ -19,6 +19,7 @@
 #include "grpc/health/v1/health.pb-c.h"
 #include "server_state.h"
 #include "wt/log.h"
+#include "wt/lock.h"
 
 #define SERVING GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
 #define NOT_SERVING \
@@ -40,10 +41,10 @@ static bool known_service(const char *name) {
 
 /* The server's status now (SERVING or NOT_SERVING). */
 static int status_now(wt_server *srv) {
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   bool down = srv->round.stopping || srv->health.down;
   const char *state = down ? "" : wt_srv_state_locked(srv);
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
   return down || strcmp(state, "needs_init") == 0 ? NOT_SERVING : SERVING;
 }
 
@@ -62,17 +63,17 @@ static void send_status(wt_health_watcher *w, int status) {
 
 void wt_srv_health_changed(wt_server *srv) {
   int now = status_now(srv);
-  pthread_mutex_lock(&srv->health.mu);
+  wt_mutex_lock(&srv->health.mu);
   for (wt_health_watcher *w = srv->health.watchers; w != NULL; w = w->next)
     if (w->known && w->status != now) send_status(w, now);
-  pthread_mutex_unlock(&srv->health.mu);
+  wt_mutex_unlock(&srv->health.mu);
 }
 
 void wt_srv_health_end(wt_server *srv) {
-  pthread_mutex_lock(&srv->health.mu);
+  wt_mutex_lock(&srv->health.mu);
   for (wt_health_watcher *w = srv->health.watchers; w != NULL; w = w->next)
     wt_rpc_stream_end(w->stream, NULL);
-  pthread_mutex_unlock(&srv->health.mu);
+  wt_mutex_unlock(&srv->health.mu);
 }
 
 wt_status *wt_srv_health_check(wt_rpc_call *call,
@@ -104,29 +105,29 @@ wt_status *wt_srv_health_watch_open(wt_rpc_stream *s,
   w->status = -1;
   w->known = known_service(r->service);
   wt_rpc_stream_set_user(s, w);
-  pthread_mutex_lock(&srv->health.mu);
+  wt_mutex_lock(&srv->health.mu);
   w->next = srv->health.watchers;
   if (w->next) w->next->prev = w;
   srv->health.watchers = w;
   send_status(w, w->known ? status_now(srv) : SERVICE_UNKNOWN);
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   bool stopping = srv->round.stopping;
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
   if (stopping) wt_rpc_stream_end(s, NULL);
-  pthread_mutex_unlock(&srv->health.mu);
+  wt_mutex_unlock(&srv->health.mu);
   return NULL;
 }
 
 void wt_srv_health_watch_closed(wt_rpc_stream *s, void *user) {
   wt_server *srv = user;
   wt_health_watcher *w = wt_rpc_stream_user(s);
-  pthread_mutex_lock(&srv->health.mu);
+  wt_mutex_lock(&srv->health.mu);
   if (w->prev)
     w->prev->next = w->next;
   else
     srv->health.watchers = w->next;
   if (w->next) w->next->prev = w->prev;
-  pthread_mutex_unlock(&srv->health.mu);
+  wt_mutex_unlock(&srv->health.mu);
   free(w);
   wt_rpc_stream_release(s);
 }

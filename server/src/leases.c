@@ -11,11 +11,12 @@
 
 #include "wt/clock.h"
 #include "wt/secure.h"
+#include "wt/lock.h"
 
 #define POLL_MS 20
 
 struct wt_leases {
-  pthread_mutex_t mu;
+  wt_mutex mu;
   pthread_cond_t cv; /* a lease ended, or a writer's wait ended */
   wt_lease_info *held;
   size_t n, cap;
@@ -41,7 +42,7 @@ wt_status *wt_leases_new(const wt_lease_limits *limits, wt_leases **out) {
     free(t);
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "leases: out of memory");
   }
-  pthread_mutex_init(&t->mu, NULL);
+  wt_mutex_init(&t->mu, WT_LOCK_LEASES, 0, "leases.mu");
   wt_cond_init_monotonic(&t->cv);
   *out = t;
   return NULL;
@@ -49,7 +50,7 @@ wt_status *wt_leases_new(const wt_lease_limits *limits, wt_leases **out) {
 
 void wt_leases_free(wt_leases *t) {
   if (t == NULL) return;
-  pthread_mutex_destroy(&t->mu);
+  wt_mutex_destroy(&t->mu);
   pthread_cond_destroy(&t->cv);
   free(t->held);
   free(t);
@@ -59,7 +60,7 @@ wt_status *wt_leases_take(wt_leases *t, uint64_t consumer, int pid,
                           unsigned uid, uint64_t sequence, const char *version,
                           uint64_t *id) {
   *id = 0;
-  pthread_mutex_lock(&t->mu);
+  wt_mutex_lock(&t->mu);
   wt_status *st = NULL;
   size_t mine = 0, of_uid = 0, uids = 1;
   for (size_t i = 0; i < t->n; i++) {
@@ -110,15 +111,15 @@ wt_status *wt_leases_take(wt_leases *t, uint64_t consumer, int pid,
     l->since_unix_ms = wt_unix_ms();
     *id = l->id;
   }
-  pthread_mutex_unlock(&t->mu);
+  wt_mutex_unlock(&t->mu);
   return st;
 }
 
 size_t wt_leases_held_by(wt_leases *t, uint64_t consumer) {
   size_t n = 0;
-  pthread_mutex_lock(&t->mu);
+  wt_mutex_lock(&t->mu);
   for (size_t i = 0; i < t->n; i++) n += t->held[i].consumer == consumer;
-  pthread_mutex_unlock(&t->mu);
+  wt_mutex_unlock(&t->mu);
   return n;
 }
 
@@ -129,15 +130,15 @@ static void remove_locked(wt_leases *t, size_t i) {
 }
 
 wt_status *wt_leases_drop(wt_leases *t, uint64_t consumer, uint64_t id) {
-  pthread_mutex_lock(&t->mu);
+  wt_mutex_lock(&t->mu);
   for (size_t i = 0; i < t->n; i++)
     if (t->held[i].id == id && t->held[i].consumer == consumer) {
       remove_locked(t, i);
       pthread_cond_broadcast(&t->cv);
-      pthread_mutex_unlock(&t->mu);
+      wt_mutex_unlock(&t->mu);
       return NULL;
     }
-  pthread_mutex_unlock(&t->mu);
+  wt_mutex_unlock(&t->mu);
   return wt_status_new(WT_NOT_FOUND,
                        "lease %llu: this consumer holds no such "
                        "lease",
@@ -145,7 +146,7 @@ wt_status *wt_leases_drop(wt_leases *t, uint64_t consumer, uint64_t id) {
 }
 
 size_t wt_leases_drop_consumer(wt_leases *t, uint64_t consumer) {
-  pthread_mutex_lock(&t->mu);
+  wt_mutex_lock(&t->mu);
   size_t dropped = 0;
   for (size_t i = 0; i < t->n;)
     if (t->held[i].consumer == consumer) {
@@ -155,7 +156,7 @@ size_t wt_leases_drop_consumer(wt_leases *t, uint64_t consumer) {
       i++;
     }
   if (dropped) pthread_cond_broadcast(&t->cv);
-  pthread_mutex_unlock(&t->mu);
+  wt_mutex_unlock(&t->mu);
   return dropped;
 }
 
@@ -169,13 +170,18 @@ static const wt_lease_info *oldest_below_locked(const wt_leases *t,
 wt_status *wt_leases_wait_free(wt_leases *t, uint64_t below,
                                int64_t deadline_ms, const char *option,
                                bool (*cancelled)(void *), void *arg) {
-  pthread_mutex_lock(&t->mu);
+  wt_mutex_lock(&t->mu);
   t->writer_below = below;
   wt_status *st = NULL;
   const wt_lease_info *h;
   while ((h = oldest_below_locked(t, below)) != NULL) {
     int64_t now = wt_mono_ms();
-    if (cancelled != NULL && cancelled(arg)) {
+    /* Asked without the table's lock: the caller's answer may take locks
+     * that come before it (the round's, whose holders take leases). */
+    wt_mutex_unlock(&t->mu);
+    bool stop = cancelled != NULL && cancelled(arg);
+    wt_mutex_lock(&t->mu);
+    if (stop) {
       st = wt_status_new(WT_CANCELLED,
                          "waiting for consumers' leases to end: cancelled");
       break;
@@ -195,22 +201,22 @@ wt_status *wt_leases_wait_free(wt_leases *t, uint64_t below,
   }
   t->writer_below = 0;
   pthread_cond_broadcast(&t->cv);
-  pthread_mutex_unlock(&t->mu);
+  wt_mutex_unlock(&t->mu);
   return st;
 }
 
 bool wt_leases_any_below(wt_leases *t, uint64_t below, wt_lease_info *holder) {
-  pthread_mutex_lock(&t->mu);
+  wt_mutex_lock(&t->mu);
   const wt_lease_info *h = oldest_below_locked(t, below);
   if (h != NULL && holder != NULL) *holder = *h;
-  pthread_mutex_unlock(&t->mu);
+  wt_mutex_unlock(&t->mu);
   return h != NULL;
 }
 
 size_t wt_leases_list(wt_leases *t, wt_lease_info *out, size_t cap) {
-  pthread_mutex_lock(&t->mu);
+  wt_mutex_lock(&t->mu);
   size_t n = t->n;
   for (size_t i = 0; i < n && i < cap; i++) out[i] = t->held[i];
-  pthread_mutex_unlock(&t->mu);
+  wt_mutex_unlock(&t->mu);
   return n;
 }

@@ -77,7 +77,8 @@ WT_HIDDEN size_t wt_leases_drop_consumer(wt_leases *t, uint64_t consumer);
  * there is none; FAILED_PRECONDITION at `deadline_ms` (monotonic ms) naming
  * the holder of the oldest (pid, uid, since when, which version) and
  * `option` (what lengthens the wait); CANCELLED when `cancelled(arg)` (may
- * be NULL; polled every 20 ms) says so. One writer at a time. */
+ * be NULL; polled every 20 ms, without the table's lock) says so. One
+ * writer at a time. */
 WT_HIDDEN wt_status *wt_leases_wait_free(wt_leases *t, uint64_t below,
                                          int64_t deadline_ms,
                                          const char *option,

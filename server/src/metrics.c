@@ -29,6 +29,7 @@
 #include "server_state.h"
 #include "wt/clock.h"
 #include "wt/log.h"
+#include "wt/lock.h"
 
 #define METRICS_CONNECTIONS 64
 #define METRICS_TIMEOUT_S 5
@@ -168,7 +169,7 @@ static long proc_open_fds(void) {
 
 static void render(wt_server *srv, FILE *f) {
   /* Rounds and versions: one look under mu. */
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   wt_srv_round_metrics r = srv->metrics.rounds;
   uint64_t seq = srv->round.sequence;
   int64_t committed_ms =
@@ -176,7 +177,7 @@ static void render(wt_server *srv, FILE *f) {
   bool open = srv->round.round_id != 0;
   char backend[64];
   snprintf(backend, sizeof(backend), "%s", srv->round.backend);
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
 
   head(f, "wt_server_info", "gauge",
        "The server: its model, backend (empty before an init) and auth.");
@@ -277,9 +278,9 @@ static void render(wt_server *srv, FILE *f) {
               : k == 1 ? (uint64_t)load[c].queued
                        : load[c].refused);
   }
-  pthread_mutex_lock(&srv->watch.mu);
+  wt_mutex_lock(&srv->watch.mu);
   size_t watchers = srv->watch.n;
-  pthread_mutex_unlock(&srv->watch.mu);
+  wt_mutex_unlock(&srv->watch.mu);
   one(f, "wt_watch_streams", "gauge", "Open WatchWeightVersion streams.",
       (double)watchers);
   if (srv->ex.leases != NULL)
@@ -367,7 +368,7 @@ struct wt_metrics_http {
   wt_server *srv;
   int port;
   char error[256];    /* libmicrohttpd's last message, for a failed start */
-  pthread_mutex_t mu; /* conns */
+  wt_mutex mu; /* conns */
   metrics_conn *conns;
   pthread_t watchdog;
   atomic_bool quit;
@@ -391,19 +392,19 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **ctx,
     }
     m->fd = ci->connect_fd;
     m->opened_ms = wt_mono_ms();
-    pthread_mutex_lock(&h->mu);
+    wt_mutex_lock(&h->mu);
     m->next = h->conns;
     h->conns = m;
-    pthread_mutex_unlock(&h->mu);
+    wt_mutex_unlock(&h->mu);
     *ctx = m;
   } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED && *ctx != NULL) {
-    pthread_mutex_lock(&h->mu);
+    wt_mutex_lock(&h->mu);
     for (metrics_conn **pp = &h->conns; *pp; pp = &(*pp)->next)
       if (*pp == *ctx) {
         *pp = (*pp)->next;
         break;
       }
-    pthread_mutex_unlock(&h->mu);
+    wt_mutex_unlock(&h->mu);
     free(*ctx);
     *ctx = NULL;
   }
@@ -413,13 +414,13 @@ static void *watchdog_main(void *arg) {
   struct wt_metrics_http *h = arg;
   while (!atomic_load(&h->quit)) {
     int64_t now = wt_mono_ms();
-    pthread_mutex_lock(&h->mu);
+    wt_mutex_lock(&h->mu);
     for (metrics_conn *m = h->conns; m; m = m->next)
       if (!m->asked && !m->cut && now - m->opened_ms > METRICS_HEADER_MS) {
         shutdown(m->fd, SHUT_RDWR);
         m->cut = true;
       }
-    pthread_mutex_unlock(&h->mu);
+    wt_mutex_unlock(&h->mu);
     struct timespec ts = {0, 100 * 1000000L};
     nanosleep(&ts, NULL);
   }
@@ -457,9 +458,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
   if (ci != NULL && ci->socket_context != NULL) {
-    pthread_mutex_lock(&h->mu);
+    wt_mutex_lock(&h->mu);
     ((metrics_conn *)ci->socket_context)->asked = true;
-    pthread_mutex_unlock(&h->mu);
+    wt_mutex_unlock(&h->mu);
   }
   bool get = strcmp(method, "GET") == 0, headm = strcmp(method, "HEAD") == 0;
   if (!get && !headm) {
@@ -517,7 +518,7 @@ wt_status *wt_srv_metrics_start(wt_server *srv, const char *listen,
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "metrics: out of memory");
   }
   h->srv = srv;
-  pthread_mutex_init(&h->mu, NULL);
+  wt_mutex_init(&h->mu, WT_LOCK_METRICS_HTTP, 0, "metrics_http.mu");
   atomic_init(&h->quit, false);
   unsigned flags =
       MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
@@ -534,14 +535,14 @@ wt_status *wt_srv_metrics_start(wt_server *srv, const char *listen,
     wt_status *st =
         wt_status_new(WT_UNAVAILABLE, "--metrics-listen '%s': cannot serve: %s",
                       listen, h->error[0] ? h->error : "bind failed");
-    pthread_mutex_destroy(&h->mu);
+    wt_mutex_destroy(&h->mu);
     free(h);
     return st;
   }
   h->watching = pthread_create(&h->watchdog, NULL, watchdog_main, h) == 0;
   if (!h->watching) {
     MHD_stop_daemon(h->daemon);
-    pthread_mutex_destroy(&h->mu);
+    wt_mutex_destroy(&h->mu);
     free(h);
     return wt_status_new(WT_RESOURCE_EXHAUSTED,
                          "--metrics-listen '%s': cannot start a thread",
@@ -566,6 +567,6 @@ void wt_srv_metrics_stop(struct wt_metrics_http *h) {
   atomic_store(&h->quit, true);
   if (h->watching) pthread_join(h->watchdog, NULL);
   MHD_stop_daemon(h->daemon);
-  pthread_mutex_destroy(&h->mu);
+  wt_mutex_destroy(&h->mu);
   free(h);
 }

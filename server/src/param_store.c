@@ -16,6 +16,7 @@
 
 #include "wt/log.h"
 #include "wt/synthetic.h"
+#include "wt/lock.h"
 
 #define ALIGN 64u
 /* The bounce buffer of a device store's reads and digests. */
@@ -65,12 +66,12 @@ struct wt_param_store {
   atomic_bool complete;
   atomic_uint_fast64_t commits; /* commits so far (readers compare it) */
 
-  pthread_rwlock_t lock;
+  wt_rwlock lock;
   bool has_lock;
 
   /* Device memory: the pinned buffer reads and digests go through (made on
    * first use), one reader at a time. */
-  pthread_mutex_t bounce_mu;
+  wt_mutex bounce_mu;
   wt_mem_bounce bounce;
 };
 
@@ -184,7 +185,7 @@ wt_status *wt_param_store_new(const wt_tensor_meta *metas, size_t n,
   s = calloc(1, sizeof(*s));
   if (s == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "param store: out of memory");
   s->buf[0].fd = s->buf[1].fd = -1;
-  pthread_mutex_init(&s->bounce_mu, NULL);
+  wt_mutex_init(&s->bounce_mu, WT_LOCK_STORE_BOUNCE, 0, "store.bounce_mu");
   s->staging = c.staging;
   s->memory = c.memory;
   s->device = c.device;
@@ -237,14 +238,9 @@ wt_status *wt_param_store_new(const wt_tensor_meta *metas, size_t n,
   }
   /* A commit is rare and short; readers (checksums) may be continuous, and
    * must not starve it. */
-  pthread_rwlockattr_t attr;
-  pthread_rwlockattr_init(&attr);
-  pthread_rwlockattr_setkind_np(&attr,
-                                PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-  int rc = pthread_rwlock_init(&s->lock, &attr);
-  pthread_rwlockattr_destroy(&attr);
+  int rc = wt_rwlock_init(&s->lock, WT_LOCK_STORE, 0, "store.lock");
   if (rc != 0) {
-    st = wt_status_from_errno(rc, "param store: pthread_rwlock_init");
+    st = wt_status_from_errno(rc, "param store: its readers-writer lock");
     goto out;
   }
   s->has_lock = true;
@@ -258,7 +254,7 @@ out:
 
 void wt_param_store_destroy(wt_param_store *s) {
   if (s == NULL) return;
-  if (s->has_lock) pthread_rwlock_destroy(&s->lock);
+  if (s->has_lock) wt_rwlock_destroy(&s->lock);
   if (s->embedded_sets > 0) {
     void *bufs[2] = {s->buf[0].base, s->buf[1].base};
     if (s->embed.release != NULL)
@@ -268,7 +264,7 @@ void wt_param_store_destroy(wt_param_store *s) {
     wt_mem_free(&s->buf[1]);
   }
   wt_mem_bounce_free(&s->bounce);
-  pthread_mutex_destroy(&s->bounce_mu);
+  wt_mutex_destroy(&s->bounce_mu);
   free(s->name);
   if (s->metas != NULL)
     for (size_t i = 0; i < s->n; i++) wt_tensor_meta_clear(&s->metas[i]);
@@ -528,12 +524,16 @@ wt_status *wt_param_store_check_commit(const wt_param_store *s) {
   return NULL;
 }
 
+void wt_param_store_set_lock_index(wt_param_store *s, unsigned index) {
+  s->lock.order = (uint32_t)WT_LOCK_STORE << 16 | (index & 0xffff);
+}
+
 void wt_param_store_write_lock(wt_param_store *s) {
-  pthread_rwlock_wrlock(&s->lock);
+  wt_rwlock_wrlock(&s->lock);
 }
 
 void wt_param_store_write_unlock(wt_param_store *s) {
-  pthread_rwlock_unlock(&s->lock);
+  wt_rwlock_unlock(&s->lock);
 }
 
 void wt_param_store_commit(wt_param_store *s) {
@@ -585,11 +585,11 @@ bool wt_param_store_complete(const wt_param_store *s) {
 }
 
 void wt_param_store_read_lock(wt_param_store *s) {
-  pthread_rwlock_rdlock(&s->lock);
+  wt_rwlock_rdlock(&s->lock);
 }
 
 void wt_param_store_read_unlock(wt_param_store *s) {
-  pthread_rwlock_unlock(&s->lock);
+  wt_rwlock_unlock(&s->lock);
 }
 
 const void *wt_param_store_live(const wt_param_store *s, size_t i) {
@@ -608,7 +608,7 @@ void wt_param_store_locate(const wt_param_store *s, size_t i, size_t *region,
  * made on first use); NULL for host memory. Released with bounce_put. */
 static wt_mem_bounce *bounce_take(wt_param_store *s) {
   if (wt_mem_kind_host_addressable(s->memory)) return NULL;
-  pthread_mutex_lock(&s->bounce_mu);
+  wt_mutex_lock(&s->bounce_mu);
   if (s->bounce.buf == NULL) {
     wt_status *st = wt_mem_bounce_init(&s->bounce, BOUNCE_BYTES);
     wt_status_free(st); /* without one, each copy makes its own */
@@ -617,7 +617,7 @@ static wt_mem_bounce *bounce_take(wt_param_store *s) {
 }
 
 static void bounce_put(wt_param_store *s, wt_mem_bounce *b) {
-  if (b != NULL) pthread_mutex_unlock(&s->bounce_mu);
+  if (b != NULL) wt_mutex_unlock(&s->bounce_mu);
 }
 
 wt_status *wt_param_store_read(wt_param_store *s, size_t i, uint64_t offset,

@@ -23,6 +23,7 @@
 #include "server_state.h"
 #include "wt/chunk.h"
 #include "wt/log.h"
+#include "wt/lock.h"
 
 /* Chunks handed to the workers and not yet copied by all of them. */
 #define PUSH_WINDOW 8
@@ -36,7 +37,7 @@ struct wt_srv_push {
   uint64_t total_bytes; /* what the header announced */
   uint64_t bytes;       /* handed to the workers so far */
   char peer[128];
-  pthread_mutex_t mu;
+  wt_mutex mu;
   pthread_cond_t cv; /* a chunk was copied by every worker */
   int in_flight;
   wt_status *error; /* the first error a worker reported */
@@ -58,7 +59,7 @@ static void chunk_done(wt_worker_op *op, wt_status *st, void *user) {
   wt_srv_push *p = c->p;
   (void)op;
   wt_srv_touch(p->srv);
-  pthread_mutex_lock(&p->mu);
+  wt_mutex_lock(&p->mu);
   if (st != NULL && p->error == NULL) {
     p->error = st;
     st = NULL;
@@ -66,7 +67,7 @@ static void chunk_done(wt_worker_op *op, wt_status *st, void *user) {
   bool last = --c->refs == 0;
   if (last) p->in_flight--;
   pthread_cond_broadcast(&p->cv);
-  pthread_mutex_unlock(&p->mu);
+  wt_mutex_unlock(&p->mu);
   wt_status_free(st);
   if (last) {
     if (c->release) c->release(c->owner);
@@ -111,7 +112,7 @@ static void fail_round_locked(wt_server *srv, const wt_srv_push *p,
 static void push_free(wt_srv_push *p) {
   wt_status_free(p->error);
   pthread_cond_destroy(&p->cv);
-  pthread_mutex_destroy(&p->mu);
+  wt_mutex_destroy(&p->mu);
   free(p);
 }
 
@@ -130,11 +131,11 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
   wt_srv_log_round(round_id);
   if (ops == NULL || p == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "PushWeights: out of memory");
-  pthread_mutex_init(&p->mu, NULL);
+  wt_mutex_init(&p->mu, WT_LOCK_PUSH, 0, "push.mu");
   pthread_cond_init(&p->cv, NULL);
   p->srv = srv;
   snprintf(p->peer, sizeof(p->peer), "%s", call ? wt_rpc_call_peer(call) : "?");
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   locked = true;
   WT_CHECK(wt_srv_need_round_locked(srv, "PushWeights", round_id));
   p->rank = trainer_rank;
@@ -183,10 +184,10 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
                         .push_id = p->push_id,
                         .update = &r.u};
   st = wt_srv_submit_all(srv, ops, &proto);
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
   locked = false;
   if (st == NULL) st = wt_srv_wait_all(srv, ops);
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   locked = true;
   if (srv->round.push_id != p->push_id) {
     wt_status_free(st);
@@ -202,7 +203,7 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
     srv->round.busy = NULL;
     fail_round_locked(srv, p, wt_status_message(st));
     pthread_cond_broadcast(&srv->round.cv);
-    pthread_mutex_unlock(&srv->round.mu);
+    wt_mutex_unlock(&srv->round.mu);
     locked = false;
     if (submitted == NULL)
       wt_status_free(wt_srv_wait_all(srv, ops));
@@ -220,7 +221,7 @@ out:
   /* A header that does not fit the model fails the round it names. */
   if (st != NULL && locked && p != NULL && p->round_id != 0)
     fail_round_locked(srv, p, wt_status_message(st));
-  if (locked) pthread_mutex_unlock(&srv->round.mu);
+  if (locked) wt_mutex_unlock(&srv->round.mu);
   wt_srv_resolved_clear(&r);
   if (p != NULL) push_free(p);
   free(ops);
@@ -241,15 +242,15 @@ static wt_status *push_submit(wt_srv_push *p, uint32_t bucket, uint64_t offset,
                        WT_CHUNK_MAX_PIECES);
     goto fail;
   }
-  pthread_mutex_lock(&p->mu);
+  wt_mutex_lock(&p->mu);
   while (p->in_flight >= PUSH_WINDOW && p->error == NULL)
-    pthread_cond_wait(&p->cv, &p->mu);
+    wt_cond_wait(&p->cv, &p->mu);
   if (p->error != NULL) {
     st = wt_status_copy(p->error);
-    pthread_mutex_unlock(&p->mu);
+    wt_mutex_unlock(&p->mu);
     goto fail;
   }
-  pthread_mutex_unlock(&p->mu);
+  wt_mutex_unlock(&p->mu);
   c = calloc(1, sizeof(*c) + srv->nworkers * sizeof(wt_worker_op));
   if (c == NULL) {
     st = wt_status_new(WT_RESOURCE_EXHAUSTED, "PushWeights: out of memory");
@@ -261,11 +262,11 @@ static wt_status *push_submit(wt_srv_push *p, uint32_t bucket, uint64_t offset,
   c->iovcnt = iovcnt;
   memcpy(c->iov, iov, iovcnt * sizeof(*iov));
   c->refs = (int)srv->nworkers;
-  pthread_mutex_lock(&p->mu);
+  wt_mutex_lock(&p->mu);
   p->in_flight++;
   p->chunks++;
   for (size_t i = 0; i < iovcnt; i++) p->bytes += iov[i].iov_len;
-  pthread_mutex_unlock(&p->mu);
+  wt_mutex_unlock(&p->mu);
   wt_srv_touch(srv);
   for (uint32_t i = 0; i < srv->nworkers; i++) {
     c->ops[i] = (wt_worker_op){.kind = WT_WORKER_OP_PUSH_CHUNK,
@@ -307,10 +308,10 @@ wt_status *wt_srv_push_delta(wt_srv_push *p, uint32_t bucket, uint64_t offset,
 }
 
 void wt_srv_committed(wt_server *srv, uint64_t *sequence, uint64_t *digest) {
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   *sequence = srv->round.sequence;
   *digest = srv->round.committed_digest;
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
 }
 
 wt_status *wt_srv_push_end(wt_srv_push *p, const wt_status *cause,
@@ -318,15 +319,15 @@ wt_status *wt_srv_push_end(wt_srv_push *p, const wt_status *cause,
   wt_server *srv = p->srv;
   wt_status *st = NULL;
   wt_worker_op *ops = calloc(srv->nworkers, sizeof(*ops));
-  pthread_mutex_lock(&p->mu);
-  while (p->in_flight > 0) pthread_cond_wait(&p->cv, &p->mu);
-  pthread_mutex_unlock(&p->mu);
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&p->mu);
+  while (p->in_flight > 0) wt_cond_wait(&p->cv, &p->mu);
+  wt_mutex_unlock(&p->mu);
+  wt_mutex_lock(&srv->round.mu);
   if (srv->round.push_id != p->push_id) {
     /* Aborted under the push: the workers dropped it with the round. */
     if (cause == NULL)
       st = wt_srv_aborted_error(srv, "PushWeights", p->round_id);
-    pthread_mutex_unlock(&srv->round.mu);
+    wt_mutex_unlock(&srv->round.mu);
     goto out;
   }
   if (ops == NULL) {
@@ -335,17 +336,17 @@ wt_status *wt_srv_push_end(wt_srv_push *p, const wt_status *cause,
     srv->round.push_call = NULL;
     srv->round.busy = NULL;
     fail_round_locked(srv, p, wt_status_message(st));
-    pthread_mutex_unlock(&srv->round.mu);
+    wt_mutex_unlock(&srv->round.mu);
     goto out;
   }
   wt_worker_op end = {.kind = WT_WORKER_OP_PUSH_END,
                       .push_id = p->push_id,
                       .stream_ended = cause == NULL};
   st = wt_srv_submit_all(srv, ops, &end);
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
   if (st == NULL) st = wt_srv_wait_all(srv, ops);
   if (stats != NULL) *stats = ops[0].stats;
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   if (srv->round.push_id == p->push_id) {
     srv->round.push_id = 0;
     srv->round.push_call = NULL;
@@ -367,7 +368,7 @@ wt_status *wt_srv_push_end(wt_srv_push *p, const wt_status *cause,
   }
   wt_srv_touch(srv);
   pthread_cond_broadcast(&srv->round.cv);
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
 out:
   if (p->error != NULL) {
     wt_status_free(st);

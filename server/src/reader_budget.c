@@ -11,6 +11,7 @@
 
 #include "server_state.h"
 #include "wt/clock.h"
+#include "wt/lock.h"
 
 /* A budget may run this far ahead (a burst of 100 ms at the rate). */
 #define BURST_SECONDS 0.1
@@ -25,7 +26,7 @@ struct wt_reader_budget {
 };
 
 wt_reader_budget *wt_srv_budget_take(wt_server *srv, const char *key) {
-  pthread_mutex_lock(&srv->readers.mu);
+  wt_mutex_lock(&srv->readers.mu);
   wt_reader_budget *b = srv->readers.budgets;
   while (b != NULL && strcmp(b->key, key) != 0) b = b->next;
   if (b == NULL && (b = calloc(1, sizeof(*b))) != NULL) {
@@ -36,13 +37,13 @@ wt_reader_budget *wt_srv_budget_take(wt_server *srv, const char *key) {
     srv->readers.budgets = b;
   }
   if (b != NULL) b->users++;
-  pthread_mutex_unlock(&srv->readers.mu);
+  wt_mutex_unlock(&srv->readers.mu);
   return b;
 }
 
 void wt_srv_budget_release(wt_server *srv, wt_reader_budget *b) {
   if (b == NULL) return;
-  pthread_mutex_lock(&srv->readers.mu);
+  wt_mutex_lock(&srv->readers.mu);
   if (--b->users == 0)
     for (wt_reader_budget **pp = &srv->readers.budgets; *pp != NULL;
          pp = &(*pp)->next)
@@ -51,21 +52,21 @@ void wt_srv_budget_release(wt_server *srv, wt_reader_budget *b) {
         free(b);
         break;
       }
-  pthread_mutex_unlock(&srv->readers.mu);
+  wt_mutex_unlock(&srv->readers.mu);
 }
 
 bool wt_srv_budget_spend(wt_server *srv, wt_reader_budget *b, uint64_t bytes,
                          bool (*stop)(void *arg), void *arg) {
   if (b == NULL || srv->readers.bytes_per_sec == 0) return true;
   double rate = (double)srv->readers.bytes_per_sec;
-  pthread_mutex_lock(&srv->readers.mu);
+  wt_mutex_lock(&srv->readers.mu);
   int64_t now = wt_mono_us();
   b->tokens += rate * (double)(now - b->last_us) / 1e6;
   if (b->tokens > rate * BURST_SECONDS) b->tokens = rate * BURST_SECONDS;
   b->last_us = now;
   b->tokens -= (double)bytes;
   double owed = b->tokens < 0 ? -b->tokens : 0;
-  pthread_mutex_unlock(&srv->readers.mu);
+  wt_mutex_unlock(&srv->readers.mu);
   int64_t wait_ms = (int64_t)(owed / rate * 1000.0);
   while (wait_ms > 0) {
     if (stop(arg)) return false;

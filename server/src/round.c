@@ -20,6 +20,7 @@
 #include "wt/init_info.h"
 #include "wt/log.h"
 #include "wt/secure.h"
+#include "wt/lock.h"
 
 void wt_srv_log_round(uint64_t round_id) {
   wt_log_context c = wt_log_context_get();
@@ -92,9 +93,9 @@ wt_status *wt_srv_run_all(wt_server *srv, wt_worker_op *ops,
 static wt_status *run_all_unlocked(wt_server *srv, wt_worker_op *ops,
                                    const wt_worker_op *proto) {
   wt_status *st = wt_srv_submit_all(srv, ops, proto);
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
   if (st == NULL) st = wt_srv_wait_all(srv, ops);
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   return st;
 }
 
@@ -187,7 +188,7 @@ wt_status *wt_srv_abort(wt_server *srv, uint64_t round_id, const char *reason,
   wt_status *st = NULL;
   *aborted = false;
   wt_srv_log_round(round_id);
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   WT_CHECK(need_init_locked(srv, "AbortWeightUpdate"));
   /* The round already failed (a trainer aborts what failed under it): it
    * is over, which is what the caller asks for. */
@@ -204,7 +205,7 @@ wt_status *wt_srv_abort(wt_server *srv, uint64_t round_id, const char *reason,
            reason && *reason ? ": " : "", reason ? reason : "");
   *aborted = wt_srv_abort_round_locked(srv, WT_CAUSE_TRAINER_ABORT, why);
 out:
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
   return st;
 }
 
@@ -279,7 +280,7 @@ wt_status *wt_srv_init_engine(wt_server *srv,
     WT_CHECK(wt_srv_plan_new(srv, init->shard_plan, &plan));
   }
 
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   locked = true;
   if (srv->round.stopping)
     WT_FAIL(WT_UNAVAILABLE,
@@ -343,7 +344,7 @@ wt_status *wt_srv_init_engine(wt_server *srv,
   }
 out:
   if (marked) pthread_cond_broadcast(&srv->round.cv);
-  if (locked) pthread_mutex_unlock(&srv->round.mu);
+  if (locked) wt_mutex_unlock(&srv->round.mu);
   wt_srv_plan_free(plan);
   free(names);
   free(ops);
@@ -354,9 +355,9 @@ out:
 
 static bool server_stopping(void *arg) {
   wt_server *srv = arg;
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   bool stop = srv->round.stopping;
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
   return stop;
 }
 
@@ -401,9 +402,9 @@ wt_status *wt_srv_start(wt_server *srv, uint32_t trainer_rank,
                         const char *plan_digest, uint64_t *round_id) {
   wt_status *st = NULL;
   bool joined = false;
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   st = plan_start_locked(srv, trainer_rank, plan_digest, &joined, round_id);
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
   if (st != NULL || joined) return st;
   wt_worker_op *ops = ops_new(srv);
   if (ops == NULL)
@@ -412,9 +413,9 @@ wt_status *wt_srv_start(wt_server *srv, uint32_t trainer_rank,
   int64_t lease_deadline = wt_mono_ms() + srv->ex.lease_wait_ms;
 lease_wait:
   if (srv->ex.leases != NULL) {
-    pthread_mutex_lock(&srv->round.mu);
+    wt_mutex_lock(&srv->round.mu);
     uint64_t below = leases_below_locked(srv);
-    pthread_mutex_unlock(&srv->round.mu);
+    wt_mutex_unlock(&srv->round.mu);
     st = wt_leases_wait_free(srv->ex.leases, below, lease_deadline,
                              "--lease-wait", server_stopping, srv);
     if (st != NULL) {
@@ -422,13 +423,13 @@ lease_wait:
       return wt_status_prefix(st, "StartWeightUpdate");
     }
   }
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   /* A consumer may have taken a lease since the wait: acquires take theirs
    * under mu, so this check and the round's start are one step for them. */
   if (srv->ex.leases != NULL &&
       wt_leases_any_below(srv->ex.leases, leases_below_locked(srv), NULL) &&
       srv->round.round_id == 0) {
-    pthread_mutex_unlock(&srv->round.mu);
+    wt_mutex_unlock(&srv->round.mu);
     goto lease_wait;
   }
   WT_CHECK(need_init_locked(srv, "StartWeightUpdate"));
@@ -472,7 +473,7 @@ lease_wait:
   }
   pthread_cond_broadcast(&srv->round.cv);
 out:
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
   free(ops);
   return st;
 }
@@ -515,7 +516,7 @@ wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
   wt_worker_op *ops = ops_new(srv);
   if (ops == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "UpdateWeights: out of memory");
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   WT_CHECK(wt_srv_need_round_locked(srv, "UpdateWeights", round_id));
   const wt_engine_ops *eops = wt_worker_engine_ops(srv->workers[0]);
   const Wt__V1__DeltaBase *delta_base =
@@ -603,7 +604,7 @@ out:
     wt_srv_abort_round_locked(srv, WT_CAUSE_RECEIVE, why);
   }
   pthread_cond_broadcast(&srv->round.cv);
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
   wt_srv_resolved_clear(&r);
   free(ops);
   return st;
@@ -643,7 +644,7 @@ wt_status *wt_srv_finish(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
     return wt_status_new(WT_RESOURCE_EXHAUSTED,
                          "FinishWeightUpdate: out of memory");
   }
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   WT_CHECK(wt_srv_need_round_locked(srv, "FinishWeightUpdate", round_id));
   if (srv->round.plan != NULL) {
     /* Every rank finishes; all but the last wait for its commit. */
@@ -683,10 +684,10 @@ wt_status *wt_srv_finish(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
    * other call is answered meanwhile, and an abort in that time still wins.
    * Once every write lock is held the round is committed on every worker,
    * and an abort is refused. */
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
   for (uint32_t i = 0; i < srv->nworkers; i++)
     wt_param_store_write_lock(wt_worker_store(srv->workers[i]));
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   if (srv->round.round_id != round) {
     for (uint32_t i = 0; i < srv->nworkers; i++)
       wt_param_store_write_unlock(wt_worker_store(srv->workers[i]));
@@ -697,11 +698,11 @@ wt_status *wt_srv_finish(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
   srv->round.committing = true;
   wt_worker_op commit = {.kind = WT_WORKER_OP_COMMIT, .round_id = round};
   st = wt_srv_submit_all(srv, ops, &commit);
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
   if (st == NULL) st = wt_srv_wait_all(srv, ops);
   for (uint32_t i = 0; i < srv->nworkers; i++)
     wt_param_store_write_unlock(wt_worker_store(srv->workers[i]));
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   srv->round.committing = false;
   srv->round.engine_calls--;
   if (st != NULL) {
@@ -728,13 +729,13 @@ wt_status *wt_srv_finish(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
   srv->round.round_id = 0;
   srv->round.busy = NULL;
   pthread_cond_broadcast(&srv->round.cv);
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
   wt_srv_notify_watchers(srv);
   free(ops);
   return NULL;
 out:
   pthread_cond_broadcast(&srv->round.cv);
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
   free(copy);
   free(ops);
   return st;

@@ -16,6 +16,7 @@
 #include "wt/log.h"
 #include "wt/safetensors.h"
 #include "wt/synthetic.h"
+#include "wt/lock.h"
 
 #define SYNTHETIC_PREFIX "synthetic:"
 /* More workers than this is a typo, not a machine. */
@@ -104,6 +105,7 @@ static wt_status *load_store(wt_worker *w, void *arg) {
   if (st != NULL)
     return wt_status_prefix(st, "worker %u (%s)", wt_worker_rank(w),
                             wt_worker_device_name(w));
+  wt_param_store_set_lock_index(store, wt_worker_rank(w));
   wt_worker_set_store(w, store);
   return NULL;
 }
@@ -153,7 +155,7 @@ static void *watchdog_main(void *p) {
   int64_t period = srv->config.round_timeout_ms / 4;
   if (period < 10) period = 10;
   if (period > 1000) period = 1000;
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   while (!srv->round.stopping) {
     wt_cond_wait_until(&srv->round.cv, &srv->round.mu, wt_mono_ms() + period);
     if (srv->round.stopping) break;
@@ -169,11 +171,11 @@ static void *watchdog_main(void *p) {
       wt_srv_abort_round_locked(srv, WT_CAUSE_TIMEOUT, why);
     }
     /* Health watchers learn a change at the latest at the next tick. */
-    pthread_mutex_unlock(&srv->round.mu);
+    wt_mutex_unlock(&srv->round.mu);
     wt_srv_health_changed(srv);
-    pthread_mutex_lock(&srv->round.mu);
+    wt_mutex_lock(&srv->round.mu);
   }
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
   return NULL;
 }
 
@@ -181,7 +183,7 @@ static void *watchdog_main(void *p) {
  * that handlers waiting on it return, end watch streams. */
 static void on_shutdown(void *user) {
   wt_server *srv = user;
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   if (!srv->round.stopping) {
     srv->round.stopping = true;
     wt_srv_abort_round_locked(srv, WT_CAUSE_SHUTDOWN,
@@ -191,7 +193,7 @@ static void on_shutdown(void *user) {
       if (srv->workers[i] != NULL) wt_worker_cancel(srv->workers[i]);
   }
   pthread_cond_broadcast(&srv->round.cv);
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
   wt_srv_end_watchers(srv);
   wt_srv_health_changed(srv); /* NOT_SERVING, then the streams end */
   wt_srv_health_end(srv);
@@ -234,13 +236,13 @@ static void server_free(wt_server *srv) {
   free((char *)srv->config.slot.export_path);
   free((unsigned *)srv->config.slot.export_allow_uids);
   free((unsigned *)srv->config.slot.export_allow_gids);
-  pthread_mutex_destroy(&srv->adapters.mu);
-  pthread_mutex_destroy(&srv->adapters.create_mu);
-  pthread_mutex_destroy(&srv->watch.mu);
-  pthread_mutex_destroy(&srv->health.mu);
+  wt_mutex_destroy(&srv->adapters.mu);
+  wt_mutex_destroy(&srv->adapters.create_mu);
+  wt_mutex_destroy(&srv->watch.mu);
+  wt_mutex_destroy(&srv->health.mu);
   pthread_cond_destroy(&srv->round.cv);
-  pthread_mutex_destroy(&srv->round.mu);
-  pthread_mutex_destroy(&srv->readers.mu);
+  wt_mutex_destroy(&srv->round.mu);
+  wt_mutex_destroy(&srv->readers.mu);
   free(srv);
 }
 
@@ -418,13 +420,14 @@ static wt_status *server_new(const wt_server_options *o, uint32_t nworkers,
   wt_server *srv = calloc(1, sizeof(*srv));
   if (srv == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "server: out of memory");
-  pthread_mutex_init(&srv->round.mu, NULL);
+  wt_mutex_init(&srv->round.mu, WT_LOCK_ROUND, 0, "round.mu");
   wt_cond_init_monotonic(&srv->round.cv);
-  pthread_mutex_init(&srv->readers.mu, NULL);
-  pthread_mutex_init(&srv->watch.mu, NULL);
-  pthread_mutex_init(&srv->health.mu, NULL);
-  pthread_mutex_init(&srv->adapters.mu, NULL);
-  pthread_mutex_init(&srv->adapters.create_mu, NULL);
+  wt_mutex_init(&srv->readers.mu, WT_LOCK_READERS, 0, "readers.mu");
+  wt_mutex_init(&srv->watch.mu, WT_LOCK_WATCH, 0, "watch.mu");
+  wt_mutex_init(&srv->health.mu, WT_LOCK_HEALTH, 0, "health.mu");
+  wt_mutex_init(&srv->adapters.mu, WT_LOCK_ADAPTERS, 0, "adapters.mu");
+  wt_mutex_init(&srv->adapters.create_mu, WT_LOCK_ADAPTERS_CREATE, 0,
+                "adapters.create_mu");
   *out = srv; /* from here on, wt_server_stop releases it */
   wt_srv_config *c = &srv->config;
   c->health_grace_ms = o->health_grace_ms;
@@ -776,9 +779,9 @@ void wt_server_stop(wt_server *srv) {
   if (srv == NULL) return;
   if (srv->rpc != NULL && srv->config.health_grace_ms > 0) {
     /* Probes see NOT_SERVING while every call is still served. */
-    pthread_mutex_lock(&srv->round.mu);
+    wt_mutex_lock(&srv->round.mu);
     srv->health.down = true;
-    pthread_mutex_unlock(&srv->round.mu);
+    wt_mutex_unlock(&srv->round.mu);
     wt_srv_health_changed(srv);
     struct timespec ts = {
         srv->config.health_grace_ms / 1000,

@@ -31,6 +31,7 @@
 #include "wt/worker.h"
 
 #include "wt/visibility.h"
+#include "wt/lock.h"
 
 /* Commits a watcher can still catch up on after falling behind. */
 #define WT_VERSION_HISTORY 64
@@ -132,8 +133,8 @@ typedef struct wt_srv_config {
  * while a set's server starts or stops). Sets are
  * created by their first init and live until the server stops. */
 typedef struct wt_srv_adapters {
-  pthread_mutex_t mu;
-  pthread_mutex_t create_mu; /* one set made at a time, taken before mu */
+  wt_mutex mu;
+  wt_mutex create_mu; /* one set made at a time, taken before mu */
   struct wt_srv_adapter **list;
   size_t n;
   uint64_t bytes; /* every set's bytes, per worker */
@@ -162,7 +163,7 @@ typedef struct wt_srv_export {
  * the budgets per peer (reader_budget.c), under their own `mu`. */
 typedef struct wt_srv_readers {
   struct wt_hash_pool *hashers;
-  pthread_mutex_t mu;
+  wt_mutex mu;
   struct wt_reader_budget *budgets;
   uint64_t bytes_per_sec;
 } wt_srv_readers;
@@ -170,7 +171,7 @@ typedef struct wt_srv_readers {
 /* Open WatchWeightVersion streams (watch.c), under `mu` (taken before the
  * round's mu). */
 typedef struct wt_srv_watch {
-  pthread_mutex_t mu;
+  wt_mutex mu;
   wt_watcher *list;
   size_t n;
 } wt_srv_watch;
@@ -178,7 +179,7 @@ typedef struct wt_srv_watch {
 /* Health.Watch streams (health.c), under `mu` (taken before the round's
  * mu); `down` (NOT_SERVING before the drain) under the round's mu. */
 typedef struct wt_srv_health {
-  pthread_mutex_t mu;
+  wt_mutex mu;
   wt_health_watcher *watchers;
   bool down;
 } wt_srv_health;
@@ -193,7 +194,7 @@ typedef struct wt_srv_metrics {
 /* The round state machine (round.c, push.c), under `mu`; `cv` is
  * broadcast on every change. */
 typedef struct wt_srv_round {
-  pthread_mutex_t mu;
+  wt_mutex mu;
   pthread_cond_t cv; /* on the monotonic clock (wt_cond_init_monotonic) */
 
   bool stopping;     /* shutdown began: no new work */
@@ -275,6 +276,15 @@ WT_HIDDEN void wt_srv_touch(wt_server *srv);
 /* "uninitialized", "initializing", "ready", "updating", "needs_init" for
  * the server as a whole; under mu. */
 WT_HIDDEN const char *wt_srv_state_locked(const wt_server *srv);
+
+/* --- param_store.c --------------------------------------------------------
+ */
+
+/* The store's readers-writer lock is the index-th of its rank in the lock
+ * order (wt/lock.h): its worker's rank, so a finish that write-locks every
+ * store takes them in worker order. Before the store is shared. */
+WT_HIDDEN void wt_param_store_set_lock_index(wt_param_store *s,
+                                             unsigned index);
 
 /* --- round.c ---------------------------------------------------------------
  */

@@ -25,6 +25,7 @@
 #include "wt/chunk.h"
 #include "wt/log.h"
 #include "wt/pb.h"
+#include "wt/lock.h"
 
 #define METHOD(name) "/wt.v1.WeightTransfer/" name
 
@@ -206,7 +207,7 @@ static wt_status *get_server_info(wt_rpc_call *call,
   info.admission = ap;
   Wt__V1__RoundRecord rr[WT_RECENT_ROUNDS];
   Wt__V1__RoundRecord *rp[WT_RECENT_ROUNDS];
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   /* The open round and the last ones (never their ids). */
   if (srv->round.round_id != 0) {
     info.round_started_unix_ms = srv->metrics.rounds.started_unix_ms;
@@ -243,7 +244,7 @@ static wt_status *get_server_info(wt_rpc_call *call,
           : (char *)"";
   /* Packed at once: the version may change after unlock. */
   st = wt_rpc_call_respond(call, &info.base);
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
 out:
   free(backends);
   free(bi);
@@ -479,10 +480,10 @@ static void release_msg(void *msg) {
  * must come promptly; between data messages the round's data deadline. */
 static int64_t read_timeout(wt_server *srv, bool pushing) {
   if (!pushing) return srv->config.header_timeout_ms;
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   int64_t t = srv->round.data_timeout_ms ? srv->round.data_timeout_ms
                                          : srv->config.data_timeout_ms;
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
   return t;
 }
 
@@ -618,7 +619,7 @@ static wt_status *get_weight_version(wt_rpc_call *call,
   wt_status *rst = wt_srv_route(user, req->adapter, &srv);
   if (rst != NULL) return rst;
   Wt__V1__WeightVersion v = WT__V1__WEIGHT_VERSION__INIT;
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   if (srv->round.sequence > 0) {
     const wt_version_entry *e =
         &srv->round.history[srv->round.sequence % WT_VERSION_HISTORY];
@@ -627,16 +628,16 @@ static wt_status *get_weight_version(wt_rpc_call *call,
     v.committed_unix_ms = e->committed_unix_ms;
   }
   wt_status *st = wt_rpc_call_respond(call, &v.base);
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
   return st;
 }
 
 /* --- ChecksumWeights ------------------------------------------------------ */
 
 static bool stopping(wt_server *srv) {
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->round.mu);
   bool stop = srv->round.stopping;
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
   return stop;
 }
 

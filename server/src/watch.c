@@ -8,6 +8,7 @@
 
 #include "server_state.h"
 #include "wt/log.h"
+#include "wt/lock.h"
 
 /* One open WatchWeightVersion stream. Watchers are in a doubly linked list
  * under srv->watch.mu; each remembers the next sequence it is owed. */
@@ -24,10 +25,10 @@ static void watcher_catch_up(wt_server *srv, wt_watcher *w) {
   for (;;) {
     Wt__V1__WeightVersion v = WT__V1__WEIGHT_VERSION__INIT;
     char *version = NULL;
-    pthread_mutex_lock(&srv->round.mu);
+    wt_mutex_lock(&srv->round.mu);
     uint64_t seq = srv->round.sequence;
     if (w->next > seq) {
-      pthread_mutex_unlock(&srv->round.mu);
+      wt_mutex_unlock(&srv->round.mu);
       return;
     }
     if (seq >= WT_VERSION_HISTORY && w->next <= seq - WT_VERSION_HISTORY)
@@ -37,7 +38,7 @@ static void watcher_catch_up(wt_server *srv, wt_watcher *w) {
     version = strdup(e->version);
     v.sequence = e->sequence;
     v.committed_unix_ms = e->committed_unix_ms;
-    pthread_mutex_unlock(&srv->round.mu);
+    wt_mutex_unlock(&srv->round.mu);
     v.version = version ? version : (char *)"";
     wt_status *st = wt_rpc_stream_send(w->stream, &v.base);
     free(version);
@@ -51,17 +52,17 @@ static void watcher_catch_up(wt_server *srv, wt_watcher *w) {
 }
 
 void wt_srv_notify_watchers(wt_server *srv) {
-  pthread_mutex_lock(&srv->watch.mu);
+  wt_mutex_lock(&srv->watch.mu);
   for (wt_watcher *w = srv->watch.list; w != NULL; w = w->nextw)
     watcher_catch_up(srv, w);
-  pthread_mutex_unlock(&srv->watch.mu);
+  wt_mutex_unlock(&srv->watch.mu);
 }
 
 void wt_srv_end_watchers(wt_server *srv) {
-  pthread_mutex_lock(&srv->watch.mu);
+  wt_mutex_lock(&srv->watch.mu);
   for (wt_watcher *w = srv->watch.list; w != NULL; w = w->nextw)
     wt_rpc_stream_end(w->stream, NULL);
-  pthread_mutex_unlock(&srv->watch.mu);
+  wt_mutex_unlock(&srv->watch.mu);
 }
 
 /* On the polling thread: the current version first, if any, then every
@@ -80,18 +81,18 @@ wt_status *wt_srv_watch_open(wt_rpc_stream *s, const ProtobufCMessage *request,
   w->stream = s;
   w->srv = srv;
   wt_rpc_stream_set_user(s, w);
-  pthread_mutex_lock(&srv->watch.mu);
-  pthread_mutex_lock(&srv->round.mu);
+  wt_mutex_lock(&srv->watch.mu);
+  wt_mutex_lock(&srv->round.mu);
   bool stopping = srv->round.stopping;
   w->next = srv->round.sequence > 0 ? srv->round.sequence : 1;
-  pthread_mutex_unlock(&srv->round.mu);
+  wt_mutex_unlock(&srv->round.mu);
   w->nextw = srv->watch.list;
   if (srv->watch.list) srv->watch.list->prev = w;
   srv->watch.list = w;
   srv->watch.n++;
   watcher_catch_up(srv, w);
   if (stopping) wt_rpc_stream_end(s, NULL);
-  pthread_mutex_unlock(&srv->watch.mu);
+  wt_mutex_unlock(&srv->watch.mu);
   return NULL;
 }
 
@@ -99,14 +100,14 @@ void wt_srv_watch_closed(wt_rpc_stream *s, void *user) {
   (void)user;
   wt_watcher *w = wt_rpc_stream_user(s);
   wt_server *srv = w->srv;
-  pthread_mutex_lock(&srv->watch.mu);
+  wt_mutex_lock(&srv->watch.mu);
   if (w->prev)
     w->prev->nextw = w->nextw;
   else
     srv->watch.list = w->nextw;
   if (w->nextw) w->nextw->prev = w->prev;
   srv->watch.n--;
-  pthread_mutex_unlock(&srv->watch.mu);
+  wt_mutex_unlock(&srv->watch.mu);
   free(w);
   wt_rpc_stream_release(s);
 }

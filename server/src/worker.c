@@ -20,6 +20,7 @@
 #include "wt/clock.h"
 #include "wt/cuda.h"
 #include "wt/log.h"
+#include "wt/lock.h"
 
 struct wt_worker {
   /* Fixed. */
@@ -38,7 +39,7 @@ struct wt_worker {
   char where[64]; /* "worker 0 (cuda:0)" for messages */
 
   pthread_t thread;
-  pthread_mutex_t mu;
+  wt_mutex mu;
   pthread_cond_t work_cv; /* an op was queued, or quit */
   pthread_cond_t done_cv; /* an op is done, or the thread started */
   wt_worker_op *head, *tail;
@@ -53,7 +54,7 @@ struct wt_worker {
   size_t ntotals;
 
   /* The worker's thread only (ops, engine_mu for the engine pointer). */
-  pthread_mutex_t engine_mu;
+  wt_mutex engine_mu;
   const wt_engine_ops *ops;
   wt_engine *engine;
   wt_worker_state state;
@@ -82,7 +83,7 @@ const char *wt_worker_state_name(wt_worker_state state) {
 /* --- published status (worker's thread) ---------------------------------- */
 
 static void publish(wt_worker *w, const char *reason) {
-  pthread_mutex_lock(&w->mu);
+  wt_mutex_lock(&w->mu);
   w->pub.state = w->state;
   w->pub.round_id = w->round_id;
   snprintf(w->pub.backend, sizeof(w->pub.backend), "%s",
@@ -91,12 +92,12 @@ static void publish(wt_worker *w, const char *reason) {
     snprintf(w->pub.reason, sizeof(w->pub.reason), "%s", reason);
   else if (w->state != WT_WORKER_NEEDS_INIT)
     w->pub.reason[0] = '\0';
-  pthread_mutex_unlock(&w->mu);
+  wt_mutex_unlock(&w->mu);
 }
 
 /* Adds what a receive or a push moved to the published totals. */
 static void count_stats(wt_worker *w, const wt_receive_stats *s) {
-  pthread_mutex_lock(&w->mu);
+  wt_mutex_lock(&w->mu);
   w->pub.bytes_received += s->bytes;
   w->pub.bytes_forwarded += s->forwarded_bytes;
   size_t i = 0;
@@ -114,16 +115,16 @@ static void count_stats(wt_worker *w, const wt_receive_stats *s) {
   w->totals[i].tensors_received += s->tensors;
   w->totals[i].bytes_received += s->bytes;
   w->totals[i].bytes_forwarded += s->forwarded_bytes;
-  pthread_mutex_unlock(&w->mu);
+  wt_mutex_unlock(&w->mu);
 }
 
 size_t wt_worker_get_totals(const wt_worker *w, wt_worker_totals *out,
                             size_t cap) {
   wt_worker *m = (wt_worker *)w; /* the lock only */
-  pthread_mutex_lock(&m->mu);
+  wt_mutex_lock(&m->mu);
   size_t n = w->ntotals;
   for (size_t i = 0; i < n && i < cap; i++) out[i] = w->totals[i];
-  pthread_mutex_unlock(&m->mu);
+  wt_mutex_unlock(&m->mu);
   return n;
 }
 
@@ -136,12 +137,12 @@ static void set_state(wt_worker *w, wt_worker_state state) {
 
 /* Takes the engine away from wt_worker_cancel and destroys it. */
 static void drop_engine(wt_worker *w) {
-  pthread_mutex_lock(&w->engine_mu);
+  wt_mutex_lock(&w->engine_mu);
   wt_engine *e = w->engine;
   const wt_engine_ops *ops = w->ops;
   w->engine = NULL;
   w->ops = NULL;
-  pthread_mutex_unlock(&w->engine_mu);
+  wt_mutex_unlock(&w->engine_mu);
   if (e != NULL) ops->destroy(e);
 }
 
@@ -221,10 +222,10 @@ static wt_status *op_init(wt_worker *w, wt_worker_op *op) {
   WT_CHECK(wt_status_prefix(st, "%s: backend '%s'", w->where, backend));
   /* Published before init_transfer, which may block, so that a cancel from
    * another thread reaches it. */
-  pthread_mutex_lock(&w->engine_mu);
+  wt_mutex_lock(&w->engine_mu);
   w->engine = e;
   w->ops = ops;
-  pthread_mutex_unlock(&w->engine_mu);
+  wt_mutex_unlock(&w->engine_mu);
   e = NULL;
   st = ops->init_transfer(w->engine, op->endpoint);
   if (st != NULL) {
@@ -287,9 +288,9 @@ static void check_engine_idle(wt_worker *w) {
   drop_engine(w);
   w->given_up = true;
   publish(w, w->given_up_why);
-  pthread_mutex_lock(&w->mu);
+  wt_mutex_lock(&w->mu);
   snprintf(w->pub.backend, sizeof(w->pub.backend), "%s", backend);
-  pthread_mutex_unlock(&w->mu);
+  wt_mutex_unlock(&w->mu);
   WT_LOGW("server", "%s: %s", w->where, w->given_up_why);
 }
 
@@ -472,13 +473,13 @@ static void *worker_main(void *arg) {
                             w->device_name);
   }
   wt_log_context_set((wt_log_context){0, (int)w->rank, NULL});
-  pthread_mutex_lock(&w->mu);
+  wt_mutex_lock(&w->mu);
   w->start_st = st;
   w->started = true;
   w->serving = st == NULL;
   pthread_cond_broadcast(&w->done_cv);
   if (st != NULL) {
-    pthread_mutex_unlock(&w->mu);
+    wt_mutex_unlock(&w->mu);
     return NULL;
   }
   int64_t next_check = wt_mono_ms() + w->engine_check_ms;
@@ -488,15 +489,15 @@ static void *worker_main(void *arg) {
                         !w->given_up && w->ops != NULL &&
                         w->ops->needs_reinit != NULL;
       if (!idle_check) {
-        pthread_cond_wait(&w->work_cv, &w->mu);
+        wt_cond_wait(&w->work_cv, &w->mu);
         continue;
       }
       int64_t now = wt_mono_ms();
       if (now >= next_check) {
         next_check = now + w->engine_check_ms;
-        pthread_mutex_unlock(&w->mu);
+        wt_mutex_unlock(&w->mu);
         check_engine_idle(w);
-        pthread_mutex_lock(&w->mu);
+        wt_mutex_lock(&w->mu);
         continue;
       }
       wt_cond_wait_until(&w->work_cv, &w->mu, next_check);
@@ -505,18 +506,18 @@ static void *worker_main(void *arg) {
     wt_worker_op *op = w->head;
     w->head = op->next;
     if (w->head == NULL) w->tail = NULL;
-    pthread_mutex_unlock(&w->mu);
+    wt_mutex_unlock(&w->mu);
 
     wt_log_context_set((wt_log_context){op->round_id, (int)w->rank, NULL});
     wt_status *rst = run_op(w, op);
 
-    pthread_mutex_lock(&w->mu);
+    wt_mutex_lock(&w->mu);
     if (op->kind == WT_WORKER_OP_ABORT) w->aborts_pending--;
     if (op->on_done != NULL) {
       /* Detached: the op may be freed by on_done. */
-      pthread_mutex_unlock(&w->mu);
+      wt_mutex_unlock(&w->mu);
       op->on_done(op, rst, op->user);
-      pthread_mutex_lock(&w->mu);
+      wt_mutex_lock(&w->mu);
     } else {
       op->st = rst;
       op->failed = rst != NULL;
@@ -524,7 +525,7 @@ static void *worker_main(void *arg) {
       pthread_cond_broadcast(&w->done_cv);
     }
   }
-  pthread_mutex_unlock(&w->mu);
+  wt_mutex_unlock(&w->mu);
   return NULL;
 }
 
@@ -553,10 +554,11 @@ wt_status *wt_worker_new(const wt_worker_options *o, wt_worker **out) {
     free(w);
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "worker %u: out of memory", o->rank);
   }
-  pthread_mutex_init(&w->mu, NULL);
+  wt_mutex_init(&w->mu, WT_LOCK_WORKER, o->rank, "worker.mu");
   wt_cond_init_monotonic(&w->work_cv);
   pthread_cond_init(&w->done_cv, NULL);
-  pthread_mutex_init(&w->engine_mu, NULL);
+  wt_mutex_init(&w->engine_mu, WT_LOCK_WORKER_ENGINE, o->rank,
+                "worker.engine_mu");
   w->pub.state = WT_WORKER_UNINITIALIZED;
   int rc = pthread_create(&w->thread, NULL, worker_main, w);
   if (rc != 0) {
@@ -565,11 +567,11 @@ wt_status *wt_worker_new(const wt_worker_options *o, wt_worker **out) {
     wt_worker_destroy(w);
     goto out;
   }
-  pthread_mutex_lock(&w->mu);
-  while (!w->started) pthread_cond_wait(&w->done_cv, &w->mu);
+  wt_mutex_lock(&w->mu);
+  while (!w->started) wt_cond_wait(&w->done_cv, &w->mu);
   st = w->start_st;
   w->start_st = NULL;
-  pthread_mutex_unlock(&w->mu);
+  wt_mutex_unlock(&w->mu);
   if (st != NULL) {
     st = wt_status_prefix(st, "worker %u", o->rank);
     wt_worker_destroy(w);
@@ -585,9 +587,9 @@ wt_status *wt_worker_submit(wt_worker *w, wt_worker_op *op) {
   op->failed = false;
   op->done = false;
   op->next = NULL;
-  pthread_mutex_lock(&w->mu);
+  wt_mutex_lock(&w->mu);
   if (w->closed) {
-    pthread_mutex_unlock(&w->mu);
+    wt_mutex_unlock(&w->mu);
     return wt_status_new(WT_UNAVAILABLE, "%s is shutting down", w->where);
   }
   if (op->kind == WT_WORKER_OP_ABORT) w->aborts_pending++;
@@ -597,16 +599,16 @@ wt_status *wt_worker_submit(wt_worker *w, wt_worker_op *op) {
     w->head = op;
   w->tail = op;
   pthread_cond_signal(&w->work_cv);
-  pthread_mutex_unlock(&w->mu);
+  wt_mutex_unlock(&w->mu);
   return NULL;
 }
 
 wt_status *wt_worker_wait(wt_worker *w, wt_worker_op *op) {
-  pthread_mutex_lock(&w->mu);
-  while (!op->done) pthread_cond_wait(&w->done_cv, &w->mu);
+  wt_mutex_lock(&w->mu);
+  while (!op->done) wt_cond_wait(&w->done_cv, &w->mu);
   wt_status *st = op->st;
   op->st = NULL;
-  pthread_mutex_unlock(&w->mu);
+  wt_mutex_unlock(&w->mu);
   return st;
 }
 
@@ -625,29 +627,29 @@ static wt_status *destroy_store(wt_worker *w, void *arg) {
 
 void wt_worker_destroy(wt_worker *w) {
   if (w == NULL) return;
-  pthread_mutex_lock(&w->mu);
+  wt_mutex_lock(&w->mu);
   bool running = w->serving && !w->closed;
-  pthread_mutex_unlock(&w->mu);
+  wt_mutex_unlock(&w->mu);
   if (running) {
     wt_worker_op release = {.kind = WT_WORKER_OP_RELEASE};
     wt_worker_op store = {.kind = WT_WORKER_OP_CALL, .fn = destroy_store};
     wt_status_free(wt_worker_run(w, &release));
     wt_status_free(wt_worker_run(w, &store));
   }
-  pthread_mutex_lock(&w->mu);
+  wt_mutex_lock(&w->mu);
   w->closed = true;
   w->quit = true;
   bool joinable = w->started || w->head != NULL;
   pthread_cond_broadcast(&w->work_cv);
-  pthread_mutex_unlock(&w->mu);
+  wt_mutex_unlock(&w->mu);
   if (joinable) pthread_join(w->thread, NULL);
   /* A worker whose thread never ran its ops (bind failed). */
   if (w->store != NULL) wt_param_store_destroy(w->store);
   wt_status_free(w->start_st);
-  pthread_mutex_destroy(&w->engine_mu);
+  wt_mutex_destroy(&w->engine_mu);
   pthread_cond_destroy(&w->done_cv);
   pthread_cond_destroy(&w->work_cv);
-  pthread_mutex_destroy(&w->mu);
+  wt_mutex_destroy(&w->mu);
   free(w->host);
   free(w);
 }
@@ -674,23 +676,23 @@ wt_param_store *wt_worker_store(const wt_worker *w) {
 
 void wt_worker_get_status(const wt_worker *w, wt_worker_status *out) {
   wt_worker *mw = (wt_worker *)w;
-  pthread_mutex_lock(&mw->mu);
+  wt_mutex_lock(&mw->mu);
   *out = w->pub;
   if (w->aborts_pending > 0 && out->state == WT_WORKER_UPDATING)
     out->state = WT_WORKER_ABORTING;
-  pthread_mutex_unlock(&mw->mu);
+  wt_mutex_unlock(&mw->mu);
 }
 
 const wt_engine_ops *wt_worker_engine_ops(const wt_worker *w) {
   wt_worker *mw = (wt_worker *)w;
-  pthread_mutex_lock(&mw->engine_mu);
+  wt_mutex_lock(&mw->engine_mu);
   const wt_engine_ops *ops = w->ops;
-  pthread_mutex_unlock(&mw->engine_mu);
+  wt_mutex_unlock(&mw->engine_mu);
   return ops;
 }
 
 void wt_worker_cancel(wt_worker *w) {
-  pthread_mutex_lock(&w->engine_mu);
+  wt_mutex_lock(&w->engine_mu);
   if (w->engine != NULL && w->ops != NULL) w->ops->cancel(w->engine);
-  pthread_mutex_unlock(&w->engine_mu);
+  wt_mutex_unlock(&w->engine_mu);
 }

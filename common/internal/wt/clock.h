@@ -23,16 +23,11 @@ int64_t wt_mono_us(void);
 int64_t wt_unix_ms(void);
 
 /* Condition variables whose timed waits run on wt_mono_ms's clock: every
- * timed wait in wt goes through these two, so that setting the wall clock
- * never shortens or stretches a deadline. */
+ * timed wait in wt goes through this and wt_cond_wait_until (wt/lock.h),
+ * so that setting the wall clock never shortens or stretches a deadline. */
 
 /* pthread_cond_init with CLOCK_MONOTONIC: 0 or an errno. */
 int wt_cond_init_monotonic(pthread_cond_t *cv);
-/* Waits on `cv` (made by wt_cond_init_monotonic; `mu` held) until it is
- * signalled or wt_mono_ms() reaches `deadline_ms`: 0, or ETIMEDOUT when
- * the deadline passed. May wake early, as every condition wait may. */
-int wt_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu,
-                       int64_t deadline_ms);
 
 WT_API_END
 

@@ -2,7 +2,6 @@
 
 #include "wt/clock.h"
 
-#include <errno.h>
 #include <time.h>
 
 static int64_t read_ms(clockid_t id) {
@@ -33,12 +32,4 @@ int wt_cond_init_monotonic(pthread_cond_t *cv) {
   rc = pthread_cond_init(cv, &attr); /* usable in any case */
   pthread_condattr_destroy(&attr);
   return rc != 0 ? rc : clock_rc;
-}
-
-int wt_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu,
-                       int64_t deadline_ms) {
-  if (deadline_ms <= wt_mono_ms()) return ETIMEDOUT;
-  struct timespec ts = {.tv_sec = (time_t)(deadline_ms / 1000),
-                        .tv_nsec = (long)(deadline_ms % 1000) * 1000000L};
-  return pthread_cond_timedwait(cv, mu, &ts);
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "wt/log.h"
+#include "wt/lock.h"
 #include "core/module.h"
 
 typedef struct entry {
@@ -23,7 +24,7 @@ typedef struct entry {
 struct wt_registry {
   char *kind;
   uint32_t abi_version;
-  pthread_mutex_t mu;
+  wt_mutex mu;
   entry *entries; /* sorted by name, so listings and messages are stable */
   size_t n, cap;
 };
@@ -40,11 +41,7 @@ wt_status *wt_registry_new(const char *kind, uint32_t abi_version,
   if (reg == NULL || (reg->kind = strdup(kind)) == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "%s registry: out of memory", kind);
   reg->abi_version = abi_version;
-  int rc = pthread_mutex_init(&reg->mu, NULL);
-  if (rc != 0) {
-    st = wt_status_from_errno(rc, "%s registry: pthread_mutex_init", kind);
-    goto out;
-  }
+  wt_mutex_init(&reg->mu, WT_LOCK_REGISTRY, 0, "registry.mu");
   *out = reg;
   reg = NULL;
 out:
@@ -67,7 +64,7 @@ void wt_registry_destroy(wt_registry *reg) {
     free(e->symbol);
   }
   free(reg->entries);
-  pthread_mutex_destroy(&reg->mu);
+  wt_mutex_destroy(&reg->mu);
   free(reg->kind);
   free(reg);
 }
@@ -163,9 +160,9 @@ wt_status *wt_registry_register(wt_registry *reg, const char *name,
   if (e.name == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED,
                          "%s backend '%s': out of memory", reg->kind, name);
-  pthread_mutex_lock(&reg->mu);
+  wt_mutex_lock(&reg->mu);
   st = insert_locked(reg, &e);
-  pthread_mutex_unlock(&reg->mu);
+  wt_mutex_unlock(&reg->mu);
   if (st != NULL) {
     free(e.name);
     return st;
@@ -194,9 +191,9 @@ wt_status *wt_registry_register_lazy(wt_registry *reg, const char *name,
     st = wt_status_new(WT_RESOURCE_EXHAUSTED, "%s backend '%s': out of memory",
                        reg->kind, name);
   } else {
-    pthread_mutex_lock(&reg->mu);
+    wt_mutex_lock(&reg->mu);
     st = insert_locked(reg, &e);
-    pthread_mutex_unlock(&reg->mu);
+    wt_mutex_unlock(&reg->mu);
   }
   if (st != NULL) {
     free(e.name);
@@ -266,7 +263,7 @@ wt_status *wt_registry_lookup(wt_registry *reg, const char *name,
     return wt_status_new(WT_INVALID_ARGUMENT, "%s registry: 'ops' is NULL",
                          reg->kind);
   *ops = NULL;
-  pthread_mutex_lock(&reg->mu);
+  wt_mutex_lock(&reg->mu);
   long i = find_locked(reg, name, NULL);
   if (i < 0) {
     char *names = join_locked(reg);
@@ -282,7 +279,7 @@ wt_status *wt_registry_lookup(wt_registry *reg, const char *name,
   if (e->ops == NULL) WT_CHECK(load_locked(reg, e));
   *ops = e->ops;
 out:
-  pthread_mutex_unlock(&reg->mu);
+  wt_mutex_unlock(&reg->mu);
   return st;
 }
 
@@ -293,7 +290,7 @@ wt_status *wt_registry_names(wt_registry *reg, wt_registry_entry **entries,
   wt_status *st = NULL;
   *entries = NULL;
   *n = 0;
-  pthread_mutex_lock(&reg->mu);
+  wt_mutex_lock(&reg->mu);
   if (reg->n > 0) {
     wt_registry_entry *list = calloc(reg->n, sizeof(*list));
     if (list == NULL)
@@ -312,16 +309,16 @@ wt_status *wt_registry_names(wt_registry *reg, wt_registry_entry **entries,
     *n = reg->n;
   }
 out:
-  pthread_mutex_unlock(&reg->mu);
+  wt_mutex_unlock(&reg->mu);
   return st;
 }
 
 wt_status *wt_registry_names_joined(wt_registry *reg, char **out) {
   if (reg == NULL || out == NULL)
     return wt_status_new(WT_INVALID_ARGUMENT, "registry names: NULL argument");
-  pthread_mutex_lock(&reg->mu);
+  wt_mutex_lock(&reg->mu);
   *out = join_locked(reg);
-  pthread_mutex_unlock(&reg->mu);
+  wt_mutex_unlock(&reg->mu);
   if (*out == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED, "%s registry: out of memory",
                          reg->kind);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "wt/log.h"
+#include "wt/lock.h"
 #include "core/module.h"
 
 /* --- the module ----------------------------------------------------------- */
@@ -44,7 +45,8 @@ void wt_nccl_api_override(const wt_nccl_api *api) {
 /* --- choosing the NCCL ------------------------------------------------------
  */
 
-static pthread_mutex_t select_mu = PTHREAD_MUTEX_INITIALIZER;
+static wt_mutex select_mu =
+    WT_MUTEX_INITIALIZER(WT_LOCK_NCCL_SELECT, "nccl_seam.select_mu");
 static char selected[1024]; /* the library wt_nccl_select loaded first */
 static int selected_code;
 
@@ -72,7 +74,7 @@ wt_status *wt_nccl_select(const char *library, const char *expect_version) {
   if (expect_version && *expect_version &&
       (st = wt_nccl_version_parse(expect_version, &want)) != NULL)
     return st;
-  pthread_mutex_lock(&select_mu);
+  wt_mutex_lock(&select_mu);
   if (library && *library) {
     if (selected[0] != '\0' && strcmp(selected, library) != 0) {
       st = wt_status_new(WT_FAILED_PRECONDITION,
@@ -98,7 +100,7 @@ wt_status *wt_nccl_select(const char *library, const char *expect_version) {
       }
     }
   }
-  pthread_mutex_unlock(&select_mu);
+  wt_mutex_unlock(&select_mu);
   if (st != NULL || want == 0) return st;
   const wt_nccl_api *api = NULL;
   if ((st = wt_nccl_api_get(&api)) != NULL) return st;

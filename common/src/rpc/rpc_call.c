@@ -19,6 +19,7 @@
 #include "wt/log.h"
 #include "wt/pb.h"
 #include "wt/rpc.h"
+#include "wt/lock.h"
 
 #include "rpc_internal.h"
 
@@ -30,9 +31,9 @@ static void call_unref(wt_rpc_call *c) {
   if (c->held_bytes) atomic_fetch_sub(&c->server->held_bytes, c->held_bytes);
   if (c->response) grpc_byte_buffer_destroy(c->response);
   grpc_slice_unref(c->status_details);
-  pthread_mutex_destroy(&c->mu);
+  wt_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
-  pthread_mutex_destroy(&c->cb_mu);
+  wt_mutex_destroy(&c->cb_mu);
   free(c);
 }
 
@@ -57,9 +58,9 @@ wt_rpc_call *rpc_call_new(wt_rpc_server *s, const wt_rpc_method *m,
   c->status_details = grpc_empty_slice();
   atomic_init(&c->refs, 1); /* the pool's */
   atomic_init(&c->cancelled, false);
-  pthread_mutex_init(&c->mu, NULL);
+  wt_mutex_init(&c->mu, WT_LOCK_RPC_CALL, 0, "rpc_call.mu");
   wt_cond_init_monotonic(&c->cv); /* read deadlines are on that clock */
-  pthread_mutex_init(&c->cb_mu, NULL);
+  wt_mutex_init(&c->cb_mu, WT_LOCK_RPC_CANCEL, 0, "rpc_call.cb_mu");
 
   /* Learn early when the client goes away, also while the call waits for a
    * thread, so reads and writes, and a handler waiting on its own
@@ -85,12 +86,12 @@ wt_rpc_call *rpc_call_new(wt_rpc_server *s, const wt_rpc_method *m,
  * flag, -1 when it could not be started, -2 when it timed out. */
 static int call_run_batch(wt_rpc_call *c, const grpc_op *ops, size_t n,
                           int64_t timeout_ms, const char *timeout_status) {
-  pthread_mutex_lock(&c->mu);
+  wt_mutex_lock(&c->mu);
   c->op_done = false;
   grpc_call_error err =
       grpc_call_start_batch(c->call, ops, n, &c->op_tag, NULL);
   if (err != GRPC_CALL_OK) {
-    pthread_mutex_unlock(&c->mu);
+    wt_mutex_unlock(&c->mu);
     WT_LOGW(RPC_MOD, "%s: cannot start a batch: %s", c->method->path,
             grpc_call_error_to_string(err));
     return -1;
@@ -111,9 +112,9 @@ static int call_run_batch(wt_rpc_call *c, const grpc_op *ops, size_t n,
       grpc_slice_unref(details);
     }
   }
-  while (!c->op_done) pthread_cond_wait(&c->cv, &c->mu);
+  while (!c->op_done) wt_cond_wait(&c->cv, &c->mu);
   int ok = c->op_ok;
-  pthread_mutex_unlock(&c->mu);
+  wt_mutex_unlock(&c->mu);
   return timed_out ? -2 : ok;
 }
 
@@ -156,10 +157,10 @@ static void call_send_status(wt_rpc_call *c, const wt_status *st) {
   ops[n++].data.send_status_from_server.status_details =
       st ? &c->status_details : NULL;
   atomic_fetch_add(&c->refs, 1);
-  pthread_mutex_lock(&c->mu);
+  wt_mutex_lock(&c->mu);
   grpc_call_error err =
       grpc_call_start_batch(c->call, ops, n, &c->status_tag, NULL);
-  pthread_mutex_unlock(&c->mu);
+  wt_mutex_unlock(&c->mu);
   if (err != GRPC_CALL_OK) {
     WT_LOGW(RPC_MOD, "%s: cannot send the status: %s", c->method->path,
             grpc_call_error_to_string(err));
@@ -197,31 +198,31 @@ void rpc_call_finish(wt_rpc_call *c, wt_status *st) {
   c->request = NULL;
   atomic_fetch_sub(&c->server->held_bytes, c->held_bytes);
   c->held_bytes = 0;
-  pthread_mutex_lock(&c->cb_mu);
+  wt_mutex_lock(&c->cb_mu);
   c->cancel_fn = NULL;
-  pthread_mutex_unlock(&c->cb_mu);
+  wt_mutex_unlock(&c->cb_mu);
   call_unref(c);
 }
 
 void rpc_call_on_op(wt_rpc_call *c, int ok) {
-  pthread_mutex_lock(&c->mu);
+  wt_mutex_lock(&c->mu);
   c->op_done = true;
   c->op_ok = ok;
   pthread_cond_broadcast(&c->cv);
-  pthread_mutex_unlock(&c->mu);
+  wt_mutex_unlock(&c->mu);
 }
 
 void rpc_call_on_close(wt_rpc_call *c) {
-  pthread_mutex_lock(&c->mu);
+  wt_mutex_lock(&c->mu);
   bool cancelled = c->close_cancelled != 0;
   if (cancelled) atomic_store(&c->cancelled, true);
-  pthread_mutex_unlock(&c->mu);
+  wt_mutex_unlock(&c->mu);
   if (cancelled) {
     WT_LOGD(RPC_MOD, "%s: cancelled (peer %s)", c->method->path,
             c->peer ? c->peer : "?");
-    pthread_mutex_lock(&c->cb_mu);
+    wt_mutex_lock(&c->cb_mu);
     if (c->cancel_fn) c->cancel_fn(c->cancel_arg);
-    pthread_mutex_unlock(&c->cb_mu);
+    wt_mutex_unlock(&c->cb_mu);
   }
   call_unref(c);
 }
@@ -255,10 +256,10 @@ bool wt_rpc_call_cancelled(wt_rpc_call *call) {
 
 void wt_rpc_call_set_cancel_callback(wt_rpc_call *call, void (*fn)(void *arg),
                                      void *arg) {
-  pthread_mutex_lock(&call->cb_mu);
+  wt_mutex_lock(&call->cb_mu);
   call->cancel_fn = fn;
   call->cancel_arg = fn ? arg : NULL;
-  pthread_mutex_unlock(&call->cb_mu);
+  wt_mutex_unlock(&call->cb_mu);
 }
 
 void wt_rpc_call_cancel(wt_rpc_call *c, wt_code code, const char *message) {

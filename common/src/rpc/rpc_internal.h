@@ -22,6 +22,7 @@
 #include "wt/rpc.h"
 
 #include "wt/visibility.h"
+#include "wt/lock.h"
 #define RPC_MOD "rpc"
 
 /* Fills args[0] and args[1] with the receive and send message limits (0: the
@@ -119,7 +120,7 @@ struct wt_rpc_server {
   bool poller_started;
   rpc_tag shutdown_tag;
 
-  pthread_mutex_t mu; /* guards everything below, and the pools */
+  wt_mutex mu; /* guards everything below, and the pools */
   pthread_cond_t cv;  /* shutdown_notified, a pool's load changed */
   rpc_state state;
   bool shutdown_notified;
@@ -168,14 +169,14 @@ struct wt_rpc_call {
   atomic_int refs;
   atomic_bool cancelled;
 
-  pthread_mutex_t mu; /* batch starts, op_done, op_ok */
+  wt_mutex mu; /* batch starts, op_done, op_ok */
   pthread_cond_t cv;
   bool op_done;
   int op_ok;
   int close_cancelled;        /* written by gRPC for RECV_CLOSE_ON_SERVER */
   bool initial_metadata_sent; /* handler thread only */
 
-  pthread_mutex_t cb_mu; /* cancel_fn, cancel_arg */
+  wt_mutex cb_mu; /* cancel_fn, cancel_arg */
   void (*cancel_fn)(void *arg);
   void *cancel_arg;
 
@@ -189,9 +190,9 @@ WT_HIDDEN const char *rpc_kind_name(wt_rpc_kind kind);
 WT_HIDDEN grpc_slice rpc_status_details(const char *msg);
 /* Whether the server began shutting down. */
 static inline bool rpc_server_stopping(wt_rpc_server *s) {
-  pthread_mutex_lock(&s->mu);
+  wt_mutex_lock(&s->mu);
   bool stopping = s->state >= STATE_SHUTTING_DOWN;
-  pthread_mutex_unlock(&s->mu);
+  wt_mutex_unlock(&s->mu);
   return stopping;
 }
 

@@ -28,6 +28,7 @@
 #include "wt/log.h"
 #include "wt/pb.h"
 #include "wt/rpc.h"
+#include "wt/lock.h"
 
 #include "rpc_internal.h"
 
@@ -121,11 +122,11 @@ static void reject_done(reject_call *r) {
 static void *pool_main(void *arg) {
   rpc_pool *p = arg;
   wt_rpc_server *s = p->server;
-  pthread_mutex_lock(&s->mu);
+  wt_mutex_lock(&s->mu);
   for (;;) {
     while (p->head == NULL && !s->pools_quit) {
       p->idle++;
-      pthread_cond_wait(&p->work_cv, &s->mu);
+      wt_cond_wait(&p->work_cv, &s->mu);
       p->idle--;
     }
     if (p->head == NULL) break;
@@ -134,22 +135,22 @@ static void *pool_main(void *arg) {
     if (p->head == NULL) p->tail = NULL;
     p->queued--;
     p->running++;
-    pthread_mutex_unlock(&s->mu);
+    wt_mutex_unlock(&s->mu);
     wt_status *st = rpc_call_handle(c);
     /* The place is free before the reply goes out, so a client that calls
      * again the moment it has its answer finds it free. */
-    pthread_mutex_lock(&s->mu);
+    wt_mutex_lock(&s->mu);
     p->running--;
     rpc_peer_release_locked(s, c->peer_slot);
     c->peer_slot = NULL;
     p->finishing++;
     pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    wt_mutex_unlock(&s->mu);
     rpc_call_finish(c, st);
-    pthread_mutex_lock(&s->mu);
+    wt_mutex_lock(&s->mu);
     p->finishing--;
   }
-  pthread_mutex_unlock(&s->mu);
+  wt_mutex_unlock(&s->mu);
   return NULL;
 }
 
@@ -186,12 +187,12 @@ void wt_rpc_server_class_load(wt_rpc_server *s, size_t cls,
                               wt_rpc_class_load *out) {
   memset(out, 0, sizeof(*out));
   if (cls >= s->npools) return;
-  pthread_mutex_lock(&s->mu);
+  wt_mutex_lock(&s->mu);
   out->running = s->pools[cls].running;
   out->queued = s->pools[cls].queued;
   out->threads = s->pools[cls].nthreads;
   out->refused = s->pools[cls].refused;
-  pthread_mutex_unlock(&s->mu);
+  wt_mutex_unlock(&s->mu);
 }
 
 /* ---- request slots ------------------------------------------------------- */
@@ -241,9 +242,9 @@ static wt_status *slot_new(wt_rpc_server *s, rpc_tag_kind kind, size_t method) {
  * it. The slot's metadata has been released by the caller. */
 static void slot_recycle(request_slot *slot) {
   wt_rpc_server *s = slot->server;
-  pthread_mutex_lock(&s->mu);
+  wt_mutex_lock(&s->mu);
   bool running = s->state == STATE_RUNNING;
-  pthread_mutex_unlock(&s->mu);
+  wt_mutex_unlock(&s->mu);
   if (running) {
     slot_post(slot);
   } else {
@@ -486,7 +487,7 @@ static void admit_call(wt_rpc_server *s, const wt_rpc_method *m,
   rpc_pool *p = &s->pools[cls];
   char key[80] = "";
   if (p->cfg.max_per_peer > 0) rpc_server_peer_key(s, call, key, sizeof(key));
-  pthread_mutex_lock(&s->mu);
+  wt_mutex_lock(&s->mu);
   rpc_state state = s->state;
   int running = p->running, queued = p->queued;
   bool admit = state == STATE_RUNNING && pool_admit_locked(p);
@@ -500,7 +501,7 @@ static void admit_call(wt_rpc_server *s, const wt_rpc_method *m,
   }
   if (admit && m->kind == WT_RPC_WATCH) p->running++;
   if (!admit && state == STATE_RUNNING) p->refused++;
-  pthread_mutex_unlock(&s->mu);
+  wt_mutex_unlock(&s->mu);
   if (!admit) {
     wt_pb_free(request);
     atomic_fetch_sub(&s->held_bytes, request_bytes);
@@ -540,17 +541,17 @@ static void admit_call(wt_rpc_server *s, const wt_rpc_method *m,
   if (c == NULL) {
     wt_pb_free(request);
     atomic_fetch_sub(&s->held_bytes, request_bytes);
-    pthread_mutex_lock(&s->mu);
+    wt_mutex_lock(&s->mu);
     rpc_peer_release_locked(s, slot);
-    pthread_mutex_unlock(&s->mu);
+    wt_mutex_unlock(&s->mu);
     reject(call, WT_RESOURCE_EXHAUSTED, "%s: out of memory", m->path);
     return;
   }
   c->peer_slot = slot;
   c->held_bytes = request_bytes;
-  pthread_mutex_lock(&s->mu);
+  wt_mutex_lock(&s->mu);
   pool_enqueue_locked(p, c);
-  pthread_mutex_unlock(&s->mu);
+  wt_mutex_unlock(&s->mu);
 }
 
 /* ---- polling thread ------------------------------------------------------ */
@@ -585,10 +586,10 @@ static void dispatch(wt_rpc_server *s, rpc_tag *t, int ok) {
       rpc_stream_on_close(t->owner);
       break;
     case TAG_SHUTDOWN:
-      pthread_mutex_lock(&s->mu);
+      wt_mutex_lock(&s->mu);
       s->shutdown_notified = true;
       pthread_cond_broadcast(&s->cv);
-      pthread_mutex_unlock(&s->mu);
+      wt_mutex_unlock(&s->mu);
       break;
   }
 }
@@ -747,7 +748,7 @@ wt_status *wt_rpc_server_new(const wt_rpc_server_options *opts,
   s->shutdown_tag.kind = TAG_SHUTDOWN;
   s->shutdown_tag.owner = s;
   s->state = STATE_NEW;
-  pthread_mutex_init(&s->mu, NULL);
+  wt_mutex_init(&s->mu, WT_LOCK_RPC_SERVER, 0, "rpc_server.mu");
   wt_cond_init_monotonic(&s->cv);
 
   grpc_init();
@@ -826,9 +827,9 @@ static void stop_inline(wt_rpc_server *s) {
   grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
   grpc_server_cancel_all_calls(s->server);
   for (;;) {
-    pthread_mutex_lock(&s->mu);
+    wt_mutex_lock(&s->mu);
     bool done = s->shutdown_notified;
-    pthread_mutex_unlock(&s->mu);
+    wt_mutex_unlock(&s->mu);
     if (done) break;
     grpc_event ev = grpc_completion_queue_next(
         s->cq, rpc_deadline_after_ms(POLL_INTERVAL_MS), NULL);
@@ -838,16 +839,16 @@ static void stop_inline(wt_rpc_server *s) {
   s->server = NULL;
   grpc_completion_queue_shutdown(s->cq);
   poll_loop(s);
-  pthread_mutex_lock(&s->mu);
+  wt_mutex_lock(&s->mu);
   s->state = STATE_DONE;
-  pthread_mutex_unlock(&s->mu);
+  wt_mutex_unlock(&s->mu);
 }
 
 wt_status *wt_rpc_server_start(wt_rpc_server *s) {
   wt_status *st = NULL;
-  pthread_mutex_lock(&s->mu);
+  wt_mutex_lock(&s->mu);
   rpc_state state = s->state;
-  pthread_mutex_unlock(&s->mu);
+  wt_mutex_unlock(&s->mu);
   if (state != STATE_NEW)
     WT_FAIL(WT_FAILED_PRECONDITION, "server on %s: already started", s->listen);
 
@@ -857,9 +858,9 @@ wt_status *wt_rpc_server_start(wt_rpc_server *s) {
     WT_CHECK(rpc_tls_server_new(&tls, &s->tls));
   }
   grpc_server_start(s->server);
-  pthread_mutex_lock(&s->mu);
+  wt_mutex_lock(&s->mu);
   s->state = STATE_RUNNING;
-  pthread_mutex_unlock(&s->mu);
+  wt_mutex_unlock(&s->mu);
   /* wt's own listener hands gRPC the connections it accepts (TLS ones
    * terminated by it). */
   st = rpc_listener_start(s->server, s->listen, s->tls, s->max_connections,
@@ -876,9 +877,9 @@ wt_status *wt_rpc_server_start(wt_rpc_server *s) {
       st = wt_status_new(WT_RESOURCE_EXHAUSTED,
                          "server on %s: cannot start the polling thread: %s",
                          s->listen, strerror(rc));
-    pthread_mutex_lock(&s->mu);
+    wt_mutex_lock(&s->mu);
     s->state = STATE_SHUTTING_DOWN;
-    pthread_mutex_unlock(&s->mu);
+    wt_mutex_unlock(&s->mu);
     stop_inline(s);
     s->port = 0;
     goto out;
@@ -928,36 +929,36 @@ static int calls_in_progress(wt_rpc_server *s) {
 }
 
 void wt_rpc_server_shutdown(wt_rpc_server *s, int64_t deadline_ms) {
-  pthread_mutex_lock(&s->mu);
+  wt_mutex_lock(&s->mu);
   if (s->state != STATE_RUNNING) {
-    pthread_mutex_unlock(&s->mu);
+    wt_mutex_unlock(&s->mu);
     return;
   }
   s->state = STATE_SHUTTING_DOWN;
-  pthread_mutex_unlock(&s->mu);
+  wt_mutex_unlock(&s->mu);
 
   rpc_listener_stop(s->listener); /* no connection is added from here */
   int64_t deadline = wt_mono_ms() + (deadline_ms > 0 ? deadline_ms : 0);
   grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
   if (s->on_shutdown) s->on_shutdown(s->user);
 
-  pthread_mutex_lock(&s->mu);
+  wt_mutex_lock(&s->mu);
   if (!wait_until(s, shutdown_notified, deadline, "calls to finish")) {
     int left = calls_in_progress(s);
     /* Only worth a line when the caller meant to give calls time. */
     if (left > 0)
       wt_log(deadline_ms > 0 ? WT_LOG_INFO : WT_LOG_DEBUG, RPC_MOD,
              "shutdown: cancelling %d calls still in progress", left);
-    pthread_mutex_unlock(&s->mu);
+    wt_mutex_unlock(&s->mu);
     grpc_server_cancel_all_calls(s->server);
-    pthread_mutex_lock(&s->mu);
+    wt_mutex_lock(&s->mu);
     wait_until(s, shutdown_notified, -1, "cancelled calls to end");
   }
   wait_until(s, calls_done, -1, "handlers to return");
   s->pools_quit = true;
   for (size_t i = 0; i < s->npools; i++)
     pthread_cond_broadcast(&s->pools[i].work_cv);
-  pthread_mutex_unlock(&s->mu);
+  wt_mutex_unlock(&s->mu);
   for (size_t i = 0; i < s->npools; i++)
     for (int t = 0; t < s->pools[i].nthreads; t++)
       pthread_join(s->pools[i].threads[t], NULL);
@@ -967,9 +968,9 @@ void wt_rpc_server_shutdown(wt_rpc_server *s, int64_t deadline_ms) {
   grpc_completion_queue_shutdown(s->cq);
   pthread_join(s->poller, NULL); /* it drains the queue before returning */
   s->poller_started = false;
-  pthread_mutex_lock(&s->mu);
+  wt_mutex_lock(&s->mu);
   s->state = STATE_DONE;
-  pthread_mutex_unlock(&s->mu);
+  wt_mutex_unlock(&s->mu);
   WT_LOGD(RPC_MOD, "server on %s stopped", s->listen);
 }
 
@@ -984,7 +985,7 @@ void wt_rpc_server_destroy(wt_rpc_server *s) {
   grpc_completion_queue_destroy(s->cq);
   rpc_listener_destroy(s->listener);
   rpc_tls_server_free(s->tls);
-  pthread_mutex_destroy(&s->mu);
+  wt_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   pools_free(s);
   while (s->read_head != NULL) { /* none once the queue drained */

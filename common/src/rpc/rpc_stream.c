@@ -20,6 +20,7 @@
 #include "wt/log.h"
 #include "wt/pb.h"
 #include "wt/rpc.h"
+#include "wt/lock.h"
 
 #include "rpc_internal.h"
 
@@ -34,7 +35,7 @@ struct wt_rpc_stream {
   rpc_tag close_tag;
   void *user;
 
-  pthread_mutex_t mu; /* everything below */
+  wt_mutex mu; /* everything below */
   int refs;
   grpc_byte_buffer *queue[WT_RPC_STREAM_QUEUE]; /* ring of waiting messages */
   int qhead, qlen;
@@ -59,14 +60,14 @@ static void stream_free(wt_rpc_stream *s) {
   grpc_slice_unref(s->end_details);
   grpc_call_unref(s->call);
   if (s->peer) gpr_free(s->peer);
-  pthread_mutex_destroy(&s->mu);
+  wt_mutex_destroy(&s->mu);
   free(s);
 }
 
 /* Drops one reference; called with s->mu held, which it releases. */
 static void unref_unlock(wt_rpc_stream *s) {
   bool last = --s->refs == 0;
-  pthread_mutex_unlock(&s->mu);
+  wt_mutex_unlock(&s->mu);
   if (last) stream_free(s);
 }
 
@@ -117,11 +118,11 @@ void rpc_stream_accept(wt_rpc_server *srv, const wt_rpc_method *m,
                                  "out of memory", NULL);
     grpc_call_unref(call);
     wt_pb_free(request);
-    pthread_mutex_lock(&srv->mu);
+    wt_mutex_lock(&srv->mu);
     pool->running--;
     rpc_peer_release_locked(srv, peer_slot);
     pthread_cond_broadcast(&srv->cv);
-    pthread_mutex_unlock(&srv->mu);
+    wt_mutex_unlock(&srv->mu);
     return;
   }
   s->server = srv;
@@ -135,7 +136,7 @@ void rpc_stream_accept(wt_rpc_server *srv, const wt_rpc_method *m,
   s->close_tag.kind = TAG_STREAM_CLOSE;
   s->close_tag.owner = s;
   s->end_details = grpc_empty_slice();
-  pthread_mutex_init(&s->mu, NULL);
+  wt_mutex_init(&s->mu, WT_LOCK_RPC_STREAM, 0, "rpc_stream.mu");
   s->refs = 2; /* the close batch's and the owner's */
   grpc_op op;
   memset(&op, 0, sizeof(op));
@@ -151,12 +152,12 @@ void rpc_stream_accept(wt_rpc_server *srv, const wt_rpc_method *m,
     wt_pb_free(request);
     s->refs = 1;
     s->closed = true;
-    pthread_mutex_lock(&srv->mu);
+    wt_mutex_lock(&srv->mu);
     pool->running--;
     rpc_peer_release_locked(srv, peer_slot);
     pthread_cond_broadcast(&srv->cv);
-    pthread_mutex_unlock(&srv->mu);
-    pthread_mutex_lock(&s->mu);
+    wt_mutex_unlock(&srv->mu);
+    wt_mutex_lock(&s->mu);
     unref_unlock(s);
     return;
   }
@@ -164,9 +165,9 @@ void rpc_stream_accept(wt_rpc_server *srv, const wt_rpc_method *m,
   wt_pb_free(request);
   if (st != NULL) {
     /* Refused: the owner keeps no reference and is not told of the close. */
-    pthread_mutex_lock(&s->mu);
+    wt_mutex_lock(&s->mu);
     s->refused = true;
-    pthread_mutex_unlock(&s->mu);
+    wt_mutex_unlock(&s->mu);
     wt_rpc_stream_end(s, st);
     wt_status_free(st);
     wt_rpc_stream_release(s);
@@ -174,7 +175,7 @@ void rpc_stream_accept(wt_rpc_server *srv, const wt_rpc_method *m,
 }
 
 void rpc_stream_on_send(wt_rpc_stream *s, int ok) {
-  pthread_mutex_lock(&s->mu);
+  wt_mutex_lock(&s->mu);
   if (s->in_flight) grpc_byte_buffer_destroy(s->in_flight);
   s->in_flight = NULL;
   s->busy = false;
@@ -183,7 +184,7 @@ void rpc_stream_on_send(wt_rpc_stream *s, int ok) {
 }
 
 void rpc_stream_on_close(wt_rpc_stream *s) {
-  pthread_mutex_lock(&s->mu);
+  wt_mutex_lock(&s->mu);
   s->closed = true;
   /* What will not be sent now. */
   for (int i = 0; i < s->qlen; i++)
@@ -191,20 +192,20 @@ void rpc_stream_on_close(wt_rpc_stream *s) {
   s->qlen = 0;
   uint64_t dropped = s->dropped;
   bool refused = s->refused;
-  pthread_mutex_unlock(&s->mu);
+  wt_mutex_unlock(&s->mu);
   if (dropped > 0)
     WT_LOGD(RPC_MOD, "%s (peer %s): %llu message(s) dropped for a slow reader",
             s->method->path, s->peer ? s->peer : "?",
             (unsigned long long)dropped);
   if (s->method->closed && !refused) s->method->closed(s, s->server->user);
   wt_rpc_server *srv = s->server;
-  pthread_mutex_lock(&srv->mu);
+  wt_mutex_lock(&srv->mu);
   s->pool->running--;
   rpc_peer_release_locked(srv, s->peer_slot);
   s->peer_slot = NULL;
   pthread_cond_broadcast(&srv->cv);
-  pthread_mutex_unlock(&srv->mu);
-  pthread_mutex_lock(&s->mu);
+  wt_mutex_unlock(&srv->mu);
+  wt_mutex_lock(&s->mu);
   unref_unlock(s);
 }
 
@@ -228,9 +229,9 @@ wt_status *wt_rpc_stream_send(wt_rpc_stream *s, const ProtobufCMessage *msg) {
   grpc_byte_buffer *bb = NULL;
   wt_status *st = wt_pb_pack(msg, &bb);
   if (st != NULL) return wt_status_prefix(st, "%s: send", s->method->path);
-  pthread_mutex_lock(&s->mu);
+  wt_mutex_lock(&s->mu);
   if (s->closed || s->end_requested) {
-    pthread_mutex_unlock(&s->mu);
+    wt_mutex_unlock(&s->mu);
     grpc_byte_buffer_destroy(bb);
     return NULL;
   }
@@ -244,7 +245,7 @@ wt_status *wt_rpc_stream_send(wt_rpc_stream *s, const ProtobufCMessage *msg) {
     grpc_call_cancel_with_status(s->call, GRPC_STATUS_DEADLINE_EXCEEDED, why,
                                  NULL);
     s->end_requested = true;
-    pthread_mutex_unlock(&s->mu);
+    wt_mutex_unlock(&s->mu);
     grpc_byte_buffer_destroy(bb);
     return NULL;
   }
@@ -258,12 +259,12 @@ wt_status *wt_rpc_stream_send(wt_rpc_stream *s, const ProtobufCMessage *msg) {
   s->queue[(s->qhead + s->qlen) % WT_RPC_STREAM_QUEUE] = bb;
   s->qlen++;
   pump_locked(s);
-  pthread_mutex_unlock(&s->mu);
+  wt_mutex_unlock(&s->mu);
   return NULL;
 }
 
 void wt_rpc_stream_end(wt_rpc_stream *s, const wt_status *st) {
-  pthread_mutex_lock(&s->mu);
+  wt_mutex_lock(&s->mu);
   if (!s->end_requested && !s->closed) {
     s->end_requested = true;
     s->end_code = (grpc_status_code)wt_code_to_grpc(wt_status_code(st));
@@ -271,10 +272,10 @@ void wt_rpc_stream_end(wt_rpc_stream *s, const wt_status *st) {
     s->end_details = rpc_status_details(st ? wt_status_message(st) : "");
     pump_locked(s);
   }
-  pthread_mutex_unlock(&s->mu);
+  wt_mutex_unlock(&s->mu);
 }
 
 void wt_rpc_stream_release(wt_rpc_stream *s) {
-  pthread_mutex_lock(&s->mu);
+  wt_mutex_lock(&s->mu);
   unref_unlock(s);
 }

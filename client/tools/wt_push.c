@@ -339,7 +339,7 @@ static const option_row rows[] = {
     {"tcp-user-timeout", required_argument, "--tcp-user-timeout SEC",
      "how long bytes sent to a server may stay unacknowledged\nby its "
      "kernel (or its window shut) before the connection\nis dropped and "
-     "the round fails: a cut link (default 1.5)",
+     "the round fails: a cut link (default 1)",
      opt_seconds},
     {"verify", optional_argument, "--verify[=ALGO]",
      "compare checksums afterwards (sha256, the default, or xxh3)", opt_verify},

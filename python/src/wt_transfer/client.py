@@ -51,7 +51,7 @@ class Client:
     `keepalive_timeout` (seconds; None: 20 s) is how long a server may
     leave a keepalive ping unanswered while a call is open before its
     connection is closed and the call fails `Unavailable`: how long a
-    loaded host may stall. `tcp_user_timeout` (seconds; None: 1.5 s) is how
+    loaded host may stall. `tcp_user_timeout` (seconds; None: 1 s) is how
     long bytes sent to a server may stay unacknowledged by its kernel (or
     its receive window shut) before the connection is dropped: how soon a
     cut link is noticed (a loaded host's kernel still acknowledges; a

@@ -2,8 +2,10 @@
  * loopback, with the wt.v1 messages. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -952,6 +954,257 @@ static void test_no_server(void) {
   wt_rpc_channel_destroy(ch);
 }
 
+/* ---- a server that stopped reading ------------------------------------------
+ *
+ * A peer that speaks HTTP/2 just far enough to open every window wide (its
+ * SETTINGS, a connection WINDOW_UPDATE, the ACK of the client's SETTINGS)
+ * and then reads nothing, as a SIGSTOPped or hung server whose kernel still
+ * answers: the client's kernel fills the peer's small receive buffer and
+ * then waits on a shut window, so gRPC's write to the socket never
+ * finishes, and gRPC 1.51 holds the completion of every send on that
+ * connection until it does. */
+
+#define STALLED_CONNS 4
+
+typedef struct stalled_peer {
+  int lfd;
+  int fds[STALLED_CONNS];
+  uint16_t ports[STALLED_CONNS]; /* the client's end of each */
+  _Atomic int n;
+  char target[64];
+  pthread_t thread;
+} stalled_peer;
+
+static void *stalled_accept(void *arg) {
+  stalled_peer *p = arg;
+  static const uint8_t frames[] = {
+      /* SETTINGS: INITIAL_WINDOW_SIZE 2^31-1, MAX_FRAME_SIZE 2^24-1 */
+      0,    0,    12,   0x4,  0,    0,
+      0,    0,    0,                      /* */
+      0,    0x4,  0x7f, 0xff, 0xff, 0xff, /* */
+      0,    0x5,  0x00, 0xff, 0xff, 0xff, /* */
+      0,    0,    0,    0x4,  0x1,  0,
+      0,    0,    0, /* SETTINGS ACK */
+      0,    0,    4,    0x8,  0,    0,
+      0,    0,    0,          /* WINDOW_UPDATE, the connection: */
+      0x7f, 0xff, 0x00, 0x00, /* up to 2^31-1 */
+  };
+  while (p->n < STALLED_CONNS) {
+    struct sockaddr_in a;
+    socklen_t alen = sizeof(a);
+    int fd = accept(p->lfd, (struct sockaddr *)&a, &alen);
+    if (fd < 0) break;
+    int i = atomic_load(&p->n);
+    p->ports[i] = ntohs(a.sin_port);
+    p->fds[i] = fd;
+    atomic_store(&p->n, i + 1);
+    if (write(fd, frames, sizeof(frames)) != (ssize_t)sizeof(frames)) break;
+  }
+  return NULL;
+}
+
+static void stalled_start(stalled_peer *p) {
+  memset(p, 0, sizeof(*p));
+  p->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  CU_ASSERT_FATAL(p->lfd >= 0);
+  int small = 16 * 1024; /* inherited by what it accepts */
+  setsockopt(p->lfd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  struct sockaddr_in addr = {.sin_family = AF_INET};
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  CU_ASSERT_FATAL(bind(p->lfd, (struct sockaddr *)&addr, sizeof(addr)) == 0);
+  CU_ASSERT_FATAL(listen(p->lfd, 8) == 0);
+  getsockname(p->lfd, (struct sockaddr *)&addr, &len);
+  snprintf(p->target, sizeof(p->target), "127.0.0.1:%d", ntohs(addr.sin_port));
+  CU_ASSERT_FATAL(pthread_create(&p->thread, NULL, stalled_accept, p) == 0);
+}
+
+/* Waits (a little) until the peer accepted `n` connections. */
+static bool stalled_accepted(stalled_peer *p, int n) {
+  for (int i = 0; i < 2000 && atomic_load(&p->n) < n; i++) usleep(1000);
+  return atomic_load(&p->n) >= n;
+}
+
+static void stalled_stop(stalled_peer *p) {
+  shutdown(p->lfd, SHUT_RDWR); /* ends the accept */
+  pthread_join(p->thread, NULL);
+  close(p->lfd);
+  for (int i = 0; i < p->n; i++) close(p->fds[i]);
+}
+
+/* TCP_USER_TIMEOUT of this process's socket whose local port is `port`
+ * (the client's end of a connection), or -1. */
+static int user_timeout_of(uint16_t port) {
+  for (int fd = 3; fd < 1024; fd++) {
+    struct sockaddr_storage a;
+    socklen_t alen = sizeof(a);
+    if (getsockname(fd, (struct sockaddr *)&a, &alen) != 0) continue;
+    if (a.ss_family != AF_INET && a.ss_family != AF_INET6) continue;
+    uint16_t p = a.ss_family == AF_INET
+                     ? ntohs(((struct sockaddr_in *)&a)->sin_port)
+                     : ntohs(((struct sockaddr_in6 *)&a)->sin6_port);
+    if (p != port) continue;
+    int v = -1;
+    socklen_t vlen = sizeof(v);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &v, &vlen) == 0) return v;
+  }
+  return -1;
+}
+
+enum { STALL_DEADLINE_MS = 1000, STALL_CHUNK = 4 << 20 };
+
+typedef struct canceller {
+  wt_rpc_client_stream *s;
+  int after_ms;
+  int64_t at_ms; /* when it cancelled */
+} canceller;
+
+static void *cancel_later(void *arg) {
+  canceller *c = arg;
+  usleep((useconds_t)c->after_ms * 1000);
+  c->at_ms = wt_mono_ms();
+  wt_rpc_client_stream_cancel(c->s);
+  return NULL;
+}
+
+/* Writes 4 MiB messages until one fails; returns its status. */
+static wt_status *write_until_error(wt_rpc_client_stream *s, uint8_t *data) {
+  wt_status *st = NULL;
+  for (int i = 0; i < 64 && st == NULL; i++) {
+    Wt__V1__BucketChunk chunk = WT__V1__BUCKET_CHUNK__INIT;
+    chunk.offset = (uint64_t)i * STALL_CHUNK;
+    chunk.data.data = data;
+    chunk.data.len = STALL_CHUNK;
+    Wt__V1__PushWeightsChunk msg = WT__V1__PUSH_WEIGHTS_CHUNK__INIT;
+    msg.payload_case = WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_CHUNK;
+    msg.chunk = &chunk;
+    st = wt_rpc_client_stream_write(s, &msg.base);
+  }
+  return st;
+}
+
+/* Every wait on a call ends within WT_RPC_DEADLINE_GRACE_MS and a little
+ * past its deadline, though gRPC would hold the stream's write, and a
+ * unary's whole batch, until its connection died (here: gRPC's own
+ * TCP_USER_TIMEOUT, its keepalive timeout, a minute); the connection is
+ * shut down, and the error says so. Each wait is measured (the suite also
+ * runs beside busy loops: the bound is the deadline plus 1 s). */
+static void test_stalled_server_deadlines(void) {
+  stalled_peer peer;
+  stalled_start(&peer);
+  wt_rpc_channel_options o = {.keepalive_timeout_ms = 60000,
+                              .tcp_user_timeout_ms = -1};
+  wt_rpc_channel *ch = NULL;
+  WT_ASSERT_OK(wt_rpc_channel_new(peer.target, &o, &ch));
+  uint8_t *data = calloc(1, STALL_CHUNK);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(data);
+
+  int64_t t0 = wt_mono_ms();
+  wt_rpc_client_stream *s = NULL;
+  WT_ASSERT_OK(wt_rpc_client_stream_open(ch, M_PUSH, STALL_DEADLINE_MS, &s));
+  wt_status *st = write_until_error(s, data);
+  int64_t took = wt_mono_ms() - t0;
+  CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+  CU_ASSERT_EQUAL(wt_status_code(st), WT_DEADLINE_EXCEEDED);
+  CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), peer.target));
+  CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), "shut down"));
+  printf("\n  a write to a server that reads nothing: %s after %lld ms",
+         wt_status_message(st), (long long)took);
+  wt_status_free(st);
+  CU_ASSERT(took < STALL_DEADLINE_MS + 1000);
+  wt_rpc_client_stream_destroy(s);
+  CU_ASSERT(wt_mono_ms() - t0 < STALL_DEADLINE_MS + 1000);
+
+  /* A unary call whose request the connection cannot take. */
+  Wt__V1__BucketChunk chunk = WT__V1__BUCKET_CHUNK__INIT;
+  chunk.data.data = data;
+  chunk.data.len = STALL_CHUNK;
+  Wt__V1__PushWeightsChunk big = WT__V1__PUSH_WEIGHTS_CHUNK__INIT;
+  big.payload_case = WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_CHUNK;
+  big.chunk = &chunk;
+  ProtobufCMessage *resp = NULL;
+  t0 = wt_mono_ms();
+  st = wt_rpc_unary(ch, M_UPDATE, &big.base,
+                    &wt__v1__update_weights_response__descriptor,
+                    STALL_DEADLINE_MS, &resp);
+  took = wt_mono_ms() - t0;
+  CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+  CU_ASSERT_EQUAL(wt_status_code(st), WT_DEADLINE_EXCEEDED);
+  CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), peer.target));
+  printf("\n  a unary call to it: %s after %lld ms", wt_status_message(st),
+         (long long)took);
+  wt_status_free(st);
+  CU_ASSERT(took < STALL_DEADLINE_MS + 1000);
+
+  /* A cancel from another thread ends a write gRPC holds within the
+   * grace, long before the deadline. */
+  WT_ASSERT_OK(wt_rpc_client_stream_open(ch, M_PUSH, 60000, &s));
+  canceller c = {.s = s, .after_ms = 300};
+  pthread_t th;
+  CU_ASSERT_FATAL(pthread_create(&th, NULL, cancel_later, &c) == 0);
+  st = write_until_error(s, data);
+  int64_t t1 = wt_mono_ms();
+  pthread_join(th, NULL);
+  CU_ASSERT_PTR_NOT_NULL(st);
+  wt_status_free(st);
+  wt_rpc_client_stream_destroy(s);
+  took = wt_mono_ms() - c.at_ms;
+  printf("\n  a stream to it cancelled: ended %lld ms after the cancel",
+         (long long)(t1 - c.at_ms));
+  CU_ASSERT(took < WT_RPC_DEADLINE_GRACE_MS + 1000);
+
+  free(data);
+  wt_rpc_channel_destroy(ch);
+  stalled_stop(&peer);
+}
+
+/* The channel's sockets carry its own TCP_USER_TIMEOUT, set apart from
+ * the keepalive timeout that gRPC sets it to; the kernel then drops a
+ * connection whose window stays shut that long, and the call's error names
+ * the setting. */
+static void test_tcp_user_timeout(void) {
+  if (!wt_rpc_tcp_user_timeout_supported()) {
+    printf("\n  (skipped: this gRPC keeps its own TCP_USER_TIMEOUT)");
+    return;
+  }
+  stalled_peer peer;
+  stalled_start(&peer);
+  wt_rpc_channel_options o = {.keepalive_timeout_ms = 60000,
+                              .tcp_user_timeout_ms = 700};
+  wt_rpc_channel *ch = NULL;
+  WT_ASSERT_OK(wt_rpc_channel_new(peer.target, &o, &ch));
+  uint8_t *data = calloc(1, STALL_CHUNK);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(data);
+  int64_t t0 = wt_mono_ms();
+  wt_rpc_client_stream *s = NULL;
+  WT_ASSERT_OK(wt_rpc_client_stream_open(ch, M_PUSH, 30000, &s));
+  CU_ASSERT_FATAL(stalled_accepted(&peer, 1));
+  CU_ASSERT_EQUAL(user_timeout_of(peer.ports[0]), 700);
+  wt_status *st = write_until_error(s, data);
+  int64_t took = wt_mono_ms() - t0;
+  CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+  CU_ASSERT_EQUAL(wt_status_code(st), WT_UNAVAILABLE);
+  CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), "tcp_user_timeout_ms"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(wt_status_message(st), "700 ms"));
+  printf("\n  a shut window for 700 ms (tcp_user_timeout_ms): %s after %lld ms",
+         wt_status_message(st), (long long)took);
+  wt_status_free(st);
+  CU_ASSERT(took < 700 + 1500);
+  wt_rpc_client_stream_destroy(s);
+  wt_rpc_channel_destroy(ch);
+
+  /* -1 leaves gRPC's own: the keepalive timeout. */
+  o.tcp_user_timeout_ms = -1;
+  WT_ASSERT_OK(wt_rpc_channel_new(peer.target, &o, &ch));
+  WT_ASSERT_OK(wt_rpc_client_stream_open(ch, M_PUSH, 30000, &s));
+  CU_ASSERT_FATAL(stalled_accepted(&peer, 2));
+  CU_ASSERT_EQUAL(user_timeout_of(peer.ports[1]), 60000);
+  wt_rpc_client_stream_destroy(s);
+  wt_rpc_channel_destroy(ch);
+  free(data);
+  stalled_stop(&peer);
+}
+
 static void test_handler_cap(void) {
   wt_rpc_server_options opts;
   memset(&opts, 0, sizeof(opts));
@@ -1148,6 +1401,9 @@ void wt_test_suite_rpc(void) {
               test_shutdown_with_call_in_flight);
   CU_add_test(s, "idle shutdown", test_idle_shutdown_is_quick);
   CU_add_test(s, "no server", test_no_server);
+  CU_add_test(s, "a server that stopped reading: waits end by the deadline",
+              test_stalled_server_deadlines);
+  CU_add_test(s, "the channel's own TCP user timeout", test_tcp_user_timeout);
   CU_add_test(s, "handler cap", test_handler_cap);
   CU_add_test(s, "requests held are bounded", test_requests_held_bounded);
   CU_add_test(s, "back-to-back calls start one thread",

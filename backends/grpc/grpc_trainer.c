@@ -603,6 +603,10 @@ static wt_status *push_to(grpc_trainer *g, wt_source *src,
   cursor cur = {.src = src};
   bool sync_init = false;
   Wt__V1__DeltaBase *bases = NULL;
+  /* The streams' deadline and the RPC layer's grace: by then every stream
+   * has ended and gRPC has let go of what it wrote, or its connection was
+   * shut down so that it never reads those bytes again. */
+  int64_t release_by = INT64_MAX;
 
   cur.prog.tensors_total = n;
   cur.prog.bytes_total = wt_source_total_bytes(src);
@@ -630,6 +634,8 @@ static wt_status *push_to(grpc_trainer *g, wt_source *src,
     WT_FAIL(WT_INTERNAL, "cannot create the push's lock");
   sync_init = true;
   WT_CHECK(wt_source_rewind(src));
+  if (ctx->data_timeout_ms > 0)
+    release_by = wt_mono_ms() + ctx->data_timeout_ms + WT_RPC_DEADLINE_GRACE_MS;
   for (size_t k = 0; k < ns; k++) {
     if (mask && !mask[k]) continue;
     sender *s = &p.senders[p.n++];
@@ -682,16 +688,27 @@ out:
       chunk_unref(&p.ring[i]);
     /* gRPC lets go of the last slices over the source's memory as its
      * calls end (a cancelled one's writes may linger a moment): the caller
-     * may free that memory once this returns. */
+     * may free that memory once this returns. The wait ends at the release
+     * wait, or at the streams' deadline and grace, whichever comes first. */
     int64_t give_up = wt_mono_ms() + g->release_wait_ms;
+    if (give_up > release_by) give_up = release_by;
     while (atomic_load(&p.borrowed->refs) > 1) {
       if (wt_mono_ms() >= give_up) {
+        /* Every stream has ended by now, or the RPC layer shut its
+         * connection down, so gRPC sends none of those bytes any more;
+         * only a gRPC whose connections it cannot shut may still. */
         WT_LOGE("grpc",
                 "trainer: gRPC still holds %" PRIdFAST64
-                " chunk(s) of the source's memory after %" PRId64
-                " ms; the caller must not free it yet",
+                " chunk(s) of the source's memory after the release wait "
+                "(%" PRId64
+                " ms, the init info's timeout_ms) or the pushes' "
+                "deadline (data_timeout_ms) and %d ms; %s",
                 (int_fast64_t)(atomic_load(&p.borrowed->refs) - 1),
-                g->release_wait_ms);
+                g->release_wait_ms, WT_RPC_DEADLINE_GRACE_MS,
+                wt_rpc_tcp_user_timeout_supported()
+                    ? "it drops them unread"
+                    : "this gRPC may still send them: the caller must not "
+                      "free that memory yet");
         break;
       }
       struct timespec ts = {0, 1000 * 1000};

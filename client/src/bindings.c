@@ -16,20 +16,19 @@ void wt_bindings_free(void *p) {
   free(p);
 }
 
-wt_status *wt_bindings_client_new(const char *const *targets, size_t n,
-                                  int64_t timeout_ms, int64_t data_timeout_ms,
-                                  const char *token_file,
-                                  const char *runtime_base,
-                                  bool no_token_discovery, const char *adapter,
-                                  int64_t keepalive_timeout_ms,
-                                  wt_sync_client **out) {
+wt_status *wt_bindings_client_new(
+    const char *const *targets, size_t n, int64_t timeout_ms,
+    int64_t data_timeout_ms, const char *token_file, const char *runtime_base,
+    bool no_token_discovery, const char *adapter, int64_t keepalive_timeout_ms,
+    int64_t tcp_user_timeout_ms, wt_sync_client **out) {
   wt_client_options o = {.timeout_ms = timeout_ms,
                          .data_timeout_ms = data_timeout_ms,
                          .token_file = token_file,
                          .runtime_base = runtime_base,
                          .no_token_discovery = no_token_discovery,
                          .adapter = adapter,
-                         .keepalive_timeout_ms = keepalive_timeout_ms};
+                         .keepalive_timeout_ms = keepalive_timeout_ms,
+                         .tcp_user_timeout_ms = tcp_user_timeout_ms};
   return wt_sync_client_new(targets, n, &o, out);
 }
 

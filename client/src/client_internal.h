@@ -27,6 +27,15 @@ static inline int64_t wt_client_keepalive_ms(const wt_client_options *opts) {
   return ka == 0 ? WT_CLIENT_DEFAULT_KEEPALIVE_TIMEOUT_MS : ka < 0 ? -1 : ka;
 }
 
+/* The TCP user timeout `opts` asks for, in ms (wt_client_options.
+ * tcp_user_timeout_ms): its own, WT_CLIENT_DEFAULT_TCP_USER_TIMEOUT_MS for
+ * 0 or no options, -1 for gRPC's own. */
+static inline int64_t wt_client_tcp_user_timeout_ms(
+    const wt_client_options *opts) {
+  int64_t ut = opts ? opts->tcp_user_timeout_ms : 0;
+  return ut == 0 ? WT_CLIENT_DEFAULT_TCP_USER_TIMEOUT_MS : ut < 0 ? -1 : ut;
+}
+
 /* ---- fan-out (fanout.c) ------------------------------------------------- */
 
 /* Per-server arrays of one method fanned out to every server: reqs[k] NULL

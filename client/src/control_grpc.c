@@ -190,11 +190,18 @@ wt_status *wt_control_grpc_new(const char *const *targets, size_t n,
             "keepalive_timeout_ms: %lld is above %d (a negative value turns "
             "keepalive off)",
             (long long)ka, INT32_MAX);
+  int64_t ut = wt_client_tcp_user_timeout_ms(opts);
+  if (ut > INT32_MAX)
+    WT_FAIL(WT_INVALID_ARGUMENT,
+            "tcp_user_timeout_ms: %lld is above %d (a negative value keeps "
+            "gRPC's own, the keepalive timeout)",
+            (long long)ut, INT32_MAX);
   wt_rpc_channel_options copts = {.default_deadline_ms = timeout,
                                   .tls = opts ? opts->tls : NULL,
                                   .token = token,
                                   .keepalive_time_ms = ka < 0 ? -1 : 0,
-                                  .keepalive_timeout_ms = ka < 0 ? 0 : (int)ka};
+                                  .keepalive_timeout_ms = ka < 0 ? 0 : (int)ka,
+                                  .tcp_user_timeout_ms = (int)ut};
   for (size_t i = 0; i < n; i++) {
     g->n = i + 1;
     if ((g->targets[i] = strdup(targets[i])) == NULL)

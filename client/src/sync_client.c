@@ -18,6 +18,7 @@
 #include "wt/init_info.h"
 #include "wt/log.h"
 #include "wt/pb.h"
+#include "wt/rpc.h"
 #include "wt/trainer.h"
 
 /* The most the best-effort abort after a failed call waits for the servers
@@ -531,9 +532,14 @@ static bool needs_init(wt_sync_client *c, wt_status **errs, char *why,
 }
 
 /* Aborts the rounds this client started, on the servers in `mask` (NULL:
- * every server with a round), best effort, waiting at most deadline_ms. */
+ * every server with a round), best effort, waiting at most deadline_ms.
+ * After a failure (`failed`) a server whose link looks cut is not asked:
+ * its answer could only come when TCP's user timeout drops the connection,
+ * and the caller's error must not wait on it; its round ends at its data
+ * deadline (it gets no more data), or at its round timeout. */
 static wt_status *abort_rounds(wt_sync_client *c, const char *reason,
-                               const bool *mask, int64_t deadline_ms) {
+                               const bool *mask, int64_t deadline_ms,
+                               bool failed) {
   wt_status *st = NULL;
   wt_fan f = {0};
   Wt__V1__AbortWeightUpdateRequest *reqs = NULL;
@@ -547,7 +553,15 @@ static wt_status *abort_rounds(wt_sync_client *c, const char *reason,
     reqs[k].reason = (char *)(reason ? reason : "");
     reqs[k].round_id = c->round_ids[k];
     /* Without the call the round is left to the server's round timeout. */
-    if (has(c, WT_CONTROL_ABORT)) f.reqs[k] = &reqs[k].base;
+    int64_t silent_ms = 0;
+    if (failed && c->channels[k] != NULL &&
+        wt_rpc_channel_link_silent(c->channels[k], &silent_ms))
+      WT_LOGW("client",
+              "%s: not waiting for its abort: its link looks cut (nothing "
+              "acknowledged for %lld ms, after %d retransmissions)",
+              c->targets[k], (long long)silent_ms, WT_RPC_SILENT_RETRANSMITS);
+    else if (has(c, WT_CONTROL_ABORT))
+      f.reqs[k] = &reqs[k].base;
     c->round_ids[k] = 0;
   }
   st = wt_fan_out(&c->cp, WT_CONTROL_ABORT, deadline_ms, &f);
@@ -561,7 +575,7 @@ wt_status *wt_sync_client_abort(wt_sync_client *c, const char *reason) {
   /* Only the servers with a round of ours are asked, with its ids: a round
    * is aborted only by the trainer that started it (another's id is not
    * known here, and a server refuses round id 0). */
-  return abort_rounds(c, reason, NULL, c->ctx.control_timeout_ms);
+  return abort_rounds(c, reason, NULL, c->ctx.control_timeout_ms, false);
 }
 
 /* The shard plan this client's rank joined (docs/multirank.md), or NULL:
@@ -606,7 +620,7 @@ static wt_status *start_once(wt_sync_client *c, bool *reinit, char *why,
       any |= started[k] = f.errs[k] == NULL;
     if (any) {
       wt_status *ast = abort_rounds(c, "start failed on another server",
-                                    started, c->failure_abort_ms);
+                                    started, c->failure_abort_ms, true);
       if (ast) WT_LOGW("client", "%s", wt_status_message(ast));
       wt_status_free(ast);
     }
@@ -737,7 +751,7 @@ wt_status *wt_sync_client_update_plain(
   st = wt_fan_out(&c->cp, WT_CONTROL_UPDATE, c->ctx.data_timeout_ms, &f);
   if (st != NULL) {
     wt_status *ast =
-        abort_rounds(c, wt_status_message(st), NULL, c->failure_abort_ms);
+        abort_rounds(c, wt_status_message(st), NULL, c->failure_abort_ms, true);
     if (ast != NULL) {
       WT_LOGW("client", "aborting the failed round: %s",
               wt_status_message(ast));
@@ -942,7 +956,7 @@ out:
   if (st != NULL && trainer != NULL && src != NULL) {
     /* A half-sent round must not be finished by mistake. */
     wt_status *ast =
-        abort_rounds(c, wt_status_message(st), NULL, c->failure_abort_ms);
+        abort_rounds(c, wt_status_message(st), NULL, c->failure_abort_ms, true);
     if (ast != NULL) {
       WT_LOGW("client", "aborting the failed round: %s",
               wt_status_message(ast));

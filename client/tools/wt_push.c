@@ -66,6 +66,7 @@ typedef struct options {
   double timeout_s;      /* 0: library default */
   double data_timeout_s; /* init_info.timeout_ms; 0: the servers' default */
   double keepalive_s;    /* --keepalive-timeout; 0: library default */
+  double user_timeout_s; /* --tcp-user-timeout; 0: library default */
   bool verify;
   wt_hash_alg verify_alg;
   bool quiet;
@@ -192,17 +193,20 @@ static int opt_option(options *o, const char *name, const char *v) {
   return add_option(o, key, eq + 1);
 }
 
-/* --timeout, --data-timeout and --keepalive-timeout. The bounds keep the
- * milliseconds an int64_t (a uint32_t for the init info, an int for
- * keepalive) and at least 1 (0 would mean the default). */
+/* --timeout, --data-timeout, --keepalive-timeout and --tcp-user-timeout.
+ * The bounds keep the milliseconds an int64_t (a uint32_t for the init
+ * info, an int for the socket's) and at least 1 (0 would mean the
+ * default). */
 static int opt_seconds(options *o, const char *name, const char *v) {
   bool data = strcmp(name, "data-timeout") == 0,
-       ka = strcmp(name, "keepalive-timeout") == 0;
-  double max = data ? 4000000
-               : ka ? 2000000
-                    : MAX_TIMEOUT_S,
+       ka = strcmp(name, "keepalive-timeout") == 0,
+       ut = strcmp(name, "tcp-user-timeout") == 0;
+  double max = data       ? 4000000
+               : ka || ut ? 2000000
+                          : MAX_TIMEOUT_S,
          *to = data ? &o->data_timeout_s
                : ka ? &o->keepalive_s
+               : ut ? &o->user_timeout_s
                     : &o->timeout_s;
   char *end = NULL;
   *to = strtod(v, &end);
@@ -331,6 +335,11 @@ static const option_row rows[] = {
      "how long a server may leave a keepalive ping unanswered\nbefore its "
      "connection is closed and the round fails\n(default 20; a ping every "
      "second while a call is open)",
+     opt_seconds},
+    {"tcp-user-timeout", required_argument, "--tcp-user-timeout SEC",
+     "how long bytes sent to a server may stay unacknowledged\nby its "
+     "kernel (or its window shut) before the connection\nis dropped and "
+     "the round fails: a cut link (default 1)",
      opt_seconds},
     {"verify", optional_argument, "--verify[=ALGO]",
      "compare checksums afterwards (sha256, the default, or xxh3)", opt_verify},
@@ -735,6 +744,8 @@ static wt_status *run_connect(run *r) {
   wt_tool_security_apply(&r->o.sec, &copts);
   if (r->o.keepalive_s > 0)
     copts.keepalive_timeout_ms = (int64_t)(r->o.keepalive_s * 1000);
+  if (r->o.user_timeout_s > 0)
+    copts.tcp_user_timeout_ms = (int64_t)(r->o.user_timeout_s * 1000);
   if (r->o.timeout_s > 0) {
     copts.data_timeout_ms = (int64_t)(r->o.timeout_s * 1000);
     if (copts.data_timeout_ms < WT_CLIENT_DEFAULT_TIMEOUT_MS)

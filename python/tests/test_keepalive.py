@@ -156,8 +156,11 @@ def test_answers_late_by_less_than_the_keepalive_timeout_keep_the_round(
     # answers withheld, 1 s: the ping (1 s) goes unanswered (1 s), the
     # best-effort abort waits 1 s more: about 3 s
     (1.0, False, 8.0),
-    # nothing read, the default: the ping (1 s) unanswered for 20 s, then
-    # the abort's 5 s at most: about 26 s
+    # nothing read, the default: the relay's kernel takes and acknowledges
+    # all that HTTP/2's windows let the client send, as a stopped server's
+    # kernel does, so TCP's user timeout does not see it (only a window
+    # larger than the socket buffers would shut theirs); the ping (1 s)
+    # unanswered for 20 s, then the abort's 5 s at most: about 26 s
     (None, True, 40.0)])
 def test_silence_past_the_keepalive_timeout_fails_the_call_and_commits_nothing(
         big_server, keepalive, both, within):
@@ -180,14 +183,16 @@ def test_silence_past_the_keepalive_timeout_fails_the_call_and_commits_nothing(
         msg = str(e.value)
         assert relay.addr in msg, msg
         assert failed_after < within, (failed_after, msg)
-        # The ping's watchdog names the setting that decided (TCP's user
-        # timeout, which gRPC sets alike, may come first when nothing is
-        # read at all).
+        # The setting that decided is named: the ping's watchdog, or TCP's
+        # user timeout when the peer's kernel shut its window on bytes the
+        # client had for it.
         ka_ms = int((keepalive or 20.0) * 1000)
         if not both or "keepalive watchdog" in msg:
             assert (f"keepalive watchdog timeout (the server left a keepalive "
                     f"ping unanswered for {ka_ms} ms, this client's "
                     "keepalive_timeout_ms") in msg, msg
+        else:
+            assert "for 1000 ms, this client's tcp_user_timeout_ms" in msg, msg
     finally:
         relay.close()
     tensors = model_tensors(params, 3)
@@ -196,6 +201,25 @@ def test_silence_past_the_keepalive_timeout_fails_the_call_and_commits_nothing(
         assert push(direct, tensors, "after") == "after"
         assert direct.checksums() == digests(tensors)
     print(f"the push failed {failed_after:.1f} s into the silence: {msg}")
+
+
+def test_a_tcp_user_timeout_that_is_not_a_duration_is_refused(big_server):
+    """Python and wt-push refuse a TCP user timeout of 0, naming it; one
+    too large for the library is INVALID_ARGUMENT naming the field; a
+    negative one keeps gRPC's own and works."""
+    with pytest.raises(ValueError, match="tcp_user_timeout"):
+        wt.Client(big_server.addr, tcp_user_timeout=0)
+    with pytest.raises(wt.InvalidArgument, match="tcp_user_timeout_ms"):
+        wt.Client(big_server.addr, tcp_user_timeout=3e6)
+    with wt.Client(big_server.addr, tcp_user_timeout=-1) as c:
+        assert c.version() is not None
+    push_bin = os.path.join(os.path.dirname(_server_bin()), "wt-push")
+    r = subprocess.run([push_bin, "--server", big_server.addr,
+                        "--tcp-user-timeout", "0"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "--tcp-user-timeout: '0' is not a number of seconds" in r.stderr, \
+        r.stderr
 
 
 def test_a_keepalive_timeout_that_is_not_a_duration_is_refused(big_server):

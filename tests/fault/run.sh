@@ -10,7 +10,8 @@
 #               it from the last data it received, a little before the
 #               fault, so a few ms below 0 is on time)
 #   trainer ms  from the fault (the stop: from SIGCONT) to wt-push's exit
-#               with an error
+#               with an error (the cut: timed on its own, so that it may
+#               come before the server's side)
 #   ready ms    from the fault (the stop and the cut: from the deadline) to
 #               every worker out of "updating", polled with wt-ctl info
 #   intact      the committed version's XXH3 of every tensor on every
@@ -346,12 +347,19 @@ run_fault() { # FAULT BACKEND
         local t0
         trial_begin "$fault" "$backend" "$i" "$A_addr" || continue
         t0=$(now_ms)
+        # The trainer's exit, timed while the server's side is waited for
+        # (it may come first).
+        rm -f "$work/push.exit"
+        (while kill -0 "$push_pid" 2>/dev/null; do sleep 0.002; done
+          now_ms >"$work/push.exit") &
+        local exit_watch=$!
         ip link set wtflt0 down
         # The server's side, seen from inside its namespace meanwhile.
         t_ready=$(wait_ready "$A_addr" ip netns exec "$NS")
         if [ "$t_ready" != HANG ]; then t_ready=$(($(now_ms) - t0 - deadline_s * 1000)); else hang "workers stayed updating"; fi
         trainer_part "$out" "$(wait_exit "$push_pid")"
-        [ "$t_trn" != HANG ] && t_trn=$(($(now_ms) - t0))
+        wait "$exit_watch" 2>/dev/null || true
+        [ "$t_trn" != HANG ] && t_trn=$(($(cat "$work/push.exit") - t0))
         server_part "$A_log" "$from" "$t0" "$((deadline_s * 1000))"
         ip link set wtflt0 up
         check_after "$A_addr" "$work/before" "$backend"

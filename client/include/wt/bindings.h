@@ -32,13 +32,11 @@ void wt_bindings_free(void *p);
 
 /* wt_sync_client_new with its options as arguments (0 or NULL: the
  * default of each; see wt_client_options). */
-wt_status *wt_bindings_client_new(const char *const *targets, size_t n,
-                                  int64_t timeout_ms, int64_t data_timeout_ms,
-                                  const char *token_file,
-                                  const char *runtime_base,
-                                  bool no_token_discovery, const char *adapter,
-                                  int64_t keepalive_timeout_ms,
-                                  wt_sync_client **out);
+wt_status *wt_bindings_client_new(
+    const char *const *targets, size_t n, int64_t timeout_ms,
+    int64_t data_timeout_ms, const char *token_file, const char *runtime_base,
+    bool no_token_discovery, const char *adapter, int64_t keepalive_timeout_ms,
+    int64_t tcp_user_timeout_ms, wt_sync_client **out);
 
 /* wt_sync_client_new_with, the same options. Takes `cp` in every case. */
 wt_status *wt_bindings_client_new_with(wt_control_plane *cp, int64_t timeout_ms,

@@ -67,6 +67,13 @@ WT_API_BEGIN
  * in about 21 s, far inside the data deadline. */
 #define WT_CLIENT_DEFAULT_KEEPALIVE_TIMEOUT_MS 20000
 
+/* 1 s: a cut link swallows the next bucket, or the keepalive ping sent
+ * after a second without a read, and is noticed within 3 s of the cut; a
+ * loaded server's kernel still acknowledges what it is sent, so load
+ * alone never reaches it (a server process that reads nothing for a
+ * second while its window is full does: see docs/failures.md). */
+#define WT_CLIENT_DEFAULT_TCP_USER_TIMEOUT_MS 1000
+
 typedef struct wt_sync_client wt_sync_client;
 typedef struct wt_trainer wt_trainer;
 typedef struct wt_trainer_ctx wt_trainer_ctx;
@@ -104,8 +111,21 @@ typedef struct wt_client_options {
    * closed and its calls fail UNAVAILABLE: how soon a cut link or a
    * vanished host is noticed, and how long a loaded but healthy host may
    * stall. 0: WT_CLIENT_DEFAULT_KEEPALIVE_TIMEOUT_MS; < 0: no keepalive
-   * (a dead peer is then noticed at the call's deadline). */
+   * (a dead peer is then noticed at the call's deadline, or at
+   * tcp_user_timeout_ms while bytes are on their way). */
   int64_t keepalive_timeout_ms;
+  /* TCP_USER_TIMEOUT of the connections to the servers: how long bytes
+   * sent to a server may stay unacknowledged by its kernel, or its
+   * receive window stay shut, before the connection is dropped and its
+   * calls fail UNAVAILABLE naming this setting. The kernel of a loaded
+   * but healthy server still acknowledges, so this notices a cut link
+   * without failing a slow host, which keepalive_timeout_ms leaves time
+   * for; but a server process that stops reading (stopped, or hung) for
+   * this long while this client has bytes for it is dropped too. 0:
+   * WT_CLIENT_DEFAULT_TCP_USER_TIMEOUT_MS; < 0: gRPC's own (the keepalive
+   * timeout). Taken with gRPC 1.51 only; another gRPC keeps its own, and
+   * its channels say so in the log. */
+  int64_t tcp_user_timeout_ms;
 } wt_client_options;
 
 /* Progress of a transfer, reported by trainer engines. */

@@ -408,10 +408,35 @@ typedef struct wt_rpc_channel_options {
    * WT_RPC_KEEPALIVE_TIMEOUT_MS; keepalive_time_ms < 0: no keepalive. */
   int keepalive_time_ms;
   int keepalive_timeout_ms;
+  /* TCP_USER_TIMEOUT of the channel's sockets: how long bytes it sent may
+   * stay unacknowledged by the server's kernel (or its receive window stay
+   * shut) before the connection is dropped and its calls fail UNAVAILABLE
+   * naming this setting. A loaded server's kernel still acknowledges, so
+   * this tells a cut link from a slow process, which keepalive_timeout_ms
+   * (a ping's answer from the server's process) leaves time for. 0:
+   * WT_RPC_TCP_USER_TIMEOUT_MS; < 0: gRPC's own (the keepalive timeout, or
+   * none with keepalive off). Set only with a gRPC whose socket mutator
+   * layout this layer knows (wt_rpc_tcp_user_timeout_supported). */
+  int tcp_user_timeout_ms;
 } wt_rpc_channel_options;
 
 #define WT_RPC_KEEPALIVE_TIME_MS 1000
 #define WT_RPC_KEEPALIVE_TIMEOUT_MS 20000
+/* A cut link is noticed about this long after the first byte it swallowed
+ * (the kernel drops the connection at the retransmission that passes it:
+ * 1.3 s after for 1 s on a LAN). While a call is open a ping goes out
+ * after WT_RPC_KEEPALIVE_TIME_MS without a read, so there is one within a
+ * second of the cut (at once while data moves): the cut is noticed within
+ * 2.5 s (measured: 2.6 s to a ucx trainer's exit). 1.5 s took 3.1 s. The
+ * server's accepted sockets take the same value. */
+#define WT_RPC_TCP_USER_TIMEOUT_MS 1000
+/* How long past a call's deadline a wait gives gRPC to end the operation
+ * it waits for. gRPC 1.51 holds a send's completion while its transport's
+ * write to the socket is unfinished, and a server that stopped reading
+ * (its kernel still acknowledging a shut window) holds that write until
+ * the connection dies; past this grace the channel's connections are shut
+ * down, so the call ends and gRPC lets go of the bytes it was sending. */
+#define WT_RPC_DEADLINE_GRACE_MS 500
 /* A server takes a client's pings this often (a client that pings faster,
  * twice, gets GOAWAY); below WT_RPC_KEEPALIVE_TIME_MS. */
 #define WT_RPC_MIN_PING_INTERVAL_MS 500
@@ -428,6 +453,21 @@ wt_status *wt_rpc_channel_new(const char *target,
 
 /* NULL is ignored. */
 void wt_rpc_channel_destroy(wt_rpc_channel *ch);
+
+/* Whether this gRPC takes a channel's own tcp_user_timeout_ms (and lets a
+ * wait past a deadline shut the channel's connections down): true for the
+ * gRPC versions whose socket mutator layout was checked (1.51). */
+bool wt_rpc_tcp_user_timeout_supported(void);
+
+/* Whether the link to the channel's server looks cut: its connection's
+ * kernel retransmitted what it sent WT_RPC_SILENT_RETRANSMITS times in a
+ * row without an acknowledgement (about 0.6 s of silence on a LAN, longer
+ * on a slower path, as TCP's own timers scale). A loaded or stopped server's
+ * kernel still acknowledges, so it never looks so. *silent_ms (may be
+ * NULL): since the last acknowledgement. False when unknown (no
+ * connection, or a gRPC whose sockets this layer does not see). */
+bool wt_rpc_channel_link_silent(wt_rpc_channel *ch, int64_t *silent_ms);
+#define WT_RPC_SILENT_RETRANSMITS 2
 
 /* The target as given; owned by the channel. */
 const char *wt_rpc_channel_target(const wt_rpc_channel *ch);

@@ -328,6 +328,13 @@ static void admit(rpc_listener *l, int fd, const struct sockaddr_storage *a) {
 
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  /* A client behind a cut link is dropped once what this side sent stays
+   * unacknowledged (or the client's window shut) this long, as the
+   * client's own sockets do (wt_rpc_channel_options.tcp_user_timeout_ms);
+   * gRPC sets nothing on a socket it is handed. */
+  int user_timeout = WT_RPC_TCP_USER_TIMEOUT_MS;
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout,
+             sizeof(user_timeout));
   if (l->tls != NULL) {
     admit_tls(l, &c);
     return;

@@ -133,7 +133,7 @@ def lib():
         _proto(L, "wt_bindings_free", None, c_void_p)
         _proto(L, "wt_bindings_client_new", st, POINTER(c_char_p), c_size_t,
                c_int64, c_int64, c_char_p, c_char_p, c_bool, c_char_p,
-               c_int64, POINTER(c_void_p))
+               c_int64, c_int64, POINTER(c_void_p))
         _proto(L, "wt_sync_client_adapter", c_char_p, c_void_p)
         _proto(L, "wt_bindings_client_new_with", st, POINTER(ControlPlane),
                c_int64, c_int64, POINTER(c_void_p))

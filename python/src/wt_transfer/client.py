@@ -50,8 +50,13 @@ class Client:
     (`wt_transfer.lora.adapter_init_info`) sets it too.
     `keepalive_timeout` (seconds; None: 20 s) is how long a server may
     leave a keepalive ping unanswered while a call is open before its
-    connection is closed and the call fails `Unavailable`: how soon a cut
-    link is noticed, and how long a loaded host may stall.
+    connection is closed and the call fails `Unavailable`: how long a
+    loaded host may stall. `tcp_user_timeout` (seconds; None: 1 s) is how
+    long bytes sent to a server may stay unacknowledged by its kernel (or
+    its receive window shut) before the connection is dropped: how soon a
+    cut link is noticed (a loaded host's kernel still acknowledges; a
+    stopped server process is dropped too). Negative: gRPC's own, the
+    keepalive timeout.
     """
 
     def __init__(self, servers: Union[str, Sequence[str]], *,
@@ -61,10 +66,16 @@ class Client:
                  runtime_base: Optional[str] = None,
                  token_discovery: bool = True,
                  adapter: Optional[str] = None,
-                 keepalive_timeout: Optional[float] = None) -> None:
+                 keepalive_timeout: Optional[float] = None,
+                 tcp_user_timeout: Optional[float] = None) -> None:
         if keepalive_timeout is not None and not keepalive_timeout > 0:
             raise ValueError(f"keepalive_timeout: {keepalive_timeout!r} is "
                              "not a positive number of seconds")
+        if tcp_user_timeout is not None and not (tcp_user_timeout > 0 or
+                                                 tcp_user_timeout < 0):
+            raise ValueError(f"tcp_user_timeout: {tcp_user_timeout!r} is "
+                             "not a positive number of seconds (or negative: "
+                             "gRPC's own)")
         if isinstance(servers, str):
             servers = [servers]
         servers = list(servers)
@@ -81,7 +92,9 @@ class Client:
             token_file.encode() if token_file else None,
             runtime_base.encode() if runtime_base else None,
             not token_discovery, adapter.encode() if adapter else None,
-            _ms(keepalive_timeout), byref(self._h)))
+            _ms(keepalive_timeout),
+            -1 if tcp_user_timeout is not None and tcp_user_timeout < 0
+            else _ms(tcp_user_timeout), byref(self._h)))
         self.servers = servers
 
     @classmethod

@@ -144,8 +144,8 @@ class WtTrainerInitInfo(TrainerInitInfo):
     options: the transport's options (docs/python.md: delta, ...).
     pause: how vLLM pauses around the load ("wait", "keep", "abort"), or
         None to reset its prefix cache after the load without pausing.
-    token_file, timeout, data_timeout, keepalive_timeout: as wt's Client
-        takes them."""
+    token_file, timeout, data_timeout, keepalive_timeout, tcp_user_timeout:
+        as wt's Client takes them."""
 
     backend: ClassVar[str] = "wt"
 
@@ -159,6 +159,7 @@ class WtTrainerInitInfo(TrainerInitInfo):
     timeout: Optional[float] = None
     data_timeout: Optional[float] = None
     keepalive_timeout: Optional[float] = None
+    tcp_user_timeout: Optional[float] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.servers, str):
@@ -284,7 +285,8 @@ class WtTrainerWeightTransferEngine(TrainerWeightTransferEngine[WtTrainerInitInf
         engine.wt_client = Client(init_info.servers, token_file=init_info.token_file,
                                   timeout=init_info.timeout,
                                   data_timeout=init_info.data_timeout,
-                                  keepalive_timeout=init_info.keepalive_timeout)
+                                  keepalive_timeout=init_info.keepalive_timeout,
+                                  tcp_user_timeout=init_info.tcp_user_timeout)
         try:
             engine.wt_engine = WtFactory.trainer_init(
                 init_info.transport, dict(init_info.options), None,

@@ -46,6 +46,8 @@ typedef struct fixture {
   int64_t watch_remaining_ms; /* wt_rpc_call_remaining_ms seen by a watch */
   wt_rpc_call *push_call;     /* the running PushWeights call, or NULL */
   wt_rpc_stream *streams[8];  /* open WT_RPC_WATCH streams */
+  wt_rpc_call *parked[64];    /* FinishWeightUpdate("park") calls parked */
+  int nparked;
   int nstreams, streams_closed;
 } fixture;
 
@@ -103,6 +105,14 @@ static wt_status *h_finish(wt_rpc_call *call, const ProtobufCMessage *req,
     return wt_status_new(WT_INVALID_ARGUMENT,
                          "weight_version '%s' is not valid here",
                          r->weight_version);
+  if (strcmp(r->weight_version, "park") == 0) {
+    /* Waits for the test, without a thread: the test completes or
+     * resumes it. */
+    pthread_mutex_lock(&F.mu);
+    F.parked[F.nparked++] = call;
+    pthread_mutex_unlock(&F.mu);
+    return wt_rpc_call_park(call);
+  }
   if (strcmp(r->weight_version, "wrong-type") == 0) {
     Wt__V1__WeightVersion v = WT__V1__WEIGHT_VERSION__INIT;
     return wt_rpc_call_respond(call, &v.base);
@@ -250,6 +260,10 @@ static void on_shutdown(void *user) {
   fixture *f = user;
   pthread_mutex_lock(&f->mu);
   f->shutdown_hooks++;
+  /* The owner of parked calls ends them when the server stops. */
+  while (f->nparked > 0)
+    wt_rpc_call_complete(f->parked[--f->nparked],
+                         wt_status_new(WT_UNAVAILABLE, "stopping"));
   pthread_mutex_unlock(&f->mu);
 }
 
@@ -1238,6 +1252,96 @@ static void test_handler_cap(void) {
   stop();
 }
 
+static bool one_parked(void) {
+  return F.nparked == 1;
+}
+
+static int g_want_parked;
+static bool n_parked(void) {
+  return F.nparked == g_want_parked;
+}
+
+/* A parked call's continuation: answers on a handler thread. */
+static wt_status *resumed(wt_rpc_call *call, void *arg, void *user) {
+  (void)user;
+  Wt__V1__FinishWeightUpdateResponse resp =
+      WT__V1__FINISH_WEIGHT_UPDATE_RESPONSE__INIT;
+  resp.weight_version = arg;
+  return wt_rpc_call_respond(call, &resp.base);
+}
+
+/* Issue 45, item 3: calls that wait for another party hold no thread and
+ * no place. With one handler thread, 32 parked calls; the server still
+ * answers; each parked call ends as its owner says (completed from the
+ * test's thread, or resumed onto the handler thread); one still parked at
+ * shutdown is ended by the owner's on_shutdown, and the stop returns. */
+static void test_parked_calls(void) {
+  wt_rpc_server_options opts;
+  memset(&opts, 0, sizeof(opts));
+  opts.max_handler_threads = 1;
+  start_with(&opts, NULL);
+  wt_rpc_pending *p[33];
+  Wt__V1__FinishWeightUpdateRequest req =
+      WT__V1__FINISH_WEIGHT_UPDATE_REQUEST__INIT;
+  req.weight_version = "park";
+  /* One after another (a burst is bounded by the class's queue, as any
+   * burst): each parks, and the next finds the one thread free. */
+  for (int i = 0; i < 32; i++) {
+    WT_ASSERT_OK(wt_rpc_unary_start(
+        F.ch, M_FINISH, &req.base,
+        &wt__v1__finish_weight_update_response__descriptor, 20000, &p[i]));
+    g_want_parked = i + 1;
+    CU_ASSERT_TRUE_FATAL(wait_for(n_parked, 10000));
+  }
+  CU_ASSERT_EQUAL(wt_rpc_server_parked(F.server, 0), 32);
+  assert_serving(); /* the one thread is free */
+  wt_rpc_class_load l;
+  wt_rpc_server_class_load(F.server, 0, &l);
+  CU_ASSERT_EQUAL(l.threads, 1);
+  CU_ASSERT_EQUAL(l.running, 0);
+  /* Which pending call each parked one is: by arrival, not known; each
+   * answer says what ended it. */
+  pthread_mutex_lock(&F.mu);
+  wt_rpc_call *mine[32];
+  memcpy(mine, F.parked, sizeof(mine));
+  F.nparked = 0;
+  pthread_mutex_unlock(&F.mu);
+  for (int i = 0; i < 32; i++) {
+    if (i % 2 == 0) {
+      Wt__V1__FinishWeightUpdateResponse resp =
+          WT__V1__FINISH_WEIGHT_UPDATE_RESPONSE__INIT;
+      resp.weight_version = "completed";
+      wt_rpc_call_complete(mine[i], wt_rpc_call_respond(mine[i], &resp.base));
+    } else {
+      wt_rpc_call_resume(mine[i], resumed, "resumed");
+    }
+  }
+  int completed = 0, resumes = 0;
+  for (int i = 0; i < 32; i++) {
+    ProtobufCMessage *resp = NULL;
+    WT_ASSERT_OK(wt_rpc_pending_wait(p[i], &resp));
+    if (resp == NULL) continue;
+    const char *v =
+        ((Wt__V1__FinishWeightUpdateResponse *)resp)->weight_version;
+    completed += strcmp(v, "completed") == 0;
+    resumes += strcmp(v, "resumed") == 0;
+    wt_pb_free(resp);
+  }
+  CU_ASSERT_EQUAL(completed, 16);
+  CU_ASSERT_EQUAL(resumes, 16);
+  CU_ASSERT_EQUAL(wt_rpc_server_parked(F.server, 0), 0);
+  /* One left parked: the stop's on_shutdown ends it, and its client hears. */
+  WT_ASSERT_OK(wt_rpc_unary_start(
+      F.ch, M_FINISH, &req.base,
+      &wt__v1__finish_weight_update_response__descriptor, 20000, &p[32]));
+  CU_ASSERT_TRUE_FATAL(wait_for(one_parked, 10000));
+  int64_t t0 = wt_mono_ms();
+  wt_rpc_server_shutdown(F.server, 5000);
+  CU_ASSERT(wt_mono_ms() - t0 < 2000);
+  WT_ASSERT_ERR(wt_rpc_pending_wait(p[32], NULL), WT_UNAVAILABLE, "stopping");
+  stop();
+}
+
 /* What admitted calls' requests hold is bounded (#20, attack 2's second
  * half): past max_held_bytes a call is refused RESOURCE_EXHAUSTED at once,
  * not buffered, and a call with no request bytes still runs. */
@@ -1401,6 +1505,7 @@ void wt_test_suite_rpc(void) {
               test_shutdown_with_call_in_flight);
   CU_add_test(s, "idle shutdown", test_idle_shutdown_is_quick);
   CU_add_test(s, "no server", test_no_server);
+  CU_add_test(s, "parked calls hold no thread", test_parked_calls);
   CU_add_test(s, "a server that stopped reading: waits end by the deadline",
               test_stalled_server_deadlines);
   CU_add_test(s, "the channel's own TCP user timeout", test_tcp_user_timeout);

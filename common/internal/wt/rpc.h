@@ -112,6 +112,12 @@ typedef wt_status *(*wt_rpc_handler)(wt_rpc_call *call,
                                      const ProtobufCMessage *request,
                                      void *user);
 
+/* A parked call's continuation (wt_rpc_call_resume): runs on a thread of
+ * the call's class, like a handler, and returns like one (NULL, an error,
+ * or wt_rpc_call_park(call) to park again). `arg` is the resumer's. */
+typedef wt_status *(*wt_rpc_resume_fn)(wt_rpc_call *call, void *arg,
+                                       void *user);
+
 /* A WT_RPC_WATCH method's opening, on the polling thread when the call
  * arrives: it must not block. `request` is borrowed for the call. An error
  * ends the call with it; otherwise the stream stays open, referenced by the
@@ -349,6 +355,42 @@ wt_status *wt_rpc_call_read_raw_within(wt_rpc_call *call, int64_t timeout_ms,
  * for that long has its call ended with DEADLINE_EXCEEDED, also returned.
  * `msg` stays the caller's. CANCELLED when the client went away. */
 wt_status *wt_rpc_call_write(wt_rpc_call *call, const ProtobufCMessage *msg);
+
+/* --- waits without a thread --------------------------------------------
+ *
+ * A handler that must wait for other parties (a trainer rank for the
+ * others) parks its call instead of blocking: it records the call where
+ * the party that ends the wait finds it, then returns
+ * wt_rpc_call_park(call). The call then holds no thread and no place of
+ * its class (only its place in its peer's share, until it ends); it stays
+ * open until its owner either completes it (wt_rpc_call_complete, from any
+ * thread, exactly once) or resumes it (wt_rpc_call_resume: a continuation
+ * on a thread of the class, ahead of calls waiting for admission). From
+ * the return on, the handler's thread must not touch the call.
+ *
+ * The owner also ends what it parked when the call is cancelled (poll
+ * wt_rpc_call_cancelled) and when the server shuts down (the server's
+ * on_shutdown is the place): wt_rpc_server_shutdown waits for every parked
+ * call to end. */
+wt_status *wt_rpc_call_park(wt_rpc_call *call);
+/* That status (common/src/core/status.c): immortal, so the status
+ * helpers (free, prefix, copy, WT_CHECK) pass it through unchanged. */
+wt_status *wt_status_parked_(void);
+/* Whether `st` is wt_rpc_call_park's status. */
+bool wt_rpc_is_parked(const wt_status *st);
+
+/* Ends a parked call with `st` (taken; NULL: OK, sending the response set
+ * with wt_rpc_call_respond, which the owner may call on a parked call
+ * before this). Never blocks; any thread. */
+void wt_rpc_call_complete(wt_rpc_call *call, wt_status *st);
+
+/* Runs fn(call, arg, user) for a parked call on a thread of its class,
+ * before the calls that wait for one. `arg` stays the caller's (fn frees it
+ * if it owns it). Never blocks; any thread. */
+void wt_rpc_call_resume(wt_rpc_call *call, wt_rpc_resume_fn fn, void *arg);
+
+/* Calls of class `cls` parked now (tests, metrics). */
+int wt_rpc_server_parked(wt_rpc_server *s, size_t cls);
 
 /* Sets the response of a unary or client-stream call, sent when the handler
  * returns OK (ignored otherwise). `msg` is serialised at once and stays the

@@ -3,6 +3,7 @@
 #include "wt/status.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,24 @@ struct wt_status {
 /* Returned when a status itself cannot be allocated; never freed. */
 static struct wt_status oom_status = {WT_RESOURCE_EXHAUSTED,
                                       (char *)"out of memory"};
+
+/* What a handler that parked its call returns (wt_rpc_call_park, wt/rpc.h):
+ * never freed, never prefixed, never sent. */
+static struct wt_status parked_status = {
+    WT_INTERNAL, (char *)"internal: the call is parked (a parked call's "
+                         "status is not an answer)"};
+
+/* Declared in wt/rpc.h (internal), exported for libwt_common. */
+WT_API_BEGIN
+wt_status *wt_status_parked_(void);
+WT_API_END
+wt_status *wt_status_parked_(void) {
+  return &parked_status;
+}
+
+static bool immortal(const wt_status *s) {
+  return s == &oom_status || s == &parked_status;
+}
 
 static const char *const code_names[] = {
     "OK",
@@ -103,7 +122,7 @@ wt_status *wt_status_from_errno(int err, const char *fmt, ...) {
 }
 
 void wt_status_free(wt_status *s) {
-  if (s == NULL || s == &oom_status) return;
+  if (s == NULL || immortal(s)) return;
   free(s->msg);
   free(s);
 }
@@ -117,7 +136,7 @@ const char *wt_status_message(const wt_status *s) {
 }
 
 wt_status *wt_status_prefix(wt_status *s, const char *fmt, ...) {
-  if (s == NULL || s == &oom_status) return s;
+  if (s == NULL || immortal(s)) return s;
   char *head = NULL;
   va_list ap;
   va_start(ap, fmt);
@@ -135,7 +154,7 @@ wt_status *wt_status_prefix(wt_status *s, const char *fmt, ...) {
 
 wt_status *wt_status_copy(const wt_status *s) {
   if (s == NULL) return NULL;
-  if (s == &oom_status) return &oom_status;
+  if (immortal(s)) return (wt_status *)s;
   return wt_status_new(s->code, "%s", s->msg);
 }
 

@@ -176,14 +176,26 @@ void rpc_call_on_status(wt_rpc_call *c, int ok) {
 }
 
 wt_status *rpc_call_handle(wt_rpc_call *c) {
-  if (wt_rpc_call_cancelled(c))
-    /* It waited for a thread longer than its client did. */
+  if (c->resume_fn == NULL && wt_rpc_call_cancelled(c))
+    /* It waited for a thread longer than its client did. (A continuation
+     * runs anyway: it owns its argument, and sees the cancel itself.) */
     return call_failed(c, "waiting for a handler thread");
   /* The handler's lines name the peer (and, where it sets one, the
    * round); the thread's context is put back for its next call. */
   wt_log_context old =
       wt_log_context_set((wt_log_context){0, -1, wt_rpc_call_peer(c)});
-  wt_status *st = c->method->handler(c, c->request, c->server->user);
+  wt_status *st;
+  if (c->resume_fn != NULL) {
+    wt_rpc_resume_fn fn = c->resume_fn;
+    c->resume_fn = NULL;
+    st = fn(c, c->resume_arg, c->server->user);
+  } else {
+    st = c->method->handler(c, c->request, c->server->user);
+  }
+  if (st == wt_status_parked_()) {
+    wt_log_context_set(old);
+    return st; /* the call is its owner's now: touch nothing */
+  }
   if (st != NULL)
     WT_LOGD(RPC_MOD, "%s: %s: %s", c->method->path,
             wt_code_name(wt_status_code(st)), wt_status_message(st));

@@ -89,6 +89,7 @@ typedef struct rpc_pool {
   wt_rpc_server *server;
   int running; /* calls in a handler (or streams open) */
   int queued;  /* calls waiting for a thread */
+  int parked;  /* calls waiting for another party, without a thread */
   int idle;    /* threads waiting for a call */
   /* Threads sending the status of a call they handled: about to take the
    * next call, so no new thread is started for it. */
@@ -120,8 +121,8 @@ struct wt_rpc_server {
   bool poller_started;
   rpc_tag shutdown_tag;
 
-  wt_mutex mu; /* guards everything below, and the pools */
-  pthread_cond_t cv;  /* shutdown_notified, a pool's load changed */
+  wt_mutex mu;       /* guards everything below, and the pools */
+  pthread_cond_t cv; /* shutdown_notified, a pool's load changed */
   rpc_state state;
   bool shutdown_notified;
   bool pools_quit;
@@ -181,11 +182,16 @@ struct wt_rpc_call {
   void *cancel_arg;
 
   wt_rpc_call *next; /* in its pool's queue */
+  /* A parked call's continuation (wt_rpc_call_resume), run instead of the
+   * method's handler when a thread takes it. */
+  wt_rpc_resume_fn resume_fn;
+  void *resume_arg;
 };
 
 /* A deadline that many ms from now. */
 WT_HIDDEN gpr_timespec rpc_deadline_after_ms(int64_t ms);
 WT_HIDDEN const char *rpc_kind_name(wt_rpc_kind kind);
+
 /* A status message as gRPC can carry it (long ones cut in the middle). */
 WT_HIDDEN grpc_slice rpc_status_details(const char *msg);
 /* Whether the server began shutting down. */

@@ -141,6 +141,13 @@ static void *pool_main(void *arg) {
      * again the moment it has its answer finds it free. */
     wt_mutex_lock(&s->mu);
     p->running--;
+    if (st == wt_status_parked_()) {
+      /* Its owner completes or resumes it, perhaps already did: c is not
+       * this thread's any more. It keeps its peer's place until it ends. */
+      p->parked++;
+      pthread_cond_broadcast(&s->cv);
+      continue;
+    }
     rpc_peer_release_locked(s, c->peer_slot);
     c->peer_slot = NULL;
     p->finishing++;
@@ -181,6 +188,65 @@ static void pool_enqueue_locked(rpc_pool *p, wt_rpc_call *c) {
               p->cfg.name, strerror(rc));
   }
   pthread_cond_signal(&p->work_cv);
+}
+
+wt_status *wt_rpc_call_park(wt_rpc_call *call) {
+  (void)call;
+  return wt_status_parked_();
+}
+
+void wt_rpc_call_complete(wt_rpc_call *c, wt_status *st) {
+  wt_rpc_server *s = c->server;
+  rpc_pool *p = c->pool;
+  wt_mutex_lock(&s->mu);
+  p->parked--;
+  rpc_peer_release_locked(s, c->peer_slot);
+  c->peer_slot = NULL;
+  p->finishing++;
+  pthread_cond_broadcast(&s->cv);
+  wt_mutex_unlock(&s->mu);
+  rpc_call_finish(c, st);
+  wt_mutex_lock(&s->mu);
+  p->finishing--;
+  pthread_cond_broadcast(&s->cv);
+  wt_mutex_unlock(&s->mu);
+}
+
+void wt_rpc_call_resume(wt_rpc_call *c, wt_rpc_resume_fn fn, void *arg) {
+  wt_rpc_server *s = c->server;
+  rpc_pool *p = c->pool;
+  c->resume_fn = fn;
+  c->resume_arg = arg;
+  wt_mutex_lock(&s->mu);
+  p->parked--;
+  /* Ahead of the calls that wait for admission: it was admitted. */
+  c->next = p->head;
+  p->head = c;
+  if (p->tail == NULL) p->tail = c;
+  p->queued++;
+  if (p->idle + p->finishing < p->queued && p->nthreads < p->cfg.max_running) {
+    pthread_t tid;
+    int rc = pthread_create(&tid, NULL, pool_main, p);
+    if (rc == 0)
+      p->threads[p->nthreads++] = tid;
+    else
+      WT_LOGW(RPC_MOD, "class '%s': cannot start a handler thread: %s",
+              p->cfg.name, strerror(rc));
+  }
+  pthread_cond_signal(&p->work_cv);
+  wt_mutex_unlock(&s->mu);
+}
+
+bool wt_rpc_is_parked(const wt_status *st) {
+  return st == wt_status_parked_();
+}
+
+int wt_rpc_server_parked(wt_rpc_server *s, size_t cls) {
+  if (cls >= s->npools) return 0;
+  wt_mutex_lock(&s->mu);
+  int n = s->pools[cls].parked;
+  wt_mutex_unlock(&s->mu);
+  return n;
 }
 
 void wt_rpc_server_class_load(wt_rpc_server *s, size_t cls,
@@ -917,14 +983,16 @@ static bool shutdown_notified(wt_rpc_server *s) {
 
 static bool calls_done(wt_rpc_server *s) {
   for (size_t i = 0; i < s->npools; i++)
-    if (s->pools[i].running > 0 || s->pools[i].queued > 0) return false;
+    if (s->pools[i].running > 0 || s->pools[i].queued > 0 ||
+        s->pools[i].parked > 0 || s->pools[i].finishing > 0)
+      return false;
   return true;
 }
 
 static int calls_in_progress(wt_rpc_server *s) {
   int n = 0;
   for (size_t i = 0; i < s->npools; i++)
-    n += s->pools[i].running + s->pools[i].queued;
+    n += s->pools[i].running + s->pools[i].queued + s->pools[i].parked;
   return n;
 }
 

@@ -53,6 +53,7 @@
 #include "wt/pb.h"
 #include "wt/rpc.h"
 #include "wt/trainer.h"
+#include "wt/lock.h"
 
 #define PUSH_METHOD "/wt.v1.WeightTransfer/PushWeights"
 
@@ -178,7 +179,7 @@ static void borrows_put(borrows *b) {
 }
 
 struct push {
-  pthread_mutex_t mu;
+  wt_mutex mu;
   pthread_cond_t produced_cv;
   pthread_cond_t consumed_cv;
   chunk_msg ring[RING];
@@ -197,12 +198,12 @@ struct push {
 /* Marks the push failed and cancels every stream, so that senders blocked in
  * a write return at once. Called without the lock held. */
 static void push_fail(push *p) {
-  pthread_mutex_lock(&p->mu);
+  wt_mutex_lock(&p->mu);
   bool first = !p->failed;
   p->failed = true;
   pthread_cond_broadcast(&p->produced_cv);
   pthread_cond_broadcast(&p->consumed_cv);
-  pthread_mutex_unlock(&p->mu);
+  wt_mutex_unlock(&p->mu);
   if (!first) return;
   for (size_t k = 0; k < p->n; k++)
     if (p->senders[k].stream) wt_rpc_client_stream_cancel(p->senders[k].stream);
@@ -229,12 +230,12 @@ static void *sender_main(void *arg) {
   ProtobufCMessage *resp = NULL;
   WT_CHECK(wt_rpc_client_stream_write(s->stream, &p->headers[s->k].base));
   for (;;) {
-    pthread_mutex_lock(&p->mu);
+    wt_mutex_lock(&p->mu);
     while (s->consumed == p->produced && !p->done && !p->failed)
-      pthread_cond_wait(&p->produced_cv, &p->mu);
+      wt_cond_wait(&p->produced_cv, &p->mu);
     if (p->failed || s->consumed == p->produced) {
       bool failed = p->failed;
-      pthread_mutex_unlock(&p->mu);
+      wt_mutex_unlock(&p->mu);
       if (failed) goto out;
       break;
     }
@@ -242,12 +243,12 @@ static void *sender_main(void *arg) {
     const chunk_msg *m = &p->ring[s->consumed % RING];
     grpc_byte_buffer *bb =
         grpc_raw_byte_buffer_create((grpc_slice *)m->s, m->n);
-    pthread_mutex_unlock(&p->mu);
+    wt_mutex_unlock(&p->mu);
     st = wt_rpc_client_stream_write_raw(s->stream, bb);
-    pthread_mutex_lock(&p->mu);
+    wt_mutex_lock(&p->mu);
     s->consumed++;
     pthread_cond_signal(&p->consumed_cv);
-    pthread_mutex_unlock(&p->mu);
+    wt_mutex_unlock(&p->mu);
     if (st != NULL) goto out;
   }
   WT_CHECK(wt_rpc_client_stream_finish(
@@ -270,14 +271,14 @@ static void chunk_unref(chunk_msg *m) {
 /* Publishes `slice` (ownership passes to the ring) once every sender has
  * taken the chunk that used its slot. False when the push failed. */
 static bool publish(push *p, chunk_msg slice) {
-  pthread_mutex_lock(&p->mu);
+  wt_mutex_lock(&p->mu);
   for (;;) {
     if (p->failed) break;
     uint64_t slowest = p->produced;
     for (size_t k = 0; k < p->n; k++)
       if (p->senders[k].consumed < slowest) slowest = p->senders[k].consumed;
     if (p->produced - slowest < RING) break;
-    pthread_cond_wait(&p->consumed_cv, &p->mu);
+    wt_cond_wait(&p->consumed_cv, &p->mu);
   }
   bool ok = !p->failed;
   if (ok) {
@@ -286,7 +287,7 @@ static bool publish(push *p, chunk_msg slice) {
     p->produced++;
     pthread_cond_broadcast(&p->produced_cv);
   }
-  pthread_mutex_unlock(&p->mu);
+  wt_mutex_unlock(&p->mu);
   if (!ok) chunk_unref(&slice);
   return ok;
 }
@@ -628,8 +629,8 @@ static wt_status *push_to(grpc_trainer *g, wt_source *src,
   p.senders = calloc(ns, sizeof(*p.senders));
   if (p.senders == NULL || p.borrowed == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
-  if (pthread_mutex_init(&p.mu, NULL) != 0 ||
-      pthread_cond_init(&p.produced_cv, NULL) != 0 ||
+  wt_mutex_init(&p.mu, WT_LOCK_GRPC_RING, 0, "grpc_push.mu");
+  if (pthread_cond_init(&p.produced_cv, NULL) != 0 ||
       pthread_cond_init(&p.consumed_cv, NULL) != 0)
     WT_FAIL(WT_INTERNAL, "cannot create the push's lock");
   sync_init = true;
@@ -657,10 +658,10 @@ static wt_status *push_to(grpc_trainer *g, wt_source *src,
   }
   st = bp ? produce_base(&p, &cur, bp, g->chunk_bytes, progress, user)
           : produce(&p, &cur, plan, g->chunk_bytes, progress, user);
-  pthread_mutex_lock(&p.mu);
+  wt_mutex_lock(&p.mu);
   p.done = true;
   pthread_cond_broadcast(&p.produced_cv);
-  pthread_mutex_unlock(&p.mu);
+  wt_mutex_unlock(&p.mu);
 out:
   if (st != NULL && p.senders != NULL) push_fail(&p);
   for (size_t j = 0; p.senders && j < p.n; j++)
@@ -714,7 +715,7 @@ out:
       struct timespec ts = {0, 1000 * 1000};
       nanosleep(&ts, NULL);
     }
-    pthread_mutex_destroy(&p.mu);
+    wt_mutex_destroy(&p.mu);
     pthread_cond_destroy(&p.produced_cv);
     pthread_cond_destroy(&p.consumed_cv);
   }

@@ -124,6 +124,9 @@ typedef enum wt_lock_rank {
   WT_LOCK_NCCL_SELECT = 1120,
   /* The allocation-fault sites (alloc_fault.c, test builds). */
   WT_LOCK_ALLOC_FAULT = 1130,
+  /* The client's socket mutator's table of sockets (rpc_client.c),
+   * called by gRPC with its own locks held. */
+  WT_LOCK_RPC_MUTATOR = 1140,
   /* For code outside the table (tests): checked against nothing above. */
   WT_LOCK_LEAF = 2000,
 } wt_lock_rank;
@@ -140,7 +143,7 @@ typedef struct wt_mutex {
 /* A mutex with a static lifetime: static wt_mutex m =
  * WT_MUTEX_INITIALIZER(WT_LOCK_REGISTRY, "name"); */
 #define WT_MUTEX_INITIALIZER(rank, nm) \
-  {PTHREAD_MUTEX_INITIALIZER, (uint32_t)(rank) << 16, (nm)}
+  { PTHREAD_MUTEX_INITIALIZER, (uint32_t)(rank) << 16, (nm) }
 
 /* `name` (static) names the lock in a report; `index` orders locks of one
  * rank (0 when a thread never holds two of them). */

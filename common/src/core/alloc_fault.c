@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include "wt/lock.h"
 
 static atomic_uint_fast64_t g_count;
 static atomic_uint_fast64_t g_fail_at; /* 0: never */
@@ -36,11 +37,12 @@ typedef struct site {
 } site;
 static site g_sites[SITES];
 static size_t g_nsites;
-static pthread_mutex_t g_sites_mu = PTHREAD_MUTEX_INITIALIZER;
+static wt_mutex g_sites_mu =
+    WT_MUTEX_INITIALIZER(WT_LOCK_ALLOC_FAULT, "alloc_fault.sites");
 
 static void note_site(const char *file, int line) {
   size_t h = ((uintptr_t)file * 31u + (size_t)line) % SITES;
-  pthread_mutex_lock(&g_sites_mu);
+  wt_mutex_lock(&g_sites_mu);
   for (size_t k = 0; k < SITES; k++) {
     site *s = &g_sites[(h + k) % SITES];
     if (s->file == file && s->line == line) break;
@@ -51,17 +53,17 @@ static void note_site(const char *file, int line) {
       break;
     }
   }
-  pthread_mutex_unlock(&g_sites_mu);
+  wt_mutex_unlock(&g_sites_mu);
 }
 
 size_t wt_fault_alloc_sites(const char *files_like) {
   size_t n = 0;
-  pthread_mutex_lock(&g_sites_mu);
+  wt_mutex_lock(&g_sites_mu);
   for (size_t k = 0; k < SITES; k++)
     if (g_sites[k].file != NULL &&
         (files_like == NULL || strstr(g_sites[k].file, files_like) != NULL))
       n++;
-  pthread_mutex_unlock(&g_sites_mu);
+  wt_mutex_unlock(&g_sites_mu);
   return n;
 }
 

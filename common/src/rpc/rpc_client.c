@@ -43,6 +43,7 @@
 #include "wt/log.h"
 #include "wt/pb.h"
 #include "wt/rpc.h"
+#include "wt/lock.h"
 
 #include "rpc_internal.h"
 
@@ -181,7 +182,7 @@ struct tcp_mutator {
   /* Ours. */
   int user_timeout_ms; /* 0: gRPC's own stays */
   char *target;        /* for its log lines */
-  pthread_mutex_t mu;
+  wt_mutex mu;
   conn_sock socks[MAX_CONN_SOCKS];
   size_t nsocks;
   bool said_unset; /* a setsockopt failure was logged */
@@ -197,7 +198,7 @@ static bool conn_sock_same(const conn_sock *c, int fd) {
 static void mutator_remember(tcp_mutator *m, int fd) {
   struct stat sb;
   if (fstat(fd, &sb) != 0) return;
-  pthread_mutex_lock(&m->mu);
+  wt_mutex_lock(&m->mu);
   size_t kept = 0;
   for (size_t i = 0; i < m->nsocks; i++)
     if (m->socks[i].fd != fd && conn_sock_same(&m->socks[i], m->socks[i].fd))
@@ -208,7 +209,7 @@ static void mutator_remember(tcp_mutator *m, int fd) {
   }
   m->socks[kept++] = (conn_sock){.fd = fd, .dev = sb.st_dev, .ino = sb.st_ino};
   m->nsocks = kept;
-  pthread_mutex_unlock(&m->mu);
+  wt_mutex_unlock(&m->mu);
 }
 
 static bool mutator_mutate_fd_2(const mutate_socket_info *info,
@@ -220,10 +221,10 @@ static bool mutator_mutate_fd_2(const mutate_socket_info *info,
       setsockopt(info->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms)) !=
           0 &&
       errno != EOPNOTSUPP && errno != ENOPROTOOPT) {
-    pthread_mutex_lock(&m->mu);
+    wt_mutex_lock(&m->mu);
     bool say = !m->said_unset;
     m->said_unset = true;
-    pthread_mutex_unlock(&m->mu);
+    wt_mutex_unlock(&m->mu);
     if (say)
       WT_LOGW(RPC_MOD,
               "%s: cannot set TCP_USER_TIMEOUT to %d ms (tcp_user_timeout_ms): "
@@ -246,7 +247,7 @@ static int mutator_compare(tcp_mutator *a, tcp_mutator *b) {
 }
 
 static void mutator_destroy(tcp_mutator *m) {
-  pthread_mutex_destroy(&m->mu);
+  wt_mutex_destroy(&m->mu);
   free(m->target);
   free(m);
 }
@@ -292,7 +293,7 @@ static tcp_mutator *mutator_new(const char *target, int user_timeout_ms) {
   m->vtable = &mutator_ops;
   gpr_ref_init(&m->refcount, 1);
   m->user_timeout_ms = user_timeout_ms;
-  pthread_mutex_init(&m->mu, NULL);
+  wt_mutex_init(&m->mu, WT_LOCK_RPC_MUTATOR, 0, "tcp_mutator.mu");
   return m;
 }
 
@@ -304,14 +305,14 @@ static int channel_sever(wt_rpc_channel *ch) {
   tcp_mutator *m = ch->mutator;
   int n = 0;
   if (m == NULL) return 0;
-  pthread_mutex_lock(&m->mu);
+  wt_mutex_lock(&m->mu);
   for (size_t i = 0; i < m->nsocks; i++) {
     int d = fcntl(m->socks[i].fd, F_DUPFD_CLOEXEC, 0);
     if (d < 0) continue;
     if (conn_sock_same(&m->socks[i], d) && shutdown(d, SHUT_RDWR) == 0) n++;
     close(d);
   }
-  pthread_mutex_unlock(&m->mu);
+  wt_mutex_unlock(&m->mu);
   return n;
 }
 
@@ -320,7 +321,7 @@ bool wt_rpc_channel_link_silent(wt_rpc_channel *ch, int64_t *silent_ms) {
   bool silent = false;
   if (silent_ms) *silent_ms = 0;
   if (m == NULL) return false;
-  pthread_mutex_lock(&m->mu);
+  wt_mutex_lock(&m->mu);
   for (size_t i = 0; i < m->nsocks && !silent; i++) {
     int d = fcntl(m->socks[i].fd, F_DUPFD_CLOEXEC, 0);
     if (d < 0) continue;
@@ -336,7 +337,7 @@ bool wt_rpc_channel_link_silent(wt_rpc_channel *ch, int64_t *silent_ms) {
     }
     close(d);
   }
-  pthread_mutex_unlock(&m->mu);
+  wt_mutex_unlock(&m->mu);
   return silent;
 }
 

@@ -50,6 +50,7 @@
 
 #include "wt/log.h"
 #include "wt/secure.h"
+#include "wt/lock.h"
 
 #include "rpc_internal.h"
 
@@ -108,14 +109,14 @@ struct rpc_listener {
   bool started;
   int max_conns, grace_ms;
 
-  pthread_mutex_t mu; /* the table and the counts */
+  wt_mutex mu; /* the table and the counts */
   rpc_conn *conns;
   size_t nconns, slots;
   bool quit;
   bool accepting; /* false from rpc_listener_stop */
   /* Held around every hand-over to gRPC, and by rpc_listener_stop to
    * clear `handing`: after stop returns, gRPC gets no new connection. */
-  pthread_mutex_t hand_mu;
+  wt_mutex hand_mu;
   bool handing;
   wt_rpc_conn_counts counts;
 
@@ -251,9 +252,9 @@ static void shed(rpc_listener *l, int lfd, int err) {
   int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd >= 0) {
     close(fd);
-    pthread_mutex_lock(&l->mu);
+    wt_mutex_lock(&l->mu);
     l->counts.shed++;
-    pthread_mutex_unlock(&l->mu);
+    wt_mutex_unlock(&l->mu);
   }
   l->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
   note(l,
@@ -266,10 +267,10 @@ static void shed(rpc_listener *l, int lfd, int err) {
 /* Hands `fd` to gRPC, which owns it from then on; false (fd still the
  * caller's) once the listener was stopped. */
 static bool hand_to_grpc(rpc_listener *l, int fd) {
-  pthread_mutex_lock(&l->hand_mu);
+  wt_mutex_lock(&l->hand_mu);
   bool ok = l->handing;
   if (ok) grpc_server_add_channel_from_fd(l->gs, fd, l->creds);
-  pthread_mutex_unlock(&l->hand_mu);
+  wt_mutex_unlock(&l->hand_mu);
   return ok;
 }
 
@@ -287,10 +288,10 @@ static void admit(rpc_listener *l, int fd, const struct sockaddr_storage *a) {
   getsockname(fd, (struct sockaddr *)&c.local, &llen);
   format_peer(a, c.peer, sizeof(c.peer));
 
-  pthread_mutex_lock(&l->mu);
+  wt_mutex_lock(&l->mu);
   const char *refused = NULL;
   if (!l->accepting) {
-    pthread_mutex_unlock(&l->mu);
+    wt_mutex_unlock(&l->mu);
     close(fd);
     return;
   }
@@ -316,7 +317,7 @@ static void admit(rpc_listener *l, int fd, const struct sockaddr_storage *a) {
     }
   }
   if (refused) l->counts.refused++;
-  pthread_mutex_unlock(&l->mu);
+  wt_mutex_unlock(&l->mu);
   if (refused) {
     close(fd);
     note(l,
@@ -345,9 +346,9 @@ static void admit(rpc_listener *l, int fd, const struct sockaddr_storage *a) {
     int err = errno;
     if (c.grpc_fd >= 0) close(c.grpc_fd);
     close(fd);
-    pthread_mutex_lock(&l->mu);
+    wt_mutex_lock(&l->mu);
     l->counts.shed++;
-    pthread_mutex_unlock(&l->mu);
+    wt_mutex_unlock(&l->mu);
     note(l, "%s closed at once: %s", c.peer, strerror(err));
     return;
   }
@@ -360,7 +361,7 @@ static void admit(rpc_listener *l, int fd, const struct sockaddr_storage *a) {
     note(l, "%s closed at once: epoll: %s", c.peer, strerror(err));
     return;
   }
-  pthread_mutex_lock(&l->mu);
+  wt_mutex_lock(&l->mu);
   /* gRPC closed a connection whose number the dup just reused. */
   for (size_t i = 0; i < l->nconns; i++)
     if (l->conns[i].grpc_fd == c.grpc_fd) {
@@ -369,14 +370,14 @@ static void admit(rpc_listener *l, int fd, const struct sockaddr_storage *a) {
     }
   l->conns[l->nconns++] = c;
   l->counts.accepted++;
-  pthread_mutex_unlock(&l->mu);
+  wt_mutex_unlock(&l->mu);
   /* gRPC owns c.grpc_fd from here, closing it when the connection ends. */
   if (!hand_to_grpc(l, c.grpc_fd)) {
     close(c.grpc_fd);
-    pthread_mutex_lock(&l->mu);
+    wt_mutex_lock(&l->mu);
     rpc_conn *r = by_fd(l, fd);
     if (r != NULL) drop_locked(l, (size_t)(r - l->conns));
-    pthread_mutex_unlock(&l->mu);
+    wt_mutex_unlock(&l->mu);
   }
 }
 
@@ -393,16 +394,16 @@ static void admit_tls(rpc_listener *l, rpc_conn *c) {
     const char *why = c->relay ? strerror(errno) : "out of memory";
     rpc_relay_free(c->relay);
     close(c->fd);
-    pthread_mutex_lock(&l->mu);
+    wt_mutex_lock(&l->mu);
     l->counts.shed++;
-    pthread_mutex_unlock(&l->mu);
+    wt_mutex_unlock(&l->mu);
     note(l, "%s closed at once: %s", c->peer, why);
     return;
   }
-  pthread_mutex_lock(&l->mu);
+  wt_mutex_lock(&l->mu);
   l->conns[l->nconns++] = *c;
   l->counts.accepted++;
-  pthread_mutex_unlock(&l->mu);
+  wt_mutex_unlock(&l->mu);
 }
 
 /* The handshake is done: a socketpair, one end gRPC's. false: no
@@ -413,9 +414,9 @@ static bool attach(rpc_listener *l, rpc_conn *c) {
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) !=
       0) {
     int err = errno;
-    pthread_mutex_lock(&l->mu);
+    wt_mutex_lock(&l->mu);
     l->counts.shed++;
-    pthread_mutex_unlock(&l->mu);
+    wt_mutex_unlock(&l->mu);
     note(l,
          "%s closed after its TLS handshake: socketpair: %s (descriptors "
          "ran short; raise ulimit -n or lower --max-connections)",
@@ -437,7 +438,7 @@ static bool attach(rpc_listener *l, rpc_conn *c) {
     note(l, "%s closed after its TLS handshake: %s", c->peer, strerror(err));
     return false;
   }
-  pthread_mutex_lock(&l->mu);
+  wt_mutex_lock(&l->mu);
   /* gRPC closed a connection whose number gRPC's end just reused: that
    * record no longer names a gRPC descriptor (its own hang-up ends it). */
   for (size_t i = 0; i < l->nconns; i++)
@@ -449,14 +450,14 @@ static bool attach(rpc_listener *l, rpc_conn *c) {
   c->grpc_fd = sv[1];
   c->ino = st.st_ino;
   c->ev_pair = 0;
-  pthread_mutex_unlock(&l->mu);
+  wt_mutex_unlock(&l->mu);
   rpc_relay_attach(c->relay, sv[0]);
   /* gRPC owns sv[1] from here, closing it when the connection ends. */
   if (!hand_to_grpc(l, sv[1])) { /* stopped: the caller drops the record */
     close(sv[1]);
-    pthread_mutex_lock(&l->mu);
+    wt_mutex_lock(&l->mu);
     c->grpc_fd = -1;
-    pthread_mutex_unlock(&l->mu);
+    wt_mutex_unlock(&l->mu);
     return false;
   }
   return true;
@@ -491,9 +492,9 @@ static void relay_step(rpc_listener *l, rpc_conn *c) {
     if (rc == RPC_RELAY_DONE) {
       if (why != NULL && c->closing_ms == 0)
         note(l, "%s: %s; closed", c->peer, why);
-      pthread_mutex_lock(&l->mu);
+      wt_mutex_lock(&l->mu);
       drop_locked(l, (size_t)(c - l->conns));
-      pthread_mutex_unlock(&l->mu);
+      wt_mutex_unlock(&l->mu);
       return;
     }
     set_again(l, c, rc == RPC_RELAY_AGAIN);
@@ -577,7 +578,7 @@ static void accept_some(rpc_listener *l, int lfd) {
  * half-closed: gRPC reads its last bytes and closes; the record stays until
  * then, with nothing more to report (hang-ups and errors still are). */
 static void hung_up(rpc_listener *l, int fd, uint32_t events) {
-  pthread_mutex_lock(&l->mu);
+  wt_mutex_lock(&l->mu);
   for (size_t i = 0; i < l->nconns; i++)
     if (l->conns[i].fd == fd) {
       if (events & (EPOLLHUP | EPOLLERR)) {
@@ -588,13 +589,13 @@ static void hung_up(rpc_listener *l, int fd, uint32_t events) {
       }
       break;
     }
-  pthread_mutex_unlock(&l->mu);
+  wt_mutex_unlock(&l->mu);
 }
 
 static void reap(rpc_listener *l, int64_t now) {
   bool gone_check = now >= l->next_gone_check;
   if (gone_check) l->next_gone_check = now + GONE_CHECK_MS;
-  pthread_mutex_lock(&l->mu);
+  wt_mutex_lock(&l->mu);
   for (size_t i = 0; i < l->nconns;) {
     rpc_conn *c = &l->conns[i];
     if (c->closing_ms == 0 && c->scope == 0 &&
@@ -614,7 +615,7 @@ static void reap(rpc_listener *l, int64_t now) {
     else
       i++;
   }
-  pthread_mutex_unlock(&l->mu);
+  wt_mutex_unlock(&l->mu);
 }
 
 static void *listener_main(void *arg) {
@@ -622,9 +623,9 @@ static void *listener_main(void *arg) {
   struct epoll_event evs[64];
   int64_t next_reap = wt_mono_ms() + TICK_MS;
   for (;;) {
-    pthread_mutex_lock(&l->mu);
+    wt_mutex_lock(&l->mu);
     bool quit = l->quit, accepting = l->accepting;
-    pthread_mutex_unlock(&l->mu);
+    wt_mutex_unlock(&l->mu);
     if (quit) break;
     if (!accepting && l->nl > 0) { /* stopped: the sockets close here */
       for (size_t i = 0; i < l->nl; i++) {
@@ -795,8 +796,8 @@ wt_status *rpc_listener_start(grpc_server *gs, const char *listen,
   l->slots = (size_t)cap + CLOSING_HEADROOM;
   l->counts.limit = cap;
   l->accepting = l->handing = true;
-  pthread_mutex_init(&l->mu, NULL);
-  pthread_mutex_init(&l->hand_mu, NULL);
+  wt_mutex_init(&l->mu, WT_LOCK_RPC_LISTENER, 0, "listener.mu");
+  wt_mutex_init(&l->hand_mu, WT_LOCK_RPC_LISTENER_HAND, 0, "listener.hand_mu");
   wt_status *st = NULL;
   l->conns = calloc(l->slots, sizeof(*l->conns));
   l->creds = grpc_insecure_server_credentials_create();
@@ -842,12 +843,12 @@ static void wake(rpc_listener *l) {
 
 void rpc_listener_stop(rpc_listener *l) {
   if (l == NULL || !l->started) return;
-  pthread_mutex_lock(&l->hand_mu);
+  wt_mutex_lock(&l->hand_mu);
   l->handing = false;
-  pthread_mutex_unlock(&l->hand_mu);
-  pthread_mutex_lock(&l->mu);
+  wt_mutex_unlock(&l->hand_mu);
+  wt_mutex_lock(&l->mu);
   l->accepting = false;
-  pthread_mutex_unlock(&l->mu);
+  wt_mutex_unlock(&l->mu);
   wake(l);
 }
 
@@ -855,24 +856,24 @@ void rpc_listener_destroy(rpc_listener *l) {
   if (l == NULL) return;
   if (l->started) {
     rpc_listener_stop(l);
-    pthread_mutex_lock(&l->mu);
+    wt_mutex_lock(&l->mu);
     l->quit = true;
-    pthread_mutex_unlock(&l->mu);
+    wt_mutex_unlock(&l->mu);
     wake(l);
     pthread_join(l->thread, NULL);
     l->started = false;
   }
   for (size_t i = 0; i < l->nl; i++) close(l->lfd[i]);
-  pthread_mutex_lock(&l->mu);
+  wt_mutex_lock(&l->mu);
   while (l->nconns > 0) drop_locked(l, l->nconns - 1);
-  pthread_mutex_unlock(&l->mu);
+  wt_mutex_unlock(&l->mu);
   if (l->epfd >= 0) close(l->epfd);
   if (l->wakefd >= 0) close(l->wakefd);
   if (l->spare >= 0) close(l->spare);
   if (l->creds) grpc_server_credentials_release(l->creds);
   free(l->conns);
-  pthread_mutex_destroy(&l->mu);
-  pthread_mutex_destroy(&l->hand_mu);
+  wt_mutex_destroy(&l->mu);
+  wt_mutex_destroy(&l->hand_mu);
   free(l);
 }
 
@@ -880,23 +881,23 @@ void rpc_listener_authorized(rpc_listener *l, const char *grpc_peer,
                              uint32_t scope) {
   int gfd = grpc_fd_of(grpc_peer);
   if (l == NULL || gfd < 0) return;
-  pthread_mutex_lock(&l->mu);
+  wt_mutex_lock(&l->mu);
   rpc_conn *c = by_grpc_fd_locked(l, gfd);
   if (c != NULL) {
     c->scope |= scope;
     c->last_call_ms = wt_mono_ms();
   }
-  pthread_mutex_unlock(&l->mu);
+  wt_mutex_unlock(&l->mu);
 }
 
 char *rpc_listener_peer(rpc_listener *l, char *grpc_peer) {
   int gfd = grpc_fd_of(grpc_peer);
   if (l == NULL || gfd < 0) return grpc_peer;
   char *named = NULL;
-  pthread_mutex_lock(&l->mu);
+  wt_mutex_lock(&l->mu);
   rpc_conn *c = by_grpc_fd_locked(l, gfd);
   if (c != NULL) named = gpr_strdup(c->peer);
-  pthread_mutex_unlock(&l->mu);
+  wt_mutex_unlock(&l->mu);
   if (named == NULL) return grpc_peer;
   gpr_free(grpc_peer);
   return named;
@@ -933,7 +934,7 @@ bool rpc_listener_peer_key(rpc_listener *l, const char *grpc_peer, char *key,
   if (l == NULL || gfd < 0) return false;
   char peer[sizeof(((rpc_conn *)0)->peer)] = "";
   struct sockaddr_storage addr, local;
-  pthread_mutex_lock(&l->mu);
+  wt_mutex_lock(&l->mu);
   rpc_conn *c = by_grpc_fd_locked(l, gfd);
   if (c != NULL && c->key[0] != 0) snprintf(key, n, "%s", c->key);
   bool known = c != NULL && c->key[0] != 0, found = c != NULL;
@@ -942,23 +943,23 @@ bool rpc_listener_peer_key(rpc_listener *l, const char *grpc_peer, char *key,
     addr = c->addr;
     local = c->local;
   }
-  pthread_mutex_unlock(&l->mu);
+  wt_mutex_unlock(&l->mu);
   if (known || !found) return known;
   /* Once per connection, outside the lock: it asks the kernel. */
   char k[80];
   work_out_key(peer, &addr, &local, l->port, k, sizeof(k));
-  pthread_mutex_lock(&l->mu);
+  wt_mutex_lock(&l->mu);
   c = by_grpc_fd_locked(l, gfd);
   if (c != NULL && strcmp(c->peer, peer) == 0)
     snprintf(c->key, sizeof(c->key), "%s", k);
-  pthread_mutex_unlock(&l->mu);
+  wt_mutex_unlock(&l->mu);
   snprintf(key, n, "%s", k);
   return true;
 }
 
 void rpc_listener_counts(rpc_listener *l, wt_rpc_conn_counts *out) {
-  pthread_mutex_lock(&l->mu);
+  wt_mutex_lock(&l->mu);
   *out = l->counts;
   out->open = (int)open_count_locked(l);
-  pthread_mutex_unlock(&l->mu);
+  wt_mutex_unlock(&l->mu);
 }

@@ -91,7 +91,7 @@ def run(server, out, layers, dim, rounds, backend):
         report[name + "_s"] = statistics.median(times)
         report[name + "_peak_kib"] = rss_kib("VmHWM") - base_kib
 
-    with wt.Client([server]) as client:
+    with wt.Client(server.split(",")) as client:
         sharded = wt.ShardedTrainer(backend, client, model.state_dict)
         phase("sharded", sharded.send_weights)
         sharded.shutdown()

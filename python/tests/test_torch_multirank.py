@@ -111,6 +111,30 @@ def test_fsdp2_four_ranks_twenty_rounds(start_server, model_file, tmp_path,
 
 
 @pytest.mark.parametrize("backend", ["grpc", "ucx"])
+def test_fsdp2_400mib_to_two_servers(start_server, tmp_path, backend):
+    """docs/multirank.md's shape at size (issue 45, item 2): 4 gloo ranks
+    under fully_shard, about 400 MiB (a 100 MiB shard per rank), to two
+    servers, 5 rounds, every digest equal to full_tensor(). Each server
+    takes the ranks' pushes in rank order, so a rank's lockstep sends to
+    both servers never wait on one server for a rank the other serves."""
+    model = tmp_path / "big.safetensors"
+    subprocess.run([sys.executable, str(RANK), "model", str(model),
+                    "--size", "big"], check=True, timeout=300)
+    servers = two_servers(start_server, model, backend)
+    out = tmp_path / "out"
+    out.mkdir()
+    t0 = time.monotonic()
+    procs, results, logs = ranks(servers, out, backend=backend, rounds=5,
+                                 extra=("--size", "big"), timeout=600)
+    took = time.monotonic() - t0
+    assert [p.returncode for p in procs] == [0] * W, "\n".join(l[-3000:] for l in logs)
+    digests = json.loads((out / "digests-4.json").read_text())
+    servers_hold(servers, digests, "step-4")
+    print(f"{backend}: 4 FSDP2 ranks, {model.stat().st_size >> 20} MiB, 5 rounds "
+          f"to 2 servers in {took:.1f} s (training included)")
+
+
+@pytest.mark.parametrize("backend", ["grpc", "ucx"])
 def test_a_rank_sigkilled_mid_round_commits_nothing(start_server, model_file,
                                                     tmp_path, backend):
     servers = two_servers(start_server, model_file, backend)

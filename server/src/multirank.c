@@ -5,11 +5,23 @@
  * join it (each rank once). A round of the plan is joined by every rank
  * (StartWeightUpdate with plan_digest and trainer_rank), each rank sends
  * exactly its boxes of the plan (one PushWeights; the server takes one push
- * at a time and queues the others), and every rank finishes: the last
- * finish commits, for every rank at once, and only when every rank's boxes
+ * at a time, in rank order), and every rank finishes: the last finish
+ * commits, for every rank at once, and only when every rank's boxes
  * landed, which the plan makes every byte of every tensor it names, once.
  * Whatever fails (a push, a rank's call cut by its death, a rank that does
  * not come within the data deadline) aborts the round for every rank.
+ *
+ * No rank's wait holds a thread or a place of the round class: a push
+ * before its turn, a finish before the last, an update before the last
+ * rank's are parked (wt_rpc_call_park) in the plan's waiter tables, and
+ * resumed (a push whose turn came) or completed (the round committed,
+ * received, or failed) by whoever ends the wait; the watchdog
+ * (wt_srv_plan_watch_locked) fails the round when a parked call is cut or
+ * the data deadline passes, naming the ranks. Turns go in rank order, on
+ * every server alike: a trainer rank that sends to several servers in
+ * lockstep then never waits on one server for a rank that another server
+ * serves first (issue 45: two servers deadlocked, each serving a different
+ * rank first).
  *
  * Everything here runs under the round's mu unless it says otherwise.
  */
@@ -25,9 +37,7 @@
 #include "wt/pb.h"
 #include "wt/shard_plan.h"
 
-/* How often a wait for other ranks looks at its own call (a trainer that
- * died while it waited), besides every change of the round. */
-#define PLAN_POLL_MS 50
+#define NO_RANK UINT32_MAX
 
 typedef struct rank_boxes {
   size_t n;
@@ -57,6 +67,11 @@ struct wt_srv_plan {
   bool *came;    /* its update came (the info may have moved to the receive) */
   bool *pushing; /* a push of the rank has its turn */
   uint32_t narrived;
+  /* Parked calls, by rank (NULL: none), and how many in all. */
+  wt_srv_plan_waiter *push_wait;
+  wt_rpc_call **finish_wait, **update_wait;
+  uint32_t nparked;
+  uint32_t granted;        /* the rank whose push was resumed for its turn */
   uint64_t received_round; /* that receive landed every rank's boxes */
 };
 
@@ -82,8 +97,21 @@ void wt_srv_plan_free(wt_srv_plan *p) {
   free(p->arrived);
   free(p->came);
   free(p->pushing);
+  if (p->nparked != 0)
+    WT_LOGE("server", "a shard plan freed with %u parked calls", p->nparked);
+  free(p->push_wait);
+  free(p->finish_wait);
+  free(p->update_wait);
   if (p->msg != NULL) wt_pb_free(&p->msg->base);
   free(p);
+}
+
+uint64_t wt_srv_plan_generation(const wt_srv_plan *p) {
+  return p->msg->generation;
+}
+
+uint32_t wt_srv_plan_world(const wt_srv_plan *p) {
+  return p->world;
 }
 
 const char *wt_srv_plan_digest(const wt_srv_plan *p) {
@@ -93,6 +121,16 @@ const char *wt_srv_plan_digest(const wt_srv_plan *p) {
 void wt_srv_plan_info(const wt_srv_plan *p, uint32_t *world, uint32_t *joined) {
   *world = p->world;
   *joined = p->njoined;
+}
+
+void wt_srv_plan_round_info(const wt_server *srv, uint32_t *in_round,
+                            uint32_t *parked) {
+  const wt_srv_plan *p = srv->round.plan;
+  *in_round = *parked = 0;
+  if (p == NULL || p->round_id == 0 || srv->round.round_id != p->round_id)
+    return;
+  for (uint32_t r = 0; r < p->world; r++) *in_round += p->in_round[r];
+  *parked = p->nparked;
 }
 
 /* A copy of `m`. */
@@ -125,8 +163,13 @@ wt_status *wt_srv_plan_new(wt_server *srv, const Wt__V1__ShardPlan *msg,
   p->arrived = calloc(p->world, sizeof(*p->arrived));
   p->came = calloc(p->world, sizeof(bool));
   p->pushing = calloc(p->world, sizeof(bool));
+  p->push_wait = calloc(p->world, sizeof(*p->push_wait));
+  p->finish_wait = calloc(p->world, sizeof(*p->finish_wait));
+  p->update_wait = calloc(p->world, sizeof(*p->update_wait));
+  p->granted = NO_RANK;
   if (!p->ranks || !p->joined || !p->in_round || !p->pushed || !p->finished ||
-      !p->arrived || !p->came || !p->pushing)
+      !p->arrived || !p->came || !p->pushing || !p->push_wait ||
+      !p->finish_wait || !p->update_wait)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "InitWeightTransferEngine: out of memory");
   const wt_param_store *store = wt_worker_store(srv->workers[0]);
   uint64_t runs = 0;
@@ -290,6 +333,7 @@ void wt_srv_plan_round_begin(wt_srv_plan *p, uint64_t round_id) {
   p->narrived = 0;
   memset(p->came, 0, p->world * sizeof(bool));
   memset(p->pushing, 0, p->world * sizeof(bool));
+  p->granted = NO_RANK;
 }
 
 wt_status *wt_srv_plan_round_join(wt_srv_plan *p, uint64_t round_id,
@@ -316,60 +360,160 @@ static const char *missing(const wt_srv_plan *p, const bool *flags, char *buf,
   return buf;
 }
 
-/* A wait for the other ranks that cannot end well: `rank`'s own call was
- * cut, or the ranks not `done` did not come (`verb`) within the data
- * deadline. Fails the round for every rank and says why. */
-static wt_status *give_up(wt_server *srv, wt_rpc_call *call, const char *what,
-                          uint32_t rank, bool cut, const bool *done,
-                          const char *verb, wt_srv_cause cause) {
-  char why[768], list[256];
-  if (cut)
-    snprintf(why, sizeof(why),
-             "%s from %s (rank %u): the trainer's call ended (cancelled, or "
-             "the trainer is gone) while it waited for the other ranks",
-             what, call ? wt_rpc_call_peer(call) : "?", rank);
-  else
-    snprintf(why, sizeof(why),
-             "%s: rank(s) %s %s within the data deadline (%u ms) after rank "
-             "%u did",
-             what, missing(srv->round.plan, done, list, sizeof(list)), verb,
-             srv->round.data_timeout_ms, rank);
-  wt_srv_abort_round_locked(srv, cause, why);
-  return wt_status_new(cut ? WT_CANCELLED : WT_DEADLINE_EXCEEDED, "%s", why);
+/* --- parked waits ---------------------------------------------------------
+ */
+
+static bool round_open(const wt_server *srv, const wt_srv_plan *p) {
+  return p->round_id != 0 && srv->round.round_id == p->round_id;
 }
 
-/* Why a wait of `call` for the other ranks ended: NULL when ready(p) holds;
- * else the round ended (ABORTED or its error), the call was cut, or the
- * data deadline passed. Under mu (released while waiting). */
-static wt_status *wait_ranks(wt_server *srv, wt_rpc_call *call,
-                             const char *what, uint64_t round,
-                             bool (*ready)(const wt_server *srv),
-                             int64_t since_ms, bool *timed_out, bool *cut) {
-  *timed_out = *cut = false;
-  for (;;) {
-    if (srv->round.round_id != round)
-      return wt_srv_aborted_error(srv, what, round);
-    if (ready(srv)) return NULL;
-    if (call != NULL && wt_rpc_call_cancelled(call)) {
-      *cut = true;
-      return wt_status_new(WT_CANCELLED, "%s: the call ended", what);
-    }
-    /* The data deadline runs from the round's last progress (a chunk, a
-     * rank's call), so ranks that take turns are not cut short. */
-    int64_t now = wt_mono_ms();
-    int64_t last = atomic_load(&srv->round.last_activity_ms);
-    int64_t deadline_ms =
-        (last > since_ms ? last : since_ms) + srv->round.data_timeout_ms;
-    if (now >= deadline_ms) {
-      *timed_out = true;
-      return wt_status_new(WT_DEADLINE_EXCEEDED, "%s: data deadline", what);
-    }
-    int64_t until =
-        now + PLAN_POLL_MS < deadline_ms ? now + PLAN_POLL_MS : deadline_ms;
-    srv->round.engine_calls++; /* not idle: its own deadline bounds it */
-    wt_cond_wait_until(&srv->round.cv, &srv->round.mu, until);
-    srv->round.engine_calls--;
+/* The ranks after which the round now waits, and what they did not do. */
+static const char *awaited(const wt_srv_plan *p, const char **verb,
+                           wt_srv_cause *cause, char *buf, size_t n) {
+  bool any_finish = false, any_update = false;
+  for (uint32_t r = 0; r < p->world; r++) {
+    any_finish |= p->finish_wait[r] != NULL;
+    any_update |= p->update_wait[r] != NULL;
   }
+  if (any_update) {
+    *verb = "sent no update";
+    *cause = WT_CAUSE_RECEIVE;
+    return missing(p, p->came, buf, n);
+  }
+  bool absent = false, unpushed = false;
+  for (uint32_t r = 0; r < p->world; r++) {
+    absent |= !p->in_round[r];
+    unpushed |= !p->pushed[r];
+  }
+  if (absent) {
+    *verb = "did not start this round";
+    *cause = WT_CAUSE_TIMEOUT;
+    return missing(p, p->in_round, buf, n);
+  }
+  if (unpushed || !any_finish) {
+    *verb = "did not send its boxes";
+    *cause = WT_CAUSE_RECEIVE;
+    return missing(p, p->pushed, buf, n);
+  }
+  *verb = "did not finish";
+  *cause = WT_CAUSE_TIMEOUT;
+  return missing(p, p->finished, buf, n);
+}
+
+void wt_srv_plan_settle_locked(wt_server *srv) {
+  wt_srv_plan *p = srv->round.plan;
+  if (p == NULL || p->nparked == 0) return;
+  bool open = round_open(srv, p);
+  bool received = p->received_round == p->round_id;
+  for (uint32_t r = 0; r < p->world; r++) {
+    if (p->update_wait[r] != NULL && (!open || received)) {
+      wt_rpc_call *c = p->update_wait[r];
+      p->update_wait[r] = NULL;
+      p->nparked--;
+      wt_rpc_call_complete(
+          c, open ? NULL
+                  : wt_srv_aborted_error(srv, "UpdateWeights", p->round_id));
+    }
+    if (open) continue;
+    if (p->finish_wait[r] != NULL) {
+      wt_rpc_call *c = p->finish_wait[r];
+      p->finish_wait[r] = NULL;
+      p->nparked--;
+      wt_status *st = NULL;
+      if (srv->round.committed_round == p->round_id) {
+        Wt__V1__FinishWeightUpdateResponse resp =
+            WT__V1__FINISH_WEIGHT_UPDATE_RESPONSE__INIT;
+        resp.weight_version = p->version;
+        st = wt_rpc_call_respond(c, &resp.base);
+      } else {
+        st = wt_srv_aborted_error(srv, "FinishWeightUpdate", p->round_id);
+      }
+      wt_rpc_call_complete(c, st);
+    }
+    if (p->push_wait[r].call != NULL) {
+      wt_srv_plan_waiter w = p->push_wait[r];
+      p->push_wait[r] = (wt_srv_plan_waiter){0};
+      p->nparked--;
+      wt_rpc_call_complete(
+          w.call, wt_srv_aborted_error(srv, "PushWeights", p->round_id));
+      if (w.free_arg) w.free_arg(w.arg);
+    }
+  }
+}
+
+/* The rank whose push goes next: the lowest that has not pushed. */
+static uint32_t next_turn(const wt_srv_plan *p) {
+  for (uint32_t r = 0; r < p->world; r++)
+    if (!p->pushed[r]) return r;
+  return NO_RANK;
+}
+
+void wt_srv_plan_kick_locked(wt_server *srv) {
+  wt_srv_plan *p = srv->round.plan;
+  if (p == NULL || !round_open(srv, p) || srv->round.busy != NULL ||
+      p->granted != NO_RANK)
+    return;
+  uint32_t r = next_turn(p);
+  if (r == NO_RANK || p->push_wait[r].call == NULL || p->pushing[r]) return;
+  wt_srv_plan_waiter w = p->push_wait[r];
+  p->push_wait[r] = (wt_srv_plan_waiter){0};
+  p->nparked--;
+  p->granted = r;
+  wt_srv_touch(srv);
+  wt_rpc_call_resume(w.call, w.resume, w.arg);
+}
+
+/* Fails the round: rank `rank`'s parked `what` call ended. */
+static void cut_locked(wt_server *srv, const char *what, uint32_t rank,
+                       wt_rpc_call *call, wt_srv_cause cause) {
+  char why[512];
+  snprintf(why, sizeof(why),
+           "%s from %s (rank %u): the trainer's call ended (cancelled, or "
+           "the trainer is gone) while it waited for the other ranks",
+           what, wt_rpc_call_peer(call), rank);
+  wt_srv_abort_round_locked(srv, cause, why);
+}
+
+bool wt_srv_plan_watch_locked(wt_server *srv) {
+  wt_srv_plan *p = srv->round.plan;
+  if (p == NULL || p->nparked == 0) return false;
+  if (!round_open(srv, p)) {
+    wt_srv_plan_settle_locked(srv);
+    return false;
+  }
+  wt_srv_plan_kick_locked(srv);
+  for (uint32_t r = 0; r < p->world; r++) {
+    if (p->push_wait[r].call && wt_rpc_call_cancelled(p->push_wait[r].call)) {
+      cut_locked(srv, "PushWeights", r, p->push_wait[r].call, WT_CAUSE_RECEIVE);
+      return true;
+    }
+    if (p->finish_wait[r] && wt_rpc_call_cancelled(p->finish_wait[r])) {
+      cut_locked(srv, "FinishWeightUpdate", r, p->finish_wait[r],
+                 WT_CAUSE_TIMEOUT);
+      return true;
+    }
+    if (p->update_wait[r] && wt_rpc_call_cancelled(p->update_wait[r])) {
+      cut_locked(srv, "UpdateWeights", r, p->update_wait[r], WT_CAUSE_RECEIVE);
+      return true;
+    }
+  }
+  /* The data deadline runs from the round's last progress (a chunk, a
+   * rank's call), so ranks that take turns are not cut short. A receive
+   * that runs (busy) bounds itself. */
+  if (srv->round.busy != NULL) return p->nparked != 0;
+  int64_t idle = wt_mono_ms() - atomic_load(&srv->round.last_activity_ms);
+  if (idle >= (int64_t)srv->round.data_timeout_ms) {
+    char why[768], list[256];
+    const char *verb;
+    wt_srv_cause cause;
+    const char *ranks = awaited(p, &verb, &cause, list, sizeof(list));
+    snprintf(why, sizeof(why),
+             "rank(s) %s %s within the data deadline (%u ms) while %u "
+             "rank(s) waited",
+             ranks, verb, srv->round.data_timeout_ms, p->nparked);
+    wt_srv_abort_round_locked(srv, cause, why);
+  }
+  return p->nparked != 0;
 }
 
 /* `call`'s trainer_rank against the open round `round` of the plan: in
@@ -388,49 +532,52 @@ static wt_status *rank_in_round(const wt_srv_plan *p, const char *call,
   return NULL;
 }
 
-static bool round_idle(const wt_server *srv) {
-  return srv->round.busy == NULL;
-}
-
 wt_status *wt_srv_plan_push_turn(wt_server *srv, wt_rpc_call *call,
-                                 uint32_t rank, uint64_t round) {
+                                 uint32_t rank, uint64_t round,
+                                 const Wt__V1__WeightTransferUpdateInfo *info,
+                                 const wt_srv_plan_waiter *resume) {
   wt_srv_plan *p = srv->round.plan;
   wt_status *st = rank_in_round(p, "PushWeights", rank, round);
   if (st != NULL) return st;
-  if (p->pushed[rank] || p->pushing[rank])
+  if (p->granted == rank) { /* resumed for its turn */
+    p->granted = NO_RANK;
+    p->pushing[rank] = true;
+    return NULL;
+  }
+  if (p->pushed[rank] || p->pushing[rank] || p->push_wait[rank].call)
     return wt_status_new(WT_FAILED_PRECONDITION,
                          "PushWeights: rank %u already sent its boxes in "
                          "this round (one push per rank)",
                          rank);
-  /* One push at a time: the others wait their turn, within the data
-   * deadline. */
-  bool timed_out, cut;
-  int64_t since = wt_mono_ms();
-  st = wait_ranks(srv, call, "PushWeights", round, round_idle, since,
-                  &timed_out, &cut);
-  if (st == NULL) {
-    /* Another push of the rank may have had its turn meanwhile. */
-    if (p->pushed[rank] || p->pushing[rank])
-      return wt_status_new(WT_FAILED_PRECONDITION,
-                           "PushWeights: rank %u already sent its boxes in "
-                           "this round (one push per rank)",
-                           rank);
+  /* Its header is checked before it waits: a rank that sends what is not
+   * its own hears at once, and the round fails for every rank. */
+  wt_srv_resolved chk;
+  st = wt_srv_plan_resolve(srv, rank, info, false, &chk);
+  wt_srv_resolved_clear(&chk);
+  if (st != NULL) {
+    char why[1024];
+    snprintf(why, sizeof(why), "PushWeights from %s (rank %u) failed: %s",
+             call ? wt_rpc_call_peer(call) : "?", rank, wt_status_message(st));
+    wt_srv_abort_round_locked(srv, WT_CAUSE_RECEIVE, why);
+    return wt_status_prefix(st, "PushWeights");
+  }
+  if (srv->round.busy == NULL && p->granted == NO_RANK &&
+      next_turn(p) == rank) {
     p->pushing[rank] = true;
     return NULL;
   }
-  if (!timed_out && !cut) return st;
-  wt_status_free(st);
-  char why[512];
-  snprintf(why, sizeof(why),
-           cut ? "PushWeights from %s (rank %u): the trainer's call ended "
-                 "(cancelled, or the trainer is gone) while it waited for "
-                 "its turn"
-               : "PushWeights from %s (rank %u): waited for its turn %u ms "
-                 "(the data deadline) while the round did not move",
-           call ? wt_rpc_call_peer(call) : "?", rank,
-           srv->round.data_timeout_ms);
-  wt_srv_abort_round_locked(srv, WT_CAUSE_RECEIVE, why);
-  return wt_status_new(cut ? WT_CANCELLED : WT_DEADLINE_EXCEEDED, "%s", why);
+  if (resume == NULL || call == NULL)
+    return wt_status_new(WT_INTERNAL,
+                         "PushWeights: rank %u: its turn has not come and "
+                         "the call cannot wait",
+                         rank);
+  /* Its turn comes when the ranks before it pushed: parked till then. */
+  p->push_wait[rank] = *resume;
+  p->push_wait[rank].call = call;
+  p->nparked++;
+  wt_srv_touch(srv);
+  pthread_cond_broadcast(&srv->round.cv); /* the watchdog watches it */
+  return wt_rpc_call_park(call);
 }
 
 /* The boxes of *out, n of them, point at copies out owns: the plan's own
@@ -548,11 +695,6 @@ void wt_srv_plan_pushed(wt_srv_plan *p, uint64_t round, uint32_t rank) {
   p->pushing[rank] = false;
 }
 
-static bool all_finished(const wt_server *srv) {
-  const wt_srv_plan *p = srv->round.plan;
-  return p == NULL || p->nfinished == p->world;
-}
-
 wt_status *wt_srv_plan_finish(wt_server *srv, wt_rpc_call *call, uint32_t rank,
                               uint64_t round, const char *version, bool *last) {
   wt_srv_plan *p = srv->round.plan;
@@ -592,25 +734,10 @@ wt_status *wt_srv_plan_finish(wt_server *srv, wt_rpc_call *call, uint32_t rank,
     *last = true;
     return NULL;
   }
-  bool timed_out, cut;
-  int64_t since = wt_mono_ms();
-  st = wait_ranks(srv, call, "FinishWeightUpdate", round, all_finished, since,
-                  &timed_out, &cut);
-  if (st == NULL) {
-    /* Every rank finished: the last one commits; wait for that. */
-    while (srv->round.round_id == round)
-      wt_cond_wait_until(&srv->round.cv, &srv->round.mu,
-                         wt_mono_ms() + PLAN_POLL_MS);
-  }
-  if (st == NULL || (!timed_out && !cut)) {
-    /* The round ended: committed by the last rank's finish, or failed. */
-    wt_status_free(st);
-    if (srv->round.committed_round == round) return NULL;
-    return wt_srv_aborted_error(srv, "FinishWeightUpdate", round);
-  }
-  wt_status_free(st);
-  return give_up(srv, call, "FinishWeightUpdate", rank, cut, p->finished,
-                 "did not finish", WT_CAUSE_TIMEOUT);
+  /* Every rank but the last waits for the last one's commit, parked. */
+  p->finish_wait[rank] = call;
+  p->nparked++;
+  return wt_rpc_call_park(call);
 }
 
 /* --- a receiving backend's round (UpdateWeights) ------------------------- */
@@ -692,43 +819,13 @@ void wt_srv_plan_received(wt_srv_plan *p, uint64_t round) {
   for (uint32_t r = 0; r < p->world; r++) p->pushed[r] = true;
 }
 
-static bool all_arrived(const wt_server *srv) {
-  const wt_srv_plan *p = srv->round.plan;
-  return p == NULL || p->narrived == p->world;
-}
-
 wt_status *wt_srv_plan_update_wait(wt_server *srv, wt_rpc_call *call,
                                    uint32_t rank, uint64_t round) {
   wt_srv_plan *p = srv->round.plan;
-
-  bool timed_out, cut;
-  int64_t since = wt_mono_ms();
-  wt_status *st = wait_ranks(srv, call, "UpdateWeights", round, all_arrived,
-                             since, &timed_out, &cut);
-  if (st == NULL) {
-    /* Every rank's came: one receive takes them all; wait for it (its own
-     * deadlines bound it), or for this trainer's end. */
-    while (srv->round.round_id == round && p->received_round != round) {
-      if (call != NULL && wt_rpc_call_cancelled(call)) {
-        cut = true;
-        break;
-      }
-      srv->round.engine_calls++;
-      wt_cond_wait_until(&srv->round.cv, &srv->round.mu,
-                         wt_mono_ms() + PLAN_POLL_MS);
-      srv->round.engine_calls--;
-    }
-    if (!cut) {
-      if (srv->round.round_id == round && p->received_round == round)
-        return NULL;
-      return wt_srv_aborted_error(srv, "UpdateWeights", round);
-    }
-  } else if (!timed_out && !cut) {
-    return st;
-  }
-  wt_status_free(st);
-  bool came[WT_PLAN_MAX_RANKS];
-  for (uint32_t r = 0; r < p->world; r++) came[r] = p->came[r];
-  return give_up(srv, call, "UpdateWeights", rank, cut, came, "sent no update",
-                 WT_CAUSE_RECEIVE);
+  (void)round;
+  /* Parked until one receive took every rank's update and landed it. */
+  p->update_wait[rank] = call;
+  p->nparked++;
+  pthread_cond_broadcast(&srv->round.cv);
+  return wt_rpc_call_park(call);
 }

@@ -33,6 +33,7 @@ struct wt_srv_push {
   uint64_t push_id;
   uint64_t round_id;
   uint32_t rank;        /* under a shard plan: the sending trainer rank */
+  bool plan;            /* under a shard plan */
   bool resolved;        /* the header was valid */
   uint64_t total_bytes; /* what the header announced */
   uint64_t bytes;       /* handed to the workers so far */
@@ -99,13 +100,15 @@ static void fail_round_locked(wt_server *srv, const wt_srv_push *p,
   char sent[32], total[32], reason[1024];
   format_bytes(p->bytes, sent, sizeof(sent));
   format_bytes(p->total_bytes, total, sizeof(total));
+  char rank[32] = "";
+  if (p->plan) snprintf(rank, sizeof(rank), " (rank %u)", p->rank);
   if (p->resolved)
     snprintf(reason, sizeof(reason),
-             "PushWeights from %s failed after %s of %s: %s", p->peer, sent,
-             total, why);
+             "PushWeights from %s%s failed after %s of %s: %s", p->peer, rank,
+             sent, total, why);
   else
-    snprintf(reason, sizeof(reason), "PushWeights from %s failed: %s", p->peer,
-             why);
+    snprintf(reason, sizeof(reason), "PushWeights from %s%s failed: %s",
+             p->peer, rank, why);
   wt_srv_abort_round_locked(srv, WT_CAUSE_RECEIVE, reason);
 }
 
@@ -121,6 +124,7 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
                              const Wt__V1__WeightTransferUpdateInfo *info,
                              uint64_t packed_buffer_bytes,
                              const Wt__V1__DeltaBase *delta_base,
+                             const wt_srv_plan_waiter *resume,
                              wt_srv_push **out) {
   wt_status *st = NULL;
   wt_srv_resolved r = {0};
@@ -145,7 +149,10 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
       WT_FAIL(WT_INVALID_ARGUMENT,
               "PushWeights: rank %u: a shard plan's round takes no delta base",
               trainer_rank);
-    WT_CHECK(wt_srv_plan_push_turn(srv, call, trainer_rank, round_id));
+    p->plan = true;
+    /* NULL: its turn; else the call is parked (touch it no more). */
+    WT_CHECK(
+        wt_srv_plan_push_turn(srv, call, trainer_rank, round_id, info, resume));
   }
   WT_CHECK(wt_srv_need_idle_locked(srv, "PushWeights"));
   const wt_engine_ops *eops = wt_worker_engine_ops(srv->workers[0]);
@@ -363,8 +370,10 @@ wt_status *wt_srv_push_end(wt_srv_push *p, const wt_status *cause,
     for (uint32_t i = 1; i < srv->nworkers; i++)
       if (ops[i].stats.digest != d) d = 0;
     srv->round.round_digest = ++srv->round.round_updates == 1 ? d : 0;
-    if (srv->round.plan != NULL)
+    if (srv->round.plan != NULL) {
       wt_srv_plan_pushed(srv->round.plan, p->round_id, p->rank);
+      wt_srv_plan_kick_locked(srv); /* the next rank's turn */
+    }
   }
   wt_srv_touch(srv);
   pthread_cond_broadcast(&srv->round.cv);

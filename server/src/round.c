@@ -292,6 +292,23 @@ wt_status *wt_srv_init_engine(wt_server *srv,
     st = join_init_locked(srv, plan, init->shard_plan->rank, peer, endpoints);
     goto out;
   }
+  /* Another plan: only a newer generation replaces the live one; a stale
+   * rank's init (an older or equal generation) is refused, and the round
+   * it would have aborted goes on. */
+  if (srv->round.plan != NULL && plan != NULL) {
+    uint64_t live = wt_srv_plan_generation(srv->round.plan);
+    uint64_t mine = wt_srv_plan_generation(plan);
+    if (live != 0 && mine <= live)
+      WT_FAIL(WT_FAILED_PRECONDITION,
+              "InitWeightTransferEngine: init_info.shard_plan: generation "
+              "%" PRIu64
+              " is not newer than this server's plan (generation "
+              "%" PRIu64
+              ", digest %.16s..., %u ranks); a stale rank's init "
+              "replaces nothing (docs/multirank.md)",
+              mine, live, wt_srv_plan_digest(srv->round.plan),
+              wt_srv_plan_world(srv->round.plan));
+  }
   if (srv->round.initializing)
     WT_FAIL(WT_FAILED_PRECONDITION,
             "InitWeightTransferEngine: another InitWeightTransferEngine is "
@@ -584,8 +601,10 @@ wt_status *wt_srv_update(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
       if (ops[i].stats.digest != d) d = 0;
     if (srv->round.round_id == round && srv->round.round_updates == 1)
       srv->round.round_digest = d;
-    if (srv->round.round_id == round && srv->round.plan != NULL)
+    if (srv->round.round_id == round && srv->round.plan != NULL) {
       wt_srv_plan_received(srv->round.plan, round);
+      wt_srv_plan_settle_locked(srv); /* the ranks parked for it */
+    }
   }
 out:
   if (st != NULL && round != 0 && srv->round.round_id == round) {
@@ -728,6 +747,7 @@ wt_status *wt_srv_finish(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
           srv->base ? srv->config.model_name : "");
   srv->round.round_id = 0;
   srv->round.busy = NULL;
+  wt_srv_plan_settle_locked(srv); /* the ranks parked for this commit */
   pthread_cond_broadcast(&srv->round.cv);
   wt_mutex_unlock(&srv->round.mu);
   wt_srv_notify_watchers(srv);

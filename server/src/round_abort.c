@@ -88,6 +88,8 @@ bool wt_srv_abort_round_locked(wt_server *srv, wt_srv_cause cause,
   for (uint32_t i = 0; i < srv->nworkers; i++)
     wt_worker_cancel(srv->workers[i]);
   wt_srv_submit_detached(srv, WT_WORKER_OP_ABORT, id, why);
+  /* The ranks parked in the round get its error now. */
+  wt_srv_plan_settle_locked(srv);
   pthread_cond_broadcast(&srv->round.cv);
   WT_LOGW("server", "round %" PRIu64 " aborted: %s", id,
           why ? why : "(out of memory)");

@@ -155,12 +155,18 @@ static void *watchdog_main(void *p) {
   int64_t period = srv->config.round_timeout_ms / 4;
   if (period < 10) period = 10;
   if (period > 1000) period = 1000;
+  bool parked = false;
   wt_mutex_lock(&srv->round.mu);
   while (!srv->round.stopping) {
-    wt_cond_wait_until(&srv->round.cv, &srv->round.mu, wt_mono_ms() + period);
+    /* While trainer ranks' calls are parked (multirank.c), look at them
+     * often: one that was cut fails the round within this period. */
+    wt_cond_wait_until(&srv->round.cv, &srv->round.mu,
+                       wt_mono_ms() + (parked ? WT_PLAN_WATCH_MS : period));
     if (srv->round.stopping) break;
+    parked = wt_srv_plan_watch_locked(srv);
     int64_t idle = wt_mono_ms() - atomic_load(&srv->round.last_activity_ms);
-    if (srv->round.round_id != 0 && srv->round.engine_calls == 0 &&
+    /* Parked ranks are bounded by the data deadline instead. */
+    if (srv->round.round_id != 0 && srv->round.engine_calls == 0 && !parked &&
         !srv->round.committing &&
         idle > (int64_t)srv->config.round_timeout_ms) {
       char why[128];

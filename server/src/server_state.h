@@ -283,8 +283,7 @@ WT_HIDDEN const char *wt_srv_state_locked(const wt_server *srv);
 /* The store's readers-writer lock is the index-th of its rank in the lock
  * order (wt/lock.h): its worker's rank, so a finish that write-locks every
  * store takes them in worker order. Before the store is shared. */
-WT_HIDDEN void wt_param_store_set_lock_index(wt_param_store *s,
-                                             unsigned index);
+WT_HIDDEN void wt_param_store_set_lock_index(wt_param_store *s, unsigned index);
 
 /* --- round.c ---------------------------------------------------------------
  */
@@ -404,16 +403,29 @@ WT_HIDDEN wt_status *wt_srv_run_all(wt_server *srv, wt_worker_op *ops,
 /* One PushWeights stream's path into the workers. */
 typedef struct wt_srv_push wt_srv_push;
 
+/* A parked push's continuation (wt_rpc_call_resume's fn and arg) and what
+ * frees its arg when the call is completed instead (the round failed). */
+typedef struct wt_srv_plan_waiter {
+  wt_rpc_call *call;
+  wt_rpc_resume_fn resume;
+  void *arg;
+  void (*free_arg)(void *arg);
+} wt_srv_plan_waiter;
+
 /* Validates the header and begins the push on every worker; under a
- * shard plan, rank `trainer_rank`'s push of its boxes (which waits its
- * turn, multirank.c). `call` is the
- * PushWeights call, which an abort of the round cancels until end. The
- * caller owns *out and ends it with wt_srv_push_end. A header that names
- * the open round but fails (validation, an engine) fails that round. */
+ * shard plan, rank `trainer_rank`'s push of its boxes, which waits its
+ * turn parked: then this returns wt_rpc_call_park's status (the caller
+ * returns it at once, touching the call no more) and `resume` runs when
+ * the turn comes (and calls this again), or resume->free_arg when the
+ * round fails first (wt_srv_plan_push_turn). `call` is the PushWeights
+ * call, which an abort of the round cancels until end. The caller owns
+ * *out and ends it with wt_srv_push_end. A header that names the open
+ * round but fails (validation, an engine) fails that round. */
 WT_HIDDEN wt_status *wt_srv_push_begin(
     wt_server *srv, wt_rpc_call *call, uint64_t round_id, uint32_t trainer_rank,
     const Wt__V1__WeightTransferUpdateInfo *info, uint64_t packed_buffer_bytes,
-    const Wt__V1__DeltaBase *delta_base, wt_srv_push **out);
+    const Wt__V1__DeltaBase *delta_base, const wt_srv_plan_waiter *resume,
+    wt_srv_push **out);
 
 /* As wt_srv_push_chunk for a DeltaChunk: frame[0..len) (owner's) covers
  * raw_len bytes at `offset` of `bucket`, against base bytes that hash to
@@ -459,8 +471,14 @@ WT_HIDDEN wt_status *wt_srv_plan_new(wt_server *srv,
                                      wt_srv_plan **out);
 WT_HIDDEN void wt_srv_plan_free(wt_srv_plan *p);
 WT_HIDDEN const char *wt_srv_plan_digest(const wt_srv_plan *p);
+/* The plan's generation (0: unordered) and its trainer ranks. */
+WT_HIDDEN uint64_t wt_srv_plan_generation(const wt_srv_plan *p);
+WT_HIDDEN uint32_t wt_srv_plan_world(const wt_srv_plan *p);
 WT_HIDDEN void wt_srv_plan_info(const wt_srv_plan *p, uint32_t *world,
                                 uint32_t *joined);
+/* The open round of the plan: ranks that started it, calls parked. */
+WT_HIDDEN void wt_srv_plan_round_info(const wt_server *srv, uint32_t *in_round,
+                                      uint32_t *parked);
 /* Rank `rank` joins the init; ALREADY_EXISTS when it did (two processes
  * claim it; `peer` names the second). */
 WT_HIDDEN wt_status *wt_srv_plan_join_locked(wt_srv_plan *p, uint32_t rank,
@@ -479,11 +497,31 @@ WT_HIDDEN wt_status *wt_srv_plan_check_start(const wt_srv_plan *p,
  * round's record); FAILED_PRECONDITION when it did already. */
 WT_HIDDEN wt_status *wt_srv_plan_round_join(wt_srv_plan *p, uint64_t round_id,
                                             uint32_t rank);
-/* PushWeights of `rank` in `round`: checks it may push, then waits (within
- * the data deadline, mu released meanwhile) until no other call of the
- * round runs. A wait that times out or whose call is cut fails the round. */
-WT_HIDDEN wt_status *wt_srv_plan_push_turn(wt_server *srv, wt_rpc_call *call,
-                                           uint32_t rank, uint64_t round);
+/* How often the watchdog looks at parked calls (a trainer that died while
+ * it waited) and the data deadline while any are parked. */
+#define WT_PLAN_WATCH_MS 50
+
+/* PushWeights of `rank` in `round`: checks it may push and its `info`
+ * against its boxes (a mismatch fails the round); NULL when its turn
+ * is now (turns go in rank order, one push at a time). Otherwise parks
+ * `call` (returns wt_rpc_call_park's status: the caller returns it at
+ * once) until the ranks before it pushed; then `resume` runs (its fn calls
+ * this again, and gets NULL), or, when the round fails first, the call is
+ * completed with the round's error and resume->free_arg frees its arg. */
+WT_HIDDEN wt_status *wt_srv_plan_push_turn(
+    wt_server *srv, wt_rpc_call *call, uint32_t rank, uint64_t round,
+    const Wt__V1__WeightTransferUpdateInfo *info,
+    const wt_srv_plan_waiter *resume);
+/* Resumes the parked push whose turn came, when no call runs. */
+WT_HIDDEN void wt_srv_plan_kick_locked(wt_server *srv);
+/* Completes the parked calls whose wait is over: every one when the round
+ * ended (finishes OK when it committed, the round's error otherwise),
+ * updates when the receive landed. */
+WT_HIDDEN void wt_srv_plan_settle_locked(wt_server *srv);
+/* The watchdog's look at parked calls: a cut one, or the data deadline
+ * passed since the round's last progress, fails the round naming the
+ * ranks. True while calls stay parked (look again in WT_PLAN_WATCH_MS). */
+WT_HIDDEN bool wt_srv_plan_watch_locked(wt_server *srv);
 /* Resolves a rank's update against its boxes of the plan: exactly those,
  * each once (`in_order`: in the plan's order), dtype and shape (the box's
  * sizes) equal; fills *out with u.boxes set, the boxes' arrays its own.
@@ -504,19 +542,20 @@ WT_HIDDEN wt_status *wt_srv_plan_update_whole(wt_server *srv,
                                               wt_srv_resolved *out);
 /* That receive landed: every rank's boxes are in. */
 WT_HIDDEN void wt_srv_plan_received(wt_srv_plan *p, uint64_t round);
-/* A rank whose update came before the last one's: waits (mu released)
- * for every rank's, within the data deadline, then for the receive. A
- * rank that does not come, or a call cut meanwhile, fails the round. */
+/* A rank whose update came before the last one's: parks `call` (returns
+ * wt_rpc_call_park's status) until the one receive of every rank's
+ * landed (completed OK) or the round failed (its error); see
+ * wt_srv_plan_watch_locked for ranks that do not come. */
 WT_HIDDEN wt_status *wt_srv_plan_update_wait(wt_server *srv, wt_rpc_call *call,
                                              uint32_t rank, uint64_t round);
 /* Rank `rank`'s push in `round` landed in full. */
 WT_HIDDEN void wt_srv_plan_pushed(wt_srv_plan *p, uint64_t round,
                                   uint32_t rank);
 /* FinishWeightUpdate of `rank`: records it; *last when every rank has
- * finished (the caller then commits).
- * Otherwise waits (mu released, within the data deadline) until the last
- * rank's finish committed the round (NULL) or it failed. A rank that did
- * not push, another version, a wait cut or timed out fail the round. */
+ * finished (the caller then commits). Otherwise parks `call` (returns
+ * wt_rpc_call_park's status) until the last rank's finish committed the
+ * round (completed OK) or it failed (its error). A rank that did not
+ * push, or another version, fails the round. */
 WT_HIDDEN wt_status *wt_srv_plan_finish(wt_server *srv, wt_rpc_call *call,
                                         uint32_t rank, uint64_t round,
                                         const char *version, bool *last);

@@ -236,6 +236,7 @@ static wt_status *get_server_info(wt_rpc_call *call,
   if (srv->round.plan != NULL) {
     info.plan_digest = (char *)wt_srv_plan_digest(srv->round.plan);
     wt_srv_plan_info(srv->round.plan, &info.plan_world_size, &info.plan_joined);
+    wt_srv_plan_round_info(srv, &info.plan_ranks_in_round, &info.plan_parked);
   }
   info.auth = (char *)(srv->auth.mode ? srv->auth.mode : "none");
   info.weight_version =
@@ -422,6 +423,9 @@ static wt_status *update_weights(wt_rpc_call *call,
   wt_rpc_call_set_cancel_callback(call, cancel_receives, srv);
   st = wt_srv_update(srv, call, req->round_id, req->trainer_rank,
                      req->update_info, &stats);
+  /* Parked for the other ranks: the call is its owner's now (the layer
+   * clears the callback when it ends). */
+  if (wt_rpc_is_parked(st)) return st;
   wt_rpc_call_set_cancel_callback(call, NULL, NULL);
   if (st != NULL) goto out;
   Wt__V1__UpdateWeightsResponse resp = WT__V1__UPDATE_WEIGHTS_RESPONSE__INIT;
@@ -487,22 +491,63 @@ static int64_t read_timeout(wt_server *srv, bool pushing) {
   return t;
 }
 
-static wt_status *push_weights(wt_rpc_call *call,
-                               const ProtobufCMessage *request, void *user) {
-  wt_server *srv = user;
+/* A PushWeights stream being read. Its header, once read, stays here
+ * while the push waits for its turn parked (a shard plan's rank). */
+typedef struct push_stream {
+  void *user; /* the server's */
+  uint64_t nmsg;
+  Wt__V1__PushWeightsChunk *header; /* the header message, while parked */
+} push_stream;
+
+static void push_stream_free(void *arg) {
+  push_stream *ps = arg;
+  if (ps->header != NULL)
+    wt__v1__push_weights_chunk__free_unpacked(ps->header, NULL);
+  free(ps);
+}
+
+static wt_status *push_resume(wt_rpc_call *call, void *arg, void *user);
+
+/* Begins the push of `ps`'s header; wt_rpc_call_park's status when it
+ * waits for its turn (then the call and ps are no longer this thread's). */
+static wt_status *push_begin(wt_rpc_call *call, push_stream *ps,
+                             wt_server **srv, wt_srv_push **push) {
+  const Wt__V1__PushWeightsHeader *h = ps->header->header;
+  /* From here on the push and its deadlines are the named set's. */
+  wt_status *st = wt_srv_route(ps->user, h->adapter, srv);
+  if (st != NULL) return st;
+  wt_srv_plan_waiter resume = {
+      .resume = push_resume, .arg = ps, .free_arg = push_stream_free};
+  st = wt_srv_push_begin(*srv, call, h->round_id, h->trainer_rank,
+                         h->update_info, h->packed_buffer_size_bytes,
+                         h->delta_base, &resume, push);
+  if (wt_rpc_is_parked(st)) return st;
+  wt__v1__push_weights_chunk__free_unpacked(ps->header, NULL);
+  ps->header = NULL;
+  return st;
+}
+
+/* Reads the stream of `ps` to its end (a header first when none came),
+ * then ends the push; frees ps unless the call parked. */
+static wt_status *push_run(wt_rpc_call *call, push_stream *ps) {
+  wt_server *srv = ps->user;
   wt_status *st = NULL;
-  uint64_t nmsg = 0;
   wt_srv_push *push = NULL;
   grpc_byte_buffer *bb = NULL;
   Wt__V1__PushWeightsChunk *msg = NULL;
   wt_chunk_view view;
+  if (ps->header != NULL) { /* resumed: its turn came */
+    st = push_begin(call, ps, &srv, &push);
+    if (wt_rpc_is_parked(st)) return st;
+    if (st != NULL) goto out;
+  }
   for (;;) {
     st = wt_rpc_call_read_raw_within(
         call, read_timeout(srv, push != NULL),
         push ? "the next chunk" : "the PushWeights header", &bb);
     if (st != NULL) goto out; /* silent, gone, or the call ended */
     if (bb == NULL) break;    /* half-closed */
-    nmsg++;
+    ps->nmsg++;
     if (push != NULL && wt_chunk_view_of(bb, &view)) {
       /* The data path: the bytes stay where gRPC received them. */
       grpc_byte_buffer *owned = bb;
@@ -524,30 +569,32 @@ static wt_status *push_weights(wt_rpc_call *call,
       WT_FAIL(WT_INVALID_ARGUMENT,
               "PushWeights message %" PRIu64
               ": malformed wt.v1.PushWeightsChunk (%zu bytes)",
-              nmsg, len);
+              ps->nmsg, len);
     if ((st = wt_pb_check_utf8(&msg->base)) != NULL) {
-      st = wt_status_prefix(st, "PushWeights message %" PRIu64, nmsg);
+      st = wt_status_prefix(st, "PushWeights message %" PRIu64, ps->nmsg);
       goto out;
     }
     if (msg->payload_case == WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_HEADER) {
-      const Wt__V1__PushWeightsHeader *h = msg->header;
       if (push != NULL)
         WT_FAIL(WT_INVALID_ARGUMENT,
                 "PushWeights message %" PRIu64
                 ": a second header; one PushWeights call carries one header",
-                nmsg);
-      /* From here on the push and its deadlines are the named set's. */
-      WT_CHECK(wt_srv_route(user, h->adapter, &srv));
-      WT_CHECK(wt_srv_push_begin(srv, call, h->round_id, h->trainer_rank,
-                                 h->update_info, h->packed_buffer_size_bytes,
-                                 h->delta_base, &push));
+                ps->nmsg);
+      /* Kept in ps before the push may park: a resume on another thread
+       * reads it from there. */
+      ps->header = msg;
+      msg = NULL;
+      st = push_begin(call, ps, &srv, &push);
+      if (wt_rpc_is_parked(st)) return st;
+      if (st != NULL) goto out;
+      continue;
     } else if (msg->payload_case == WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_CHUNK) {
       const Wt__V1__BucketChunk *c = msg->chunk;
       if (push == NULL)
         WT_FAIL(WT_INVALID_ARGUMENT,
                 "PushWeights message %" PRIu64 " is a chunk (bucket %" PRIu32
                 " offset %" PRIu64 "); the first message must be a header",
-                nmsg, c->bucket, c->offset);
+                ps->nmsg, c->bucket, c->offset);
       struct iovec iov = {c->data.data, c->data.len};
       Wt__V1__PushWeightsChunk *owned = msg;
       msg = NULL;
@@ -562,7 +609,7 @@ static wt_status *push_weights(wt_rpc_call *call,
                 " is a delta chunk (bucket %" PRIu32 " offset %" PRIu64
                 "); the first message must be a "
                 "header",
-                nmsg, c->bucket, c->offset);
+                ps->nmsg, c->bucket, c->offset);
       Wt__V1__PushWeightsChunk *owned = msg;
       msg = NULL;
       WT_CHECK(wt_srv_push_delta(push, c->bucket, c->offset, c->raw_length,
@@ -573,10 +620,8 @@ static wt_status *push_weights(wt_rpc_call *call,
       WT_FAIL(WT_INVALID_ARGUMENT,
               "PushWeights message %" PRIu64
               " has neither a header nor a chunk",
-              nmsg);
+              ps->nmsg);
     }
-    wt__v1__push_weights_chunk__free_unpacked(msg, NULL);
-    msg = NULL;
   }
   if (push == NULL)
     WT_FAIL(WT_INVALID_ARGUMENT,
@@ -602,10 +647,26 @@ out:
       wt_status_free(end);
     }
   }
-  if (st != NULL && nmsg > 0)
+  if (st != NULL && ps->nmsg > 0)
     WT_LOGW("server", "PushWeights from %s: %s", wt_rpc_call_peer(call),
             wt_status_message(st));
+  push_stream_free(ps);
   return st;
+}
+
+static wt_status *push_resume(wt_rpc_call *call, void *arg, void *user) {
+  (void)user;
+  return push_run(call, arg);
+}
+
+static wt_status *push_weights(wt_rpc_call *call,
+                               const ProtobufCMessage *request, void *user) {
+  (void)request;
+  push_stream *ps = calloc(1, sizeof(*ps));
+  if (ps == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "PushWeights: out of memory");
+  ps->user = user;
+  return push_run(call, ps);
 }
 
 /* --- versions ------------------------------------------------------------- */

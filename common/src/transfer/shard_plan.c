@@ -467,6 +467,15 @@ wt_status *wt_shard_plan_digest(const Wt__V1__ShardPlan *plan,
   put_bytes(h, tag, sizeof(tag) - 1);
   put_u32(h, (uint32_t)plan->n_ranks);
   put_bytes(h, plan->nonce.data, plan->nonce.len);
+  /* A generation is part of what the ranks agree on (0: none, hashed as
+   * before generations, so such a plan's digest is unchanged). */
+  if (plan->generation != 0) {
+    static const char gtag[] = "generation";
+    put_bytes(h, gtag, sizeof(gtag) - 1);
+    uint8_t g[8];
+    for (int k = 0; k < 8; k++) g[k] = (uint8_t)(plan->generation >> (8 * k));
+    wt_hasher_update(h, g, 8);
+  }
   for (size_t r = 0; r < plan->n_ranks; r++) {
     const Wt__V1__RankBoxes *rb = plan->ranks[r];
     put_u32(h, rb ? rb->rank : UINT32_MAX);
@@ -563,6 +572,7 @@ wt_status *wt_shard_plan_build(const Wt__V1__ShardPlan *layouts,
     if (e[i].send && !append_box(p->ranks[e[i].rank], &e[i]))
       WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");
   p->world_size = world;
+  p->generation = layouts->generation;
   if (layouts->nonce.len) {
     p->nonce.data = malloc(layouts->nonce.len);
     if (p->nonce.data == NULL) WT_FAIL(WT_RESOURCE_EXHAUSTED, "out of memory");

@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import time
 from ctypes import byref, c_void_p
 
 from . import _lib
@@ -90,13 +91,15 @@ def layout(tensors, rank: int) -> dict:
     return {"rank": int(rank), "boxes": out}
 
 
-def build_plan(layouts, nonce: bytes = b"") -> dict:
+def build_plan(layouts, nonce: bytes = b"", generation: int = 0) -> dict:
     """The plan every rank computes from all the ranks' layouts (C: the
     checks, the replicate rule and the digest). InvalidArgument naming the
     rank and the tensor when they disagree, overlap or leave bytes out."""
     req = {"ranks": list(layouts), "world_size": len(layouts)}
     if nonce:
         req["nonce"] = base64.b64encode(nonce).decode()
+    if generation:
+        req["generation"] = str(int(generation))
     p = c_void_p()
     _lib.check(_lib.lib().wt_bindings_shard_plan(json.dumps(req).encode(),
                                                  byref(p)))
@@ -166,14 +169,18 @@ class ShardedTrainer:
         group = group if group is not None else TorchGroup()
         self.rank = group.rank() if rank is None else int(rank)
         mine = layout(tensors, self.rank)
-        # Each init is a new plan: the nonce of the group's first rank.
+        # Each init is a new plan: the nonce of the group's first rank, and
+        # its clock as the plan's generation (a server refuses an older
+        # plan: a stale rank's init cannot replace this one).
         gathered = group.allgather({"layout": mine,
+                                    "generation": time.time_ns(),
                                     "nonce": base64.b64encode(
                                         os.urandom(16)).decode(),
                                     "secret": base64.b64encode(
                                         os.urandom(32)).decode()})
         nonce = base64.b64decode(gathered[0]["nonce"])
-        self.plan = build_plan([g["layout"] for g in gathered], nonce)
+        self.plan = build_plan([g["layout"] for g in gathered], nonce,
+                               gathered[0]["generation"])
         self.world_size = len(gathered)
         self.digest = self.plan["digest"]
         boxes = self.plan["ranks"][self.rank].get("boxes", [])

@@ -756,7 +756,7 @@ static void test_device_tensor_refused(void) {
 
 static void *set_later(void *flag) {
   wtt_sleep_ms(150);
-  *(volatile int *)flag = 1;
+  __atomic_store_n((int *)flag, 1, __ATOMIC_RELEASE);
   return NULL;
 }
 

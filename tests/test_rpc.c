@@ -53,6 +53,15 @@ typedef struct fixture {
 
 static fixture F;
 
+/* F's field `x`, read under F.mu. */
+#define F_READ(x)                \
+  __extension__({                \
+    pthread_mutex_lock(&F.mu);   \
+    __typeof__(F.x) v_ = F.x;    \
+    pthread_mutex_unlock(&F.mu); \
+    v_;                          \
+  })
+
 /* Waits until `pred` holds (under F.mu), for up to `ms`. */
 static bool wait_for(bool (*pred)(void), int64_t ms) {
   int64_t end = wt_mono_ms() + ms;
@@ -460,7 +469,7 @@ static void test_client_stream(void) {
   wt_pb_free(resp);
   wt_rpc_client_stream_destroy(s);
   CU_ASSERT_TRUE(wait_for(push_done, 2000));
-  CU_ASSERT_EQUAL(F.push_sum, sum);
+  CU_ASSERT_EQUAL(F_READ(push_sum), sum);
   free(data);
 
   /* An empty stream is a valid one. */
@@ -499,7 +508,8 @@ static void test_server_stream(void) {
   }
   wt_rpc_server_stream_destroy(s);
   /* The server sees the client's deadline. */
-  CU_ASSERT(F.watch_remaining_ms > 3000 && F.watch_remaining_ms <= 5100);
+  int64_t seen_ms = F_READ(watch_remaining_ms);
+  CU_ASSERT(seen_ms > 3000 && seen_ms <= 5100);
 
   /* Abandoning a stream half-read is fine too; so is having no deadline. */
   WT_ASSERT_OK(wt_rpc_server_stream_open(F.ch, M_WATCH, &req.base,
@@ -510,7 +520,7 @@ static void test_server_stream(void) {
                                          &m, &done));
   wt_pb_free(m);
   wt_rpc_server_stream_destroy(s);
-  CU_ASSERT_EQUAL(F.watch_remaining_ms, -1);
+  CU_ASSERT_EQUAL(F_READ(watch_remaining_ms), -1);
   assert_serving();
   stop();
 }
@@ -598,10 +608,10 @@ static void test_watch_streams(void) {
   /* A client that leaves closes its stream on the server. */
   WT_ASSERT_OK(wt_rpc_server_stream_open(F.ch, M_CHECK, &req.base, 10000, &a));
   int64_t end = wt_mono_ms() + 5000;
-  while (F.nstreams < 1 && wt_mono_ms() < end) usleep(2000);
+  while (F_READ(nstreams) < 1 && wt_mono_ms() < end) usleep(2000);
   wt_rpc_server_stream_destroy(a);
   CU_ASSERT_TRUE(wait_for(streams_gone, 5000));
-  CU_ASSERT_EQUAL(F.streams_closed, 3);
+  CU_ASSERT_EQUAL(F_READ(streams_closed), 3);
   /* A refused opening ends the call with the opener's status. */
   req.all_workers = true;
   WT_ASSERT_OK(wt_rpc_server_stream_open(F.ch, M_CHECK, &req.base, 10000, &a));
@@ -611,14 +621,14 @@ static void test_watch_streams(void) {
   wt_rpc_server_stream_destroy(a);
   /* ... and its opener, which kept nothing, hears of no close. */
   usleep(200 * 1000);
-  CU_ASSERT_EQUAL(F.streams_closed, 3);
+  CU_ASSERT_EQUAL(F_READ(streams_closed), 3);
   /* Shutdown with one open: it closes. */
   req.all_workers = false;
   WT_ASSERT_OK(wt_rpc_server_stream_open(F.ch, M_CHECK, &req.base, 10000, &a));
   end = wt_mono_ms() + 5000;
-  while (F.nstreams < 1 && wt_mono_ms() < end) usleep(2000);
+  while (F_READ(nstreams) < 1 && wt_mono_ms() < end) usleep(2000);
   stop();
-  CU_ASSERT_EQUAL(F.nstreams, 0);
+  CU_ASSERT_EQUAL(F_READ(nstreams), 0);
   wt_rpc_server_stream_destroy(a);
 }
 
@@ -706,7 +716,7 @@ static void test_deadline_exceeded(void) {
   CU_ASSERT(took < 1500);
   /* The server saw the deadline pass too, and its handler returned. */
   CU_ASSERT_TRUE(wait_for(none_blocked, 2000));
-  CU_ASSERT_EQUAL(F.saw_cancel, 1);
+  CU_ASSERT_EQUAL(F_READ(saw_cancel), 1);
   assert_serving();
   stop();
 }
@@ -761,7 +771,7 @@ static void test_async_unary_cancel(void) {
   WT_ASSERT_ERR(wt_rpc_pending_wait(p, NULL), WT_CANCELLED, M_UPDATE);
   CU_ASSERT_TRUE(wait_for(none_blocked, 2000));
   CU_ASSERT(wt_mono_ms() - t0 < 1000);
-  CU_ASSERT_EQUAL(F.saw_cancel, 1);
+  CU_ASSERT_EQUAL(F_READ(saw_cancel), 1);
 
   /* A pending call can be dropped without reading its response. */
   WT_ASSERT_OK(update_start(10000, &p));
@@ -832,7 +842,7 @@ static void test_server_cancels_call(void) {
   wt_rpc_call_cancel(F.push_call, WT_ABORTED, "round 7 was aborted: test");
   pthread_mutex_unlock(&F.mu);
   CU_ASSERT_TRUE(wait_for(push_done, 2000));
-  CU_ASSERT_EQUAL(F.push_code, WT_CANCELLED);
+  CU_ASSERT_EQUAL(F_READ(push_code), WT_CANCELLED);
   WT_ASSERT_ERR(wt_rpc_client_stream_finish(
                     s, &wt__v1__push_weights_response__descriptor, NULL),
                 WT_ABORTED, "ABORTED: round 7 was aborted: test");
@@ -861,7 +871,7 @@ static void test_client_cancels_stream(void) {
   /* The handler, blocked in its next read, learns at once. */
   CU_ASSERT_TRUE(wait_for(push_done, 2000));
   CU_ASSERT(wt_mono_ms() - t0 < 1000);
-  CU_ASSERT_EQUAL(F.push_code, WT_CANCELLED);
+  CU_ASSERT_EQUAL(F_READ(push_code), WT_CANCELLED);
   Wt__V1__PushWeightsChunk msg = WT__V1__PUSH_WEIGHTS_CHUNK__INIT;
   WT_ASSERT_ERR(wt_rpc_client_stream_write(s, &msg.base), WT_CANCELLED, M_PUSH);
   wt_rpc_client_stream_destroy(s);
@@ -895,9 +905,9 @@ static void test_shutdown_with_call_in_flight(void) {
   int64_t took = wt_mono_ms() - t0;
   CU_ASSERT(took >= 250);
   CU_ASSERT(took < 2000);
-  CU_ASSERT_EQUAL(F.shutdown_hooks, 1);
+  CU_ASSERT_EQUAL(F_READ(shutdown_hooks), 1);
   CU_ASSERT_EQUAL(F.blocked, 0);
-  CU_ASSERT_EQUAL(F.saw_cancel, 1);
+  CU_ASSERT_EQUAL(F_READ(saw_cancel), 1);
   wt_status *st = wt_rpc_pending_wait(p, NULL);
   CU_ASSERT_PTR_NOT_NULL(st);
   CU_ASSERT(wt_status_code(st) == WT_CANCELLED ||
@@ -905,7 +915,7 @@ static void test_shutdown_with_call_in_flight(void) {
   wt_status_free(st);
   /* Shutting down twice is harmless; so are calls to a stopped server. */
   wt_rpc_server_shutdown(F.server, 300);
-  CU_ASSERT_EQUAL(F.shutdown_hooks, 1);
+  CU_ASSERT_EQUAL(F_READ(shutdown_hooks), 1);
   Wt__V1__GetWeightVersionRequest req =
       WT__V1__GET_WEIGHT_VERSION_REQUEST__INIT;
   ProtobufCMessage *resp = NULL;

@@ -199,9 +199,10 @@ static wt_status *f_device_uuid(int device, char out[WT_CUDA_UUID_MAX]) {
  * default stream, as in CUDA: nothing queued on it here. */
 static wt_status *f_sync(void *handle, const char *what) {
   static const int idle = 1;
-  volatile const int *flag = handle ? handle : &idle;
-  for (int i = 0; i < 5000 && *flag == 0; i++) usleep(1000);
-  if (*flag == 0)
+  const int *flag = handle ? handle : &idle;
+  for (int i = 0; i < 5000 && __atomic_load_n(flag, __ATOMIC_ACQUIRE) == 0; i++)
+    usleep(1000);
+  if (__atomic_load_n(flag, __ATOMIC_ACQUIRE) == 0)
     return wt_status_new(WT_DEADLINE_EXCEEDED, "fake %s never completed", what);
   pthread_mutex_lock(&mu);
   stats.syncs++;

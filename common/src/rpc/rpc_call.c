@@ -150,7 +150,7 @@ static void call_send_status(wt_rpc_call *c, const wt_status *st) {
   }
   grpc_slice_unref(c->status_details);
   c->status_details = rpc_status_details(st ? wt_status_message(st) : "");
-  c->status_code = wt_status_code(st);
+  atomic_store(&c->status_code, (int)wt_status_code(st));
   ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
   ops[n].data.send_status_from_server.status =
       wt_code_to_grpc(wt_status_code(st));
@@ -171,7 +171,8 @@ static void call_send_status(wt_rpc_call *c, const wt_status *st) {
 void rpc_call_on_status(wt_rpc_call *c, int ok) {
   if (!ok)
     WT_LOGD(RPC_MOD, "%s: status %s not delivered (the call was over)",
-            c->method->path, wt_code_name(c->status_code));
+            c->method->path,
+            wt_code_name((wt_code)atomic_load(&c->status_code)));
   call_unref(c);
 }
 

@@ -163,7 +163,7 @@ struct wt_rpc_call {
   rpc_tag close_tag;
   rpc_tag status_tag;
   grpc_slice status_details; /* kept until the status batch completes */
-  wt_code status_code;
+  atomic_int status_code;    /* a wt_code: read on the polling thread */
   /* One for the pool (dropped once the status is on its way), one for the
    * RECV_CLOSE_ON_SERVER batch and one for the status batch (each dropped
    * when it completes). */

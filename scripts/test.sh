@@ -25,7 +25,7 @@
 #                                (after the plain run): the timing suites
 #                                (client, rpc, trust), the fault suite
 #                                (TRIALS=1 unless set) and the FSDP2
-#                                torch ranks
+#                                torch ranks (grpc)
 #
 # Environment: BUILD_DIR overrides the build folder; JOBS the parallelism;
 # SKIP_DEPS=1 skips the package check; WT_SKIP_VLLM=1 the real-vLLM tests.
@@ -175,7 +175,7 @@ if [ "$mode" = loaded ]; then
   if [ -n "$vvenv" ] && "$vvenv/bin/python" -c 'import torch, wt_transfer' 2>/dev/null; then
     (cd python && WT_REQUIRE_TORCH=1 WT_SERVER_BIN=$PWD/../$build/prefix/bin/wt-server \
        "$vvenv/bin/python" -m pytest -q -rs -p no:cacheprovider \
-       tests/test_torch_multirank.py) || status=$?
+       -k grpc tests/test_torch_multirank.py) || status=$?
   else
     echo "loaded: the FSDP2 torch ranks not run: no vLLM venv with torch and wt_transfer (run scripts/test.sh first)"
     status=1

@@ -1537,7 +1537,11 @@ static void test_readers_below_rounds(void) {
     calls += loops[i].calls;
     refused += loops[i].refused;
   }
-  wtt_assert_model_seed(&s, 204);
+  /* Read in-process: on a loaded host (scripts/test.sh --loaded) the
+   * readers' niced hashing threads get a few percent of the CPUs, and a
+   * ChecksumWeights of 504 MiB then outlasts its 10 s deadline, by
+   * design (readers come after everything else). */
+  wtt_assert_model_seed_direct(&s, 204);
   printf(
       "\n  llama-256m round (median of 5): %lld ms alone, %lld ms beside "
       "16 checksum loops of one peer (%d calls ended, %d refused or "

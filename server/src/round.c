@@ -328,6 +328,17 @@ wt_status *wt_srv_init_engine(wt_server *srv,
   wt_srv_plan_free(srv->round.plan);
   srv->round.plan = plan;
   plan = NULL;
+  {
+    /* A plan's ranks call at once (every start, every push): the round
+     * class queues at least two calls per rank, beside its running places
+     * (the plan bounds the ranks). */
+    wt_rpc_server *rpc = srv->base ? srv->base->rpc : srv->rpc;
+    if (rpc != NULL && srv->round.plan != NULL) {
+      uint32_t world = 0, joined = 0;
+      wt_srv_plan_info(srv->round.plan, &world, &joined);
+      wt_rpc_server_class_queue_floor(rpc, WT_CLASS_ROUND, (int)(2 * world));
+    }
+  }
   if (srv->round.plan != NULL) /* the first rank: never refused */
     wt_status_free(
         wt_srv_plan_join_locked(srv->round.plan, init->shard_plan->rank, peer));

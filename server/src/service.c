@@ -730,6 +730,18 @@ static void hash_part_run(void *arg) {
   j->st = wt_param_store_hash_part(j->s, j->i, j->off, j->len, j->h);
 }
 
+/* A reader's part, copied out of the store: hashed without its lock. */
+typedef struct hash_copy_job {
+  const uint8_t *buf;
+  size_t len;
+  wt_hasher *h;
+} hash_copy_job;
+
+static void hash_copy_run(void *arg) {
+  hash_copy_job *j = arg;
+  wt_hasher_update(j->h, j->buf, j->len);
+}
+
 typedef struct halt_arg {
   wt_server *srv;
   wt_rpc_call *call;
@@ -750,7 +762,9 @@ static wt_status *checksum_weights(wt_rpc_call *call,
       (const Wt__V1__ChecksumWeightsRequest *)request;
   wt_status *st = wt_srv_route(user, req->adapter, &srv);
   if (st != NULL) return st;
+  bool trainer = wt_rpc_call_trainer(call);
   wt_param_store *s0 = store0(srv);
+  uint8_t *copy = NULL; /* a reader's part, out of a host store */
   size_t *idx = NULL;
   unsigned char *seen = NULL;
   uint64_t *commits = NULL;
@@ -827,6 +841,8 @@ static wt_status *checksum_weights(wt_rpc_call *call,
   wt_server *bsrv = srv->base ? srv->base : srv;
   budget = wt_srv_budget_take(bsrv, key);
   WT_CHECK(wt_hasher_new(alg, &h));
+  if (!trainer && (copy = malloc(CHECKSUM_PART)) == NULL)
+    WT_FAIL(WT_RESOURCE_EXHAUSTED, "ChecksumWeights: out of memory");
   halt_arg ha = {srv, call};
   for (uint32_t w = 0; w < nw; w++) {
     wt_param_store *s = wt_worker_store(srv->workers[w]);
@@ -859,9 +875,29 @@ static wt_status *checksum_weights(wt_rpc_call *call,
           same = wt_param_store_commits(wt_worker_store(srv->workers[e])) ==
                  commits[e];
         hash_part_job job = {s, idx[k], off, part, h, NULL};
-        if (same) wt_hash_pool_run(srv->readers.hashers, hash_part_run, &job);
-        if (same) st = job.st;
+        /* A trainer's own check (wt-push --verify) hashes on its thread, at
+         * the trainer's priority: readers' niced threads may get a few
+         * percent of a loaded host, and a trainer waits on no reader. */
+        if (same && trainer) hash_part_run(&job);
+        bool copied = false;
+        if (same && !trainer &&
+            wt_mem_kind_host_addressable(wt_param_store_memory(s))) {
+          /* A reader's part of a host store: copied under the lock at this
+           * thread's priority, hashed after it at the pool's. A niced
+           * thread never holds the lock: on a loaded host it could wait
+           * seconds for a CPU while a commit waits for it. */
+          memcpy(copy, (const uint8_t *)wt_param_store_live(s, idx[k]) + off,
+                 part);
+          copied = true;
+        } else if (same && !trainer) {
+          wt_hash_pool_run(srv->readers.hashers, hash_part_run, &job);
+        }
+        if (same && !copied) st = job.st;
         wt_param_store_read_unlock(s);
+        if (copied) {
+          hash_copy_job cj = {copy, part, h};
+          wt_hash_pool_run(srv->readers.hashers, hash_copy_run, &cj);
+        }
         if (!same) st = version_changed((size_t)w * n + k, total);
         off += part;
         /* Halted while it waits: the next part's check says so. */
@@ -888,6 +924,7 @@ static wt_status *checksum_weights(wt_rpc_call *call,
   resp.checksums = pp;
   st = wt_rpc_call_respond(call, &resp.base);
 out:
+  free(copy);
   wt_hasher_free(h);
   if (budget != NULL)
     wt_srv_budget_release(srv->base ? srv->base : srv, budget);

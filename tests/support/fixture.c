@@ -422,6 +422,31 @@ void wtt_assert_model_seed(const wtt_server *s, uint64_t seed) {
   free(seeds);
 }
 
+void wtt_assert_model_seed_direct(const wtt_server *s, uint64_t seed) {
+  size_t cap = 1 << 20;
+  unsigned char *want = malloc(cap), *got = malloc(cap);
+  CU_ASSERT_FATAL(want != NULL && got != NULL);
+  for (uint32_t w = 0; w < s->workers; w++)
+    for (size_t i = 0; i < s->n; i++)
+      for (uint64_t at = 0; at < s->metas[i].nbytes; at += cap) {
+        size_t len = s->metas[i].nbytes - at < cap
+                         ? (size_t)(s->metas[i].nbytes - at)
+                         : cap;
+        wt_synthetic_fill(&s->metas[i], seed, at, want, len);
+        WT_ASSERT_OK(
+            wt_param_store_read(wt_server_store(s->srv, w), i, at, got, len));
+        if (memcmp(want, got, len) != 0) {
+          CU_FAIL("a worker's bytes are not the trainer's");
+          printf("\n  worker %u: '%s' differs in [%llu, +%zu)\n", w,
+                 s->metas[i].name, (unsigned long long)at, len);
+          goto out;
+        }
+      }
+out:
+  free(want);
+  free(got);
+}
+
 /* --- update info ---------------------------------------------------------- */
 
 void wtt_upd_init(wtt_upd *u, const wt_tensor_meta *metas, const size_t *idx,

@@ -170,6 +170,10 @@ void wtt_expected_digest(const wt_tensor_meta *m, uint64_t seed,
 void wtt_assert_model(const wtt_server *s, const uint64_t *seeds,
                       wt_hash_alg alg);
 void wtt_assert_model_seed(const wtt_server *s, uint64_t seed);
+/* The same bytes, read from each worker's store in this process (no RPC):
+ * for tests whose host is loaded on purpose, where ChecksumWeights' hashing
+ * threads, niced below everything (docs/trust.md), would take their time. */
+void wtt_assert_model_seed_direct(const wtt_server *s, uint64_t seed);
 
 /* A trainer's tensors for s's model in one device allocation on cuda:0,
  * filled with synthetic `seed` (what wtt_assert_model_seed checks), each at

@@ -292,6 +292,10 @@ const char *wt_rpc_call_peer(const wt_rpc_call *call);
  * connection from this host, "ip:ADDR" otherwise; into key[0..n). */
 void wt_rpc_call_peer_key(const wt_rpc_call *call, char *key, size_t n);
 
+/* True when the call runs in the trainers' class (wt_rpc_class.trainers):
+ * it presented a trainer's token. */
+bool wt_rpc_call_trainer(const wt_rpc_call *call);
+
 /* True once the client cancelled, went away, or the deadline passed (or the
  * server is shutting down and cancelled the call). Thread-safe. */
 bool wt_rpc_call_cancelled(wt_rpc_call *call);
@@ -388,6 +392,11 @@ void wt_rpc_call_complete(wt_rpc_call *call, wt_status *st);
  * before the calls that wait for one. `arg` stays the caller's (fn frees it
  * if it owns it). Never blocks; any thread. */
 void wt_rpc_call_resume(wt_rpc_call *call, wt_rpc_resume_fn fn, void *arg);
+
+/* Lets class `cls` queue at least `n` calls (0: its configured queue
+ * only), for a burst the caller expects: a shard plan's ranks all calling
+ * at once. The caller bounds n. */
+void wt_rpc_server_class_queue_floor(wt_rpc_server *s, size_t cls, int n);
 
 /* Calls of class `cls` parked now (tests, metrics). */
 int wt_rpc_server_parked(wt_rpc_server *s, size_t cls);

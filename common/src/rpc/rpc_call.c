@@ -263,6 +263,10 @@ int64_t wt_rpc_call_remaining_ms(const wt_rpc_call *call) {
   return (int64_t)left.tv_sec * 1000 + (left.tv_nsec + 999999) / 1000000;
 }
 
+bool wt_rpc_call_trainer(const wt_rpc_call *call) {
+  return call->pool != NULL && call->pool->cfg.trainers;
+}
+
 bool wt_rpc_call_cancelled(wt_rpc_call *call) {
   return atomic_load(&call->cancelled) || wt_rpc_call_remaining_ms(call) == 0;
 }

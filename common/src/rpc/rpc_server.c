@@ -163,7 +163,9 @@ static void *pool_main(void *arg) {
 
 /* Admits a call of pool p, or says why not (the caller rejects). Under mu. */
 static bool pool_admit_locked(rpc_pool *p) {
-  return p->running + p->queued < p->cfg.max_running + p->cfg.max_queued;
+  int queue = p->cfg.max_queued > p->queue_floor ? p->cfg.max_queued
+                                                  : p->queue_floor;
+  return p->running + p->queued < p->cfg.max_running + queue;
 }
 
 /* Queues an admitted call for a thread, starting one when no thread is
@@ -234,6 +236,13 @@ void wt_rpc_call_resume(wt_rpc_call *c, wt_rpc_resume_fn fn, void *arg) {
               p->cfg.name, strerror(rc));
   }
   pthread_cond_signal(&p->work_cv);
+  wt_mutex_unlock(&s->mu);
+}
+
+void wt_rpc_server_class_queue_floor(wt_rpc_server *s, size_t cls, int n) {
+  if (cls >= s->npools) return;
+  wt_mutex_lock(&s->mu);
+  s->pools[cls].queue_floor = n > 0 ? n : 0;
   wt_mutex_unlock(&s->mu);
 }
 

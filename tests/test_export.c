@@ -814,12 +814,13 @@ static void test_leases_beside_rounds(void) {
   }
   atomic_store(&h.stop, true);
   for (int i = 0; i < HOLDERS; i++) pthread_join(th[i], NULL);
-  printf("\n  %d rounds beside %d lease holders in %lld ms (slowest %lld "
-         "ms): %d acquires, %d unanswered, %d refused%s%s\n",
-         done, HOLDERS, (long long)(wt_mono_ms() - t0), (long long)worst,
-         atomic_load(&h.acquires), atomic_load(&h.unanswered),
-         atomic_load(&h.refused), h.first_refusal[0] ? "; the first: " : "",
-         h.first_refusal);
+  printf(
+      "\n  %d rounds beside %d lease holders in %lld ms (slowest %lld "
+      "ms): %d acquires, %d unanswered, %d refused%s%s\n",
+      done, HOLDERS, (long long)(wt_mono_ms() - t0), (long long)worst,
+      atomic_load(&h.acquires), atomic_load(&h.unanswered),
+      atomic_load(&h.refused), h.first_refusal[0] ? "; the first: " : "",
+      h.first_refusal);
   CU_ASSERT_EQUAL(done, ROUNDS);
   CU_ASSERT_EQUAL(atomic_load(&h.unanswered), 0);
   CU_ASSERT(atomic_load(&h.acquires) > 0);

@@ -64,8 +64,9 @@ static void workers_descending(void) {
 
 static void test_wrong_order_aborts(void) {
   if (!wt_lock_checked()) {
-    printf("\n    skipped: this build has no lock-order check "
-           "(-DWT_LOCK_CHECK=ON or a Debug build) ");
+    printf(
+        "\n    skipped: this build has no lock-order check "
+        "(-DWT_LOCK_CHECK=ON or a Debug build) ");
     return;
   }
   char err[2048];

@@ -367,8 +367,8 @@ struct wt_metrics_http {
   struct MHD_Daemon *daemon;
   wt_server *srv;
   int port;
-  char error[256];    /* libmicrohttpd's last message, for a failed start */
-  wt_mutex mu; /* conns */
+  char error[256]; /* libmicrohttpd's last message, for a failed start */
+  wt_mutex mu;     /* conns */
   metrics_conn *conns;
   pthread_t watchdog;
   atomic_bool quit;

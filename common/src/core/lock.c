@@ -28,8 +28,8 @@ static __thread int g_nheld;
 static void describe(char *buf, size_t n, uint32_t order, const char *name) {
   unsigned idx = order & 0xffff;
   if (idx)
-    snprintf(buf, n, "'%s' (rank %u, index %u)", name ? name : "?",
-             order >> 16, idx);
+    snprintf(buf, n, "'%s' (rank %u, index %u)", name ? name : "?", order >> 16,
+             idx);
   else
     snprintf(buf, n, "'%s' (rank %u)", name ? name : "?", order >> 16);
 }

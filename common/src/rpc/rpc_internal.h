@@ -87,11 +87,11 @@ typedef struct rpc_pool {
   wt_rpc_class cfg;
   size_t index;
   wt_rpc_server *server;
-  int running; /* calls in a handler (or streams open) */
-  int queued;  /* calls waiting for a thread */
-  int parked;  /* calls waiting for another party, without a thread */
+  int running;     /* calls in a handler (or streams open) */
+  int queued;      /* calls waiting for a thread */
+  int parked;      /* calls waiting for another party, without a thread */
   int queue_floor; /* the queue admits at least this many (0: cfg's) */
-  int idle;    /* threads waiting for a call */
+  int idle;        /* threads waiting for a call */
   /* Threads sending the status of a call they handled: about to take the
    * next call, so no new thread is started for it. */
   int finishing;

@@ -163,8 +163,8 @@ static void *pool_main(void *arg) {
 
 /* Admits a call of pool p, or says why not (the caller rejects). Under mu. */
 static bool pool_admit_locked(rpc_pool *p) {
-  int queue = p->cfg.max_queued > p->queue_floor ? p->cfg.max_queued
-                                                  : p->queue_floor;
+  int queue =
+      p->cfg.max_queued > p->queue_floor ? p->cfg.max_queued : p->queue_floor;
   return p->running + p->queued < p->cfg.max_running + queue;
 }
 

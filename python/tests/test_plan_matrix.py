@@ -32,6 +32,7 @@ import pytest
 
 import wt_transfer as wt
 from conftest import digests, has_backend
+from test_multirank import Group  # the stand-in group (threads), one place
 
 CHUNK = 1 << 20  # the grpc engine's default chunk (grpc_shared.h)
 SHARDS = {"4KiB": (4, 1024), "2chunk+1": (3, (2 * CHUNK + 1) // 3),
@@ -63,32 +64,6 @@ def shard_of(full, r, rows):
     return {"n": full["n"],
             "w": wt.Box(np.ascontiguousarray(w[r * rows:(r + 1) * rows]),
                         w.shape, (r * rows, 0))}
-
-
-class Group:
-    """n ranks' allgather over a barrier (TorchGroup's stand-in: threads)."""
-
-    def __init__(self, n):
-        self.n, self.slots = n, [None] * n
-        self.barrier = threading.Barrier(n, timeout=120)
-
-    def member(self, r):
-        g = self
-
-        class Member:
-            def rank(self):
-                return r
-
-            def size(self):
-                return g.n
-
-            def allgather(self, obj):
-                g.slots[r] = obj
-                g.barrier.wait()
-                out = list(g.slots)
-                g.barrier.wait()
-                return out
-        return Member()
 
 
 def run_threads(fn, ranks):
@@ -168,7 +143,7 @@ def test_cell(start_server, tmp_path, servers, ranks, shard, backend):
             pytest.skip(f"backend '{backend}' is not in this build")
 
     # Pass 1: two rounds commit, every byte the trainer's.
-    g, step = Group(ranks), threading.Barrier(ranks, timeout=120)
+    g, step = Group(ranks, timeout=120), threading.Barrier(ranks, timeout=120)
     state = {"full": full_tensors(ranks, rows, cols, 99)}
 
     def rank(r):

@@ -168,17 +168,24 @@ static bool pool_admit_locked(rpc_pool *p) {
   return p->running + p->queued < p->cfg.max_running + queue;
 }
 
-/* Queues an admitted call for a thread, starting one when no thread is
- * idle or about to be (a client that calls again the moment it has its
- * answer would otherwise start a thread per call until the limit) and the
- * class has fewer than its limit. Under mu. */
-static void pool_enqueue_locked(rpc_pool *p, wt_rpc_call *c) {
+/* Queues an admitted call for a thread (at the head: `first`, a resumed
+ * call, which was admitted before), starting one when no thread is idle or
+ * about to be (a client that calls again the moment it has its answer
+ * would otherwise start a thread per call until the limit) and the class
+ * has fewer than its limit. Under mu. */
+static void pool_enqueue_locked(rpc_pool *p, wt_rpc_call *c, bool first) {
   c->next = NULL;
-  if (p->tail)
-    p->tail->next = c;
-  else
+  if (first) {
+    c->next = p->head;
     p->head = c;
-  p->tail = c;
+    if (p->tail == NULL) p->tail = c;
+  } else {
+    if (p->tail)
+      p->tail->next = c;
+    else
+      p->head = c;
+    p->tail = c;
+  }
   p->queued++;
   if (p->idle + p->finishing < p->queued && p->nthreads < p->cfg.max_running) {
     pthread_t tid;
@@ -221,21 +228,7 @@ void wt_rpc_call_resume(wt_rpc_call *c, wt_rpc_resume_fn fn, void *arg) {
   c->resume_arg = arg;
   wt_mutex_lock(&s->mu);
   p->parked--;
-  /* Ahead of the calls that wait for admission: it was admitted. */
-  c->next = p->head;
-  p->head = c;
-  if (p->tail == NULL) p->tail = c;
-  p->queued++;
-  if (p->idle + p->finishing < p->queued && p->nthreads < p->cfg.max_running) {
-    pthread_t tid;
-    int rc = pthread_create(&tid, NULL, pool_main, p);
-    if (rc == 0)
-      p->threads[p->nthreads++] = tid;
-    else
-      WT_LOGW(RPC_MOD, "class '%s': cannot start a handler thread: %s",
-              p->cfg.name, strerror(rc));
-  }
-  pthread_cond_signal(&p->work_cv);
+  pool_enqueue_locked(p, c, true); /* it was admitted: ahead of the queue */
   wt_mutex_unlock(&s->mu);
 }
 
@@ -625,7 +618,7 @@ static void admit_call(wt_rpc_server *s, const wt_rpc_method *m,
   c->peer_slot = slot;
   c->held_bytes = request_bytes;
   wt_mutex_lock(&s->mu);
-  pool_enqueue_locked(p, c);
+  pool_enqueue_locked(p, c, false);
   wt_mutex_unlock(&s->mu);
 }
 

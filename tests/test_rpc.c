@@ -44,6 +44,7 @@ typedef struct fixture {
   uint64_t push_sum;  /* sum of every data byte PushWeights received */
   int shutdown_hooks; /* on_shutdown calls */
   int64_t watch_remaining_ms; /* wt_rpc_call_remaining_ms seen by a watch */
+  bool version_trainer;       /* wt_rpc_call_trainer seen by GetWeightVersion */
   wt_rpc_call *push_call;     /* the running PushWeights call, or NULL */
   wt_rpc_stream *streams[8];  /* open WT_RPC_WATCH streams */
   wt_rpc_call *parked[64];    /* FinishWeightUpdate("park") calls parked */
@@ -97,6 +98,9 @@ static wt_status *h_version(wt_rpc_call *call, const ProtobufCMessage *req,
   CU_ASSERT_PTR_EQUAL(req->descriptor,
                       &wt__v1__get_weight_version_request__descriptor);
   CU_ASSERT_PTR_EQUAL(user, &F);
+  pthread_mutex_lock(&F.mu);
+  F.version_trainer = wt_rpc_call_trainer(call);
+  pthread_mutex_unlock(&F.mu);
   Wt__V1__WeightVersion v = WT__V1__WEIGHT_VERSION__INIT;
   v.version = "v7";
   v.sequence = 7;
@@ -373,6 +377,9 @@ static void test_unary(void) {
   CU_ASSERT_STRING_EQUAL(v->version, "v7");
   CU_ASSERT_EQUAL(v->sequence, 7);
   wt_pb_free(resp);
+  /* A server without tokens (--no-auth): every caller may drive rounds, so
+   * each is the trainer (its checksums hash at the trainer's priority). */
+  CU_ASSERT_TRUE(F_READ(version_trainer));
 
   WT_ASSERT_OK(finish_call("step-3", 0, &resp));
   CU_ASSERT_STRING_EQUAL(

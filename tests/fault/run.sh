@@ -4,6 +4,11 @@
 # the trainer (wt-push, synthetic:llama-256m, 252.6 MiB, 2 workers per
 # server) is partway through, and each trial records:
 #
+#   lands ms    the kills: from SIGKILL to the victim's descriptors
+#               closing, when its peers can first see it gone (the kernel
+#               frees the victim's memory first: 5 ms idle, up to 1.2 s on
+#               a loaded host for a 1 GiB wt-server); server, trainer and
+#               ready ms of a kill count from there
 #   server ms   from the fault to the server's log line "round R aborted"
 #               (for the stop and the cut: from when the data deadline,
 #               DATA_TIMEOUT s after the fault, passed; the server counts
@@ -67,7 +72,32 @@ cleanup() {
 }
 trap cleanup EXIT
 
-now_ms() { date +%s%3N; }
+# now_ms: the wall clock in ms, from bash itself (a `date` is a fork and an
+# exec, tens of ms on a loaded host, and t0 was taken before it).
+now_ms() { local t=$EPOCHREALTIME; echo $((${t%[.,]*} * 1000 + 10#${t#*[.,]} / 1000)); }
+# A nap without a fork: a read that times out on a pipe nobody writes.
+exec {nap_fd}<> <(:)
+nap() { read -r -t "$1" -u "$nap_fd" _ || true; }
+# landed PID T0: sets t_land to the ms from T0 (the signal) to PID's
+# descriptors closing, by its last thread: the moment its peers can see it gone (its TCP
+# connections reset). The kernel closes them only after it has freed the
+# process's memory, and on a loaded host that alone took 0.6-1.2 s for a
+# SIGKILLed 1 GiB wt-server (the exiting thread runnable, in exit_mmap, 5 ms
+# on an idle host): the peers' times below count from here. Sets land_ms.
+landed() {
+  local end=$(($2 + wait_s * 1000)) t open
+  while :; do
+    # Each thread lets go of the descriptors as it exits, the last one
+    # (the one freeing the memory) closes them: any thread holding them.
+    open=
+    for t in /proc/"$1"/task/*; do [ -e "$t/fd/2" ] && { open=1; break; }; done
+    [ -n "$open" ] || break
+    if [ "$(now_ms)" -gt "$end" ]; then hang "$1 kept its descriptors after SIGKILL"; break; fi
+    nap 0.001
+  done
+  land_ms=$(now_ms)
+  t_land=$((land_ms - $2))
+}
 # log_ms LINE: the ms timestamp at the start of a wt log line.
 log_ms() { date -d "${1%% *}" +%s%3N; }
 hangs=0
@@ -195,7 +225,7 @@ record() { echo "$*" >>"$work/results"; }
 
 # One trial's bookkeeping (globals): t_srv t_trn t_ready intact next
 # srv_said trn_said missed.
-reset_trial() { t_srv=-; t_trn=-; t_ready=-; intact=-; next=-; srv_said=""; trn_said=""; }
+reset_trial() { t_srv=-; t_trn=-; t_ready=-; t_land=-; intact=-; next=-; srv_said=""; trn_said=""; }
 
 abort_line() { wait_log "$1" "round [0-9]+ aborted: " "$2"; }
 
@@ -237,10 +267,13 @@ check_after() { # ADDR SUMS_BEFORE BACKEND [EXTRA ADDRS...]
   if sums "$addr" | cmp -s - "$before"; then intact=yes; else intact=NO; fi
   local -a servers=(--server "$addr")
   for a in "$@"; do servers+=(--server "$a"); done
-  if timeout "$wait_s" "${cmd[@]}" "${servers[@]}" --verify --quiet >"$work/next.out" 2>&1; then
+  local rc=0
+  timeout "$wait_s" "${cmd[@]}" "${servers[@]}" --verify --quiet >"$work/next.out" 2>&1 || rc=$?
+  if [ "$rc" -eq 0 ]; then
     next=yes
   else
     next=NO
+    echo "    next round: wt-push exit status $rc$([ "$rc" = 124 ] && echo " (timed out after ${wait_s} s)")" >&2
     sed 's/^/    next round: /' "$work/next.out" | tail -n 3 >&2
   fi
 }
@@ -279,12 +312,13 @@ run_fault() { # FAULT BACKEND
         t0=$(now_ms)
         if [ "$fault" = trainer-kill ]; then
           kill -9 "$push_pid"
+          landed "$push_pid" "$t0"
           wait "$push_pid" 2>/dev/null || true
           t_trn=n/a
           trn_said="(killed)"
-          server_part "$A_log" "$from" "$t0"
+          server_part "$A_log" "$from" "$land_ms"
           t_ready=$(wait_ready "$A_addr")
-          if [ "$t_ready" != HANG ]; then t_ready=$(($(now_ms) - t0)); else hang "workers stayed updating"; fi
+          if [ "$t_ready" != HANG ]; then t_ready=$(($(now_ms) - land_ms)); else hang "workers stayed updating"; fi
         else
           kill -STOP "$push_pid"
           t_ready=$(wait_ready "$A_addr")
@@ -298,7 +332,7 @@ run_fault() { # FAULT BACKEND
           [ "$t_trn" != HANG ] && t_trn=$(($(now_ms) - t1))
         fi
         check_after "$A_addr" "$work/before" "$backend"
-        record "$fault $backend $i ok $t_srv $t_trn $t_ready $intact $next" "|$srv_said|$trn_said"
+        record "$fault $backend $i ok $t_srv $t_trn $t_ready $intact $next $t_land" "|$srv_said|$trn_said"
       done
       kill -TERM "$A_pid"; wait "$A_pid" 2>/dev/null || true
       ;;
@@ -314,16 +348,17 @@ run_fault() { # FAULT BACKEND
         fi
         t0=$(now_ms)
         kill -9 "$B_pid"
+        landed "$B_pid" "$t0"
         trainer_part "$out" "$(wait_exit "$push_pid")"
-        [ "$t_trn" != HANG ] && t_trn=$(($(now_ms) - t0))
+        [ "$t_trn" != HANG ] && t_trn=$(($(now_ms) - land_ms))
         wait "$B_pid" 2>/dev/null || true
-        server_part "$A_log" "$from" "$t0"
+        server_part "$A_log" "$from" "$land_ms"
         t_ready=$(wait_ready "$A_addr")
-        if [ "$t_ready" != HANG ]; then t_ready=$(($(now_ms) - t0)); else hang "workers stayed updating"; fi
+        if [ "$t_ready" != HANG ]; then t_ready=$(($(now_ms) - land_ms)); else hang "workers stayed updating"; fi
         start_server B "$fault-$backend-c$i"
         check_after "$A_addr" "$work/before" "$backend" "$B_addr"
         kill -TERM "$B_pid"; wait "$B_pid" 2>/dev/null || true
-        record "$fault $backend $i ok $t_srv $t_trn $t_ready $intact $next" "|$srv_said|$trn_said"
+        record "$fault $backend $i ok $t_srv $t_trn $t_ready $intact $next $t_land" "|$srv_said|$trn_said"
       done
       kill -TERM "$A_pid"; wait "$A_pid" 2>/dev/null || true
       ;;
@@ -363,7 +398,7 @@ run_fault() { # FAULT BACKEND
         server_part "$A_log" "$from" "$t0" "$((deadline_s * 1000))"
         ip link set wtflt0 up
         check_after "$A_addr" "$work/before" "$backend"
-        record "$fault $backend $i ok $t_srv $t_trn $t_ready $intact $next" "|$srv_said|$trn_said"
+        record "$fault $backend $i ok $t_srv $t_trn $t_ready $intact $next $t_land" "|$srv_said|$trn_said"
       done
       kill -TERM "$A_pid"; wait "$A_pid" 2>/dev/null || true
       ip link del wtflt0 >/dev/null 2>&1 || true
@@ -390,19 +425,20 @@ stat() { # prints "median/max" of the numbers on stdin, or "-"
     m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
     printf "%d/%d\n", m, v[n] }'
 }
-printf '\n| fault | backend | trials | server ms (median/max) | trainer ms (median/max) | ready ms (median/max) | intact | next round | hangs |\n'
-printf '| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n'
+printf '\n| fault | backend | trials | lands ms (median/max) | server ms (median/max) | trainer ms (median/max) | ready ms (median/max) | intact | next round | hangs |\n'
+printf '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n'
 for fault in $faults; do
   for backend in $backends; do
     rowfile=$work/row
     grep "^$fault $backend " "$work/results" >"$rowfile" || true
     if grep -q " skipped " "$rowfile"; then
-      printf '| %s | %s | skipped: %s | | | | | | |\n' "$fault" "$backend" \
+      printf '| %s | %s | skipped: %s | | | | | | | |\n' "$fault" "$backend" \
         "$(sed 's/.* skipped //' "$rowfile" | head -n1)"
       continue
     fi
     n=$(grep -c ' ok ' "$rowfile" || true)
     missed=$(grep -c ' missed' "$rowfile" || true)
+    land=$(awk '/ ok / {print $10}' "$rowfile" | stat)
     srv=$(awk '/ ok / {print $5}' "$rowfile" | stat)
     trn=$(awk '/ ok / {print $6}' "$rowfile" | stat)
     rdy=$(awk '/ ok / {print $7}' "$rowfile" | stat)
@@ -411,8 +447,8 @@ for fault in $faults; do
     row_hangs=$(awk '/ ok / && ($5 == "HANG" || $6 == "HANG" || $7 == "HANG")' "$rowfile" | wc -l)
     extra=""
     [ "$missed" -gt 0 ] && extra=" ($missed missed: the round ended before the fault)"
-    printf '| %s | %s | %s%s | %s | %s | %s | %s/%s | %s/%s | %s |\n' "$fault" "$backend" \
-      "$n" "$extra" "$srv" "$trn" "$rdy" "$ok_intact" "$n" "$ok_next" "$n" "$row_hangs"
+    printf '| %s | %s | %s%s | %s | %s | %s | %s | %s/%s | %s/%s | %s |\n' "$fault" "$backend" \
+      "$n" "$extra" "$land" "$srv" "$trn" "$rdy" "$ok_intact" "$n" "$ok_next" "$n" "$row_hangs"
     if [ "$n" -eq 0 ] || [ "$ok_intact" -ne "$n" ] || [ "$ok_next" -ne "$n" ] || [ "$row_hangs" -ne 0 ]; then
       status=1
     fi

@@ -292,8 +292,10 @@ const char *wt_rpc_call_peer(const wt_rpc_call *call);
  * connection from this host, "ip:ADDR" otherwise; into key[0..n). */
 void wt_rpc_call_peer_key(const wt_rpc_call *call, char *key, size_t n);
 
-/* True when the call runs in the trainers' class (wt_rpc_class.trainers):
- * it presented a trainer's token. */
+/* True when the caller is the trainer: it presented a trainer's token (its
+ * call runs in the trainers' class, wt_rpc_class.trainers), or the server
+ * has no tokens (--no-auth: every caller may drive rounds) and the method
+ * is not public. */
 bool wt_rpc_call_trainer(const wt_rpc_call *call);
 
 /* True once the client cancelled, went away, or the deadline passed (or the

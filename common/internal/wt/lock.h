@@ -69,9 +69,6 @@ typedef enum wt_lock_rank {
   /* The lease table (leases.c): taken under the round's mu by an export
    * acquire; a round's wait for leases holds only this one. */
   WT_LOCK_LEASES = 500,
-  /* The PushWeights byte budget of a server (push.c): which pushes may
-   * read their next chunk. */
-  WT_LOCK_PUSH_BUDGET = 580,
   /* A push's window (push.c): chunks handed to the workers. */
   WT_LOCK_PUSH = 600,
   /* A call's cancel callback (rpc_call.c): held while the callback runs on

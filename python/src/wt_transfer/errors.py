@@ -8,6 +8,8 @@ seed raises ValueError for bad input.
 
 from __future__ import annotations
 
+import re
+
 
 class WtError(Exception):
     """An error from wt; `code` is the gRPC status code, `message` wt's words."""
@@ -58,6 +60,33 @@ BY_CODE = {c.code: c for c in (
     AlreadyExists, PermissionDenied, ResourceExhausted, FailedPrecondition,
     Aborted, OutOfRange, Unimplemented, Internal, Unavailable, DataLoss,
     Unauthenticated)}
+
+
+# wt's error class travels through vLLM's routes in the message: a worker
+# raises "[wt:NOT_FOUND] ..." and the trainer's side raises NotFound.
+_TAG = re.compile(r"\[wt:([A-Z_]+)\] ?")
+_BY_NAME = {c.code_name: c for c in BY_CODE.values()}
+
+
+def tagged(e: WtError) -> WtError:
+    """`e` with its class name in the message, for a route that passes only
+    text (vLLM's collective_rpc, its weight-transfer routes)."""
+    if _TAG.search(e.message):
+        return e
+    out = type(e)(f"[wt:{e.code_name}] {e.message}")
+    out.__cause__ = e.__cause__ or e
+    return out
+
+
+def from_text(text: str, default: type = Unavailable,
+              prefix: str = "") -> WtError:
+    """The WtError a tagged worker message stands for (its class and the
+    worker's words), else `default` with the text."""
+    m = _TAG.search(text)
+    if m is None:
+        return default(prefix + text)
+    cls = _BY_NAME.get(m.group(1), Unknown)
+    return cls(prefix + text[:m.start()] + text[m.end():])
 
 
 def from_code(code: int, message: str) -> WtError:

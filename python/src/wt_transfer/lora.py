@@ -201,7 +201,6 @@ def _refusal(url: str, name: str, path: str, e: Exception) -> errors.WtError:
     for vLLM's other refusals (rank, target modules, ...), Unavailable for
     a server that did not answer; the message names the server, the
     adapter and the path, then vLLM's words."""
-    from .vllm import from_text
     where = f"{url} {ROUTE}: adapter '{name}' ({path}): "
     if isinstance(e, urllib.error.HTTPError):
         text = e.read().decode("utf-8", "replace")
@@ -226,7 +225,7 @@ def _refusal(url: str, name: str, path: str, e: Exception) -> errors.WtError:
         text = text.replace("export <path>", f"export {src.export}")
         default = errors.NotFound if kind == "NotFoundError" else \
             errors.FailedPrecondition
-        return from_text(text[:2000], default, where + f"HTTP {e.code}: ")
+        return errors.from_text(text[:2000], default, where + f"HTTP {e.code}: ")
     if isinstance(e, TimeoutError) or "timed out" in str(e):
         return errors.DeadlineExceeded(where + f"no answer in time: {e}")
     return errors.Unavailable(where + str(e))
@@ -453,7 +452,6 @@ def _copy_version(src: AdapterSource, name: str) -> Dict[str, Any]:
     in place: it must own them), the lease released at once. Errors are
     tagged WtErrors naming the adapter, the version and the export."""
     from ._vllm_load import as_torch, consumer_for
-    from .vllm import tagged
     # libwt_consumer's messages start "export <socket path>: "
     where = f"adapter '{name}'" + \
         (f" (wt adapter '{src.adapter}')" if src.adapter != name else "") + \
@@ -479,9 +477,9 @@ def _copy_version(src: AdapterSource, name: str) -> Dict[str, Any]:
                    for n, a in tensors.items()}
     except errors.WtError as e:
         err = type(e)(f"{where}: {e.message}")
-        raise tagged(err) from e
+        raise errors.tagged(err) from e
     if not out:
-        raise tagged(errors.FailedPrecondition(
+        raise errors.tagged(errors.FailedPrecondition(
             f"{where}: export {src.export}: the version holds no tensors"))
     return out
 

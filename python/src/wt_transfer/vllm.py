@@ -26,7 +26,6 @@ and says so; the caller gets wt's error class and the worker's reason.
 from __future__ import annotations
 
 import json
-import re
 import time
 import urllib.error
 import urllib.request
@@ -36,31 +35,10 @@ from . import _vllm_load
 from . import errors
 from ._fanout import fan_out
 
-# wt's error class travels through vLLM's routes in the message: a worker
-# raises "[wt:NOT_FOUND] ..." and the trainer's side raises NotFound.
-_TAG = re.compile(r"\[wt:([A-Z_]+)\] ?")
-_BY_NAME = {c.code_name: c for c in errors.BY_CODE.values()}
-
-
-def tagged(e: errors.WtError) -> errors.WtError:
-    """`e` with its class name in the message, for a route that passes only
-    text (vLLM's collective_rpc, its weight-transfer routes)."""
-    if _TAG.search(e.message):
-        return e
-    out = type(e)(f"[wt:{e.code_name}] {e.message}")
-    out.__cause__ = e.__cause__ or e
-    return out
-
-
-def from_text(text: str, default: type = errors.Unavailable,
-              prefix: str = "") -> errors.WtError:
-    """The WtError a tagged worker message stands for (its class and the
-    worker's words), else `default` with the text."""
-    m = _TAG.search(text)
-    if m is None:
-        return default(prefix + text)
-    cls = _BY_NAME.get(m.group(1), errors.Unknown)
-    return cls(prefix + text[:m.start()] + text[m.end():])
+# wt's error class travels through vLLM's routes in the message
+# (errors.tagged, errors.from_text); re-exported here for older callers.
+tagged = errors.tagged
+from_text = errors.from_text
 
 
 class WtWorkerExtension:

@@ -44,7 +44,8 @@ from vllm.distributed.weight_transfer.base import (TrainerInitInfo,
 
 from . import _vllm_load, errors
 from .sources import source_iter
-from .vllm import PAUSE_MODES, from_text, register, tagged
+from .errors import from_text, tagged
+from .vllm import PAUSE_MODES, register
 
 TRANSPORTS = ("grpc", "ucx")
 

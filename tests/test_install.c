@@ -54,9 +54,22 @@ static void test_install_tree(void) {
            "cc -std=c11 -Wall -Wextra -Werror '%s/install/example.c' "
            "$(pkg-config --cflags --libs wt-client) -o '%s/example-pc' && "
            "test \"$(readlink -f \"$(ldd '%s/example-pc' | "
-           "awk '/libwt_client/ {print $3}')\")\" = '%s/lib/libwt_client.so'",
+           "awk '/libwt_client/ {print $3}')\")\" = "
+           "\"$(readlink -f '%s/lib/libwt_client.so')\"",
            prefix, wt_test_source_dir(), dir, dir, prefix);
   CU_ASSERT_EQUAL(sh(dir, "pkg-config", cmd, NULL), 0);
+
+  /* Versioned SONAMEs: each library's is libwt_X.so.MAJOR.MINOR, what a
+   * program records as NEEDED (the example above links libwt_client). */
+  snprintf(cmd, sizeof(cmd),
+           "for l in proto base common server client consumer; do "
+           "readelf -d '%s/lib/libwt_'$l.so | "
+           "grep -qF \"[libwt_$l.so.%s]\" || "
+           "{ echo \"libwt_$l: no SONAME libwt_$l.so.%s\"; exit 1; }; done && "
+           "readelf -d '%s/example-pc' | grep -qF '[libwt_client.so.%s]'",
+           prefix, WT_TEST_SOVERSION, WT_TEST_SOVERSION, dir,
+           WT_TEST_SOVERSION);
+  CU_ASSERT_EQUAL(sh(dir, "soname", cmd, NULL), 0);
 
   /* The consumer's example (docs/export.md): wt-consumer, and no gRPC. */
   snprintf(cmd, sizeof(cmd),
@@ -74,7 +87,8 @@ static void test_install_tree(void) {
            "-DCMAKE_PREFIX_PATH='%s' -DCMAKE_C_FLAGS='-Wall -Werror' "
            "> /dev/null && cmake --build '%s/cmake-build' && "
            "test \"$(readlink -f \"$(ldd '%s/cmake-build/example' | "
-           "awk '/libwt_client/ {print $3}')\")\" = '%s/lib/libwt_client.so'",
+           "awk '/libwt_client/ {print $3}')\")\" = "
+           "\"$(readlink -f '%s/lib/libwt_client.so')\"",
            wt_test_source_dir(), dir, prefix, dir, dir, prefix);
   CU_ASSERT_EQUAL(sh(dir, "cmake", cmd, NULL), 0);
 

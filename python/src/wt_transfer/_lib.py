@@ -36,22 +36,29 @@ def _candidates():
             yield pathlib.Path(d)
 
 
-def _find(name: str) -> pathlib.Path:
+def find_lib(stem: str) -> pathlib.Path:
+    """A C library by its stem ("libwt_client"): its link name (an installed
+    tree, a build tree), else its one versioned file (a wheel holds only
+    the SONAME's, libwt_client.so.MAJOR.MINOR)."""
     tried = []
     for d in _candidates():
-        p = d / name
+        p = d / f"{stem}.so"
         tried.append(str(p))
         if p.exists():
             return p
+        versioned = sorted(d.glob(f"{stem}.so.*"))
+        if versioned:
+            return versioned[0]
     raise ImportError(
-        f"wt_transfer: {name} not found (looked in {', '.join(tried)}); "
-        "reinstall with `pip install ./python`, or set WT_TRANSFER_LIB_DIR "
-        "to a directory holding it")
+        f"wt_transfer: {stem}.so not found (looked in {', '.join(tried)}, "
+        "and for a versioned file beside each); reinstall with "
+        "`pip install ./python`, or set WT_TRANSFER_LIB_DIR to a directory "
+        "holding it")
 
 
 def lib_dir() -> pathlib.Path:
     """The directory the C libraries are loaded from."""
-    return _find("libwt_client.so").parent
+    return find_lib("libwt_client").parent
 
 
 def bin_dir() -> pathlib.Path | None:
@@ -126,7 +133,7 @@ def lib():
     with _lock:
         if _lib is not None:
             return _lib
-        path = _find("libwt_client.so")
+        path = find_lib("libwt_client")
         L = ctypes.CDLL(str(path))
         st = c_void_p  # wt_status *
         errors.type_status_calls(L)

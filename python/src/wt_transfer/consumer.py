@@ -64,7 +64,7 @@ def _lib_consumer():
     with _lock:
         if _L is not None:
             return _L
-        L = ctypes.CDLL(str(_lib._find("libwt_consumer.so")))
+        L = ctypes.CDLL(str(_lib.find_lib("libwt_consumer")))
         st = c_void_p
         errors.type_status_calls(L)
         for name, res, args in (

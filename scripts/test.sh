@@ -7,14 +7,14 @@
 #                                against it, pip-installed in a venv, and
 #                                the real-vLLM tests (test_vllm_*.py) in
 #                                vLLM's CPU build (scripts/install-vllm.sh)
-#   scripts/test.sh --sanitize   AddressSanitizer + UBSan build in build-asan/
+#   scripts/test.sh --sanitize   AddressSanitizer + UBSan build in build-asan/,
+#                                with allocation-failure injection built in
+#                                (the suite alloc runs there)
 #   scripts/test.sh --ucx-current  against a current UCX (1.22, PyPI's
 #                                libucx-cu13; scripts/ucx-current.sh) in
 #                                build-ucx122/: the suites that run UCX
 #                                (ucx, trust) beside Debian's 1.13.1
-#   scripts/test.sh --alloc-faults   allocation-failure injection
-#                                (-DWT_ALLOC_FAULTS=ON) under ASan + UBSan
-#                                in build-alloc/: the suite alloc
+#   scripts/test.sh --alloc-faults   the suite alloc alone, in build-asan/
 #   scripts/test.sh --fault      the fault-injection suite
 #                                (tests/fault/run.sh, TRIALS=3 unless set)
 #                                on the normal build
@@ -51,7 +51,9 @@ done
 jobs=${JOBS:-$(nproc)}
 if [ "$mode" = sanitize ]; then
   build=${BUILD_DIR:-build-asan}
-  extra=(-DWT_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug)
+  # With allocation-failure injection built in (unarmed it only counts):
+  # the alloc suite runs with the rest, in the one sanitizer build.
+  extra=(-DWT_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug -DWT_ALLOC_FAULTS=ON)
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 elif [ "$mode" = ucx-current ]; then
@@ -78,8 +80,9 @@ elif [ "$mode" = loaded ]; then
   extra=()
   only=(-R '^(client|rpc|trust)$')
 elif [ "$mode" = alloc-faults ]; then
-  build=${BUILD_DIR:-build-alloc}
-  extra=(-DWT_ALLOC_FAULTS=ON -DWT_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug)
+  # The sanitizer build's alloc suite alone.
+  build=${BUILD_DIR:-build-asan}
+  extra=(-DWT_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug -DWT_ALLOC_FAULTS=ON)
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
   only=(-R '^alloc$')
@@ -87,6 +90,11 @@ else
   build=${BUILD_DIR:-build}
   extra=()
 fi
+
+# One absolute build folder from here on (a relative BUILD_DIR is under
+# the checkout; an absolute one stays where it says, its prefix and venv
+# with it).
+case "$build" in /*) ;; *) build=$PWD/$build ;; esac
 
 cmake -S . -B "$build" -DWT_WERROR=ON ${extra[@]+"${extra[@]}"} >/dev/null
 cmake --build "$build" -j "$jobs"
@@ -118,8 +126,8 @@ status=0
 pytest_line=""
 if [ "$mode" = normal ]; then
   PY=${PYTHON:-python3}
-  prefix=$PWD/$build/prefix
-  venv=$PWD/$build/py-venv
+  prefix=$build/prefix
+  venv=$build/py-venv
   cmake --install "$build" --prefix "$prefix" >/dev/null
   [ -x "$venv/bin/python" ] || "$PY" -m venv --system-site-packages "$venv"
   # with its ray extra (pinned): the Ray tests (test_ray_*.py) run a local
@@ -177,7 +185,7 @@ if [ "$mode" = loaded ]; then
   # The FSDP2 ranks, in the vLLM venv the plain run set up (torch is there).
   vvenv=$(bash scripts/install-vllm.sh 2>/dev/null | tail -n1 || true)
   if [ -n "$vvenv" ] && "$vvenv/bin/python" -c 'import torch, wt_transfer' 2>/dev/null; then
-    (cd python && WT_REQUIRE_TORCH=1 WT_SERVER_BIN=$PWD/../$build/prefix/bin/wt-server \
+    (cd python && WT_REQUIRE_TORCH=1 WT_SERVER_BIN=$build/prefix/bin/wt-server \
        "$vvenv/bin/python" -m pytest -q -rs -p no:cacheprovider \
        -k grpc tests/test_torch_multirank.py) || status=$?
   else

@@ -253,7 +253,8 @@ static void s_closed(wt_rpc_stream *st, void *user) {
 
 static const wt_rpc_method methods[] = {
     {M_VERSION, WT_RPC_UNARY, &wt__v1__get_weight_version_request__descriptor,
-     &wt__v1__weight_version__descriptor, h_version, 0, NULL, NULL, 0},
+     &wt__v1__weight_version__descriptor, h_version, 0, NULL, NULL,
+     WT_SCOPE_READER},
     {M_FINISH, WT_RPC_UNARY, &wt__v1__finish_weight_update_request__descriptor,
      &wt__v1__finish_weight_update_response__descriptor, h_finish, 0, NULL,
      NULL, 0},
@@ -365,6 +366,49 @@ static grpc_byte_buffer *buffer_of(const void *data, size_t len) {
 
 /* ---- tests
  * ------------------------------------------------------------------- */
+
+/* With tokens, a call keeps the scope its token granted: a trainer's
+ * token makes it the trainer's, a reader's not; a call without a token, or
+ * a reader's on a trainer's method, never reaches a handler. */
+static void test_call_scope_is_its_tokens(void) {
+  wt_token tokens[] = {{"trainer-token-0123456789", WT_SCOPE_ALL},
+                       {"reader-token-0123456789", WT_SCOPE_READER}};
+  wt_rpc_server_options opts;
+  memset(&opts, 0, sizeof(opts));
+  opts.tokens = tokens;
+  opts.ntokens = 2;
+  wt_rpc_channel_options copts = {.token = tokens[0].token};
+  start_with(&opts, &copts);
+  Wt__V1__GetWeightVersionRequest req =
+      WT__V1__GET_WEIGHT_VERSION_REQUEST__INIT;
+  ProtobufCMessage *resp = NULL;
+  WT_ASSERT_OK(wt_rpc_unary(F.ch, M_VERSION, &req.base,
+                            &wt__v1__weight_version__descriptor, 5000, &resp));
+  wt_pb_free(resp);
+  CU_ASSERT_TRUE(F_READ(version_trainer));
+
+  wt_rpc_channel *reader = NULL;
+  wt_rpc_channel_options ropts = {.token = tokens[1].token};
+  WT_ASSERT_OK(wt_rpc_channel_new(F.target, &ropts, &reader));
+  resp = NULL;
+  WT_ASSERT_OK(wt_rpc_unary(reader, M_VERSION, &req.base,
+                            &wt__v1__weight_version__descriptor, 5000, &resp));
+  wt_pb_free(resp);
+  CU_ASSERT_FALSE(F_READ(version_trainer));
+  /* FinishWeightUpdate needs the trainer's scope */
+  resp = NULL;
+  Wt__V1__FinishWeightUpdateRequest fin =
+      WT__V1__FINISH_WEIGHT_UPDATE_REQUEST__INIT;
+  fin.weight_version = "step-1";
+  wt_status *st = wt_rpc_unary(
+      reader, M_FINISH, &fin.base,
+      &wt__v1__finish_weight_update_response__descriptor, 5000, &resp);
+  CU_ASSERT_EQUAL(wt_status_code(st), WT_PERMISSION_DENIED);
+  CU_ASSERT_PTR_NULL(resp);
+  wt_status_free(st);
+  wt_rpc_channel_destroy(reader);
+  stop();
+}
 
 static void test_unary(void) {
   start();
@@ -1501,6 +1545,8 @@ static void test_signal_wait(void) {
 void wt_test_suite_rpc(void) {
   CU_pSuite s = CU_add_suite("rpc", NULL, NULL);
   CU_add_test(s, "unary round trip", test_unary);
+  CU_add_test(s, "a call's scope is its token's",
+              test_call_scope_is_its_tokens);
   CU_add_test(s, "error status and message", test_error_status);
   CU_add_test(s, "a long error message is cut, not lost",
               test_long_error_message);

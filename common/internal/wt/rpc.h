@@ -292,10 +292,11 @@ const char *wt_rpc_call_peer(const wt_rpc_call *call);
  * connection from this host, "ip:ADDR" otherwise; into key[0..n). */
 void wt_rpc_call_peer_key(const wt_rpc_call *call, char *key, size_t n);
 
-/* True when the caller is the trainer: it presented a trainer's token (its
- * call runs in the trainers' class, wt_rpc_class.trainers), or the server
- * has no tokens (--no-auth: every caller may drive rounds) and the method
- * is not public. */
+/* True when the caller may drive rounds: authorization granted it the
+ * trainer's scope (a trainer's token, whose calls run in the trainers'
+ * class, wt_rpc_class.trainers; or a server without tokens, --no-auth,
+ * where every caller may, though its call stays in its method's class).
+ * False on a public method, whose token is not read. */
 bool wt_rpc_call_trainer(const wt_rpc_call *call);
 
 /* True once the client cancelled, went away, or the deadline passed (or the

@@ -39,12 +39,14 @@ static void call_unref(wt_rpc_call *c) {
 
 wt_rpc_call *rpc_call_new(wt_rpc_server *s, const wt_rpc_method *m,
                           rpc_pool *pool, grpc_call *call,
-                          gpr_timespec deadline, ProtobufCMessage *request) {
+                          gpr_timespec deadline, uint32_t scope,
+                          ProtobufCMessage *request) {
   wt_rpc_call *c = calloc(1, sizeof(*c));
   if (c == NULL) return NULL;
   c->server = s;
   c->method = m;
   c->pool = pool;
+  c->scope = scope;
   c->call = call;
   c->deadline = gpr_convert_clock_type(deadline, GPR_CLOCK_MONOTONIC);
   c->peer = rpc_server_peer(s, call);
@@ -264,11 +266,7 @@ int64_t wt_rpc_call_remaining_ms(const wt_rpc_call *call) {
 }
 
 bool wt_rpc_call_trainer(const wt_rpc_call *call) {
-  if (call->pool != NULL && call->pool->cfg.trainers) return true;
-  /* Without tokens (--no-auth) every caller may drive rounds: each is the
-   * trainer, though its call stays in its method's class. */
-  return call->server != NULL && call->server->ntokens == 0 &&
-         call->method != NULL && call->method->scope != WT_SCOPE_PUBLIC;
+  return (call->scope & WT_SCOPE_TRAINER) != 0;
 }
 
 bool wt_rpc_call_cancelled(wt_rpc_call *call) {

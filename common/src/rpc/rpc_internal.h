@@ -159,6 +159,7 @@ struct wt_rpc_call {
   ProtobufCMessage *request;
   grpc_byte_buffer *response;
   rpc_peer *peer_slot; /* its place in its peer's quota, or NULL */
+  uint32_t scope;      /* WT_SCOPE_*: what authorization granted its caller */
   int64_t held_bytes;  /* its request's share of server->held_bytes */
   rpc_tag op_tag;
   rpc_tag close_tag;
@@ -305,11 +306,12 @@ WT_HIDDEN uint32_t rpc_token_scope(const wt_token *tokens, size_t n,
 /* --- rpc_call.c ----------------------------------------------------------- */
 
 /* A call of `m` accepted on the polling thread (takes over `call`, `peer`
- * and `request`), with its RECV_CLOSE_ON_SERVER batch started. NULL when
- * out of memory (the caller rejects the call). */
+ * and `request`), with its RECV_CLOSE_ON_SERVER batch started; `scope` is
+ * what authorization granted its caller. NULL when out of memory (the
+ * caller rejects the call). */
 WT_HIDDEN wt_rpc_call *rpc_call_new(wt_rpc_server *s, const wt_rpc_method *m,
                                     rpc_pool *pool, grpc_call *call,
-                                    gpr_timespec deadline,
+                                    gpr_timespec deadline, uint32_t scope,
                                     ProtobufCMessage *request);
 /* Runs the call's handler on a pool thread and returns its status (the
  * caller's); then rpc_call_finish sends it without waiting and drops the

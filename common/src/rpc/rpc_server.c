@@ -337,11 +337,16 @@ static void on_generic(request_slot *slot, int ok) {
 }
 
 /* WT_OK, or why the call may not run: UNAUTHENTICATED (no or a wrong
- * token), PERMISSION_DENIED (a token whose scope lacks the method's). */
+ * token), PERMISSION_DENIED (a token whose scope lacks the method's).
+ * *scope is what the caller may do (the call keeps it: wt_rpc_call_trainer):
+ * its token's scope; everything without tokens (--no-auth: any caller may
+ * drive rounds); nothing on a public method (its token is not read). */
 static wt_code authorize(wt_rpc_server *s, const wt_rpc_method *m,
                          const grpc_metadata_array *md, uint32_t *scope) {
+  *scope = 0;
+  if (m->scope == WT_SCOPE_PUBLIC) return WT_OK;
   *scope = WT_SCOPE_ALL;
-  if (s->ntokens == 0 || m->scope == WT_SCOPE_PUBLIC) return WT_OK;
+  if (s->ntokens == 0) return WT_OK;
   bool presented;
   *scope = rpc_token_scope(s->tokens, s->ntokens, md, &presented);
   uint32_t need = m->scope ? m->scope : WT_SCOPE_TRAINER;
@@ -605,7 +610,7 @@ static void admit_call(wt_rpc_server *s, const wt_rpc_method *m,
     atomic_fetch_sub(&s->held_bytes, request_bytes);
     return;
   }
-  wt_rpc_call *c = rpc_call_new(s, m, p, call, deadline, request);
+  wt_rpc_call *c = rpc_call_new(s, m, p, call, deadline, scope, request);
   if (c == NULL) {
     wt_pb_free(request);
     atomic_fetch_sub(&s->held_bytes, request_bytes);

@@ -103,6 +103,15 @@ static wt_status *ucx_create(const Wt__V1__WeightTransferInitInfo *init,
   e->connect_timeout_ms = set.connect_timeout_ms;
   unsigned major = 0, minor = 0, release = 0;
   ucp_get_version(&major, &minor, &release);
+  static atomic_bool told_old_ucx;
+  if (major == 1 && minor < 14 && !atomic_exchange(&told_old_ucx, true))
+    WT_LOGW("ucx",
+            "UCX %u.%u.%u: a trainer that dies while its connection is being "
+            "set up can abort this server (ucp_request.c: \"got REP "
+            "message\", an assertion UCX removed in openucx/ucx#8175, not in "
+            "1.13); run a UCX of 1.14 or later (PyPI's libucx-cu13: "
+            "docs/ucx.md)",
+            major, minor, release);
   if (e->listen && major == 1 && minor < 14)
     WT_FAIL(WT_INVALID_ARGUMENT,
             "init_info.options[\"ucx_connect\"] is 'sockaddr', which this "

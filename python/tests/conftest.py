@@ -7,6 +7,7 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -28,6 +29,10 @@ def _server_bin() -> str:
     if found:
         return found
     pytest.skip("no wt-server (set WT_SERVER_BIN)")
+
+
+CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE,
+                 signal.SIGILL}
 
 
 class Server:
@@ -61,6 +66,18 @@ class Server:
                 return int(line.split()[1])
         return 0
 
+    def crashed(self) -> str:
+        """Why the server died by itself (a signal of a crash: SIGSEGV,
+        SIGABRT, SIGBUS, SIGFPE, SIGILL), with its log's tail; "" when it
+        runs, exited, or was stopped or killed (SIGTERM, SIGKILL)."""
+        rc = self.proc.poll()
+        if rc is None or -rc not in CRASH_SIGNALS:
+            return ""
+        self.err.flush()
+        tail = pathlib.Path(self.err.name).read_text(errors="replace")[-4000:]
+        return (f"wt-server (pid {self.proc.pid}, {self.addr}) died of "
+                f"{signal.Signals(-rc).name}; its log ends:\n{tail}")
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -84,8 +101,12 @@ def start_server():
         return s
 
     yield start
+    # A server that crashed fails the test that started it, whatever the
+    # test saw (a crash otherwise shows only as a refused connection).
+    crashes = [c for c in (s.crashed() for s in started) if c]
     for s in started:
         s.stop()
+    assert not crashes, "\n".join(crashes)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@
 #   FUZZ_SECONDS   seconds per target (default 30)
 #   BUILD_DIR      build folder (default <repo>/build-fuzz)
 #   FUZZ_JOBS      build parallelism (default: nproc)
+#   FUZZ_BUILD_ONLY=1  build the targets, run nothing
 #
 # Exits non-zero if a target fails to build or libFuzzer reports a crash,
 # leak or timeout; the reproducer is kept under $BUILD_DIR/fuzz-artifacts/.
@@ -30,6 +31,7 @@ cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_C_COMPILER="$CC_BIN" -DWT_FUZZ=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$BUILD_DIR" -j "$FUZZ_JOBS" \
   --target "${TARGETS[@]/#/fuzz_}" >/dev/null
+[ "${FUZZ_BUILD_ONLY:-0}" = 0 ] || exit 0
 
 ARTIFACTS=$BUILD_DIR/fuzz-artifacts
 mkdir -p "$ARTIFACTS"

@@ -11,7 +11,7 @@ DEBS=(
   libcunit1-dev libucx-dev ucx-utils libjansson-dev libssl-dev libxxhash-dev libmicrohttpd-dev libzstd-dev
   python3 python3-pip python3-venv iproute2 procps openssl tmux systemd
 )
-PIP=(safetensors numpy grpcio grpcio-tools protobuf h2 pytest grpcio-health-checking
+PIP=(safetensors numpy grpcio grpcio-tools protobuf h2 pytest pytest-xdist grpcio-health-checking
      prometheus_client grpcio-reflection kubernetes-validate pyyaml)
 
 SUDO=""
@@ -30,7 +30,7 @@ fi
 
 PY=${PYTHON:-python3}
 if command -v "$PY" >/dev/null 2>&1; then
-  if ! "$PY" -c 'import safetensors, numpy, grpc, grpc_tools, h2, pytest, grpc_health.v1, prometheus_client, grpc_reflection.v1alpha, kubernetes_validate, yaml' >/dev/null 2>&1; then
+  if ! "$PY" -c 'import safetensors, numpy, grpc, grpc_tools, h2, pytest, xdist, grpc_health.v1, prometheus_client, grpc_reflection.v1alpha, kubernetes_validate, yaml' >/dev/null 2>&1; then
     echo "install-deps: pip install ${PIP[*]}"
     "$PY" -m pip install -q --disable-pip-version-check "${PIP[@]}" 2>/dev/null ||
       "$PY" -m pip install -q --disable-pip-version-check --break-system-packages "${PIP[@]}" ||

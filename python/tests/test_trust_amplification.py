@@ -24,6 +24,10 @@ import pytest
 import wt_transfer as wt
 from conftest import model_tensors
 
+# Latencies beside an attacker against the same alone: on a host of its
+# own (scripts/test.sh runs `alone` tests after its parallel pass).
+pytestmark = pytest.mark.alone
+
 grpc = pytest.importorskip("grpc", reason="no grpcio here")
 health = pytest.importorskip("grpc_health.v1.health_pb2",
                              reason="no grpcio-health-checking here")

@@ -177,7 +177,7 @@ static wt_status *create(wt_server *srv, const Wt__V1__AdapterSpec *spec,
   stopping = srv->adapters.stopping;
   wt_mutex_unlock(&srv->adapters.mu);
   if (stopping) {
-    wt_srv_shutdown(a->slot);
+    wt_srv_slot_shutdown(a->slot);
     a = NULL; /* listed: the stop frees it */
     WT_FAIL(WT_UNAVAILABLE, "adapter '%s': the server is stopping", spec->name);
   }
@@ -295,7 +295,7 @@ void wt_srv_adapters_shutdown(wt_server *srv) {
   size_t n = srv->adapters.n;
   wt_srv_adapter **list = srv->adapters.list;
   wt_mutex_unlock(&srv->adapters.mu);
-  for (size_t i = 0; i < n; i++) wt_srv_shutdown(list[i]->slot);
+  for (size_t i = 0; i < n; i++) wt_srv_slot_shutdown(list[i]->slot);
 }
 
 void wt_srv_adapters_stop(wt_server *srv) {
@@ -308,7 +308,7 @@ void wt_srv_adapters_stop(wt_server *srv) {
   srv->adapters.stopping = true;
   wt_mutex_unlock(&srv->adapters.mu);
   for (size_t i = 0; i < n; i++) {
-    wt_server_stop(list[i]->slot);
+    wt_srv_slot_stop(list[i]->slot);
     adapter_free(list[i]);
   }
   free(list);

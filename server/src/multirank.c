@@ -15,13 +15,18 @@
  * before its turn, a finish before the last, an update before the last
  * rank's are parked (wt_rpc_call_park) in the plan's waiter tables, and
  * resumed (a push whose turn came) or completed (the round committed,
- * received, or failed) by whoever ends the wait; the watchdog
+ * received, or failed) by whoever ends the wait; the watchdog's look
  * (wt_srv_plan_watch_locked) fails the round when a parked call is cut or
  * the data deadline passes, naming the ranks. Turns go in rank order, on
  * every server alike: a trainer rank that sends to several servers in
  * lockstep then never waits on one server for a rank that another server
  * serves first (issue 45: two servers deadlocked, each serving a different
  * rank first).
+ *
+ * The plan never aborts a round itself: a check of it that fails the round
+ * says why (wt_srv_plan_fail), and its caller aborts the round
+ * (round_abort.c), which completes the parked calls
+ * (wt_srv_plan_settle_locked).
  *
  * Everything here runs under the round's mu unless it says otherwise.
  */
@@ -463,19 +468,27 @@ void wt_srv_plan_kick_locked(wt_server *srv) {
   wt_rpc_call_resume(w.call, w.resume, w.arg);
 }
 
+/* The round fails for `why`, counted under `cause`: the caller aborts it. */
+static void fail_round(wt_srv_plan_fail *fail, wt_srv_cause cause,
+                       const char *why) {
+  fail->cause = cause;
+  snprintf(fail->why, sizeof(fail->why), "%s", why);
+}
+
 /* Fails the round: rank `rank`'s parked `what` call ended. */
-static void cut_locked(wt_server *srv, const char *what, uint32_t rank,
-                       wt_rpc_call *call, wt_srv_cause cause) {
+static void cut(wt_srv_plan_fail *fail, const char *what, uint32_t rank,
+                wt_rpc_call *call, wt_srv_cause cause) {
   char why[512];
   snprintf(why, sizeof(why),
            "%s from %s (rank %u): the trainer's call ended (cancelled, or "
            "the trainer is gone) while it waited for the other ranks",
            what, wt_rpc_call_peer(call), rank);
-  wt_srv_abort_round_locked(srv, cause, why);
+  fail_round(fail, cause, why);
 }
 
-bool wt_srv_plan_watch_locked(wt_server *srv) {
+bool wt_srv_plan_watch_locked(wt_server *srv, wt_srv_plan_fail *fail) {
   wt_srv_plan *p = srv->round.plan;
+  fail->why[0] = '\0';
   if (p == NULL || p->nparked == 0) return false;
   if (!round_open(srv, p)) {
     wt_srv_plan_settle_locked(srv);
@@ -484,16 +497,15 @@ bool wt_srv_plan_watch_locked(wt_server *srv) {
   wt_srv_plan_kick_locked(srv);
   for (uint32_t r = 0; r < p->world; r++) {
     if (p->push_wait[r].call && wt_rpc_call_cancelled(p->push_wait[r].call)) {
-      cut_locked(srv, "PushWeights", r, p->push_wait[r].call, WT_CAUSE_RECEIVE);
+      cut(fail, "PushWeights", r, p->push_wait[r].call, WT_CAUSE_RECEIVE);
       return true;
     }
     if (p->finish_wait[r] && wt_rpc_call_cancelled(p->finish_wait[r])) {
-      cut_locked(srv, "FinishWeightUpdate", r, p->finish_wait[r],
-                 WT_CAUSE_TIMEOUT);
+      cut(fail, "FinishWeightUpdate", r, p->finish_wait[r], WT_CAUSE_TIMEOUT);
       return true;
     }
     if (p->update_wait[r] && wt_rpc_call_cancelled(p->update_wait[r])) {
-      cut_locked(srv, "UpdateWeights", r, p->update_wait[r], WT_CAUSE_RECEIVE);
+      cut(fail, "UpdateWeights", r, p->update_wait[r], WT_CAUSE_RECEIVE);
       return true;
     }
   }
@@ -511,7 +523,8 @@ bool wt_srv_plan_watch_locked(wt_server *srv) {
              "rank(s) %s %s within the data deadline (%u ms) while %u "
              "rank(s) waited",
              ranks, verb, srv->round.data_timeout_ms, p->nparked);
-    wt_srv_abort_round_locked(srv, cause, why);
+    fail_round(fail, cause, why);
+    return false; /* the abort completes every parked call */
   }
   return p->nparked != 0;
 }
@@ -535,8 +548,10 @@ static wt_status *rank_in_round(const wt_srv_plan *p, const char *call,
 wt_status *wt_srv_plan_push_turn(wt_server *srv, wt_rpc_call *call,
                                  uint32_t rank, uint64_t round,
                                  const Wt__V1__WeightTransferUpdateInfo *info,
-                                 const wt_srv_plan_waiter *resume) {
+                                 const wt_srv_plan_waiter *resume,
+                                 wt_srv_plan_fail *fail) {
   wt_srv_plan *p = srv->round.plan;
+  fail->why[0] = '\0';
   wt_status *st = rank_in_round(p, "PushWeights", rank, round);
   if (st != NULL) return st;
   if (p->granted == rank) { /* resumed for its turn */
@@ -558,7 +573,7 @@ wt_status *wt_srv_plan_push_turn(wt_server *srv, wt_rpc_call *call,
     char why[1024];
     snprintf(why, sizeof(why), "PushWeights from %s (rank %u) failed: %s",
              call ? wt_rpc_call_peer(call) : "?", rank, wt_status_message(st));
-    wt_srv_abort_round_locked(srv, WT_CAUSE_RECEIVE, why);
+    fail_round(fail, WT_CAUSE_RECEIVE, why);
     return wt_status_prefix(st, "PushWeights");
   }
   if (srv->round.busy == NULL && p->granted == NO_RANK &&
@@ -696,9 +711,11 @@ void wt_srv_plan_pushed(wt_srv_plan *p, uint64_t round, uint32_t rank) {
 }
 
 wt_status *wt_srv_plan_finish(wt_server *srv, wt_rpc_call *call, uint32_t rank,
-                              uint64_t round, const char *version, bool *last) {
+                              uint64_t round, const char *version, bool *last,
+                              wt_srv_plan_fail *fail) {
   wt_srv_plan *p = srv->round.plan;
   char why[768];
+  fail->why[0] = '\0';
   *last = false;
   wt_status *st = rank_in_round(p, "FinishWeightUpdate", rank, round);
   if (st != NULL) return st;
@@ -712,7 +729,7 @@ wt_status *wt_srv_plan_finish(wt_server *srv, wt_rpc_call *call, uint32_t rank,
              "FinishWeightUpdate: rank %u finished without having sent its "
              "boxes",
              rank);
-    wt_srv_abort_round_locked(srv, WT_CAUSE_FINISH, why);
+    fail_round(fail, WT_CAUSE_FINISH, why);
     return wt_status_new(WT_FAILED_PRECONDITION, "%s", why);
   }
   if (p->version != NULL && strcmp(p->version, version) != 0) {
@@ -720,7 +737,7 @@ wt_status *wt_srv_plan_finish(wt_server *srv, wt_rpc_call *call, uint32_t rank,
              "FinishWeightUpdate: rank %u finishes as version '%.200s', an "
              "earlier rank as '%.200s'; every rank commits the same version",
              rank, version, p->version);
-    wt_srv_abort_round_locked(srv, WT_CAUSE_FINISH, why);
+    fail_round(fail, WT_CAUSE_FINISH, why);
     return wt_status_new(WT_INVALID_ARGUMENT, "%s", why);
   }
   if (p->version == NULL && (p->version = strdup(version)) == NULL)

@@ -150,9 +150,14 @@ wt_status *wt_srv_push_begin(wt_server *srv, wt_rpc_call *call,
               "PushWeights: rank %u: a shard plan's round takes no delta base",
               trainer_rank);
     p->plan = true;
-    /* NULL: its turn; else the call is parked (touch it no more). */
-    WT_CHECK(
-        wt_srv_plan_push_turn(srv, call, trainer_rank, round_id, info, resume));
+    /* NULL: its turn; else the call is parked (touch it no more), or its
+     * header is refused (and fails the round when the plan says so). */
+    wt_srv_plan_fail fail;
+    wt_status *turn = wt_srv_plan_push_turn(srv, call, trainer_rank, round_id,
+                                            info, resume, &fail);
+    if (fail.why[0] != '\0')
+      wt_srv_abort_round_locked(srv, fail.cause, fail.why);
+    WT_CHECK(turn);
   }
   WT_CHECK(wt_srv_need_idle_locked(srv, "PushWeights"));
   const wt_engine_ops *eops = wt_worker_engine_ops(srv->workers[0]);

@@ -22,34 +22,6 @@
 #include "wt/secure.h"
 #include "wt/lock.h"
 
-void wt_srv_log_round(uint64_t round_id) {
-  wt_log_context c = wt_log_context_get();
-  c.round = round_id;
-  wt_log_context_set(c);
-}
-
-void wt_srv_touch(wt_server *srv) {
-  atomic_store(&srv->round.last_activity_ms, wt_mono_ms());
-}
-
-/* The first worker that needs a new init, or -1. */
-static long needs_init_worker(const wt_server *srv, wt_worker_status *ws) {
-  for (uint32_t i = 0; i < srv->nworkers; i++) {
-    wt_worker_get_status(srv->workers[i], ws);
-    if (ws->state == WT_WORKER_NEEDS_INIT) return (long)i;
-  }
-  return -1;
-}
-
-const char *wt_srv_state_locked(const wt_server *srv) {
-  if (srv->round.initializing) return "initializing";
-  if (!srv->round.initialized) return "uninitialized";
-  if (srv->round.round_id != 0) return "updating";
-  wt_worker_status ws;
-  if (needs_init_worker(srv, &ws) >= 0) return "needs_init";
-  return "ready";
-}
-
 /* --- running an op on every worker ---------------------------------------- */
 
 wt_status *wt_srv_submit_all(wt_server *srv, wt_worker_op *ops,
@@ -470,7 +442,7 @@ lease_wait:
             "StartWeightUpdate: a round is in progress (state: updating); "
             "finish or abort it first");
   wt_worker_status ws;
-  long w = needs_init_worker(srv, &ws);
+  long w = wt_srv_needs_init_worker(srv, &ws);
   if (w >= 0)
     WT_FAIL(WT_FAILED_PRECONDITION,
             "StartWeightUpdate: worker %ld (%s) needs a new "
@@ -679,8 +651,12 @@ wt_status *wt_srv_finish(wt_server *srv, wt_rpc_call *call, uint64_t round_id,
   if (srv->round.plan != NULL) {
     /* Every rank finishes; all but the last wait for its commit. */
     bool last = false;
-    WT_CHECK(
-        wt_srv_plan_finish(srv, call, trainer_rank, round_id, version, &last));
+    wt_srv_plan_fail fail;
+    wt_status *fin = wt_srv_plan_finish(srv, call, trainer_rank, round_id,
+                                        version, &last, &fail);
+    if (fail.why[0] != '\0')
+      wt_srv_abort_round_locked(srv, fail.cause, fail.why);
+    WT_CHECK(fin);
     if (!last) goto out;
     /* The other ranks wait for this finish: it commits or fails the round. */
     if (srv->round.busy != NULL) {

@@ -1,8 +1,9 @@
 /* round_abort.c: how a round ends without a commit, on every worker at
- * once (see server_state.h for the locking): the abort itself, the ABORT
- * ops nobody waits for, and the error a later call of the round gets.
- * Used by the round's calls (round.c, push.c) and by a shard plan's waits
- * (multirank.c). */
+ * once (see server_state.h for the locking): the abort itself and the
+ * ABORT ops nobody waits for. Used by the round's calls (round.c, push.c),
+ * which also abort on a shard plan's word (multirank.c), and by the
+ * watchdog and the stop (slot.c); the ranks a plan parked in the round get
+ * its error (wt_srv_plan_settle_locked, with wt_srv_aborted_error). */
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -43,18 +44,6 @@ void wt_srv_submit_detached(wt_server *srv, wt_worker_op_kind kind,
       free(d);
     }
   }
-}
-
-wt_status *wt_srv_aborted_error(const wt_server *srv, const char *call,
-                                uint64_t round) {
-  if (srv->round.stopping)
-    return wt_status_new(WT_UNAVAILABLE, "%s: the server is shutting down",
-                         call);
-  if (round == srv->round.aborted_round && srv->round.abort_reason != NULL)
-    return wt_status_new(WT_ABORTED, "%s: round %" PRIu64 " was aborted: %s",
-                         call, round, srv->round.abort_reason);
-  return wt_status_new(WT_ABORTED, "%s: round %" PRIu64 " is no longer open",
-                       call, round);
 }
 
 bool wt_srv_abort_round_locked(wt_server *srv, wt_srv_cause cause,

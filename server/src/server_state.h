@@ -1,8 +1,9 @@
 /* server_state.h: a server's state, one sub-struct per subsystem with
  * its lock (struct wt_server below), and what the server's files offer
- * each other, grouped by the file that defines it. server.c starts and
- * stops the subsystems; every other file of server/src works on one of
- * them. Not installed; nothing here is part of libwt_server's API.
+ * each other, grouped by the file that defines it. slot.c starts and
+ * stops the subsystems of one served model, server.c those of the process
+ * around it; every other file of server/src works on one of them. Not
+ * installed; nothing here is part of libwt_server's API.
  *
  * Locking: the round's `mu` (round.mu) guards the round state and the
  * metrics' figures, and is only ever held for short, non-blocking work: no
@@ -266,6 +267,9 @@ struct wt_server {
   wt_server *base;
 };
 
+/* --- state.c ---------------------------------------------------------------
+ */
+
 /* The calling thread's log lines name round `round_id` from now on (the
  * RPC layer restores a handler thread's context after each call). */
 WT_HIDDEN void wt_srv_log_round(uint64_t round_id);
@@ -273,9 +277,18 @@ WT_HIDDEN void wt_srv_log_round(uint64_t round_id);
 /* Marks the round active now (any thread). */
 WT_HIDDEN void wt_srv_touch(wt_server *srv);
 
+/* The first worker that needs a new init (its status in *ws), or -1. */
+WT_HIDDEN long wt_srv_needs_init_worker(const wt_server *srv,
+                                        wt_worker_status *ws);
+
 /* "uninitialized", "initializing", "ready", "updating", "needs_init" for
  * the server as a whole; under mu. */
 WT_HIDDEN const char *wt_srv_state_locked(const wt_server *srv);
+
+/* The error a data call of `round` gets once the round was aborted; under
+ * mu. */
+WT_HIDDEN wt_status *wt_srv_aborted_error(const wt_server *srv,
+                                          const char *call, uint64_t round);
 
 /* --- param_store.c --------------------------------------------------------
  */
@@ -285,7 +298,7 @@ WT_HIDDEN const char *wt_srv_state_locked(const wt_server *srv);
  * store takes them in worker order. Before the store is shared. */
 WT_HIDDEN void wt_param_store_set_lock_index(wt_param_store *s, unsigned index);
 
-/* --- round.c ---------------------------------------------------------------
+/* --- validate.c ------------------------------------------------------------
  */
 
 /* A validated update (see wt_update), with its arrays. */
@@ -315,6 +328,9 @@ WT_HIDDEN void wt_srv_resolved_done(
 WT_HIDDEN wt_status *wt_srv_resolve_update(
     wt_server *srv, const Wt__V1__WeightTransferUpdateInfo *info,
     wt_srv_resolved *out);
+
+/* --- round.c ---------------------------------------------------------------
+ */
 
 /* InitWeightTransferEngine on every worker (in parallel), or, for a rank
  * of the shard plan the server has (init->shard_plan), a join of that init
@@ -351,18 +367,6 @@ WT_HIDDEN wt_status *wt_srv_finish(wt_server *srv, wt_rpc_call *call,
 WT_HIDDEN wt_status *wt_srv_abort(wt_server *srv, uint64_t round_id,
                                   const char *reason, bool *aborted);
 
-/* Aborts the open round (if any, and unless it is committing) for
- * `reason`, counted under `cause` (the metrics' wt_round_failures_total):
- * ends the push stream, cancels the engines and queues an ABORT on every
- * worker. Never waits. Under mu. Returns whether it aborted. */
-/* Queues an op of `kind` on every worker without waiting for it (its memory
- * is freed when it is done). */
-WT_HIDDEN void wt_srv_submit_detached(wt_server *srv, wt_worker_op_kind kind,
-                                      uint64_t round, const char *reason);
-
-WT_HIDDEN bool wt_srv_abort_round_locked(wt_server *srv, wt_srv_cause cause,
-                                         const char *reason);
-
 /* Preconditions of a round's calls, under mu: FAILED_PRECONDITION naming
  * `call` and the state when there is no open round `round_id` (0: the
  * current one), or when another call of the round still runs. */
@@ -380,10 +384,6 @@ WT_HIDDEN wt_status *wt_srv_check_delta_base_locked(
     const wt_server *srv, const char *call, const char *what,
     const Wt__V1__DeltaBase *base, bool takes);
 
-/* The error a data call of `round` gets once the round was aborted. */
-WT_HIDDEN wt_status *wt_srv_aborted_error(const wt_server *srv,
-                                          const char *call, uint64_t round);
-
 /* Under mu: submits a copy of `proto` to every worker, in rank order.
  * `ops` (nworkers entries) keeps each worker's results. On an error (only
  * while the workers are being destroyed) the ops already submitted have
@@ -396,6 +396,23 @@ WT_HIDDEN wt_status *wt_srv_wait_all(wt_server *srv, wt_worker_op *ops);
 /* Both, for a caller that holds no lock. */
 WT_HIDDEN wt_status *wt_srv_run_all(wt_server *srv, wt_worker_op *ops,
                                     const wt_worker_op *proto);
+
+/* --- round_abort.c ---------------------------------------------------------
+ */
+
+/* Queues an op of `kind` on every worker without waiting for it (its memory
+ * is freed when it is done). */
+WT_HIDDEN void wt_srv_submit_detached(wt_server *srv, wt_worker_op_kind kind,
+                                      uint64_t round, const char *reason);
+
+/* Aborts the open round (if any, and unless it is committing) for
+ * `reason`, counted under `cause` (the metrics' wt_round_failures_total):
+ * ends the push stream, cancels the engines, queues an ABORT on every
+ * worker and completes the calls a shard plan parked in the round
+ * (wt_srv_plan_settle_locked). Never waits. Under mu. Returns whether it
+ * aborted. */
+WT_HIDDEN bool wt_srv_abort_round_locked(wt_server *srv, wt_srv_cause cause,
+                                         const char *reason);
 
 /* --- push.c ----------------------------------------------------------------
  */
@@ -464,6 +481,14 @@ WT_HIDDEN wt_status *wt_srv_push_end(wt_srv_push *p, const wt_status *cause,
 
 typedef struct wt_srv_plan wt_srv_plan;
 
+/* What a check of the plan found that fails the round: the caller aborts
+ * the round with it (wt_srv_abort_round_locked(srv, cause, why)) at once,
+ * under the same hold of mu. why[0] is '\0' when nothing fails it. */
+typedef struct wt_srv_plan_fail {
+  wt_srv_cause cause;
+  char why[1024];
+} wt_srv_plan_fail;
+
 /* Checks an init's shard plan (wt_shard_plan_check) and against the model
  * (names, dtypes, shapes); *out is a copy the caller owns. */
 WT_HIDDEN wt_status *wt_srv_plan_new(wt_server *srv,
@@ -502,7 +527,7 @@ WT_HIDDEN wt_status *wt_srv_plan_round_join(wt_srv_plan *p, uint64_t round_id,
 #define WT_PLAN_WATCH_MS 50
 
 /* PushWeights of `rank` in `round`: checks it may push and its `info`
- * against its boxes (a mismatch fails the round); NULL when its turn
+ * against its boxes (a mismatch fails the round: *fail); NULL when its turn
  * is now (turns go in rank order, one push at a time). Otherwise parks
  * `call` (returns wt_rpc_call_park's status: the caller returns it at
  * once) until the ranks before it pushed; then `resume` runs (its fn calls
@@ -511,7 +536,7 @@ WT_HIDDEN wt_status *wt_srv_plan_round_join(wt_srv_plan *p, uint64_t round_id,
 WT_HIDDEN wt_status *wt_srv_plan_push_turn(
     wt_server *srv, wt_rpc_call *call, uint32_t rank, uint64_t round,
     const Wt__V1__WeightTransferUpdateInfo *info,
-    const wt_srv_plan_waiter *resume);
+    const wt_srv_plan_waiter *resume, wt_srv_plan_fail *fail);
 /* Resumes the parked push whose turn came, when no call runs. */
 WT_HIDDEN void wt_srv_plan_kick_locked(wt_server *srv);
 /* Completes the parked calls whose wait is over: every one when the round
@@ -520,8 +545,9 @@ WT_HIDDEN void wt_srv_plan_kick_locked(wt_server *srv);
 WT_HIDDEN void wt_srv_plan_settle_locked(wt_server *srv);
 /* The watchdog's look at parked calls: a cut one, or the data deadline
  * passed since the round's last progress, fails the round naming the
- * ranks. True while calls stay parked (look again in WT_PLAN_WATCH_MS). */
-WT_HIDDEN bool wt_srv_plan_watch_locked(wt_server *srv);
+ * ranks (*fail). True while calls stay parked (look again in
+ * WT_PLAN_WATCH_MS). */
+WT_HIDDEN bool wt_srv_plan_watch_locked(wt_server *srv, wt_srv_plan_fail *fail);
 /* Resolves a rank's update against its boxes of the plan: exactly those,
  * each once (`in_order`: in the plan's order), dtype and shape (the box's
  * sizes) equal; fills *out with u.boxes set, the boxes' arrays its own.
@@ -555,10 +581,11 @@ WT_HIDDEN void wt_srv_plan_pushed(wt_srv_plan *p, uint64_t round,
  * finished (the caller then commits). Otherwise parks `call` (returns
  * wt_rpc_call_park's status) until the last rank's finish committed the
  * round (completed OK) or it failed (its error). A rank that did not
- * push, or another version, fails the round. */
+ * push, or another version, fails the round (*fail). */
 WT_HIDDEN wt_status *wt_srv_plan_finish(wt_server *srv, wt_rpc_call *call,
                                         uint32_t rank, uint64_t round,
-                                        const char *version, bool *last);
+                                        const char *version, bool *last,
+                                        wt_srv_plan_fail *fail);
 
 /* --- service.c -------------------------------------------------------------
  */
@@ -568,16 +595,17 @@ WT_HIDDEN const wt_rpc_method *wt_srv_methods(size_t *n);
 
 /* ---- watch streams (watch.c) ---- */
 
-/* WatchWeightVersion's handlers, for the method table: a stream opened (on
- * the polling thread: the current version first, then every commit after
- * it) and closed. */
-WT_HIDDEN wt_status *wt_srv_watch_open(wt_rpc_stream *s,
-                                       const ProtobufCMessage *request,
-                                       void *user);
+/* A WatchWeightVersion stream opened on `srv` (the server its request
+ * names: service.c routes it), on the polling thread: the current version
+ * first, then every commit after it. */
+WT_HIDDEN wt_status *wt_srv_watch_open(wt_server *srv, wt_rpc_stream *s);
+/* WatchWeightVersion's close handler, for the method table. */
 WT_HIDDEN void wt_srv_watch_closed(wt_rpc_stream *s, void *user);
 /* Sends every committed version a watcher has not seen yet; after each
  * commit, outside mu. */
 WT_HIDDEN void wt_srv_notify_watchers(wt_server *srv);
+/* Ends every watch stream (shutdown). */
+WT_HIDDEN void wt_srv_end_watchers(wt_server *srv);
 
 /* ---- health (health.c) ------------------------------------------------------
  */
@@ -618,6 +646,17 @@ WT_HIDDEN void wt_srv_round_ended_locked(wt_server *srv, bool committed,
 WT_HIDDEN uint64_t wt_srv_round_bytes_locked(wt_server *srv, uint32_t i,
                                              uint64_t received_now);
 WT_HIDDEN void wt_srv_rounds_free(wt_server *srv);
+/* The name of a cause ("timeout"). Static. */
+WT_HIDDEN const char *wt_srv_cause_name(wt_srv_cause cause);
+
+/* Serves GET /metrics on `listen` ("HOST:PORT", HOST as wt_srv_listen_host
+ * gives it in `host`; port 0: an ephemeral one) until wt_srv_metrics_stop.
+ * UNAVAILABLE naming the address when it cannot bind. */
+WT_HIDDEN wt_status *wt_srv_metrics_start(wt_server *srv, const char *listen,
+                                          const char *host,
+                                          struct wt_metrics_http **out);
+WT_HIDDEN int wt_srv_metrics_port(const struct wt_metrics_http *h);
+WT_HIDDEN void wt_srv_metrics_stop(struct wt_metrics_http *h);
 
 /* --- adapters.c ------------------------------------------------------------
  */
@@ -649,34 +688,57 @@ WT_HIDDEN void wt_srv_adapters_shutdown(wt_server *srv);
 /* Stops and frees every set (after the RPC server stopped). */
 WT_HIDDEN void wt_srv_adapters_stop(wt_server *srv);
 
-/* --- server.c (for adapters.c) ---------------------------------------------
+/* --- slot.c ----------------------------------------------------------------
  */
+
+/* The host of "host:port" or "[v6]:port"; the caller frees it. */
+WT_HIDDEN wt_status *wt_srv_listen_host(const char *listen, char **out);
+
+/* The steps of a slot's start, in this order (server.c adds the process's
+ * between them, wt_srv_slot_start an adapter set's). */
+
+/* A server with its fixed settings from `o` (after their defaults) and its
+ * locks, for nworkers workers, no thread yet. Once *out is set, also on an
+ * error, wt_srv_slot_free releases it. */
+WT_HIDDEN wt_status *wt_srv_slot_new(const wt_server_options *o,
+                                     uint32_t nworkers, wt_server **out);
+/* One worker per device, each with the data deadline and the engines. */
+WT_HIDDEN wt_status *wt_srv_slot_workers_start(wt_server *srv,
+                                               const wt_server_options *o,
+                                               const wt_device *devices);
+/* Every worker loads the whole model ("synthetic:LAYOUT" or a checkpoint)
+ * into its own store, all at once, each on its own thread (so device
+ * memory is filled on its device). */
+WT_HIDDEN wt_status *wt_srv_slot_load_model(wt_server *srv, const char *model);
+/* The round watchdog (aborts a round idle past the round timeout, and
+ * looks at a shard plan's parked calls). */
+WT_HIDDEN wt_status *wt_srv_slot_watchdog_start(wt_server *srv);
+/* The export and its leases (o->export_path; none without). */
+WT_HIDDEN wt_status *wt_srv_slot_export_start(wt_server *srv,
+                                              const wt_server_options *o);
 
 /* An adapter set's server beside `base`: base's settings and devices, a
  * store of metas[0..n) per worker (zeros, no version yet), its own round,
  * watchdog, hashing thread and, when export_path is not NULL, its export
  * there. No RPC server: base's routes calls to it (wt_srv_route). Stopped
- * with wt_server_stop. */
+ * with wt_srv_slot_stop. */
 WT_HIDDEN wt_status *wt_srv_slot_start(wt_server *base, const char *name,
                                        const wt_tensor_meta *metas, size_t n,
                                        const char *export_path,
                                        wt_server **out);
-/* From the server's shutdown (server.c's on_shutdown) for a set's. */
-WT_HIDDEN void wt_srv_shutdown(wt_server *srv);
-/* The name of a cause ("timeout"). Static. */
-WT_HIDDEN const char *wt_srv_cause_name(wt_srv_cause cause);
 
-/* Serves GET /metrics on `listen` ("HOST:PORT", HOST as listen_host gives
- * it in `host`; port 0: an ephemeral one) until wt_srv_metrics_stop.
- * UNAVAILABLE naming the address when it cannot bind. */
-WT_HIDDEN wt_status *wt_srv_metrics_start(wt_server *srv, const char *listen,
-                                          const char *host,
-                                          struct wt_metrics_http **out);
-WT_HIDDEN int wt_srv_metrics_port(const struct wt_metrics_http *h);
-WT_HIDDEN void wt_srv_metrics_stop(struct wt_metrics_http *h);
-
-/* Ends every watch stream (shutdown). */
-WT_HIDDEN void wt_srv_end_watchers(wt_server *srv);
+/* From the server's shutdown (server.c's on_shutdown, for the model's and
+ * each adapter set's): no new work, the open round aborted so that
+ * handlers waiting on it return, the engines' calls cancelled, the watch
+ * and health streams ended. */
+WT_HIDDEN void wt_srv_slot_shutdown(wt_server *srv);
+/* After wt_srv_slot_shutdown: joins the watchdog and frees the server and
+ * all it holds (the model's server's RPC server, tokens and metrics
+ * endpoint too, which server.c made). */
+WT_HIDDEN void wt_srv_slot_free(wt_server *srv);
+/* An adapter set's stop: wt_srv_slot_shutdown, then wt_srv_slot_free (srv
+ * may be NULL). */
+WT_HIDDEN void wt_srv_slot_stop(wt_server *srv);
 
 /* --- export.c ------------------------------------------------------------- */
 

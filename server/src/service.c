@@ -693,6 +693,19 @@ static wt_status *get_weight_version(wt_rpc_call *call,
   return st;
 }
 
+/* WatchWeightVersion: a stream on the server the request names (watch.c
+ * sends it the versions). */
+static wt_status *watch_weight_version(wt_rpc_stream *s,
+                                       const ProtobufCMessage *request,
+                                       void *user) {
+  wt_server *srv = NULL;
+  const Wt__V1__WatchWeightVersionRequest *req =
+      (const Wt__V1__WatchWeightVersionRequest *)request;
+  wt_status *st = wt_srv_route(user, req->adapter, &srv);
+  if (st != NULL) return st;
+  return wt_srv_watch_open(srv, s);
+}
+
 /* --- ChecksumWeights ------------------------------------------------------ */
 
 static bool stopping(wt_server *srv) {
@@ -986,7 +999,7 @@ static const wt_rpc_method methods[] = {
     {METHOD("WatchWeightVersion"), WT_RPC_WATCH,
      &wt__v1__watch_weight_version_request__descriptor,
      &wt__v1__weight_version__descriptor, NULL, WT_CLASS_WATCH,
-     wt_srv_watch_open, wt_srv_watch_closed, WT_SCOPE_READER},
+     watch_weight_version, wt_srv_watch_closed, WT_SCOPE_READER},
     {METHOD("ChecksumWeights"), WT_RPC_UNARY,
      &wt__v1__checksum_weights_request__descriptor,
      &wt__v1__checksum_weights_response__descriptor, checksum_weights, READER,

@@ -1,7 +1,8 @@
 /* watch.c: WatchWeightVersion streams: every open stream is told each
- * commit, oldest first (see server_state.h). The service's method table
- * names the open and close handlers; a commit (round.c) and a stop
- * (server.c) reach the watchers here, never through the service. */
+ * commit, oldest first (see server_state.h). The service opens a stream
+ * on the server its request names (service.c) and its method table names
+ * the close handler; a commit (round.c) and a stop (slot.c) reach the
+ * watchers here, never through the service. */
 
 #include <stdlib.h>
 #include <string.h>
@@ -67,13 +68,7 @@ void wt_srv_end_watchers(wt_server *srv) {
 
 /* On the polling thread: the current version first, if any, then every
  * commit after it. */
-wt_status *wt_srv_watch_open(wt_rpc_stream *s, const ProtobufCMessage *request,
-                             void *user) {
-  wt_server *srv = NULL;
-  const Wt__V1__WatchWeightVersionRequest *req =
-      (const Wt__V1__WatchWeightVersionRequest *)request;
-  wt_status *st = wt_srv_route(user, req->adapter, &srv);
-  if (st != NULL) return st;
+wt_status *wt_srv_watch_open(wt_server *srv, wt_rpc_stream *s) {
   wt_watcher *w = calloc(1, sizeof(*w));
   if (w == NULL)
     return wt_status_new(WT_RESOURCE_EXHAUSTED,

@@ -24,11 +24,9 @@
 #include "server_state.h"
 #include "wt/log.h"
 #include "wt/pb.h"
+#include "wt_descriptors.h" /* libwt_proto's, generated */
 
 #define REFLECTION_IDLE_MS 10000
-
-extern const unsigned char wt_descriptor_set[];
-extern const size_t wt_descriptor_set_len;
 
 /* ---- the index ----------------------------------------------------------- */
 

@@ -89,7 +89,8 @@ static void publish(wt_worker *w, const char *reason) {
   snprintf(w->pub.backend, sizeof(w->pub.backend), "%s",
            w->ops ? w->ops->header.name : "");
   if (reason != NULL)
-    snprintf(w->pub.reason, sizeof(w->pub.reason), "%s", reason);
+    snprintf(w->pub.reason, sizeof(w->pub.reason), "%.*s",
+             (int)sizeof(w->pub.reason) - 1, reason); /* cut to fit */
   else if (w->state != WT_WORKER_NEEDS_INIT)
     w->pub.reason[0] = '\0';
   wt_mutex_unlock(&w->mu);

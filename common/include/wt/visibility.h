@@ -4,8 +4,12 @@
  * (-fvisibility=hidden): a function is exported only when declared between
  * WT_API_BEGIN and WT_API_END, which every header of a library's interface
  * puts around its declarations (the installed headers, and the private
- * headers one wt library offers another). WT_HIDDEN marks, for the reader,
- * a function shared between one library's own files. */
+ * headers one wt library offers another). Each library's version script
+ * (cmake/abi.cmake) then puts what an installed header declares in the
+ * version node WT_0.1, the ABI, and what a private header declares in
+ * WT_PRIVATE_0.1, for wt's own components only (docs/libraries.md, "The
+ * ABI"). WT_HIDDEN marks, for the reader, a function shared between one
+ * library's own files. */
 #ifndef WT_VISIBILITY_H
 #define WT_VISIBILITY_H
 

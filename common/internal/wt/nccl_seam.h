@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "wt/cuda.h"
+#include "wt/nccl.h"
 #include "wt/status.h"
 #include "wt/visibility.h"
 
@@ -75,16 +76,7 @@ typedef struct wt_nccl_api {
 wt_status *wt_nccl_api_get(const wt_nccl_api **out);
 /* Replaces the table for the whole process (tests); NULL: the module. */
 void wt_nccl_api_override(const wt_nccl_api *api);
-/* Chooses the process's NCCL, before the first nccl engine runs: `library`
- * (a path to a libnccl.so.2, say the nvidia-nccl wheel's that vLLM runs;
- * NULL or "": the one the module was linked with) is loaded first, so the
- * module binds to it; a second, different path is FAILED_PRECONDITION
- * naming both (one NCCL per process). With `expect_version`
- * ("MAJOR.MINOR.PATCH", the peers' NCCL), the loaded NCCL's version must
- * be that one: NCCL refuses a peer of another version at init, so the
- * mismatch is FAILED_PRECONDITION naming both versions, before any
- * collective. NULL: no check. */
-wt_status *wt_nccl_select(const char *library, const char *expect_version);
+/* wt_nccl_select, choosing the process's NCCL, is public: wt/nccl.h. */
 /* "2.27.3" -> 22703 (ncclGetVersion's code); INVALID_ARGUMENT naming the
  * text otherwise. */
 wt_status *wt_nccl_version_parse(const char *text, int *code);

@@ -7,12 +7,16 @@
 #   2. static analysis: cppcheck on the product code (common/, server/,
 #      client/, consumer/, backends/; not tests/ or bench/), warnings as
 #      errors;
-#   3. installed headers: each header `cmake --install` puts under
+#   3. types: mypy --strict on the Python package (python/src/wt_transfer,
+#      as python/pyproject.toml's [tool.mypy] says; the package ships
+#      py.typed), every error a failure;
+#   4. installed headers: each header `cmake --install` puts under
 #      include/wt/ compiles on its own as C11 and as C++17.
 #
 # Usage: scripts/check.sh [--fix] [BUILD_DIR]   (default build/; the header
 # check configures and builds it when it holds no build). Tools from
-# Debian's packages (scripts/install-deps.sh installs them).
+# Debian's packages (scripts/install-deps.sh installs them); mypy, pinned,
+# from PyPI into a venv of its own, BUILD_DIR/mypy-venv (made once).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,6 +59,32 @@ if ! cppcheck -q --std=c11 --enable=warning,portability --inline-suppr \
   status=1
 fi
 
+# mypy and numpy (for its stubs: wt_transfer.consumer hands out numpy
+# arrays), pinned, in a venv of their own and nothing else: vLLM, torch and
+# Ray are Any to the check (pyproject.toml), whatever the host has.
+MYPY_VERSION=2.4.1
+MYPY_NUMPY_VERSION=2.4.6
+venv=$build/mypy-venv
+if ! "$venv/bin/python" - "$MYPY_VERSION" "$MYPY_NUMPY_VERSION" >/dev/null 2>&1 <<'PYEOF'
+import sys, importlib.metadata as md
+sys.exit(md.version("mypy") != sys.argv[1] or md.version("numpy") != sys.argv[2])
+PYEOF
+then
+  rm -rf "$venv"
+  mkdir -p "$build"
+  "${PYTHON:-python3}" -m venv "$venv" >/dev/null &&
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+      "mypy==$MYPY_VERSION" "numpy==$MYPY_NUMPY_VERSION" >&2 ||
+    echo "types: could not make $venv (python3 -m venv, pip install mypy)" >&2
+fi
+echo "== types: mypy --strict on python/src/wt_transfer ($("$venv/bin/mypy" --version 2>/dev/null | cut -d' ' -f1-2))"
+if ! "$venv/bin/mypy" --config-file python/pyproject.toml \
+    --cache-dir "$build/mypy-cache" >"$build/mypy.out" 2>&1; then
+  sed -e '/^Found [0-9]* error/d' -e 's/^/  /' "$build/mypy.out"
+  echo "types: FAILED"
+  status=1
+fi
+
 echo "== installed headers: each alone, as C11 and as C++17"
 [ -f "$build/Makefile" ] || cmake -S . -B "$build" -DWT_WERROR=ON >/dev/null
 cmake --build "$build" -j "$(nproc)" >/dev/null
@@ -82,7 +112,7 @@ done
 echo "installed headers: $n checked"
 
 if [ "$status" -eq 0 ]; then
-  echo "check: format, static analysis and headers OK"
+  echo "check: format, static analysis, types and headers OK"
 else
   echo "check: FAILED"
 fi

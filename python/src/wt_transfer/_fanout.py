@@ -5,12 +5,14 @@ caller's order is raised with all of them attached."""
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, Sequence
+from typing import Callable, Dict, Sequence, TypeVar
 
 from . import errors
 
+T = TypeVar("T")
 
-def fan_out(urls: Sequence[str], one: Callable[[str], Any]) -> Dict[str, Any]:
+
+def fan_out(urls: Sequence[str], one: Callable[[str], T]) -> Dict[str, T]:
     """Runs one(url) for every url on its own thread and returns {url:
     its result}. When some raise, the first in `urls` order is raised (a
     WtError as it is; anything else as Unavailable naming the url, since an
@@ -18,7 +20,7 @@ def fan_out(urls: Sequence[str], one: Callable[[str], Any]) -> Dict[str, Any]:
     server(s))" when several failed, and `.results` (the servers that
     succeeded) and `.failures` ({url: WtError}) on it: the others may have
     done their part."""
-    results: Dict[str, Any] = {}
+    results: Dict[str, T] = {}
     failures: Dict[str, errors.WtError] = {}
 
     def guarded(url: str) -> None:

@@ -16,16 +16,19 @@ import pathlib
 import threading
 from ctypes import (CFUNCTYPE, POINTER, c_bool, c_char_p, c_int, c_int64,
                     c_size_t, c_uint32, c_uint64, c_void_p)
+from typing import Any, Iterator, Optional
 
 from . import errors
 
 _HERE = pathlib.Path(__file__).resolve().parent
 
 
-def _candidates():
+def _candidates() -> Iterator[pathlib.Path]:
     yield _HERE / "lib"
     try:
-        from . import _prefix  # written by pip install with WT_PYTHON_PREFIX
+        # written by pip install with WT_PYTHON_PREFIX, never in the sources
+        # (mypy finds it only where such an install is on its path)
+        from . import _prefix  # type: ignore[attr-defined, unused-ignore]
 
         yield pathlib.Path(_prefix.PREFIX) / "lib"
     except ImportError:
@@ -40,7 +43,7 @@ def find_lib(stem: str) -> pathlib.Path:
     """A C library by its stem ("libwt_client"): its link name (an installed
     tree, a build tree), else its one versioned file (a wheel holds only
     the SONAME's, libwt_client.so.MAJOR.MINOR)."""
-    tried = []
+    tried: list[str] = []
     for d in _candidates():
         p = d / f"{stem}.so"
         tried.append(str(p))
@@ -71,6 +74,18 @@ def bin_dir() -> pathlib.Path | None:
 
 class SourceTensor(ctypes.Structure):
     """wt_source_tensor (wt/source.h)."""
+    # the fields' Python types (ctypes reads _fields_; these are for mypy)
+    name: Optional[bytes]
+    dtype: int
+    ndim: int
+    shape: ctypes._Pointer[c_int64]
+    data: Optional[int]
+    nbytes: int
+    kind: int
+    device_type: int
+    device_index: int
+    cuda_stream: Optional[int]
+    cuda_event: Optional[int]
     _fields_ = [
         ("name", c_char_p),
         ("dtype", c_int),
@@ -88,12 +103,18 @@ class SourceTensor(ctypes.Structure):
 
 class WeightVersion(ctypes.Structure):
     """wt_weight_version (wt/client.h)."""
+    version: Optional[bytes]
+    sequence: int
+    committed_unix_ms: int
     _fields_ = [("version", c_char_p), ("sequence", c_uint64),
                 ("committed_unix_ms", c_int64)]
 
 
 class ParamChecksum(ctypes.Structure):
     """wt_param_checksum (wt/client.h); WT_DIGEST_HEX_MAX is 65."""
+    name: bytes
+    digest: bytes
+    worker: int
     _fields_ = [("name", c_char_p), ("digest", ctypes.c_char * 65),
                 ("worker", c_uint32)]
 
@@ -112,22 +133,28 @@ VERSION_CALLBACK = CFUNCTYPE(c_bool, POINTER(WeightVersion), c_void_p)
 
 class DeltaStats(ctypes.Structure):
     """wt_delta_stats (wt/trainer.h): the last grpc or ucx round."""
+    raw_bytes: int
+    delta_wire_bytes: int
+    delta_servers: int
+    full_servers: int
+    encode_s: float
+    round_s: float
     _fields_ = [("raw_bytes", c_uint64), ("delta_wire_bytes", c_uint64),
                 ("delta_servers", c_uint32), ("full_servers", c_uint32),
                 ("encode_s", ctypes.c_double), ("round_s", ctypes.c_double)]
 
 
 _lock = threading.Lock()
-_lib = None
+_lib: Optional[ctypes.CDLL] = None
 
 
-def _proto(lib, name, res, *args):
+def _proto(lib: ctypes.CDLL, name: str, res: Any, *args: Any) -> None:
     f = getattr(lib, name)
     f.restype = res
     f.argtypes = list(args)
 
 
-def lib():
+def lib() -> ctypes.CDLL:
     """The loaded libwt_client, its functions typed."""
     global _lib
     with _lock:
@@ -149,6 +176,8 @@ def lib():
         _proto(L, "wt_bindings_update_info", st, c_void_p, c_char_p)
         _proto(L, "wt_bindings_server_info", st, c_void_p, c_size_t,
                POINTER(c_void_p))
+        _proto(L, "wt_bindings_list_parameters", st, c_void_p, c_size_t,
+               c_char_p, POINTER(c_void_p))
         _proto(L, "wt_bindings_trainer_init_info", st, c_char_p, c_char_p,
                POINTER(c_void_p))
         _proto(L, "wt_bindings_trainer_init_info_new", st, c_char_p, c_char_p,
@@ -196,7 +225,7 @@ def lib():
         return L
 
 
-def check(st) -> None:
+def check(st: Optional[int]) -> None:
     """Raises the WtError subclass of a returned status (and frees it)."""
     errors.raise_status(lib(), st)
 

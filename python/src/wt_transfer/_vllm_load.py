@@ -35,15 +35,22 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-from typing import Any, Callable, Iterable, Iterator, Optional, Tuple
+from typing import (Any, Callable, Dict, Iterable, Iterator, Optional, Tuple,
+                    TypedDict, cast)
 
 from . import consumer as _consumer
 from . import errors
 
-_consumers: dict = {}
+# (export path, host mappings registered) -> this process's consumer
+_consumers: Dict[Tuple[str, bool], _consumer.Consumer] = {}
 _consumers_lock = threading.Lock()
 
 Reload = Callable[[Optional[Iterable[Tuple[str, Any]]]], None]
+
+# What a load returns (the worker extension's update_weights_from_wt too).
+LoadResult = TypedDict("LoadResult", {"version": str, "sequence": int,
+                                      "tensors": int, "bytes": int,
+                                      "seconds": float})
 
 
 def _gpu_here() -> bool:
@@ -92,6 +99,8 @@ def as_torch(array: Any, dtype_name: str) -> Any:
 class _Named:
     """The tensors of a lease as (name, tensor) pairs, remembering the last
     name handed out (the tensor a failed load stopped at)."""
+
+    last: Optional[str]
 
     def __init__(self, tensors: Any, torchy: bool) -> None:
         self.tensors, self.torchy, self.last = tensors, torchy, None
@@ -228,7 +237,7 @@ def vllm_reload(vllm_config: Any, model: Any,
     return run
 
 
-def _layout(tensors: Any) -> dict:
+def _layout(tensors: Any) -> Dict[str, Tuple[str, Tuple[int, ...]]]:
     return {n: (tensors.dtypes[n], tuple(getattr(a, "shape", ())))
             for n, a in tensors.items()}
 
@@ -289,7 +298,7 @@ def _acquire(path: str, version: str, worker: int,
 
 def load(served: Served, reload: Reload, model: Any, path: str,
          version: str = "", *, worker: int = 0, timeout: float = 0.0,
-         torchy: bool = True, fence: Optional[Fence] = None) -> dict:
+         torchy: bool = True, fence: Optional[Fence] = None) -> LoadResult:
     """Loads `version` ("" or None: the newest) of the export at `path` into
     the model through `reload` (vLLM's reload path; called with the pairs,
     or with None for the checkpoint vLLM started from). All or nothing, see
@@ -300,7 +309,8 @@ def load(served: Served, reload: Reload, model: Any, path: str,
         if served.fenced:
             raise errors.DataLoss(f"this worker is fenced: {served.fenced}")
         lease = _acquire(str(path), version, int(worker), float(timeout))
-        tensors = lease.tensors
+        # (a lease just acquired holds them: None only once released)
+        tensors = cast(_consumer.Tensors, lease.tensors)
         if served.lease is not None:
             change = layout_change(served.lease.tensors, tensors)
             if change is not None:  # refused before the model is touched

@@ -19,20 +19,40 @@ import os
 import queue
 import threading
 import weakref
-from collections import namedtuple
 from ctypes import byref, c_char_p, c_size_t, c_uint32, c_void_p
-from typing import Any, Iterable, Iterator, Optional, Sequence, Union
+from typing import (TYPE_CHECKING, Any, Dict, Iterable, Iterator, List,
+                    Literal, NamedTuple, Optional, Sequence, Tuple, TypedDict,
+                    Union, cast, overload)
 
 from . import _lib, errors
 
-Version = namedtuple("Version", ["version", "sequence", "committed_unix_ms"])
+if TYPE_CHECKING:
+    from .engines import CTrainerEngine
+
+
+# A committed version: its name, its commit sequence on that server, when it
+# committed (Unix ms).
+class Version(NamedTuple):
+    version: str
+    sequence: int
+    committed_unix_ms: int
+
+
+class ParameterInfo(TypedDict):
+    """One entry of Client.parameters()."""
+
+    name: str
+    dtype: str
+    shape: List[int]
+    nbytes: int
+
 
 # wt_control_method (wt/control.h)
 WORLD_SIZE, INIT, START, UPDATE, FINISH, ABORT, SERVER_INFO = range(7)
 _REQUIRED = (1 << INIT) | (1 << START) | (1 << UPDATE) | (1 << FINISH)
 
 
-def _ms(seconds) -> int:
+def _ms(seconds: Optional[float]) -> int:
     return 0 if seconds is None else max(1, int(seconds * 1000))
 
 
@@ -86,7 +106,8 @@ class Client:
         L = _lib.lib()
         arr = (c_char_p * len(servers))(*[s.encode() for s in servers])
         self._h = c_void_p()
-        self._engines = weakref.WeakSet()  # trainer engines made over it
+        # trainer engines made over it
+        self._engines: weakref.WeakSet[CTrainerEngine] = weakref.WeakSet()
         _lib.check(L.wt_bindings_client_new(
             arr, len(servers), _ms(timeout), _ms(data_timeout),
             token_file.encode() if token_file else None,
@@ -98,21 +119,21 @@ class Client:
         self.servers = servers
 
     @classmethod
-    def _over(cls, handle, servers):
+    def _over(cls, handle: c_void_p, servers: List[str]) -> "Client":
         self = cls.__new__(cls)
         self._h = handle
         self._engines = weakref.WeakSet()
         self.servers = servers
         return self
 
-    def _handle(self):
+    def _handle(self) -> c_void_p:
         if not self._h:
             raise errors.FailedPrecondition("client: closed")
         return self._h
 
     # --- vLLM's VLLMWeightSyncClient -------------------------------------------
 
-    def init_weight_transfer_engine(self, init_info: dict) -> None:
+    def init_weight_transfer_engine(self, init_info: Dict[str, Any]) -> None:
         """InitWeightTransferEngine on every server with `init_info` (wt's
         WeightTransferInitInfo as a dict: backend, its sub-dict, options)."""
         if not isinstance(init_info, dict):
@@ -124,7 +145,7 @@ class Client:
         """Starts a round on every server."""
         _lib.check(_lib.lib().wt_sync_client_start(self._handle()))
 
-    def update_weights(self, update_info: dict) -> None:
+    def update_weights(self, update_info: Dict[str, Any]) -> None:
         """UpdateWeights with `update_info` (names, dtype_names, shapes, ...)
         on every server; returns once every server answered."""
         if not isinstance(update_info, dict):
@@ -174,22 +195,24 @@ class Client:
         """An iterator over one server's versions as they commit (the
         committed one first, if any), until `timeout` seconds pass or the
         server ends the stream."""
-        q: queue.Queue = queue.Queue()
+        # versions, then `done` or the WtError that ended the stream
+        q: queue.Queue[object] = queue.Queue()
         stop = threading.Event()
         done = object()
 
-        @_lib.VERSION_CALLBACK
-        def on_version(vp, _user):
+        def on_version(vp: ctypes._Pointer[_lib.WeightVersion],
+                       _user: Optional[int]) -> bool:
             v = vp.contents
             q.put(Version((v.version or b"").decode(), v.sequence,
                           v.committed_unix_ms))
             return not stop.is_set()
+        c_on_version = _lib.VERSION_CALLBACK(on_version)  # kept while run() runs
 
-        def run():
+        def run() -> None:
             try:
                 _lib.check(_lib.lib().wt_sync_client_watch(
                     self._handle(), server, _ms(timeout) if timeout else -1,
-                    on_version, None))
+                    c_on_version, None))
                 q.put(done)
             except errors.WtError as e:
                 q.put(e)
@@ -205,13 +228,31 @@ class Client:
                     return
                 if isinstance(item, Exception):
                     raise item
-                yield item
+                yield cast(Version, item)
         finally:
             stop.set()
 
+    @overload
     def checksums(self, names: Optional[Iterable[str]] = None, *,
-                  algorithm: str = "sha256",
-                  server: int = 0, all_workers: bool = False) -> dict:
+                  algorithm: str = "sha256", server: int = 0,
+                  all_workers: Literal[False] = False) -> Dict[str, str]: ...
+
+    @overload
+    def checksums(self, names: Optional[Iterable[str]] = None, *,
+                  algorithm: str = "sha256", server: int = 0,
+                  all_workers: Literal[True]) -> Dict[Tuple[str, int], str]: ...
+
+    @overload
+    def checksums(self, names: Optional[Iterable[str]] = None, *,
+                  algorithm: str = "sha256", server: int = 0,
+                  all_workers: bool = False
+                  ) -> Dict[Union[str, Tuple[str, int]], str]: ...
+
+    def checksums(self, names: Optional[Iterable[str]] = None, *,
+                  algorithm: str = "sha256", server: int = 0,
+                  all_workers: bool = False
+                  ) -> Union[Dict[str, str], Dict[Tuple[str, int], str],
+                             Dict[Union[str, Tuple[str, int]], str]]:
         """Digests (hex) of the committed bytes: {name: hex}, or
         {(name, worker): hex} with all_workers."""
         if algorithm not in _lib.WT_HASH:
@@ -226,7 +267,7 @@ class Client:
             self._handle(), server, arr, len(names), _lib.WT_HASH[algorithm],
             all_workers, byref(out), byref(n)))
         try:
-            res = {}
+            res: Dict[Union[str, Tuple[str, int]], str] = {}
             for i in range(n.value):
                 s = out[i]
                 key = s.name.decode()
@@ -235,12 +276,14 @@ class Client:
         finally:
             L.wt_param_checksums_free(out, n.value)
 
-    def parameters(self, prefix: str | None = None, server: int = 0) -> list:
+    def parameters(self, prefix: str | None = None,
+                   server: int = 0) -> List[ParameterInfo]:
         """The server's parameters: [{"name", "dtype", "shape", "nbytes"}]."""
         p = c_void_p()
         _lib.check(_lib.lib().wt_bindings_list_parameters(
             self._handle(), server, prefix.encode() if prefix else None, byref(p)))
-        params = json.loads(_lib.take_string(p)).get("parameters", [])
+        params: List[ParameterInfo] = json.loads(
+            _lib.take_string(p)).get("parameters", [])
         for q in params:
             q.setdefault("shape", [])
             q["shape"] = [int(x) for x in q["shape"]]
@@ -250,13 +293,15 @@ class Client:
     @property
     def adapter(self) -> str:
         """The adapter set this client's calls name ("" for the model)."""
-        return _lib.lib().wt_sync_client_adapter(self._handle()).decode()
+        name: str = _lib.lib().wt_sync_client_adapter(self._handle()).decode()
+        return name
 
-    def server_info(self, server: int = 0) -> dict:
+    def server_info(self, server: int = 0) -> Dict[str, Any]:
         """GetServerInfo of one server, as a dict of wt.v1.ServerInfo's fields."""
         p = c_void_p()
         _lib.check(_lib.lib().wt_bindings_server_info(self._handle(), server, byref(p)))
-        return json.loads(_lib.take_string(p))
+        info: Dict[str, Any] = json.loads(_lib.take_string(p))
+        return info
 
     def close(self) -> None:
         """Closes the connections. Trainer engines made over this client are
@@ -273,14 +318,14 @@ class Client:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:
             pass
 
 
-def _json_safe(v):
+def _json_safe(v: Any) -> Any:
     """JSON for wt's parser: integers past 2^63 as strings (uint64 round ids),
     as proto3's JSON mapping writes 64-bit integers."""
     if isinstance(v, bool):
@@ -329,7 +374,7 @@ class VllmClient:
         self.base_url = getattr(client, "base_url", None)
 
 
-def _is_vllm(obj) -> bool:
+def _is_vllm(obj: Any) -> bool:
     return isinstance(obj, VllmClient) or \
         (type(obj).__module__ or "").split(".")[0] == "vllm"
 
@@ -341,7 +386,7 @@ class _ForeignPlane:
     or, for vLLM's clients (VllmClient), the dicts vLLM's routes take
     (client/src/control_vllm.c)."""
 
-    def __init__(self, obj, name: str | None = None):
+    def __init__(self, obj: Any, name: str | None = None) -> None:
         for m in ("init_weight_transfer_engine", "start_weight_update",
                   "update_weights", "finish_weight_update"):
             if not callable(getattr(obj, m, None)):
@@ -362,7 +407,7 @@ class _ForeignPlane:
             names, 1, methods, VLLM_DICTS if self.vllm else 0, self._cb, None,
             byref(self.plane)))
 
-    def _dispatch(self, method: int, req: dict):
+    def _dispatch(self, method: int, req: Dict[str, Any]) -> Any:
         o = self.obj
         if method == INIT:
             return o.init_weight_transfer_engine(req.get("init_info", {}))
@@ -383,7 +428,8 @@ class _ForeignPlane:
             return o.abort_weight_update(req.get("reason") or None)
         raise errors.Unimplemented(f"method {method}")
 
-    def _call(self, _user, _server, method, request, reply):
+    def _call(self, _user: Optional[int], _server: int, method: int,
+              request: bytes, reply: Optional[int]) -> None:
         L = _lib.lib()
         try:
             res = self._dispatch(method, json.loads(request.decode()))
@@ -394,7 +440,9 @@ class _ForeignPlane:
                                      f"{type(e).__name__}: {e}".encode())
 
 
-def client_handle(client, timeout=None, data_timeout=None):
+def client_handle(client: Any, timeout: Optional[float] = None,
+                  data_timeout: Optional[float] = None
+                  ) -> Tuple[c_void_p, Any, bool]:
     """(C sync client handle, owner to keep alive, owned) for wt's Client
     or any object with the four methods."""
     if isinstance(client, Client):

@@ -26,12 +26,24 @@ import weakref
 from ctypes import (POINTER, byref, c_bool, c_char_p, c_int, c_int64, c_size_t,
                     c_uint32, c_uint64, c_void_p)
 
-from typing import Any, Optional, Tuple
+from typing import (TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple,
+                    Union, cast)
 
 from . import _lib, errors
 
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
 
 class _Tensor(ctypes.Structure):
+    name: bytes
+    dtype: bytes
+    shape: ctypes._Pointer[c_int64]
+    ndim: int
+    nbytes: int
+    data: Optional[int]
+    on_device: bool
+    cuda_device: int
     _fields_ = [("name", c_char_p), ("dtype", c_char_p),
                 ("shape", POINTER(c_int64)), ("ndim", c_size_t),
                 ("nbytes", c_uint64), ("data", c_void_p), ("on_device", c_bool),
@@ -39,6 +51,14 @@ class _Tensor(ctypes.Structure):
 
 
 class _Version(ctypes.Structure):
+    lease_id: int
+    version: Optional[bytes]
+    sequence: int
+    committed_unix_ms: int
+    worker: int
+    device: Optional[bytes]
+    n_tensors: int
+    tensors: ctypes._Pointer[_Tensor]
     _fields_ = [("lease_id", c_uint64), ("version", c_char_p),
                 ("sequence", c_uint64), ("committed_unix_ms", c_int64),
                 ("worker", c_uint32), ("device", c_char_p),
@@ -56,10 +76,10 @@ class _Acquire(ctypes.Structure):
 
 
 _lock = threading.Lock()
-_L = None
+_L: Optional[ctypes.CDLL] = None
 
 
-def _lib_consumer():
+def _lib_consumer() -> ctypes.CDLL:
     global _L
     with _lock:
         if _L is not None:
@@ -81,7 +101,7 @@ def _lib_consumer():
         return L
 
 
-def _check(st):
+def _check(st: Optional[int]) -> None:
     errors.raise_status(_lib_consumer(), st)
 
 
@@ -106,40 +126,58 @@ _DL = {"F64": (2, 64), "F32": (2, 32), "F16": (2, 16), "BF16": (4, 16),
 class _HostView:
     """What numpy makes a read-only array from (the memory is the mapping)."""
 
-    def __init__(self, ptr, shape, typestr, owner):
+    def __init__(self, ptr: int, shape: Tuple[int, ...], typestr: str,
+                 owner: Lease) -> None:
         self.__array_interface__ = {"shape": shape, "typestr": typestr,
                                     "data": (ptr, True), "version": 3}
         self._owner = owner  # the lease
 
 
 class _DLDevice(ctypes.Structure):
+    device_type: int
+    device_id: int
     _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
 
 
 class _DLDataType(ctypes.Structure):
+    code: int
+    bits: int
+    lanes: int
     _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
                 ("lanes", ctypes.c_uint16)]
 
 
 class _DLTensor(ctypes.Structure):
+    data: Optional[int]
+    device: _DLDevice
+    ndim: int
+    dtype: _DLDataType
+    shape: ctypes._Pointer[c_int64]
+    strides: Optional[ctypes._Pointer[c_int64]]
+    byte_offset: int
     _fields_ = [("data", c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
                 ("dtype", _DLDataType), ("shape", POINTER(c_int64)),
                 ("strides", POINTER(c_int64)), ("byte_offset", c_uint64)]
 
 
 class _DLManaged(ctypes.Structure):
-    pass
+    dl_tensor: _DLTensor
+    manager_ctx: Optional[int]
+    deleter: Any  # _DELETER
 
 
 _DELETER = ctypes.CFUNCTYPE(None, POINTER(_DLManaged))
 _DLManaged._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", c_void_p),
                        ("deleter", _DELETER)]
-_live_dl: dict = {}  # id -> (managed struct, shape, owner) until the deleter runs
+# id -> (managed struct, shape, owner) until the deleter runs
+_live_dl: Dict[int, Tuple[_DLManaged, ctypes.Array[c_int64], Lease]] = {}
 
 
-@_DELETER
-def _dl_deleter(p):
+def _dl_delete(p: ctypes._Pointer[_DLManaged]) -> None:
     _live_dl.pop(ctypes.addressof(p.contents), None)
+
+
+_dl_deleter = _DELETER(_dl_delete)
 
 
 _PyCapsule_New = ctypes.pythonapi.PyCapsule_New
@@ -152,20 +190,22 @@ class DeviceTensor:
     and DLPack, so `torch.from_dlpack(t)` or `cupy.asarray(t)` sees the
     server's GPU memory without a copy. Valid while its lease is held."""
 
-    def __init__(self, name, dtype, shape, ptr, nbytes, device, owner):
+    def __init__(self, name: str, dtype: str, shape: Sequence[int],
+                 ptr: Optional[int], nbytes: int, device: int,
+                 owner: Lease) -> None:
         self.name, self.dtype, self.shape = name, dtype, tuple(shape)
         self.ptr, self.nbytes, self.device, self._owner = ptr, nbytes, device, owner
 
     @property
-    def __cuda_array_interface__(self):
+    def __cuda_array_interface__(self) -> Dict[str, Any]:
         return {"shape": self.shape, "typestr": _NP[self.dtype],
                 "data": (self.ptr, True), "version": 3, "strides": None,
                 "stream": None}
 
-    def __dlpack_device__(self):
+    def __dlpack_device__(self) -> Tuple[int, int]:
         return (2, self.device)  # kDLCUDA
 
-    def __dlpack__(self, stream=None):
+    def __dlpack__(self, stream: Any = None) -> Any:
         m = _DLManaged()
         shape = (c_int64 * max(len(self.shape), 1))(*self.shape)
         code, bits = _DL[self.dtype]
@@ -181,24 +221,34 @@ class DeviceTensor:
         return _PyCapsule_New(ctypes.addressof(m), b"dltensor", None)
 
 
-class Tensors(dict):
+# A tensor of a version: a read-only numpy array over host memory, or a
+# DeviceTensor.
+TensorArray = Union["npt.NDArray[Any]", DeviceTensor]
+
+
+class Tensors(dict[str, TensorArray]):
     """A version's tensors {name: array} in the model's order, under a lease.
     `version`, `sequence`, `committed_unix_ms`, `worker`, `device`, and
     `dtypes` ({name: PyTorch's dtype name}) say what they are."""
 
     version: str
     sequence: int
+    committed_unix_ms: int
+    worker: int
+    device: str
+    lease_id: int
+    dtypes: Dict[str, str]
 
 
 class Lease:
     """A context manager: entering yields the Tensors; leaving releases."""
 
-    def __init__(self, consumer, vp):
+    def __init__(self, consumer: Consumer, vp: ctypes._Pointer[_Version]) -> None:
         self._c = consumer
         # The C version, shared with the consumer's finalizer of this lease
         # (which must not hold the lease): released once, by whichever of
         # release(), the consumer's close or the collection comes first.
-        self._box = [vp]
+        self._box: List[Optional[ctypes._Pointer[_Version]]] = [vp]
         v = vp.contents
         t = Tensors()
         t.version = (v.version or b"").decode()
@@ -223,11 +273,13 @@ class Lease:
                     raise errors.Unimplemented(f"tensor '{name}': dtype {dt}")
                 ptr = x.data if x.nbytes else None
                 if ptr is None:
-                    t[name] = np.zeros(shape, dtype=_NP[dt])
-                    t[name].flags.writeable = False
+                    empty = np.zeros(shape, dtype=_NP[dt])
+                    empty.flags.writeable = False
+                    t[name] = empty
                 else:
                     t[name] = np.asarray(_HostView(ptr, shape, _NP[dt], self))
-        self.tensors = t
+        # None once released
+        self.tensors: Optional[Tensors] = t
 
     def release(self) -> None:
         """Ends the lease (once; again is a no-op). Arrays of it stay
@@ -240,7 +292,8 @@ class Lease:
             _check(_lib_consumer().wt_consumer_release(self._c._h, vp))
 
     def __enter__(self) -> Tensors:
-        return self.tensors
+        # (None only once released: entering a released lease is a misuse)
+        return cast(Tensors, self.tensors)
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
@@ -264,7 +317,7 @@ class Consumer:
                      bool(register_host), int(server_uid), True)
         self._h = c_void_p()
         self.path = str(path)
-        self._leases = weakref.WeakSet()
+        self._leases: weakref.WeakSet[Lease] = weakref.WeakSet()
         self._live = 0          # lease objects alive (their arrays may be read)
         self._closed = False
         # libwt_consumer serves one call at a time per consumer: threads of
@@ -297,7 +350,7 @@ class Consumer:
         weakref.finalize(lease, self._lease_gone, lease._box)
         return lease
 
-    def _lease_gone(self, box):
+    def _lease_gone(self, box: List[Optional[ctypes._Pointer[_Version]]]) -> None:
         """A lease object (so every array of it) is gone: its server lease
         ends if release() never ran, and a closed consumer unmaps once the
         last one goes."""
@@ -312,7 +365,7 @@ class Consumer:
             if self._closed and self._live <= 0:
                 self._unmap()
 
-    def _unmap(self):
+    def _unmap(self) -> None:
         if self._h:
             _lib_consumer().wt_consumer_close(self._h)
             self._h = c_void_p()
@@ -351,7 +404,7 @@ class Consumer:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:

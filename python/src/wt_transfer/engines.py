@@ -17,21 +17,27 @@ import dataclasses
 import json
 import threading
 from ctypes import byref, c_void_p
+from typing import (Any, Dict, List, Optional, Sequence, Tuple, Type, TypeVar,
+                    cast)
 
 from . import _lib, errors
 from .client import client_handle
-from .sources import CSource, ended, source_iter, source_metas, yielded
+from .sources import (CSource, ParamMeta, _Described, ended, source_iter,
+                      source_metas, yielded)
+
+_Engine = TypeVar("_Engine", bound="CTrainerEngine")
 
 
-def _options(config) -> dict:
+def _options(config: Any) -> Dict[str, str]:
     """A backend's options (strings) from a dict, a dataclass or None."""
     if config is None:
         return {}
     if dataclasses.is_dataclass(config):
-        config = dataclasses.asdict(config)
+        # (a dataclass class, not an instance, raises TypeError here)
+        config = dataclasses.asdict(cast(Any, config))
     elif not isinstance(config, dict):
         config = {k: v for k, v in vars(config).items() if not k.startswith("_")}
-    out = {}
+    out: Dict[str, str] = {}
     for k, v in config.items():
         if k == "backend" or v is None:
             continue
@@ -39,7 +45,8 @@ def _options(config) -> dict:
     return out
 
 
-def _adapter_from_source(init_info, source):
+def _adapter_from_source(init_info: Optional[Dict[str, Any]],
+                         source: Any) -> Optional[Dict[str, Any]]:
     """An adapter spec (docs/lora.md) without tensors takes the source's:
     the C client completes rank and target modules from them."""
     adapter = (init_info or {}).get("adapter")
@@ -49,7 +56,7 @@ def _adapter_from_source(init_info, source):
     md = md() if callable(md) else md
     tensors = [{"name": m.name, "dtype": str(m.dtype).replace("torch.", ""),
                 "shape": [int(d) for d in m.shape]} for m in md]
-    return dict(init_info, adapter=dict(adapter, tensors=tensors))
+    return dict(init_info or {}, adapter=dict(adapter, tensors=tensors))
 
 
 class CTrainerEngine:
@@ -57,13 +64,14 @@ class CTrainerEngine:
 
     backend: str = ""
 
-    def __init__(self, handle, owner, owned, trainer, source):
+    def __init__(self, handle: c_void_p, owner: Any, owned: bool,
+                 trainer: c_void_p, source: Any) -> None:
         self._client = handle
         self._owner = owner  # keeps wt's Client or the foreign plane alive
         self._owned = owned
         self._trainer = trainer
         self.source = source
-        self._init_info = None
+        self._init_info: Optional[Dict[str, Any]] = None
         self.is_sender = True
         self.rounds = 0
         self._gone = "shut down"
@@ -73,7 +81,7 @@ class CTrainerEngine:
         if not owned and hasattr(owner, "_engines"):
             owner._engines.add(self)  # closing the Client shuts this down
 
-    def _live(self):
+    def _live(self) -> Tuple[c_void_p, c_void_p]:
         """(sync client, trainer) handles; FailedPrecondition once shut
         down or once the Client it was made with is closed."""
         if not self._trainer or not self._client:
@@ -87,12 +95,13 @@ class CTrainerEngine:
             self._gone = why
 
     @classmethod
-    def trainer_init(cls, config, init_info, *, client, source, timeout=None,
-                     data_timeout=None):
+    def trainer_init(cls: Type[_Engine], config: Any, init_info: Any, *,
+                     client: Any, source: Any, timeout: Optional[float] = None,
+                     data_timeout: Optional[float] = None) -> _Engine:
         """Rendezvous with every server and return a ready engine."""
         if init_info is not None and not isinstance(init_info, dict):
             if dataclasses.is_dataclass(init_info):
-                init_info = dataclasses.asdict(init_info)
+                init_info = dataclasses.asdict(cast(Any, init_info))
             else:
                 raise ValueError("init_info: a dict of wt's WeightTransferInitInfo "
                                  "fields (or None)")
@@ -120,7 +129,7 @@ class CTrainerEngine:
         return cls(handle, owner, owned, trainer, source)
 
     @property
-    def init_info(self) -> dict:
+    def init_info(self) -> Dict[str, Any]:
         """The init info this engine's init sent (wt's JSON form), read
         from C on first use."""
         if self._init_info is None:
@@ -153,7 +162,8 @@ class CTrainerEngine:
             self.rounds += 1
             return version
 
-    def _update(self, metas, described):
+    def _update(self, metas: Sequence[ParamMeta],
+                described: List[_Described]) -> None:
         with CSource.over(metas, described) as src:
             _lib.check(_lib.lib().wt_sync_client_update(
                 self._client, self._trainer, src.handle, None, None))
@@ -168,6 +178,8 @@ class CTrainerEngine:
         metas = source_metas(self.source)
         it = source_iter(self.source)
         _lib.check(L.wt_sync_client_start(self._client))
+        part: Optional[List[_Described]]  # None: let go (as `d`)
+        d: Optional[_Described]
         try:
             first, part, held = 0, [], 0
             for i in range(len(metas)):
@@ -200,13 +212,13 @@ class CTrainerEngine:
             L.wt_sync_client_destroy(self._client)
         self._client = c_void_p()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.shutdown()
         except Exception:
             pass
 
-    def delta_stats(self) -> dict:
+    def delta_stats(self) -> Dict[str, float]:
         """What the last round sent (docs/delta.md; the grpc and ucx
         backends): raw_bytes (the model), delta_wire_bytes (the delta
         data's bytes), delta_servers, full_servers, encode_s, round_s.
@@ -214,7 +226,7 @@ class CTrainerEngine:
         out = _lib.DeltaStats()
         _, trainer = self._live()
         _lib.check(_lib.lib().wt_trainer_delta_stats(trainer, byref(out)))
-        return {f: getattr(out, f) for f, _ in out._fields_}
+        return {f[0]: getattr(out, f[0]) for f in out._fields_}
 
 
 class GrpcTrainerEngine(CTrainerEngine):
@@ -252,8 +264,9 @@ class NcclTrainerEngine(CTrainerEngine):
     backend = "nccl"
 
     @classmethod
-    def trainer_init(cls, config, init_info, *, client, source, timeout=None,
-                     data_timeout=None):
+    def trainer_init(cls: Type[_Engine], config: Any, init_info: Any, *,
+                     client: Any, source: Any, timeout: Optional[float] = None,
+                     data_timeout: Optional[float] = None) -> _Engine:
         opts = _options(config)
         library = opts.pop("nccl_library", None)
         version = opts.pop("nccl_version", None)

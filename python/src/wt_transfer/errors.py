@@ -8,7 +8,9 @@ seed raises ValueError for bad input.
 
 from __future__ import annotations
 
+import ctypes
 import re
+from typing import Optional
 
 
 class WtError(Exception):
@@ -17,43 +19,110 @@ class WtError(Exception):
     code = 2
     code_name = "UNKNOWN"
 
-    def __init__(self, message: str, code: int | None = None):
+    def __init__(self, message: str, code: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         if code is not None:
             self.code = code
 
 
-def _sub(name: str, code: int, *bases):
-    return type(name, (WtError,) + bases,
-                {"code": code, "code_name": _NAMES[code],
-                 "__doc__": f"wt status {_NAMES[code]} ({code})."})
+# One class per code, written out (not made with type()) so that type
+# checkers see each, and its extra base (ValueError, TimeoutError).
+class Cancelled(WtError):
+    """wt status CANCELLED (1)."""
+    code = 1
+    code_name = "CANCELLED"
 
 
-_NAMES = {
-    1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED",
-    5: "NOT_FOUND", 6: "ALREADY_EXISTS", 7: "PERMISSION_DENIED",
-    8: "RESOURCE_EXHAUSTED", 9: "FAILED_PRECONDITION", 10: "ABORTED",
-    11: "OUT_OF_RANGE", 12: "UNIMPLEMENTED", 13: "INTERNAL", 14: "UNAVAILABLE",
-    15: "DATA_LOSS", 16: "UNAUTHENTICATED",
-}
+class Unknown(WtError):
+    """wt status UNKNOWN (2)."""
+    code = 2
+    code_name = "UNKNOWN"
 
-Cancelled = _sub("Cancelled", 1)
-Unknown = _sub("Unknown", 2)
-InvalidArgument = _sub("InvalidArgument", 3, ValueError)
-DeadlineExceeded = _sub("DeadlineExceeded", 4, TimeoutError)
-NotFound = _sub("NotFound", 5)
-AlreadyExists = _sub("AlreadyExists", 6)
-PermissionDenied = _sub("PermissionDenied", 7)
-ResourceExhausted = _sub("ResourceExhausted", 8)
-FailedPrecondition = _sub("FailedPrecondition", 9)
-Aborted = _sub("Aborted", 10)
-OutOfRange = _sub("OutOfRange", 11)
-Unimplemented = _sub("Unimplemented", 12)
-Internal = _sub("Internal", 13)
-Unavailable = _sub("Unavailable", 14)
-DataLoss = _sub("DataLoss", 15)
-Unauthenticated = _sub("Unauthenticated", 16)
+
+class InvalidArgument(WtError, ValueError):
+    """wt status INVALID_ARGUMENT (3)."""
+    code = 3
+    code_name = "INVALID_ARGUMENT"
+
+
+class DeadlineExceeded(WtError, TimeoutError):
+    """wt status DEADLINE_EXCEEDED (4)."""
+    code = 4
+    code_name = "DEADLINE_EXCEEDED"
+
+
+class NotFound(WtError):
+    """wt status NOT_FOUND (5)."""
+    code = 5
+    code_name = "NOT_FOUND"
+
+
+class AlreadyExists(WtError):
+    """wt status ALREADY_EXISTS (6)."""
+    code = 6
+    code_name = "ALREADY_EXISTS"
+
+
+class PermissionDenied(WtError):
+    """wt status PERMISSION_DENIED (7)."""
+    code = 7
+    code_name = "PERMISSION_DENIED"
+
+
+class ResourceExhausted(WtError):
+    """wt status RESOURCE_EXHAUSTED (8)."""
+    code = 8
+    code_name = "RESOURCE_EXHAUSTED"
+
+
+class FailedPrecondition(WtError):
+    """wt status FAILED_PRECONDITION (9)."""
+    code = 9
+    code_name = "FAILED_PRECONDITION"
+
+
+class Aborted(WtError):
+    """wt status ABORTED (10)."""
+    code = 10
+    code_name = "ABORTED"
+
+
+class OutOfRange(WtError):
+    """wt status OUT_OF_RANGE (11)."""
+    code = 11
+    code_name = "OUT_OF_RANGE"
+
+
+class Unimplemented(WtError):
+    """wt status UNIMPLEMENTED (12)."""
+    code = 12
+    code_name = "UNIMPLEMENTED"
+
+
+class Internal(WtError):
+    """wt status INTERNAL (13)."""
+    code = 13
+    code_name = "INTERNAL"
+
+
+class Unavailable(WtError):
+    """wt status UNAVAILABLE (14)."""
+    code = 14
+    code_name = "UNAVAILABLE"
+
+
+class DataLoss(WtError):
+    """wt status DATA_LOSS (15)."""
+    code = 15
+    code_name = "DATA_LOSS"
+
+
+class Unauthenticated(WtError):
+    """wt status UNAUTHENTICATED (16)."""
+    code = 16
+    code_name = "UNAUTHENTICATED"
+
 
 BY_CODE = {c.code: c for c in (
     Cancelled, Unknown, InvalidArgument, DeadlineExceeded, NotFound,
@@ -78,7 +147,7 @@ def tagged(e: WtError) -> WtError:
     return out
 
 
-def from_text(text: str, default: type = Unavailable,
+def from_text(text: str, default: type[WtError] = Unavailable,
               prefix: str = "") -> WtError:
     """The WtError a tagged worker message stands for (its class and the
     worker's words), else `default` with the text."""
@@ -95,10 +164,9 @@ def from_code(code: int, message: str) -> WtError:
     return cls(message, code if code in BY_CODE else 2)
 
 
-def type_status_calls(lib) -> None:
+def type_status_calls(lib: ctypes.CDLL) -> None:
     """Types libwt_base's status calls on a loaded library (libwt_client and
     libwt_consumer both reach them)."""
-    import ctypes
     for name, res in (("wt_status_code", ctypes.c_int),
                       ("wt_status_message", ctypes.c_char_p),
                       ("wt_status_free", None)):
@@ -106,7 +174,7 @@ def type_status_calls(lib) -> None:
         f.restype, f.argtypes = res, [ctypes.c_void_p]
 
 
-def raise_status(lib, st) -> None:
+def raise_status(lib: ctypes.CDLL, st: Optional[int]) -> None:
     """Raises the WtError subclass of a status `lib` returned, and frees it;
     nothing for NULL (OK)."""
     if not st:

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, Union
 
 
 class WeightTransferTrainerFactory:
     """Trainer-side engines by backend name."""
 
-    _registry: dict[str, Callable[[], type]] = {}
+    # name -> a loader of its engine class (a class with a trainer_init
+    # classmethod: engines.CTrainerEngine's, or a caller's own)
+    _registry: dict[str, Callable[[], Type[Any]]] = {}
 
     @classmethod
-    def register_engine(cls, name: str, module_path_or_cls, class_name: str | None = None) -> None:
+    def register_engine(cls, name: str, module_path_or_cls: Union[str, Type[Any]],
+                        class_name: str | None = None) -> None:
         """register_engine(name, "pkg.module", "Class") (imported on first
         use) or register_engine(name, Class)."""
         if name in cls._registry:
@@ -30,9 +33,10 @@ class WeightTransferTrainerFactory:
                 raise ValueError(
                     "class_name is required when registering with module path")
 
-            def loader() -> type:
+            def loader() -> Type[Any]:
                 module = importlib.import_module(module_path)
-                return getattr(module, class_name)
+                engine: Type[Any] = getattr(module, class_name)
+                return engine
 
             cls._registry[name] = loader
         else:
@@ -40,7 +44,7 @@ class WeightTransferTrainerFactory:
             cls._registry[name] = lambda: engine_cls
 
     @classmethod
-    def available(cls) -> list:
+    def available(cls) -> List[str]:
         return list(cls._registry.keys())
 
     @classmethod
@@ -86,7 +90,7 @@ class WeightTransferTrainerFactory:
                                        client=client, source=source)
 
 
-def _split(info: Any) -> Tuple[str, dict, Optional[dict], int]:
+def _split(info: Any) -> Tuple[str, Dict[str, Any], Optional[Dict[str, Any]], int]:
     """(backend, options, wt init info, rank) of a new-form init info."""
     if isinstance(info, dict):
         fields = dict(info)

@@ -70,7 +70,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, List, NamedTuple, Sequence, Union
+from typing import (Any, Callable, Dict, List, NamedTuple, Optional, Sequence,
+                    Set, Tuple, TypedDict, Union)
 
 from . import errors
 from ._fanout import fan_out
@@ -187,12 +188,13 @@ def _check_source(src: AdapterSource, where: str) -> None:
 # --- the trainer's side ----------------------------------------------------------
 
 
-def _post_text(url: str, body: dict, timeout: float) -> str:
+def _post_text(url: str, body: Dict[str, Any], timeout: float) -> str:
     req = urllib.request.Request(url, data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"},
                                  method="POST")
     with urllib.request.urlopen(req, timeout=timeout) as r:
-        return r.read().decode("utf-8", "replace")
+        text: str = r.read().decode("utf-8", "replace")
+        return text
 
 
 def _refusal(url: str, name: str, path: str, e: Exception) -> errors.WtError:
@@ -231,9 +233,18 @@ def _refusal(url: str, name: str, path: str, e: Exception) -> errors.WtError:
     return errors.Unavailable(where + str(e))
 
 
+class AdapterLoad(TypedDict):
+    """One server's load_adapter_on_vllm result (`message`: vLLM's answer)."""
+
+    adapter: str
+    lora_path: str
+    seconds: float
+    message: str
+
+
 def load_adapter_on_vllm(urls: Union[str, Sequence[str]], name: str,
                          lora_path: str, *, timeout: float = 60.0
-                         ) -> Dict[str, dict]:
+                         ) -> Dict[str, AdapterLoad]:
     """Asks every vLLM server in `urls`, in parallel, to load the adapter
     version `lora_path` names (see `lora_path`) under `name`, in place of
     the one it serves under that name: POST /v1/load_lora_adapter
@@ -257,7 +268,7 @@ def load_adapter_on_vllm(urls: Union[str, Sequence[str]], name: str,
     parse_lora_path(lora_path)  # a malformed path fails here, not in vLLM
     body = {"lora_name": name, "lora_path": lora_path, "load_inplace": True}
 
-    def one(url: str) -> dict:
+    def one(url: str) -> AdapterLoad:
         t0 = time.perf_counter()
         try:
             text = _post_text(url.rstrip("/") + ROUTE, body, timeout)
@@ -274,7 +285,8 @@ def load_adapter_on_vllm(urls: Union[str, Sequence[str]], name: str,
 
 # --- the trainer's side ------------------------------------------------------------
 
-def adapter_init_info(name: str, alpha: float, init_info: dict | None = None) -> dict:
+def adapter_init_info(name: str, alpha: float,
+                      init_info: Dict[str, Any] | None = None) -> Dict[str, Any]:
     """The init info of an adapter set's rounds (docs/lora.md): `init_info`
     (wt's WeightTransferInitInfo as a dict; None: the defaults) with the
     set's spec, `{"adapter": {"name": name, "alpha": alpha}}`. The engine's
@@ -331,7 +343,7 @@ def adapter_lora_path(client: Any, version: str | None = None, *,
 
 def load_adapter(urls: Union[str, Sequence[str]], client: Any,
                  version: str | None = None, *, lora_name: str | None = None,
-                 timeout: float = 60.0) -> Dict[str, dict]:
+                 timeout: float = 60.0) -> Dict[str, AdapterLoad]:
     """Loads the adapter version a round of `client` committed into every
     vLLM server of `urls`, under `lora_name` (default: the set's name):
     vLLM server k reads the export of wt-server k when there are as many of
@@ -347,7 +359,7 @@ def load_adapter(urls: Union[str, Sequence[str]], client: Any,
         path = adapter_lora_path(client, version, server=k if pairwise else 0)
         paths.setdefault(path, []).append(url)
     name = lora_name or client.adapter
-    out: Dict[str, dict] = {}
+    out: Dict[str, AdapterLoad] = {}
     for path, group in paths.items():
         out.update(load_adapter_on_vllm(group, name, path, timeout=timeout))
     return out
@@ -383,7 +395,7 @@ def install_vllm_loader() -> bool:
         def add_adapter(self: Any, lora_request: Any) -> bool:
             return _add_adapter(self, lora_request, originals["add_adapter"])
 
-        def _apply_adapters(self: Any, lora_requests: Any) -> None:
+        def _apply_adapters(self: Any, lora_requests: Any) -> Any:
             # what a step asks for: add_adapter tells it from an explicit load
             self._wt_in_step = True
             try:
@@ -391,13 +403,15 @@ def install_vllm_loader() -> bool:
             finally:
                 self._wt_in_step = False
 
-        for fn, orig in ((_load_adapter, originals["_load_adapter"]),
-                         (add_adapter, originals["add_adapter"]),
-                         (_apply_adapters, originals["_apply_adapters"])):
+        patches: Tuple[Tuple[Any, Any], ...] = (
+            (_load_adapter, originals["_load_adapter"]),
+            (add_adapter, originals["add_adapter"]),
+            (_apply_adapters, originals["_apply_adapters"]))
+        for fn, orig in patches:
             fn.__doc__ = (orig.__doc__ or "") + \
                 "\n\n(wt_transfer.lora: wt lora_paths load from a wt export.)"
-            fn.__wrapped__ = orig  # type: ignore[attr-defined]
-            fn._wt_patched = True  # type: ignore[attr-defined]
+            fn.__wrapped__ = orig
+            fn._wt_patched = True
         wm.WorkerLoRAManager._load_adapter = _load_adapter
         wm.LRUCacheWorkerLoRAManager.add_adapter = add_adapter
         wm.LRUCacheWorkerLoRAManager._apply_adapters = _apply_adapters
@@ -407,13 +421,14 @@ def install_vllm_loader() -> bool:
 def _served(manager: Any) -> Dict[int, Any]:
     """{lora int id: the LoRARequest last loaded explicitly for it} of a
     worker's manager (wt paths only)."""
-    d = manager.__dict__.get("_wt_served")
+    d: Optional[Dict[int, Any]] = manager.__dict__.get("_wt_served")
     if d is None:
         d = manager.__dict__["_wt_served"] = {}
     return d
 
 
-def _add_adapter(manager: Any, lora_request: Any, original: Any) -> bool:
+def _add_adapter(manager: Any, lora_request: Any,
+                 original: Callable[[Any, Any], bool]) -> bool:
     """vLLM's LRUCacheWorkerLoRAManager.add_adapter, except that for a wt
     path only an explicit load loads (see the module's docstring)."""
     import msgspec
@@ -484,7 +499,7 @@ def _copy_version(src: AdapterSource, name: str) -> Dict[str, Any]:
     return out
 
 
-def _peft_config(name: str, tensors: Dict[str, Any], alpha: float) -> dict:
+def _peft_config(name: str, tensors: Dict[str, Any], alpha: float) -> Dict[str, Any]:
     """PEFT's adapter_config fields for `tensors`: r from lora_A's rows
     (the most common rank; modules of another rank in rank_pattern),
     target_modules from the names. ValueError names the tensor at fault."""
@@ -518,7 +533,7 @@ def _peft_config(name: str, tensors: Dict[str, Any], alpha: float) -> dict:
                              if ra != r}}
 
 
-def _expected_lora_modules(manager: Any) -> set:
+def _expected_lora_modules(manager: Any) -> Set[str]:
     """The module names an adapter may target, as vLLM's
     WorkerLoRAManager._load_adapter computes them."""
     supported = manager._adapter_manager.supported_lora_modules
@@ -534,7 +549,7 @@ def _expected_lora_modules(manager: Any) -> set:
     return set(expected)
 
 
-def _check_target_modules(path: str, tensors: Dict[str, Any], expected: set,
+def _check_target_modules(path: str, tensors: Dict[str, Any], expected: Set[str],
                           peft_helper: Any, weights_mapper: Any,
                           skip_prefixes: Any) -> None:
     """vLLM's LoRAModel.from_local_checkpoint check of a checkpoint's
@@ -563,7 +578,7 @@ def _check_target_modules(path: str, tensors: Dict[str, Any], expected: set,
             f" Please verify that the loaded LoRA module is correct")
 
 
-def _full_linear_sizes(layer: Any) -> Any:
+def _full_linear_sizes(layer: Any) -> Optional[Tuple[int, List[int]]]:
     """(inputs, [outputs of each packed slice]) of the linear layer a vLLM
     LoRA layer wraps, full (unsharded) as an adapter's tensors are, or None
     where they cannot be told (not a linear layer, odd attributes).
@@ -589,13 +604,15 @@ def _full_linear_sizes(layer: Any) -> Any:
     def size(x: Any) -> bool:
         return isinstance(x, int) and not isinstance(x, bool) and x > 0
 
+    inputs: Any
+    output: Any
     inputs, output = getattr(base, "input_size", None), \
         getattr(base, "output_size", None)
     if not size(inputs):
         return None
     sizes = getattr(base, "output_sizes", None)
-    heads = [getattr(base, k, None) for k in
-             ("total_num_heads", "total_num_kv_heads", "head_size")]
+    heads: List[Any] = [getattr(base, k, None) for k in
+                        ("total_num_heads", "total_num_kv_heads", "head_size")]
     if isinstance(sizes, (list, tuple)) and len(sizes) == 3 and \
             all(size(h) for h in heads):
         nh, nkv, hs = heads
@@ -614,7 +631,7 @@ def _full_linear_sizes(layer: Any) -> Any:
     return inputs, outs
 
 
-def _module_sizes(adapter_manager: Any) -> Dict[str, tuple]:
+def _module_sizes(adapter_manager: Any) -> Dict[str, Tuple[int, Optional[int]]]:
     """{module name, as vLLM names an adapter's modules (e.g.
     model.layers.0.self_attn.q_proj): (inputs, outputs or None)} for every
     linear LoRA layer of the model, full sizes (`_full_linear_sizes`).
@@ -628,10 +645,11 @@ def _module_sizes(adapter_manager: Any) -> Dict[str, tuple]:
     where the parts are not one slice each). A layer the model does not
     pack is its own module, with all its outputs. Kept per manager: the
     layers do not change."""
-    cached = adapter_manager.__dict__.get("_wt_module_sizes")
+    cached: Optional[Dict[str, Tuple[int, Optional[int]]]] = \
+        adapter_manager.__dict__.get("_wt_module_sizes")
     if cached is not None:
         return cached
-    out: Dict[str, tuple] = {}
+    out: Dict[str, Tuple[int, Optional[int]]] = {}
     packed = getattr(adapter_manager, "packed_modules", None) or {}
     for name, layer in (getattr(adapter_manager, "modules", None) or {}).items():
         try:
@@ -651,7 +669,8 @@ def _module_sizes(adapter_manager: Any) -> Dict[str, tuple]:
     return out
 
 
-def _check_tensor_shapes(path: str, tensors: Dict[str, Any], sizes: Dict[str, tuple],
+def _check_tensor_shapes(path: str, tensors: Dict[str, Any],
+                         sizes: Dict[str, Tuple[int, Optional[int]]],
                          peft_helper: Any, weights_mapper: Any,
                          skip_prefixes: Any) -> None:
     """Every lora_A [r, inputs] and lora_B [outputs, r] against the module

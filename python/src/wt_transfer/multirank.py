@@ -26,10 +26,22 @@ import json
 import os
 import time
 from ctypes import byref, c_void_p
+from typing import (Any, Dict, Iterable, Iterator, List, Optional, Protocol,
+                    Sequence, Tuple)
 
 from . import _lib
 from .factory import WeightTransferTrainerFactory
 from .sources import ParamMeta, describe
+
+
+class RankGroup(Protocol):
+    """What ShardedTrainer needs of the ranks' channel (TorchGroup's)."""
+
+    def rank(self) -> int: ...
+
+    def size(self) -> int: ...
+
+    def allgather(self, obj: Any) -> List[Any]: ...
 
 
 class Box:
@@ -37,13 +49,14 @@ class Box:
     whole tensor's `shape`, and the box's first index per dimension
     (`offsets`). A plain array (no Box) is a whole tensor, replicated."""
 
-    def __init__(self, local, shape, offsets):
+    def __init__(self, local: Any, shape: Iterable[int],
+                 offsets: Iterable[int]) -> None:
         self.local = local
         self.shape = tuple(int(x) for x in shape)
         self.offsets = tuple(int(x) for x in offsets)
 
 
-def _dtensor_box(t):
+def _dtensor_box(t: Any) -> Box:
     """A DTensor's local shard as a Box (its offsets from its placements)."""
     from torch.distributed.tensor._utils import \
         compute_local_shape_and_global_offset
@@ -56,7 +69,7 @@ def _dtensor_box(t):
     return Box(local, t.shape, offsets)
 
 
-def _as_box(name, obj) -> Box:
+def _as_box(name: str, obj: Any) -> Box:
     if isinstance(obj, Box):
         return obj
     if type(obj).__name__ == "DTensor" or hasattr(obj, "device_mesh"):
@@ -65,13 +78,13 @@ def _as_box(name, obj) -> Box:
     return Box(obj, shape, (0,) * len(shape))
 
 
-def _boxes(tensors) -> dict:
+def _boxes(tensors: Any) -> Dict[str, Box]:
     t = tensors() if callable(tensors) else tensors
     items = t.items() if isinstance(t, dict) else t
     return {name: _as_box(name, obj) for name, obj in items}
 
 
-def _local(box):
+def _local(box: Box) -> Any:
     """The box's bytes as something describe() takes: contiguous, detached."""
     x = box.local
     if hasattr(x, "detach"):
@@ -81,9 +94,9 @@ def _local(box):
     return x
 
 
-def layout(tensors, rank: int) -> dict:
+def layout(tensors: Any, rank: int) -> Dict[str, Any]:
     """This rank's layout (what it holds) as a ShardPlan rank entry."""
-    out = []
+    out: List[Dict[str, Any]] = []
     for name, box in _boxes(tensors).items():
         d = describe(name, _local(box))
         out.append({"name": name, "dtype": d.dtype, "shape": list(box.shape),
@@ -91,11 +104,12 @@ def layout(tensors, rank: int) -> dict:
     return {"rank": int(rank), "boxes": out}
 
 
-def build_plan(layouts, nonce: bytes = b"", generation: int = 0) -> dict:
+def build_plan(layouts: Sequence[Dict[str, Any]], nonce: bytes = b"",
+               generation: int = 0) -> Dict[str, Any]:
     """The plan every rank computes from all the ranks' layouts (C: the
     checks, the replicate rule and the digest). InvalidArgument naming the
     rank and the tensor when they disagree, overlap or leave bytes out."""
-    req = {"ranks": list(layouts), "world_size": len(layouts)}
+    req: Dict[str, Any] = {"ranks": list(layouts), "world_size": len(layouts)}
     if nonce:
         req["nonce"] = base64.b64encode(nonce).decode()
     if generation:
@@ -103,25 +117,28 @@ def build_plan(layouts, nonce: bytes = b"", generation: int = 0) -> dict:
     p = c_void_p()
     _lib.check(_lib.lib().wt_bindings_shard_plan(json.dumps(req).encode(),
                                                  byref(p)))
-    return json.loads(_lib.take_string(p))
+    plan: Dict[str, Any] = json.loads(_lib.take_string(p))
+    return plan
 
 
 class TorchGroup:
     """The trainer's torch.distributed process group as the ranks' channel
     (layouts exchanged once, at init; its timeout bounds that exchange)."""
 
-    def __init__(self, group=None):
+    def __init__(self, group: Any = None) -> None:
         import torch.distributed as dist
         self._dist, self._group = dist, group
 
     def rank(self) -> int:
-        return self._dist.get_rank(self._group)
+        rank: int = self._dist.get_rank(self._group)
+        return rank
 
     def size(self) -> int:
-        return self._dist.get_world_size(self._group)
+        size: int = self._dist.get_world_size(self._group)
+        return size
 
-    def allgather(self, obj) -> list:
-        out = [None] * self.size()
+    def allgather(self, obj: Any) -> List[Any]:
+        out: List[Any] = [None] * self.size()
         self._dist.all_gather_object(out, obj, group=self._group)
         return out
 
@@ -130,17 +147,17 @@ class _BoxSource:
     """This rank's boxes of the plan, in the plan's order, read anew from
     `tensors` every round (a state_dict method, or a dict)."""
 
-    def __init__(self, tensors, mine: list):
+    def __init__(self, tensors: Any, mine: List[Dict[str, Any]]) -> None:
         self._tensors = tensors
         self._mine = mine
         self._metas = [ParamMeta(b["name"], b["dtype"],
                                  tuple(int(x) for x in b.get("sizes", [])))
                        for b in mine]
 
-    def metadata(self):
+    def metadata(self) -> List[ParamMeta]:
         return self._metas
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Tuple[str, Any]]:
         held = _boxes(self._tensors)
         for b in self._mine:
             box = held.get(b["name"])
@@ -164,8 +181,10 @@ class ShardedTrainer:
     `state_dict`) of DTensors, Boxes or whole arrays (replicated). `rank`
     defaults to the group's; `group` to TorchGroup()."""
 
-    def __init__(self, backend: str, client, tensors, *, group=None,
-                 rank: int | None = None, config=None, init_info=None):
+    def __init__(self, backend: str, client: Any, tensors: Any, *,
+                 group: Optional[RankGroup] = None, rank: int | None = None,
+                 config: Any = None,
+                 init_info: Optional[Dict[str, Any]] = None) -> None:
         group = group if group is not None else TorchGroup()
         self.rank = group.rank() if rank is None else int(rank)
         mine = layout(tensors, self.rank)
@@ -202,13 +221,14 @@ class ShardedTrainer:
         """This rank's part of one round: join it, push this rank's boxes,
         finish; returns once every rank finished and the version committed
         on every server (or raises the round's failure)."""
-        return self.engine.send_weights(weight_version)
+        version: str = self.engine.send_weights(weight_version)
+        return version
 
     def shutdown(self) -> None:
         self.engine.shutdown()
 
-    def __enter__(self):
+    def __enter__(self) -> "ShardedTrainer":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.shutdown()

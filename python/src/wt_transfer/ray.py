@@ -32,11 +32,15 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import (TYPE_CHECKING, Any, Dict, List, Optional, Sequence,
+                    TypedDict, Union, cast)
 
 import ray
 
 from . import errors
+
+if TYPE_CHECKING:
+    from .client import Client
 
 # How long a server may take to say it serves (it loads its model first).
 START_TIMEOUT_S = 120.0
@@ -57,6 +61,17 @@ def _default_server_bin() -> str:
             "wt-server: not in the wt_transfer package nor on PATH on this node "
             "(give server_bin)")
     return found
+
+
+class ServerState(TypedDict):
+    """ServerActor.info(): where the server is and how it is."""
+
+    node_id: str
+    address: str
+    export: Optional[str]       # its --export path, if any
+    pid: Optional[int]          # None while it is down
+    restarts: int
+    exits: List[int]            # exit statuses seen, newest last
 
 
 class ServerActor:
@@ -81,7 +96,7 @@ class ServerActor:
         _write_private(self._token_file, f"trainer {token}\n")
         self._mu = threading.Lock()
         self._stopping = False
-        self._proc: Optional[subprocess.Popen] = None
+        self._proc: Optional[subprocess.Popen[bytes]] = None
         self._port = 0
         self.restarts = 0
         self.exits: List[int] = []  # exit statuses seen, newest last
@@ -140,7 +155,7 @@ class ServerActor:
                     self._proc = None
                     return
 
-    def info(self) -> Dict[str, Any]:
+    def info(self) -> ServerState:
         """Where the server is and how it is: node id, address, pid (None
         while it is down), restarts, exit statuses seen."""
         with self._mu:
@@ -152,7 +167,7 @@ class ServerActor:
                     "pid": proc.pid if proc is not None and proc.poll() is None else None,
                     "restarts": self.restarts, "exits": list(self.exits)}
 
-    def wait_serving(self, restarts: int, timeout: float) -> Dict[str, Any]:
+    def wait_serving(self, restarts: int, timeout: float) -> ServerState:
         """Waits until the server has been restarted `restarts` times in all
         and serves; returns info()."""
         deadline = time.monotonic() + timeout
@@ -194,7 +209,8 @@ def _die_with_parent() -> None:
 
 
 def _node() -> str:
-    return ray.get_runtime_context().get_node_id()
+    node: str = ray.get_runtime_context().get_node_id()
+    return node
 
 
 @dataclass
@@ -221,7 +237,7 @@ class ServersInfo:
                 text = text.replace(a, f"{a} (Ray node {n})")
         return type(e)(text) if text != str(e) else e
 
-    def client(self, **kw: Any):
+    def client(self, **kw: Any) -> Client:
         """A wt.Client over every server, with the token written to a file
         of mode 0600 here (removed when the client is closed or
         collected)."""
@@ -239,17 +255,17 @@ class ServersInfo:
         return c
 
 
-def _alive_nodes() -> List[dict]:
+def _alive_nodes() -> List[Dict[str, Any]]:
     return [n for n in ray.nodes() if n.get("Alive")]
 
 
-def _choose(nodes: Union[str, Sequence[str], Any]) -> List[dict]:
+def _choose(nodes: Union[str, Sequence[str], Any]) -> List[Dict[str, Any]]:
     alive = _alive_nodes()
     if isinstance(nodes, str) and nodes == "all":
         return alive
     if hasattr(nodes, "bundle_specs"):  # a placement group: its bundles' nodes
         from ray.util.placement_group import placement_group_table
-        ray.get(nodes.ready())
+        ray.get(cast(Any, nodes).ready())
         ids = list(dict.fromkeys(placement_group_table(nodes)["bundles_to_node_id"].values()))
     else:
         ids = list(nodes)
@@ -279,12 +295,12 @@ class Servers:
     def nodes(self) -> List[str]:
         return self.info.nodes
 
-    def client(self, **kw: Any):
+    def client(self, **kw: Any) -> Client:
         return self.info.client(**kw)
 
-    def states(self) -> List[Optional[Dict[str, Any]]]:
+    def states(self) -> List[Optional[ServerState]]:
         """Each actor's info(), or None for one whose node is gone."""
-        out = []
+        out: List[Optional[ServerState]] = []
         for a in self.actors:
             try:
                 out.append(ray.get(a.info.remote(), timeout=30))
@@ -384,24 +400,25 @@ class RayEngines:
             cls = None
         return cls(**fields) if cls is not None else dict(fields)
 
-    def _all(self, method: str, *args: Any, **kw: Any) -> list:
+    def _all(self, method: str, *args: Any, **kw: Any) -> List[Any]:
         refs = [getattr(h, method).remote(*args, **kw) for h in self.handles]
         try:
-            return ray.get(refs, timeout=self.timeout)
+            results: List[Any] = ray.get(refs, timeout=self.timeout)
+            return results
         except ray.exceptions.RayActorError as e:
             raise errors.Unavailable(f"vLLM engine actor: {method}: {e}") from None
         except ray.exceptions.GetTimeoutError:
             raise errors.DeadlineExceeded(
                 f"vLLM engine actor: {method}: no answer in {self.timeout:.0f} s") from None
 
-    def init_weight_transfer_engine(self, init_info: dict) -> None:
+    def init_weight_transfer_engine(self, init_info: Dict[str, Any]) -> None:
         self._all("init_weight_transfer_engine",
                   self._request("WeightTransferInitRequest", init_info=init_info))
 
     def start_weight_update(self) -> None:
         self._all("start_weight_update")
 
-    def update_weights(self, update_info: dict) -> None:
+    def update_weights(self, update_info: Dict[str, Any]) -> None:
         self._all("update_weights",
                   self._request("WeightTransferUpdateRequest", update_info=update_info))
 

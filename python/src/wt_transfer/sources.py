@@ -21,12 +21,21 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections import namedtuple
 from ctypes import byref, c_int, c_void_p
+from typing import (Any, Dict, Iterable, Iterator, List, NamedTuple, Optional,
+                    Sequence, Set, Tuple, Union)
 
 from . import _lib
 
-ParamMeta = namedtuple("ParamMeta", ["name", "dtype", "shape"])
+
+# One tensor of a source's metadata. wt's own (ArraySource's, and what
+# source_metas() returns) has dtype as wt's name (a str) and shape a tuple
+# of ints; a source's may give a torch or numpy dtype, which wt names.
+class ParamMeta(NamedTuple):
+    name: str
+    dtype: Any
+    shape: Tuple[int, ...]
+
 
 # typestr (without byte order) -> wt's (PyTorch's) dtype name
 _TYPESTR = {
@@ -50,7 +59,7 @@ WT_MEM_HOST, WT_MEM_DEVICE = 0, 3
 WT_DEVICE_CPU, WT_DEVICE_CUDA = 0, 1
 
 
-def dtype_name(dt) -> str:
+def dtype_name(dt: Any) -> str:
     """wt's name for a dtype given as a string, a torch dtype or a numpy dtype."""
     if isinstance(dt, str):
         s = dt
@@ -67,7 +76,7 @@ class view:
     """An array whose bytes are declared another dtype of the same size:
     `view(np_uint16_array, "bfloat16")`."""
 
-    def __init__(self, array, dtype: str):
+    def __init__(self, array: Any, dtype: str) -> None:
         self.array = array
         self.dtype = dtype_name(dtype)
 
@@ -77,18 +86,39 @@ class _Described:
 
     __slots__ = ("name", "dtype", "shape", "data", "nbytes", "kind",
                  "device", "stream", "keep")
+    name: str
+    dtype: str                  # wt's name
+    shape: Tuple[int, ...]
+    data: Optional[int]         # the first byte's address
+    nbytes: int
+    kind: int                   # WT_MEM_HOST or WT_MEM_DEVICE
+    device: int                 # the CUDA device's index
+    stream: Optional[int]       # the CUDA stream the bytes are written on
+    keep: List[Any]             # what keeps the bytes alive
 
 
 class _DLDevice(ctypes.Structure):
+    device_type: int
+    device_id: int
     _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
 
 
 class _DLDataType(ctypes.Structure):
+    code: int
+    bits: int
+    lanes: int
     _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
                 ("lanes", ctypes.c_uint16)]
 
 
 class _DLTensor(ctypes.Structure):
+    data: Optional[int]
+    device: _DLDevice
+    ndim: int
+    dtype: _DLDataType
+    shape: ctypes._Pointer[ctypes.c_int64]
+    strides: ctypes._Pointer[ctypes.c_int64]
+    byte_offset: int
     _fields_ = [("data", c_void_p), ("device", _DLDevice),
                 ("ndim", ctypes.c_int32), ("dtype", _DLDataType),
                 ("shape", ctypes.POINTER(ctypes.c_int64)),
@@ -101,7 +131,8 @@ _PyCapsule_GetPointer.restype = c_void_p
 _PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
-def _contiguous(shape, strides, itemsize) -> bool:
+def _contiguous(shape: Sequence[int], strides: Optional[Sequence[int]],
+                itemsize: int) -> bool:
     if strides is None:
         return True
     want = itemsize
@@ -112,14 +143,14 @@ def _contiguous(shape, strides, itemsize) -> bool:
     return True
 
 
-def _numel(shape) -> int:
+def _numel(shape: Iterable[Any]) -> int:
     n = 1
     for d in shape:
         n *= int(d)
     return n
 
 
-def _device_index(obj) -> int:
+def _device_index(obj: Any) -> int:
     dev = getattr(obj, "device", None)
     for attr in ("index", "id"):
         v = getattr(dev, attr, None)
@@ -128,7 +159,7 @@ def _device_index(obj) -> int:
     return 0
 
 
-def describe(name: str, obj) -> _Described:
+def describe(name: str, obj: Any) -> _Described:
     """Where `obj`'s bytes are, without copying them; ValueError naming the
     tensor when it cannot be sent as it is."""
     declared = None
@@ -138,7 +169,7 @@ def describe(name: str, obj) -> _Described:
         obj = obj.detach()  # the same storage: torch refuses to export it else
     d = _Described()
     d.name, d.keep, d.stream, d.kind, d.device = name, [obj], None, WT_MEM_HOST, 0
-    dt = None
+    dt: Optional[str] = None
     ai = getattr(obj, "__array_interface__", None)
     if ai is not None:  # numpy first: the common case, and the cheapest
         shape = tuple(ai["shape"])
@@ -208,7 +239,7 @@ def describe(name: str, obj) -> _Described:
     return d
 
 
-def _meta(m) -> ParamMeta:
+def _meta(m: Any) -> ParamMeta:
     if type(m) is ParamMeta and type(m.dtype) is str and m.dtype in _ITEMSIZE \
             and type(m.shape) is tuple:
         return m  # already wt's (ArraySource's own)
@@ -226,27 +257,30 @@ class ArraySource:
     metadata is the tensors' own, in that order; each round sends what the
     mapping holds then (replace its values between rounds, same layout)."""
 
-    def __init__(self, tensors):
+    def __init__(self, tensors: Union[Dict[str, Any],
+                                      Iterable[Tuple[str, Any]]]) -> None:
         self._tensors = tensors
-        self._cached = None  # (the objects' ids, their metadata)
+        # (the objects' ids, their metadata)
+        self._cached: Optional[Tuple[List[Tuple[str, int]],
+                                     List[ParamMeta]]] = None
 
-    def _pairs(self):
+    def _pairs(self) -> List[Tuple[str, Any]]:
         t = self._tensors
         return list(t.items()) if isinstance(t, dict) else list(t)
 
-    def metadata(self):
+    def metadata(self) -> List[ParamMeta]:
         pairs = self._pairs()
         ids = [(n, id(o)) for n, o in pairs]
         if self._cached is not None and self._cached[0] == ids:
             return self._cached[1]  # the same tensors: the same layout
-        out = []
+        out: List[ParamMeta] = []
         for name, obj in pairs:
             d = describe(name, obj)
             out.append(ParamMeta(name, d.dtype, d.shape))
         self._cached = (ids, out)
         return out
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Tuple[str, Any]]:
         return iter(self._pairs())
 
 
@@ -254,13 +288,13 @@ class _Layout:
     """The C tensor table of one layout (names, dtypes, shapes, sizes),
     built once and copied for each round, which sets only the pointers."""
 
-    def __init__(self, metas):
+    def __init__(self, metas: Sequence[ParamMeta]) -> None:
         L = _lib.lib()
         n = len(metas)
         self.n = n
         self.template = (_lib.SourceTensor * max(n, 1))()
-        self._keep = []
-        codes = {}
+        self._keep: List[object] = []
+        codes: Dict[str, int] = {}
         for i, m in enumerate(metas):
             if m.dtype not in codes:
                 code = c_int()
@@ -276,17 +310,17 @@ class _Layout:
             t.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
             t.nbytes = _numel(m.shape) * _ITEMSIZE[m.dtype]
 
-    def table(self):
+    def table(self) -> ctypes.Array[_lib.SourceTensor]:
         arr = (_lib.SourceTensor * max(self.n, 1))()
         ctypes.memmove(arr, self.template, ctypes.sizeof(arr))
         return arr
 
 
-_layouts: dict = {}
+_layouts: Dict[Tuple[ParamMeta, ...], _Layout] = {}
 _layouts_lock = threading.Lock()
 
 
-def _layout(metas) -> _Layout:
+def _layout(metas: Sequence[ParamMeta]) -> _Layout:
     """The cached layout of `metas`. A table it makes points into it (the
     names, the shapes): whoever holds the table holds the layout too, as
     the cache may drop it at any time (from another thread as well)."""
@@ -300,7 +334,7 @@ def _layout(metas) -> _Layout:
         return lay
 
 
-def source_iter(source):
+def source_iter(source: Any) -> Iterator[Tuple[str, Any]]:
     """A fresh pass over the source's (name, tensor) pairs: vLLM 0.33's
     `iter_full()` where it has one, else iteration (vLLM 0.32, wt's)."""
     full = getattr(source, "iter_full", None)
@@ -310,7 +344,7 @@ def source_iter(source):
     return iter(source)
 
 
-def source_metas(source) -> list:
+def source_metas(source: Any) -> List[ParamMeta]:
     """The source's metadata in wt's form, names unique; ValueError else.
     `metadata` is a method (vLLM 0.32, wt) or a property holding the list
     (vLLM 0.33's cached property)."""
@@ -320,7 +354,7 @@ def source_metas(source) -> list:
         raise ValueError("source: needs metadata and iteration (vLLM's "
                          "WeightSource); wrap a dict in ArraySource")
     metas = [_meta(m) for m in (md() if callable(md) else md)]
-    names = set()
+    names: Set[str] = set()
     for m in metas:
         if m.name in names:
             raise ValueError(f"source: tensor '{m.name}' is declared twice")
@@ -328,7 +362,8 @@ def source_metas(source) -> list:
     return metas
 
 
-def yielded(metas, it, i: int) -> _Described:
+def yielded(metas: Sequence[ParamMeta], it: Iterator[Tuple[str, Any]],
+            i: int) -> _Described:
     """Tensor i of a round from the iterator `it`, checked against
     metas[i] (name, order, dtype, shape); ValueError naming it else."""
     m = metas[i]
@@ -351,7 +386,7 @@ def yielded(metas, it, i: int) -> _Described:
     return d
 
 
-def ended(metas, it) -> None:
+def ended(metas: Sequence[ParamMeta], it: Iterator[Tuple[str, Any]]) -> None:
     """ValueError when the iterator yields more than the metadata declares."""
     extra = next(it, None)
     if extra is not None:
@@ -365,7 +400,11 @@ class CSource:
     or a part of one (`CSource.over(metas, described)`). A context manager:
     the C source and the references to the tensors go on exit."""
 
-    def __init__(self, source=None):
+    tensors: List[_Described]
+    metas: Sequence[ParamMeta]
+    _keep: List[object]
+
+    def __init__(self, source: Any = None) -> None:
         self.handle = c_void_p()
         self.tensors, self.metas, self._keep = [], [], []
         if source is None:
@@ -377,13 +416,15 @@ class CSource:
         self._build(metas, described)
 
     @classmethod
-    def over(cls, metas, described) -> "CSource":
+    def over(cls, metas: Sequence[ParamMeta],
+             described: List[_Described]) -> "CSource":
         """A C source over tensors already checked (yielded())."""
         cs = cls()
         cs._build(metas, described)
         return cs
 
-    def _build(self, metas, described):
+    def _build(self, metas: Sequence[ParamMeta],
+               described: List[_Described]) -> None:
         self.tensors = described
         self.metas = metas
         n = len(described)
@@ -400,17 +441,17 @@ class CSource:
                 t.cuda_stream = d.stream
         _lib.check(_lib.lib().wt_source_memory(arr, n, byref(self.handle)))
 
-    def close(self):
+    def close(self) -> None:
         if self.handle:
             _lib.lib().wt_source_destroy(self.handle)
             self.handle = c_void_p()
         self.tensors = []
         self._keep = []
 
-    def __enter__(self):
+    def __enter__(self) -> "CSource":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
 
@@ -425,7 +466,7 @@ class OnTheFly:
     before it moved, and the committed version stays. Any source may
     instead have a `hold_bytes` attribute of its own."""
 
-    def __init__(self, source, hold_bytes: int = 256 << 20):
+    def __init__(self, source: Any, hold_bytes: int = 256 << 20) -> None:
         if not hasattr(source, "metadata") or not (
                 hasattr(source, "__iter__") or hasattr(source, "iter_full")):
             raise ValueError("source: needs metadata and iteration (vLLM's "
@@ -436,9 +477,9 @@ class OnTheFly:
         self.source = source
         self.hold_bytes = hold_bytes
 
-    def metadata(self):
+    def metadata(self) -> Any:
         md = self.source.metadata
         return md() if callable(md) else md
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Tuple[str, Any]]:
         return source_iter(self.source)

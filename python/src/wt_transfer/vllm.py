@@ -29,7 +29,8 @@ import json
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import (Any, Dict, Iterable, List, Optional, Sequence, Tuple,
+                    TypedDict, Union)
 
 from . import _vllm_load
 from . import errors
@@ -44,6 +45,10 @@ from_text = errors.from_text
 class WtWorkerExtension:
     """Methods vLLM adds to each worker (`--worker-extension-cls`). The
     worker is `self`; its model is `self.model_runner.model`."""
+
+    # the worker's (vLLM's has one; a stand-in may not)
+    vllm_config: Any
+    _wt_served_state: _vllm_load.Served
 
     def _wt_model(self) -> Any:
         runner = getattr(self, "model_runner", None)
@@ -83,7 +88,7 @@ class WtWorkerExtension:
                         fn()
             return _vllm_load.vllm_reload(self.vllm_config, model, after)
 
-        def plain(pairs: Optional[Iterable]) -> None:
+        def plain(pairs: Optional[Iterable[Tuple[str, Any]]]) -> None:
             if pairs is None:
                 raise errors.FailedPrecondition(
                     "no reload path here to restore the checkpoint vLLM started from")
@@ -95,7 +100,7 @@ class WtWorkerExtension:
 
     def update_weights_from_wt(self, path: str, version: str = "",
                                worker: str = "0", timeout: str = "0",
-                               to_torch: str = "1") -> dict:
+                               to_torch: str = "1") -> _vllm_load.LoadResult:
         """Loads a committed version (collective_rpc passes strings), all or
         nothing. Returns {"version", "sequence", "tensors", "bytes",
         "seconds", "restored"}. Errors carry wt's class in their text."""
@@ -115,7 +120,7 @@ class WtWorkerExtension:
         return self._wt_served().version
 
 
-def _post(url: str, body: Optional[dict], timeout: float) -> dict:
+def _post(url: str, body: Optional[Dict[str, Any]], timeout: float) -> Any:
     data = json.dumps(body).encode() if body is not None else b""
     req = urllib.request.Request(url, data=data,
                                  headers={"Content-Type": "application/json"},
@@ -146,9 +151,19 @@ def _http_error(url: str, route: str, e: Exception) -> errors.WtError:
 PAUSE_MODES = ("wait", "keep", "abort")
 
 
+class VllmLoad(TypedDict):
+    """One server's load_on_vllm result (`results`: its workers')."""
+
+    version: str
+    workers: int
+    seconds: float
+    pause_s: float
+    results: List[Any]
+
+
 def load_on_vllm(urls: Union[str, Sequence[str]], path: str, version: str, *,
                  timeout: float = 300.0, method: str = "update_weights_from_wt",
-                 pause: Optional[str] = "wait") -> Dict[str, dict]:
+                 pause: Optional[str] = "wait") -> Dict[str, VllmLoad]:
     """Asks every vLLM server in `urls` to load `version` from the wt export
     at `path` (on its host), in parallel, through POST /collective_rpc
     {"method", "args", "kwargs", "timeout"} as vLLM's route takes it.
@@ -170,7 +185,7 @@ def load_on_vllm(urls: Union[str, Sequence[str]], path: str, version: str, *,
     if pause is not None and pause not in PAUSE_MODES:
         raise ValueError(f"pause: '{pause}' is not one of {PAUSE_MODES} or None")
 
-    def one(url: str) -> dict:
+    def one(url: str) -> VllmLoad:
         base = url.rstrip("/")
         t0 = time.perf_counter()
         body = {"method": method, "args": [str(path)],

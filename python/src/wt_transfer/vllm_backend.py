@@ -33,7 +33,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, List, Optional
+from typing import Any, ClassVar, Dict, List, Optional, cast
 
 import torch
 from vllm.distributed.weight_transfer.base import (TrainerInitInfo,
@@ -88,17 +88,19 @@ class WtWeightTransferEngine(WeightTransferEngine[WtInitInfo, WtUpdateInfo]):
         super().__init__(config, vllm_config, device, model)
         self.init_info: Optional[WtInitInfo] = None
         self.served = _vllm_load.Served()
-        self.last: Optional[dict] = None
+        self.last: Optional[_vllm_load.LoadResult] = None
 
     def parse_init_info(self, init_dict: Dict[str, Any]) -> WtInitInfo:
         try:
-            return super().parse_init_info(init_dict)
+            info: WtInitInfo = super().parse_init_info(init_dict)
+            return info
         except ValueError as e:
             raise tagged(errors.InvalidArgument(str(e))) from e
 
     def parse_update_info(self, update_dict: Dict[str, Any]) -> WtUpdateInfo:
         try:
-            return super().parse_update_info(update_dict)
+            info: WtUpdateInfo = super().parse_update_info(update_dict)
+            return info
         except ValueError as e:
             raise tagged(errors.InvalidArgument(str(e))) from e
 
@@ -201,7 +203,7 @@ class _Pause:
 
     def __init__(self, client: Any, mode: Optional[str], timeout: float) -> None:
         self.client, self.mode, self.timeout = client, mode, timeout
-        self.base = getattr(client, "base_url", None)
+        self.base: Optional[str] = getattr(client, "base_url", None)
         self.calls = callable(getattr(client, "pause_generation", None)) and \
             callable(getattr(client, "resume_generation", None))
         if self.base is None and not self.calls:
@@ -212,7 +214,8 @@ class _Pause:
         self.paused_s = 0.0
 
     def _post(self, route: str) -> None:
-        req = urllib.request.Request(self.base.rstrip("/") + route, data=b"",
+        base = cast(str, self.base)  # (called only where there is one)
+        req = urllib.request.Request(base.rstrip("/") + route, data=b"",
                                      method="POST")
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as r:
@@ -310,7 +313,7 @@ class WtTrainerWeightTransferEngine(TrainerWeightTransferEngine[WtTrainerInitInf
             return None
         if self.wt_engine is None:
             raise errors.FailedPrecondition("wt trainer engine: shut down")
-        version = self.wt_engine.send_weights(weight_version)
+        version: str = self.wt_engine.send_weights(weight_version)
         self.load(version)
         return version
 

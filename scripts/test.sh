@@ -9,7 +9,8 @@
 #                                vLLM's CPU build (scripts/install-vllm.sh)
 #   scripts/test.sh --sanitize   AddressSanitizer + UBSan build in build-asan/,
 #                                with allocation-failure injection built in
-#                                (the suite alloc runs there)
+#                                (the suite alloc runs there), and the
+#                                multirank pytest against its wt-server
 #   scripts/test.sh --ucx-current  against a current UCX (1.22, PyPI's
 #                                libucx-cu13; scripts/ucx-current.sh) in
 #                                build-ucx122/: the suites that run UCX
@@ -48,7 +49,7 @@ for arg in "$@"; do
     --thread) mode=thread ;;
     --loaded) mode=loaded ;;
     --build-only) build_only=1 ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -234,6 +235,20 @@ if [ "$mode" = normal ]; then
   fi
 fi
 
+if [ "$mode" = sanitize ]; then
+  # The multirank server (plans, parked ranks, refusals), which only the
+  # Python suite drives, against this build's wt-server: a sanitizer's
+  # report fails the test that started it (python/tests/conftest.py). The
+  # clients are the package from the source tree over the normal build's
+  # libraries (a sanitized library would need its runtime preloaded).
+  if [ -f build/prefix/lib/libwt_client.so ]; then
+    (cd python && PYTHONPATH=$PWD/src WT_TRANSFER_LIB_DIR=$(cd ../build/prefix/lib && pwd) \
+       WT_SERVER_BIN=$build/server/wt-server "${PYTHON:-python3}" -m pytest -q -rs \
+       -p no:cacheprovider tests/test_multirank.py) || status=$?
+  else
+    echo "sanitize: python/tests/test_multirank.py against this server not run: no normal build installed in build/prefix (run scripts/test.sh first)"
+  fi
+fi
 if [ "$mode" = ucx-current ]; then
   # The 64-rank ucx cells of the plan matrix with their killed rank, which
   # Debian's UCX 1.13.1 can abort on (docs/backends/ucx.md): the package

@@ -33,6 +33,8 @@ def _server_bin() -> str:
 
 CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE,
                  signal.SIGILL}
+SANITIZER_REPORTS = ("runtime error:", "ERROR: AddressSanitizer",
+                     "ERROR: LeakSanitizer", "WARNING: ThreadSanitizer")
 
 
 class Server:
@@ -67,16 +69,23 @@ class Server:
         return 0
 
     def crashed(self) -> str:
-        """Why the server died by itself (a signal of a crash: SIGSEGV,
-        SIGABRT, SIGBUS, SIGFPE, SIGILL), with its log's tail; "" when it
-        runs, exited, or was stopped or killed (SIGTERM, SIGKILL)."""
+        """Why the server died by itself, with its log's tail: a signal of a
+        crash (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL), or a sanitizer's
+        report (a sanitized wt-server exits 1 after it); "" when it runs,
+        exited otherwise, or was stopped or killed (SIGTERM, SIGKILL)."""
         rc = self.proc.poll()
-        if rc is None or -rc not in CRASH_SIGNALS:
+        if rc is None or rc == 0:
             return ""
         self.err.flush()
-        tail = pathlib.Path(self.err.name).read_text(errors="replace")[-4000:]
+        log = pathlib.Path(self.err.name).read_text(errors="replace")
+        if rc < 0 and -rc in CRASH_SIGNALS:
+            why = signal.Signals(-rc).name
+        elif rc > 0 and any(m in log for m in SANITIZER_REPORTS):
+            why = f"a sanitizer's report (exit status {rc})"
+        else:
+            return ""
         return (f"wt-server (pid {self.proc.pid}, {self.addr}) died of "
-                f"{signal.Signals(-rc).name}; its log ends:\n{tail}")
+                f"{why}; its log ends:\n{log[-4000:]}")
 
     def stop(self):
         if self.proc.poll() is None:

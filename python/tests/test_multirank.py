@@ -5,6 +5,8 @@ test_torch_multirank.py). The servers are real wt-servers."""
 
 from __future__ import annotations
 
+import json
+import struct
 import threading
 import time
 
@@ -137,6 +139,46 @@ def test_four_ranks_rounds_land_every_byte_once(two_servers, backend):
         info = c.server_info()
         assert info["plan_world_size"] == W and info["plan_joined"] == W
         assert len(info["plan_digest"]) == 64
+
+
+def write_scalar_model(path):
+    """A safetensors file: 'w' [8, 4] f32 and 's', a 0-d f32 (a scalar)."""
+    header = {"s": {"dtype": "F32", "shape": [], "data_offsets": [128, 132]},
+              "w": {"dtype": "F32", "shape": [8, 4], "data_offsets": [0, 128]}}
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + bytes(132))
+
+
+def test_a_scalar_in_the_plan_commits(start_server, tmp_path):
+    """A 0-d tensor (a scale, a step counter) in a plan: its shape, offsets
+    and sizes are empty, which protobuf-c hands over as NULL arrays. Both
+    ranks hold it (a replica), one sends it, and it commits beside the
+    sharded one. The server once compared those arrays with memcmp, whose
+    NULL arguments are undefined behaviour even for 0 bytes (issue 47: an
+    ASan+UBSan server aborted at the init): scripts/test.sh --sanitize runs
+    this test against that server."""
+    write_scalar_model(tmp_path / "m.safetensors")
+    srvs = [start_server("--model", str(tmp_path / "m.safetensors"), "--no-auth")
+            for _ in range(2)]
+    addrs = [s.addr for s in srvs]
+    rng = np.random.default_rng(5)
+    full = {"w": rng.standard_normal((8, 4)).astype(np.float32),
+            "s": np.array(3.5, dtype=np.float32)}
+    g = Group(2)
+
+    def rank(r):
+        with wt.Client(addrs, data_timeout=30) as client:
+            tr = wt.ShardedTrainer("grpc", client, lambda: shard(full, r, 2),
+                                   group=g.member(r))
+            tr.send_weights("scalar-1")
+            tr.shutdown()
+    assert run_ranks(rank, 2) == [None, None]
+    for a in addrs:
+        with wt.Client(a) as c:
+            assert c.version().version == "scalar-1"
+            assert c.checksums() == digests(full)
 
 
 def test_plan_is_the_same_on_every_rank_and_spreads_replicas(two_servers):

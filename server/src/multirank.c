@@ -204,7 +204,7 @@ wt_status *wt_srv_plan_new(wt_server *srv, const Wt__V1__ShardPlan *msg,
       wt_dtype dt;
       WT_CHECK(wt_dtype_from_name(b->dtype, &dt)); /* checked by the plan */
       if (dt != m->dtype || (int)b->n_shape != m->ndim ||
-          memcmp(b->shape, m->shape, b->n_shape * sizeof(int64_t)) != 0) {
+          !wt_dims_equal(b->shape, m->shape, b->n_shape)) {
         char a[128], c[128];
         WT_FAIL(WT_INVALID_ARGUMENT,
                 "InitWeightTransferEngine: init_info.shard_plan: tensor '%s' "
@@ -674,7 +674,7 @@ wt_status *wt_srv_plan_resolve(const wt_server *srv, uint32_t rank,
     wt_dtype want;
     WT_CHECK(wt_dtype_from_name(b->dtype, &want));
     if (dt != want || sh == NULL || sh->n_dims != b->n_sizes ||
-        memcmp(sh->dims, b->sizes, b->n_sizes * sizeof(int64_t)) != 0) {
+        !wt_dims_equal(sh->dims, b->sizes, b->n_sizes)) {
       char a[128], c[160];
       WT_FAIL(WT_INVALID_ARGUMENT,
               "rank %u sends '%s' as %s %s; its box %s of the "

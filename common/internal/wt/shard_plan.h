@@ -19,8 +19,10 @@
 #ifndef WT_SHARD_PLAN_H
 #define WT_SHARD_PLAN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "wt/box.h"
 #include "wt/status.h"
@@ -32,6 +34,13 @@ extern "C" {
 #endif
 
 WT_API_BEGIN
+
+/* True when the n dimensions at a and b are equal. A scalar's (n == 0)
+ * arrays are NULL as protobuf-c leaves them, which memcmp may not take even
+ * for 0 bytes: every comparison of shapes, offsets or sizes goes here. */
+static inline bool wt_dims_equal(const int64_t *a, const int64_t *b, size_t n) {
+  return n == 0 || memcmp(a, b, n * sizeof(int64_t)) == 0;
+}
 
 /* Limits a plan (a stranger's init) is held to. */
 #define WT_PLAN_MAX_RANKS 4096

@@ -166,17 +166,12 @@ static wt_status *check_box(entry *e, const char *who) {
 
 static bool same_meta(const entry *a, const entry *b) {
   if (a->dtype != b->dtype || a->box->n_shape != b->box->n_shape) return false;
-  /* A scalar's arrays are NULL: memcmp takes no NULL even for 0 bytes. */
-  if (a->box->n_shape == 0) return true;
-  return memcmp(a->box->shape, b->box->shape,
-                a->box->n_shape * sizeof(int64_t)) == 0;
+  return wt_dims_equal(a->box->shape, b->box->shape, a->box->n_shape);
 }
 
 static bool same_box(const Wt__V1__TensorBox *a, const Wt__V1__TensorBox *b) {
-  size_t n = a->n_shape * sizeof(int64_t);
-  if (n == 0) return true; /* scalars: NULL arrays */
-  return memcmp(a->offsets, b->offsets, n) == 0 &&
-         memcmp(a->sizes, b->sizes, n) == 0;
+  return wt_dims_equal(a->offsets, b->offsets, a->n_shape) &&
+         wt_dims_equal(a->sizes, b->sizes, a->n_shape);
 }
 
 static bool overlap(const Wt__V1__TensorBox *a, const Wt__V1__TensorBox *b) {

@@ -19,6 +19,12 @@ from ctypes import (CFUNCTYPE, POINTER, c_bool, c_char_p, c_int, c_int64,
 from typing import Any, Iterator, Optional
 
 from . import errors
+# The structs' mirrors live in _structs; named here as they always were.
+from ._structs import (ControlPlane as ControlPlane,
+                       DeltaStats as DeltaStats,
+                       ParamChecksum as ParamChecksum,
+                       SourceTensor as SourceTensor,
+                       WeightVersion as WeightVersion)
 
 _HERE = pathlib.Path(__file__).resolve().parent
 
@@ -72,77 +78,12 @@ def bin_dir() -> pathlib.Path | None:
     return None
 
 
-class SourceTensor(ctypes.Structure):
-    """wt_source_tensor (wt/source.h)."""
-    # the fields' Python types (ctypes reads _fields_; these are for mypy)
-    name: Optional[bytes]
-    dtype: int
-    ndim: int
-    shape: ctypes._Pointer[c_int64]
-    data: Optional[int]
-    nbytes: int
-    kind: int
-    device_type: int
-    device_index: int
-    cuda_stream: Optional[int]
-    cuda_event: Optional[int]
-    _fields_ = [
-        ("name", c_char_p),
-        ("dtype", c_int),
-        ("ndim", c_int),
-        ("shape", POINTER(c_int64)),
-        ("data", c_void_p),
-        ("nbytes", c_uint64),
-        ("kind", c_int),
-        ("device_type", c_int),  # wt_device: type, index
-        ("device_index", c_int),
-        ("cuda_stream", c_void_p),
-        ("cuda_event", c_void_p),
-    ]
-
-
-class WeightVersion(ctypes.Structure):
-    """wt_weight_version (wt/client.h)."""
-    version: Optional[bytes]
-    sequence: int
-    committed_unix_ms: int
-    _fields_ = [("version", c_char_p), ("sequence", c_uint64),
-                ("committed_unix_ms", c_int64)]
-
-
-class ParamChecksum(ctypes.Structure):
-    """wt_param_checksum (wt/client.h); WT_DIGEST_HEX_MAX is 65."""
-    name: bytes
-    digest: bytes
-    worker: int
-    _fields_ = [("name", c_char_p), ("digest", ctypes.c_char * 65),
-                ("worker", c_uint32)]
-
-
-class ControlPlane(ctypes.Structure):
-    """wt_control_plane (wt/control.h)."""
-    _fields_ = [("ops", c_void_p), ("self", c_void_p)]
-
-
 # void (*)(void *user, size_t server, int method, const char *request_json,
 #          wt_control_reply *reply)
 CONTROL_CALLBACK = CFUNCTYPE(None, c_void_p, c_size_t, c_int, c_char_p,
                              c_void_p)
 # bool (*)(const wt_weight_version *v, void *user)
 VERSION_CALLBACK = CFUNCTYPE(c_bool, POINTER(WeightVersion), c_void_p)
-
-class DeltaStats(ctypes.Structure):
-    """wt_delta_stats (wt/trainer.h): the last grpc or ucx round."""
-    raw_bytes: int
-    delta_wire_bytes: int
-    delta_servers: int
-    full_servers: int
-    encode_s: float
-    round_s: float
-    _fields_ = [("raw_bytes", c_uint64), ("delta_wire_bytes", c_uint64),
-                ("delta_servers", c_uint32), ("full_servers", c_uint32),
-                ("encode_s", ctypes.c_double), ("round_s", ctypes.c_double)]
-
 
 _lock = threading.Lock()
 _lib: Optional[ctypes.CDLL] = None

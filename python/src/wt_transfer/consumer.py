@@ -23,56 +23,24 @@ import ctypes
 import os
 import threading
 import weakref
-from ctypes import (POINTER, byref, c_bool, c_char_p, c_int, c_int64, c_size_t,
-                    c_uint32, c_uint64, c_void_p)
+from ctypes import (POINTER, byref, c_char_p, c_int64, c_size_t, c_uint64,
+                    c_void_p)
 
 from typing import (TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple,
                     Union, cast)
 
 from . import _lib, errors
+# The structs' mirrors (wt/consumer.h, dlpack.h) live in _structs.
+from ._structs import AcquireOptions as _Acquire
+from ._structs import ConsumerOptions as _Options
+from ._structs import ConsumerVersion as _Version
+from ._structs import DL_DELETER as _DELETER
+from ._structs import DLDataType as _DLDataType
+from ._structs import DLDevice as _DLDevice
+from ._structs import DLManagedTensor as _DLManaged
 
 if TYPE_CHECKING:
     import numpy.typing as npt
-
-
-class _Tensor(ctypes.Structure):
-    name: bytes
-    dtype: bytes
-    shape: ctypes._Pointer[c_int64]
-    ndim: int
-    nbytes: int
-    data: Optional[int]
-    on_device: bool
-    cuda_device: int
-    _fields_ = [("name", c_char_p), ("dtype", c_char_p),
-                ("shape", POINTER(c_int64)), ("ndim", c_size_t),
-                ("nbytes", c_uint64), ("data", c_void_p), ("on_device", c_bool),
-                ("cuda_device", c_int)]
-
-
-class _Version(ctypes.Structure):
-    lease_id: int
-    version: Optional[bytes]
-    sequence: int
-    committed_unix_ms: int
-    worker: int
-    device: Optional[bytes]
-    n_tensors: int
-    tensors: ctypes._Pointer[_Tensor]
-    _fields_ = [("lease_id", c_uint64), ("version", c_char_p),
-                ("sequence", c_uint64), ("committed_unix_ms", c_int64),
-                ("worker", c_uint32), ("device", c_char_p),
-                ("n_tensors", c_size_t), ("tensors", POINTER(_Tensor))]
-
-
-class _Options(ctypes.Structure):
-    _fields_ = [("reply_timeout_ms", c_uint32), ("register_host", c_bool),
-                ("server_uid", c_int64), ("keep_mappings", c_bool)]
-
-
-class _Acquire(ctypes.Structure):
-    _fields_ = [("version", c_char_p), ("after_sequence", c_uint64),
-                ("timeout_ms", c_uint32), ("worker", c_uint32)]
 
 
 _lock = threading.Lock()
@@ -133,42 +101,6 @@ class _HostView:
         self._owner = owner  # the lease
 
 
-class _DLDevice(ctypes.Structure):
-    device_type: int
-    device_id: int
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    code: int
-    bits: int
-    lanes: int
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
-                ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    data: Optional[int]
-    device: _DLDevice
-    ndim: int
-    dtype: _DLDataType
-    shape: ctypes._Pointer[c_int64]
-    strides: Optional[ctypes._Pointer[c_int64]]
-    byte_offset: int
-    _fields_ = [("data", c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", _DLDataType), ("shape", POINTER(c_int64)),
-                ("strides", POINTER(c_int64)), ("byte_offset", c_uint64)]
-
-
-class _DLManaged(ctypes.Structure):
-    dl_tensor: _DLTensor
-    manager_ctx: Optional[int]
-    deleter: Any  # _DELETER
-
-
-_DELETER = ctypes.CFUNCTYPE(None, POINTER(_DLManaged))
-_DLManaged._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", c_void_p),
-                       ("deleter", _DELETER)]
 # id -> (managed struct, shape, owner) until the deleter runs
 _live_dl: Dict[int, Tuple[_DLManaged, ctypes.Array[c_int64], Lease]] = {}
 

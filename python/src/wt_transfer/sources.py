@@ -26,6 +26,8 @@ from typing import (Any, Dict, Iterable, Iterator, List, NamedTuple, Optional,
                     Sequence, Set, Tuple, Union)
 
 from . import _lib
+# DLPack's structs (dlpack.h) live in _structs.
+from ._structs import DLTensor as _DLTensor
 
 
 # One tensor of a source's metadata. wt's own (ArraySource's, and what
@@ -95,35 +97,6 @@ class _Described:
     device: int                 # the CUDA device's index
     stream: Optional[int]       # the CUDA stream the bytes are written on
     keep: List[Any]             # what keeps the bytes alive
-
-
-class _DLDevice(ctypes.Structure):
-    device_type: int
-    device_id: int
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    code: int
-    bits: int
-    lanes: int
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
-                ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    data: Optional[int]
-    device: _DLDevice
-    ndim: int
-    dtype: _DLDataType
-    shape: ctypes._Pointer[ctypes.c_int64]
-    strides: ctypes._Pointer[ctypes.c_int64]
-    byte_offset: int
-    _fields_ = [("data", c_void_p), ("device", _DLDevice),
-                ("ndim", ctypes.c_int32), ("dtype", _DLDataType),
-                ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)),
-                ("byte_offset", ctypes.c_uint64)]
 
 
 _PyCapsule_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer

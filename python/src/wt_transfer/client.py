@@ -20,14 +20,18 @@ import queue
 import threading
 import weakref
 from ctypes import byref, c_char_p, c_size_t, c_uint32, c_void_p
-from typing import (TYPE_CHECKING, Any, Dict, Iterable, Iterator, List,
-                    Literal, NamedTuple, Optional, Sequence, Tuple, TypedDict,
+from typing import (Any, Dict, Iterable, Iterator, List, Literal,
+                    NamedTuple, Optional, Protocol, Sequence, Tuple, TypedDict,
                     Union, cast, overload)
 
 from . import _lib, errors
 
-if TYPE_CHECKING:
-    from .engines import CTrainerEngine
+
+class _Detachable(Protocol):
+    """What a Client asks of the trainer engines made over it (engines.py's
+    CTrainerEngine, which imports this module: named here by what it does)."""
+
+    def _detach(self, why: str) -> None: ...
 
 
 # A committed version: its name, its commit sequence on that server, when it
@@ -107,7 +111,7 @@ class Client:
         arr = (c_char_p * len(servers))(*[s.encode() for s in servers])
         self._h = c_void_p()
         # trainer engines made over it
-        self._engines: weakref.WeakSet[CTrainerEngine] = weakref.WeakSet()
+        self._engines: weakref.WeakSet[_Detachable] = weakref.WeakSet()
         _lib.check(L.wt_bindings_client_new(
             arr, len(servers), _ms(timeout), _ms(data_timeout),
             token_file.encode() if token_file else None,

@@ -570,3 +570,12 @@ void wt_srv_metrics_stop(struct wt_metrics_http *h) {
   wt_mutex_destroy(&h->mu);
   free(h);
 }
+
+size_t wt_srv_recent_rounds_locked(const wt_server *srv,
+                                   const wt_srv_round_record **out) {
+  uint64_t ended = srv->metrics.rounds.ended;
+  size_t nrec = ended < WT_RECENT_ROUNDS ? (size_t)ended : WT_RECENT_ROUNDS;
+  for (size_t k = 0; k < nrec; k++)
+    out[k] = &srv->metrics.rounds.recent[(ended - 1 - k) % WT_RECENT_ROUNDS];
+  return nrec;
+}

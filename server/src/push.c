@@ -393,3 +393,19 @@ out:
   push_free(p);
   return st;
 }
+
+int64_t wt_srv_push_read_timeout(wt_server *srv, bool pushing) {
+  if (!pushing) return srv->config.header_timeout_ms;
+  wt_mutex_lock(&srv->round.mu);
+  int64_t t = srv->round.data_timeout_ms ? srv->round.data_timeout_ms
+                                         : srv->config.data_timeout_ms;
+  wt_mutex_unlock(&srv->round.mu);
+  return t;
+}
+
+wt_status *wt_srv_push_abandon(wt_srv_push *p, wt_status *st) {
+  wt_status *end = wt_srv_push_end(p, st, NULL);
+  if (st == NULL) return end;
+  wt_status_free(end);
+  return st;
+}

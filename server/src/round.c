@@ -747,3 +747,55 @@ out:
   free(ops);
   return st;
 }
+
+/* --- what GetServerInfo shows of the round -------------------------------- */
+
+static wt_status *dup_or_null(const char *s, char **out) {
+  *out = NULL;
+  if (s == NULL) return NULL;
+  if ((*out = strdup(s)) == NULL)
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "GetServerInfo: out of memory");
+  return NULL;
+}
+
+wt_status *wt_srv_round_info_get(wt_server *srv, const uint64_t *received_now,
+                                 uint64_t *round_bytes,
+                                 wt_srv_round_info *out) {
+  wt_status *st = NULL;
+  memset(out, 0, sizeof(*out));
+  wt_mutex_lock(&srv->round.mu);
+  /* The open round and the last ones (never their ids). */
+  if (srv->round.round_id != 0) {
+    out->open = true;
+    out->round_started_unix_ms = srv->metrics.rounds.started_unix_ms;
+    for (uint32_t i = 0; i < srv->nworkers; i++)
+      round_bytes[i] = wt_srv_round_bytes_locked(srv, i, received_now[i]);
+  }
+  const wt_srv_round_record *recent[WT_RECENT_ROUNDS];
+  out->nrecent = wt_srv_recent_rounds_locked(srv, recent);
+  for (size_t k = 0; k < out->nrecent && st == NULL; k++) {
+    out->recent[k] = *recent[k];
+    st = dup_or_null(recent[k]->version, &out->recent[k].version);
+  }
+  out->state = wt_srv_state_locked(srv);
+  if (st == NULL && srv->round.plan != NULL) {
+    out->plan = true;
+    st = dup_or_null(wt_srv_plan_digest(srv->round.plan), &out->plan_digest);
+    wt_srv_plan_info(srv->round.plan, &out->plan_world_size, &out->plan_joined);
+    wt_srv_plan_round_info(srv, &out->plan_ranks_in_round, &out->plan_parked);
+  }
+  if (st == NULL && srv->round.sequence)
+    st = dup_or_null(
+        srv->round.history[srv->round.sequence % WT_VERSION_HISTORY].version,
+        &out->weight_version);
+  wt_mutex_unlock(&srv->round.mu);
+  if (st != NULL) wt_srv_round_info_clear(out);
+  return st;
+}
+
+void wt_srv_round_info_clear(wt_srv_round_info *info) {
+  for (size_t k = 0; k < info->nrecent; k++) free(info->recent[k].version);
+  free(info->plan_digest);
+  free(info->weight_version);
+  memset(info, 0, sizeof(*info));
+}

@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "wt/checksum.h"
 #include "wt/clock.h"
 #include "wt/engine.h"
 #include "wt/rpc.h"
@@ -367,6 +368,28 @@ WT_HIDDEN wt_status *wt_srv_finish(wt_server *srv, wt_rpc_call *call,
 WT_HIDDEN wt_status *wt_srv_abort(wt_server *srv, uint64_t round_id,
                                   const char *reason, bool *aborted);
 
+/* What GetServerInfo shows of the round, read under one hold of mu. */
+typedef struct wt_srv_round_info {
+  const char *state;             /* wt_srv_state_locked's (static) */
+  char *weight_version;          /* the committed one; NULL before any */
+  bool open;                     /* a round is open */
+  int64_t round_started_unix_ms; /* the open round's start (0: none) */
+  size_t nrecent;
+  /* The rounds that ended, newest first; each version an owned copy. */
+  wt_srv_round_record recent[WT_RECENT_ROUNDS];
+  bool plan; /* the init had a shard plan: */
+  char *plan_digest;
+  uint32_t plan_world_size, plan_joined, plan_ranks_in_round, plan_parked;
+} wt_srv_round_info;
+/* Fills *out, and for an open round round_bytes[i], the bytes worker i
+ * received in it (its received_now[i] so far: wt_srv_round_bytes_locked);
+ * nworkers entries each. Takes mu. Freed with wt_srv_round_info_clear. */
+WT_HIDDEN wt_status *wt_srv_round_info_get(wt_server *srv,
+                                           const uint64_t *received_now,
+                                           uint64_t *round_bytes,
+                                           wt_srv_round_info *out);
+WT_HIDDEN void wt_srv_round_info_clear(wt_srv_round_info *info);
+
 /* Preconditions of a round's calls, under mu: FAILED_PRECONDITION naming
  * `call` and the state when there is no open round `round_id` (0: the
  * current one), or when another call of the round still runs. */
@@ -475,6 +498,16 @@ WT_HIDDEN wt_status *wt_srv_push_chunk(wt_srv_push *p, uint32_t bucket,
  * missing) fails its round: every worker aborts it at once. Frees p. */
 WT_HIDDEN wt_status *wt_srv_push_end(wt_srv_push *p, const wt_status *cause,
                                      wt_receive_stats *stats);
+
+/* The end of a stream that broke, or sent a bad message (`st`, which this
+ * returns; NULL: the end's error): wt_srv_push_end with it as the cause,
+ * so the push's round fails (nothing it sent is committed). Frees p. */
+WT_HIDDEN wt_status *wt_srv_push_abandon(wt_srv_push *p, wt_status *st);
+
+/* How long a PushWeights stream may stay silent before its next message:
+ * the header must come promptly (config.header_timeout_ms); while
+ * `pushing`, the round's data deadline. Takes mu. */
+WT_HIDDEN int64_t wt_srv_push_read_timeout(wt_server *srv, bool pushing);
 
 /* --- multirank.c (docs/multirank.md; all under the round's mu) ----------
  */
@@ -648,6 +681,10 @@ WT_HIDDEN uint64_t wt_srv_round_bytes_locked(wt_server *srv, uint32_t i,
 WT_HIDDEN void wt_srv_rounds_free(wt_server *srv);
 /* The name of a cause ("timeout"). Static. */
 WT_HIDDEN const char *wt_srv_cause_name(wt_srv_cause cause);
+/* The rounds that ended, newest first (at most WT_RECENT_ROUNDS pointers
+ * into the ring, valid while mu is held); returns how many. */
+WT_HIDDEN size_t wt_srv_recent_rounds_locked(const wt_server *srv,
+                                             const wt_srv_round_record **out);
 
 /* Serves GET /metrics on `listen` ("HOST:PORT", HOST as wt_srv_listen_host
  * gives it in `host`; port 0: an ephemeral one) until wt_srv_metrics_stop.
@@ -740,6 +777,33 @@ WT_HIDDEN void wt_srv_slot_free(wt_server *srv);
  * may be NULL). */
 WT_HIDDEN void wt_srv_slot_stop(wt_server *srv);
 
+/* What GetServerInfo shows of a backend of the slot's registry. */
+typedef struct wt_srv_backend_info {
+  const char *name; /* the registry's */
+  bool loaded, available, cross_host, survives_abort;
+  const char *memory_kinds[WT_MEM_KIND_COUNT]; /* static names */
+  size_t n_memory_kinds;
+  char reason[256]; /* why it is not available; "" when it is */
+} wt_srv_backend_info;
+/* Every backend of config.engines; a lazy module that is not loaded stays
+ * unloaded. *out (*n entries) is the caller's to free. */
+WT_HIDDEN wt_status *wt_srv_backends_info(wt_server *srv,
+                                          wt_srv_backend_info **out, size_t *n);
+
+/* What GetServerInfo shows of a worker and its store. */
+typedef struct wt_srv_worker_info {
+  uint32_t rank;
+  const char *device;      /* the worker's */
+  wt_worker_status status; /* wt_worker_get_status */
+  const char *memory_kind; /* static */
+  uint64_t bytes_held;
+  bool store_complete;
+} wt_srv_worker_info;
+/* Each worker's, in rank order: out has nworkers entries. Takes each
+ * worker's lock in turn. */
+WT_HIDDEN void wt_srv_workers_info(const wt_server *srv,
+                                   wt_srv_worker_info *out);
+
 /* --- export.c ------------------------------------------------------------- */
 
 typedef struct wt_export wt_export;
@@ -765,6 +829,27 @@ WT_HIDDEN void wt_hash_pool_free(wt_hash_pool *p);
 /* Runs fn(arg) on one of the pool's threads and returns once it did (on
  * this thread when p is NULL). */
 WT_HIDDEN void wt_hash_pool_run(wt_hash_pool *p, void (*fn)(void *), void *arg);
+
+/* One digest of wt_srv_checksum's answer. */
+typedef struct wt_srv_digest {
+  const char *name; /* the store's (borrowed) */
+  char hex[WT_DIGEST_HEX_MAX];
+  uint32_t worker;
+} wt_srv_digest;
+
+/* ChecksumWeights on `srv`: the digest (`alg`) of each tensor named (every
+ * tensor when n_names is 0; each once, in the order first asked for) in
+ * worker 0's store, or every worker's (`all_workers`), all of one version
+ * (ABORTED when a commit lands during the pass). Each tensor is hashed in
+ * parts under its store's read lock, a reader's on the pool's niced
+ * threads, and paid for from the peer's budget (reader_budget.c); `call`
+ * cancelled or the server stopping ends it (CANCELLED). RESOURCE_EXHAUSTED
+ * for too many names or a reply above config.max_send_bytes. *out (*n
+ * entries, by worker then tensor) is the caller's to free. */
+WT_HIDDEN wt_status *wt_srv_checksum(wt_server *srv, wt_rpc_call *call,
+                                     wt_hash_alg alg, char *const *names,
+                                     size_t n_names, bool all_workers,
+                                     wt_srv_digest **out, size_t *n);
 
 /* --- reader_budget.c ------------------------------------------------------ */
 

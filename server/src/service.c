@@ -5,9 +5,10 @@
  * size, parameters, version, checksums) each have their own, so readers can
  * never take the trainer's capacity; watch streams hold no thread at all.
  * A handler that waits (a PushWeights stream between chunks, a receive)
- * delays no other call. Handlers translate protobuf to the round state
- * machine (round.c, push.c) and back; what they answer is documented in
- * wt.proto.
+ * delays no other call. A handler only decodes its request into plain
+ * arguments (checking its fields), calls the subsystem that owns the state
+ * (round.c, push.c, hash_pool.c, slot.c, ...) and encodes the result into
+ * its answer; what they answer is documented in wt.proto.
  */
 
 #include <inttypes.h>
@@ -46,85 +47,124 @@ static wt_param_store *store0(wt_server *srv) {
 
 /* --- GetServerInfo, GetWorldSize, ListParameters ------------------------- */
 
-/* What a backend's engine table says it can do; a lazy module that is not
- * loaded stays unloaded (asking for its table would dlopen it). */
-static void backend_info(wt_server *srv, const wt_registry_entry *e,
-                         Wt__V1__BackendInfo *bi, const char **kinds,
-                         size_t *nkinds, char *reason, size_t reason_size) {
+static void encode_backend(const wt_srv_backend_info *b,
+                           Wt__V1__BackendInfo *bi) {
   wt__v1__backend_info__init(bi);
-  bi->name = (char *)e->name;
-  bi->loaded = e->loaded;
-  bi->memory_kinds = (char **)kinds;
-  *nkinds = 0;
-  if (!e->loaded) return;
-  const wt_engine_ops *ops = NULL;
-  wt_status *st = wt_engine_lookup(srv->config.engines, e->name, &ops);
-  if (st != NULL) {
-    wt_status_free(st);
-    bi->loaded = false;
-    return;
+  bi->name = (char *)b->name;
+  bi->loaded = b->loaded;
+  bi->memory_kinds = (char **)b->memory_kinds;
+  if (!b->loaded) return;
+  bi->n_memory_kinds = b->n_memory_kinds;
+  bi->cross_host = b->cross_host;
+  bi->survives_abort = b->survives_abort;
+  bi->available = b->available;
+  bi->unavailable_reason = (char *)b->reason;
+}
+
+static void encode_worker(const wt_srv_worker_info *w, Wt__V1__WorkerInfo *wi) {
+  wt__v1__worker_info__init(wi);
+  wi->rank = w->rank;
+  wi->device = (char *)w->device;
+  wi->backend = (char *)w->status.backend;
+  wi->state = (char *)wt_worker_state_name(w->status.state);
+  wi->reason = (char *)w->status.reason;
+  wi->memory_kind = (char *)w->memory_kind;
+  wi->bytes_held = w->bytes_held;
+  wi->store_complete = w->store_complete;
+  wi->bytes_received = w->status.bytes_received;
+  wi->bytes_forwarded = w->status.bytes_forwarded;
+}
+
+static void encode_round_record(const wt_srv_round_record *r,
+                                Wt__V1__RoundRecord *rr) {
+  wt__v1__round_record__init(rr);
+  rr->outcome = (char *)(r->committed ? "committed" : "failed");
+  rr->cause = (char *)(r->committed ? "" : wt_srv_cause_name(r->cause));
+  rr->version = r->version ? r->version : (char *)"";
+  rr->sequence = r->sequence;
+  rr->started_unix_ms = r->started_unix_ms;
+  rr->ended_unix_ms = r->ended_unix_ms;
+  rr->bytes_received = r->bytes;
+}
+
+/* The most leases GetServerInfo lists (lease_count counts them all). */
+#define MAX_LEASES_SHOWN 64
+
+static void encode_leases(const wt_lease_info *held, size_t n,
+                          Wt__V1__LeaseInfo *li, Wt__V1__LeaseInfo **lp) {
+  for (size_t i = 0; i < n; i++) {
+    wt__v1__lease_info__init(&li[i]);
+    li[i].pid = (uint32_t)held[i].pid;
+    li[i].uid = held[i].uid;
+    li[i].version = (char *)held[i].version;
+    li[i].sequence = held[i].sequence;
+    li[i].since_unix_ms = held[i].since_unix_ms;
+    lp[i] = &li[i];
   }
-  uint32_t takes = ops->memory_kinds ? ops->memory_kinds : WT_MEM_HOST_KINDS;
-  for (unsigned k = 0; k < WT_MEM_KIND_COUNT; k++)
-    if (takes & WT_MEM_BIT(k))
-      kinds[(*nkinds)++] = wt_mem_kind_name((wt_mem_kind)k);
-  bi->n_memory_kinds = *nkinds;
-  bi->cross_host = (ops->caps & WT_ENGINE_CROSS_HOST) != 0;
-  bi->survives_abort = (ops->caps & WT_ENGINE_SURVIVES_ABORT) != 0;
-  /* Available: the host has what it needs, and the stores suit it. */
-  wt_mem_kind store = wt_param_store_memory(store0(srv));
-  st = ops->probe ? ops->probe() : NULL;
-  if (st == NULL && (takes & WT_MEM_BIT(store)) && ops->probe_memory)
-    st = ops->probe_memory(store);
-  if (st == NULL && !(takes & WT_MEM_BIT(store)))
-    st = wt_status_new(WT_FAILED_PRECONDITION,
-                       "it cannot receive into '%s' memory (this server's "
-                       "param stores)",
-                       wt_mem_kind_name(store));
-  bi->available = st == NULL;
-  if (st != NULL) {
-    snprintf(reason, reason_size, "%s", wt_status_message(st));
-    bi->unavailable_reason = reason;
-    wt_status_free(st);
-  } else {
-    bi->unavailable_reason = (char *)"";
+}
+
+static void encode_admission(const char *name, const wt_rpc_class_load *l,
+                             Wt__V1__AdmissionInfo *ai) {
+  wt__v1__admission_info__init(ai);
+  ai->name = (char *)name;
+  ai->running = (uint32_t)l->running;
+  ai->queued = (uint32_t)l->queued;
+  ai->refused = l->refused;
+}
+
+/* The round's part of the answer: recent_rounds (into rr and rp), state,
+ * plan, weight_version. */
+static void encode_round(const wt_srv_round_info *r, Wt__V1__ServerInfo *info,
+                         Wt__V1__RoundRecord *rr, Wt__V1__RoundRecord **rp) {
+  for (size_t k = 0; k < r->nrecent; k++) {
+    encode_round_record(&r->recent[k], &rr[k]);
+    rp[k] = &rr[k];
   }
+  info->n_recent_rounds = r->nrecent;
+  info->recent_rounds = rp;
+  info->state = (char *)r->state;
+  if (r->plan) {
+    info->plan_digest = r->plan_digest;
+    info->plan_world_size = r->plan_world_size;
+    info->plan_joined = r->plan_joined;
+    info->plan_ranks_in_round = r->plan_ranks_in_round;
+    info->plan_parked = r->plan_parked;
+  }
+  info->weight_version = r->weight_version ? r->weight_version : (char *)"";
 }
 
 static wt_status *get_server_info(wt_rpc_call *call,
                                   const ProtobufCMessage *request, void *user) {
   wt_server *srv = user;
   wt_status *st = NULL;
-  wt_registry_entry *entries = NULL;
+  wt_srv_backend_info *backs = NULL;
   size_t nentries = 0;
   char **backends = NULL;
   Wt__V1__BackendInfo *bi = NULL;
   Wt__V1__BackendInfo **bp = NULL;
-  const char *(*kinds)[WT_MEM_KIND_COUNT] = NULL;
-  char(*reasons)[256] = NULL;
   Wt__V1__AdapterInfo **adapters = NULL;
   size_t nadapters = 0;
+  wt_srv_round_info round;
+  memset(&round, 0, sizeof(round));
   uint32_t n = srv->nworkers;
   Wt__V1__WorkerInfo *wi = calloc(n, sizeof(*wi));
   Wt__V1__WorkerInfo **wp = calloc(n, sizeof(*wp));
-  wt_worker_status *ws = calloc(n, sizeof(*ws));
-  if (wi == NULL || wp == NULL || ws == NULL)
+  wt_srv_worker_info *ws = calloc(n, sizeof(*ws));
+  uint64_t *received = calloc(n, sizeof(*received));
+  uint64_t *round_bytes = calloc(n, sizeof(*round_bytes));
+  if (wi == NULL || wp == NULL || ws == NULL || received == NULL ||
+      round_bytes == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "GetServerInfo: out of memory");
-  WT_CHECK(wt_registry_names(srv->config.engines, &entries, &nentries));
+  WT_CHECK(wt_srv_backends_info(srv, &backs, &nentries));
   size_t cnt = nentries ? nentries : 1;
   backends = calloc(cnt, sizeof(*backends));
   bi = calloc(cnt, sizeof(*bi));
   bp = calloc(cnt, sizeof(*bp));
-  kinds = calloc(cnt, sizeof(*kinds));
-  reasons = calloc(cnt, sizeof(*reasons));
-  if (backends == NULL || bi == NULL || bp == NULL || kinds == NULL ||
-      reasons == NULL)
+  if (backends == NULL || bi == NULL || bp == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "GetServerInfo: out of memory");
   for (size_t i = 0; i < nentries; i++) {
-    size_t nk = 0;
-    backends[i] = (char *)entries[i].name;
-    backend_info(srv, &entries[i], &bi[i], kinds[i], &nk, reasons[i],
-                 sizeof(reasons[i]));
+    backends[i] = (char *)backs[i].name;
+    encode_backend(&backs[i], &bi[i]);
     bp[i] = &bi[i];
   }
 
@@ -145,21 +185,10 @@ static wt_status *get_server_info(wt_rpc_call *call,
   info.staging = (char *)wt_staging_name(srv->config.staging);
   info.world_size = n;
   info.store_complete = true;
+  wt_srv_workers_info(srv, ws);
   for (uint32_t i = 0; i < n; i++) {
-    const wt_worker *w = srv->workers[i];
-    const wt_param_store *ps = wt_worker_store(w);
-    wt_worker_get_status(w, &ws[i]);
-    wt__v1__worker_info__init(&wi[i]);
-    wi[i].rank = wt_worker_rank(w);
-    wi[i].device = (char *)wt_worker_device_name(w);
-    wi[i].backend = ws[i].backend;
-    wi[i].state = (char *)wt_worker_state_name(ws[i].state);
-    wi[i].reason = ws[i].reason;
-    wi[i].memory_kind = (char *)wt_mem_kind_name(wt_param_store_memory(ps));
-    wi[i].bytes_held = wt_param_store_bytes_held(ps);
-    wi[i].store_complete = wt_param_store_complete(ps);
-    wi[i].bytes_received = ws[i].bytes_received;
-    wi[i].bytes_forwarded = ws[i].bytes_forwarded;
+    encode_worker(&ws[i], &wi[i]);
+    received[i] = ws[i].status.bytes_received;
     if (!wi[i].store_complete) info.store_complete = false;
     wp[i] = &wi[i];
   }
@@ -170,22 +199,13 @@ static wt_status *get_server_info(wt_rpc_call *call,
   info.n_adapters = nadapters;
   info.adapters = adapters;
   /* The export's leases: who holds what, for an operator to see. */
-  wt_lease_info held[64];
-  Wt__V1__LeaseInfo li[64];
-  Wt__V1__LeaseInfo *lp[64];
+  wt_lease_info held[MAX_LEASES_SHOWN];
+  Wt__V1__LeaseInfo li[MAX_LEASES_SHOWN];
+  Wt__V1__LeaseInfo *lp[MAX_LEASES_SHOWN];
   if (srv->ex.leases != NULL) {
-    size_t total = wt_leases_list(srv->ex.leases, held, 64);
-    size_t shown = total < 64 ? total : 64;
-    for (size_t i = 0; i < shown; i++) {
-      wt__v1__lease_info__init(&li[i]);
-      li[i].pid = (uint32_t)held[i].pid;
-      li[i].uid = held[i].uid;
-      li[i].version = held[i].version;
-      li[i].sequence = held[i].sequence;
-      li[i].since_unix_ms = held[i].since_unix_ms;
-      lp[i] = &li[i];
-    }
-    info.n_leases = shown;
+    size_t total = wt_leases_list(srv->ex.leases, held, MAX_LEASES_SHOWN);
+    info.n_leases = total < MAX_LEASES_SHOWN ? total : MAX_LEASES_SHOWN;
+    encode_leases(held, info.n_leases, li, lp);
     info.leases = lp;
     info.lease_count = (uint32_t)total;
     info.export_path = srv->ex.path;
@@ -196,67 +216,35 @@ static wt_status *get_server_info(wt_rpc_call *call,
   for (size_t c = 0; c < WT_NCLASSES; c++) {
     wt_rpc_class_load l;
     wt_rpc_server_class_load(srv->rpc, c, &l);
-    wt__v1__admission_info__init(&ai[c]);
-    ai[c].name = (char *)srv->classes[c].name;
-    ai[c].running = (uint32_t)l.running;
-    ai[c].queued = (uint32_t)l.queued;
-    ai[c].refused = l.refused;
+    encode_admission(srv->classes[c].name, &l, &ai[c]);
     ap[c] = &ai[c];
   }
   info.n_admission = WT_NCLASSES;
   info.admission = ap;
+  /* The round's, copied under its lock (the version may change after). */
+  WT_CHECK(wt_srv_round_info_get(srv, received, round_bytes, &round));
+  if (round.open) {
+    info.round_started_unix_ms = round.round_started_unix_ms;
+    for (uint32_t i = 0; i < n; i++)
+      wi[i].round_bytes_received = round_bytes[i];
+  }
   Wt__V1__RoundRecord rr[WT_RECENT_ROUNDS];
   Wt__V1__RoundRecord *rp[WT_RECENT_ROUNDS];
-  wt_mutex_lock(&srv->round.mu);
-  /* The open round and the last ones (never their ids). */
-  if (srv->round.round_id != 0) {
-    info.round_started_unix_ms = srv->metrics.rounds.started_unix_ms;
-    for (uint32_t i = 0; i < n; i++)
-      wi[i].round_bytes_received =
-          wt_srv_round_bytes_locked(srv, i, ws[i].bytes_received);
-  }
-  uint64_t ended = srv->metrics.rounds.ended;
-  size_t nrec = ended < WT_RECENT_ROUNDS ? (size_t)ended : WT_RECENT_ROUNDS;
-  for (size_t k = 0; k < nrec; k++) {
-    const wt_srv_round_record *r =
-        &srv->metrics.rounds.recent[(ended - 1 - k) % WT_RECENT_ROUNDS];
-    wt__v1__round_record__init(&rr[k]);
-    rr[k].outcome = (char *)(r->committed ? "committed" : "failed");
-    rr[k].cause = (char *)(r->committed ? "" : wt_srv_cause_name(r->cause));
-    rr[k].version = r->version ? r->version : (char *)"";
-    rr[k].sequence = r->sequence;
-    rr[k].started_unix_ms = r->started_unix_ms;
-    rr[k].ended_unix_ms = r->ended_unix_ms;
-    rr[k].bytes_received = r->bytes;
-    rp[k] = &rr[k];
-  }
-  info.n_recent_rounds = nrec;
-  info.recent_rounds = rp;
-  info.state = (char *)wt_srv_state_locked(srv);
-  if (srv->round.plan != NULL) {
-    info.plan_digest = (char *)wt_srv_plan_digest(srv->round.plan);
-    wt_srv_plan_info(srv->round.plan, &info.plan_world_size, &info.plan_joined);
-    wt_srv_plan_round_info(srv, &info.plan_ranks_in_round, &info.plan_parked);
-  }
+  encode_round(&round, &info, rr, rp);
   info.auth = (char *)(srv->auth.mode ? srv->auth.mode : "none");
-  info.weight_version =
-      srv->round.sequence
-          ? srv->round.history[srv->round.sequence % WT_VERSION_HISTORY].version
-          : (char *)"";
-  /* Packed at once: the version may change after unlock. */
   st = wt_rpc_call_respond(call, &info.base);
-  wt_mutex_unlock(&srv->round.mu);
 out:
   free(backends);
   free(bi);
   free(bp);
-  free(kinds);
-  free(reasons);
-  free(entries);
+  free(backs);
   free(wi);
   free(wp);
   free(ws);
+  free(received);
+  free(round_bytes);
   wt_srv_adapters_info_free(adapters, nadapters);
+  wt_srv_round_info_clear(&round);
   return st;
 }
 
@@ -480,17 +468,6 @@ static void release_msg(void *msg) {
   wt__v1__push_weights_chunk__free_unpacked(msg, NULL);
 }
 
-/* How long the stream may stay silent before its next message: the header
- * must come promptly; between data messages the round's data deadline. */
-static int64_t read_timeout(wt_server *srv, bool pushing) {
-  if (!pushing) return srv->config.header_timeout_ms;
-  wt_mutex_lock(&srv->round.mu);
-  int64_t t = srv->round.data_timeout_ms ? srv->round.data_timeout_ms
-                                         : srv->config.data_timeout_ms;
-  wt_mutex_unlock(&srv->round.mu);
-  return t;
-}
-
 /* A PushWeights stream being read. Its header, once read, stays here
  * while the push waits for its turn parked (a shard plan's rank). */
 typedef struct push_stream {
@@ -507,6 +484,32 @@ static void push_stream_free(void *arg) {
 }
 
 static wt_status *push_resume(wt_rpc_call *call, void *arg, void *user);
+
+/* Message `nmsg` of a PushWeights stream, not a data chunk's view: *out
+ * (the caller's) unpacked from bb (destroyed here). */
+static wt_status *decode_message(grpc_byte_buffer *bb, uint64_t nmsg,
+                                 Wt__V1__PushWeightsChunk **out) {
+  grpc_slice slice = grpc_empty_slice();
+  *out = NULL;
+  wt_status *st = wt_pb_flatten(bb, &slice);
+  grpc_byte_buffer_destroy(bb);
+  if (st != NULL) return st;
+  Wt__V1__PushWeightsChunk *msg = wt__v1__push_weights_chunk__unpack(
+      NULL, GRPC_SLICE_LENGTH(slice), GRPC_SLICE_START_PTR(slice));
+  size_t len = GRPC_SLICE_LENGTH(slice);
+  grpc_slice_unref(slice);
+  if (msg == NULL)
+    return wt_status_new(WT_INVALID_ARGUMENT,
+                         "PushWeights message %" PRIu64
+                         ": malformed wt.v1.PushWeightsChunk (%zu bytes)",
+                         nmsg, len);
+  if ((st = wt_pb_check_utf8(&msg->base)) != NULL) {
+    wt__v1__push_weights_chunk__free_unpacked(msg, NULL);
+    return wt_status_prefix(st, "PushWeights message %" PRIu64, nmsg);
+  }
+  *out = msg;
+  return NULL;
+}
 
 /* Begins the push of `ps`'s header; wt_rpc_call_park's status when it
  * waits for its turn (then the call and ps are no longer this thread's). */
@@ -543,7 +546,7 @@ static wt_status *push_run(wt_rpc_call *call, push_stream *ps) {
   }
   for (;;) {
     st = wt_rpc_call_read_raw_within(
-        call, read_timeout(srv, push != NULL),
+        call, wt_srv_push_read_timeout(srv, push != NULL),
         push ? "the next chunk" : "the PushWeights header", &bb);
     if (st != NULL) goto out; /* silent, gone, or the call ended */
     if (bb == NULL) break;    /* half-closed */
@@ -556,24 +559,9 @@ static wt_status *push_run(wt_rpc_call *call, push_stream *ps) {
                                  view.iovcnt, release_bb, owned));
       continue;
     }
-    grpc_slice slice = grpc_empty_slice();
-    st = wt_pb_flatten(bb, &slice);
-    grpc_byte_buffer_destroy(bb);
+    st = decode_message(bb, ps->nmsg, &msg);
     bb = NULL;
     if (st != NULL) goto out;
-    msg = wt__v1__push_weights_chunk__unpack(NULL, GRPC_SLICE_LENGTH(slice),
-                                             GRPC_SLICE_START_PTR(slice));
-    size_t len = GRPC_SLICE_LENGTH(slice);
-    grpc_slice_unref(slice);
-    if (msg == NULL)
-      WT_FAIL(WT_INVALID_ARGUMENT,
-              "PushWeights message %" PRIu64
-              ": malformed wt.v1.PushWeightsChunk (%zu bytes)",
-              ps->nmsg, len);
-    if ((st = wt_pb_check_utf8(&msg->base)) != NULL) {
-      st = wt_status_prefix(st, "PushWeights message %" PRIu64, ps->nmsg);
-      goto out;
-    }
     if (msg->payload_case == WT__V1__PUSH_WEIGHTS_CHUNK__PAYLOAD_HEADER) {
       if (push != NULL)
         WT_FAIL(WT_INVALID_ARGUMENT,
@@ -639,14 +627,7 @@ out:
   if (bb != NULL) grpc_byte_buffer_destroy(bb);
   /* A stream that broke, or a bad message: the push is over and its round
    * failed with it (nothing it sent is committed). */
-  if (push != NULL) {
-    wt_status *end = wt_srv_push_end(push, st, NULL);
-    if (st == NULL) {
-      st = end;
-    } else {
-      wt_status_free(end);
-    }
-  }
+  if (push != NULL) st = wt_srv_push_abandon(push, st);
   if (st != NULL && ps->nmsg > 0)
     WT_LOGW("server", "PushWeights from %s: %s", wt_rpc_call_peer(call),
             wt_status_message(st));
@@ -708,228 +689,37 @@ static wt_status *watch_weight_version(wt_rpc_stream *s,
 
 /* --- ChecksumWeights ------------------------------------------------------ */
 
-static bool stopping(wt_server *srv) {
-  wt_mutex_lock(&srv->round.mu);
-  bool stop = srv->round.stopping;
-  wt_mutex_unlock(&srv->round.mu);
-  return stop;
-}
-
-static wt_status *version_changed(size_t done, size_t total) {
-  return wt_status_new(WT_ABORTED,
-                       "ChecksumWeights: version changed; retry (a commit "
-                       "landed after %zu of %zu digests)",
-                       done, total);
-}
-
-/* The fewest names ChecksumWeights accepts however small the model. */
-#define WT_CHECKSUM_MIN_NAME_CAP 1024
-
-/* A part of a tensor hashed under one hold of the read lock. */
-#define CHECKSUM_PART (1u << 20)
-
-/* One part's hashing, on a low-priority thread (hash_pool.c). */
-typedef struct hash_part_job {
-  wt_param_store *s;
-  size_t i;
-  uint64_t off;
-  size_t len;
-  wt_hasher *h;
-  wt_status *st;
-} hash_part_job;
-
-static void hash_part_run(void *arg) {
-  hash_part_job *j = arg;
-  j->st = wt_param_store_hash_part(j->s, j->i, j->off, j->len, j->h);
-}
-
-/* A reader's part, copied out of the store: hashed without its lock. */
-typedef struct hash_copy_job {
-  const uint8_t *buf;
-  size_t len;
-  wt_hasher *h;
-} hash_copy_job;
-
-static void hash_copy_run(void *arg) {
-  hash_copy_job *j = arg;
-  wt_hasher_update(j->h, j->buf, j->len);
-}
-
-typedef struct halt_arg {
-  wt_server *srv;
-  wt_rpc_call *call;
-} halt_arg;
-
-static bool halted(void *arg) {
-  halt_arg *a = arg;
-  return wt_rpc_call_cancelled(a->call) || stopping(a->srv);
-}
-
 static wt_status *checksum_weights(wt_rpc_call *call,
                                    const ProtobufCMessage *request,
                                    void *user) {
   wt_server *srv = NULL;
-  wt_reader_budget *budget = NULL;
-  wt_hasher *h = NULL;
   const Wt__V1__ChecksumWeightsRequest *req =
       (const Wt__V1__ChecksumWeightsRequest *)request;
-  wt_status *st = wt_srv_route(user, req->adapter, &srv);
-  if (st != NULL) return st;
-  bool trainer = wt_rpc_call_trainer(call);
-  wt_param_store *s0 = store0(srv);
-  uint8_t *copy = NULL; /* a reader's part, out of a host store */
-  size_t *idx = NULL;
-  unsigned char *seen = NULL;
-  uint64_t *commits = NULL;
-  char(*hex)[WT_DIGEST_HEX_MAX] = NULL;
+  wt_srv_digest *d = NULL;
+  size_t total = 0;
   Wt__V1__ParameterChecksum *pc = NULL;
   Wt__V1__ParameterChecksum **pp = NULL;
+  wt_status *st = wt_srv_route(user, req->adapter, &srv);
+  if (st != NULL) return st;
   if (req->algorithm != WT__V1__CHECKSUM_ALGORITHM__CHECKSUM_ALGORITHM_SHA256 &&
       req->algorithm != WT__V1__CHECKSUM_ALGORITHM__CHECKSUM_ALGORITHM_XXH3_64)
     WT_FAIL(WT_INVALID_ARGUMENT,
             "algorithm %d is neither CHECKSUM_ALGORITHM_SHA256 (0) nor "
             "CHECKSUM_ALGORITHM_XXH3_64 (1)",
             (int)req->algorithm);
-  wt_hash_alg alg = (wt_hash_alg)req->algorithm;
-  size_t count = wt_param_store_count(s0);
-  /* Limits first, before a name is looked up or a byte hashed: a request
-   * can have no use for more names than twice the model's tensors. */
-  size_t max_names = 2 * count > WT_CHECKSUM_MIN_NAME_CAP
-                         ? 2 * count
-                         : WT_CHECKSUM_MIN_NAME_CAP;
-  if (req->n_names > max_names)
-    WT_FAIL(WT_RESOURCE_EXHAUSTED,
-            "ChecksumWeights: %zu names; at most %zu (twice the model's %zu "
-            "tensors, at least %d)",
-            req->n_names, max_names, count, WT_CHECKSUM_MIN_NAME_CAP);
-  uint32_t nw = req->all_workers ? srv->nworkers : 1;
-  idx = calloc(count ? count : 1, sizeof(*idx));
-  seen = calloc(count ? count : 1, 1);
-  if (idx == NULL || seen == NULL)
-    WT_FAIL(WT_RESOURCE_EXHAUSTED, "ChecksumWeights: out of memory");
-  /* Each tensor once, in the order first asked for. */
-  size_t n = 0;
-  for (size_t k = 0; k < (req->n_names ? req->n_names : count); k++) {
-    size_t i = k;
-    if (req->n_names) WT_CHECK(wt_param_store_find(s0, req->names[k], &i));
-    if (seen[i]) continue;
-    seen[i] = 1;
-    idx[n++] = i;
-  }
-  size_t total = n * nw;
-  /* What the reply will weigh (a name, a digest and a worker per entry, with
-   * protobuf's framing): refused now rather than built and then not sent. */
-  uint64_t reply = 16;
-  for (size_t k = 0; k < n; k++)
-    reply += (strlen(wt_param_store_meta(s0, idx[k])->name) +
-              WT_DIGEST_HEX_MAX + 24) *
-             (uint64_t)nw;
-  if (reply > srv->config.max_send_bytes)
-    WT_FAIL(WT_RESOURCE_EXHAUSTED,
-            "ChecksumWeights: the reply for %zu digests would be about %" PRIu64
-            " bytes, above the largest reply the server sends (%" PRIu64
-            " bytes); ask for fewer names%s",
-            total, reply, srv->config.max_send_bytes,
-            req->all_workers ? " or without all_workers" : "");
-  hex = calloc(total ? total : 1, sizeof(*hex));
+  WT_CHECK(wt_srv_checksum(srv, call, (wt_hash_alg)req->algorithm, req->names,
+                           req->n_names, req->all_workers, &d, &total));
   pc = calloc(total ? total : 1, sizeof(*pc));
   pp = calloc(total ? total : 1, sizeof(*pp));
-  commits = calloc(nw, sizeof(*commits));
-  if (hex == NULL || pc == NULL || pp == NULL || commits == NULL)
+  if (pc == NULL || pp == NULL)
     WT_FAIL(WT_RESOURCE_EXHAUSTED, "ChecksumWeights: out of memory");
-  /* Every digest of the reply describes one version: each worker's store's
-   * commit count is noted under the read lock of its first part, checked
-   * under the lock of every later one, and the earlier workers' counts are
-   * checked once more under the last worker's first lock (a commit between
-   * two workers' passes). A commit landing during the pass makes the call
-   * fail with ABORTED rather than mix two versions (one before it is
-   * simply not seen, nor one after its last part). */
-  /* Each tensor is hashed in parts of CHECKSUM_PART bytes, the read lock
-   * held per part: a commit waits for one part, and the reader's thread
-   * (niced below rounds') never holds the lock through a large tensor.
-   * Every part is paid for from the peer's budget (reader_budget.c). */
-  char key[80];
-  wt_rpc_call_peer_key(call, key, sizeof(key));
-  /* Readers pay from the model server's budgets for every set they read. */
-  wt_server *bsrv = srv->base ? srv->base : srv;
-  budget = wt_srv_budget_take(bsrv, key);
-  WT_CHECK(wt_hasher_new(alg, &h));
-  if (!trainer && (copy = malloc(CHECKSUM_PART)) == NULL)
-    WT_FAIL(WT_RESOURCE_EXHAUSTED, "ChecksumWeights: out of memory");
-  halt_arg ha = {srv, call};
-  for (uint32_t w = 0; w < nw; w++) {
-    wt_param_store *s = wt_worker_store(srv->workers[w]);
-    for (size_t k = 0; k < n && st == NULL; k++) {
-      uint64_t size = wt_param_store_meta(s, idx[k])->nbytes;
-      wt_hasher_reset(h);
-      uint64_t off = 0;
-      do {
-        /* A pass over a large model takes a while: a client that left, or
-         * a server stopping, ends it between parts. */
-        if (halted(&ha)) {
-          st = wt_status_new(WT_CANCELLED,
-                             "ChecksumWeights: stopped after %zu of %zu "
-                             "digests: the client left or the server is "
-                             "stopping",
-                             (size_t)w * n + k, total);
-          break;
-        }
-        size_t part =
-            size - off < CHECKSUM_PART ? (size_t)(size - off) : CHECKSUM_PART;
-        wt_param_store_read_lock(s);
-        if (k == 0 && off == 0) commits[w] = wt_param_store_commits(s);
-        bool same = wt_param_store_commits(s) == commits[w];
-        /* At the last worker's first part, under its lock (a commit takes
-         * every worker's write lock): no commit landed since the earlier
-         * workers' passes. One after the last part does not matter: what
-         * was hashed was whole. */
-        for (uint32_t e = 0; same && w == nw - 1 && k == 0 && off == 0 && e < w;
-             e++)
-          same = wt_param_store_commits(wt_worker_store(srv->workers[e])) ==
-                 commits[e];
-        hash_part_job job = {s, idx[k], off, part, h, NULL};
-        /* A trainer's own check (wt-push --verify) hashes on its thread, at
-         * the trainer's priority: readers' niced threads may get a few
-         * percent of a loaded host, and a trainer waits on no reader. */
-        if (same && trainer) hash_part_run(&job);
-        bool copied = false;
-        if (same && !trainer &&
-            wt_mem_kind_host_addressable(wt_param_store_memory(s))) {
-          /* A reader's part of a host store: copied under the lock at this
-           * thread's priority, hashed after it at the pool's. A niced
-           * thread never holds the lock: on a loaded host it could wait
-           * seconds for a CPU while a commit waits for it. */
-          memcpy(copy, (const uint8_t *)wt_param_store_live(s, idx[k]) + off,
-                 part);
-          copied = true;
-        } else if (same && !trainer) {
-          wt_hash_pool_run(srv->readers.hashers, hash_part_run, &job);
-        }
-        if (same && !copied) st = job.st;
-        wt_param_store_read_unlock(s);
-        if (copied) {
-          hash_copy_job cj = {copy, part, h};
-          wt_hash_pool_run(srv->readers.hashers, hash_copy_run, &cj);
-        }
-        if (!same) st = version_changed((size_t)w * n + k, total);
-        off += part;
-        /* Halted while it waits: the next part's check says so. */
-        if (st == NULL && part > 0)
-          wt_srv_budget_spend(bsrv, budget, part, halted, &ha);
-      } while (st == NULL && off < size);
-      if (st == NULL) wt_hasher_final_hex(h, hex[w * n + k]);
-    }
-    if (st != NULL) goto out;
-    for (size_t k = 0; k < n; k++) {
-      Wt__V1__ParameterChecksum *c = &pc[w * n + k];
-      wt__v1__parameter_checksum__init(c);
-      c->name = wt_param_store_meta(s, idx[k])->name;
-      c->digest = hex[w * n + k];
-      c->worker = w;
-      pp[w * n + k] = c;
-    }
+  for (size_t i = 0; i < total; i++) {
+    wt__v1__parameter_checksum__init(&pc[i]);
+    pc[i].name = (char *)d[i].name;
+    pc[i].digest = d[i].hex;
+    pc[i].worker = d[i].worker;
+    pp[i] = &pc[i];
   }
-
   Wt__V1__ChecksumWeightsResponse resp =
       WT__V1__CHECKSUM_WEIGHTS_RESPONSE__INIT;
   resp.algorithm = req->algorithm;
@@ -937,14 +727,7 @@ static wt_status *checksum_weights(wt_rpc_call *call,
   resp.checksums = pp;
   st = wt_rpc_call_respond(call, &resp.base);
 out:
-  free(copy);
-  wt_hasher_free(h);
-  if (budget != NULL)
-    wt_srv_budget_release(srv->base ? srv->base : srv, budget);
-  free(idx);
-  free(seen);
-  free(commits);
-  free(hex);
+  free(d);
   free(pc);
   free(pp);
   return st;

@@ -417,3 +417,78 @@ void wt_srv_slot_stop(wt_server *srv) {
   wt_srv_slot_shutdown(srv);
   wt_srv_slot_free(srv);
 }
+
+/* --- what GetServerInfo shows of the slot -------------------------------- */
+
+/* What a backend's engine table says it can do; a lazy module that is not
+ * loaded stays unloaded (asking for its table would dlopen it). */
+static void backend_info(wt_server *srv, const wt_registry_entry *e,
+                         wt_srv_backend_info *bi) {
+  bi->name = e->name;
+  bi->loaded = e->loaded;
+  bi->n_memory_kinds = 0;
+  bi->reason[0] = '\0';
+  if (!e->loaded) return;
+  const wt_engine_ops *ops = NULL;
+  wt_status *st = wt_engine_lookup(srv->config.engines, e->name, &ops);
+  if (st != NULL) {
+    wt_status_free(st);
+    bi->loaded = false;
+    return;
+  }
+  uint32_t takes = ops->memory_kinds ? ops->memory_kinds : WT_MEM_HOST_KINDS;
+  for (unsigned k = 0; k < WT_MEM_KIND_COUNT; k++)
+    if (takes & WT_MEM_BIT(k))
+      bi->memory_kinds[bi->n_memory_kinds++] = wt_mem_kind_name((wt_mem_kind)k);
+  bi->cross_host = (ops->caps & WT_ENGINE_CROSS_HOST) != 0;
+  bi->survives_abort = (ops->caps & WT_ENGINE_SURVIVES_ABORT) != 0;
+  /* Available: the host has what it needs, and the stores suit it. */
+  wt_mem_kind store = wt_param_store_memory(wt_worker_store(srv->workers[0]));
+  st = ops->probe ? ops->probe() : NULL;
+  if (st == NULL && (takes & WT_MEM_BIT(store)) && ops->probe_memory)
+    st = ops->probe_memory(store);
+  if (st == NULL && !(takes & WT_MEM_BIT(store)))
+    st = wt_status_new(WT_FAILED_PRECONDITION,
+                       "it cannot receive into '%s' memory (this server's "
+                       "param stores)",
+                       wt_mem_kind_name(store));
+  bi->available = st == NULL;
+  if (st != NULL) {
+    snprintf(bi->reason, sizeof(bi->reason), "%s", wt_status_message(st));
+    wt_status_free(st);
+  }
+}
+
+wt_status *wt_srv_backends_info(wt_server *srv, wt_srv_backend_info **out,
+                                size_t *n) {
+  wt_registry_entry *entries = NULL;
+  size_t nentries = 0;
+  *out = NULL;
+  *n = 0;
+  wt_status *st = wt_registry_names(srv->config.engines, &entries, &nentries);
+  if (st != NULL) return st;
+  wt_srv_backend_info *bi = calloc(nentries ? nentries : 1, sizeof(*bi));
+  if (bi == NULL) {
+    free(entries);
+    return wt_status_new(WT_RESOURCE_EXHAUSTED, "GetServerInfo: out of memory");
+  }
+  for (size_t i = 0; i < nentries; i++) backend_info(srv, &entries[i], &bi[i]);
+  free(entries);
+  *out = bi;
+  *n = nentries;
+  return NULL;
+}
+
+void wt_srv_workers_info(const wt_server *srv, wt_srv_worker_info *out) {
+  for (uint32_t i = 0; i < srv->nworkers; i++) {
+    const wt_worker *w = srv->workers[i];
+    const wt_param_store *ps = wt_worker_store(w);
+    wt_srv_worker_info *wi = &out[i];
+    wt_worker_get_status(w, &wi->status);
+    wi->rank = wt_worker_rank(w);
+    wi->device = wt_worker_device_name(w);
+    wi->memory_kind = wt_mem_kind_name(wt_param_store_memory(ps));
+    wi->bytes_held = wt_param_store_bytes_held(ps);
+    wi->store_complete = wt_param_store_complete(ps);
+  }
+}

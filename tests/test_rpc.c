@@ -327,16 +327,20 @@ static void release_blocked(void) {
   pthread_mutex_unlock(&F.mu);
 }
 
-/* GetWeightVersion works (the server is serving). */
-static void assert_serving(void) {
+/* GetWeightVersion works over `ch` (the server is serving). */
+static void assert_serving_on(wt_rpc_channel *ch) {
   Wt__V1__GetWeightVersionRequest req =
       WT__V1__GET_WEIGHT_VERSION_REQUEST__INIT;
   ProtobufCMessage *resp = NULL;
-  WT_ASSERT_OK(wt_rpc_unary(F.ch, M_VERSION, &req.base,
+  WT_ASSERT_OK(wt_rpc_unary(ch, M_VERSION, &req.base,
                             &wt__v1__weight_version__descriptor, 5000, &resp));
   CU_ASSERT_PTR_NOT_NULL_FATAL(resp);
   CU_ASSERT_STRING_EQUAL(((Wt__V1__WeightVersion *)resp)->version, "v7");
   wt_pb_free(resp);
+}
+
+static void assert_serving(void) {
+  assert_serving_on(F.ch);
 }
 
 static wt_status *finish_call(const char *version, int64_t deadline_ms,
@@ -379,24 +383,16 @@ static void test_call_scope_is_its_tokens(void) {
   opts.ntokens = 2;
   wt_rpc_channel_options copts = {.token = tokens[0].token};
   start_with(&opts, &copts);
-  Wt__V1__GetWeightVersionRequest req =
-      WT__V1__GET_WEIGHT_VERSION_REQUEST__INIT;
-  ProtobufCMessage *resp = NULL;
-  WT_ASSERT_OK(wt_rpc_unary(F.ch, M_VERSION, &req.base,
-                            &wt__v1__weight_version__descriptor, 5000, &resp));
-  wt_pb_free(resp);
+  assert_serving_on(F.ch);
   CU_ASSERT_TRUE(F_READ(version_trainer));
 
   wt_rpc_channel *reader = NULL;
   wt_rpc_channel_options ropts = {.token = tokens[1].token};
   WT_ASSERT_OK(wt_rpc_channel_new(F.target, &ropts, &reader));
-  resp = NULL;
-  WT_ASSERT_OK(wt_rpc_unary(reader, M_VERSION, &req.base,
-                            &wt__v1__weight_version__descriptor, 5000, &resp));
-  wt_pb_free(resp);
+  assert_serving_on(reader);
   CU_ASSERT_FALSE(F_READ(version_trainer));
   /* FinishWeightUpdate needs the trainer's scope */
-  resp = NULL;
+  ProtobufCMessage *resp = NULL;
   Wt__V1__FinishWeightUpdateRequest fin =
       WT__V1__FINISH_WEIGHT_UPDATE_REQUEST__INIT;
   fin.weight_version = "step-1";

@@ -46,6 +46,7 @@ class Server:
                                       "--log-level", "warn", *args],
                                      stdout=self.out, stderr=self.err, env=env)
         self.addr = None
+        self.final_log: str | None = None  # its stderr, kept by stop()
         deadline = time.time() + 60
         while time.time() < deadline:
             self.out.flush()
@@ -71,16 +72,20 @@ class Server:
     def crashed(self) -> str:
         """Why the server died by itself, with its log's tail: a signal of a
         crash (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL), or a sanitizer's
-        report (a sanitized wt-server exits 1 after it); "" when it runs,
-        exited otherwise, or was stopped or killed (SIGTERM, SIGKILL)."""
+        report (a sanitized wt-server exits 1 after one; LeakSanitizer's
+        comes at its exit after stop()); "" when it runs, or ended
+        otherwise (stopped or killed: SIGTERM, SIGKILL). After stop() it
+        judges the way the server ended."""
         rc = self.proc.poll()
-        if rc is None or rc == 0:
+        if rc is None:
             return ""
-        self.err.flush()
-        log = pathlib.Path(self.err.name).read_text(errors="replace")
+        log = self.final_log
+        if log is None:
+            self.err.flush()
+            log = pathlib.Path(self.err.name).read_text(errors="replace")
         if rc < 0 and -rc in CRASH_SIGNALS:
             why = signal.Signals(-rc).name
-        elif rc > 0 and any(m in log for m in SANITIZER_REPORTS):
+        elif any(m in log for m in SANITIZER_REPORTS):
             why = f"a sanitizer's report (exit status {rc})"
         else:
             return ""
@@ -88,6 +93,8 @@ class Server:
                 f"{why}; its log ends:\n{log[-4000:]}")
 
     def stop(self):
+        if self.final_log is not None:
+            return  # stopped already
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -95,6 +102,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.err.flush()
+        self.final_log = pathlib.Path(self.err.name).read_text(errors="replace")
         self.out.close()
         self.err.close()
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -110,11 +119,12 @@ def start_server():
         return s
 
     yield start
-    # A server that crashed fails the test that started it, whatever the
-    # test saw (a crash otherwise shows only as a refused connection).
-    crashes = [c for c in (s.crashed() for s in started) if c]
+    # A server that crashed, or whose sanitizer reported (at its exit too:
+    # leaks), fails the test that started it, whatever the test saw (a
+    # crash otherwise shows only as a refused connection).
     for s in started:
         s.stop()
+    crashes = [c for c in (s.crashed() for s in started) if c]
     assert not crashes, "\n".join(crashes)
 
 

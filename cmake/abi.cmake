@@ -100,8 +100,14 @@ function(wt_abi_finish)
   # decls.txt is rewritten only when what it says changes; the stamp says
   # the headers were read. The generated proto headers' changes follow their
   # .proto files.
-  set(WT_ABI_WATCHED ${WT_ABI_PUBLIC} ${WT_ABI_PRIVATE})
-  list(FILTER WT_ABI_WATCHED EXCLUDE REGEX "^${CMAKE_BINARY_DIR}/")
+  # (A prefix compared as text: the build's path is no regex, e.g. c++/.)
+  set(WT_ABI_WATCHED "")
+  foreach(h ${WT_ABI_PUBLIC} ${WT_ABI_PRIVATE})
+    string(FIND "${h}" "${CMAKE_BINARY_DIR}/" at)
+    if(NOT at EQUAL 0)
+      list(APPEND WT_ABI_WATCHED ${h})
+    endif()
+  endforeach()
   add_custom_command(
     OUTPUT ${WT_ABI_DIR}/decls.stamp
     BYPRODUCTS ${WT_ABI_DIR}/decls.txt

@@ -172,6 +172,30 @@ def test_a_request_in_flight_across_a_load(stack):
     prompt = prompt_ids(32, 24)
     stack.serve("a", "live-1", _adapter(stack, A_TARGETS, 200))
     long_n = 160
+    # The pause must land while the request runs: on a loaded host the
+    # 160 tokens can be done before vLLM takes the pause (CI once saw no
+    # request running at the pause, beside the other jobs), which leaves
+    # nothing in flight to test; then the request, which must have ended
+    # whole, is let be and a new one started (3 tries at most).
+    for attempt in range(3):
+        out, tensors = _load_across_a_request(stack, prompt, long_n, 201 + attempt)
+        if tensors is not None:
+            break
+        print(f"\n  try {attempt + 1}: the request ended ({len(out['tokens'])} "
+              "tokens) before vLLM took the pause; again")
+    assert tensors is not None, "the request never was in flight at a pause"
+    assert "error" not in out, out.get("error")
+    assert out["finish"] == "length" and len(out["tokens"]) == long_n
+    assert stack.vllm.healthy()
+    assert stack.greedy("a", prompt_ids(33)) == stack.reference(tensors, prompt_ids(33))
+
+
+def _load_across_a_request(stack, prompt, long_n, seed):
+    """Streams a request of long_n tokens for "a"; at its first token
+    pauses vLLM (mode=keep) and, if the request is in flight then, loads a
+    new version of "a" before /resume. Returns (what the stream got, the
+    loaded tensors), or tensors None when the request had ended before
+    the pause took hold (nothing loaded; the stream is over)."""
     started, out = threading.Event(), {"tokens": [], "finish": None}
 
     def stream():
@@ -193,29 +217,34 @@ def test_a_request_in_flight_across_a_load(stack):
                     out["tokens"] += choice.get("token_ids") or []
                     out["finish"] = choice.get("finish_reason") or out["finish"]
                     started.set()
-        except Exception as e:  # noqa: BLE001  (reported below)
+        except Exception as e:  # noqa: BLE001  (reported by the caller)
             out["error"] = e
         finally:
             started.set()
 
     t = threading.Thread(target=stream)
     t.start()
+    tensors = None
     try:
         assert started.wait(120), "no first token in 120 s"
+        assert "error" not in out, out.get("error")
         stack.vllm.post("/pause?mode=keep")
         try:
-            assert _running(stack) == 1, "the request was not in flight at the pause"
-            tensors = _adapter(stack, A_TARGETS, 201)
-            stack.serve("a", "live-2", tensors)
+            if _running(stack) == 1:
+                tensors = _adapter(stack, A_TARGETS, seed)
+                stack.serve("a", "live-2", tensors)
+            else:
+                # not in flight: it must have ended, and whole
+                t.join(30)
+                assert not t.is_alive() and out["finish"] == "length", (
+                    "the request was not in flight at the pause, yet it has "
+                    f"not ended whole: {out}")
         finally:
             stack.vllm.post("/resume")
     finally:
         t.join(300)
     assert not t.is_alive()
-    assert "error" not in out, out.get("error")
-    assert out["finish"] == "length" and len(out["tokens"]) == long_n
-    assert stack.vllm.healthy()
-    assert stack.greedy("a", prompt_ids(33)) == stack.reference(tensors, prompt_ids(33))
+    return out, tensors
 
 
 def _running(stack) -> int:
